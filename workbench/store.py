@@ -1,0 +1,359 @@
+"""The feature store: every layer's word vectors (and attention maps) of a model over a corpus, on disk.
+
+Layout of a store directory ``<stores_dir>/<key>/`` where ``key`` hashes (model fingerprint,
+corpus fingerprint, settings):
+
+- ``plan.json``: settings, fingerprints and the shard plan (which sentences each shard holds);
+- ``shard-00000.safetensors`` …: ``sentence_ids [S]``, ``word_counts [S]``,
+  ``hidden [L+1, words, D]`` and, with attentions, ``attention [L, H, Σ w²]`` (each sentence's
+  ``[w, w]`` word attention flattened) and ``special [L, H, words, 2]`` (attention to the first and
+  other special tokens);
+- ``manifest.json``: written last; its presence means the store is complete.
+
+Every file is written atomically. Sentences are sorted by length into shards, so a shard's
+content is fixed by the plan: a killed extraction resumes by computing only missing or corrupt
+shards and gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from workbench import atomic, paths
+from workbench.corpus import Corpus
+from workbench.errors import StoreError
+from workbench.features import LongPolicy, Pooling, Segment, forward_segments, model_max_tokens, segment_sentence
+from workbench.models import LoadedModel
+
+STORE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ExtractionSettings:
+    """What determines a store's content besides the model and the corpus."""
+
+    pooling: Pooling = "first"
+    attentions: bool = True
+    long_policy: LongPolicy = "error"
+    batch_tokens: int = 4096
+    shard_size: int = 256
+    amp_dtype: str | None = None  # "bfloat16" on GPU; None = float32
+    version: int = STORE_VERSION
+
+    def validate(self) -> None:
+        if self.pooling not in ("first", "last", "mean"):
+            raise StoreError(f"pooling must be first, last or mean, not {self.pooling!r}")
+        if self.long_policy not in ("error", "window"):
+            raise StoreError(f"long_policy must be 'error' or 'window', not {self.long_policy!r}")
+        if self.batch_tokens < 1 or self.shard_size < 1:
+            raise StoreError("batch_tokens and shard_size must be positive")
+
+
+class FeatureStore:
+    """Read access to a complete store. All arrays float32, word level, corpus order.
+
+    ``n_layers`` counts hidden-state layers including the embeddings (``num_hidden_layers + 1``).
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        manifest_file = self.path / "manifest.json"
+        if not manifest_file.is_file():
+            raise StoreError(f"{self.path}: not a complete feature store (no manifest.json)")
+        try:
+            self.manifest: dict = json.loads(manifest_file.read_text())
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{manifest_file}: corrupt manifest: {exc}") from exc
+        m = self.manifest
+        self.n_layers: int = m["n_layers"]
+        self.n_heads: int = m["n_heads"]
+        self.dim: int = m["dim"]
+        self.n_sentences: int = m["n_sentences"]
+        self.has_attention: bool = m["settings"]["attentions"]
+        self.word_counts = np.asarray(m["word_counts"], dtype=np.int64)
+        self.sentence_offsets = np.concatenate([[0], np.cumsum(self.word_counts)]).astype(np.int64)
+        self.n_words = int(self.sentence_offsets[-1])
+        # where each sentence lives: shard index, row within shard, word offset, attention offset
+        self._shards = [self.path / name for name in m["shards"]]
+        self._where = np.zeros((self.n_sentences, 4), dtype=np.int64)
+        for k, sids in enumerate(m["plan"]):
+            counts = self.word_counts[sids]
+            word_off = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            att_off = np.concatenate([[0], np.cumsum(counts**2)[:-1]])
+            self._where[sids] = np.stack([np.full(len(sids), k), np.arange(len(sids)), word_off, att_off], 1)
+        self._handles: dict[int, object] = {}
+
+    def __repr__(self) -> str:
+        return (f"FeatureStore({self.manifest['model']['name']!r} × {self.manifest['corpus']['name']!r}: "
+                f"{self.n_sentences} sentences, {self.n_words} words, {self.n_layers} layers × {self.dim} dims"
+                f"{', attention' if self.has_attention else ''})")
+
+    def _open(self, k: int):
+        if k not in self._handles:
+            try:
+                self._handles[k] = safe_open(str(self._shards[k]), framework="pt")
+            except Exception as exc:
+                raise StoreError(f"{self._shards[k]}: corrupt shard ({exc}); delete the store to re-extract") from exc
+        return self._handles[k]
+
+    def hidden(self, i: int) -> np.ndarray:
+        """Sentence ``i``'s word vectors of every layer: ``[n_layers, words_i, dim]``."""
+        k, _, off, _ = self._where[i]
+        w = self.word_counts[i]
+        return self._open(int(k)).get_slice("hidden")[:, int(off) : int(off + w)].numpy()
+
+    def attention(self, i: int, *, normalise: bool = True) -> np.ndarray:
+        """Sentence ``i``'s word-to-word attention ``[n_layers - 1, heads, words_i, words_i]``.
+
+        With ``normalise`` each row is divided by the mass it puts on words (so rows sum to 1);
+        otherwise the raw mass (the rest went to special tokens: :meth:`special_attention`).
+        """
+        if not self.has_attention:
+            raise StoreError(f"{self.path}: extracted without attentions")
+        k, _, _, aoff = self._where[i]
+        w = int(self.word_counts[i])
+        flat = self._open(int(k)).get_slice("attention")[:, :, int(aoff) : int(aoff) + w * w].numpy()
+        att = flat.reshape(flat.shape[0], flat.shape[1], w, w)
+        if normalise:
+            att = att / np.clip(att.sum(-1, keepdims=True), 1e-12, None)
+        return att
+
+    def special_attention(self, i: int) -> np.ndarray:
+        """Attention of each word to ``[CLS]``-like (index 0) and ``[SEP]``-like (index 1) tokens:
+        ``[n_layers - 1, heads, words_i, 2]``."""
+        if not self.has_attention:
+            raise StoreError(f"{self.path}: extracted without attentions")
+        k, _, off, _ = self._where[i]
+        w = self.word_counts[i]
+        return self._open(int(k)).get_slice("special")[:, :, int(off) : int(off + w)].numpy()
+
+    def layers(self, layers: Sequence[int] | None = None) -> np.ndarray:
+        """Word vectors of the chosen layers, corpus order: ``[len(layers), n_words, dim]``."""
+        layers = list(range(self.n_layers)) if layers is None else [int(l) for l in layers]
+        for l in layers:
+            if not -self.n_layers <= l < self.n_layers:
+                raise StoreError(f"layer {l} out of range: the store has layers 0..{self.n_layers - 1}")
+        out = np.empty((len(layers), self.n_words, self.dim), dtype=np.float32)
+        for k, sids in enumerate(self.manifest["plan"]):
+            block = self._open(k).get_slice("hidden")
+            rows = np.concatenate([np.arange(self.sentence_offsets[s], self.sentence_offsets[s + 1]) for s in sids])
+            for j, l in enumerate(layers):
+                out[j, rows] = block[l].numpy()
+        return out
+
+    def layer(self, l: int) -> np.ndarray:
+        """One layer's word vectors ``[n_words, dim]`` (0 = embeddings)."""
+        return self.layers([l])[0]
+
+    def iter_attention(self, *, normalise: bool = True) -> Iterator[tuple[int, np.ndarray]]:
+        """``(i, attention(i))`` for every sentence in corpus order."""
+        for i in range(self.n_sentences):
+            yield i, self.attention(i, normalise=normalise)
+
+
+# --------------------------------------------------------------------------- extraction
+
+def store_key(lm: LoadedModel, corpus: Corpus, settings: ExtractionSettings) -> str:
+    payload = json.dumps({"model": lm.fingerprint, "corpus": corpus.fingerprint, "settings": asdict(settings)},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def _plan_shards(segments_per_sentence: list[list[Segment]], shard_size: int) -> list[list[int]]:
+    lengths = [max(s.n_tokens for s in segs) for segs in segments_per_sentence]
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    return [order[i : i + shard_size] for i in range(0, len(order), shard_size)]
+
+
+def _batches(segments: list[Segment], batch_tokens: int) -> Iterator[list[Segment]]:
+    """Consecutive groups whose padded size (count × longest) stays within ``batch_tokens``."""
+    batch: list[Segment] = []
+    longest = 0
+    for seg in sorted(segments, key=lambda s: (s.n_tokens, s.sentence, s.word_start)):
+        new_longest = max(longest, seg.n_tokens)
+        if batch and new_longest * (len(batch) + 1) > batch_tokens:
+            yield batch
+            batch, new_longest = [], seg.n_tokens
+        batch.append(seg)
+        longest = new_longest
+    if batch:
+        yield batch
+
+
+def _shard_valid(path: Path, sentence_ids: list[int]) -> bool:
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return f.get_tensor("sentence_ids").tolist() == sentence_ids
+    except Exception:
+        return False
+
+
+def _compute_shard(
+    lm: LoadedModel,
+    segments_per_sentence: list[list[Segment]],
+    sentence_ids: list[int],
+    settings: ExtractionSettings,
+    device: torch.device,
+    progress: tqdm | None,
+) -> dict[str, torch.Tensor]:
+    word_counts = [sum(int(s.keep.sum()) for s in segments_per_sentence[i]) for i in sentence_ids]
+    segs = [s for i in sentence_ids for s in segments_per_sentence[i]]
+    hidden_parts: dict[int, list[tuple[Segment, torch.Tensor]]] = {i: [] for i in sentence_ids}
+    att_parts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    amp = getattr(torch, settings.amp_dtype) if settings.amp_dtype else None
+    for batch in _batches(segs, settings.batch_tokens):
+        word_hidden, word_att, special = forward_segments(
+            lm.model, batch, pooling=settings.pooling, attentions=settings.attentions,
+            pad_id=pad_id, device=device, amp_dtype=amp,
+        )
+        for b, seg in enumerate(batch):
+            hidden_parts[seg.sentence].append((seg, word_hidden[:, b, : seg.n_words]))
+            if word_att is not None:
+                w = seg.n_words
+                att_parts[seg.sentence] = (word_att[:, b, :, :w, :w], special[:, b, :, :w])
+        if progress is not None:
+            progress.update(sum(1 for s in batch if s.word_start == 0))
+    hidden_rows, att_rows, special_rows = [], [], []
+    for i in sentence_ids:
+        parts = sorted(hidden_parts[i], key=lambda p: p[0].word_start)
+        hidden_rows.append(torch.cat([h[:, torch.from_numpy(seg.keep)] for seg, h in parts], dim=1))
+        if settings.attentions:
+            att, spec = att_parts[i]
+            att_rows.append(att.reshape(att.shape[0], att.shape[1], -1))
+            special_rows.append(spec)
+    tensors = {
+        "sentence_ids": torch.tensor(sentence_ids, dtype=torch.int64),
+        "word_counts": torch.tensor(word_counts, dtype=torch.int64),
+        "hidden": torch.cat(hidden_rows, dim=1).contiguous(),
+    }
+    if settings.attentions:
+        tensors["attention"] = torch.cat(att_rows, dim=2).contiguous()
+        tensors["special"] = torch.cat(special_rows, dim=2).contiguous()
+    for name, t in tensors.items():
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise StoreError(f"non-finite values in {name} for sentences {sentence_ids[:5]}…: the model produced NaN/inf")
+    return tensors
+
+
+def extract(
+    lm: LoadedModel,
+    corpus: Corpus,
+    *,
+    pooling: Pooling = "first",
+    attentions: bool = True,
+    long_policy: LongPolicy = "error",
+    batch_tokens: int = 4096,
+    shard_size: int = 256,
+    amp_dtype: str | None = None,
+    root: str | Path | None = None,
+    device: str | None = None,
+    progress: bool = True,
+    max_new_shards: int | None = None,
+) -> FeatureStore:
+    """Extract (or reopen) the store of ``lm`` over ``corpus``; resumes a killed run.
+
+    pooling: subword→word pooling of hidden states (first / last / mean piece).
+    attentions: also keep word-level attention maps (needs an eager-attention model).
+    long_policy: sentences longer than the model accepts raise (``"error"``, naming the sentence) or
+    are split into overlapping sliding windows (``"window"``, hidden states only).
+    max_new_shards: stop after computing this many shards (for tests of resume); returns None then.
+    """
+    settings = ExtractionSettings(pooling, attentions, long_policy, batch_tokens, shard_size, amp_dtype)
+    settings.validate()
+    if len(corpus) == 0:
+        raise StoreError(f"corpus {corpus.name!r} has no sentences")
+    if attentions and getattr(lm.config, "_attn_implementation", "eager") != "eager":
+        raise StoreError(f"{lm.name}: attention maps need attn_implementation='eager' (load_model(..., attentions=True))")
+    root = Path(root) if root is not None else paths.stores_dir()
+    key = store_key(lm, corpus, settings)
+    path = root / key
+    if (path / "manifest.json").is_file():
+        return FeatureStore(path)
+
+    max_tokens = model_max_tokens(lm.model, lm.tokenizer)
+    segments_per_sentence = [
+        segment_sentence(lm.tokenizer, s.words, i, max_tokens, long_policy, f"{s.sent_id} (#{i} of {corpus.name})")
+        for i, s in enumerate(corpus)
+    ]
+    if attentions:
+        for segs, s in zip(segments_per_sentence, corpus):
+            if len(segs) > 1:
+                raise StoreError(
+                    f"sentence {s.sent_id}: too long for the model ({max_tokens} tokens) and attention maps "
+                    "cannot be windowed; extract with attentions=False or split the sentence"
+                )
+    plan = _plan_shards(segments_per_sentence, shard_size)
+    path.mkdir(parents=True, exist_ok=True)
+    plan_record = {"settings": asdict(settings), "model": lm.fingerprint, "corpus": corpus.fingerprint, "plan": plan}
+    plan_file = path / "plan.json"
+    if plan_file.is_file():
+        try:
+            if json.loads(plan_file.read_text()) != plan_record:
+                raise StoreError(f"{plan_file}: plan differs from this extraction; delete {path} to start over")
+        except json.JSONDecodeError:
+            pass  # a corrupt plan is rewritten below
+    atomic.write_json(plan_file, plan_record)
+
+    dev = torch.device(device) if device else next(lm.model.parameters()).device
+    lm.model.to(dev)
+    shard_names = [f"shard-{k:05d}.safetensors" for k in range(len(plan))]
+    todo = [k for k in range(len(plan)) if not _shard_valid(path / shard_names[k], plan[k])]
+    done_sentences = len(corpus) - sum(len(plan[k]) for k in todo)
+    started = time.perf_counter()
+    bar = tqdm(total=len(corpus), initial=done_sentences, desc=f"extract {lm.name}", unit="sent",
+               disable=not progress, leave=False)
+    computed = 0
+    for k in todo:
+        if max_new_shards is not None and computed >= max_new_shards:
+            bar.close()
+            return None  # type: ignore[return-value]
+        tensors = _compute_shard(lm, segments_per_sentence, plan[k], settings, dev, bar)
+        with atomic.atomic_path(path / shard_names[k]) as tmp:
+            save_file(tensors, str(tmp))
+        computed += 1
+    bar.close()
+
+    word_counts = [0] * len(corpus)
+    for k, sids in enumerate(plan):
+        with safe_open(str(path / shard_names[k]), framework="pt") as f:
+            for sid, wc in zip(sids, f.get_tensor("word_counts").tolist()):
+                word_counts[sid] = wc
+    n_layers = lm.num_layers + 1
+    manifest = {
+        "version": STORE_VERSION,
+        "model": {"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint},
+        "corpus": {"name": corpus.name, "path": corpus.path, "fingerprint": corpus.fingerprint,
+                   "sources": corpus.sources},
+        "settings": asdict(settings),
+        "n_layers": n_layers,
+        "n_heads": lm.num_heads,
+        "dim": int(lm.config.hidden_size if hasattr(lm.config, "hidden_size") else lm.config.dim),
+        "n_sentences": len(corpus),
+        "word_counts": word_counts,
+        "shards": shard_names,
+        "plan": plan,
+        "extract_seconds_last_run": round(time.perf_counter() - started, 3),
+    }
+    atomic.write_json(path / "manifest.json", manifest)
+    return FeatureStore(path)
+
+
+def open_store(path: str | Path) -> FeatureStore:
+    return FeatureStore(path)
+
+
+def delete_store(path: str | Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
