@@ -1,0 +1,42 @@
+"""The bertology CLI: help texts, clear errors with exit code 2, extract end to end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from workbench.cli import app
+
+runner = CliRunner()
+
+
+def test_help_lists_core_commands():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for cmd in ("models", "extract", "annotate", "corpus", "study", "dashboard"):
+        assert cmd in result.output
+
+
+def test_models_lists_embedded_minilm():
+    result = runner.invoke(app, ["models"])
+    assert result.exit_code == 0 and "minilm-l6" in result.output
+
+
+def test_unknown_model_is_one_clear_line_and_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "extract", "--model", "nope", "--limit", "2"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "error: unknown model 'nope'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_annotate_writes_silver_conllu(tmp_path):
+    text = tmp_path / "in.txt"
+    text.write_text("The old man saw the boat.\n\nIt sank in Boston.\n")
+    out = tmp_path / "out.conllu"
+    result = runner.invoke(app, ["annotate", str(text), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "silver" in result.output and out.read_text().count("# sent_id") == 2
+    assert "silver" in (tmp_path / "out.meta.json").read_text()

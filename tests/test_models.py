@@ -1,0 +1,87 @@
+"""Model registry and loading: safetensors only, clear errors, trained checkpoints by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.conftest import make_tiny_bert
+from workbench.errors import ModelError
+from workbench.models import list_models, load_model, random_init_like, trained_checkpoints
+
+
+def save_tiny(tokenizer, directory, *, mlm=False, safe=True):
+    model = make_tiny_bert(tokenizer, mlm=mlm)
+    model.save_pretrained(directory, safe_serialization=safe)
+    tokenizer.save_pretrained(directory)
+    return model
+
+
+def test_loads_local_directory_with_eager_attention(minilm_tokenizer, tmp_path):
+    model = save_tiny(minilm_tokenizer, tmp_path / "tiny")
+    lm = load_model(tmp_path / "tiny")
+    assert lm.config._attn_implementation == "eager" and lm.tokenizer.is_fast
+    assert not lm.has_mlm_head and lm.num_layers == 2 and lm.num_heads == 4
+    for (k, a), (_, b) in zip(sorted(model.state_dict().items()), sorted(lm.model.state_dict().items())):
+        assert torch.equal(a, b), k
+    with pytest.raises(ModelError, match="carry no MLM head"):
+        load_model(tmp_path / "tiny", mlm_head=True)
+
+
+def test_mlm_head_and_random_init_baseline(minilm_tokenizer, tmp_path):
+    save_tiny(minilm_tokenizer, tmp_path / "mlm", mlm=True)
+    lm = load_model(tmp_path / "mlm", mlm_head=True)
+    assert lm.has_mlm_head and type(lm.model).__name__ == "BertForMaskedLM"
+    assert type(lm.encoder).__name__ == "BertModel"
+    rnd = random_init_like(lm, seed=3)
+    assert rnd.fingerprint != lm.fingerprint
+    w1 = lm.encoder.encoder.layer[0].attention.self.query.weight
+    w2 = rnd.encoder.encoder.layer[0].attention.self.query.weight
+    assert w1.shape == w2.shape and not torch.equal(w1, w2)
+    again = random_init_like(lm, seed=3)
+    assert torch.equal(again.encoder.encoder.layer[0].attention.self.query.weight, w2)
+
+
+def test_refuses_pickle_only_and_broken_directories(minilm_tokenizer, tmp_path):
+    save_tiny(minilm_tokenizer, tmp_path / "pickled", safe=False)
+    if (tmp_path / "pickled" / "model.safetensors").exists():  # transformers 5 may always write safetensors
+        (tmp_path / "pickled" / "model.safetensors").rename(tmp_path / "pickled" / "pytorch_model.bin")
+    with pytest.raises(ModelError, match="no model.safetensors .*only safetensors"):
+        load_model(tmp_path / "pickled")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="no config.json"):
+        load_model(tmp_path / "empty")
+    save_tiny(minilm_tokenizer, tmp_path / "gpt")
+    cfg = json.loads((tmp_path / "gpt" / "config.json").read_text())
+    cfg["model_type"] = "gpt2"
+    (tmp_path / "gpt" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match="not a BERT-family encoder"):
+        load_model(tmp_path / "gpt")
+    with pytest.raises(ModelError, match="unknown model 'no-such-model'.*looked for under"):
+        load_model("no-such-model")
+
+
+def test_trained_checkpoints_are_named_run_at_step(minilm_tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "models"))
+    for step in (0, 50, 200):
+        save_tiny(minilm_tokenizer, tmp_path / "models" / "myrun" / f"checkpoint-{step}", mlm=True)
+    (tmp_path / "models" / "myrun" / "checkpoint-300").mkdir()  # incomplete: ignored
+    assert list(trained_checkpoints()) == ["myrun@0", "myrun@50", "myrun@200"]
+    names = set(list_models()["name"])
+    assert {"myrun@0", "myrun@50", "myrun@200", "myrun", "minilm-l6"} <= names
+    assert load_model("myrun").name == "myrun@200"
+    assert load_model("myrun@50", mlm_head=True).has_mlm_head
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_real_minilm_loads_offline():
+    lm = load_model("minilm-l6")
+    assert (lm.num_layers, lm.num_heads, lm.config.hidden_size) == (6, 12, 384)
+    assert not lm.has_mlm_head
+    enc = lm.tokenizer(["unaffable", "bank"], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        out = lm.model(**enc, output_attentions=True)
+    assert len(out.attentions) == 6 and out.attentions[0].shape[1] == 12

@@ -1,0 +1,142 @@
+"""Feature extraction and store: equality with a plain HF forward pass, word-level attention,
+kill-and-resume byte identity, content addressing, long-sentence policy, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import make_tiny_bert
+from workbench.combinations import COMBINATIONS, all_combinations, combine
+from workbench.corpus import Corpus, Sentence
+from workbench.errors import StoreError
+from workbench.models import from_modules
+from workbench.store import FeatureStore, extract
+
+
+def hf_reference(lm, words):
+    """Plain HF forward pass of one sentence: hidden [L+1, T, D], attentions [L, H, T, T], word ids."""
+    enc = lm.tokenizer(words, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        out = lm.model(**enc, output_hidden_states=True, output_attentions=True)
+    hidden = torch.stack(out.hidden_states)[:, 0].numpy()
+    att = torch.stack(out.attentions)[:, 0].numpy()
+    return hidden, att, enc.word_ids()
+
+
+@pytest.mark.parametrize("pooling", ["first", "last", "mean"])
+def test_hidden_states_equal_plain_hf_forward(tiny_lm, small_corpus, tmp_path, pooling):
+    store = extract(tiny_lm, small_corpus, pooling=pooling, root=tmp_path, progress=False, batch_tokens=512)
+    assert store.n_layers == 3 and store.dim == 32 and store.n_heads == 4
+    assert store.n_words == small_corpus.n_words
+    for i in (0, 7, 23):
+        words = small_corpus[i].words
+        hidden, _, word_ids = hf_reference(tiny_lm, words)
+        expected = []
+        for w in range(len(words)):
+            pos = [t for t, x in enumerate(word_ids) if x == w]
+            pick = {"first": hidden[:, pos[0]], "last": hidden[:, pos[-1]], "mean": hidden[:, pos].mean(1)}[pooling]
+            expected.append(pick)
+        expected = np.stack(expected, 1)
+        np.testing.assert_allclose(store.hidden(i), expected, atol=1e-5, rtol=1e-5)
+        flat = store.layer(2)[store.sentence_offsets[i] : store.sentence_offsets[i + 1]]
+        np.testing.assert_allclose(flat, expected[2], atol=1e-5, rtol=1e-5)
+
+
+def test_word_level_attention_follows_clark(tiny_lm, tmp_path):
+    words = ["The", "unbelievably", "tokenizable", "cat", "sat"]  # split words
+    corpus = Corpus("c", [Sentence("s", words)])
+    store = extract(tiny_lm, corpus, root=tmp_path, progress=False)
+    _, att, word_ids = hf_reference(tiny_lm, words)
+    pieces = [[t for t, x in enumerate(word_ids) if x == w] for w in range(len(words))]
+    assert any(len(p) > 1 for p in pieces)
+    raw = np.zeros(att.shape[:2] + (len(words), len(words)))
+    for i, pi in enumerate(pieces):
+        for j, pj in enumerate(pieces):
+            raw[:, :, i, j] = att[:, :, pi][:, :, :, pj].sum(-1).mean(-1)  # sum over "to" pieces, mean over "from"
+    np.testing.assert_allclose(store.attention(0, normalise=False), raw, atol=1e-6)
+    special = store.special_attention(0)
+    np.testing.assert_allclose(raw.sum(-1) + special.sum(-1), 1.0, atol=1e-5)  # nothing lost
+    np.testing.assert_allclose(store.attention(0).sum(-1), 1.0, atol=1e-5)
+    cls_mass = np.stack([att[:, :, p, 0].mean(-1) for p in pieces], -1)
+    np.testing.assert_allclose(special[..., 0], cls_mass, atol=1e-6)
+
+
+def test_kill_and_resume_gives_byte_identical_store(tiny_lm, small_corpus, tmp_path):
+    ref = extract(tiny_lm, small_corpus, root=tmp_path / "a", shard_size=8, progress=False)
+    partial = extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False, max_new_shards=2)
+    assert partial is None
+    store_dir = next((tmp_path / "b").iterdir())
+    assert len(list(store_dir.glob("shard-*.safetensors"))) == 2 and not (store_dir / "manifest.json").exists()
+    # corrupt one finished shard: resume must recompute it, not trust it
+    shard = sorted(store_dir.glob("shard-*.safetensors"))[0]
+    shard.write_bytes(shard.read_bytes()[:100])
+    resumed = extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False)
+    for a, b in zip(sorted(ref.path.glob("shard-*")), sorted(resumed.path.glob("shard-*"))):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    assert ref.path.name == resumed.path.name
+
+
+def test_store_is_content_addressed_and_reopened(tiny_lm, small_corpus, tmp_path):
+    a = extract(tiny_lm, small_corpus, root=tmp_path, progress=False)
+    mtime = (a.path / "manifest.json").stat().st_mtime_ns
+    again = extract(tiny_lm, small_corpus, root=tmp_path, progress=False)
+    assert again.path == a.path and (a.path / "manifest.json").stat().st_mtime_ns == mtime
+    other = extract(tiny_lm, small_corpus, root=tmp_path, pooling="mean", progress=False)
+    assert other.path != a.path
+    assert FeatureStore(a.path).manifest["corpus"]["fingerprint"] == small_corpus.fingerprint
+
+
+def test_long_sentences_error_names_sentence_or_use_windows(minilm_tokenizer, tmp_path):
+    model = make_tiny_bert(minilm_tokenizer, max_positions=16)
+    lm = from_modules("tiny16", model, minilm_tokenizer)
+    long_words = [f"w{i}" if i % 3 else "word" for i in range(30)]
+    corpus = Corpus("long", [Sentence("short-1", ["a", "cat"]), Sentence("long-7", long_words)])
+    with pytest.raises(StoreError, match=r"sentence long-7 .* exceed the model's maximum of 16"):
+        extract(lm, corpus, root=tmp_path, attentions=False, progress=False)
+    with pytest.raises(StoreError, match="attention maps cannot be windowed"):
+        extract(lm, corpus, root=tmp_path, long_policy="window", progress=False)
+    store = extract(lm, corpus, root=tmp_path, long_policy="window", attentions=False, progress=False)
+    hidden = store.hidden(1)
+    assert hidden.shape == (3, 30, 32) and np.isfinite(hidden).all()
+    # the first words come from the first window: equal to a direct forward pass of that window
+    enc = minilm_tokenizer(long_words, is_split_into_words=True)
+    n_first = max(w for w in enc.word_ids()[:15] if w is not None)  # words fully inside 14 tokens
+    window_words = long_words[: n_first]
+    ref_hidden, _, word_ids = hf_reference(lm, window_words)
+    first_pos = [word_ids.index(w) for w in range(2)]
+    np.testing.assert_allclose(hidden[:, :2], ref_hidden[:, first_pos], atol=1e-5)
+
+
+def test_bad_input_is_refused_clearly(tiny_lm, tmp_path):
+    with pytest.raises(StoreError, match="sentence e-1 .*empty sentence"):
+        extract(tiny_lm, Corpus("c", [Sentence("e-1", [])]), root=tmp_path, progress=False)
+    with pytest.raises(StoreError, match="no sentences"):
+        extract(tiny_lm, Corpus("c", []), root=tmp_path, progress=False)
+    with pytest.raises(StoreError, match="pooling must be"):
+        extract(tiny_lm, Corpus("c", [Sentence("a", ["x"])]), pooling="max", root=tmp_path)
+    with pytest.raises(StoreError, match="not a complete feature store"):
+        FeatureStore(tmp_path)
+
+
+def test_nan_weights_are_caught(minilm_tokenizer, tmp_path):
+    model = make_tiny_bert(minilm_tokenizer)
+    with torch.no_grad():
+        model.encoder.layer[0].output.dense.weight[0, 0] = float("nan")
+    lm = from_modules("nan-bert", model, minilm_tokenizer)
+    with pytest.raises(StoreError, match="non-finite values"):
+        extract(lm, Corpus("c", [Sentence("a", ["a", "cat"])]), root=tmp_path, progress=False)
+
+
+def test_feature_combinations_match_the_bert_paper_definitions(tiny_lm, small_corpus, tmp_path):
+    store = extract(tiny_lm, small_corpus, root=tmp_path, attentions=False, progress=False)
+    layers = store.layers()  # [3, n_words, 32]: embeddings + 2 layers
+    combos = all_combinations(store)
+    assert set(combos) == set(COMBINATIONS)
+    np.testing.assert_array_equal(combos["first_layer"], layers[0])
+    np.testing.assert_array_equal(combos["last_hidden"], layers[2])
+    np.testing.assert_array_equal(combos["second_to_last"], layers[1])
+    np.testing.assert_allclose(combos["sum_all"], layers[1] + layers[2], rtol=1e-6)
+    assert combos["concat_last_four"].shape == (store.n_words, 64)  # only 2 transformer layers exist
+    np.testing.assert_array_equal(combine(store, "last_hidden"), layers[2])

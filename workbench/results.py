@@ -1,0 +1,108 @@
+"""Result runs: tidy tables as parquet plus a JSON manifest, written atomically; read back safely.
+
+A run directory holds ``<table>.parquet`` files, optional ``<name>.json`` extras (plot-ready data)
+and ``manifest.json`` (written last, so its presence means the run is complete).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workbench import atomic
+from workbench.errors import WorkbenchError
+
+TRACKED_PACKAGES = ("torch", "transformers", "tokenizers", "scikit-learn", "numpy", "pandas", "spacy",
+                    "umap-learn", "bertology-workbench")
+
+
+class ResultError(WorkbenchError):
+    """A missing or corrupt result file."""
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in TRACKED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def git_commit(cwd: str | Path | None = None) -> str | None:
+    try:
+        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd or Path(__file__).parent, capture_output=True,
+                             text=True, timeout=5)
+        return res.stdout.strip() or None
+    except Exception:
+        return None
+
+
+def write_table(run_dir: str | Path, name: str, df: pd.DataFrame) -> Path:
+    path = Path(run_dir) / f"{name}.parquet"
+    with atomic.atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
+    return path
+
+
+def write_results(run_dir: str | Path, tables: dict[str, pd.DataFrame], manifest: dict[str, Any],
+                  extras: dict[str, Any] | None = None) -> Path:
+    """Write tables (parquet), extras (JSON) and finally ``manifest.json`` with provenance added."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name, df in tables.items():
+        write_table(run_dir, name, df)
+    for name, obj in (extras or {}).items():
+        atomic.write_json(run_dir / f"{name}.json", obj)
+    full = dict(manifest)
+    full.setdefault("tables", sorted(tables))
+    full.setdefault("extras", sorted(extras or {}))
+    full.setdefault("packages", package_versions())
+    full.setdefault("git_commit", git_commit())
+    full.setdefault("argv", sys.argv)
+    atomic.write_json(run_dir / "manifest.json", full)
+    return run_dir
+
+
+def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "manifest.json"
+    if not path.is_file():
+        raise ResultError(f"{run_dir}: no manifest.json (the run is missing or did not finish)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ResultError(f"{path}: corrupt manifest ({exc})") from exc
+
+
+def read_table(run_dir: str | Path, name: str) -> pd.DataFrame:
+    path = Path(run_dir) / f"{name}.parquet"
+    if not path.is_file():
+        raise ResultError(f"{path}: table {name!r} is missing from this run")
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:
+        raise ResultError(f"{path}: corrupt table ({type(exc).__name__}: {exc})") from exc
+
+
+def read_extra(run_dir: str | Path, name: str) -> Any:
+    path = Path(run_dir) / f"{name}.json"
+    if not path.is_file():
+        raise ResultError(f"{path}: {name!r} is missing from this run")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ResultError(f"{path}: corrupt JSON ({exc})") from exc
+
+
+def read_results(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+    """Manifest and every table of a run."""
+    manifest = read_manifest(run_dir)
+    return manifest, {name: read_table(run_dir, name) for name in manifest.get("tables", [])}

@@ -1,0 +1,188 @@
+"""Reproducible study runs: a config, a seed, provenance, resumable steps.
+
+A study is a script ``studies/<name>.py`` defining ``DEFAULTS: dict`` (the config schema with
+default values), a one-line ``DESCRIPTION`` and ``run(ctx: StudyContext) -> None``. Its config file
+``studies/configs/<name>.yaml`` overrides defaults; unknown or mistyped fields are refused with the
+field named. Runs land in ``results/<study>/<run-id>/``; the run id hashes (config, seed), so a
+re-run of the same config resumes: steps already saved are read back, not recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import pandas as pd
+import yaml
+
+from workbench import atomic, paths, results
+from workbench.errors import ConfigError, WorkbenchError
+
+
+def studies_dir() -> Path:
+    return Path(os.environ.get("BERTOLOGY_STUDIES", Path(__file__).resolve().parents[1] / "studies"))
+
+
+def list_studies() -> dict[str, str]:
+    """``{name: description}`` of every study script."""
+    out = {}
+    for path in sorted(studies_dir().glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        out[path.stem] = _load_module(path).DESCRIPTION
+    return out
+
+
+def _load_module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"studies.{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise WorkbenchError(f"{path}: cannot import study")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for attr in ("DEFAULTS", "DESCRIPTION", "run"):
+        if not hasattr(module, attr):
+            raise WorkbenchError(f"{path}: a study must define {attr}")
+    return module
+
+
+def load_study(name: str) -> ModuleType:
+    path = studies_dir() / f"{name}.py"
+    if not path.is_file():
+        raise WorkbenchError(f"unknown study {name!r}; available: {', '.join(list_studies())}")
+    return _load_module(path)
+
+
+def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
+    """Merge overrides into defaults; refuse unknown fields and wrong types, naming the field."""
+    config = dict(defaults)
+    for key, value in (overrides or {}).items():
+        if key not in defaults:
+            raise ConfigError(f"{source}: unknown field {key!r}; known fields: {', '.join(sorted(defaults))}")
+        default = defaults[key]
+        if default is not None and value is not None:
+            ok_types: tuple[type, ...] = (type(default),)
+            if isinstance(default, float):
+                ok_types = (float, int)
+            if isinstance(default, (list, tuple)):
+                ok_types = (list, tuple)
+            if isinstance(default, bool) != isinstance(value, bool) or not isinstance(value, ok_types):
+                raise ConfigError(f"{source}: field {key!r} must be {type(default).__name__}, got {value!r}")
+        config[key] = value
+    return config
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of field: value")
+    return data
+
+
+@dataclass
+class StudyContext:
+    """What a study's ``run`` receives: its config, seed, run directory and cached steps."""
+
+    name: str
+    config: dict[str, Any]
+    seed: int
+    run_dir: Path
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+
+    def step(self, name: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+        """A resumable step: the table ``name`` is read back if a previous run saved it."""
+        path = self.run_dir / f"{name}.parquet"
+        if path.is_file():
+            df = results.read_table(self.run_dir, name)
+            self.log(f"  {name}: reused from {path}")
+        else:
+            started = time.perf_counter()
+            df = compute()
+            results.write_table(self.run_dir, name, df)
+            self.log(f"  {name}: {len(df)} rows in {time.perf_counter() - started:.1f}s")
+        self.tables[name] = df
+        return df
+
+    def extra(self, name: str, compute: Callable[[], Any]) -> Any:
+        """A resumable JSON artefact (plot-ready data)."""
+        path = self.run_dir / f"{name}.json"
+        if path.is_file():
+            obj = json.loads(path.read_text())
+        else:
+            obj = compute()
+            atomic.write_json(path, obj)
+        self.extras[name] = obj
+        return obj
+
+    def record(self, **provenance: Any) -> None:
+        """Add provenance (model and corpus fingerprints, store paths...) to the manifest."""
+        self.provenance.update(provenance)
+
+
+def config_hash(config: dict[str, Any], seed: int) -> str:
+    return hashlib.sha256(json.dumps({"config": config, "seed": seed}, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def run_study(name: str, *, config_file: str | Path | None = None, overrides: dict[str, Any] | None = None,
+              seed: int | None = None, run_id: str | None = None, results_root: str | Path | None = None,
+              force: bool = False, log: Callable[[str], None] = print) -> Path:
+    """Run (or resume) a study; return its run directory."""
+    module = load_study(name)
+    default_file = studies_dir() / "configs" / f"{name}.yaml"
+    file_cfg = read_config_file(config_file) if config_file else (read_config_file(default_file) if default_file.is_file() else {})
+    source = str(config_file or default_file)
+    config = validate_config(module.DEFAULTS, file_cfg, source)
+    config = validate_config(module.DEFAULTS, {**config, **(overrides or {})}, "command line")
+    seed = int(config.get("seed", 0) if seed is None else seed)
+    run_id = run_id or f"{config_hash(config, seed)[:10]}-seed{seed}"
+    run_dir = Path(results_root or paths.results_dir()) / name / run_id
+    if (run_dir / "manifest.json").is_file() and not force:
+        log(f"{name}: complete run found at {run_dir} (use --force to recompute)")
+        return run_dir
+    if force and (run_dir / "manifest.json").exists():
+        (run_dir / "manifest.json").unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ctx = StudyContext(name, config, seed, run_dir, log=log)
+    log(f"{name}: running into {run_dir}")
+    started = time.perf_counter()
+    module.run(ctx)
+    manifest = {
+        "study": name,
+        "description": module.DESCRIPTION,
+        "run_id": run_id,
+        "config": config,
+        "config_file": source,
+        "seed": seed,
+        "wall_seconds": round(time.perf_counter() - started, 2),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **ctx.provenance,
+    }
+    results.write_results(run_dir, {}, manifest | {"tables": sorted(ctx.tables), "extras": sorted(ctx.extras)})
+    log(f"{name}: done in {manifest['wall_seconds']}s → {run_dir}")
+    return run_dir
+
+
+def list_runs(results_root: str | Path | None = None) -> pd.DataFrame:
+    """Every run directory under the results root: study, run_id, path, complete."""
+    root = Path(results_root or paths.results_dir())
+    rows = []
+    for d in sorted(root.glob("*/*")):
+        if d.is_dir():
+            rows.append({"study": d.parent.name, "run_id": d.name, "path": str(d),
+                         "complete": (d / "manifest.json").is_file()})
+    return pd.DataFrame(rows, columns=["study", "run_id", "path", "complete"])
