@@ -208,10 +208,18 @@ def _compute_shard(
     device: torch.device,
     progress: tqdm | None,
 ) -> dict[str, torch.Tensor]:
-    word_counts = [sum(int(s.keep.sum()) for s in segments_per_sentence[i]) for i in sentence_ids]
+    """Run one shard's sentences in length-sorted batches, writing straight into preallocated arrays."""
+    word_counts = np.array([sum(int(s.keep.sum()) for s in segments_per_sentence[i]) for i in sentence_ids])
+    word_off = dict(zip(sentence_ids, np.concatenate([[0], np.cumsum(word_counts)[:-1]]).tolist()))
+    att_off = dict(zip(sentence_ids, np.concatenate([[0], np.cumsum(word_counts**2)[:-1]]).tolist()))
+    n_hidden = lm.num_layers + 1
+    dim = int(getattr(lm.config, "hidden_size", getattr(lm.config, "dim", 0)))
+    hidden_out = torch.empty(n_hidden, int(word_counts.sum()), dim)
+    att_out = special_out = None
+    if settings.attentions:
+        att_out = torch.empty(lm.num_layers, lm.num_heads, int((word_counts**2).sum()))
+        special_out = torch.empty(lm.num_layers, lm.num_heads, int(word_counts.sum()), 2)
     segs = [s for i in sentence_ids for s in segments_per_sentence[i]]
-    hidden_parts: dict[int, list[tuple[Segment, torch.Tensor]]] = {i: [] for i in sentence_ids}
-    att_parts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     amp = getattr(torch, settings.amp_dtype) if settings.amp_dtype else None
     for batch in _batches(segs, settings.batch_tokens):
@@ -220,28 +228,26 @@ def _compute_shard(
             pad_id=pad_id, device=device, amp_dtype=amp,
         )
         for b, seg in enumerate(batch):
-            hidden_parts[seg.sentence].append((seg, word_hidden[:, b, : seg.n_words]))
-            if word_att is not None:
-                w = seg.n_words
-                att_parts[seg.sentence] = (word_att[:, b, :, :w, :w], special[:, b, :, :w])
+            w, off = seg.n_words, word_off[seg.sentence]
+            if seg.keep.all():  # the whole sentence in one segment
+                hidden_out[:, off : off + w] = word_hidden[:, b, :w]
+            else:  # a sliding window: copy the words this window owns
+                owned = np.flatnonzero(seg.keep)
+                hidden_out[:, off + seg.word_start + owned] = word_hidden[:, b, owned]
+            if att_out is not None:
+                a = att_off[seg.sentence]
+                att_out[:, :, a : a + w * w] = word_att[:, b, :, :w, :w].reshape(lm.num_layers, lm.num_heads, w * w)
+                special_out[:, :, off : off + w] = special[:, b, :, :w]
         if progress is not None:
             progress.update(sum(1 for s in batch if s.word_start == 0))
-    hidden_rows, att_rows, special_rows = [], [], []
-    for i in sentence_ids:
-        parts = sorted(hidden_parts[i], key=lambda p: p[0].word_start)
-        hidden_rows.append(torch.cat([h[:, torch.from_numpy(seg.keep)] for seg, h in parts], dim=1))
-        if settings.attentions:
-            att, spec = att_parts[i]
-            att_rows.append(att.reshape(att.shape[0], att.shape[1], -1))
-            special_rows.append(spec)
     tensors = {
         "sentence_ids": torch.tensor(sentence_ids, dtype=torch.int64),
-        "word_counts": torch.tensor(word_counts, dtype=torch.int64),
-        "hidden": torch.cat(hidden_rows, dim=1).contiguous(),
+        "word_counts": torch.from_numpy(word_counts.astype(np.int64)),
+        "hidden": hidden_out,
     }
-    if settings.attentions:
-        tensors["attention"] = torch.cat(att_rows, dim=2).contiguous()
-        tensors["special"] = torch.cat(special_rows, dim=2).contiguous()
+    if att_out is not None:
+        tensors["attention"] = att_out
+        tensors["special"] = special_out
     for name, t in tensors.items():
         if t.is_floating_point() and not torch.isfinite(t).all():
             raise StoreError(f"non-finite values in {name} for sentences {sentence_ids[:5]}…: the model produced NaN/inf")

