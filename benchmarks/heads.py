@@ -1,0 +1,49 @@
+"""Head importance: one backward pass per batch (Michel et al.) vs one-head-at-a-time ablation.
+
+Same model, same data, one run each. Prints seconds, the speed-up ratio (target ≥ 20×) and the
+Spearman correlation of the two rankings. Default: the real MiniLM-L6 (72 heads) with a POS
+tagging head on the bundled Brown sample; ``--quick`` uses fewer sentences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from scipy.stats import spearmanr
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer sentences")
+    parser.add_argument("--model", default="minilm-l6")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from probes.importance import ablation_importance, importance_scores
+    from probes.pruning import pos_task
+    from workbench.corpus import load_corpus
+    from workbench.models import load_model
+
+    lm = load_model(args.model, attentions=True)
+    corpus = load_corpus("brown-sample", limit=40 if args.quick else 160)
+    train, _, loss_fn, _, task = pos_task(lm, corpus, eval_share=0.1, seed=args.seed, epochs=10 if args.quick else 30)
+    importance_scores(lm.model, train[:1], loss_fn)  # warm-up (thread pools, autograd) for both methods
+    start = time.perf_counter()
+    grad = importance_scores(lm.model, train, loss_fn, normalise=False)
+    t_grad = time.perf_counter() - start
+    start = time.perf_counter()
+    brute = ablation_importance(lm.model, train, loss_fn)
+    t_brute = time.perf_counter() - start
+    rho = spearmanr(grad["importance"], brute["importance"]).statistic
+    rho_signed = spearmanr(grad["importance"], brute["loss_increase"]).statistic
+    n_heads = len(grad)
+    print(f"model {lm.name}, {n_heads} heads, task: {task}, {len(corpus)} sentences in {len(train)} batches")
+    print(f"{'method':<34}{'seconds':>10}{'ratio':>10}")
+    print(f"{'ablation (1 + heads forwards)':<34}{t_brute:>10.2f}{1.0:>10.1f}")
+    print(f"{'gradient (1 backward per batch)':<34}{t_grad:>10.2f}{t_brute / t_grad:>10.1f}")
+    print(f"Spearman(gradient, ablation E|ΔL|) = {rho:.3f}; vs signed loss increase = {rho_signed:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Alignment: planted rotations, self-learning, CSLS hubs, batched = full reference."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import ortho_group
+
+from probes.alignment import (AlignmentError, align, lstsq_map, mean_topk_cosine, most_moved_words,
+                              normalize_embeddings, procrustes, retrieve, topk_cosine)
+from probes.static_vectors import StaticVectors, unit_rows
+
+
+def _rotated(n=600, d=16, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    q = ortho_group.rvs(d, random_state=seed + 1).astype(np.float32)
+    y = x @ q + noise * rng.normal(size=(n, d)).astype(np.float32)
+    perm = rng.permutation(n)  # target rows in another order, other names
+    src = StaticVectors([f"s{i}" for i in range(n)], x, "src")
+    tgt = StaticVectors([f"t{i}" for i in perm], y[perm], "tgt")
+    pairs = pd.DataFrame({"source": [f"s{i}" for i in range(n)], "target": [f"t{i}" for i in range(n)]})
+    return src, tgt, q, pairs
+
+
+@pytest.mark.parametrize("normalization", [None, "unit-center-unit"])
+def test_procrustes_recovers_rotation_exactly(normalization):
+    src, tgt, q, pairs = _rotated()
+    train, test = pairs.iloc[:300], pairs.iloc[300:]
+    res = align(src, tgt, train, method="procrustes", normalization=normalization)
+    assert np.allclose(res.W, q, atol=1e-4)
+    assert np.allclose(res.W @ res.W.T, np.eye(16), atol=1e-5)
+    ev = res.evaluate(src, tgt, test)
+    assert set(ev["retrieval"]) == {"nn", "csls"} and (ev["value"] == 1.0).all()
+    assert (ev["n_queries"] == 300).all() and (ev["coverage"] == 1.0).all()
+
+
+def test_procrustes_declines_gracefully_with_noise():
+    p1 = []
+    for noise in (0.0, 0.3, 1.0, 3.0):
+        src, tgt, q, pairs = _rotated(noise=noise)
+        res = align(src, tgt, pairs.iloc[:300], normalization=None)
+        ev = res.evaluate(src, tgt, pairs.iloc[300:], retrieval=("nn",), ks=(1,))
+        p1.append(float(ev["value"].iloc[0]))
+    assert p1[0] == 1.0 and p1[-1] < 0.5
+    assert all(a >= b for a, b in zip(p1, p1[1:])), p1
+
+
+def test_lstsq_fits_a_general_linear_map_that_procrustes_cannot():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 8))
+    a = rng.normal(size=(8, 8))
+    assert np.allclose(lstsq_map(x, x @ a), a, atol=1e-4)
+    w = procrustes(x, x @ a)
+    assert np.allclose(w.T @ w, np.eye(8), atol=1e-5)
+
+
+def test_self_learning_recovers_rotation_from_ten_seed_pairs():
+    src, tgt, q, pairs = _rotated(n=1000, noise=0.01)
+    res = align(src, tgt, pairs.iloc[:10], method="self-learning", normalization=None)
+    assert np.allclose(res.W, q, atol=0.01)
+    hist = res.history
+    assert list(hist.columns) == ["iteration", "n_pairs", "objective", "improvement"]
+    assert len(hist) >= 3 and hist["n_pairs"].iloc[0] == 10
+    ev = res.evaluate(src, tgt, pairs.iloc[10:], ks=(1,))
+    assert (ev["value"] == 1.0).all()
+
+
+def test_self_learning_needs_a_seed():
+    src, tgt, _, _ = _rotated(n=50)
+    with pytest.raises(AlignmentError, match="seed"):
+        align(src, tgt, method="self-learning", seed_dictionary="numerals")
+    with pytest.raises(AlignmentError, match="unknown method"):
+        align(src, tgt, method="magic")
+
+
+def _hub_case(n=300, d=32, seed=0):
+    """Sources clustered around a direction c; the target holds c itself (a hub) plus noisy translations."""
+    rng = np.random.default_rng(seed)
+    c = unit_rows(rng.normal(size=(1, d)))[0]
+    x = unit_rows(c + 0.175 * rng.normal(size=(n, d)))
+    y = unit_rows(x + 0.24 * rng.normal(size=(n, d)))
+    target = np.vstack([y, c[None]]).astype(np.float32)
+    return x.astype(np.float32), target, n  # hub index n
+
+
+def test_csls_beats_nn_on_a_planted_hub():
+    x, target, hub = _hub_case()
+    _, nn = retrieve(x, target, 1, "nn")
+    _, cs = retrieve(x, target, 1, "csls", source_pool=x)
+    gold = np.arange(len(x))
+    nn_p1, cs_p1 = np.mean(nn[:, 0] == gold), np.mean(cs[:, 0] == gold)
+    assert np.mean(nn[:, 0] == hub) > 0.2  # the hub captures many queries under NN
+    assert np.mean(cs[:, 0] == hub) < np.mean(nn[:, 0] == hub) / 4
+    assert cs_p1 > nn_p1 + 0.15, (nn_p1, cs_p1)
+
+
+def test_batched_csls_equals_full_matrix_reference():
+    rng = np.random.default_rng(3)
+    q = unit_rows(rng.normal(size=(37, 12)))
+    t = unit_rows(rng.normal(size=(53, 12)))
+    pool = unit_rows(rng.normal(size=(41, 12)))
+    sims = q @ t.T
+    r_t = np.sort(sims, axis=1)[:, -10:].mean(axis=1)
+    r_s = np.sort(t @ pool.T, axis=1)[:, -10:].mean(axis=1)
+    full = 2 * sims - r_t[:, None] - r_s[None, :]
+    ref_idx = np.argsort(-full, axis=1)[:, :5]
+    scores, idx = retrieve(q, t, 5, "csls", csls_k=10, source_pool=pool, batch_size=7)
+    assert np.array_equal(idx, ref_idx)
+    assert np.allclose(scores, np.take_along_axis(full, ref_idx, axis=1), atol=1e-5)
+    assert np.allclose(mean_topk_cosine(q, t, 10, batch_size=4), r_t, atol=1e-6)
+    # one-pass path: the source pool is the queries themselves
+    r_s_q = np.sort(sims.T, axis=1)[:, -10:].mean(axis=1)
+    full_q = 2 * sims - r_t[:, None] - r_s_q[None, :]
+    ref_q = np.argsort(-full_q, axis=1)[:, :5]
+    scores_q, idx_q = retrieve(q, t, 5, "csls", csls_k=10, batch_size=6)
+    assert np.array_equal(idx_q, ref_q)
+    assert np.allclose(scores_q, np.take_along_axis(full_q, ref_q, axis=1), atol=1e-5)
+    s, i = topk_cosine(q, q, 3, batch_size=5, exclude_self=True)
+    assert not np.any(i == np.arange(37)[:, None])
+
+
+def test_normalise_centre_normalise():
+    rng = np.random.default_rng(0)
+    x = rng.normal(loc=3.0, size=(100, 5))
+    out, means = normalize_embeddings(x, ("unit", "center", "unit"))
+    assert np.allclose(np.linalg.norm(out, axis=1), 1, atol=1e-5) and len(means) == 1
+    again, _ = normalize_embeddings(x, ("unit", "center", "unit"), means)
+    assert np.allclose(out, again)
+    with pytest.raises(AlignmentError, match="unknown normalisation"):
+        normalize_embeddings(x, ("whiten",))
+
+
+def test_most_moved_words_finds_planted_shifts():
+    rng = np.random.default_rng(0)
+    n, d = 400, 20
+    words = [f"w{i}" for i in range(n)]
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    q = ortho_group.rvs(d, random_state=5).astype(np.float32)
+    y = x @ q
+    moved = [7, 42, 99]
+    y[moved] = rng.normal(size=(3, d))  # these words changed meaning
+    a, b = StaticVectors(words, x), StaticVectors(words, y)
+    res = align(a, b, normalization="unit")   # default pairs: the shared vocabulary
+    df = most_moved_words(a, b, res, k=3)
+    assert set(df["word"]) == {f"w{i}" for i in moved}
+    assert list(df.columns) == ["rank", "word", "similarity", "source_neighbours", "target_neighbours"]
+    df2 = most_moved_words(a, b, res.W, k=3)
+    assert set(df2["word"]) == set(df["word"])

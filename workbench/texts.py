@@ -1,0 +1,52 @@
+"""Plain-text corpora that exist offline, as lists of tokenised sentences (for word2vec, drift).
+
+- ``brown``: the bundled Brown corpus text (1961 American English, ``workbench/data/brown.txt.gz``).
+- ``kjv``: the King James Bible (1611), from Debian's ``bible-kjv`` + ``bible-kjv-text``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import shutil
+import subprocess
+
+from workbench import paths
+from workbench.errors import CorpusError
+
+_TOKEN = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d+")
+
+
+def tokenize(line: str, lower: bool = True) -> list[str]:
+    words = _TOKEN.findall(line)
+    return [w.lower() for w in words] if lower else words
+
+
+def brown_sentences(lower: bool = True) -> list[list[str]]:
+    path = paths.package_data() / "brown.txt.gz"
+    if not path.is_file():
+        raise CorpusError(f"{path}: bundled Brown text is missing (reinstall the package)")
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return [t for line in fh if (t := tokenize(line, lower))]
+
+
+def kjv_sentences(lower: bool = True) -> list[list[str]]:
+    """Verses of the KJV Bible; needs ``apt-get install bible-kjv bible-kjv-text``."""
+    if shutil.which("bible") is None:
+        raise CorpusError("the KJV text needs Debian's bible-kjv and bible-kjv-text packages "
+                          "(apt-get install bible-kjv bible-kjv-text)")
+    out = subprocess.run(["bible", "-f", "Gen1:1-Rev22:21"], stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=120)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise CorpusError(f"`bible -f Gen1:1-Rev22:21` failed: {out.stderr.strip()[:200]}")
+    verses = [line.split(" ", 1)[1] for line in out.stdout.splitlines() if " " in line]
+    return [t for v in verses if (t := tokenize(v, lower))]
+
+
+TEXTS = {"brown": brown_sentences, "kjv": kjv_sentences}
+
+
+def load_text(name: str, lower: bool = True) -> list[list[str]]:
+    if name not in TEXTS:
+        raise CorpusError(f"unknown text corpus {name!r}; available: {', '.join(TEXTS)}")
+    return TEXTS[name](lower)
