@@ -322,10 +322,14 @@ def page_pretraining() -> None:
     if run is None:
         return
     metrics = load_table(run, "training_metrics")
-    if need(metrics, ["step"], "training_metrics"):
-        ys = [c for c in ("loss", "eval_loss") if c in metrics.columns]
-        long = metrics.melt(id_vars=["step"], value_vars=ys, var_name="series", value_name="loss").dropna()
-        st.plotly_chart(px.line(long, x="step", y="loss", color="series", title="MLM loss"), width="stretch")
+    if need(metrics, ["step", "metric", "value"], "training_metrics"):
+        loss = metrics[metrics["metric"].isin(["loss", "eval_loss"])]
+        st.plotly_chart(px.line(loss, x="step", y="value", color="metric", markers=True,
+                                title="MLM loss (nats/token): training and held-out"), width="stretch")
+        ppl = metrics[metrics["metric"] == "perplexity"]
+        if len(ppl):
+            st.plotly_chart(px.line(ppl, x="step", y="value", markers=True, title="held-out perplexity"),
+                            width="stretch")
     heads = load_table(run, "head_counts")
     if need(heads, ["step", "type", "count"], "head_counts"):
         st.plotly_chart(px.line(heads, x="step", y="count", color="type", markers=True,

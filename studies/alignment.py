@@ -28,6 +28,7 @@ DEFAULTS = {
     "n_train": 5000,
     "n_test_sources": 1500,
     "vocab_cutoff": 20000,
+    "max_iter": 30,
     "model": "minilm-l6",
     "corpus": "brown-sample",
     "limit": 3000,
@@ -49,6 +50,7 @@ def run(ctx) -> None:
             tables = crosslingual_experiment(cfg["source"], cfg["target"], tuple(cfg["dictionary"]),
                                              methods=cfg["methods"], n_train=cfg["n_train"],
                                              n_test_sources=cfg["n_test_sources"], vocab_cutoff=cfg["vocab_cutoff"],
+                                             max_iter=cfg["max_iter"],
                                              seed=ctx.seed)
             ctx.tables["translations"] = tables["translations"]
             from workbench.results import write_table

@@ -24,6 +24,7 @@ from workbench.errors import ModelError
 DEFAULT_MODEL = "minilm-l6"
 SUPPORTED_TYPES = {"bert", "roberta", "distilbert", "electra", "xlm-roberta", "camembert", "albert", "deberta", "deberta-v2", "mpnet"}
 _PREFIX_SPACE_TYPES = {"roberta", "xlm-roberta", "camembert", "mpnet", "deberta"}
+_POOLER_TYPES = {"bert", "roberta", "xlm-roberta", "camembert"}
 _MLM_KEY_PATTERNS = ("cls.predictions", "lm_head", "vocab_projector", "generator_lm_head", "predictions.decoder")
 
 _fingerprint_cache: dict[tuple[str, int, float], str] = {}
@@ -171,14 +172,21 @@ def _fingerprint(files: list[Path]) -> str:
     return h.hexdigest()
 
 
-def _has_mlm_weights(files: list[Path]) -> bool:
+def _weight_keys(files: list[Path]) -> list[str]:
     from safetensors import safe_open
 
+    keys: list[str] = []
     for f in files:
-        with safe_open(str(f), framework="pt") as sf:
-            if any(any(p in k for p in _MLM_KEY_PATTERNS) for k in sf.keys()):
-                return True
-    return False
+        try:
+            with safe_open(str(f), framework="pt") as sf:
+                keys.extend(sf.keys())
+        except Exception as exc:
+            raise ModelError(f"{f}: corrupt safetensors file ({exc})") from exc
+    return keys
+
+
+def _has_mlm_weights(keys: list[str]) -> bool:
+    return any(any(p in k for p in _MLM_KEY_PATTERNS) for k in keys)
 
 
 def load_model(
@@ -214,7 +222,8 @@ def load_model(
         raise ModelError(f"{path / 'config.json'}: cannot read config: {exc}") from exc
     if config.model_type not in SUPPORTED_TYPES:
         raise ModelError(f"{path}: model_type {config.model_type!r} is not a BERT-family encoder ({sorted(SUPPORTED_TYPES)})")
-    has_mlm = _has_mlm_weights(files)
+    keys = _weight_keys(files)
+    has_mlm = _has_mlm_weights(keys)
     if mlm_head and not has_mlm:
         raise ModelError(f"{name}: weights in {path} carry no MLM head; load without mlm_head=True")
     cls = AutoModelForMaskedLM if mlm_head else AutoModel
@@ -222,6 +231,8 @@ def load_model(
                               "trust_remote_code": False}
     if dtype is not None:
         kwargs["dtype"] = dtype
+    if not mlm_head and config.model_type in _POOLER_TYPES and not any("pooler." in k for k in keys):
+        kwargs["add_pooling_layer"] = False  # an MLM checkpoint has no pooler: don't add a random one
     try:
         model = cls.from_pretrained(path, config=config, **kwargs)
     except Exception as exc:

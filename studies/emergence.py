@@ -1,0 +1,72 @@
+"""Pretrain, then probe: how heads and linguistic knowledge emerge across the checkpoints of a
+pretraining run (the seeds' "pretrain, then probe" workflow). Trains (or resumes) a small BERT with
+the workbench trainer, then runs head classification and per-layer probes on every kept checkpoint."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from probes.edge_probing import probe_layers  # noqa: E402
+from probes.heads import analyse_store  # noqa: E402
+from workbench.checkpoints import list_checkpoints  # noqa: E402
+from workbench.corpus import load_corpus  # noqa: E402
+from workbench.models import load_model  # noqa: E402
+from workbench.pretrain import load_config, read_metrics, run_pretraining  # noqa: E402
+from workbench.store import extract  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DESCRIPTION = "Emergence during pretraining: loss curves, head types and probe scores per checkpoint"
+DEFAULTS = {
+    "pretrain_config": "configs/pretrain_default.yaml",
+    "pretrain_overrides": {},       # fields of the pretrain config to change (run_name, max_steps, keep_steps...)
+    "corpus": "brown-sample",
+    "limit": 400,
+    "tasks": ["pos", "deps"],
+    "seeds": [0],
+    "max_epochs": 20,
+    "seed": 0,
+}
+
+
+def run(ctx) -> None:
+    cfg = ctx.config
+    path = Path(cfg["pretrain_config"])
+    pt_cfg = load_config(path if path.is_absolute() else REPO / path, **cfg["pretrain_overrides"])
+    run_dir = run_pretraining(pt_cfg)  # resumes, or returns at once when finished
+    checkpoints = [(step, f"{run_dir.name}@{step}") for step, _ in list_checkpoints(run_dir)]
+    corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])
+    ctx.record(pretraining_run=str(run_dir), checkpoints=[name for _, name in checkpoints],
+               corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sources": corpus.sources},
+               model={"name": run_dir.name, "kind": "project pretraining run"})
+
+    ctx.step("training_metrics", lambda: read_metrics(run_dir))
+
+    def per_checkpoint() -> tuple[pd.DataFrame, pd.DataFrame]:
+        types, scores = [], []
+        for step, name in checkpoints:
+            ctx.log(f"    checkpoint {name}")
+            lm = load_model(name, attentions=True)
+            store = extract(lm, corpus, attentions=True, progress=False)
+            types.append(analyse_store(store, corpus)["head_types"].assign(step=step, model=name))
+            for task in cfg["tasks"]:
+                df = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]],
+                                  max_epochs=cfg["max_epochs"])
+                df = df[(df["metric"] == "accuracy") & (df["split"] == "test")]
+                scores.append(df.assign(step=step, model=name))
+        return pd.concat(types, ignore_index=True), pd.concat(scores, ignore_index=True)
+
+    cache: dict[str, pd.DataFrame] = {}
+
+    def get(name: str) -> pd.DataFrame:
+        if not cache:
+            cache["head_types"], cache["probe_scores"] = per_checkpoint()
+        return cache[name]
+
+    types = ctx.step("head_types_by_step", lambda: get("head_types"))
+    ctx.step("probe_scores", lambda: get("probe_scores"))
+    ctx.step("head_counts", lambda: types.groupby(["step", "type"]).size().rename("count").reset_index())

@@ -1,0 +1,36 @@
+"""The main job: every analysis of the workbench on the embedded default (MiniLM-L6 + the bundled
+Brown sample) at small sizes, each as its own study run (so the dashboard shows each page), then a
+pointer to the dashboard."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.study import run_study, studies_dir
+
+DESCRIPTION = "Every analysis on the embedded default at small sizes (the README's main job)"
+DEFAULTS = {
+    "studies": ["head_types", "edge_probing", "feature_combinations", "contextuality", "alignment", "pruning",
+                "emergence"],
+    "configs": "configs/quickstart",
+    "seed": 0,
+}
+
+
+def run(ctx) -> None:
+    cfg = ctx.config
+    results_root = ctx.run_dir.parents[1]
+    config_dir = studies_dir() / cfg["configs"]
+    rows = []
+    for name in cfg["studies"]:
+        started = time.perf_counter()
+        config_file = config_dir / f"{name}.yaml"
+        run_dir = run_study(name, config_file=config_file if config_file.is_file() else None, seed=ctx.seed,
+                            run_id=f"quickstart-seed{ctx.seed}", results_root=results_root, log=ctx.log)
+        rows.append({"study": name, "run_dir": str(run_dir), "seconds": round(time.perf_counter() - started, 1)})
+    ctx.step("subruns", lambda: pd.DataFrame(rows))
+    ctx.record(subruns=rows)
+    ctx.log("\nOpen the results:  .venv/bin/bertology dashboard   (http://127.0.0.1:8501)")

@@ -1,0 +1,62 @@
+"""The ``pretrain`` and ``tokenizer train`` commands, through their own Typer app."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import typer
+import yaml
+from typer.testing import CliRunner
+
+from workbench.cli_pretrain import register
+from workbench.pretrain import list_checkpoints
+
+BROWN = Path(__file__).resolve().parents[1] / "workbench" / "data" / "brown.txt.gz"
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def _brown(tmp_path: Path, n_docs: int = 15) -> Path:
+    out, lines, docs = tmp_path / "brown.txt", [], 0
+    with gzip.open(BROWN, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            lines.append(line)
+            docs += not line.strip()
+            if docs >= n_docs:
+                break
+    out.write_text("".join(lines), encoding="utf-8")
+    return out
+
+
+def test_tokenizer_train_command(tmp_path):
+    from transformers import AutoTokenizer
+
+    text = _brown(tmp_path)
+    res = CliRunner().invoke(_app(), ["tokenizer", "train", "--input", str(text), "--kind", "bpe",
+                                      "--vocab-size", "400", "--output", str(tmp_path / "tok")])
+    assert res.exit_code == 0, res.output
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert tok.mask_token == "<mask>" and len(tok) <= 400
+
+
+def test_pretrain_command_trains_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "models"))
+    cfg = dict(corpus=str(_brown(tmp_path)), vocab_size=200, num_hidden_layers=1, hidden_size=32,
+               num_attention_heads=2, intermediate_size=64, max_seq_len=32, batch_size=4, warmup_steps=1,
+               log_every=1, eval_every=2, save_every=2, keep_steps=[0], progress=False, num_threads=1)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    app = _app()
+    res = CliRunner().invoke(app, ["pretrain", "--config", str(path), "--output", "cli-run", "--max-steps", "2"])
+    assert res.exit_code == 0, res.output
+    run = tmp_path / "models" / "cli-run"
+    assert "eval_loss=" in res.output and (run / "tokenizer" / "tokenizer.json").is_file()
+    assert [s for s, _ in list_checkpoints(run)] == [0, 2]
+    res = CliRunner().invoke(app, ["pretrain", "--config", str(path), "--output", "cli-run", "--max-steps", "4"])
+    assert res.exit_code == 0, res.output
+    assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]

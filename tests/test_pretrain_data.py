@@ -1,0 +1,108 @@
+"""Text corpus reading, sentence splitting, packing, and tokenizer training round trips."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import CorpusError, WorkbenchError
+from workbench.text_corpus import corpus_hash, pack_documents, read_documents, split_sentences, tokenize_documents
+from workbench.tokenizer_training import train_tokenizer
+
+BROWN = Path(__file__).resolve().parents[1] / "workbench" / "data" / "brown.txt.gz"
+
+
+@pytest.fixture(scope="module")
+def brown_slice(tmp_path_factory) -> Path:
+    """The first ~40 documents of the bundled Brown text (real text), as a .gz file."""
+    out = tmp_path_factory.mktemp("brown") / "brown40.txt.gz"
+    lines, docs = [], 0
+    with gzip.open(BROWN, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            lines.append(line)
+            docs += not line.strip()
+            if docs >= 40:
+                break
+    with gzip.open(out, "wt", encoding="utf-8") as fh:
+        fh.writelines(lines)
+    return out
+
+
+def test_split_sentences_rules():
+    text = 'Mr. Smith went to Washington. He arrived at 5 p.m. on Friday! "Was it late?" she asked. J. F. Kennedy spoke.'
+    assert split_sentences(text) == [
+        "Mr. Smith went to Washington.", "He arrived at 5 p.m. on Friday!", '"Was it late?" she asked.',
+        "J. F. Kennedy spoke."]
+    assert split_sentences("   ") == []
+
+
+def test_read_documents_blank_line_breaks(tmp_path):
+    (tmp_path / "a.txt").write_text("One. Two.\nThree.\n\n\nFour.\n")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    with gzip.open(sub / "b.txt.gz", "wt") as fh:
+        fh.write("Five.\n")
+    (tmp_path / ".hidden").write_text("\x00")
+    assert list(read_documents(tmp_path)) == [["One.", "Two.", "Three."], ["Four."], ["Five."]]
+    assert len(corpus_hash(tmp_path)) == 64
+
+
+def test_empty_and_binary_files_raise_naming_the_file(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    with pytest.raises(CorpusError, match="empty.txt.*empty"):
+        list(read_documents(empty))
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"PK\x03\x04\x00\x00binary")
+    with pytest.raises(WorkbenchError, match="blob.bin.*binary"):
+        list(read_documents(binary))
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("caf\xe9\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match="latin.txt:1.*UTF-8"):
+        list(read_documents(latin))
+    with pytest.raises(CorpusError, match="missing"):
+        list(read_documents(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_tokenizer_round_trip(brown_slice, tmp_path, kind):
+    from transformers import AutoTokenizer
+
+    out = train_tokenizer(brown_slice, tmp_path / kind, kind=kind, vocab_size=600)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.is_fast
+    assert 400 <= len(tok) <= 600
+    text = "The jury said it did find that many of Georgia's laws are outmoded."
+    enc = tok(text, "A second segment.")
+    ids = enc["input_ids"]
+    if kind == "wordpiece":
+        assert (tok.cls_token, tok.sep_token, tok.mask_token, tok.pad_token, tok.unk_token) == \
+            ("[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]")
+        assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+        assert enc["token_type_ids"][-1] == 1 and enc["token_type_ids"][0] == 0
+        assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True).replace(" ' ", "'") == \
+            text.lower().replace(".", " .").replace(" .", ".")
+        assert (out / "vocab.txt").is_file()
+    else:
+        assert (tok.cls_token, tok.sep_token, tok.mask_token, tok.pad_token) == ("<s>", "</s>", "<mask>", "<pad>")
+        assert ids[0] == tok.cls_token_id and ids.count(tok.sep_token_id) == 3  # <s> A </s></s> B </s>
+        assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text.lower()
+    assert set(tok.all_special_ids) <= set(range(5))
+
+
+def test_pack_documents_respects_max_len(brown_slice, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(train_tokenizer(brown_slice, tmp_path / "t", vocab_size=600))
+    docs = tokenize_documents(read_documents(brown_slice), tok)
+    ids, words = pack_documents(docs, max_seq_len=64, cls_id=tok.cls_token_id, sep_id=tok.sep_token_id)
+    assert len(ids) > 100
+    n_tokens = sum(len(s) for d in docs for s in d.sentences)
+    assert sum(len(x) - 2 for x in ids) == n_tokens  # every token packed exactly once
+    for x, w in zip(ids, words):
+        assert len(x) == len(w) <= 64
+        assert x[0] == tok.cls_token_id and x[-1] == tok.sep_token_id
+        assert w[0] == w[-1] == -1 and w[1] == 0 and all(b >= a for a, b in zip(w[1:-2], w[2:-1]))
+    assert sum(len(x) for x in ids) / (64 * len(ids)) > 0.6  # packing fills sequences

@@ -1,0 +1,166 @@
+"""Planted-answer tests for MLM masking and NSP/SOP pair construction."""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.masking import (
+    IGNORE_INDEX, MaskingConfig, choose_positions, encode_pair, expected_span_length, make_sentence_pairs,
+    mask_batch, random_token_pool, special_tokens_mask,
+)
+from workbench.text_corpus import TokenizedDocument
+
+PAD, CLS, SEP, MASK = 0, 2, 3, 4
+SPECIALS = [0, 1, 2, 3, 4]
+VOCAB = 1000
+
+
+def _batch(n_rows: int = 400, T: int = 64, seed: int = 0):
+    """Rows ``[CLS] tokens [SEP] [PAD]...`` with random lengths; words of 1-3 pieces."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.full((n_rows, T), PAD)
+    words = torch.full((n_rows, T), -1)
+    for r in range(n_rows):
+        n = int(torch.randint(10, T - 2, (1,), generator=g))
+        ids[r, 0], ids[r, 1:n + 1], ids[r, n + 1] = CLS, torch.randint(5, VOCAB, (n,), generator=g), SEP
+        w, pos = 0, 1
+        while pos <= n:
+            k = min(int(torch.randint(1, 4, (1,), generator=g)), n + 1 - pos)
+            words[r, pos:pos + k] = w
+            w, pos = w + 1, pos + k
+    return ids, words
+
+
+def _mask(ids, words, strategy="token", seed=0, epoch=0, dynamic=True):
+    special = special_tokens_mask(ids, SPECIALS)
+    return mask_batch(ids, special, sequence_indices=list(range(len(ids))), seed=seed, epoch=epoch,
+                      dynamic=dynamic, mask_token_id=MASK, random_token_ids=random_token_pool(VOCAB, SPECIALS),
+                      word_ids=words, config=MaskingConfig(strategy=strategy))
+
+
+def test_bert_masking_proportions():
+    ids, words = _batch()
+    masked, labels = _mask(ids, words)
+    maskable = ~special_tokens_mask(ids, SPECIALS)
+    chosen = labels != IGNORE_INDEX
+    n = int(chosen.sum())
+    assert abs(n / int(maskable.sum()) - 0.15) < 0.01
+    assert torch.equal(labels[chosen], ids[chosen])
+    frac_mask = float((masked[chosen] == MASK).sum()) / n
+    unchanged = float((masked[chosen] == ids[chosen]).sum()) / n
+    frac_random = 1 - frac_mask - unchanged
+    assert abs(frac_mask - 0.8) < 0.02
+    assert abs(unchanged - 0.1) < 0.02  # a random draw may hit the same token: 1/995, negligible
+    assert abs(frac_random - 0.1) < 0.02
+    # nothing outside the chosen positions changes; random replacements are never special tokens
+    assert torch.equal(masked[~chosen], ids[~chosen])
+    assert not torch.isin(masked[chosen & (masked != MASK)], torch.tensor([0, 1, 2, 3])).any()
+
+
+def test_special_tokens_and_padding_never_masked():
+    ids, words = _batch(200)
+    special = special_tokens_mask(ids, SPECIALS)
+    for strategy in ("token", "whole_word", "span"):
+        masked, labels = _mask(ids, words, strategy)
+        assert (labels[special] == IGNORE_INDEX).all()
+        assert torch.equal(masked[special], ids[special])
+
+
+def test_whole_word_masking_never_splits_a_word():
+    ids, words = _batch(300)
+    for strategy in ("whole_word", "span"):
+        _, labels = _mask(ids, words, strategy)
+        chosen = labels != IGNORE_INDEX
+        for r in range(len(ids)):
+            for w in torch.unique(words[r][words[r] >= 0]):
+                piece = chosen[r][words[r] == w]
+                assert piece.all() or not piece.any(), (strategy, r, int(w))
+        maskable = ~special_tokens_mask(ids, SPECIALS)
+        share = float(chosen.sum()) / float(maskable.sum())
+        assert 0.12 < share < 0.18, (strategy, share)
+
+
+def test_span_lengths_follow_truncated_geometric():
+    assert abs(expected_span_length(0.2, 10) - 3.8) < 0.01  # SpanBERT's mean span length
+    g = torch.Generator().manual_seed(0)
+    T = 400
+    maskable = torch.ones(T, dtype=torch.bool)
+    lengths = []
+    for _ in range(100):
+        chosen = choose_positions(maskable, g, MaskingConfig(strategy="span"))
+        runs = torch.diff(torch.cat([torch.tensor([0]), chosen.int(), torch.tensor([0])]))
+        starts, ends = torch.nonzero(runs == 1).flatten(), torch.nonzero(runs == -1).flatten()
+        lengths += (ends - starts).tolist()
+        assert int(chosen.sum()) == round(0.15 * T)
+    # adjacent spans merge and the last span is trimmed to the budget, so the mean runs a bit above/below 3.8
+    assert 3.0 < sum(lengths) / len(lengths) < 5.5
+
+
+def test_static_vs_dynamic_masking():
+    ids, words = _batch(50)
+    static0 = _mask(ids, words, epoch=0, dynamic=False)[1]
+    static1 = _mask(ids, words, epoch=1, dynamic=False)[1]
+    dyn0 = _mask(ids, words, epoch=0, dynamic=True)[1]
+    dyn1 = _mask(ids, words, epoch=1, dynamic=True)[1]
+    assert torch.equal(static0, static1)  # same mask every epoch
+    assert not torch.equal(dyn0, dyn1)  # a new mask each epoch
+    assert torch.equal(dyn0, _mask(ids, words, epoch=0, dynamic=True)[1])  # reproducible
+    # the global RNG is never touched
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    _mask(ids, words)
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def _docs(n_docs=30, seed=0):
+    """Documents whose token ids encode (doc, sentence): token = 1000*doc + 10*sent + k."""
+    g = torch.Generator().manual_seed(seed)
+    docs = []
+    for d in range(n_docs):
+        n_sent = int(torch.randint(2, 12, (1,), generator=g))
+        sents = [[1000 * (d + 1) + 10 * s + k for k in range(int(torch.randint(3, 9, (1,), generator=g)))]
+                 for s in range(n_sent)]
+        words = [list(range(len(s))) for s in sents]
+        docs.append(TokenizedDocument(sents, words))
+    return docs
+
+
+def _origin(tok):
+    return tok // 1000 - 1, (tok % 1000) // 10
+
+
+def test_nsp_pairs_balanced_and_segments_correct():
+    pairs = make_sentence_pairs(_docs(200), objective="nsp", max_seq_len=48, generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([p.label for p in pairs], dtype=torch.float)
+    assert len(pairs) > 300
+    assert abs(float(labels.mean()) - 0.5) < 0.08
+    for p in pairs:
+        assert len(p.tokens_a) + len(p.tokens_b) <= 48 - 3
+        docs_a = {_origin(t)[0] for t in p.tokens_a}
+        docs_b = {_origin(t)[0] for t in p.tokens_b}
+        assert len(docs_a) == 1 and len(docs_b) == 1
+        if p.label == 0:  # IsNext: B continues A in the same document (truncation may trim the seam)
+            assert docs_a == docs_b and p.source_a[0] == p.source_b[0]
+            assert p.tokens_a + p.tokens_b == sorted(p.tokens_a + p.tokens_b)
+            assert p.source_b[1] > p.source_a[1]
+        else:  # NotNext: B comes from another document
+            assert docs_a != docs_b and p.source_b[0] != p.source_a[0]
+        ids, types, words = encode_pair(p, cls_id=CLS, sep_id=SEP)
+        assert ids[0] == CLS and ids[len(p.tokens_a) + 1] == SEP and ids[-1] == SEP
+        assert types == [0] * (len(p.tokens_a) + 2) + [1] * (len(p.tokens_b) + 1)
+        assert len(words) == len(ids) and words[0] == -1
+
+
+def test_sop_pairs_balanced_and_swapped():
+    pairs = make_sentence_pairs(_docs(200), objective="sop", max_seq_len=48, generator=torch.Generator().manual_seed(2))
+    labels = torch.tensor([p.label for p in pairs], dtype=torch.float)
+    assert abs(float(labels.mean()) - 0.5) < 0.08
+    for p in pairs:
+        da, _ = _origin(p.tokens_a[0])
+        db, _ = _origin(p.tokens_b[0])
+        assert da == db  # both segments always from one document
+        first_a, first_b = p.tokens_a[0] % 1000, p.tokens_b[0] % 1000
+        if p.label == 0:
+            assert first_a < first_b  # in order
+        else:
+            assert first_a > first_b  # swapped

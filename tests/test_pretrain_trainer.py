@@ -1,0 +1,225 @@
+"""The pretraining loop: config validation, checkpoints, exact resume, metrics, 2-process DDP."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from workbench.errors import CheckpointError, ConfigError
+from workbench.pretrain import PretrainConfig, PretrainingLoss, list_checkpoints, load_config, read_metrics, run_pretraining
+from workbench.tokenizer_training import train_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+BROWN = ROOT / "workbench" / "data" / "brown.txt.gz"
+
+
+@pytest.fixture(scope="module")
+def corpus_and_tokenizer(tmp_path_factory) -> tuple[Path, Path]:
+    """The first 30 Brown documents and a WordPiece tokenizer (vocab 300) trained on them."""
+    d = tmp_path_factory.mktemp("pt")
+    out = d / "brown30.txt"
+    lines, docs = [], 0
+    with gzip.open(BROWN, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            lines.append(line)
+            docs += not line.strip()
+            if docs >= 30:
+                break
+    out.write_text("".join(lines), encoding="utf-8")
+    return out, train_tokenizer(out, d / "tok", vocab_size=300)
+
+
+def _cfg(corpus_and_tokenizer, tmp_path, **kw) -> PretrainConfig:
+    corpus, tok = corpus_and_tokenizer
+    base = dict(run_name="tiny", corpus=str(corpus), tokenizer=str(tok), output_root=str(tmp_path / "models"),
+                num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64, max_seq_len=32,
+                batch_size=4, max_steps=6, warmup_steps=2, learning_rate=3e-3, log_every=1, eval_every=3,
+                eval_batches=2, save_every=2, keep_steps=[0, 3], heldout_fraction=0.1, progress=False,
+                num_threads=1)  # tiny model: one thread avoids OpenMP thrashing on a busy 2-core box
+    base.update(kw)
+    return PretrainConfig(**base)
+
+
+def test_config_validation_names_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hidden_size: 30\nnum_attention_heads: 4\n")
+    with pytest.raises(ConfigError, match="bad.yaml.*'hidden_size'.*divisible"):
+        load_config(bad)
+    bad.write_text("batch_size: many\n")
+    with pytest.raises(ConfigError, match="'batch_size'.*integer"):
+        load_config(bad)
+    bad.write_text("learning_rat: 0.1\n")
+    with pytest.raises(ConfigError, match="unknown field.*'learning_rat'"):
+        load_config(bad)
+    bad.write_text("keep_steps: [0, -5]\n")
+    with pytest.raises(ConfigError, match="'keep_steps"):
+        load_config(bad)
+    toml = tmp_path / "ok.toml"
+    toml.write_text('run_name = "x"\nobjective = "mlm+sop"\nmasking = "span"\nlearning_rate = 1\n')
+    cfg = load_config(toml, max_steps=7)
+    assert (cfg.objective, cfg.masking, cfg.learning_rate, cfg.max_steps) == ("mlm+sop", "span", 1.0, 7)
+    toml.write_text('objective = "nsp"\n')
+    with pytest.raises(ConfigError, match="'objective'"):
+        load_config(toml)
+    for name in ("pretrain_default.yaml", "pretrain_bert_base_gpu.yaml"):
+        load_config(ROOT / "configs" / name)
+
+
+def test_gathered_mlm_loss_equals_hf_loss():
+    from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
+
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 50, (3, 10), generator=g)
+    labels = torch.where(torch.rand(3, 10, generator=g) < 0.3, ids, torch.full_like(ids, -100))
+    mask, types, pair = torch.ones_like(ids), torch.zeros_like(ids), torch.tensor([0, 1, 0])
+    for cls in (BertForMaskedLM, BertForPreTraining):
+        torch.manual_seed(0)
+        model = cls(cfg).eval()
+        extra = {"next_sentence_label": pair} if cls is BertForPreTraining else {}
+        ref = model(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels, **extra).loss
+        ours, _, _ = PretrainingLoss(model)(ids, mask, types, labels, pair if extra else None)
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_run_layout_checkpoints_and_metrics(corpus_and_tokenizer, tmp_path, monkeypatch):
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    run = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_steps=30, save_every=10, eval_every=10,
+                               keep_steps=[0, 5], learning_rate=1e-2, warmup_steps=3))
+    assert run == tmp_path / "models" / "tiny"
+    steps = [s for s, _ in list_checkpoints(run)]
+    assert steps == [0, 5, 20, 30]  # keep_steps + one rolling checkpoint + final; 10 was pruned
+    assert not [p for p in run.iterdir() if p.name.startswith(".")]  # no temp dirs left behind
+    info = json.loads((run / "run.json").read_text())
+    assert info["seed"] == 0 and len(info["corpus_sha256"]) == 64 and info["config"]["max_steps"] == 30
+    ckpt = run / "checkpoint-30"
+    assert {"config.json", "model.safetensors", "tokenizer.json", "optimizer.pt", "rng.safetensors"} <= \
+        {p.name for p in ckpt.iterdir()}
+    model = AutoModelForMaskedLM.from_pretrained(ckpt)
+    assert type(model).__name__ == "BertForMaskedLM"
+    assert type(AutoModel.from_pretrained(ckpt)).__name__ == "BertModel"
+    assert AutoTokenizer.from_pretrained(ckpt).mask_token == "[MASK]"
+    m = read_metrics(run)
+    assert list(m.columns) == ["run", "step", "metric", "value"]
+    assert {"loss", "lr", "tokens_per_s", "eval_loss", "perplexity"} <= set(m.metric)
+    ev = m[m.metric == "eval_loss"].set_index("step")["value"]
+    assert list(ev.index) == [10, 20, 30]
+    loss = m[m.metric == "loss"].sort_values("step")["value"].to_numpy()
+    assert loss[-5:].mean() < loss[:3].mean() - 0.1  # training loss falls (from ~ln 300 = 5.7)
+    assert ev[30] < ev[10]
+    ppl = m[m.metric == "perplexity"].set_index("step")["value"]
+    assert abs(ppl[30] - float(torch.exp(torch.tensor(ev[30])))) < 1e-3 * ppl[30]
+    with pytest.raises(CheckpointError, match="already has checkpoints"):
+        run_pretraining(_cfg(corpus_and_tokenizer, tmp_path), resume=False)
+    # the models registry sees every checkpoint as <run>@<step> and loads it with its MLM head
+    monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "models"))
+    from workbench.models import list_models, load_model
+    assert {"tiny@0", "tiny@5", "tiny@20", "tiny@30", "tiny"} <= set(list_models()["name"])
+    lm = load_model("tiny@30", mlm_head=True)
+    assert lm.has_mlm_head and lm.config.num_hidden_layers == 2
+
+
+@pytest.mark.parametrize("objective,masking,accum", [("mlm", "token", 1), ("mlm+sop", "whole_word", 2)])
+def test_resume_after_kill_equals_uninterrupted(corpus_and_tokenizer, tmp_path, objective, masking, accum):
+    kw = dict(objective=objective, masking=masking, grad_accum_steps=accum, max_steps=7, save_every=3,
+              keep_steps=[], dynamic_masking=True)
+    full = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="full", **kw))
+    killed = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="killed", **kw), _stop_after=5)
+    assert [s for s, _ in list_checkpoints(killed)] == [3]  # "killed" after step 5, last checkpoint at 3
+    resumed = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="killed", **kw), resume=True)
+    a = load_file(str(full / "checkpoint-7" / "model.safetensors"))
+    b = load_file(str(resumed / "checkpoint-7" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    ma, mb = read_metrics(full), read_metrics(resumed)
+    merged = ma.merge(mb, on=["step", "metric"])
+    merged = merged[merged.metric != "tokens_per_s"]
+    assert len(merged) == len(ma[ma.metric != "tokens_per_s"])
+    assert (merged.value_x - merged.value_y).abs().max() < 1e-6
+    if objective != "mlm":
+        from transformers import AutoModel, AutoModelForMaskedLM
+        assert type(AutoModelForMaskedLM.from_pretrained(full / "checkpoint-7")).__name__ == "BertForMaskedLM"
+        assert type(AutoModel.from_pretrained(full / "checkpoint-7")).__name__ == "BertModel"
+        assert "eval_pair_accuracy" in set(ma.metric)
+
+
+def test_resume_refuses_a_changed_config(corpus_and_tokenizer, tmp_path):
+    run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_steps=2), _stop_after=2)
+    with pytest.raises(ConfigError, match="learning_rate"):
+        run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_steps=2, learning_rate=0.1))
+
+
+@pytest.mark.slow
+def test_two_process_gloo_ddp(corpus_and_tokenizer, tmp_path):
+    import yaml
+
+    cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name="ddp", max_steps=4, save_every=2, keep_steps=[0],
+               dropout=0.1)
+    path = tmp_path / "ddp.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    proc = subprocess.run([*torchrun, "-m", "workbench.pretrain", "--config", str(path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "models" / "ddp"
+    info = json.loads((run / "run.json").read_text())
+    assert info["world_size"] == 2
+    digests = info["final_weights_sha256_per_rank"]
+    assert len(digests) == 2 and digests[0] == digests[1]  # DDP kept the replicas identical
+    assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]  # written once, by rank 0
+    assert not [p for p in run.iterdir() if p.name.startswith(".")]
+    m = read_metrics(run)
+    assert (m.metric == "loss").sum() == 4  # one metrics line per step, not one per rank
+    # the model moved away from its initialisation
+    w0 = load_file(str(run / "checkpoint-0" / "model.safetensors"))
+    w4 = load_file(str(run / "checkpoint-4" / "model.safetensors"))
+    assert any(not torch.equal(w0[k], w4[k]) for k in w0)
+
+
+def test_atomic_checkpoint_dir_never_half_written(tmp_path):
+    from workbench.checkpoints import atomic_dir
+
+    target = tmp_path / "checkpoint-5"
+    with atomic_dir(target) as tmp:
+        (tmp / "config.json").write_text("{}")
+    assert (target / "config.json").read_text() == "{}"
+    with pytest.raises(RuntimeError):
+        with atomic_dir(target) as tmp:
+            (tmp / "config.json").write_text('{"new": 1}')
+            raise RuntimeError("killed while writing")
+    assert (target / "config.json").read_text() == "{}"  # the old checkpoint is intact
+    with atomic_dir(target) as tmp:  # replacing an existing checkpoint works
+        (tmp / "model.safetensors").write_text("x")
+    assert sorted(p.name for p in target.iterdir()) == ["model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-5"]
+
+
+def test_bpe_tokenizer_trained_by_the_run(corpus_and_tokenizer, tmp_path):
+    from transformers import AutoTokenizer
+
+    cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name="bpe", tokenizer=None, tokenizer_kind="bpe",
+               vocab_size=400, max_steps=2, keep_steps=[], masking="span", dynamic_masking=False)
+    run = run_pretraining(cfg)
+    tok = AutoTokenizer.from_pretrained(run / "checkpoint-2")
+    assert tok.mask_token == "<mask>" and len(tok) <= 400
+    assert (read_metrics(run).metric == "eval_loss").any()
+
+
+def test_finished_run_returns_at_once(corpus_and_tokenizer, tmp_path):
+    cfg = _cfg(corpus_and_tokenizer, tmp_path, max_steps=2, keep_steps=[])
+    run = run_pretraining(cfg)
+    before = (run / "metrics.jsonl").read_text()
+    assert run_pretraining(cfg) == run
+    assert (run / "metrics.jsonl").read_text() == before
+    assert [s for s, _ in list_checkpoints(run)] == [2]

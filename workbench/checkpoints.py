@@ -1,0 +1,110 @@
+"""Training checkpoints: atomic directory writes, listing, and trainer-state save/load.
+
+A checkpoint is ``<run_dir>/checkpoint-<step>/`` holding a standard HF model
+(``config.json`` + ``model.safetensors``), the tokenizer files, and the trainer state:
+``optimizer.pt`` / ``scheduler.pt`` (``torch.save``, loaded with ``weights_only=True``),
+``rng.safetensors`` (uint8 RNG state tensors) and ``trainer_state.json`` (step, data position).
+The directory is written under a temporary name and renamed into place, so a reader (or a
+resumed run) never sees a half-written checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from workbench.errors import CheckpointError
+
+_CKPT = re.compile(r"^checkpoint-(\d+)$")
+STATE_FILE = "trainer_state.json"
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory beside ``path``; on success it replaces ``path``.
+
+    On error the temporary directory is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():  # os.replace cannot overwrite a non-empty directory: swap via a trash name
+            trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, trash / "old")
+            os.replace(tmp, path)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``[(step, path), ...]`` of the complete checkpoints of a run (config + weights), by step."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    out = []
+    for p in run_dir.iterdir():
+        m = _CKPT.match(p.name)
+        if m and p.is_dir() and (p / "config.json").is_file() and (p / "model.safetensors").is_file():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def latest_resumable(run_dir: str | os.PathLike) -> Path | None:
+    """The last checkpoint that also carries a trainer state (so training can resume from it)."""
+    for _, path in reversed(list_checkpoints(run_dir)):
+        if (path / STATE_FILE).is_file():
+            return path
+    return None
+
+
+def rng_state() -> dict[str, torch.Tensor]:
+    """The global torch RNG states (CPU and CUDA) that dropout draws from, as uint8 tensors."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            state[f"cuda{i}"] = s
+    return state
+
+
+def set_rng_state(state: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if torch.cuda.is_available():
+        cuda = [state[k] for k in sorted(state) if k.startswith("cuda")]
+        if cuda:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def save_trainer_state(ckpt_dir: Path, *, optimizer: torch.optim.Optimizer,
+                       scheduler: Any, state: dict[str, Any], rng: dict[str, torch.Tensor]) -> None:
+    """Write optimizer, scheduler, RNG and JSON trainer state into ``ckpt_dir`` (a temp dir)."""
+    torch.save(optimizer.state_dict(), ckpt_dir / "optimizer.pt")
+    torch.save(scheduler.state_dict(), ckpt_dir / "scheduler.pt")
+    save_file({k: v.contiguous() for k, v in rng.items()}, str(ckpt_dir / "rng.safetensors"))
+    (ckpt_dir / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+
+
+def load_trainer_state(ckpt_dir: Path) -> tuple[dict, dict, dict[str, Any], dict[str, torch.Tensor]]:
+    """``(optimizer_state, scheduler_state, trainer_state, rng_state)``; loads with weights_only."""
+    try:
+        opt = torch.load(ckpt_dir / "optimizer.pt", map_location="cpu", weights_only=True)
+        sched = torch.load(ckpt_dir / "scheduler.pt", map_location="cpu", weights_only=True)
+        rng = load_file(str(ckpt_dir / "rng.safetensors"))
+        state = json.loads((ckpt_dir / STATE_FILE).read_text())
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{ckpt_dir}: cannot load trainer state ({exc})") from exc
+    return opt, sched, state, rng
