@@ -139,6 +139,10 @@ def page_probing() -> None:
         return
     scores = load_table(run, "layer_scores")
     if need(scores, ["task", "layer", "metric", "value", "seed"], "layer_scores"):
+        if "split" in scores.columns:  # held-out test scores; dev was used for early stopping
+            scores = scores[scores["split"] == "test"]
+        if "control" in scores.columns:
+            scores = scores[~scores["control"].astype(bool)]
         metrics = sorted(scores["metric"].unique())
         metric = st.selectbox("metric", metrics, index=metrics.index("accuracy") if "accuracy" in metrics else 0)
         part = scores[scores["metric"] == metric]
@@ -384,7 +388,9 @@ def main() -> None:
     st.set_page_config(page_title="BERTology workbench", layout="wide")
     st.sidebar.title("BERTology")
     st.sidebar.caption(f"results: {results_root()}")
-    page = st.sidebar.radio("page", PAGES, key="page")
+    requested = st.query_params.get("page")  # deep links: ?page=Heads (used by the screenshot script)
+    index = PAGES.index(requested) if requested in PAGES else 0
+    page = st.sidebar.radio("page", PAGES, index=index, key="page")
     {"Runs": page_runs, "Probing": page_probing, "Feature combinations": page_combinations, "Heads": page_heads,
      "Pruning": page_pruning, "Embeddings": page_embeddings, "Alignment": page_alignment,
      "Pretraining": page_pretraining, "Compare runs": page_compare}[page]()

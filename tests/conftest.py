@@ -53,3 +53,20 @@ def small_corpus():
     from workbench.corpus import load_corpus
 
     return load_corpus("brown-sample", limit=40)
+
+
+@pytest.fixture(scope="session")
+def quickstart_results(tmp_path_factory):
+    """Run the quickstart study once with tiny configs (tests/fixtures/tiny_quickstart); the results root."""
+    from workbench.study import run_study
+
+    root = tmp_path_factory.mktemp("results")
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BERTOLOGY_HOME", str(home))
+    try:
+        run_study("quickstart", overrides={"configs": "../tests/fixtures/tiny_quickstart"}, results_root=root,
+                  log=lambda m: None)
+    finally:
+        mp.undo()
+    return root

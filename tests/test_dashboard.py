@@ -9,26 +9,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from workbench.study import run_study
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
-TINY_CONFIGS = "../tests/fixtures/tiny_quickstart"
 PAGES = ["Runs", "Probing", "Feature combinations", "Heads", "Pruning", "Embeddings", "Alignment", "Pretraining",
          "Compare runs"]
-
-
-@pytest.fixture(scope="session")
-def quickstart_results(tmp_path_factory):
-    """Run the quickstart study (tiny configs) once; return the results root."""
-    root = tmp_path_factory.mktemp("results")
-    home = tmp_path_factory.mktemp("home")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("BERTOLOGY_HOME", str(home))
-    try:
-        run_study("quickstart", overrides={"configs": TINY_CONFIGS}, results_root=root, log=lambda m: None)
-    finally:
-        mp.undo()
-    return root
 
 
 def open_page(page: str, results: Path, monkeypatch) -> AppTest:
