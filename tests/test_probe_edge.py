@@ -1,0 +1,130 @@
+"""Edge probing on planted features: the label lives only at layer k."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from probes.edge_probing import (ProbeConfig, confidence_intervals, cumulative_expected_layer,
+                                 expected_layer, probe_arrays, span_index, summarise,
+                                 write_probe_results)
+from probes.synthetic import planted_task
+from probes.tasks import EdgeExample, EdgeTask
+
+SMALL = dict(proj_dim=32, hidden_dim=32, max_epochs=15, patience=3)
+K_LAYER = 2
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Small probes run faster on one thread on a busy machine; restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return planted_task(n_layers=5, n_words=1500, dim=16, signal_layers={K_LAYER: 2.0}, seed=0)
+
+
+@pytest.fixture(scope="module")
+def all_modes(planted):
+    cfg = ProbeConfig(**SMALL)
+    frames = [probe_arrays(planted.features, planted.sentence_offsets, planted.task, mode=m,
+                           seeds=(0, 1), config=cfg) for m in ("per_layer", "mix", "cumulative")]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _test_acc(df, mode):
+    d = df[(df["mode"] == mode) & (df.split == "test") & (df.metric == "accuracy")]
+    return d.groupby("layer")["value"].mean()
+
+
+def test_per_layer_peaks_at_planted_layer(all_modes):
+    acc = _test_acc(all_modes, "per_layer")
+    assert acc.idxmax() == K_LAYER
+    assert acc[K_LAYER] > 0.9
+    assert acc.drop(K_LAYER).max() < 0.45          # 4 labels: chance is 0.25
+
+
+def test_scalar_mix_weights_and_expected_layer(all_modes):
+    w = all_modes[all_modes.metric == "mix_weight"].groupby("layer")["value"].mean()
+    assert w.idxmax() == K_LAYER and w[K_LAYER] > 0.4
+    assert abs(expected_layer(w.values) - K_LAYER) < 0.5
+    assert _test_acc(all_modes, "mix")[-1] > 0.9
+
+
+def test_cumulative_expected_layer(all_modes):
+    acc = _test_acc(all_modes, "cumulative").sort_index()
+    assert acc[K_LAYER] - acc[K_LAYER - 1] > 0.5
+    assert abs(cumulative_expected_layer(acc.values) - K_LAYER) < 0.5
+
+
+def test_summary_table_and_intervals(all_modes, tmp_path):
+    table = summarise(all_modes)
+    row = table.iloc[0]
+    assert row.task == "planted" and row.best_layer == K_LAYER
+    assert abs(row.expected_layer_mix - K_LAYER) < 0.5
+    assert abs(row.expected_layer_cumulative - K_LAYER) < 0.5
+    assert row.mix_score > 0.9 and row.best_layer_score > 0.9
+    ci = confidence_intervals(all_modes[all_modes.metric == "accuracy"])
+    assert (ci["n"] == 2).all() and (ci["ci95"] >= 0).all()
+    out = write_probe_results(all_modes, tmp_path / "run", {"seed": [0, 1]})
+    assert (tmp_path / "run").exists() and out is not None
+
+
+def test_expected_layer_formulas():
+    assert expected_layer([0, 0, 1, 0]) == 2.0
+    assert expected_layer([1, 1]) == 0.5
+    # deltas 0.5 at l=1 and 0.5 at l=3 -> E = 2
+    assert cumulative_expected_layer([0.2, 0.7, 0.7, 1.2]) == pytest.approx(2.0)
+
+
+def test_two_span_task_needs_both_spans():
+    data = planted_task(n_layers=2, n_words=2500, dim=16, n_spans=2, n_labels=3,
+                        signal_layers={1: 3.0}, seed=1)
+    # every word carries its hidden label at layer 1, so both spans are visible there
+    offsets = data.sentence_offsets
+    df = probe_arrays(data.features, offsets, data.task, seeds=(0,),
+                      config=ProbeConfig(proj_dim=32, hidden_dim=64, max_epochs=40, patience=5))
+    acc = _test_acc(df, "per_layer")
+    assert acc[1] > 0.75 and acc[0] < 0.5
+
+
+def test_multi_word_spans_and_multilabel():
+    rng = np.random.default_rng(0)
+    n_sent, L, D = 200, 2, 8
+    lengths = np.full(n_sent, 6)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    feats = rng.normal(size=(L, offsets[-1], D)).astype(np.float32)
+    examples = []
+    for s in range(n_sent):
+        a, b = rng.integers(0, 2, size=2)          # two independent binary labels
+        labels = tuple(x for x, on in (("A", a), ("B", b)) if on) or ("none",)
+        # span words 1..4; the cue sits on one random word inside the span
+        cue = offsets[s] + 1 + rng.integers(0, 3)
+        feats[1, cue, 0] += 4 * (2 * a - 1)
+        feats[1, cue, 1] += 4 * (2 * b - 1)
+        examples.append(EdgeExample(s, (1, 4), None, labels))
+    task = EdgeTask("ml", examples, sorted({l for e in examples for l in e.labels}), "synthetic",
+                    multilabel=True)
+    tokens, mask = span_index(task, offsets)
+    assert tokens.shape == (n_sent, 1, 3) and mask.all()
+    df = probe_arrays(feats, offsets, task, seeds=(0,),
+                      config=ProbeConfig(proj_dim=16, hidden_dim=16, max_epochs=60, patience=8, lr=3e-3))
+    f1 = df[(df.split == "test") & (df.metric == "micro_f1")].set_index("layer")["value"]
+    assert f1[1] > 0.85 and f1[1] > f1[0] + 0.2
+
+
+def test_fixed_combination(planted):
+    # "sum of the planted layer and a noise layer" vs "noise layers only"
+    weights = np.zeros((2, 5), dtype=np.float32)
+    weights[0, [K_LAYER, 4]] = 1.0
+    weights[1, [0, 1]] = 1.0
+    df = probe_arrays(planted.features, planted.sentence_offsets, planted.task, mode="fixed",
+                      fixed_weights=weights, seeds=(0,), config=ProbeConfig(**SMALL))
+    acc = df[(df.split == "test") & (df.metric == "accuracy")]["value"].to_numpy()
+    assert acc[0] > 0.8 and acc[1] < 0.45
