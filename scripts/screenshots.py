@@ -87,8 +87,8 @@ def take_screenshots(results: Path, out: Path, pages: list[str] = PAGES, width: 
         for page in pages:
             target = out / f"{page.lower().replace(' ', '_')}.png"
             url = f"http://127.0.0.1:{port}/?page={urllib.parse.quote(page)}"
-            for _ in range(3):  # a first render can still be blank on a busy machine
-                _shoot(chromium, url, target, width, height, budget_ms)
+            for attempt in range(4):  # a render can still be running on a busy machine: wait longer
+                _shoot(chromium, url, target, width, height, budget_ms * (attempt + 1))
                 if not is_blank(target):
                     break
             shots.append(target)

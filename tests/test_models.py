@@ -85,3 +85,18 @@ def test_real_minilm_loads_offline():
     with torch.no_grad():
         out = lm.model(**enc, output_attentions=True)
     assert len(out.attentions) == 6 and out.attentions[0].shape[1] == 12
+
+
+def test_missing_weights_are_an_error_not_random_init(minilm_tokenizer, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    save_tiny(minilm_tokenizer, tmp_path / "partial")
+    weights = load_file(tmp_path / "partial" / "model.safetensors")
+    dropped = next(k for k in weights if "attention.self.query.weight" in k)
+    del weights[dropped]
+    save_file(weights, tmp_path / "partial" / "model.safetensors")
+    with pytest.raises(ModelError, match="weights missing for 1 parameters"):
+        load_model(tmp_path / "partial")
+    (tmp_path / "partial" / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ModelError, match="corrupt safetensors"):
+        load_model(tmp_path / "partial")

@@ -233,10 +233,22 @@ def load_model(
         kwargs["dtype"] = dtype
     if not mlm_head and config.model_type in _POOLER_TYPES and not any("pooler." in k for k in keys):
         kwargs["add_pooling_layer"] = False  # an MLM checkpoint has no pooler: don't add a random one
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the load report is checked below instead of printed
     try:
-        model = cls.from_pretrained(path, config=config, **kwargs)
+        model, info = cls.from_pretrained(path, config=config, output_loading_info=True, **kwargs)
     except Exception as exc:
         raise ModelError(f"{path}: cannot load weights: {exc}") from exc
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        raise ModelError(
+            f"{path}: weights missing for {len(missing)} parameters (e.g. {', '.join(missing[:3])}); "
+            "they would be randomly initialised"
+        )
     tok_kwargs: dict[str, Any] = {"use_fast": True, "trust_remote_code": False}
     if config.model_type in _PREFIX_SPACE_TYPES:
         tok_kwargs["add_prefix_space"] = True
