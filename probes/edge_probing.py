@@ -15,8 +15,11 @@ MLP probe: project token vectors ``D -> proj_dim`` (separately for span 1 and sp
 span (self-attentive: a learned score per token, softmax within the span, weighted sum; or mean),
 concatenate the spans, then Linear, tanh, LayerNorm, dropout, Linear. Linear probe: pool the raw
 token vectors the same way, concatenate, one linear layer (no projection, no hidden layer).
-Loss: softmax cross-entropy (single label) or sigmoid BCE (multi-label). Minibatch Adam with early
-stopping on dev loss, keeping each probe's best parameters.
+Loss: softmax cross-entropy (single label) or sigmoid BCE (multi-label), early stopping on dev
+loss, keeping each probe's best parameters. Linear probes whose pooled inputs are fixed (width-1
+spans, or mean pooling; per-layer or fixed mixing) train full-batch with L-BFGS on the
+L2-regularised logistic loss (scikit-learn's objective, ``C``), bfloat16 matmuls on CPUs with
+native bf16 units; everything else with minibatch Adam. Width-1 spans skip attention pooling.
 
 Input features: ``[L, n_words, D]`` (``FeatureStore.layers()``), words in corpus order, with
 ``sentence_offsets [n_sentences + 1]`` giving each sentence's first word.
@@ -64,12 +67,23 @@ class ProbeConfig:
     min_batches_per_epoch: int = 10   # tiny training sets (MDL's first blocks) pass several times
     standardize: bool = True      # z-score each layer's dimensions (so mix weights compare layers)
     device: str = "cpu"
+    solver: str = "auto"          # "auto" | "adam" | "lbfgs"; auto: full-batch L-BFGS for linear
+                                  # probes on fixed pooled features (width-1 or mean-pooled spans,
+                                  # per-layer or fixed mixing), minibatch Adam otherwise
+    C: float = 1.0                # L-BFGS: inverse L2 strength, as scikit-learn's LogisticRegression
+    lbfgs_steps: int = 5          # L-BFGS iterations per "epoch" (one dev check)
+    precision: str = "auto"       # L-BFGS matmuls: "float32" | "bfloat16" | "auto" (bfloat16 where
+                                  # the CPU has native bf16 matrix units, e.g. AMX)
 
     def __post_init__(self) -> None:
         if self.probe not in ("mlp", "linear"):
             raise TaskError(f"probe must be 'mlp' or 'linear', got {self.probe!r}")
         if self.pooling not in ("attention", "mean"):
             raise TaskError(f"pooling must be 'attention' or 'mean', got {self.pooling!r}")
+        if self.solver not in ("auto", "adam", "lbfgs"):
+            raise TaskError(f"solver must be 'auto', 'adam' or 'lbfgs', got {self.solver!r}")
+        if self.precision not in ("auto", "float32", "bfloat16"):
+            raise TaskError(f"precision must be 'auto', 'float32' or 'bfloat16', got {self.precision!r}")
 
 
 # --- span indexing ----------------------------------------------------------------------------
@@ -293,10 +307,181 @@ def predict_logits(model: JointProbes, data: _Features, idx: np.ndarray | torch.
     return torch.cat(outs, dim=1) if outs else torch.zeros(0)
 
 
+# --- full-batch L-BFGS for linear probes --------------------------------------------------------
+
+_BF16_FAST: bool | None = None
+
+
+def _bf16_fast() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices natively (AMX / AVX512-BF16 through oneDNN)."""
+    global _BF16_FAST
+    if _BF16_FAST is None:
+        try:
+            flags = open("/proc/cpuinfo").read()
+            _BF16_FAST = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and "amx_bf16" in flags
+        except Exception:
+            _BF16_FAST = False
+    return _BF16_FAST
+
+
+def _uses_lbfgs(config: ProbeConfig, learned_mix: bool, max_span: int) -> bool:
+    """Full-batch L-BFGS applies when the probe is linear and its pooled inputs are fixed."""
+    fixed_inputs = config.probe == "linear" and not learned_mix and (max_span == 1 or config.pooling == "mean")
+    if config.solver == "lbfgs" and not fixed_inputs:
+        raise TaskError("solver 'lbfgs' needs a linear probe on fixed inputs (width-1 or mean-pooled "
+                        "spans, per-layer or fixed mixing)")
+    return fixed_inputs and config.solver != "adam"
+
+
+def _pooled_inputs(data: _Features, mixing: np.ndarray, chunk: int = 4096) -> torch.Tensor:
+    """Pooled, mixed span features ``[P, n, S * D]`` of every example (mean pooling; mixing one-hot
+    ``[P, L]`` bool or fixed float weights)."""
+    mixing = np.asarray(mixing)
+    n, S, M = data.tokens.shape
+    device = data.feats.device
+    L = data.feats.shape[0]
+    if (data.cached is not None and M == 1 and mixing.dtype == bool and len(mixing) == L
+            and (mixing.argmax(1) == np.arange(L)).all()):
+        return data.cached.view(L, n, -1)                  # per-layer probes: no copy
+    parts = []
+    for start in range(0, n, chunk):
+        g, m = data(torch.arange(start, min(start + chunk, n), device=device))   # [L, B, S, M, D]
+        if g.shape[3] == 1:
+            pooled = g[:, :, :, 0]
+        else:
+            w = (m / m.sum(-1, keepdim=True)).to(g.dtype)
+            pooled = torch.einsum("bsm,lbsmd->lbsd", w, g)
+        if mixing.dtype == bool:
+            pooled = pooled[torch.as_tensor(mixing.argmax(1), device=device)]
+        else:
+            pooled = torch.einsum("pl,lbsd->pbsd", torch.as_tensor(mixing, device=device), pooled)
+        parts.append(pooled.reshape(pooled.shape[0], pooled.shape[1], -1))
+    return torch.cat(parts, dim=1)
+
+
+class _LinearObjective:
+    """Mean training loss + ``||W||^2 / (2 C n_train)`` of ``P`` linear probes, with gradients.
+
+    ``X [P, N, F]`` holds every example (float32 or bfloat16: then the two matmuls run in
+    bfloat16 with fp32 accumulation, the rest in float32); only the ``train`` rows enter the loss,
+    and each evaluation scores the ``dev`` rows on the way (no copies of ``X``). The sum over
+    probes is minimised, so gradients separate by probe. Loss: softmax cross-entropy, or sigmoid
+    BCE summed over labels (multi-label).
+    """
+
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, train: torch.Tensor, dev: torch.Tensor,
+                 multilabel: bool, C: float):
+        self.X, self.y, self.dev, self.multilabel = X, y, dev, multilabel
+        self.row_weight = torch.zeros(X.shape[1], device=X.device)
+        self.row_weight[train] = 1.0 / len(train)
+        self.alpha = 1.0 / (C * len(train)) if C > 0 and math.isfinite(C) else 0.0
+
+    def __call__(self, W: torch.Tensor, b: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Total training loss (scalar), ``dW [P, F, K]``, ``db [P, K]``, dev loss ``[P]``."""
+        X = self.X
+        logits = torch.bmm(X, W.to(X.dtype)).float().add_(b[:, None, :])        # [P, N, K]
+        if self.multilabel:
+            yy = self.y.expand_as(logits)
+            rows = F.binary_cross_entropy_with_logits(logits, yy, reduction="none").sum(-1)
+            G = torch.sigmoid(logits).sub_(yy)
+        else:
+            logp = torch.log_softmax(logits, -1)
+            idx = self.y.view(1, -1, 1).expand(logits.shape[0], -1, 1)
+            rows = -logp.gather(-1, idx).squeeze(-1)                               # [P, N]
+            G = logp.exp_()
+            G.scatter_add_(-1, idx, torch.full(idx.shape, -1.0, device=G.device))
+        loss = rows @ self.row_weight                                               # [P]
+        dev_loss = rows[:, self.dev].mean(1)
+        Gt = (G * self.row_weight[:, None]).transpose(1, 2).contiguous()           # [P, K, N]
+        dW = torch.bmm(Gt.to(X.dtype), X).float().transpose(1, 2)                 # [P, F, K]
+        dW = (dW + self.alpha * W if self.alpha else dW).contiguous()
+        if self.alpha:
+            loss = loss + 0.5 * self.alpha * (W * W).sum((1, 2))
+        return loss.sum(), dW, Gt.sum(-1), dev_loss
+
+
+class _Stop(Exception):
+    """Raised inside the L-BFGS closure to end a run early."""
+
+
+def _fit_lbfgs(data: _Features, yt: torch.Tensor, train: torch.Tensor, dev: torch.Tensor,
+               model: JointProbes, mixing: np.ndarray, config: ProbeConfig,
+               multilabel: bool) -> tuple[int, torch.Tensor]:
+    """Train the linear probes of ``model`` (``w2``, ``b2``) full-batch with L-BFGS (strong-Wolfe
+    line search) from zero weights.
+
+    Every function evaluation also scores each probe on dev; a probe keeps its best-dev
+    parameters and is done after ``patience`` evaluations without improvement (or at
+    convergence, or after ``max_epochs * lbfgs_steps`` iterations). Once at least half of the
+    running probes are done, L-BFGS restarts (warm) on the rest only, so finished layers stop
+    costing compute. Returns (function evaluations, best dev loss ``[P]``).
+    """
+    bf16 = config.precision == "bfloat16" or (config.precision == "auto" and _bf16_fast()
+                                               and data.feats.device.type == "cpu")
+    X = _pooled_inputs(data, mixing)                                    # [P, n, F]
+    if bf16:
+        X = X.to(torch.bfloat16)
+    P = model.w2.shape[0]
+    device = model.w2.device
+    W_all, b_all = torch.zeros_like(model.w2.detach()), torch.zeros_like(model.b2.detach())
+    best_W, best_b = W_all.clone(), b_all.clone()
+    best_loss = torch.full((P,), float("inf"), device=device)
+    stale = torch.zeros(P, dtype=torch.long, device=device)
+    done = torch.zeros(P, dtype=torch.bool, device=device)
+    evals, budget = 0, config.max_epochs * config.lbfgs_steps
+    while not bool(done.all()) and evals < budget:
+        active = torch.nonzero(~done).flatten()
+        everyone = len(active) == P
+        objective = _LinearObjective(X if everyone else X.index_select(0, active), yt, train, dev,
+                                     multilabel, config.C)
+        W = W_all[active].clone().requires_grad_(True)
+        b = b_all[active].clone().requires_grad_(True)
+        opt = torch.optim.LBFGS([W, b], lr=1, max_iter=budget - evals, max_eval=2 * (budget - evals),
+                                history_size=10, line_search_fn="strong_wolfe",
+                                tolerance_grad=1e-6, tolerance_change=1e-9)
+        # first step: -gradient with t = 1 (torch's default first step, 1 / |g|_1, is tiny here:
+        # standardised inputs make the logistic Hessian's scale about 1)
+        numel = W.numel() + b.numel()
+        opt.state[W].update(n_iter=1, d=torch.zeros(numel, device=device), t=0.0, old_dirs=[],
+                            old_stps=[], ro=[], H_diag=1.0, prev_flat_grad=torch.zeros(numel, device=device))
+
+        def closure() -> torch.Tensor:
+            nonlocal evals
+            with torch.no_grad():
+                loss, dW, db, dev_loss = objective(W, b)
+                improved = dev_loss < best_loss[active] - 1e-4
+                best_loss[active] = torch.where(improved, dev_loss, best_loss[active])
+                stale[active] = torch.where(improved, 0, stale[active] + 1)
+                best_W[active] = torch.where(improved[:, None, None], W, best_W[active])
+                best_b[active] = torch.where(improved[:, None], b, best_b[active])
+            evals += 1
+            if 2 * int((stale[active] >= config.patience).sum()) >= len(active):
+                raise _Stop
+            W.grad, b.grad = dW, db
+            return loss
+
+        try:
+            opt.step(closure)
+            done[active] = True                    # converged or out of budget
+        except _Stop:
+            done[active] |= stale[active] >= config.patience
+        with torch.no_grad():
+            W_all[active], b_all[active] = W.detach(), b.detach()
+    with torch.no_grad():
+        model.w2.copy_(best_W)
+        model.b2.copy_(best_b)
+    return evals, best_loss
+
+
 def fit_joint(data: _Features, y: np.ndarray, train_idx: np.ndarray, dev_idx: np.ndarray, *,
               n_labels: int, mixing: np.ndarray, learned_mix: bool, config: ProbeConfig,
               seed: int, multilabel: bool = False) -> JointFit:
-    """Train ``P = len(mixing)`` probes jointly with minibatch Adam, early stopping on dev loss.
+    """Train ``P = len(mixing)`` probes jointly, early stopping on dev loss.
+
+    Linear probes on fixed pooled inputs (width-1 or mean-pooled spans, per-layer or fixed mixing)
+    train full-batch with L-BFGS on the L2-regularised logistic loss (``config.solver``); all
+    others with minibatch Adam.
 
     ``y``: ``[n]`` int label ids, or ``[n, K]`` 0/1 for multi-label. Each probe keeps the
     parameters of its own best dev epoch; training stops once every probe has run out of patience.
@@ -306,15 +491,22 @@ def fit_joint(data: _Features, y: np.ndarray, train_idx: np.ndarray, dev_idx: np
     L, _, D = data.feats.shape
     P, S = len(mixing), data.tokens.shape[1]
     model = JointProbes(P, L, D, S, n_labels, mixing, learned_mix, config, seed).to(device)
+    yt = torch.as_tensor(y, device=device)
+    yt = yt.float() if multilabel else yt.long()
+    train = torch.as_tensor(train_idx, device=device)
+    dev = torch.as_tensor(dev_idx, device=device)
+    if _uses_lbfgs(config, learned_mix, data.tokens.shape[2]):
+        epoch, best_loss = _fit_lbfgs(data, yt, train, dev, model, mixing, config, multilabel)
+        model.eval()
+        weights = (np.eye(L, dtype=np.float32)[np.asarray(mixing).argmax(1)] if model.one_hot
+                   else np.asarray(mixing, dtype=np.float32))
+        return JointFit(model, weights, np.ones(P, dtype=np.float32), epoch, best_loss.cpu().numpy(),
+                        time.perf_counter() - t0)
     mix_params = [p for n, p in model.named_parameters() if n in ("mix_logits", "gamma")]
     other = [p for n, p in model.named_parameters() if n not in ("mix_logits", "gamma")]
     groups = [{"params": other}] + ([{"params": mix_params, "lr": config.mix_lr,
                                       "weight_decay": 0.0}] if mix_params else [])
     opt = torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay)
-    yt = torch.as_tensor(y, device=device)
-    yt = yt.float() if multilabel else yt.long()
-    train = torch.as_tensor(train_idx, device=device)
-    dev = torch.as_tensor(dev_idx, device=device)
     gen = torch.Generator().manual_seed(seed + 1)
     # keep the gathered batch around a few tens of MB
     per_example = (L + 2 * P) * S * data.tokens.shape[2] * max(D, config.proj_dim) * 4

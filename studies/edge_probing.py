@@ -29,8 +29,8 @@ DEFAULTS = {
     "span_pooling": "attention",
     "max_epochs": 40,
     "control": True,
-    "mdl": True,
-    "random_baseline": True,
+    "mdl_tasks": ["pos", "deps", "entities"],
+    "random_baseline_tasks": ["pos", "deps", "entities"],
     "seed": 0,
 }
 
@@ -58,17 +58,18 @@ def run(ctx) -> None:
         ctx.step("controls", lambda: df[df["metric"].isin(["selectivity"]) |
                                         ((df["metric"] == "accuracy") & (df["split"] == "test") & (df["mode"] == "per_layer"))]
                  .groupby(["task", "layer", "control", "metric"], as_index=False)["value"].mean())
-    if cfg["mdl"]:
+    if cfg["mdl_tasks"]:
         def mdl() -> pd.DataFrame:
             feats = store.layers()
             frames = [online_codelength(feats, store.sentence_offsets, build_task(corpus, t), seeds=seeds[:1],
                                         config=ProbeConfig(probe=cfg["probe"], pooling=cfg["span_pooling"],
                                                            max_epochs=cfg["max_epochs"]))
-                      for t in cfg["tasks"]]
+                      for t in cfg["mdl_tasks"]]
             out = pd.concat(frames, ignore_index=True)
             return out[out["metric"].isin(["online_bits", "uniform_bits", "compression"])].reset_index(drop=True)
         ctx.step("mdl", mdl)
-    if cfg["random_baseline"]:
+    if cfg["random_baseline_tasks"]:
         ctx.step("random_baseline", lambda: pd.concat(
-            [random_init_baseline(lm, corpus, t, seed=ctx.seed, seeds=seeds[:1], **settings) for t in cfg["tasks"]],
+            [random_init_baseline(lm, corpus, t, seed=ctx.seed, seeds=seeds[:1], **settings)
+             for t in cfg["random_baseline_tasks"]],
             ignore_index=True))
