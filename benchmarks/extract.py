@@ -61,6 +61,8 @@ def main() -> None:
         _, t_store = timed(extract, lm, corpus, root=root, progress=False)
     with tempfile.TemporaryDirectory() as root:
         _, t_hidden = timed(extract, lm, corpus, root=root, attentions=False, progress=False)
+    with tempfile.TemporaryDirectory() as root:
+        _, t_bf16 = timed(extract, lm, corpus, root=root, attentions=True, amp_dtype="bfloat16", progress=False)
 
     rate = matmul_flops_per_second()
     flops_word = forward_flops_per_token(lm.config, n_tokens / len(corpus)) * n_tokens / n_words
@@ -72,7 +74,9 @@ def main() -> None:
          "× naive": t_naive / t_store, "% roofline": 100 * n_words / t_store / roofline},
         {"method": "feature store (hidden only)", "seconds": t_hidden, "words/s": n_words / t_hidden,
          "× naive": t_naive / t_hidden, "% roofline": 100 * n_words / t_hidden / roofline},
-        {"method": "CPU roofline (forward FLOPs ÷ matmul rate)", "seconds": n_words / roofline,
+        {"method": "feature store (hidden + attention, bf16 autocast)", "seconds": t_bf16,
+         "words/s": n_words / t_bf16, "× naive": t_naive / t_bf16, "% roofline": 100 * n_words / t_bf16 / roofline},
+        {"method": "CPU roofline (float32 forward FLOPs ÷ matmul rate)", "seconds": n_words / roofline,
          "words/s": roofline, "× naive": roofline / (n_words / t_naive), "% roofline": 100.0},
     ]
     print_table(rows, f"extraction: {args.model}, {len(corpus)} sentences, {n_words} words, {n_tokens} tokens, "

@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         pooling: str = typer.Option("first", help="subword→word pooling: first, last or mean"),
         attentions: bool = typer.Option(True, help="also store word-level attention maps"),
         long_policy: str = typer.Option("error", help="sentences over the model's maximum: error or window"),
-        batch_tokens: int = typer.Option(4096, help="padded tokens per forward batch"),
+        batch_tokens: int = typer.Option(1024, help="padded tokens per forward batch"),
         device: Optional[str] = typer.Option(None, help="cpu or cuda (default: where the model is)"),
         root: Optional[Path] = typer.Option(None, help="store root (default $BERTOLOGY_HOME/stores)"),
     ) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -84,9 +84,9 @@ class Corpus:
         """sha256 of the sentences' content (words and annotation), independent of path and name."""
         h = hashlib.sha256()
         for s in self.sentences:
-            record = asdict(s)
-            record.pop("meta")
-            h.update(json.dumps(record, sort_keys=True, default=list).encode())
+            entities = None if s.entities is None else [(e.start, e.end, e.label) for e in s.entities]
+            record = [s.sent_id, s.words, s.upos, s.xpos, s.heads, s.deprels, entities, s.text]
+            h.update(json.dumps(record).encode())
             h.update(b"\n")
         return h.hexdigest()
 

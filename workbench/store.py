@@ -47,7 +47,7 @@ class ExtractionSettings:
     pooling: Pooling = "first"
     attentions: bool = True
     long_policy: LongPolicy = "error"
-    batch_tokens: int = 4096
+    batch_tokens: int = 1024
     shard_size: int = 256
     amp_dtype: str | None = None  # "bfloat16" on GPU; None = float32
     version: int = STORE_VERSION
@@ -165,8 +165,8 @@ class FeatureStore:
 
 # --------------------------------------------------------------------------- extraction
 
-def store_key(lm: LoadedModel, corpus: Corpus, settings: ExtractionSettings) -> str:
-    payload = json.dumps({"model": lm.fingerprint, "corpus": corpus.fingerprint, "settings": asdict(settings)},
+def store_key(lm: LoadedModel, corpus_fingerprint: str, settings: ExtractionSettings) -> str:
+    payload = json.dumps({"model": lm.fingerprint, "corpus": corpus_fingerprint, "settings": asdict(settings)},
                          sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
@@ -248,9 +248,10 @@ def _compute_shard(
     if att_out is not None:
         tensors["attention"] = att_out
         tensors["special"] = special_out
-    for name, t in tensors.items():
-        if t.is_floating_point() and not torch.isfinite(t).all():
-            raise StoreError(f"non-finite values in {name} for sentences {sentence_ids[:5]}…: the model produced NaN/inf")
+    # attention feeds every hidden state, so a NaN/inf there shows up in ``hidden`` too
+    if not torch.isfinite(hidden_out).all():
+        raise StoreError(f"non-finite values in hidden states for sentences {sentence_ids[:5]}…: "
+                         "the model produced NaN/inf")
     return tensors
 
 
@@ -261,7 +262,7 @@ def extract(
     pooling: Pooling = "first",
     attentions: bool = True,
     long_policy: LongPolicy = "error",
-    batch_tokens: int = 4096,
+    batch_tokens: int = 1024,
     shard_size: int = 256,
     amp_dtype: str | None = None,
     root: str | Path | None = None,
@@ -284,7 +285,8 @@ def extract(
     if attentions and getattr(lm.config, "_attn_implementation", "eager") != "eager":
         raise StoreError(f"{lm.name}: attention maps need attn_implementation='eager' (load_model(..., attentions=True))")
     root = Path(root) if root is not None else paths.stores_dir()
-    key = store_key(lm, corpus, settings)
+    corpus_fingerprint = corpus.fingerprint
+    key = store_key(lm, corpus_fingerprint, settings)
     path = root / key
     if (path / "manifest.json").is_file():
         return FeatureStore(path)
@@ -303,7 +305,7 @@ def extract(
                 )
     plan = _plan_shards(segments_per_sentence, shard_size)
     path.mkdir(parents=True, exist_ok=True)
-    plan_record = {"settings": asdict(settings), "model": lm.fingerprint, "corpus": corpus.fingerprint, "plan": plan}
+    plan_record = {"settings": asdict(settings), "model": lm.fingerprint, "corpus": corpus_fingerprint, "plan": plan}
     plan_file = path / "plan.json"
     if plan_file.is_file():
         try:
@@ -341,7 +343,7 @@ def extract(
     manifest = {
         "version": STORE_VERSION,
         "model": {"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint},
-        "corpus": {"name": corpus.name, "path": corpus.path, "fingerprint": corpus.fingerprint,
+        "corpus": {"name": corpus.name, "path": corpus.path, "fingerprint": corpus_fingerprint,
                    "sources": corpus.sources},
         "settings": asdict(settings),
         "n_layers": n_layers,
