@@ -13,8 +13,9 @@ from workbench.study import run_study, studies_dir
 
 DESCRIPTION = "Every analysis on the embedded default at small sizes (the README's main job)"
 DEFAULTS = {
-    "studies": ["head_types", "edge_probing", "feature_combinations", "contextuality", "alignment", "pruning",
-                "emergence"],
+    # emergence first: alignment compares MiniLM with the checkpoint it trains
+    "studies": ["head_types", "edge_probing", "feature_combinations", "contextuality", "pruning", "emergence",
+                "alignment"],
     "configs": "configs/quickstart",
     "seed": 0,
 }
