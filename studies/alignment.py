@@ -44,7 +44,7 @@ DEFAULTS = {
 
 def run(ctx) -> None:
     cfg = ctx.config
-    precision, moved, summaries = [], [], []
+    precision, moved = [], []
     if cfg["crosslingual"]:
         def cross() -> pd.DataFrame:
             tables = crosslingual_experiment(cfg["source"], cfg["target"], tuple(cfg["dictionary"]),

@@ -5,7 +5,6 @@ pointer to the dashboard."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pandas as pd
 

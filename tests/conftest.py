@@ -17,6 +17,17 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BERTOLOGY_RESULTS", str(home / "results"))
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Small probes run faster on one thread on a busy 2-core machine; restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def minilm_tokenizer():
     """The real MiniLM WordPiece tokenizer (fast), used with tiny random models."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
 from typer.testing import CliRunner
 
 from workbench.cli import app

@@ -1,6 +1,5 @@
 """Head gates, real pruning, importance and L0 gates on tiny in-process BERT models."""
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -8,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from heads_toy import MASK_ID, VOCAB, pair_batches, tiny_bert
+from heads_toy import MASK_ID, VOCAB, tiny_bert
 from probes.head_gates import (HeadGates, attention_blocks, gates_from_heads, load_pruned, prune_heads,
                                save_pruned, count_parameters)
 from probes.importance import (ablation_importance, importance_scores, mask_batches, mlm_loss, mean_loss,

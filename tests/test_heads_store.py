@@ -8,8 +8,7 @@ import transformers.models.bert.modeling_bert as modeling_bert
 from transformers import BertTokenizerFast
 
 from heads_toy import tiny_bert
-from probes.head_stats import head_statistics
-from probes.heads import analyse_store, classify_heads
+from probes.heads import analyse_store
 
 FORCED = (1, 2)
 WORDS = [f"w{i}" for i in range(30)]

@@ -13,15 +13,7 @@ from workbench.cli import app
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny probes run faster on one thread on a busy machine; restored afterwards."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

@@ -11,15 +11,7 @@ from probes.tasks import label_distribution
 
 SMALL = dict(proj_dim=32, hidden_dim=32, max_epochs=15, patience=3)
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Small probes run faster on one thread on a busy machine; restored afterwards."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

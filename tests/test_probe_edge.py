@@ -13,15 +13,7 @@ from probes.tasks import EdgeExample, EdgeTask
 SMALL = dict(proj_dim=32, hidden_dim=32, max_epochs=15, patience=3)
 K_LAYER = 2
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Small probes run faster on one thread on a busy machine; restored afterwards."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

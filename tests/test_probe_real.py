@@ -7,14 +7,7 @@ from probes.edge_probing import ProbeConfig, probe_arrays, summarise
 from probes.tasks import build_task
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.slow

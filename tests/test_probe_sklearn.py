@@ -4,7 +4,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
@@ -16,16 +15,9 @@ from probes.synthetic import planted_task
 FAST = dict(hidden_dim=16, proj_dim=16, max_epochs=8, patience=2)
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny tensors run faster on one thread on a busy machine; restore afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
-def test_params_clone_and_fit_returns_self(one_thread):
+def test_params_clone_and_fit_returns_self(one_torch_thread):
     est = EdgeProbe(probe="linear", lr=1e-2, **FAST)
     assert est.get_params()["probe"] == "linear"
     est.set_params(hidden_dim=8)
@@ -43,7 +35,7 @@ def test_params_clone_and_fit_returns_self(one_thread):
     assert clone(est).fit(X0, y).score(X0, y) < 0.6    # noise layer
 
 
-def test_grid_search_and_pipeline(one_thread):
+def test_grid_search_and_pipeline(one_torch_thread):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 5)).astype(np.float32)
     y = np.where(X[:, 0] + X[:, 1] > 0, "pos", "neg")
@@ -55,7 +47,7 @@ def test_grid_search_and_pipeline(one_thread):
 
 
 @pytest.mark.slow
-def test_sklearn_estimator_checks(one_thread):
+def test_sklearn_estimator_checks(one_torch_thread):
     from sklearn.utils.estimator_checks import check_estimator
 
     with warnings.catch_warnings():

@@ -6,7 +6,6 @@ embeddings) into one matrix ``[n_words, dim']`` ready for a probe.
 
 from __future__ import annotations
 
-from typing import Callable
 
 import numpy as np
 
