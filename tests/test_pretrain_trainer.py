@@ -159,6 +159,15 @@ def test_resume_refuses_a_changed_config(corpus_and_tokenizer, tmp_path):
         run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_steps=2, learning_rate=0.1))
 
 
+def test_corrupt_checkpoint_is_a_clear_error(corpus_and_tokenizer, tmp_path):
+    run = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="bad", max_steps=6, save_every=3,
+                               keep_steps=[]), _stop_after=4)
+    (run / "checkpoint-3" / "model.safetensors").write_bytes(b"truncated")
+    with pytest.raises(CheckpointError, match=r"checkpoint-3/model.safetensors: corrupt checkpoint weights"):
+        run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="bad", max_steps=6, save_every=3,
+                             keep_steps=[]))
+
+
 @pytest.mark.slow
 def test_two_process_gloo_ddp(corpus_and_tokenizer, tmp_path):
     import yaml

@@ -695,8 +695,12 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, _stop_after:
     metrics = _Metrics(run_dir / "metrics.jsonl", rt.is_main)
     if resume_from is not None:
         from safetensors.torch import load_file
-        missing, unexpected = model.load_state_dict(
-            load_file(str(resume_from / "model.safetensors"), device=str(rt.device)), strict=False)
+        try:
+            weights = load_file(str(resume_from / "model.safetensors"), device=str(rt.device))
+        except Exception as exc:
+            raise CheckpointError(f"{resume_from / 'model.safetensors'}: corrupt checkpoint weights ({exc}); "
+                                  "delete this checkpoint folder to resume from the one before") from exc
+        missing, unexpected = model.load_state_dict(weights, strict=False)
         if unexpected or any(not k.startswith("cls.predictions.decoder.") for k in missing):  # tied to embeddings
             raise CheckpointError(f"{resume_from}: weights do not match the config "
                                   f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
