@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from workbench.results import ResultError, read_extra, read_manifest, read_table  # noqa: E402
+from workbench.results import ResultError, mean_ci, read_extra, read_manifest, read_table  # noqa: E402
 
 PAGES = ["Runs", "Probing", "Feature combinations", "Heads", "Pruning", "Embeddings", "Alignment",
          "Pretraining", "Compare runs"]
@@ -86,15 +86,6 @@ def need(df: pd.DataFrame | None, columns: list[str], what: str) -> bool:
     return True
 
 
-def mean_ci(df: pd.DataFrame, by: list[str], value: str = "value") -> pd.DataFrame:
-    """Mean and 95% normal interval over seeds of already-measured scores (display only)."""
-    g = df.groupby(by)[value]
-    out = g.agg(["mean", "std", "count"]).reset_index()
-    out["std"] = out["std"].fillna(0.0)
-    out["ci"] = 1.96 * out["std"] / out["count"].clip(lower=1) ** 0.5
-    return out
-
-
 def line_with_band(df: pd.DataFrame, x: str, color: str, title: str, y_title: str) -> go.Figure:
     fig = go.Figure()
     palette = px.colors.qualitative.Plotly
@@ -102,7 +93,7 @@ def line_with_band(df: pd.DataFrame, x: str, color: str, title: str, y_title: st
         part = part.sort_values(x)
         c = palette[k % len(palette)]
         fig.add_trace(go.Scatter(x=list(part[x]) + list(part[x])[::-1],
-                                 y=list(part["mean"] + part["ci"]) + list(part["mean"] - part["ci"])[::-1],
+                                 y=list(part["mean"] + part["ci95"]) + list(part["mean"] - part["ci95"])[::-1],
                                  fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0),
                                  hoverinfo="skip", showlegend=False))
         fig.add_trace(go.Scatter(x=part[x], y=part["mean"], mode="lines+markers", name=str(name),
@@ -179,7 +170,7 @@ def page_combinations() -> None:
     if need(df, ["combination", "task", "metric", "value"], "combinations"):
         metric = st.selectbox("metric", sorted(df["metric"].unique()))
         part = mean_ci(df[df["metric"] == metric], ["task", "combination"])
-        fig = px.bar(part, x="combination", y="mean", error_y="ci", color="task", barmode="group",
+        fig = px.bar(part, x="combination", y="mean", error_y="ci95", color="task", barmode="group",
                      title=f"{metric} by feature combination")
         st.plotly_chart(fig, width="stretch")
         st.dataframe(part, width="stretch")

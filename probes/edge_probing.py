@@ -730,12 +730,9 @@ def cumulative_expected_layer(scores: Sequence[float], layers: Sequence[int] | N
 def confidence_intervals(df: pd.DataFrame) -> pd.DataFrame:
     """Mean over seeds with a 95% normal interval: columns ``[...keys], mean, sd, n, ci95``
     (``ci95 = 1.96 * sd / sqrt(n)``), keys = every column except ``seed`` and ``value``."""
-    keys = [c for c in df.columns if c not in ("seed", "value")]
-    g = df.groupby(keys, dropna=False)["value"]
-    out = g.agg(mean="mean", sd="std", n="count").reset_index()
-    out["sd"] = out["sd"].fillna(0.0)
-    out["ci95"] = 1.96 * out["sd"] / np.sqrt(out["n"])
-    return out
+    from workbench.results import mean_ci
+
+    return mean_ci(df, [c for c in df.columns if c not in ("seed", "value")])
 
 
 def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test") -> pd.DataFrame:

@@ -46,6 +46,15 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
         return None
 
 
+def mean_ci(df: pd.DataFrame, by: list[str], value: str = "value") -> pd.DataFrame:
+    """Mean over seeds with a 95% normal interval, per group ``by``: columns ``[*by], mean, sd, n,
+    ci95`` with ``ci95 = 1.96 * sd / sqrt(n)`` (``sd`` of a single seed is 0)."""
+    out = df.groupby(by, dropna=False)[value].agg(mean="mean", sd="std", n="count").reset_index()
+    out["sd"] = out["sd"].fillna(0.0)
+    out["ci95"] = 1.96 * out["sd"] / out["n"].clip(lower=1) ** 0.5
+    return out
+
+
 def write_table(run_dir: str | Path, name: str, df: pd.DataFrame) -> Path:
     path = Path(run_dir) / f"{name}.parquet"
     with atomic.atomic_path(path) as tmp:
