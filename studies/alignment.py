@@ -46,19 +46,17 @@ def run(ctx) -> None:
     cfg = ctx.config
     precision, moved = [], []
     if cfg["crosslingual"]:
-        def cross() -> pd.DataFrame:
+        def cross() -> dict[str, pd.DataFrame]:
             tables = crosslingual_experiment(cfg["source"], cfg["target"], tuple(cfg["dictionary"]),
                                              methods=cfg["methods"], n_train=cfg["n_train"],
                                              n_test_sources=cfg["n_test_sources"], vocab_cutoff=cfg["vocab_cutoff"],
-                                             max_iter=cfg["max_iter"],
-                                             seed=ctx.seed)
-            ctx.tables["translations"] = tables["translations"]
-            from workbench.results import write_table
-
-            for name in ("translations", "history", "dictionary"):
-                write_table(ctx.run_dir, name, tables[name].assign(experiment=f"{cfg['source']}→{cfg['target']}"))
-            return tables["precision"].assign(experiment=f"{cfg['source']}→{cfg['target']}")
-        precision.append(ctx.step("precision_crosslingual", cross))
+                                             max_iter=cfg["max_iter"], seed=ctx.seed)
+            experiment = f"{cfg['source']}→{cfg['target']}"
+            return {"precision_crosslingual": tables["precision"].assign(experiment=experiment),
+                    **{name: tables[name].assign(experiment=experiment)
+                       for name in ("translations", "history", "dictionary")}}
+        made = ctx.steps(["precision_crosslingual", "translations", "history", "dictionary"], cross)
+        precision.append(made["precision_crosslingual"])
 
     _, corpus, store = model_corpus_store(ctx)
     words = [w.lower() for w in corpus.flat_words()]

@@ -46,7 +46,7 @@ def run(ctx) -> None:
 
     ctx.step("training_metrics", lambda: read_metrics(run_dir))
 
-    def per_checkpoint() -> tuple[pd.DataFrame, pd.DataFrame]:
+    def per_checkpoint() -> dict[str, pd.DataFrame]:
         types, scores = [], []
         for step, name in checkpoints:
             ctx.log(f"    checkpoint {name}")
@@ -58,15 +58,8 @@ def run(ctx) -> None:
                                   max_epochs=cfg["max_epochs"])
                 df = df[(df["metric"] == "accuracy") & (df["split"] == "test")]
                 scores.append(df.assign(step=step, model=name))
-        return pd.concat(types, ignore_index=True), pd.concat(scores, ignore_index=True)
+        return {"head_types_by_step": pd.concat(types, ignore_index=True),
+                "probe_scores": pd.concat(scores, ignore_index=True)}
 
-    cache: dict[str, pd.DataFrame] = {}
-
-    def get(name: str) -> pd.DataFrame:
-        if not cache:
-            cache["head_types"], cache["probe_scores"] = per_checkpoint()
-        return cache[name]
-
-    types = ctx.step("head_types_by_step", lambda: get("head_types"))
-    ctx.step("probe_scores", lambda: get("probe_scores"))
+    types = ctx.steps(["head_types_by_step", "probe_scores"], per_checkpoint)["head_types_by_step"]
     ctx.step("head_counts", lambda: types.groupby(["step", "type"]).size().rename("count").reset_index())

@@ -20,6 +20,10 @@ def run(ctx):
         CALLS.append(1)
         return pd.DataFrame({"i": range(ctx.config["n"]), "seed": ctx.seed})
     ctx.step("numbers", compute)
+    def pair():
+        CALLS.append(2)
+        return {"a": pd.DataFrame({"x": [1]}), "b": pd.DataFrame({"y": [2, 3]})}
+    ctx.steps(["a", "b"], pair)
     ctx.extra("plot", lambda: {"x": [1, 2]})
     ctx.record(model={"name": "none"})
 '''
@@ -45,12 +49,14 @@ def test_run_study_writes_manifest_and_resumes(tmp_path, monkeypatch):
     run_dir = run_study("toy", config_file=tmp_path / "c.yaml", results_root=tmp_path / "res", log=lambda m: None)
     manifest = read_manifest(run_dir)
     assert manifest["config"]["n"] == 5 and manifest["seed"] == 0 and "packages" in manifest
-    assert manifest["tables"] == ["numbers"] and manifest["model"] == {"name": "none"}
+    assert manifest["tables"] == ["a", "b", "numbers"] and manifest["model"] == {"name": "none"}
+    assert len(read_table(run_dir, "b")) == 2
     assert len(read_table(run_dir, "numbers")) == 5
     # an interrupted run (no manifest) resumes from the saved step
     (run_dir / "manifest.json").unlink()
     again = run_study("toy", config_file=tmp_path / "c.yaml", results_root=tmp_path / "res", log=lambda m: None)
     assert again == run_dir and (run_dir / "manifest.json").is_file()
+    assert read_manifest(again)["tables"] == ["a", "b", "numbers"]  # reused steps are still listed
     pd.testing.assert_frame_equal(read_table(again, "numbers"), read_table(run_dir, "numbers"))
     (tmp_path / "bad.yaml").write_text("rate: [1\n")
     with pytest.raises(ConfigError, match="invalid YAML"):

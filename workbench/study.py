@@ -118,6 +118,21 @@ class StudyContext:
         self.tables[name] = df
         return df
 
+    def steps(self, names: list[str], compute: Callable[[], dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+        """A resumable step that makes several tables at once: ``compute`` runs only if one is missing."""
+        if all((self.run_dir / f"{name}.parquet").is_file() for name in names):
+            return {name: self.step(name, lambda: pd.DataFrame()) for name in names}
+        started = time.perf_counter()
+        made = compute()
+        missing = [name for name in names if name not in made]
+        if missing:
+            raise WorkbenchError(f"study {self.name}: step produced no table {missing}")
+        for name in names:
+            results.write_table(self.run_dir, name, made[name])
+            self.tables[name] = made[name]
+        self.log(f"  {', '.join(names)}: {time.perf_counter() - started:.1f}s")
+        return {name: made[name] for name in names}
+
     def extra(self, name: str, compute: Callable[[], Any]) -> Any:
         """A resumable JSON artefact (plot-ready data)."""
         path = self.run_dir / f"{name}.json"
