@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from typing import Optional
 
@@ -44,7 +43,8 @@ def run_prune(model: str, corpus: str, method: str = "importance", limit: Option
     """Pruning curve (importance / random / type) or L0 gates, plus real-removal measurement."""
     from probes.heads import analyse_store
     from probes.importance import importance_scores
-    from probes.pruning import heads_dict, measure_pruning, pos_task, pruning_curve, train_l0_gates
+    from probes.pruning import (heads_dict, heads_pruned_at, measure_pruning, pos_task, pruning_curve,
+                                train_l0_gates)
     from workbench.corpus import load_corpus
     from workbench.models import load_model
     from workbench.store import extract
@@ -65,8 +65,7 @@ def run_prune(model: str, corpus: str, method: str = "importance", limit: Option
                               seeds=[seed, seed + 1, seed + 2] if method == "random" else [seed],
                               head_types=head_types, max_share=0.9)
         tables["pruning_curve"] = curve
-        half = curve.iloc[(curve["share_pruned"] - 0.5).abs().argmin()]
-        removed = [tuple(p) for p in ast.literal_eval(half["pruned"])]
+        _, removed = heads_pruned_at(curve, 0.5)
     if removed:
         import pandas as pd
 

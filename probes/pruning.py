@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import copy
 import math
 import time
@@ -85,6 +87,13 @@ def pruning_curve(model: nn.Module, metric_fn: MetricFn, *, method: str = "impor
             rows.append({"method": method, "seed": seed, "n_pruned": count, "share_pruned": count / total,
                          "metric": float(metric_fn(model, gates.clone())), "pruned": str(sorted(pruned))})
     return pd.DataFrame(rows)
+
+
+def heads_pruned_at(curve: pd.DataFrame, share: float, share_column: str = "share_pruned") -> tuple[pd.Series, list[tuple[int, int]]]:
+    """The curve row nearest ``share`` of heads removed and its ``(layer, head)`` list (the ``pruned``
+    column is stored as a string so the table stays plain parquet)."""
+    row = curve.iloc[(curve[share_column] - share).abs().argmin()]
+    return row, [(int(l), int(h)) for l, h in ast.literal_eval(row["pruned"])]
 
 
 def heads_dict(pairs: Sequence[tuple[int, int]]) -> dict[int, list[int]]:

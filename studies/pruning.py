@@ -6,7 +6,6 @@ frozen encoder (the shipped MiniLM has no MLM head)."""
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
@@ -17,7 +16,8 @@ from _shared import model_corpus_store  # noqa: E402
 
 from probes.heads import analyse_store  # noqa: E402
 from probes.importance import importance_scores  # noqa: E402
-from probes.pruning import heads_dict, measure_pruning, pos_task, pruning_curve, train_l0_gates  # noqa: E402
+from probes.pruning import (heads_dict, heads_pruned_at, measure_pruning, pos_task, pruning_curve,  # noqa: E402
+                            train_l0_gates)
 
 DESCRIPTION = "Head importance (Michel 2019), pruning curves by importance / random / type, real removal, L0 gates"
 DEFAULTS = {
@@ -64,8 +64,7 @@ def run(ctx) -> None:
         for share in (0.3, 0.5):
             if imp.empty:
                 break
-            row = imp.iloc[(imp["share_removed"] - share).abs().argmin()]
-            removed = [tuple(p) for p in ast.literal_eval(row["pruned"])]
+            row, removed = heads_pruned_at(imp, share, share_column="share_removed")
             if removed:
                 report = measure_pruning(lm.model, heads_dict(removed), evals)
                 rows.append({"share_removed": float(row["share_removed"]), "metric_value": float(row["value"]),
