@@ -59,7 +59,8 @@ def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     out = []
     for p in run_dir.iterdir():
         m = _CKPT.match(p.name)
-        if m and p.is_dir() and (p / "config.json").is_file() and (p / "model.safetensors").is_file():
+        weights = (p / "model.safetensors").is_file() or (p / "model.safetensors.index.json").is_file()
+        if m and p.is_dir() and (p / "config.json").is_file() and weights:
             out.append((int(m.group(1)), p))
     return sorted(out)
 

@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,26 +77,16 @@ def embedded_models() -> dict[str, dict[str, Any]]:
     return out
 
 
-def _checkpoint_step(path: Path) -> int | None:
-    m = re.fullmatch(r"checkpoint-(\d+)", path.name)
-    return int(m.group(1)) if m else None
-
-
 def trained_checkpoints(root: Path | None = None) -> dict[str, Path]:
     """``{"<run>@<step>": dir}`` for every complete checkpoint (config + safetensors) of the project's runs."""
+    from workbench.checkpoints import list_checkpoints
+
     root = root or paths.models_dir()
-    found: dict[str, Path] = {}
     if not root.is_dir():
-        return found
-    for run in sorted(p for p in root.iterdir() if p.is_dir()):
-        steps = []
-        for ckpt in run.iterdir():
-            step = _checkpoint_step(ckpt)
-            if step is not None and (ckpt / "config.json").is_file() and _weight_files(ckpt):
-                steps.append((step, ckpt))
-        for step, ckpt in sorted(steps):
-            found[f"{run.name}@{step}"] = ckpt
-    return found
+        return {}
+    return {f"{run.name}@{step}": ckpt
+            for run in sorted(p for p in root.iterdir() if p.is_dir())
+            for step, ckpt in list_checkpoints(run)}
 
 
 def list_models() -> pd.DataFrame:
