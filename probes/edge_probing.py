@@ -265,6 +265,7 @@ class _Features:
         else:
             self.mean = self.scale = None
         self.cached: torch.Tensor | None = None
+        self.cached_lowp: torch.Tensor | None = None    # bfloat16 copy for the L-BFGS probes, made once
         L, D = self.feats.shape[0], self.feats.shape[2]
         if L * self.tokens.numel() * D * 4 <= cache_bytes:
             # gather + standardise every example once; batches are then one index_select
@@ -359,46 +360,68 @@ def _pooled_inputs(data: _Features, mixing: np.ndarray, chunk: int = 4096) -> to
     return torch.cat(parts, dim=1)
 
 
+def _fit_inputs(data: _Features, mixing: np.ndarray, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[P, len(rows), F]`` pooled inputs of the examples ``rows`` in ``dtype``.
+
+    The per-layer case reads a ``dtype`` copy of the cached features kept on ``data`` (made once,
+    reused across seeds and control tasks), so each fit only gathers its rows.
+    """
+    X = _pooled_inputs(data, mixing)
+    if X.dtype != dtype and data.cached is not None and X.data_ptr() == data.cached.data_ptr():
+        if data.cached_lowp is None or data.cached_lowp.dtype != dtype:
+            data.cached_lowp = X.to(dtype)
+        X = data.cached_lowp
+    return X.index_select(1, rows).to(dtype)
+
+
 class _LinearObjective:
     """Mean training loss + ``||W||^2 / (2 C n_train)`` of ``P`` linear probes, with gradients.
 
-    ``X [P, N, F]`` holds every example (float32 or bfloat16: then the two matmuls run in
-    bfloat16 with fp32 accumulation, the rest in float32); only the ``train`` rows enter the loss,
-    and each evaluation scores the ``dev`` rows on the way (no copies of ``X``). The sum over
-    probes is minimised, so gradients separate by probe. Loss: softmax cross-entropy, or sigmoid
-    BCE summed over labels (multi-label).
+    ``X [P, N, F]`` holds the training rows followed by the dev rows (float32, or bfloat16: the
+    two matmuls then run in bfloat16 with fp32 accumulation, the rest in float32); each
+    evaluation scores the dev rows on the way. Weights are kept transposed, ``Wt [P, K, F]``, so
+    that the softmax runs along a short leading axis and its gradient ``G [P, K, N]`` multiplies
+    ``X`` without a transpose. The sum over probes is minimised, so gradients separate by probe.
+    Loss: softmax cross-entropy, or sigmoid BCE summed over labels (multi-label, ``y [N, K]``).
     """
 
-    def __init__(self, X: torch.Tensor, y: torch.Tensor, train: torch.Tensor, dev: torch.Tensor,
-                 multilabel: bool, C: float):
-        self.X, self.y, self.dev, self.multilabel = X, y, dev, multilabel
-        self.row_weight = torch.zeros(X.shape[1], device=X.device)
-        self.row_weight[train] = 1.0 / len(train)
-        self.alpha = 1.0 / (C * len(train)) if C > 0 and math.isfinite(C) else 0.0
-
-    def __call__(self, W: torch.Tensor, b: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Total training loss (scalar), ``dW [P, F, K]``, ``db [P, K]``, dev loss ``[P]``."""
-        X = self.X
-        logits = torch.bmm(X, W.to(X.dtype)).float().add_(b[:, None, :])        # [P, N, K]
-        if self.multilabel:
-            yy = self.y.expand_as(logits)
-            rows = F.binary_cross_entropy_with_logits(logits, yy, reduction="none").sum(-1)
-            G = torch.sigmoid(logits).sub_(yy)
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, n_train: int, multilabel: bool, C: float):
+        self.X, self.n, self.multilabel = X, n_train, multilabel
+        P, N, _ = X.shape
+        if multilabel:
+            self.yT = y.t().contiguous()[None]                                       # [1, K, N]
         else:
-            logp = torch.log_softmax(logits, -1)
-            idx = self.y.view(1, -1, 1).expand(logits.shape[0], -1, 1)
-            rows = -logp.gather(-1, idx).squeeze(-1)                               # [P, N]
-            G = logp.exp_()
-            G.scatter_add_(-1, idx, torch.full(idx.shape, -1.0, device=G.device))
-        loss = rows @ self.row_weight                                               # [P]
-        dev_loss = rows[:, self.dev].mean(1)
-        Gt = (G * self.row_weight[:, None]).transpose(1, 2).contiguous()           # [P, K, N]
-        dW = torch.bmm(Gt.to(X.dtype), X).float().transpose(1, 2)                 # [P, F, K]
-        dW = (dW + self.alpha * W if self.alpha else dW).contiguous()
+            self.idx = y.view(1, 1, N).expand(P, 1, N)
+            self.minus_one = torch.full((P, 1, N), -1.0, device=X.device)
+        self.alpha = 1.0 / (C * n_train) if C > 0 and math.isfinite(C) else 0.0
+
+    def __call__(self, Wt: torch.Tensor, b: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Total training loss (scalar), ``dWt [P, K, F]``, ``db [P, K]``, dev loss ``[P]``."""
+        X, n = self.X, self.n
+        P, N, _ = X.shape
+        logits = torch.bmm(X, Wt.to(X.dtype).transpose(1, 2))                         # [P, N, K]
+        z = torch.empty(P, Wt.shape[1], N, device=X.device).copy_(logits.transpose(1, 2))
+        z.add_(b[:, :, None])                                                           # [P, K, N]
+        if self.multilabel:
+            yT = self.yT.expand_as(z)
+            rows = F.binary_cross_entropy_with_logits(z, yT, reduction="none").sum(1)
+            G = torch.sigmoid(z).sub_(yT)
+        else:
+            z.sub_(z.amax(1, keepdim=True))
+            G = z.exp()
+            total = G.sum(1, keepdim=True)
+            rows = (total.log() - z.gather(1, self.idx)).squeeze(1)                    # [P, N]
+            G.div_(total).scatter_add_(1, self.idx, self.minus_one)
+        loss = rows[:, :n].sum(1) / n
+        dev_loss = rows[:, n:].mean(1)
+        G[:, :, n:] = 0.0          # dev rows: scored, not trained on (a row slice of X is slow)
+        dWt = torch.bmm(G.to(X.dtype), X).float().div_(n)                              # [P, K, F]
+        db = G.sum(-1).div_(n)
         if self.alpha:
-            loss = loss + 0.5 * self.alpha * (W * W).sum((1, 2))
-        return loss.sum(), dW, Gt.sum(-1), dev_loss
+            dWt.add_(Wt, alpha=self.alpha)
+            loss = loss + 0.5 * self.alpha * (Wt * Wt).sum((1, 2))
+        return loss.sum(), dWt, db, dev_loss
 
 
 class _Stop(Exception):
@@ -419,13 +442,14 @@ def _fit_lbfgs(data: _Features, yt: torch.Tensor, train: torch.Tensor, dev: torc
     """
     bf16 = config.precision == "bfloat16" or (config.precision == "auto" and _bf16_fast()
                                                and data.feats.device.type == "cpu")
-    X = _pooled_inputs(data, mixing)                                    # [P, n, F]
-    if bf16:
-        X = X.to(torch.bfloat16)
+    rows = torch.cat([train, dev])
+    X = _fit_inputs(data, mixing, rows, torch.bfloat16 if bf16 else torch.float32)   # [P, n, F]
+    y = yt[rows]
     P = model.w2.shape[0]
     device = model.w2.device
-    W_all, b_all = torch.zeros_like(model.w2.detach()), torch.zeros_like(model.b2.detach())
-    best_W, best_b = W_all.clone(), b_all.clone()
+    Wt_all = torch.zeros_like(model.w2.detach().transpose(1, 2).contiguous())     # [P, K, F]
+    b_all = torch.zeros_like(model.b2.detach())
+    best_W, best_b = Wt_all.clone(), b_all.clone()
     best_loss = torch.full((P,), float("inf"), device=device)
     stale = torch.zeros(P, dtype=torch.long, device=device)
     done = torch.zeros(P, dtype=torch.bool, device=device)
@@ -433,9 +457,9 @@ def _fit_lbfgs(data: _Features, yt: torch.Tensor, train: torch.Tensor, dev: torc
     while not bool(done.all()) and evals < budget:
         active = torch.nonzero(~done).flatten()
         everyone = len(active) == P
-        objective = _LinearObjective(X if everyone else X.index_select(0, active), yt, train, dev,
+        objective = _LinearObjective(X if everyone else X.index_select(0, active), y, len(train),
                                      multilabel, config.C)
-        W = W_all[active].clone().requires_grad_(True)
+        W = Wt_all[active].clone().requires_grad_(True)
         b = b_all[active].clone().requires_grad_(True)
         opt = torch.optim.LBFGS([W, b], lr=1, max_iter=budget - evals, max_eval=2 * (budget - evals),
                                 history_size=10, line_search_fn="strong_wolfe",
@@ -467,9 +491,9 @@ def _fit_lbfgs(data: _Features, yt: torch.Tensor, train: torch.Tensor, dev: torc
         except _Stop:
             done[active] |= stale[active] >= config.patience
         with torch.no_grad():
-            W_all[active], b_all[active] = W.detach(), b.detach()
+            Wt_all[active], b_all[active] = W.detach(), b.detach()
     with torch.no_grad():
-        model.w2.copy_(best_W)
+        model.w2.copy_(best_W.transpose(1, 2))
         model.b2.copy_(best_b)
     return evals, best_loss
 

@@ -67,3 +67,33 @@ def test_solver_choice_and_validation(planted):
         fit_joint(data, planted.task.label_ids(), split["train"], split["dev"], n_labels=4,
                   mixing=np.eye(3, dtype=bool), learned_mix=False,
                   config=ProbeConfig(probe="mlp", solver="lbfgs"), seed=0)
+
+
+@pytest.mark.parametrize("multilabel", [False, True])
+def test_linear_objective_matches_autograd(multilabel):
+    """The hand-written loss and gradients (transposed weights, dev rows scored but not trained
+    on) equal autograd on the textbook formulation."""
+    from probes.edge_probing import _LinearObjective
+
+    gen = torch.Generator().manual_seed(0)
+    P, n_train, n_dev, F_, K, C = 3, 40, 9, 6, 5, 2.0
+    X = torch.randn(P, n_train + n_dev, F_, generator=gen)
+    y = (torch.rand(n_train + n_dev, K, generator=gen) < 0.3).float() if multilabel else \
+        torch.randint(0, K, (n_train + n_dev,), generator=gen)
+    Wt = torch.randn(P, K, F_, generator=gen, requires_grad=True)
+    b = torch.randn(P, K, generator=gen, requires_grad=True)
+    loss, dWt, db, dev_loss = _LinearObjective(X, y, n_train, multilabel, C)(Wt.detach(), b.detach())
+
+    logits = torch.einsum("pnf,pkf->pnk", X, Wt) + b[:, None]
+    if multilabel:
+        rows = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, y.expand_as(logits), reduction="none").sum(-1)
+    else:
+        rows = -torch.log_softmax(logits, -1).gather(-1, y.view(1, -1, 1).expand(P, -1, 1))[..., 0]
+    alpha = 1.0 / (C * n_train)
+    ref = (rows[:, :n_train].mean(1) + 0.5 * alpha * (Wt * Wt).sum((1, 2))).sum()
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-5)
+    torch.testing.assert_close(dWt, Wt.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(db, b.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(dev_loss, rows[:, n_train:].mean(1).detach(), rtol=1e-5, atol=1e-6)
