@@ -18,9 +18,9 @@ def timed(fn: Callable, *args, repeat: int = 1, **kwargs):
     return out, best
 
 
-def matmul_flops_per_second(n: int = 1024, repeat: int = 5) -> float:
-    """Measured float32 GEMM rate of this machine (FLOP/s) with torch's threads."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_flops_per_second(n: int = 1024, repeat: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """Measured GEMM rate of this machine (FLOP/s) with torch's threads, in ``dtype``."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     torch.mm(a, b)
     t0 = time.perf_counter()
     for _ in range(repeat):

@@ -39,3 +39,12 @@ def test_annotate_writes_silver_conllu(tmp_path):
     assert result.exit_code == 0, result.output
     assert "silver" in result.output and out.read_text().count("# sent_id") == 2
     assert "silver" in (tmp_path / "out.meta.json").read_text()
+
+
+def test_extract_refuses_an_unknown_storage_dtype():
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "extract", "--storage", "int8", "--limit", "2"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "storage must be 'float32' or 'float16'" in proc.stderr and "Traceback" not in proc.stderr
+    help_text = runner.invoke(app, ["extract", "--help"]).output
+    assert "--amp" in help_text and "--storage" in help_text

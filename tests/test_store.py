@@ -11,6 +11,7 @@ from tests.conftest import make_tiny_bert
 from workbench.combinations import COMBINATIONS, all_combinations, combine
 from workbench.corpus import Corpus, Sentence
 from workbench.errors import StoreError
+from workbench.features import segment_sentence
 from workbench.models import from_modules
 from workbench.store import FeatureStore, extract
 
@@ -107,6 +108,15 @@ def test_long_sentences_error_names_sentence_or_use_windows(minilm_tokenizer, tm
     ref_hidden, _, word_ids = hf_reference(lm, window_words)
     first_pos = [word_ids.index(w) for w in range(2)]
     np.testing.assert_allclose(hidden[:, :2], ref_hidden[:, first_pos], atol=1e-5)
+    # every word equals a plain forward pass of the window that owns it
+    segments = segment_sentence(minilm_tokenizer, long_words, 1, 16, "window", "long-7")
+    assert len(segments) > 2 and sum(int(s.keep.sum()) for s in segments) == 30
+    for seg in segments:
+        ref_hidden, _, word_ids = hf_reference(lm, long_words[seg.word_start:seg.word_end])
+        for w in np.flatnonzero(seg.keep):
+            np.testing.assert_allclose(hidden[:, seg.word_start + w], ref_hidden[:, word_ids.index(w)],
+                                       atol=1e-5)
+    np.testing.assert_allclose(store.hidden(0), hf_reference(lm, ["a", "cat"])[0][:, [1, 2]], atol=1e-5)
 
 
 def test_bad_input_is_refused_clearly(tiny_lm, tmp_path):
@@ -140,3 +150,50 @@ def test_feature_combinations_match_the_bert_paper_definitions(tiny_lm, small_co
     np.testing.assert_allclose(combos["sum_all"], layers[1] + layers[2], rtol=1e-6)
     assert combos["concat_last_four"].shape == (store.n_words, 64)  # only 2 transformer layers exist
     np.testing.assert_array_equal(combine(store, "last_hidden"), layers[2])
+
+
+def test_word_without_pieces_gets_the_unknown_token(minilm_tokenizer, tmp_path):
+    """A word the tokenizer drops (a zero-width space) still gets a vector: that of [UNK]."""
+    lm = from_modules("tiny-unk", make_tiny_bert(minilm_tokenizer), minilm_tokenizer)
+    words = ["a", "\u200b", "cat"]
+    store = extract(lm, Corpus("z", [Sentence("z-1", words), Sentence("z-2", ["the", "dog"])]), root=tmp_path,
+                    progress=False)
+    ref_hidden, _, word_ids = hf_reference(lm, ["a", minilm_tokenizer.unk_token, "cat"])
+    np.testing.assert_allclose(store.hidden(0), ref_hidden[:, [word_ids.index(w) for w in range(3)]], atol=1e-5)
+    assert store.attention(0).shape == (2, 4, 3, 3)
+
+
+def test_fast_settings_stay_close_to_float32_and_restore_the_model(tiny_lm, small_corpus, tmp_path):
+    """bfloat16 autocast + float16 storage: reads come back float32, close to the exact store; the
+    model's float32 weights are untouched afterwards."""
+    before = {k: v.clone() for k, v in tiny_lm.model.state_dict().items()}
+    exact = extract(tiny_lm, small_corpus, root=tmp_path, progress=False)
+    fast = extract(tiny_lm, small_corpus, root=tmp_path, amp_dtype="bfloat16", storage="float16",
+                   batch_tokens=4096, progress=False)
+    assert fast.path != exact.path and fast.manifest["settings"]["storage"] == "float16"
+    for k, v in tiny_lm.model.state_dict().items():
+        assert v.dtype == before[k].dtype and torch.equal(v, before[k]), k
+    h_exact, h_fast = exact.layers(), fast.layers()
+    assert h_fast.dtype == np.float32
+    assert np.abs(h_fast - h_exact).max() < 0.02 * np.abs(h_exact).max()
+    for i in (0, 11, 39):
+        a_fast = fast.attention(i, normalise=False)
+        assert a_fast.dtype == np.float32
+        assert np.abs(a_fast - exact.attention(i, normalise=False)).max() < 0.05
+        assert np.abs(fast.special_attention(i) - exact.special_attention(i)).max() < 0.05
+    with pytest.raises(StoreError, match="storage must be"):
+        extract(tiny_lm, small_corpus, root=tmp_path, storage="int8", progress=False)
+    with pytest.raises(StoreError, match="amp_dtype must be"):
+        extract(tiny_lm, small_corpus, root=tmp_path, amp_dtype="fp8", progress=False)
+
+
+def test_float16_storage_refuses_values_it_cannot_hold(minilm_tokenizer, tmp_path):
+    model = make_tiny_bert(minilm_tokenizer)
+    with torch.no_grad():
+        model.embeddings.LayerNorm.weight.fill_(1e6)   # embedding outputs far beyond float16's 65504
+    lm = from_modules("huge-bert", model, minilm_tokenizer)
+    corpus = Corpus("c", [Sentence("a", ["a", "cat"])])
+    with pytest.raises(StoreError, match="overflow .*float16 storage.*storage='float32'"):
+        extract(lm, corpus, root=tmp_path, storage="float16", attentions=False, progress=False)
+    store = extract(lm, corpus, root=tmp_path, storage="float32", attentions=False, progress=False)
+    assert np.abs(store.layer(0)).max() > 65504

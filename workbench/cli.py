@@ -41,6 +41,9 @@ for _module_name in COMMAND_MODULES:
 
 def main() -> None:
     """Entry point: run the app, turning workbench errors into one clear line and exit code 2."""
+    from workbench.runtime import keep_freed_memory
+
+    keep_freed_memory()  # batch jobs reuse freed pages instead of faulting in fresh ones
     try:
         app(standalone_mode=False)
     except WorkbenchError as exc:

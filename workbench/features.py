@@ -7,12 +7,17 @@ Shapes (one batch of ``B`` sequences padded to ``T`` tokens, ``W`` words at most
 - attention ``[L, B, H, T, T]`` → word attention ``[L, B, H, W, W]``: attention *to* a word is the
   sum over its pieces, attention *from* a word the mean over its pieces; attention to the special
   tokens (``[CLS]``/``<s>`` and ``[SEP]``/``</s>``) is kept apart as ``[L, B, H, W, 2]``.
+
+:func:`forward_segments` returns the batch's words end to end (no padding), ready to be copied
+into a shard in one slice.
 """
 
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -57,21 +62,33 @@ def model_max_tokens(model, tokenizer) -> int:
     return int(min(limit, tok_limit if tok_limit < 1e6 else limit))
 
 
-def _tokenize_words(tokenizer, words: Sequence[str]) -> tuple[list[int], list[int]]:
-    """Token ids with special tokens and the word index of each token (-1 = special).
+def tokenize_sentences(tokenizer, sentences: Sequence[Sequence[str]]) -> list[tuple[list[int], list[int]]]:
+    """Token ids with special tokens and the word index of each token (-1 = special) of every
+    sentence, in one call to the (Rust) tokenizer.
 
     A word the tokenizer maps to no piece (e.g. a lone control character) is replaced by the
     unknown token so every word keeps a vector.
     """
-    enc = tokenizer(list(words), is_split_into_words=True, add_special_tokens=True)
-    word_ids = [-1 if w is None else w for w in enc.word_ids()]
-    if len(set(w for w in word_ids if w >= 0)) != len(words):
-        covered = set(word_ids)
-        unk = tokenizer.unk_token or tokenizer.pad_token
-        fixed = [w if i in covered else unk for i, w in enumerate(words)]
-        enc = tokenizer(fixed, is_split_into_words=True, add_special_tokens=True)
-        word_ids = [-1 if w is None else w for w in enc.word_ids()]
-    return list(enc["input_ids"]), word_ids
+    if not sentences:
+        return []
+    enc = tokenizer([list(w) for w in sentences], is_split_into_words=True, add_special_tokens=True)
+    out = []
+    for i, words in enumerate(sentences):
+        word_ids = [-1 if w is None else w for w in enc.word_ids(i)]
+        ids = list(enc["input_ids"][i])
+        if len(set(w for w in word_ids if w >= 0)) != len(words):
+            covered = set(word_ids)
+            unk = tokenizer.unk_token or tokenizer.pad_token
+            fixed = [w if k in covered else unk for k, w in enumerate(words)]
+            one = tokenizer(fixed, is_split_into_words=True, add_special_tokens=True)
+            word_ids = [-1 if w is None else w for w in one.word_ids()]
+            ids = list(one["input_ids"])
+        out.append((ids, word_ids))
+    return out
+
+
+def _tokenize_words(tokenizer, words: Sequence[str]) -> tuple[list[int], list[int]]:
+    return tokenize_sentences(tokenizer, [words])[0]
 
 
 def segment_sentence(
@@ -81,11 +98,15 @@ def segment_sentence(
     max_tokens: int,
     long_policy: LongPolicy,
     sentence_name: str,
+    tokens: tuple[list[int], list[int]] | None = None,
 ) -> list[Segment]:
-    """Split a sentence into model inputs: one segment, or sliding windows when it is too long."""
+    """Split a sentence into model inputs: one segment, or sliding windows when it is too long.
+
+    ``tokens``: the sentence's ``(ids, word_ids)`` from :func:`tokenize_sentences`, if already made.
+    """
     if not words:
         raise StoreError(f"sentence {sentence_name}: empty sentence (no words)")
-    ids, wids = _tokenize_words(tokenizer, words)
+    ids, wids = tokens if tokens is not None else _tokenize_words(tokenizer, words)
     if len(ids) <= max_tokens:
         return [Segment(sentence, 0, len(words), ids, wids, np.ones(len(words), dtype=bool))]
     if long_policy == "error":
@@ -122,37 +143,72 @@ def segment_sentence(
     return segments
 
 
-def pooling_matrices(segments: Sequence[Segment], n_tokens: int, pooling: Pooling) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Matrices that turn token axes into word axes for a padded batch.
+@dataclass
+class BatchLayout:
+    """Where each word of a padded batch lives. Segments are laid end to end: word ``k`` of the
+    batch is word ``word_index[k]`` of segment ``segment_of[k]``; all arrays are torch tensors.
 
-    Returns ``pool [B, W, T]`` (the chosen subword→word pooling of hidden states), ``from_word
-    [B, W, T]`` (mean over a word's pieces), ``to_word [B, W, T]`` (indicator of a word's pieces)
-    and ``to_special [B, 2, T]`` (indicators of the first and the other special tokens).
+    ``to_word [B, W, T]`` marks a word's pieces, ``to_special [B, 2, T]`` the first special token
+    and the other special tokens, ``pick [n_words]`` the flat token index (``b * T + t``) whose
+    hidden state a word takes (first or last piece), ``flat_words [Σ w]`` indexes the words in a
+    ``[B, W]`` grid, and ``own_columns [Σ w, W]`` marks, per word, the columns of its own segment's
+    words (so a ``[Σ w, W]`` selection gives each segment's ``[w, w]`` block row-major).
     """
-    B = len(segments)
-    W = max(s.n_words for s in segments)
-    pool = torch.zeros(B, W, n_tokens)
-    to_word = torch.zeros(B, W, n_tokens)
-    to_special = torch.zeros(B, 2, n_tokens)
-    for b, seg in enumerate(segments):
-        wids = np.asarray(seg.word_ids)
-        tok = np.arange(len(wids))
-        words = wids[wids >= 0]
-        to_word[b, words, tok[wids >= 0]] = 1.0
-        specials = tok[wids < 0]
-        if len(specials):
-            to_special[b, 0, specials[0]] = 1.0
-            to_special[b, 1, specials[1:]] = 1.0
-        if pooling == "mean":
-            continue
-        for w in range(seg.n_words):
-            positions = tok[wids == w]
-            pool[b, w, positions[0] if pooling == "first" else positions[-1]] = 1.0
-    counts = to_word.sum(-1, keepdim=True).clamp(min=1.0)
-    from_word = to_word / counts
-    if pooling == "mean":
-        pool = from_word
-    return pool, from_word, to_word, to_special
+
+    to_word: torch.Tensor
+    to_special: torch.Tensor
+    counts: torch.Tensor
+    pick: torch.Tensor
+    segment_of: torch.Tensor
+    flat_words: torch.Tensor
+    own_columns: torch.Tensor
+
+    @classmethod
+    def build(cls, segments: Sequence[Segment], n_tokens: int, pooling: Pooling) -> "BatchLayout":
+        B, T = len(segments), n_tokens
+        W = max(s.n_words for s in segments)
+        wid = np.full((B, T), -2, dtype=np.int64)           # -1 special token, -2 padding
+        for b, seg in enumerate(segments):
+            wid[b, : seg.n_tokens] = seg.word_ids
+        wid_t = torch.from_numpy(wid)
+        to_word = (wid_t[:, None, :] == torch.arange(W)[None, :, None]).float()       # [B, W, T]
+        special = wid_t == -1
+        first_special = special & (special.cumsum(1) == 1)
+        to_special = torch.stack([first_special, special & ~first_special], 1).float()  # [B, 2, T]
+        n_words = torch.tensor([s.n_words for s in segments])
+        segment_of = torch.repeat_interleave(torch.arange(B), n_words)
+        word_index = torch.arange(int(n_words.sum())) - torch.repeat_interleave(
+            torch.cumsum(n_words, 0) - n_words, n_words)
+        if pooling == "last":
+            position = T - 1 - to_word.flip(-1).argmax(-1)                            # [B, W]
+        else:
+            position = to_word.argmax(-1)                                               # first piece
+        pick = segment_of * T + position[segment_of, word_index]
+        own_columns = torch.arange(W)[None, :] < n_words[segment_of][:, None]
+        return cls(to_word, to_special, to_word.sum(-1).clamp(min=1.0), pick, segment_of,
+                   segment_of * W + word_index, own_columns)
+
+
+@contextmanager
+def low_precision_linears(model: torch.nn.Module, dtype: torch.dtype | None) -> Iterator[None]:
+    """Within the block, every ``nn.Linear`` of ``model`` holds ``dtype`` weights (cast once, not
+    on each call as autocast does); the float32 weights are put back on exit. ``dtype=None``: no-op.
+    Use with ``torch.autocast(dtype=dtype)``: the numbers are those of autocast alone."""
+    if dtype is None:
+        yield
+        return
+    saved = []
+    try:
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module.weight.dtype != dtype:
+                for p in (module.weight, module.bias):
+                    if p is not None:
+                        saved.append((p, p.data))
+                        p.data = p.data.to(dtype)
+        yield
+    finally:
+        for p, data in saved:
+            p.data = data
 
 
 @torch.inference_mode()
@@ -165,30 +221,68 @@ def forward_segments(
     pad_id: int,
     device: torch.device,
     amp_dtype: torch.dtype | None = None,
+    out: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Run one padded batch; return word-level hidden ``[L+1, B, W, D]``, word attention
-    ``[L, B, H, W, W]`` and special-token attention ``[L, B, H, W, 2]`` (None without attentions)."""
+    """Run one padded batch; return its words laid end to end (segment by segment, all words of
+    each segment): hidden ``[L+1, Σ w, D]``, word attention flattened per segment ``[L, H, Σ w²]``
+    (each segment's ``[w, w]`` block row-major) and special-token attention ``[L, H, Σ w, 2]``
+    (None without attentions).
+
+    ``out``: CPU tensors of those shapes to write into (any float dtype, e.g. slices of a shard);
+    by default new float32 tensors. Non-finite hidden states raise :class:`StoreError`, as do
+    values beyond the range of ``out``'s dtype.
+    """
     T = max(s.n_tokens for s in segments)
-    ids = torch.full((len(segments), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(segments), T), dtype=torch.long)
+    B = len(segments)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.long)
     for b, seg in enumerate(segments):
         ids[b, : seg.n_tokens] = torch.tensor(seg.input_ids)
         mask[b, : seg.n_tokens] = 1
     kwargs = {"input_ids": ids.to(device), "attention_mask": mask.to(device),
               "output_hidden_states": True, "output_attentions": attentions}
     with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-        out = model(**kwargs)
-    hidden = torch.stack(out.hidden_states).float().cpu()  # [L+1, B, T, D]
-    pool, from_word, to_word, to_special = pooling_matrices(segments, T, pooling)
-    word_hidden = torch.einsum("bwt,lbtd->lbwd", pool, hidden)
+        result = model(**kwargs)
+    layout = BatchLayout.build(segments, T, pooling)
+    n_words = len(layout.pick)
+    D = result.hidden_states[0].shape[-1]
+    L, H = len(result.hidden_states) - 1, model.config.num_attention_heads
+    if out is None:
+        out = (torch.empty(L + 1, n_words, D), torch.empty(L, H, int(layout.own_columns.sum())) if attentions
+               else None, torch.empty(L, H, n_words, 2) if attentions else None)
+    word_hidden, word_att, special = out
+    weights = (layout.to_word / layout.counts[..., None]).to(device)                  # [B, W, T]
+    for l, h in enumerate(result.hidden_states):
+        if pooling == "mean":   # mean over each word's pieces: one [B, W, T] x [B, T, D] product
+            picked = torch.bmm(weights, h.float()).view(-1, D).index_select(0, layout.flat_words.to(device))
+        else:
+            picked = h.reshape(B * T, D).index_select(0, layout.pick.to(device))
+        word_hidden[l] = picked
+        check_finite(word_hidden[l], picked, segments)
     if not attentions:
-        return word_hidden, None, None
-    # batch-first so both contractions are plain batched matmuls (einsum over the 5-d tensor is
-    # about twice as slow): columns first (sum over attended pieces), then rows (mean over attending)
-    att = torch.stack(out.attentions, dim=1).float().cpu()  # [B, L, H, T, T]
-    B, L, H = att.shape[:3]
-    W = from_word.shape[1]
-    columns = torch.cat([to_word, to_special], dim=1).transpose(1, 2)  # [B, T, W + 2]
-    summed = torch.bmm(att.view(B, L * H * T, T), columns).view(B, L * H, T, W + 2)
-    pooled = torch.matmul(from_word[:, None], summed).view(B, L, H, W, W + 2).permute(1, 0, 2, 3, 4)
-    return word_hidden, pooled[..., :W], pooled[..., W:]
+        return out
+    # per layer, two batched matmuls: columns first (sum over attended pieces), then rows (mean
+    # over attending pieces); then each word's row keeps its segment's own columns
+    W = layout.to_word.shape[1]
+    columns = torch.cat([layout.to_word, layout.to_special], dim=1).transpose(1, 2).to(device)  # [B, T, W+2]
+    rows, own_columns = layout.flat_words.to(device), layout.own_columns.to(device)
+    for l, a in enumerate(result.attentions):
+        summed = torch.bmm(a.float().reshape(B, H * T, T), columns).view(B, H, T, W + 2)
+        by_row = summed.transpose(1, 2).reshape(B, T, H * (W + 2))
+        pooled = torch.bmm(weights, by_row).view(B * W, H, W + 2).index_select(0, rows)      # [Σw, H, W+2]
+        pooled = pooled.permute(1, 0, 2)                                                      # [H, Σw, W+2]
+        word_att[l] = pooled[:, :, :W][:, own_columns]
+        special[l] = pooled[:, :, W:]
+    return out
+
+
+def check_finite(stored: torch.Tensor, source: torch.Tensor, segments: Sequence[Segment]) -> None:
+    """Refuse NaN/inf in a layer's word vectors, and values that overflowed the storage dtype."""
+    low, high = (float(v) for v in torch.aminmax(stored))
+    if math.isfinite(low) and math.isfinite(high):
+        return
+    which = sorted({s.sentence for s in segments})[:5]
+    if bool(torch.isfinite(source).all()):
+        raise StoreError(f"hidden values up to {float(source.abs().max()):.3g} overflow {stored.dtype} storage "
+                         f"(sentences {which}…); use storage='float32'")
+    raise StoreError(f"non-finite values in hidden states for sentences {which}…: the model produced NaN/inf")

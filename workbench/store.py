@@ -21,6 +21,7 @@ import hashlib
 import json
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -34,7 +35,9 @@ from tqdm.auto import tqdm
 from workbench import atomic, paths
 from workbench.corpus import Corpus
 from workbench.errors import StoreError
-from workbench.features import LongPolicy, Pooling, Segment, forward_segments, model_max_tokens, segment_sentence
+from workbench.features import (LongPolicy, Pooling, Segment, check_finite, forward_segments,
+                                low_precision_linears, model_max_tokens, segment_sentence,
+                                tokenize_sentences)
 from workbench.models import LoadedModel
 
 STORE_VERSION = 1
@@ -49,7 +52,8 @@ class ExtractionSettings:
     long_policy: LongPolicy = "error"
     batch_tokens: int = 1024
     shard_size: int = 256
-    amp_dtype: str | None = None  # "bfloat16" on GPU; None = float32
+    amp_dtype: str | None = None  # compute: None = float32; "bfloat16" / "float16" = autocast
+    storage: str = "float32"      # on-disk dtype of hidden states and attention: float32 | float16
     version: int = STORE_VERSION
 
     def validate(self) -> None:
@@ -59,10 +63,15 @@ class ExtractionSettings:
             raise StoreError(f"long_policy must be 'error' or 'window', not {self.long_policy!r}")
         if self.batch_tokens < 1 or self.shard_size < 1:
             raise StoreError("batch_tokens and shard_size must be positive")
+        if self.amp_dtype not in (None, "bfloat16", "float16"):
+            raise StoreError(f"amp_dtype must be None, 'bfloat16' or 'float16', not {self.amp_dtype!r}")
+        if self.storage not in ("float32", "float16"):
+            raise StoreError(f"storage must be 'float32' or 'float16', not {self.storage!r}")
 
 
 class FeatureStore:
-    """Read access to a complete store. All arrays float32, word level, corpus order.
+    """Read access to a complete store. All arrays float32 (whatever the storage dtype), word
+    level, corpus order.
 
     ``n_layers`` counts hidden-state layers including the embeddings (``num_hidden_layers + 1``).
     """
@@ -112,7 +121,7 @@ class FeatureStore:
         """Sentence ``i``'s word vectors of every layer: ``[n_layers, words_i, dim]``."""
         k, _, off, _ = self._where[i]
         w = self.word_counts[i]
-        return self._open(int(k)).get_slice("hidden")[:, int(off) : int(off + w)].numpy()
+        return self._open(int(k)).get_slice("hidden")[:, int(off) : int(off + w)].float().numpy()
 
     def attention(self, i: int, *, normalise: bool = True) -> np.ndarray:
         """Sentence ``i``'s word-to-word attention ``[n_layers - 1, heads, words_i, words_i]``.
@@ -124,7 +133,7 @@ class FeatureStore:
             raise StoreError(f"{self.path}: extracted without attentions")
         k, _, _, aoff = self._where[i]
         w = int(self.word_counts[i])
-        flat = self._open(int(k)).get_slice("attention")[:, :, int(aoff) : int(aoff) + w * w].numpy()
+        flat = self._open(int(k)).get_slice("attention")[:, :, int(aoff) : int(aoff) + w * w].float().numpy()
         att = flat.reshape(flat.shape[0], flat.shape[1], w, w)
         if normalise:
             att = att / np.clip(att.sum(-1, keepdims=True), 1e-12, None)
@@ -137,7 +146,7 @@ class FeatureStore:
             raise StoreError(f"{self.path}: extracted without attentions")
         k, _, off, _ = self._where[i]
         w = self.word_counts[i]
-        return self._open(int(k)).get_slice("special")[:, :, int(off) : int(off + w)].numpy()
+        return self._open(int(k)).get_slice("special")[:, :, int(off) : int(off + w)].float().numpy()
 
     def layers(self, layers: Sequence[int] | None = None) -> np.ndarray:
         """Word vectors of the chosen layers, corpus order: ``[len(layers), n_words, dim]``."""
@@ -150,7 +159,7 @@ class FeatureStore:
             block = self._open(k).get_slice("hidden")
             rows = np.concatenate([np.arange(self.sentence_offsets[s], self.sentence_offsets[s + 1]) for s in sids])
             for j, l in enumerate(layers):
-                out[j, rows] = block[l].numpy()
+                out[j, rows] = block[l].float().numpy()
         return out
 
     def layer(self, l: int) -> np.ndarray:
@@ -200,6 +209,39 @@ def _shard_valid(path: Path, sentence_ids: list[int]) -> bool:
         return False
 
 
+class _ShardBuffers:
+    """Output arrays reused from shard to shard (flat, sized for the largest shard): a new
+    allocation per shard would fault in fresh pages every time, which costs more than the copy."""
+
+    def __init__(self, lm: LoadedModel, settings: ExtractionSettings, max_words: int, max_pairs: int):
+        self.shape = (lm.num_layers + 1, lm.num_layers, lm.num_heads,
+                      int(getattr(lm.config, "hidden_size", getattr(lm.config, "dim", 0))))
+        L1, L, H, D = self.shape
+        dtype = getattr(torch, settings.storage)
+        self.hidden = torch.empty(L1 * max_words * D, dtype=dtype)
+        self.attention = torch.empty(L * H * max_pairs if settings.attentions else 0, dtype=dtype)
+        self.special = torch.empty(L * H * max_words * 2 if settings.attentions else 0, dtype=dtype)
+
+    def views(self, n_words: int, n_pairs: int, attentions: bool):
+        """Contiguous ``hidden [L+1, n, D]``, ``attention [L, H, pairs]``, ``special [L, H, n, 2]``."""
+        L1, L, H, D = self.shape
+        hidden = self.hidden[: L1 * n_words * D].view(L1, n_words, D)
+        if not attentions:
+            return hidden, None, None
+        return (hidden, self.attention[: L * H * n_pairs].view(L, H, n_pairs),
+                self.special[: L * H * n_words * 2].view(L, H, n_words, 2))
+
+
+def _word_counts(segments_per_sentence: list[list[Segment]], sentence_ids: list[int]) -> np.ndarray:
+    return np.array([sum(int(s.keep.sum()) for s in segments_per_sentence[i]) for i in sentence_ids],
+                    dtype=np.int64)
+
+
+def _write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    with atomic.atomic_path(path) as tmp:
+        save_file(tensors, str(tmp))
+
+
 def _compute_shard(
     lm: LoadedModel,
     segments_per_sentence: list[list[Segment]],
@@ -207,37 +249,38 @@ def _compute_shard(
     settings: ExtractionSettings,
     device: torch.device,
     progress: tqdm | None,
+    buffers: _ShardBuffers,
 ) -> dict[str, torch.Tensor]:
-    """Run one shard's sentences in length-sorted batches, writing straight into preallocated arrays."""
-    word_counts = np.array([sum(int(s.keep.sum()) for s in segments_per_sentence[i]) for i in sentence_ids])
+    """Run one shard's sentences in length-sorted batches, writing straight into the buffers."""
+    word_counts = _word_counts(segments_per_sentence, sentence_ids)
     word_off = dict(zip(sentence_ids, np.concatenate([[0], np.cumsum(word_counts)[:-1]]).tolist()))
     att_off = dict(zip(sentence_ids, np.concatenate([[0], np.cumsum(word_counts**2)[:-1]]).tolist()))
-    n_hidden = lm.num_layers + 1
-    dim = int(getattr(lm.config, "hidden_size", getattr(lm.config, "dim", 0)))
-    hidden_out = torch.empty(n_hidden, int(word_counts.sum()), dim)
-    att_out = special_out = None
-    if settings.attentions:
-        att_out = torch.empty(lm.num_layers, lm.num_heads, int((word_counts**2).sum()))
-        special_out = torch.empty(lm.num_layers, lm.num_heads, int(word_counts.sum()), 2)
+    hidden_out, att_out, special_out = buffers.views(int(word_counts.sum()), int((word_counts**2).sum()),
+                                                     settings.attentions)
     segs = [s for i in sentence_ids for s in segments_per_sentence[i]]
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     amp = getattr(torch, settings.amp_dtype) if settings.amp_dtype else None
     for batch in _batches(segs, settings.batch_tokens):
-        word_hidden, word_att, special = forward_segments(
-            lm.model, batch, pooling=settings.pooling, attentions=settings.attentions,
-            pad_id=pad_id, device=device, amp_dtype=amp,
-        )
-        for b, seg in enumerate(batch):
-            w, off = seg.n_words, word_off[seg.sentence]
-            if seg.keep.all():  # the whole sentence in one segment
-                hidden_out[:, off : off + w] = word_hidden[:, b, :w]
-            else:  # a sliding window: copy the words this window owns
+        n_words = [seg.n_words for seg in batch]
+        starts = [word_off[seg.sentence] + seg.word_start for seg in batch]
+        common = dict(pooling=settings.pooling, attentions=settings.attentions, pad_id=pad_id, device=device,
+                      amp_dtype=amp)
+        if (all(seg.keep.all() for seg in batch)
+                and all(starts[k + 1] == starts[k] + n_words[k] for k in range(len(batch) - 1))):
+            # the usual case: the batch's sentences are consecutive in the shard -> write in place
+            off, a, n = starts[0], att_off[batch[0].sentence], sum(n_words)
+            views = (hidden_out[:, off : off + n],
+                     att_out[:, :, a : a + sum(w * w for w in n_words)] if att_out is not None else None,
+                     special_out[:, :, off : off + n] if special_out is not None else None)
+            forward_segments(lm.model, batch, out=views, **common)
+        else:  # sliding windows (hidden states only): copy the words each window owns
+            word_hidden, _, _ = forward_segments(lm.model, batch, **common)
+            first = 0
+            for seg, start in zip(batch, starts):
                 owned = np.flatnonzero(seg.keep)
-                hidden_out[:, off + seg.word_start + owned] = word_hidden[:, b, owned]
-            if att_out is not None:
-                a = att_off[seg.sentence]
-                att_out[:, :, a : a + w * w] = word_att[:, b, :, :w, :w].reshape(lm.num_layers, lm.num_heads, w * w)
-                special_out[:, :, off : off + w] = special[:, b, :, :w]
+                hidden_out[:, start + owned] = word_hidden[:, first + owned]
+                check_finite(hidden_out[:, start + owned], word_hidden[:, first + owned], [seg])
+                first += seg.n_words
         if progress is not None:
             progress.update(sum(1 for s in batch if s.word_start == 0))
     tensors = {
@@ -248,10 +291,6 @@ def _compute_shard(
     if att_out is not None:
         tensors["attention"] = att_out
         tensors["special"] = special_out
-    # attention feeds every hidden state, so a NaN/inf there shows up in ``hidden`` too
-    if not torch.isfinite(hidden_out).all():
-        raise StoreError(f"non-finite values in hidden states for sentences {sentence_ids[:5]}…: "
-                         "the model produced NaN/inf")
     return tensors
 
 
@@ -265,6 +304,7 @@ def extract(
     batch_tokens: int = 1024,
     shard_size: int = 256,
     amp_dtype: str | None = None,
+    storage: str = "float32",
     root: str | Path | None = None,
     device: str | None = None,
     progress: bool = True,
@@ -276,9 +316,16 @@ def extract(
     attentions: also keep word-level attention maps (needs an eager-attention model).
     long_policy: sentences longer than the model accepts raise (``"error"``, naming the sentence) or
     are split into overlapping sliding windows (``"window"``, hidden states only).
+    amp_dtype: compute in ``"bfloat16"`` / ``"float16"`` autocast (linear layers' weights cast once
+    for the run; layer norms and softmax stay float32) -- faster on GPUs and CPUs with bf16 units
+    (AMX), at about 3 significant digits; None (default) computes in float32, equal to a plain HF
+    forward pass.
+    storage: on-disk dtype, ``"float32"`` (default) or ``"float16"`` (half the disk and I/O; reads
+    return float32; values beyond float16's range are refused, not clipped).
     max_new_shards: stop after computing this many shards (for tests of resume); returns None then.
     """
-    settings = ExtractionSettings(pooling, attentions, long_policy, batch_tokens, shard_size, amp_dtype)
+    settings = ExtractionSettings(pooling, attentions, long_policy, batch_tokens, shard_size, amp_dtype,
+                                  storage)
     settings.validate()
     if len(corpus) == 0:
         raise StoreError(f"corpus {corpus.name!r} has no sentences")
@@ -292,8 +339,13 @@ def extract(
         return FeatureStore(path)
 
     max_tokens = model_max_tokens(lm.model, lm.tokenizer)
+    for i, s in enumerate(corpus):
+        if not s.words:
+            raise StoreError(f"sentence {s.sent_id} (#{i} of {corpus.name}): empty sentence (no words)")
+    tokens = tokenize_sentences(lm.tokenizer, [s.words for s in corpus])
     segments_per_sentence = [
-        segment_sentence(lm.tokenizer, s.words, i, max_tokens, long_policy, f"{s.sent_id} (#{i} of {corpus.name})")
+        segment_sentence(lm.tokenizer, s.words, i, max_tokens, long_policy, f"{s.sent_id} (#{i} of {corpus.name})",
+                         tokens[i])
         for i, s in enumerate(corpus)
     ]
     if attentions:
@@ -323,16 +375,26 @@ def extract(
     started = time.perf_counter()
     bar = tqdm(total=len(corpus), initial=done_sentences, desc=f"extract {lm.name}", unit="sent",
                disable=not progress, leave=False)
-    computed = 0
-    for k in todo:
-        if max_new_shards is not None and computed >= max_new_shards:
-            bar.close()
-            return None  # type: ignore[return-value]
-        tensors = _compute_shard(lm, segments_per_sentence, plan[k], settings, dev, bar)
-        with atomic.atomic_path(path / shard_names[k]) as tmp:
-            save_file(tensors, str(tmp))
-        computed += 1
+    counts = [_word_counts(segments_per_sentence, plan[k]) for k in todo]
+    sizes = (max((int(c.sum()) for c in counts), default=0), max((int((c**2).sum()) for c in counts), default=0))
+    # two buffer sets: shard j is computed into one while shard j-1 is written from the other by
+    # a background thread (writing is mostly page-cache copying and fsync, outside the GIL)
+    buffers = [_ShardBuffers(lm, settings, *sizes) for _ in range(min(2, len(todo)))]
+    if max_new_shards is not None:
+        todo = todo[:max_new_shards]
+    with ThreadPoolExecutor(max_workers=1) as writer, \
+            low_precision_linears(lm.model, getattr(torch, amp_dtype) if amp_dtype else None):
+        pending = None
+        for j, k in enumerate(todo):
+            tensors = _compute_shard(lm, segments_per_sentence, plan[k], settings, dev, bar, buffers[j % 2])
+            if pending is not None:
+                pending.result()
+            pending = writer.submit(_write_shard, path / shard_names[k], tensors)
+        if pending is not None:
+            pending.result()
     bar.close()
+    if max_new_shards is not None and any(not (path / shard_names[k]).is_file() for k in range(len(plan))):
+        return None  # type: ignore[return-value]
 
     word_counts = [0] * len(corpus)
     for k, sids in enumerate(plan):
