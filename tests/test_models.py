@@ -100,3 +100,49 @@ def test_missing_weights_are_an_error_not_random_init(minilm_tokenizer, tmp_path
     (tmp_path / "partial" / "model.safetensors").write_bytes(b"garbage")
     with pytest.raises(ModelError, match="corrupt safetensors"):
         load_model(tmp_path / "partial")
+
+
+@pytest.mark.parametrize("family", ["roberta", "distilbert", "electra"])
+def test_other_bert_families_load_and_extract_like_a_plain_forward(family, minilm_tokenizer, tmp_path):
+    """RoBERTa, DistilBERT and ELECTRA directories load (eager attention, safetensors) and their
+    stored word vectors and attention equal a plain HF forward pass."""
+    import numpy as np
+    from transformers import (DistilBertConfig, DistilBertModel, ElectraConfig, ElectraModel, RobertaConfig,
+                              RobertaModel)
+
+    from workbench.corpus import Corpus, Sentence
+    from workbench.store import extract
+
+    V = minilm_tokenizer.vocab_size
+    torch.manual_seed(0)
+    if family == "roberta":
+        model = RobertaModel(RobertaConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                           intermediate_size=64, max_position_embeddings=66,
+                                           pad_token_id=minilm_tokenizer.pad_token_id))
+    elif family == "distilbert":
+        model = DistilBertModel(DistilBertConfig(vocab_size=V, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                                                 max_position_embeddings=64))
+    else:
+        model = ElectraModel(ElectraConfig(vocab_size=V, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                                           num_attention_heads=4, intermediate_size=64, max_position_embeddings=64))
+    model.eval().save_pretrained(tmp_path / family)
+    minilm_tokenizer.save_pretrained(tmp_path / family)
+    lm = load_model(tmp_path / family)
+    assert lm.config._attn_implementation == "eager" and lm.num_layers == 2 and lm.num_heads == 4
+    words = [["The", "unbelievable", "cat", "sat", "."], ["Dogs", "bark"]]
+    store = extract(lm, Corpus("c", [Sentence(f"s{i}", w) for i, w in enumerate(words)]), root=tmp_path / "st",
+                    progress=False)
+    for i, w in enumerate(words):
+        enc = lm.tokenizer(w, is_split_into_words=True, return_tensors="pt")
+        inputs = {k: v for k, v in enc.items() if k != "token_type_ids" or family != "distilbert"}
+        with torch.no_grad():
+            out = lm.model(**inputs, output_hidden_states=True, output_attentions=True)
+        ids = enc.word_ids()
+        first = [ids.index(k) for k in range(len(w))]
+        ref = torch.stack(out.hidden_states)[:, 0, first].numpy()
+        np.testing.assert_allclose(store.hidden(i), ref, atol=1e-5)
+        att = torch.stack(out.attentions)[:, 0].numpy()                   # [L, H, T, T]
+        pieces = [[t for t, k in enumerate(ids) if k == j] for j in range(len(w))]
+        raw = np.stack([np.stack([att[:, :, p][:, :, :, q].sum(-1).mean(-1) for q in pieces], -1)
+                        for p in pieces], -2)
+        np.testing.assert_allclose(store.attention(i, normalise=False), raw, atol=1e-5)
