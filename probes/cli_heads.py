@@ -16,8 +16,12 @@ def _run_dir(out: Optional[Path], kind: str, model: str) -> Path:
     return out if out is not None else paths.results_dir() / f"{kind}-{model.replace('/', '_').replace('@', '_')}"
 
 
-def run_heads(model: str, corpus: str, limit: Optional[int] = 200, seed: int = 0) -> tuple[dict, dict]:
-    """Head statistics, types, dependency scores and the attention probe: ``(tables, manifest)``."""
+def run_heads(model: str, corpus: str, limit: Optional[int] = 200, seed: int = 0,
+              word_vectors: str = "none") -> tuple[dict, dict]:
+    """Head statistics, types, dependency scores and the attention probe: ``(tables, manifest)``.
+
+    ``word_vectors``: spaCy vectors (``"en"``, a language, or a pipeline folder) for the
+    attention-and-words probe; ``"none"`` skips it."""
     from probes.attention_probe import attention_probe, best_heads
     from probes.heads import analyse_store
     from workbench.corpus import load_corpus
@@ -31,10 +35,15 @@ def run_heads(model: str, corpus: str, limit: Optional[int] = 200, seed: int = 0
     if not tables["head_dependency"].empty:
         atts = [store.attention(i) for i in range(len(data))]
         tables["head_best"] = best_heads(tables["head_dependency"], min_count=20)
-        tables["attention_probe"] = attention_probe(atts, list(data), seed=seed)
+        vectors = None
+        if word_vectors != "none":
+            from probes.static_vectors import load_spacy_vectors
+
+            vectors = load_spacy_vectors(word_vectors)
+        tables["attention_probe"] = attention_probe(atts, list(data), seed=seed, word_vectors=vectors)
     manifest = {"analysis": "heads", "model": lm.name, "model_fingerprint": lm.fingerprint,
                 "corpus": data.name, "corpus_fingerprint": data.fingerprint, "sources": data.sources,
-                "n_sentences": len(data), "seed": seed}
+                "n_sentences": len(data), "seed": seed, "word_vectors": word_vectors}
     return tables, manifest
 
 
@@ -85,11 +94,14 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", help="results folder (default results/heads-<model>)"),
         limit: Optional[int] = typer.Option(200, "--limit", help="first N sentences"),
         seed: int = typer.Option(0, "--seed"),
+        word_vectors: str = typer.Option("en", "--word-vectors",
+                                         help="spaCy vectors for the attention-and-words probe (Clark's GloVe "
+                                              "probe): en, a pipeline folder, or none"),
     ) -> None:
         """Attention-head statistics, head types and the attention-based dependency probe."""
         from workbench.results import write_results
 
-        tables, manifest = run_heads(model, corpus, limit, seed)
+        tables, manifest = run_heads(model, corpus, limit, seed, word_vectors)
         run_dir = write_results(_run_dir(out, "heads", model), tables, manifest)
         types = tables["head_types"]
         typer.echo(types["type"].value_counts().to_string())

@@ -31,6 +31,7 @@ DEFAULTS = {
     "broad_entropy": 0.8,
     "example_sentences": 4,
     "example_max_words": 14,
+    "word_vectors": "en",           # spaCy vectors for the attention-and-words probe (Clark's GloVe); none = skip
     "seed": 0,
 }
 
@@ -52,8 +53,14 @@ def run(ctx) -> None:
         special_threshold=cfg["special_threshold"], broad_entropy=cfg["broad_entropy"]))
     ctx.step("head_type_matrix", lambda: type_matrix(types).reset_index())
     ctx.step("head_best", lambda: best_heads(deps, min_count=cfg["min_count"]))
+    vectors = None
+    if cfg["word_vectors"] != "none":
+        from probes.static_vectors import load_spacy_vectors
+
+        vectors = load_spacy_vectors(cfg["word_vectors"])
+        ctx.record(word_vectors=vectors.metadata)
     ctx.step("attention_probe", lambda: attention_probe(
-        [store.attention(i) for i in range(len(corpus))], sentences, seed=ctx.seed))
+        [store.attention(i) for i in range(len(corpus))], sentences, seed=ctx.seed, word_vectors=vectors))
 
     def examples() -> dict:
         short = [i for i, s in enumerate(sentences) if 6 <= len(s) <= cfg["example_max_words"]]

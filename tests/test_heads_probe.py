@@ -58,3 +58,50 @@ def test_learned_combination_beats_single_heads():
     assert big == {(0, 1), (1, 3)}  # the two informative heads carry the largest weights
     pred = probe.predict(attentions[:2])
     assert len(pred) == 2 and pred[0].shape == (len(sentences[0].words),)
+
+
+def word_typed_corpus(n=160, seed=0):
+    """Head (0,1) finds the gold head of "a" words and points at a wrong word for "b" words; head
+    (1,3) the reverse. Both heads are equally good overall, so only a probe that sees the words
+    can tell which one to trust."""
+    rng = np.random.default_rng(seed)
+    sentences, attentions = [], []
+    for s in range(n):
+        w = int(rng.integers(6, 14))
+        root = int(rng.integers(w))
+        heads = [0 if i == root else int(rng.choice([j for j in range(w) if j != i])) + 1 for i in range(w)]
+        kinds = rng.choice(["a", "b"], size=w)
+        words = [f"{k}{int(rng.integers(5))}" for k in kinds]
+        a = rng.dirichlet(np.ones(w) * 0.5, size=(2, 4, w)) * 0.1
+        for (layer, head), good in (((0, 1), "a"), ((1, 3), "b")):
+            m = np.full((w, w), 0.3 / w)
+            for i, h in enumerate(heads):
+                wrong = [j for j in range(w) if j not in (i, h - 1)]
+                target = h - 1 if (h > 0 and kinds[i] == good) else int(rng.choice(wrong))
+                m[i, target] += 0.7
+            a[layer, head] = m
+        a /= a.sum(-1, keepdims=True)
+        sentences.append(SimpleNamespace(sent_id=str(s), words=words, heads=heads, deprels=["dep"] * w))
+        attentions.append(a)
+    return sentences, attentions
+
+
+def test_attention_and_words_probe_learns_which_head_to_trust_per_word():
+    from probes.static_vectors import StaticVectors
+
+    sentences, attentions = word_typed_corpus()
+    rng = np.random.default_rng(1)
+    kind = {"a": rng.normal(size=8), "b": rng.normal(size=8)}
+    words = [f"{k}{i}" for k in "ab" for i in range(5)]
+    vectors = StaticVectors(words, np.stack([kind[w[0]] + 0.1 * rng.normal(size=8) for w in words]), "toy")
+    table = attention_probe(attentions, sentences, test_size=0.3, seed=0, word_vectors=vectors).set_index("method")
+    # attention only: two equally likely peaks per word; with the words: the right head per word
+    assert table.loc["learned_combination", "uas"] < 0.75
+    assert table.loc["attention_and_words", "uas"] > 0.9
+    assert table.loc["distances_and_words", "uas"] < 0.35          # random trees: position and words say little
+    # probe API: a head per word, 1-based, never the word itself
+    from probes.attention_probe import WordAwareDependencyProbe, _pair_features
+    probe = WordAwareDependencyProbe(vectors).fit([_pair_features(a) for a in attentions[:100]], sentences[:100])
+    pred = probe.predict([_pair_features(a) for a in attentions[100:103]], sentences[100:103])
+    assert [len(p) for p in pred] == [len(s.words) for s in sentences[100:103]]
+    assert all((p != np.arange(1, len(p) + 1)).all() for p in pred)
