@@ -8,6 +8,13 @@ from probes.attention_probe import AttentionDependencyProbe, attention_probe, be
 from probes.heads import dependency_scores
 
 
+def random_tree(rng):
+    """A sentence length (6-13) and random heads (1-based, one root = 0, no self-loops)."""
+    w = int(rng.integers(6, 14))
+    root = int(rng.integers(w))
+    return w, [0 if i == root else int(rng.choice([j for j in range(w) if j != i])) + 1 for i in range(w)]
+
+
 def noisy_corpus(n=80, p_a=0.6, p_b=0.6, seed=0, parity=False):
     """Head (0,1) and head (1,3) each point to the gold head with probability p, else anywhere.
 
@@ -16,9 +23,7 @@ def noisy_corpus(n=80, p_a=0.6, p_b=0.6, seed=0, parity=False):
     rng = np.random.default_rng(seed)
     sentences, attentions = [], []
     for s in range(n):
-        w = int(rng.integers(6, 14))
-        root = int(rng.integers(w))
-        heads = [0 if i == root else int(rng.choice([j for j in range(w) if j != i])) + 1 for i in range(w)]
+        w, heads = random_tree(rng)
         rels = [str(rng.choice(["nsubj", "dobj", "det"])) for _ in range(w)]
         a = rng.dirichlet(np.ones(w) * 0.5, size=(2, 4, w))
         for (layer, head), p, even in (((0, 1), p_a, 0), ((1, 3), p_b, 1)):
@@ -67,9 +72,7 @@ def word_typed_corpus(n=160, seed=0):
     rng = np.random.default_rng(seed)
     sentences, attentions = [], []
     for s in range(n):
-        w = int(rng.integers(6, 14))
-        root = int(rng.integers(w))
-        heads = [0 if i == root else int(rng.choice([j for j in range(w) if j != i])) + 1 for i in range(w)]
+        w, heads = random_tree(rng)
         kinds = rng.choice(["a", "b"], size=w)
         words = [f"{k}{int(rng.integers(5))}" for k in kinds]
         a = rng.dirichlet(np.ones(w) * 0.5, size=(2, 4, w)) * 0.1
