@@ -1,15 +1,17 @@
 """From words to word-level features: tokenisation with word alignment, batched forward passes,
 subword→word pooling of every layer's hidden states and word-level attention (Clark et al. 2019).
 
-Shapes (one batch of ``B`` sequences padded to ``T`` tokens, ``W`` words at most):
+One batch of ``B`` sequences padded to ``T`` tokens holds ``Σ w`` words (``w`` per sequence):
 
-- hidden states ``[L+1, B, T, D]`` (index 0 = embeddings) → word vectors ``[L+1, B, W, D]``
-- attention ``[L, B, H, T, T]`` → word attention ``[L, B, H, W, W]``: attention *to* a word is the
-  sum over its pieces, attention *from* a word the mean over its pieces; attention to the special
-  tokens (``[CLS]``/``<s>`` and ``[SEP]``/``</s>``) is kept apart as ``[L, B, H, W, 2]``.
+- hidden states ``L+1 × [B, T, D]`` (index 0 = embeddings) → word vectors ``[L+1, Σ w, D]``
+  (first, last or mean piece of each word);
+- attention ``L × [B, H, T, T]`` → word attention ``[L, H, Σ w²]`` (each sequence's ``[w, w]``
+  block, row-major): attention *to* a word is the sum over its pieces, attention *from* a word the
+  mean over its pieces; attention to the special tokens (``[CLS]``/``<s>`` and ``[SEP]``/``</s>``)
+  is kept apart as ``[L, H, Σ w, 2]``.
 
-:func:`forward_segments` returns the batch's words end to end (no padding), ready to be copied
-into a shard in one slice.
+Words are laid end to end without padding, so :func:`forward_segments` can write a batch straight
+into a slice of a shard.
 """
 
 from __future__ import annotations
