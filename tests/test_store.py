@@ -73,7 +73,9 @@ def test_kill_and_resume_gives_byte_identical_store(tiny_lm, small_corpus, tmp_p
     # corrupt one finished shard: resume must recompute it, not trust it
     shard = sorted(store_dir.glob("shard-*.safetensors"))[0]
     shard.write_bytes(shard.read_bytes()[:100])
+    (store_dir / ".shard-00003.safetensors.x1y2.tmp").write_bytes(b"half a shard")   # killed mid-write
     resumed = extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False)
+    assert not list(store_dir.glob(".*.tmp"))
     for a, b in zip(sorted(ref.path.glob("shard-*")), sorted(resumed.path.glob("shard-*"))):
         assert a.read_bytes() == b.read_bytes(), a.name
     assert ref.path.name == resumed.path.name

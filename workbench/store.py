@@ -357,6 +357,8 @@ def extract(
                 )
     plan = _plan_shards(segments_per_sentence, shard_size)
     path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob(".*.tmp"):      # half-written files of a run that was killed
+        stale.unlink(missing_ok=True)
     plan_record = {"settings": asdict(settings), "model": lm.fingerprint, "corpus": corpus_fingerprint, "plan": plan}
     plan_file = path / "plan.json"
     if plan_file.is_file():
