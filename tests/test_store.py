@@ -9,7 +9,7 @@ import torch
 
 from tests.conftest import make_tiny_bert
 from workbench.combinations import COMBINATIONS, all_combinations, combine
-from workbench.corpus import Corpus, Sentence
+from workbench.corpus import Corpus, Sentence, load_corpus
 from workbench.errors import StoreError
 from workbench.features import segment_sentence
 from workbench.models import from_modules
@@ -199,3 +199,45 @@ def test_float16_storage_refuses_values_it_cannot_hold(minilm_tokenizer, tmp_pat
         extract(lm, corpus, root=tmp_path, storage="float16", attentions=False, progress=False)
     store = extract(lm, corpus, root=tmp_path, storage="float32", attentions=False, progress=False)
     assert np.abs(store.layer(0)).max() > 65504
+
+
+def test_sigkill_mid_extraction_then_resume_is_byte_identical(tiny_lm, tmp_path):
+    """A real kill (SIGKILL, no clean-up) part-way through; the resumed store equals an uninterrupted one."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+from tests.conftest import make_tiny_bert
+from transformers import AutoTokenizer
+from workbench.models import embedded_models, from_modules
+from workbench.corpus import load_corpus
+from workbench.store import extract
+tok = AutoTokenizer.from_pretrained(embedded_models()["minilm-l6"]["path"])
+lm = from_modules("tiny-bert", make_tiny_bert(tok), tok)
+extract(lm, load_corpus("brown-sample", limit=600), root=sys.argv[1], shard_size=4, progress=False)
+"""
+    root = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if len(list(root.glob("*/shard-*.safetensors"))) >= 3:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+    store_dir = next(root.iterdir())
+    assert not (store_dir / "manifest.json").exists()
+    corpus = load_corpus("brown-sample", limit=600)
+    resumed = extract(tiny_lm, corpus, root=root, shard_size=4, progress=False)
+    ref = extract(tiny_lm, corpus, root=tmp_path / "ref", shard_size=4, progress=False)
+    assert resumed.path.name == ref.path.name
+    for a, b in zip(sorted(ref.path.glob("shard-*")), sorted(resumed.path.glob("shard-*")), strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
