@@ -146,3 +146,7 @@ def test_other_bert_families_load_and_extract_like_a_plain_forward(family, minil
         raw = np.stack([np.stack([att[:, :, p][:, :, :, q].sum(-1).mean(-1) for q in pieces], -1)
                         for p in pieces], -2)
         np.testing.assert_allclose(store.attention(i, normalise=False), raw, atol=1e-5)
+    fast = extract(lm, Corpus("c", [Sentence(f"s{i}", w) for i, w in enumerate(words)]), root=tmp_path / "st",
+                   amp_dtype="bfloat16", storage="float16", progress=False)
+    assert np.abs(fast.layers() - store.layers()).max() < 0.02 * np.abs(store.layers()).max()
+    assert np.abs(fast.attention(0) - store.attention(0)).max() < 0.05
