@@ -71,13 +71,15 @@ def tokenize_sentences(tokenizer, sentences: Sequence[Sequence[str]]) -> list[tu
     A word the tokenizer maps to no piece (e.g. a lone control character) is replaced by the
     unknown token so every word keeps a vector.
     """
-    if not sentences:
-        return []
-    enc = tokenizer([list(w) for w in sentences], is_split_into_words=True, add_special_tokens=True)
-    out = []
-    for i, words in enumerate(sentences):
-        word_ids = [-1 if w is None else w for w in enc.word_ids(i)]
-        ids = list(enc["input_ids"][i])
+    filled = [i for i, words in enumerate(sentences) if len(words)]
+    out: list[tuple[list[int], list[int]]] = [([], [])] * len(sentences)  # empty: segment_sentence refuses it
+    if not filled:
+        return out
+    enc = tokenizer([list(sentences[i]) for i in filled], is_split_into_words=True, add_special_tokens=True)
+    for row, i in enumerate(filled):
+        words = sentences[i]
+        word_ids = [-1 if w is None else w for w in enc.word_ids(row)]
+        ids = list(enc["input_ids"][row])
         if len(set(w for w in word_ids if w >= 0)) != len(words):
             covered = set(word_ids)
             unk = tokenizer.unk_token or tokenizer.pad_token
@@ -85,7 +87,7 @@ def tokenize_sentences(tokenizer, sentences: Sequence[Sequence[str]]) -> list[tu
             one = tokenizer(fixed, is_split_into_words=True, add_special_tokens=True)
             word_ids = [-1 if w is None else w for w in one.word_ids()]
             ids = list(one["input_ids"])
-        out.append((ids, word_ids))
+        out[i] = (ids, word_ids)
     return out
 
 
@@ -147,8 +149,8 @@ def segment_sentence(
 
 @dataclass
 class BatchLayout:
-    """Where each word of a padded batch lives. Segments are laid end to end: word ``k`` of the
-    batch is word ``word_index[k]`` of segment ``segment_of[k]``; all arrays are torch tensors.
+    """Where each word of a padded batch lives. Segments are laid end to end, each with all its
+    words; all arrays are torch tensors.
 
     ``to_word [B, W, T]`` marks a word's pieces, ``to_special [B, 2, T]`` the first special token
     and the other special tokens, ``pick [n_words]`` the flat token index (``b * T + t``) whose
@@ -161,7 +163,6 @@ class BatchLayout:
     to_special: torch.Tensor
     counts: torch.Tensor
     pick: torch.Tensor
-    segment_of: torch.Tensor
     flat_words: torch.Tensor
     own_columns: torch.Tensor
 
@@ -187,8 +188,8 @@ class BatchLayout:
             position = to_word.argmax(-1)                                               # first piece
         pick = segment_of * T + position[segment_of, word_index]
         own_columns = torch.arange(W)[None, :] < n_words[segment_of][:, None]
-        return cls(to_word, to_special, to_word.sum(-1).clamp(min=1.0), pick, segment_of,
-                   segment_of * W + word_index, own_columns)
+        return cls(to_word, to_special, to_word.sum(-1).clamp(min=1.0), pick, segment_of * W + word_index,
+                   own_columns)
 
 
 @contextmanager
@@ -224,6 +225,7 @@ def forward_segments(
     device: torch.device,
     amp_dtype: torch.dtype | None = None,
     out: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None,
+    out_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Run one padded batch; return its words laid end to end (segment by segment, all words of
     each segment): hidden ``[L+1, Σ w, D]``, word attention flattened per segment ``[L, H, Σ w²]``
@@ -231,8 +233,8 @@ def forward_segments(
     (None without attentions).
 
     ``out``: CPU tensors of those shapes to write into (any float dtype, e.g. slices of a shard);
-    by default new float32 tensors. Non-finite hidden states raise :class:`StoreError`, as do
-    values beyond the range of ``out``'s dtype.
+    by default new tensors of ``out_dtype``. Non-finite hidden states raise :class:`StoreError`,
+    as do values beyond the range of the output dtype.
     """
     T = max(s.n_tokens for s in segments)
     B = len(segments)
@@ -250,24 +252,26 @@ def forward_segments(
     D = result.hidden_states[0].shape[-1]
     L, H = len(result.hidden_states) - 1, model.config.num_attention_heads
     if out is None:
-        out = (torch.empty(L + 1, n_words, D), torch.empty(L, H, int(layout.own_columns.sum())) if attentions
-               else None, torch.empty(L, H, n_words, 2) if attentions else None)
+        out = (torch.empty(L + 1, n_words, D, dtype=out_dtype),
+               torch.empty(L, H, int(layout.own_columns.sum()), dtype=out_dtype) if attentions else None,
+               torch.empty(L, H, n_words, 2, dtype=out_dtype) if attentions else None)
     word_hidden, word_att, special = out
     weights = (layout.to_word / layout.counts[..., None]).to(device)                  # [B, W, T]
+    rows, pick = layout.flat_words.to(device), layout.pick.to(device)
     for l, h in enumerate(result.hidden_states):
         if pooling == "mean":   # mean over each word's pieces: one [B, W, T] x [B, T, D] product
-            picked = torch.bmm(weights, h.float()).view(-1, D).index_select(0, layout.flat_words.to(device))
+            picked = torch.bmm(weights, h.float()).view(-1, D).index_select(0, rows)
         else:
-            picked = h.reshape(B * T, D).index_select(0, layout.pick.to(device))
+            picked = h.reshape(B * T, D).index_select(0, pick)
         word_hidden[l] = picked
-        check_finite(word_hidden[l], picked, segments)
+        _check_finite(word_hidden[l], picked, segments)
     if not attentions:
         return out
     # per layer, two batched matmuls: columns first (sum over attended pieces), then rows (mean
     # over attending pieces); then each word's row keeps its segment's own columns
     W = layout.to_word.shape[1]
     columns = torch.cat([layout.to_word, layout.to_special], dim=1).transpose(1, 2).to(device)  # [B, T, W+2]
-    rows, own_columns = layout.flat_words.to(device), layout.own_columns.to(device)
+    own_columns = layout.own_columns.to(device)
     for l, a in enumerate(result.attentions):
         summed = torch.bmm(a.float().reshape(B, H * T, T), columns).view(B, H, T, W + 2)
         by_row = summed.transpose(1, 2).reshape(B, T, H * (W + 2))
@@ -278,7 +282,7 @@ def forward_segments(
     return out
 
 
-def check_finite(stored: torch.Tensor, source: torch.Tensor, segments: Sequence[Segment]) -> None:
+def _check_finite(stored: torch.Tensor, source: torch.Tensor, segments: Sequence[Segment]) -> None:
     """Refuse NaN/inf in a layer's word vectors, and values that overflowed the storage dtype."""
     low, high = (float(v) for v in torch.aminmax(stored))
     if math.isfinite(low) and math.isfinite(high):

@@ -54,6 +54,10 @@ class LoadedModel:
     def num_heads(self) -> int:
         return int(getattr(self.config, "num_attention_heads", getattr(self.config, "n_heads", 0)))
 
+    @property
+    def hidden_size(self) -> int:
+        return int(getattr(self.config, "hidden_size", getattr(self.config, "dim", 0)))
+
 
 # --------------------------------------------------------------------------- registry
 

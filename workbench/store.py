@@ -35,9 +35,8 @@ from tqdm.auto import tqdm
 from workbench import atomic, paths
 from workbench.corpus import Corpus
 from workbench.errors import StoreError
-from workbench.features import (LongPolicy, Pooling, Segment, check_finite, forward_segments,
-                                low_precision_linears, model_max_tokens, segment_sentence,
-                                tokenize_sentences)
+from workbench.features import (LongPolicy, Pooling, Segment, forward_segments, low_precision_linears,
+                                model_max_tokens, segment_sentence, tokenize_sentences)
 from workbench.models import LoadedModel
 
 STORE_VERSION = 1
@@ -214,8 +213,7 @@ class _ShardBuffers:
     allocation per shard would fault in fresh pages every time, which costs more than the copy."""
 
     def __init__(self, lm: LoadedModel, settings: ExtractionSettings, max_words: int, max_pairs: int):
-        self.shape = (lm.num_layers + 1, lm.num_layers, lm.num_heads,
-                      int(getattr(lm.config, "hidden_size", getattr(lm.config, "dim", 0))))
+        self.shape = (lm.num_layers + 1, lm.num_layers, lm.num_heads, lm.hidden_size)
         L1, L, H, D = self.shape
         dtype = getattr(torch, settings.storage)
         self.hidden = torch.empty(L1 * max_words * D, dtype=dtype)
@@ -232,11 +230,6 @@ class _ShardBuffers:
                 self.special[: L * H * n_words * 2].view(L, H, n_words, 2))
 
 
-def _word_counts(segments_per_sentence: list[list[Segment]], sentence_ids: list[int]) -> np.ndarray:
-    return np.array([sum(int(s.keep.sum()) for s in segments_per_sentence[i]) for i in sentence_ids],
-                    dtype=np.int64)
-
-
 def _write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     with atomic.atomic_path(path) as tmp:
         save_file(tensors, str(tmp))
@@ -250,9 +243,10 @@ def _compute_shard(
     device: torch.device,
     progress: tqdm | None,
     buffers: _ShardBuffers,
+    word_counts: np.ndarray,
 ) -> dict[str, torch.Tensor]:
-    """Run one shard's sentences in length-sorted batches, writing straight into the buffers."""
-    word_counts = _word_counts(segments_per_sentence, sentence_ids)
+    """Run one shard's sentences (``word_counts`` words each) in length-sorted batches, writing
+    straight into the buffers."""
     word_off = dict(zip(sentence_ids, np.concatenate([[0], np.cumsum(word_counts)[:-1]]).tolist()))
     att_off = dict(zip(sentence_ids, np.concatenate([[0], np.cumsum(word_counts**2)[:-1]]).tolist()))
     hidden_out, att_out, special_out = buffers.views(int(word_counts.sum()), int((word_counts**2).sum()),
@@ -264,7 +258,7 @@ def _compute_shard(
         n_words = [seg.n_words for seg in batch]
         starts = [word_off[seg.sentence] + seg.word_start for seg in batch]
         common = dict(pooling=settings.pooling, attentions=settings.attentions, pad_id=pad_id, device=device,
-                      amp_dtype=amp)
+                      amp_dtype=amp, out_dtype=hidden_out.dtype)
         if (all(seg.keep.all() for seg in batch)
                 and all(starts[k + 1] == starts[k] + n_words[k] for k in range(len(batch) - 1))):
             # the usual case: the batch's sentences are consecutive in the shard -> write in place
@@ -279,7 +273,6 @@ def _compute_shard(
             for seg, start in zip(batch, starts):
                 owned = np.flatnonzero(seg.keep)
                 hidden_out[:, start + owned] = word_hidden[:, first + owned]
-                check_finite(hidden_out[:, start + owned], word_hidden[:, first + owned], [seg])
                 first += seg.n_words
         if progress is not None:
             progress.update(sum(1 for s in batch if s.word_start == 0))
@@ -339,9 +332,6 @@ def extract(
         return FeatureStore(path)
 
     max_tokens = model_max_tokens(lm.model, lm.tokenizer)
-    for i, s in enumerate(corpus):
-        if not s.words:
-            raise StoreError(f"sentence {s.sent_id} (#{i} of {corpus.name}): empty sentence (no words)")
     tokens = tokenize_sentences(lm.tokenizer, [s.words for s in corpus])
     segments_per_sentence = [
         segment_sentence(lm.tokenizer, s.words, i, max_tokens, long_policy, f"{s.sent_id} (#{i} of {corpus.name})",
@@ -355,6 +345,8 @@ def extract(
                     f"sentence {s.sent_id}: too long for the model ({max_tokens} tokens) and attention maps "
                     "cannot be windowed; extract with attentions=False or split the sentence"
                 )
+    word_counts = np.array([sum(int(s.keep.sum()) for s in segs) for segs in segments_per_sentence],
+                           dtype=np.int64)
     plan = _plan_shards(segments_per_sentence, shard_size)
     path.mkdir(parents=True, exist_ok=True)
     for stale in path.glob(".*.tmp"):      # half-written files of a run that was killed
@@ -377,18 +369,19 @@ def extract(
     started = time.perf_counter()
     bar = tqdm(total=len(corpus), initial=done_sentences, desc=f"extract {lm.name}", unit="sent",
                disable=not progress, leave=False)
-    counts = [_word_counts(segments_per_sentence, plan[k]) for k in todo]
+    if max_new_shards is not None:
+        todo = todo[:max_new_shards]
+    counts = [word_counts[plan[k]] for k in todo]
     sizes = (max((int(c.sum()) for c in counts), default=0), max((int((c**2).sum()) for c in counts), default=0))
     # two buffer sets: shard j is computed into one while shard j-1 is written from the other by
     # a background thread (writing is mostly page-cache copying and fsync, outside the GIL)
     buffers = [_ShardBuffers(lm, settings, *sizes) for _ in range(min(2, len(todo)))]
-    if max_new_shards is not None:
-        todo = todo[:max_new_shards]
     with ThreadPoolExecutor(max_workers=1) as writer, \
             low_precision_linears(lm.model, getattr(torch, amp_dtype) if amp_dtype else None):
         pending = None
         for j, k in enumerate(todo):
-            tensors = _compute_shard(lm, segments_per_sentence, plan[k], settings, dev, bar, buffers[j % 2])
+            tensors = _compute_shard(lm, segments_per_sentence, plan[k], settings, dev, bar, buffers[j % 2],
+                                     counts[j])
             if pending is not None:
                 pending.result()
             pending = writer.submit(_write_shard, path / shard_names[k], tensors)
@@ -398,11 +391,6 @@ def extract(
     if max_new_shards is not None and any(not (path / shard_names[k]).is_file() for k in range(len(plan))):
         return None  # type: ignore[return-value]
 
-    word_counts = [0] * len(corpus)
-    for k, sids in enumerate(plan):
-        with safe_open(str(path / shard_names[k]), framework="pt") as f:
-            for sid, wc in zip(sids, f.get_tensor("word_counts").tolist()):
-                word_counts[sid] = wc
     n_layers = lm.num_layers + 1
     manifest = {
         "version": STORE_VERSION,
@@ -412,9 +400,9 @@ def extract(
         "settings": asdict(settings),
         "n_layers": n_layers,
         "n_heads": lm.num_heads,
-        "dim": int(lm.config.hidden_size if hasattr(lm.config, "hidden_size") else lm.config.dim),
+        "dim": lm.hidden_size,
         "n_sentences": len(corpus),
-        "word_counts": word_counts,
+        "word_counts": word_counts.tolist(),
         "shards": shard_names,
         "plan": plan,
         "extract_seconds_last_run": round(time.perf_counter() - started, 3),
