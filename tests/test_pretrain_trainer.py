@@ -254,3 +254,24 @@ def test_finished_run_returns_at_once(corpus_and_tokenizer, tmp_path):
     assert run_pretraining(cfg) == run
     assert (run / "metrics.jsonl").read_text() == before
     assert [s for s, _ in list_checkpoints(run)] == [2]
+
+
+def test_separate_heldout_corpus_is_the_eval_set(corpus_and_tokenizer, tmp_path):
+    """With ``heldout_corpus`` set, every document of ``corpus`` trains and the eval set is exactly
+    the separate file's documents (the corpus builder's document-level split)."""
+    from transformers import AutoTokenizer
+
+    from workbench.pretrain import build_sequences
+
+    corpus, tok_dir = corpus_and_tokenizer
+    heldout = tmp_path / "heldout.txt"
+    heldout.write_text("The jury said it did find that.\n\nA second held-out document here.\n", encoding="utf-8")
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    cfg = _cfg(corpus_and_tokenizer, tmp_path, heldout_corpus=str(heldout))
+    train, ev = build_sequences(cfg, tok, corpus)
+    base_train, base_ev = build_sequences(_cfg(corpus_and_tokenizer, tmp_path, heldout_fraction=0.0), tok, corpus)
+    assert len(ev) == 2 and torch.equal(train.ids, base_train.ids) and len(base_ev) == 0
+    first = tok(["the jury said it did find that."], add_special_tokens=True)["input_ids"][0]
+    assert ev.ids[: len(first)].tolist() == first
+    with pytest.raises(ConfigError, match="heldout_corpus"):
+        build_sequences(_cfg(corpus_and_tokenizer, tmp_path, heldout_corpus=str(tmp_path / "nope")), tok, corpus)

@@ -69,6 +69,8 @@ class PretrainConfig:
     corpus: str = BUNDLED_CORPUS          # "brown" (bundled) or a text file / directory
     max_documents: int | None = None      # read only the first N documents (quick runs)
     heldout_fraction: float = 0.02        # share of documents held out for eval loss
+    heldout_corpus: str | None = None     # a separate held-out text file / directory (then the whole
+                                          # ``corpus`` trains and heldout_fraction is not used)
     # tokenizer
     tokenizer: str | None = None          # an existing tokenizer directory; None = train one
     tokenizer_kind: str = "wordpiece"     # wordpiece | bpe
@@ -293,21 +295,46 @@ class SequenceSet:
         return out
 
 
-def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[SequenceSet, SequenceSet]:
-    """Read, split (held-out documents chosen by the seed), tokenise and pack: ``(train, eval)``."""
-    from workbench.text_corpus import pack_documents, read_documents, tokenize_documents
+def heldout_path(cfg: PretrainConfig) -> Path | None:
+    """The separate held-out corpus a config names, or None (held-out documents drawn from ``corpus``)."""
+    if cfg.heldout_corpus is None:
+        return None
+    p = Path(cfg.heldout_corpus).expanduser()
+    if not p.exists():
+        raise ConfigError(f"config field 'heldout_corpus': {p} does not exist")
+    return p
+
+
+def _read_docs(source: Path, limit: int | None) -> list:
+    from workbench.text_corpus import read_documents
 
     docs = []
     for doc in read_documents(source):
         docs.append(doc)
-        if cfg.max_documents and len(docs) >= cfg.max_documents:
+        if limit and len(docs) >= limit:
             break
-    tdocs = tokenize_documents(docs, tokenizer)
-    n_eval = math.ceil(cfg.heldout_fraction * len(tdocs)) if cfg.heldout_fraction > 0 and len(tdocs) > 1 else 0
-    g = torch.Generator().manual_seed(mix_seed(cfg.seed, 1))
-    order = torch.randperm(len(tdocs), generator=g).tolist()
-    eval_set = set(order[:n_eval])
-    splits = ([d for i, d in enumerate(tdocs) if i not in eval_set], [d for i, d in enumerate(tdocs) if i in eval_set])
+    return docs
+
+
+def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[SequenceSet, SequenceSet]:
+    """Read, split, tokenise and pack: ``(train, eval)``.
+
+    Held-out documents come from ``cfg.heldout_corpus`` when it is set (a split made by the corpus
+    builder), else ``heldout_fraction`` of the documents of ``source``, chosen by the seed.
+    """
+    from workbench.text_corpus import pack_documents, tokenize_documents
+
+    tdocs = tokenize_documents(_read_docs(source, cfg.max_documents), tokenizer)
+    separate = heldout_path(cfg)
+    if separate is not None:
+        splits = (tdocs, tokenize_documents(_read_docs(separate, None), tokenizer))
+    else:
+        n_eval = math.ceil(cfg.heldout_fraction * len(tdocs)) if cfg.heldout_fraction > 0 and len(tdocs) > 1 else 0
+        g = torch.Generator().manual_seed(mix_seed(cfg.seed, 1))
+        order = torch.randperm(len(tdocs), generator=g).tolist()
+        eval_set = set(order[:n_eval])
+        splits = ([d for i, d in enumerate(tdocs) if i not in eval_set],
+                  [d for i, d in enumerate(tdocs) if i in eval_set])
     out = []
     for k, part in enumerate(splits):
         if cfg.objective == "mlm":
@@ -631,8 +658,12 @@ def _load_data(cfg: PretrainConfig, run_dir: Path, source: Path, tokenizer, rt: 
     """Tokenised sequences, cached in ``run_dir/data`` (built by rank 0, read by all)."""
     from safetensors.torch import load_file, save_file
 
+    from workbench.text_corpus import corpus_hash
+
+    separate = heldout_path(cfg)
+    heldout_key = corpus_hash(separate) if separate is not None else cfg.heldout_fraction
     key = hashlib.sha256(json.dumps([corpus_sha, tokenizer.backend_tokenizer.to_str(), cfg.max_documents,
-                                     cfg.heldout_fraction, cfg.max_seq_len, cfg.objective, cfg.seed]).encode()
+                                     heldout_key, cfg.max_seq_len, cfg.objective, cfg.seed]).encode()
                          ).hexdigest()[:16]
     cache = run_dir / "data" / f"sequences-{key}.safetensors"
     if rt.is_main and not cache.is_file():
@@ -715,6 +746,7 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, _stop_after:
     elif rt.is_main:
         write_json(run_dir / "run.json", {
             "config": cfg.to_dict(), "seed": cfg.seed, "corpus": str(source), "corpus_sha256": corpus_sha,
+            "heldout_corpus": cfg.heldout_corpus,
             "world_size": rt.world_size, "n_train_sequences": len(train), "n_eval_sequences": len(heldout),
             "n_parameters": sum(p.numel() for p in model.parameters()), "objective": cfg.objective,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
