@@ -2,13 +2,12 @@
 loads a model or computes what a study should have saved.
 
 Run with ``bertology dashboard`` (binds to 127.0.0.1) or
-``streamlit run apps/dashboard.py --server.address 127.0.0.1``.
+``streamlit run $(python -c "import bertology.apps as a; print(a.__path__[0])")/dashboard.py --server.address 127.0.0.1``.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -16,8 +15,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from workbench.results import ResultError, mean_ci, read_extra, read_manifest, read_table  # noqa: E402
+from bertology.results import ResultError, mean_ci, read_extra, read_manifest, read_table
 
 PAGES = ["Runs", "Probing", "Feature combinations", "Heads", "Pruning", "Embeddings", "Alignment",
          "Pretraining", "Compare runs"]

@@ -13,16 +13,14 @@ during each call; also ``tracemalloc`` peak for numpy allocations.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probes.alignment import procrustes, retrieve  # noqa: E402
+from bertology.probes.embeddings.alignment import procrustes, retrieve
 
 
 def _rss_kib(field: str) -> int:

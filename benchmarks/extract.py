@@ -7,7 +7,7 @@ does less work). Each path runs once on other sentences first (thread pools, one
 new shapes), then the best of ``--repeat`` timed runs counts (steady state, as in a long
 extraction; the store path writes a new store each time and deletes it before the next, so every
 repetition starts from the same page cache). The process uses the allocator setting the ``bertology`` CLI uses
-(:func:`workbench.runtime.keep_freed_memory`), for every path alike.
+(:func:`bertology.runtime.keep_freed_memory`), for every path alike.
 
 Rows: the store in float32 (the default: equal to a plain HF forward pass to float tolerance), and
 the fast settings -- bfloat16 autocast (linear layers' weights cast once; on CPUs with AMX),
@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import matmul_flops_per_second, print_table, timed  # noqa: E402
+from bertology.benchmarking import matmul_flops_per_second, print_table, timed
 
-from workbench.corpus import load_corpus  # noqa: E402
-from workbench.models import load_model  # noqa: E402
-from workbench.runtime import keep_freed_memory  # noqa: E402
-from workbench.store import extract  # noqa: E402
+from bertology.corpus import load_corpus
+from bertology.models import load_model
+from bertology.runtime import keep_freed_memory
+from bertology.store import extract
 
 FAST = {"amp_dtype": "bfloat16", "storage": "float16", "batch_tokens": 4096}
 

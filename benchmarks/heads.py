@@ -20,10 +20,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from probes.importance import ablation_importance, importance_scores
-    from probes.pruning import pos_task
-    from workbench.corpus import load_corpus
-    from workbench.models import load_model
+    from bertology.probes.heads.importance import ablation_importance, importance_scores
+    from bertology.probes.heads.pruning import pos_task
+    from bertology.corpus import load_corpus
+    from bertology.models import load_model
 
     lm = load_model(args.model, attentions=True)
     corpus = load_corpus("brown-sample", limit=40 if args.quick else 160)

@@ -3,7 +3,7 @@
 Both train the same small BERT (``BertForMaskedLM``) on the same masked batches of the bundled
 Brown text, in this process, on this machine:
 
-- ``workbench trainer``: ``workbench.pretrain.run_pretraining`` (masking on the fly, logits only
+- ``workbench trainer``: ``bertology.pretraining.trainer.run_pretraining`` (masking on the fly, logits only
   at the masked positions, metrics, eval, checkpoint at the end); tokens/s read from its metrics
   file, the first log window (warm-up) dropped;
 - ``minimal loop``: ``model(**batch, labels=labels).loss; loss.backward(); opt.step()`` over
@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def matmul_flops(n: int = 2048, repeats: int = 5) -> float:
@@ -47,11 +45,11 @@ def main() -> None:
 
     import pandas as pd
 
-    from workbench.pretrain import (
+    from bertology.pretraining.trainer import (
         PretrainConfig, _Masker, _masked_batches, build_model, corpus_path, make_optimizer, read_metrics,
         run_pretraining, stream_indices, _load_data, setup_runtime, _tokenizer_for,
     )
-    from workbench.text_corpus import corpus_hash
+    from bertology.pretraining.text_corpus import corpus_hash
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -22,29 +22,26 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import print_table  # noqa: E402
+from bertology.benchmarking import print_table
 
 
 def _data(args):
-    from probes.synthetic import planted_task
-    from probes.tasks import build_task
+    from bertology.probes.probing.synthetic import planted_task
+    from bertology.probes.probing.tasks import build_task
 
     if args.synthetic:
         strengths = {0: 0.10, 1: 0.16, 2: 0.22, 3: 0.25, 4: 0.22, 5: 0.18, 6: 0.12}
         d = planted_task(n_layers=7, n_words=5000 if args.quick else 20000, dim=384, n_labels=17,
                          signal_layers=strengths, seed=args.seed)
         return d.features, d.sentence_offsets, d.task, "synthetic planted"
-    from workbench.corpus import load_corpus
-    from workbench.models import load_model
-    from workbench.store import extract
+    from bertology.corpus import load_corpus
+    from bertology.models import load_model
+    from bertology.store import extract
 
     corpus = load_corpus("brown-sample", limit=300 if args.quick else 1200)
     store = extract(load_model("minilm-l6", attentions=False), corpus, attentions=False)
@@ -76,9 +73,9 @@ def main() -> None:
     from sklearn.linear_model import LogisticRegression
     from threadpoolctl import threadpool_limits
 
-    from probes.edge_probing import (ProbeConfig, _Features, classification_metrics, fit_joint,
+    from bertology.probes.probing.edge import (ProbeConfig, SpanFeatures, classification_metrics, fit_joint,
                                      predict_logits, span_index)
-    from probes.tasks import split_by_sentence
+    from bertology.probes.probing.tasks import split_by_sentence
 
     feats, offsets, task, what = _data(args)
     L, W, D = feats.shape
@@ -88,7 +85,7 @@ def main() -> None:
     tokens, mask = span_index(task, offsets)
     if tokens.shape[2] != 1 or tokens.shape[1] != 1:
         raise SystemExit("benchmark expects a single-word, single-span task")
-    data = _Features(feats, tokens, mask, True, args.device)
+    data = SpanFeatures(feats, tokens, mask, True, args.device)
     tr, dv, te = split["train"], split["dev"], split["test"]
     Xs = data.cached[:, :, 0, 0].cpu().numpy()        # the probes' own standardised inputs [L, n, D]
     print(f"{what}: {L} layers x {W} words x {D} dims, {len(task)} examples, {K} labels, "

@@ -11,11 +11,11 @@ import os
 
 import numpy as np
 
-from probes.edge_probing import EdgeProbe, pooled_features, probe_layers, summarise
-from probes.tasks import build_task
-from workbench.corpus import load_corpus
-from workbench.models import load_model
-from workbench.store import extract
+from bertology.probes.probing.edge import EdgeProbe, pooled_features, probe_layers, summarise
+from bertology.probes.probing.tasks import build_task
+from bertology.corpus import load_corpus
+from bertology.models import load_model
+from bertology.store import extract
 
 N = int(os.environ.get("WALKTHROUGH_SENTENCES", 400))
 EPOCHS = int(os.environ.get("WALKTHROUGH_EPOCHS", 10))

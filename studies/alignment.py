@@ -4,19 +4,16 @@ two layers of one model, two models, and one language in two eras (KJV 1611 vs B
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import model_corpus_store  # noqa: E402
+from bertology.studies.common import model_corpus_store
 
-from probes.crosslingual import crosslingual_experiment  # noqa: E402
-from probes.drift import compare_corpora, compare_spaces  # noqa: E402
-from probes.static_vectors import distill_static  # noqa: E402
-from workbench.errors import WorkbenchError  # noqa: E402
-from workbench.texts import load_text  # noqa: E402
+from bertology.probes.embeddings.crosslingual import crosslingual_experiment
+from bertology.probes.embeddings.drift import compare_corpora, compare_spaces
+from bertology.probes.embeddings.static_vectors import distill_static
+from bertology.errors import WorkbenchError
+from bertology.texts import load_text
 
 DESCRIPTION = "Procrustes / self-learning / CSLS: en→fr, layer vs layer, model vs model, KJV 1611 vs Brown 1961"
 DEFAULTS = {
@@ -71,8 +68,8 @@ def run(ctx) -> None:
 
     if cfg["other_model"]:
         def models() -> pd.DataFrame:
-            from workbench.models import load_model
-            from workbench.store import extract
+            from bertology.models import load_model
+            from bertology.store import extract
 
             other = extract(load_model(cfg["other_model"]), corpus, attentions=False)
             last = store.n_layers - 1

@@ -4,18 +4,15 @@ contextual neighbours of polysemous words and their sense clusters (UMAP)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import model_corpus_store  # noqa: E402
+from bertology.studies.common import model_corpus_store
 
-from probes.contextuality import contextuality, contextuality_by_word  # noqa: E402
-from probes.neighbours import sense_clusters, static_vs_contextual_neighbours  # noqa: E402
-from probes.static_vectors import distill_static, word_vectors_from_pieces  # noqa: E402
+from bertology.probes.embeddings.contextuality import contextuality, contextuality_by_word
+from bertology.probes.embeddings.neighbours import sense_clusters, static_vs_contextual_neighbours
+from bertology.probes.embeddings.static_vectors import distill_static, word_vectors_from_pieces
 
 DESCRIPTION = "Static vs contextual (Ethayarajh 2019): self-similarity, intra-sentence, MEV per layer; senses"
 DEFAULTS = {

@@ -3,18 +3,15 @@ layers, with Hewitt & Liang control tasks, Voita & Titov MDL and a random-encode
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import model_corpus_store, probe_settings  # noqa: E402
+from bertology.studies.common import model_corpus_store, probe_settings
 
-from probes.controls import random_init_baseline  # noqa: E402
-from probes.edge_probing import ProbeConfig, probe_layers, summarise  # noqa: E402
-from probes.mdl import online_codelength  # noqa: E402
-from probes.tasks import build_task  # noqa: E402
+from bertology.probes.probing.baselines import random_init_baseline
+from bertology.probes.probing.edge import ProbeConfig, probe_layers, summarise
+from bertology.probes.probing.mdl import online_codelength
+from bertology.probes.probing.tasks import build_task
 
 DESCRIPTION = "Edge probing per layer, scalar mix, expected layer (Tenney 2019) + controls, MDL, random encoder"
 DEFAULTS = {

@@ -4,25 +4,20 @@ the workbench trainer, then runs head classification and per-layer probes on eve
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from probes.edge_probing import probe_layers  # noqa: E402
-from probes.heads import analyse_store  # noqa: E402
-from workbench.checkpoints import list_checkpoints  # noqa: E402
-from workbench.corpus import load_corpus  # noqa: E402
-from workbench.models import load_model  # noqa: E402
-from workbench.pretrain import load_config, read_metrics, run_pretraining  # noqa: E402
-from workbench.store import extract  # noqa: E402
+from bertology.probes.probing.edge import probe_layers
+from bertology.probes.heads.head_types import analyse_store
+from bertology.checkpoints import list_checkpoints
+from bertology.corpus import load_corpus
+from bertology.models import load_model
+from bertology.pretraining.trainer import load_config, read_metrics, run_pretraining
+from bertology.store import extract
 
-REPO = Path(__file__).resolve().parents[1]
 DESCRIPTION = "Emergence during pretraining: loss curves, head types and probe scores per checkpoint"
 DEFAULTS = {
-    "pretrain_config": "configs/pretrain_default.yaml",
+    "pretrain_config": "default",      # a shipped recipe name or a config file
     "pretrain_overrides": {},       # fields of the pretrain config to change (run_name, max_steps, keep_steps...)
     "corpus": "brown-sample",
     "limit": 400,
@@ -35,8 +30,7 @@ DEFAULTS = {
 
 def run(ctx) -> None:
     cfg = ctx.config
-    path = Path(cfg["pretrain_config"])
-    pt_cfg = load_config(path if path.is_absolute() else REPO / path, **cfg["pretrain_overrides"])
+    pt_cfg = load_config(cfg["pretrain_config"], **cfg["pretrain_overrides"])  # a file or a shipped recipe
     run_dir = run_pretraining(pt_cfg)  # resumes, or returns at once when finished
     checkpoints = [(step, f"{run_dir.name}@{step}") for step, _ in list_checkpoints(run_dir)]
     corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])

@@ -4,17 +4,14 @@ same probe on the same task (NER in the paper; entities and POS here)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import model_corpus_store  # noqa: E402
+from bertology.studies.common import model_corpus_store
 
-from probes.edge_probing import ProbeConfig, probe_arrays  # noqa: E402
-from probes.tasks import build_task  # noqa: E402
-from workbench.combinations import COMBINATIONS, combine_layers  # noqa: E402
+from bertology.probes.probing.edge import ProbeConfig, probe_arrays
+from bertology.probes.probing.tasks import build_task
+from bertology.combinations import COMBINATIONS, combine_layers
 
 DESCRIPTION = "BERT paper feature-based comparison: first / last / sum all / 2nd-to-last / sum last 4 / concat last 4"
 DEFAULTS = {

@@ -3,18 +3,15 @@ rare-token / special / broad) and the attention-based dependency probe, on word-
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import model_corpus_store  # noqa: E402
+from bertology.studies.common import model_corpus_store
 
-from probes.attention_probe import attention_probe, best_heads  # noqa: E402
-from probes.head_stats import corpus_frequencies  # noqa: E402
-from probes.heads import classify_heads, dependency_scores, type_matrix  # noqa: E402
-from probes.head_stats import head_statistics  # noqa: E402
+from bertology.probes.heads.attention_probe import attention_probe, best_heads
+from bertology.probes.heads.stats import corpus_frequencies
+from bertology.probes.heads.head_types import classify_heads, dependency_scores, type_matrix
+from bertology.probes.heads.stats import head_statistics
 
 DESCRIPTION = "Head statistics and types (Voita 2019, Clark 2019) + attention-based dependency probe (UAS)"
 DEFAULTS = {
@@ -55,7 +52,7 @@ def run(ctx) -> None:
     ctx.step("head_best", lambda: best_heads(deps, min_count=cfg["min_count"]))
     vectors = None
     if cfg["word_vectors"] != "none":
-        from probes.static_vectors import load_spacy_vectors
+        from bertology.probes.embeddings.static_vectors import load_spacy_vectors
 
         vectors = load_spacy_vectors(cfg["word_vectors"])
         ctx.record(word_vectors=vectors.metadata)

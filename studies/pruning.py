@@ -6,17 +6,14 @@ frozen encoder (the shipped MiniLM has no MLM head)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import model_corpus_store  # noqa: E402
+from bertology.studies.common import model_corpus_store
 
-from probes.heads import analyse_store  # noqa: E402
-from probes.importance import importance_scores  # noqa: E402
-from probes.pruning import (heads_dict, heads_pruned_at, measure_pruning, pos_task, pruning_curve,  # noqa: E402
+from bertology.probes.heads.head_types import analyse_store
+from bertology.probes.heads.importance import importance_scores
+from bertology.probes.heads.pruning import (heads_dict, heads_pruned_at, measure_pruning, pos_task, pruning_curve,
                             train_l0_gates)
 
 DESCRIPTION = "Head importance (Michel 2019), pruning curves by importance / random / type, real removal, L0 gates"

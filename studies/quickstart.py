@@ -8,14 +8,14 @@ import time
 
 import pandas as pd
 
-from workbench.study import run_study, studies_dir
+from bertology.studies import default_config_file, run_study
 
 DESCRIPTION = "Every analysis on the embedded default at small sizes (the README's main job)"
 DEFAULTS = {
     # emergence first: alignment compares MiniLM with the checkpoint it trains
     "studies": ["head_types", "edge_probing", "feature_combinations", "contextuality", "pruning", "emergence",
                 "alignment"],
-    "configs": "configs/quickstart",
+    "configs": "quickstart",      # the shipped config variant (studies/configs/quickstart/)
     "seed": 0,
 }
 
@@ -23,11 +23,10 @@ DEFAULTS = {
 def run(ctx) -> None:
     cfg = ctx.config
     results_root = ctx.run_dir.parents[1]
-    config_dir = studies_dir() / cfg["configs"]
     rows = []
     for name in cfg["studies"]:
         started = time.perf_counter()
-        config_file = config_dir / f"{name}.yaml"
+        config_file = default_config_file(name, cfg["configs"])
         run_dir = run_study(name, config_file=config_file if config_file.is_file() else None, seed=ctx.seed,
                             run_id=f"quickstart-seed{ctx.seed}", results_root=results_root, log=ctx.log)
         rows.append({"study": name, "run_dir": str(run_dir), "seconds": round(time.perf_counter() - started, 1)})

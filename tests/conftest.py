@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.fixture(autouse=True)
@@ -33,35 +35,23 @@ def minilm_tokenizer():
     """The real MiniLM WordPiece tokenizer (fast), used with tiny random models."""
     from transformers import AutoTokenizer
 
-    from workbench.models import embedded_models
+    from bertology.models import embedded_models
 
     return AutoTokenizer.from_pretrained(embedded_models()["minilm-l6"]["path"])
-
-
-def make_tiny_bert(tokenizer, *, layers: int = 2, heads: int = 4, hidden: int = 32, seed: int = 0,
-                   max_positions: int = 64, mlm: bool = False):
-    import torch
-    from transformers import BertConfig, BertForMaskedLM, BertModel
-
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=2 * hidden,
-                        max_position_embeddings=max_positions, attn_implementation="eager")
-    torch.manual_seed(seed)
-    model = (BertForMaskedLM if mlm else BertModel)(config)
-    return model.eval()
 
 
 @pytest.fixture
 def tiny_lm(minilm_tokenizer):
     """A LoadedModel wrapping a tiny random 2-layer, 4-head BERT with the MiniLM tokenizer."""
-    from workbench.models import from_modules
+    from bertology.models import from_modules
+    from bertology.testing import make_tiny_bert
 
     return from_modules("tiny-bert", make_tiny_bert(minilm_tokenizer), minilm_tokenizer)
 
 
 @pytest.fixture(scope="session")
 def small_corpus():
-    from workbench.corpus import load_corpus
+    from bertology.corpus import load_corpus
 
     return load_corpus("brown-sample", limit=40)
 
@@ -69,14 +59,14 @@ def small_corpus():
 @pytest.fixture(scope="session")
 def quickstart_results(tmp_path_factory):
     """Run the quickstart study once with tiny configs (tests/fixtures/tiny_quickstart); the results root."""
-    from workbench.study import run_study
+    from bertology.studies import run_study
 
     root = tmp_path_factory.mktemp("results")
     home = tmp_path_factory.mktemp("home")
     mp = pytest.MonkeyPatch()
     mp.setenv("BERTOLOGY_HOME", str(home))
     try:
-        run_study("quickstart", overrides={"configs": "../tests/fixtures/tiny_quickstart"}, results_root=root,
+        run_study("quickstart", overrides={"configs": str(FIXTURES / "tiny_quickstart")}, results_root=root,
                   log=lambda m: None)
     finally:
         mp.undo()

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("screenshots", ROOT / "scripts" / "screenshots.py")
-screenshots = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(screenshots)
+from bertology.apps import screenshots
 
 
 @pytest.mark.slow

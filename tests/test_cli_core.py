@@ -7,7 +7,7 @@ import sys
 
 from typer.testing import CliRunner
 
-from workbench.cli import app
+from bertology.cli import app
 
 runner = CliRunner()
 
@@ -25,7 +25,7 @@ def test_models_lists_embedded_minilm():
 
 
 def test_unknown_model_is_one_clear_line_and_exit_2():
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "extract", "--model", "nope", "--limit", "2"],
+    proc = subprocess.run([sys.executable, "-m", "bertology.cli", "extract", "--model", "nope", "--limit", "2"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "error: unknown model 'nope'" in proc.stderr and "Traceback" not in proc.stderr
@@ -42,7 +42,7 @@ def test_annotate_writes_silver_conllu(tmp_path):
 
 
 def test_extract_refuses_an_unknown_storage_dtype():
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "extract", "--storage", "int8", "--limit", "2"],
+    proc = subprocess.run([sys.executable, "-m", "bertology.cli", "extract", "--storage", "int8", "--limit", "2"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "storage must be 'float32' or 'float16'" in proc.stderr and "Traceback" not in proc.stderr

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.corpus import (Corpus, Entity, Sentence, annotate_silver, bio_to_entities, entities_to_bio,
+from bertology.corpus import (Corpus, Entity, Sentence, annotate_silver, bio_to_entities, entities_to_bio,
                               load_corpus, read_bio, read_conllu, read_text_file, write_conllu)
-from workbench.errors import CorpusError
+from bertology.errors import CorpusError
 
 UD_EDGE_CASES = """# newdoc id = d1
 # sent_id = s1

@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 from scipy.stats import ortho_group
 
-from probes.alignment import (AlignmentError, align, lstsq_map, mean_topk_cosine, most_moved_words,
+from bertology.probes.embeddings.alignment import (AlignmentError, align, lstsq_map, mean_topk_cosine, most_moved_words,
                               normalize_embeddings, procrustes, retrieve, topk_cosine)
-from probes.static_vectors import StaticVectors, unit_rows
+from bertology.probes.embeddings.static_vectors import StaticVectors, unit_rows
 
 
 def _rotated(n=600, d=16, noise=0.0, seed=0):

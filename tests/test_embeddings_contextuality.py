@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from probes.contextuality import contextuality, contextuality_by_word, occurrence_groups, to_long
-from workbench.errors import WorkbenchError
+from bertology.probes.embeddings.contextuality import contextuality, contextuality_by_word, occurrence_groups, to_long
+from bertology.errors import WorkbenchError
 
 
 def _corpus(seed=0, n_types=25, n_words=800, sent_len=10, d=24):

@@ -5,7 +5,7 @@ import gzip
 import pandas as pd
 import pytest
 
-from probes.dictionaries import (DictionaryError, bilingual_pairs, filter_to_vocab, parse_dictd,
+from bertology.probes.embeddings.dictionaries import (DictionaryError, bilingual_pairs, filter_to_vocab, parse_dictd,
                                  read_freedict, split_dictionary)
 
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"

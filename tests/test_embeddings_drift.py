@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from probes.drift import compare_corpora
+from bertology.probes.embeddings.drift import compare_corpora
 
 
 def _corpus(rng, shifted: bool, n=3000):

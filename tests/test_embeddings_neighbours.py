@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from probes.neighbours import context_snippet, sense_cluster_figure, sense_clusters, static_vs_contextual_neighbours
-from probes.static_vectors import StaticVectors
+from bertology.probes.embeddings.neighbours import context_snippet, sense_cluster_figure, sense_clusters, static_vs_contextual_neighbours
+from bertology.probes.embeddings.static_vectors import StaticVectors
 
 
 def _two_sense_corpus(n_sent=24, d=16, seed=0):

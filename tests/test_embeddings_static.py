@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from probes.static_vectors import (StaticVectors, VectorFileError, distill_static, from_input_embeddings,
+from bertology.probes.embeddings.static_vectors import (StaticVectors, VectorFileError, distill_static, from_input_embeddings,
                                    read_word2vec, train_word2vec, word_vectors_from_pieces)
 
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from heads_toy import MASK_ID, VOCAB, tiny_bert
-from probes.head_gates import (HeadGates, attention_blocks, gates_from_heads, load_pruned, prune_heads,
+from bertology.testing import MASK_ID, VOCAB, tiny_bert
+from bertology.probes.heads.gates import (HeadGates, attention_blocks, gates_from_heads, load_pruned, prune_heads,
                                save_pruned, count_parameters)
-from probes.importance import (ablation_importance, importance_scores, mask_batches, mlm_loss, mean_loss,
+from bertology.probes.heads.importance import (ablation_importance, importance_scores, mask_batches, mlm_loss, mean_loss,
                                tagging_batches, train_tagging_head)
-from probes.pruning import measure_pruning, pruning_curve, train_l0_gates
+from bertology.probes.heads.pruning import measure_pruning, pruning_curve, train_l0_gates
 
 
 def ids(seed=0, shape=(3, 9)):

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from probes.attention_probe import AttentionDependencyProbe, attention_probe, best_heads
-from probes.heads import dependency_scores
+from bertology.probes.heads.attention_probe import AttentionDependencyProbe, attention_probe, best_heads
+from bertology.probes.heads.head_types import dependency_scores
 
 
 def random_tree(rng):
@@ -90,7 +90,7 @@ def word_typed_corpus(n=160, seed=0):
 
 
 def test_attention_and_words_probe_learns_which_head_to_trust_per_word():
-    from probes.static_vectors import StaticVectors
+    from bertology.probes.embeddings.static_vectors import StaticVectors
 
     sentences, attentions = word_typed_corpus()
     rng = np.random.default_rng(1)
@@ -103,7 +103,7 @@ def test_attention_and_words_probe_learns_which_head_to_trust_per_word():
     assert table.loc["attention_and_words", "uas"] > 0.9
     assert table.loc["distances_and_words", "uas"] < 0.35          # random trees: position and words say little
     # probe API: a head per word, 1-based, never the word itself
-    from probes.attention_probe import WordAwareDependencyProbe, _pair_features
+    from bertology.probes.heads.attention_probe import WordAwareDependencyProbe, _pair_features
     probe = WordAwareDependencyProbe(vectors).fit([_pair_features(a) for a in attentions[:100]], sentences[:100])
     pred = probe.predict([_pair_features(a) for a in attentions[100:103]], sentences[100:103])
     assert [len(p) for p in pred] == [len(s.words) for s in sentences[100:103]]

@@ -7,10 +7,10 @@ import pytest
 @pytest.mark.real_model
 def test_minilm_head_types(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTOLOGY_HOME", str(tmp_path))
-    from probes.heads import analyse_store
-    from workbench.corpus import load_corpus
-    from workbench.models import load_model
-    from workbench.store import extract
+    from bertology.probes.heads.head_types import analyse_store
+    from bertology.corpus import load_corpus
+    from bertology.models import load_model
+    from bertology.store import extract
 
     try:
         lm = load_model("minilm-l6", attentions=True)
@@ -42,11 +42,11 @@ def test_minilm_attention_probes_rank_as_in_clark(tmp_path, monkeypatch):
     attention-only probe and a distances + GloVe baseline; MiniLM's word attention with spaCy's
     GloVe-style vectors keeps that ordering."""
     monkeypatch.setenv("BERTOLOGY_HOME", str(tmp_path))
-    from probes.attention_probe import attention_probe
-    from probes.static_vectors import load_spacy_vectors
-    from workbench.corpus import load_corpus
-    from workbench.models import load_model
-    from workbench.store import extract
+    from bertology.probes.heads.attention_probe import attention_probe
+    from bertology.probes.embeddings.static_vectors import load_spacy_vectors
+    from bertology.corpus import load_corpus
+    from bertology.models import load_model
+    from bertology.store import extract
 
     try:
         lm = load_model("minilm-l6", attentions=True)

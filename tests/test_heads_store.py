@@ -7,8 +7,8 @@ import torch
 import transformers.models.bert.modeling_bert as modeling_bert
 from transformers import BertTokenizerFast
 
-from heads_toy import tiny_bert
-from probes.heads import analyse_store
+from bertology.testing import tiny_bert
+from bertology.probes.heads.head_types import analyse_store
 
 FORCED = (1, 2)
 WORDS = [f"w{i}" for i in range(30)]
@@ -37,9 +37,9 @@ def forced_model(monkeypatch):
 
 
 def test_forced_previous_token_head_through_store(forced_model, tmp_path):
-    from workbench.corpus import Corpus, Sentence
-    from workbench.models import from_modules
-    from workbench.store import extract
+    from bertology.corpus import Corpus, Sentence
+    from bertology.models import from_modules
+    from bertology.store import extract
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
     tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)})

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from probes.head_stats import head_statistics, statistic_matrix, corpus_frequencies
-from probes.heads import classify_heads, dependency_scores, type_matrix, canonical_relation
+from bertology.probes.heads.stats import head_statistics, statistic_matrix, corpus_frequencies
+from bertology.probes.heads.head_types import classify_heads, dependency_scores, type_matrix, canonical_relation
 
 L, H = 2, 4
 POSITIONAL, SYNTACTIC, RARE = (0, 1), (1, 2), (1, 0)

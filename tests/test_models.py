@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from tests.conftest import make_tiny_bert
-from workbench.errors import ModelError
-from workbench.models import list_models, load_model, random_init_like, trained_checkpoints
+from bertology.testing import make_tiny_bert
+from bertology.errors import ModelError
+from bertology.models import list_models, load_model, random_init_like, trained_checkpoints
 
 
 def save_tiny(tokenizer, directory, *, mlm=False, safe=True):
@@ -110,8 +110,8 @@ def test_other_bert_families_load_and_extract_like_a_plain_forward(family, minil
     from transformers import (DistilBertConfig, DistilBertModel, ElectraConfig, ElectraModel, RobertaConfig,
                               RobertaModel)
 
-    from workbench.corpus import Corpus, Sentence
-    from workbench.store import extract
+    from bertology.corpus import Corpus, Sentence
+    from bertology.store import extract
 
     V = minilm_tokenizer.vocab_size
     torch.manual_seed(0)

@@ -9,10 +9,11 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from workbench.cli_pretrain import register
-from workbench.pretrain import list_checkpoints
+from bertology.paths import package_data
+from bertology.cli.pretrain import register
+from bertology.pretraining.trainer import list_checkpoints
 
-BROWN = Path(__file__).resolve().parents[1] / "workbench" / "data" / "brown.txt.gz"
+BROWN = package_data() / "brown.txt.gz"
 
 
 def _app() -> typer.Typer:

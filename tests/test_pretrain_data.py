@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from workbench.errors import CorpusError, WorkbenchError
-from workbench.text_corpus import corpus_hash, pack_documents, read_documents, split_sentences, tokenize_documents
-from workbench.tokenizer_training import train_tokenizer
+from bertology.paths import package_data
+from bertology.errors import CorpusError, WorkbenchError
+from bertology.pretraining.text_corpus import corpus_hash, pack_documents, read_documents, split_sentences, tokenize_documents
+from bertology.pretraining.tokenizer import train_tokenizer
 
-BROWN = Path(__file__).resolve().parents[1] / "workbench" / "data" / "brown.txt.gz"
+BROWN = package_data() / "brown.txt.gz"
 
 
 @pytest.fixture(scope="module")

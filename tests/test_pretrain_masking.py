@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from workbench.masking import (
+from bertology.pretraining.masking import (
     IGNORE_INDEX, MaskingConfig, choose_positions, encode_pair, expected_span_length, make_sentence_pairs,
     mask_batch, random_token_pool, special_tokens_mask,
 )
-from workbench.text_corpus import TokenizedDocument
+from bertology.pretraining.text_corpus import TokenizedDocument
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
 SPECIALS = [0, 1, 2, 3, 4]

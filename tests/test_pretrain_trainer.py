@@ -13,11 +13,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from workbench.errors import CheckpointError, ConfigError
-from workbench.pretrain import PretrainConfig, PretrainingLoss, list_checkpoints, load_config, read_metrics, run_pretraining
+from bertology.paths import package_data
+from bertology.errors import CheckpointError, ConfigError
+from bertology.pretraining.trainer import PretrainConfig, PretrainingLoss, list_checkpoints, load_config, read_metrics, run_pretraining, shipped_configs
 
-ROOT = Path(__file__).resolve().parents[1]
-BROWN = ROOT / "workbench" / "data" / "brown.txt.gz"
+BROWN = package_data() / "brown.txt.gz"
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +91,11 @@ def test_config_validation_names_the_field(tmp_path):
     toml.write_text('objective = "nsp"\n')
     with pytest.raises(ConfigError, match="'objective'"):
         load_config(toml)
-    for name in ("pretrain_default.yaml", "pretrain_bert_base_gpu.yaml"):
-        load_config(ROOT / "configs" / name)
+    assert set(shipped_configs()) >= {"default", "bert_base_gpu"}
+    for name in ("default", "pretrain_default.yaml", "bert_base_gpu"):
+        assert load_config(name).run_name  # a shipped recipe, found by name from any folder
+    with pytest.raises(ConfigError, match="not found.*shipped recipes"):
+        load_config("no_such_recipe")
 
 
 def test_gathered_mlm_loss_equals_hf_loss():
@@ -144,7 +147,7 @@ def test_run_layout_checkpoints_and_metrics(corpus_and_tokenizer, tmp_path, monk
         run_pretraining(_cfg(corpus_and_tokenizer, tmp_path), resume=False)
     # the models registry sees every checkpoint as <run>@<step> and loads it with its MLM head
     monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "models"))
-    from workbench.models import list_models, load_model
+    from bertology.models import list_models, load_model
     assert {"tiny@0", "tiny@5", "tiny@20", "tiny@30", "tiny"} <= set(list_models()["name"])
     lm = load_model("tiny@30", mlm_head=True)
     assert lm.has_mlm_head and lm.config.num_hidden_layers == 2
@@ -200,7 +203,7 @@ def test_two_process_gloo_ddp(corpus_and_tokenizer, tmp_path):
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    proc = subprocess.run([*torchrun, "-m", "workbench.pretrain", "--config", str(path)], cwd=ROOT, env=env,
+    proc = subprocess.run([*torchrun, "-m", "bertology.pretraining", "--config", str(path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "models" / "ddp"
@@ -219,7 +222,7 @@ def test_two_process_gloo_ddp(corpus_and_tokenizer, tmp_path):
 
 
 def test_atomic_checkpoint_dir_never_half_written(tmp_path):
-    from workbench.checkpoints import atomic_dir
+    from bertology.checkpoints import atomic_dir
 
     target = tmp_path / "checkpoint-5"
     with atomic_dir(target) as tmp:
@@ -261,7 +264,7 @@ def test_separate_heldout_corpus_is_the_eval_set(corpus_and_tokenizer, tmp_path)
     the separate file's documents (the corpus builder's document-level split)."""
     from transformers import AutoTokenizer
 
-    from workbench.pretrain import build_sequences
+    from bertology.pretraining.trainer import build_sequences
 
     corpus, tok_dir = corpus_and_tokenizer
     heldout = tmp_path / "heldout.txt"

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from conftest import make_tiny_bert
-from probes.edge_probing import probe_layers
-from workbench.cli import app
+from bertology.testing import make_tiny_bert
+from bertology.probes.probing.edge import probe_layers
+from bertology.cli import app
 
 runner = CliRunner()
 
@@ -61,13 +61,13 @@ def test_probe_command_reads_jsonl_task_and_reports_bad_line(tiny_dir, tmp_path)
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "probe", "--model", str(tiny_dir),
+    proc = subprocess.run([sys.executable, "-m", "bertology.cli", "probe", "--model", str(tiny_dir),
                            "--task", str(task)], capture_output=True, text=True)
     assert proc.returncode == 2 and "toy.jsonl:2" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_probe_layers_on_store_and_on_model(tiny_lm, small_corpus):
-    from workbench.store import extract
+    from bertology.store import extract
 
     store = extract(tiny_lm, small_corpus, attentions=False, progress=False)
     df = probe_layers(store, small_corpus, "pos", seeds=(0,), probe="linear", layers=[0, 2],
@@ -79,8 +79,8 @@ def test_probe_layers_on_store_and_on_model(tiny_lm, small_corpus):
 
 
 def test_random_init_baseline_and_mdl_layers(tiny_lm, small_corpus):
-    from probes.controls import random_init_baseline
-    from probes.mdl import mdl_layers
+    from bertology.probes.probing.baselines import random_init_baseline
+    from bertology.probes.probing.mdl import mdl_layers
 
     df = random_init_baseline(tiny_lm, small_corpus, "pos", seed=1, seeds=(0,), probe="linear", max_epochs=3)
     assert set(df["model"]) == {"random-init"} and (df.loc[df.metric == "accuracy", "value"] > 0).all()

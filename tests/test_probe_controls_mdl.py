@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
-from probes.controls import compare_probe_families, control_task, selectivity
-from probes.edge_probing import ProbeConfig
-from probes.mdl import block_boundaries, online_codelength
-from probes.synthetic import planted_task
-from probes.tasks import label_distribution
+from bertology.probes.probing.baselines import compare_probe_families
+from bertology.probes.probing.controls import control_task, selectivity
+from bertology.probes.probing.edge import ProbeConfig
+from bertology.probes.probing.mdl import block_boundaries, online_codelength
+from bertology.probes.probing.synthetic import planted_task
+from bertology.probes.probing.tasks import label_distribution
 
 SMALL = dict(proj_dim=32, hidden_dim=32, max_epochs=15, patience=3)
 

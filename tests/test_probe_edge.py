@@ -4,11 +4,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probes.edge_probing import (ProbeConfig, confidence_intervals, cumulative_expected_layer,
+from bertology.probes.probing.edge import (ProbeConfig, confidence_intervals, cumulative_expected_layer,
                                  expected_layer, probe_arrays, span_index, summarise,
                                  write_probe_results)
-from probes.synthetic import planted_task
-from probes.tasks import EdgeExample, EdgeTask
+from bertology.probes.probing.synthetic import planted_task
+from bertology.probes.probing.tasks import EdgeExample, EdgeTask
 
 SMALL = dict(proj_dim=32, hidden_dim=32, max_epochs=15, patience=3)
 K_LAYER = 2

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from probes.edge_probing import (ProbeConfig, _Features, fit_joint, predict_logits, probe_arrays,
+from bertology.probes.probing.edge import (ProbeConfig, SpanFeatures, fit_joint, predict_logits, probe_arrays,
                                  span_index)
-from probes.synthetic import planted_task
-from probes.tasks import TaskError, split_by_sentence
+from bertology.probes.probing.synthetic import planted_task
+from bertology.probes.probing.tasks import TaskError, split_by_sentence
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -26,7 +26,7 @@ def test_converged_lbfgs_matches_sklearn_logistic_regression():
     planted = planted_task(n_layers=3, n_words=900, dim=12, signal_layers={1: 0.3}, seed=3)
 
     tokens, mask = span_index(planted.task, planted.sentence_offsets)
-    data = _Features(planted.features, tokens, mask, True, "cpu")
+    data = SpanFeatures(planted.features, tokens, mask, True, "cpu")
     y = planted.task.label_ids()
     split = split_by_sentence(planted.task, seed=0)
     # unpenalised, dev = train: the kept "best dev" parameters are the training-loss minimum
@@ -61,7 +61,7 @@ def test_solver_choice_and_validation(planted):
     with pytest.raises(TaskError):
         ProbeConfig(precision="half")
     tokens, mask = span_index(planted.task, planted.sentence_offsets)
-    data = _Features(planted.features, tokens, mask, True, "cpu")
+    data = SpanFeatures(planted.features, tokens, mask, True, "cpu")
     split = split_by_sentence(planted.task, seed=0)
     with pytest.raises(TaskError, match="lbfgs"):            # an MLP cannot use L-BFGS
         fit_joint(data, planted.task.label_ids(), split["train"], split["dev"], n_labels=4,
@@ -73,7 +73,7 @@ def test_solver_choice_and_validation(planted):
 def test_linear_objective_matches_autograd(multilabel):
     """The hand-written loss and gradients (transposed weights, dev rows scored but not trained
     on) equal autograd on the textbook formulation."""
-    from probes.edge_probing import _LinearObjective
+    from bertology.probes.probing.edge import _LinearObjective
 
     gen = torch.Generator().manual_seed(0)
     P, n_train, n_dev, F_, K, C = 3, 40, 9, 6, 5, 2.0

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from probes.edge_probing import ProbeConfig, probe_arrays, summarise
-from probes.tasks import build_task
+from bertology.probes.probing.edge import ProbeConfig, probe_arrays, summarise
+from bertology.probes.probing.tasks import build_task
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -15,9 +15,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def test_minilm_layers_carry_pos_deps_entities():
     import pandas as pd
 
-    from workbench.corpus import load_corpus
-    from workbench.models import load_model
-    from workbench.store import extract
+    from bertology.corpus import load_corpus
+    from bertology.models import load_model
+    from bertology.store import extract
 
     corpus = load_corpus("brown-sample", limit=400)
     store = extract(load_model("minilm-l6", attentions=False), corpus, attentions=False, progress=False)

@@ -9,8 +9,8 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from probes.edge_probing import EdgeProbe, pooled_features
-from probes.synthetic import planted_task
+from bertology.probes.probing.edge import EdgeProbe, pooled_features
+from bertology.probes.probing.synthetic import planted_task
 
 FAST = dict(hidden_dim=16, proj_dim=16, max_epochs=8, patience=2)
 

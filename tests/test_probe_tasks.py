@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from probes.tasks import (EdgeExample, EdgeTask, TaskError, build_task, deps_task, entities_task,
+from bertology.probes.probing.tasks import (EdgeExample, EdgeTask, TaskError, build_task, deps_task, entities_task,
                           pos_task, read_jsonl, split_by_sentence, write_jsonl, xpos_task)
-from workbench.errors import WorkbenchError
+from bertology.errors import WorkbenchError
 
 
 def _corpus():

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import make_tiny_bert
-from workbench.combinations import COMBINATIONS, all_combinations, combine
-from workbench.corpus import Corpus, Sentence, load_corpus
-from workbench.errors import StoreError
-from workbench.features import segment_sentence
-from workbench.models import from_modules
-from workbench.store import FeatureStore, extract
+from bertology.testing import make_tiny_bert
+from bertology.combinations import COMBINATIONS, all_combinations, combine
+from bertology.corpus import Corpus, Sentence, load_corpus
+from bertology.errors import StoreError
+from bertology.features import segment_sentence
+from bertology.models import from_modules
+from bertology.store import FeatureStore, extract
 
 
 def hf_reference(lm, words):
@@ -208,16 +208,14 @@ def test_sigkill_mid_extraction_then_resume_is_byte_identical(tiny_lm, tmp_path)
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
-    script = f"""
+    script = """
 import sys
-sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-from tests.conftest import make_tiny_bert
+from bertology.testing import make_tiny_bert
 from transformers import AutoTokenizer
-from workbench.models import embedded_models, from_modules
-from workbench.corpus import load_corpus
-from workbench.store import extract
+from bertology.models import embedded_models, from_modules
+from bertology.corpus import load_corpus
+from bertology.store import extract
 tok = AutoTokenizer.from_pretrained(embedded_models()["minilm-l6"]["path"])
 lm = from_modules("tiny-bert", make_tiny_bert(tok), tok)
 extract(lm, load_corpus("brown-sample", limit=600), root=sys.argv[1], shard_size=4, progress=False)

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import torch
 from safetensors.torch import load_file, save_file
 
-from workbench.errors import CheckpointError
+from bertology.errors import CheckpointError
 
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"

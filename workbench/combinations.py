@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.errors import WorkbenchError
-from workbench.store import FeatureStore
+from bertology.errors import WorkbenchError
+from bertology.store import FeatureStore
 
 # name -> (layers relative to the number of transformer layers L, how to combine them)
 COMBINATIONS: dict[str, str] = {

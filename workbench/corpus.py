@@ -17,8 +17,8 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from workbench import atomic, paths
-from workbench.errors import CorpusError
+from bertology import atomic, paths
+from bertology.errors import CorpusError
 
 DEFAULT_CORPUS = "brown-sample"
 BUNDLED = {"brown-sample": "brown_sample.conllu"}

@@ -24,7 +24,7 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 import torch
 
-from workbench.errors import StoreError
+from bertology.errors import StoreError
 
 Pooling = Literal["first", "last", "mean"]
 LongPolicy = Literal["error", "window"]

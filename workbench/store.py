@@ -32,12 +32,12 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from workbench import atomic, paths
-from workbench.corpus import Corpus
-from workbench.errors import StoreError
-from workbench.features import (LongPolicy, Pooling, Segment, forward_segments, low_precision_linears,
+from bertology import atomic, paths
+from bertology.corpus import Corpus
+from bertology.errors import StoreError
+from bertology.features import (LongPolicy, Pooling, Segment, forward_segments, low_precision_linears,
                                 model_max_tokens, segment_sentence, tokenize_sentences)
-from workbench.models import LoadedModel
+from bertology.models import LoadedModel
 
 STORE_VERSION = 1
 

@@ -11,8 +11,8 @@ import re
 import shutil
 import subprocess
 
-from workbench import paths
-from workbench.errors import CorpusError
+from bertology import paths
+from bertology.errors import CorpusError
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d+")
 

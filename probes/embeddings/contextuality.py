@@ -1,0 +1,189 @@
+"""How contextual are contextual word vectors? (Ethayarajh 2019), per layer.
+
+- self-similarity: mean pairwise cosine of a word's vectors across its occurrences (words with
+  ``>= min_occurrences`` occurrences), averaged over words;
+- intra-sentence similarity: mean cosine of each word's vector to its sentence's mean vector,
+  averaged over sentences (sentences of >= 2 words);
+- maximum explainable variance (MEV): ``σ1² / Σ σi²`` of a word's (uncentred) occurrence matrix,
+  the share of its variance one static vector could explain, averaged over words;
+- anisotropy baselines: mean cosine of uniformly random word pairs from different sentences (for
+  the two similarities) and MEV of matrices of random words of the same sizes (for MEV);
+  ``adjusted = raw − baseline``.
+
+Everything is vectorised: sums over groups (``np.add.reduceat``), batched Gram eigenvalues.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertology.probes.embeddings.static_vectors import unit_rows
+from bertology.errors import WorkbenchError
+
+METRICS = ("self_similarity", "intra_sentence_similarity", "mev")
+
+
+def _check(layers: np.ndarray, words: Sequence[str], offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    layers = np.asarray(layers, dtype=np.float32)
+    if layers.ndim == 2:
+        layers = layers[None]
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if layers.ndim != 3 or layers.shape[1] != len(words):
+        raise WorkbenchError(f"contextuality: layers {layers.shape} must be [n_layers, {len(words)} words, dim]")
+    if offsets[0] != 0 or offsets[-1] != len(words) or np.any(np.diff(offsets) < 0):
+        raise WorkbenchError(f"contextuality: sentence offsets must rise from 0 to {len(words)}")
+    return layers, offsets
+
+
+def occurrence_groups(
+    words: Sequence[str], lower: bool = True, min_occurrences: int = 5, max_occurrences: int | None = 50, seed: int = 0
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Group word positions by word type.
+
+    Returns ``(types, positions, starts)``: ``positions[starts[i]:starts[i+1]]`` are the flat word
+    positions of ``types[i]`` (each type has ``>= min_occurrences``; at most ``max_occurrences``,
+    sampled with ``seed``). ``starts`` has ``len(types) + 1`` entries.
+    """
+    keys = np.array([w.lower() if lower else w for w in words], dtype=object)
+    vocab, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    rng = np.random.default_rng(seed)
+    order = np.lexsort((rng.random(len(keys)), inverse))  # by type, random within a type
+    group = inverse[order]
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.arange(len(order)) - first[group]
+    cap = np.inf if max_occurrences is None else max_occurrences
+    keep = (counts[group] >= min_occurrences) & (rank < cap)
+    positions, group = order[keep], group[keep]
+    kept_types, sizes = np.unique(group, return_counts=True)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return [str(vocab[t]) for t in kept_types], positions.astype(np.int64), starts
+
+
+def self_similarity_per_word(vectors: np.ndarray, positions: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Mean pairwise cosine within each group, ``[n_types]``: ``(||Σu||² − n) / (n(n−1))``."""
+    u = unit_rows(vectors[positions])
+    sums = np.add.reduceat(u.astype(np.float64), starts[:-1], axis=0)
+    n = np.diff(starts).astype(np.float64)
+    return (np.einsum("ij,ij->i", sums, sums) - n) / (n * (n - 1))
+
+
+def mev_per_group(vectors: np.ndarray, positions: np.ndarray, starts: np.ndarray, batch: int = 256) -> np.ndarray:
+    """``σ1² / Σ σi²`` of each group's occurrence matrix, ``[n_groups]``.
+
+    Groups are zero-padded to the largest size (zero rows add no singular value) and the top
+    eigenvalue of each ``[n, n]`` Gram matrix is found in batches.
+    """
+    sizes = np.diff(starts)
+    n_max = int(sizes.max())
+    slot = np.arange(len(positions)) - np.repeat(starts[:-1], sizes)
+    group = np.repeat(np.arange(len(sizes)), sizes)
+    out = np.empty(len(sizes))
+    x = torch.from_numpy(np.asarray(vectors, dtype=np.float32))
+    for b0 in range(0, len(sizes), batch):
+        sel = (group >= b0) & (group < b0 + batch)
+        padded = torch.zeros(min(batch, len(sizes) - b0), n_max, x.shape[1], dtype=torch.float64)
+        padded[group[sel] - b0, slot[sel]] = x[positions[sel]].double()
+        gram = padded @ padded.transpose(1, 2)
+        eig = torch.linalg.eigvalsh(gram)
+        total = eig.sum(dim=1).clamp_min(1e-30)
+        out[b0:b0 + len(padded)] = (eig[:, -1] / total).numpy()
+    return out
+
+
+def intra_sentence_per_sentence(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Mean cosine of each word to its sentence's mean vector, for sentences of >= 2 words."""
+    lengths = np.diff(offsets)
+    ok = lengths >= 2
+    starts = offsets[:-1][ok]
+    lens = lengths[ok]
+    idx = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens)]) if len(lens) else np.zeros(0, int)
+    x = vectors[idx].astype(np.float64)
+    group_starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    means = np.add.reduceat(x, group_starts, axis=0) / lens[:, None]
+    cos = np.einsum("ij,ij->i", unit_rows(x), unit_rows(np.repeat(means, lens, axis=0)))
+    return np.add.reduceat(cos, group_starts) / lens
+
+
+def random_pair_similarity(vectors: np.ndarray, offsets: np.ndarray, n_pairs: int, rng: np.random.Generator) -> float:
+    """Mean cosine of uniformly random word pairs from different sentences (anisotropy)."""
+    n = vectors.shape[0]
+    sentence = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    i = rng.integers(0, n, size=2 * n_pairs)
+    j = rng.integers(0, n, size=2 * n_pairs)
+    ok = sentence[i] != sentence[j]
+    i, j = i[ok][:n_pairs], j[ok][:n_pairs]
+    if len(i) == 0:
+        return float("nan")
+    return float(np.mean(np.einsum("ij,ij->i", unit_rows(vectors[i]), unit_rows(vectors[j]))))
+
+
+def contextuality(
+    layers: np.ndarray,
+    words: Sequence[str],
+    offsets: np.ndarray,
+    lower: bool = True,
+    min_occurrences: int = 5,
+    max_occurrences: int | None = 50,
+    n_baseline_pairs: int = 20000,
+    seed: int = 0,
+    layer_ids: Sequence[int] | None = None,
+) -> pd.DataFrame:
+    """Ethayarajh's three measures per layer with anisotropy baselines.
+
+    ``layers`` ``[n_layers, n_words, dim]`` (``FeatureStore.layers()``), ``words`` the flat word
+    strings, ``offsets`` ``[n_sentences + 1]``. Returns one row per ``(layer, metric)`` with
+    columns ``layer, metric, raw, baseline, adjusted, n_items, seed``.
+    """
+    layers, offsets = _check(layers, words, offsets)
+    layer_ids = list(range(len(layers))) if layer_ids is None else list(layer_ids)
+    types, positions, starts = occurrence_groups(words, lower, min_occurrences, max_occurrences, seed)
+    rows = []
+    for li, vectors in zip(layer_ids, layers):
+        rng = np.random.default_rng([seed, li])
+        aniso = random_pair_similarity(vectors, offsets, n_baseline_pairs, rng)
+        intra = intra_sentence_per_sentence(vectors, offsets)
+        rows.append(("intra_sentence_similarity", float(intra.mean()) if len(intra) else np.nan, aniso, len(intra)))
+        if types:
+            ss = self_similarity_per_word(vectors, positions, starts)
+            mev = mev_per_group(vectors, positions, starts)
+            random_positions = rng.integers(0, vectors.shape[0], size=len(positions))
+            mev_base = mev_per_group(vectors, random_positions, starts)
+            rows.append(("self_similarity", float(ss.mean()), aniso, len(types)))
+            rows.append(("mev", float(mev.mean()), float(mev_base.mean()), len(types)))
+        else:
+            rows.append(("self_similarity", np.nan, aniso, 0))
+            rows.append(("mev", np.nan, np.nan, 0))
+        rows[-3:] = [(li, *r) for r in rows[-3:]]
+    df = pd.DataFrame(rows, columns=["layer", "metric", "raw", "baseline", "n_items"])
+    df["adjusted"] = df["raw"] - df["baseline"]
+    df["seed"] = seed
+    df["metric"] = pd.Categorical(df["metric"], categories=list(METRICS))
+    df = df.sort_values(["layer", "metric"]).reset_index(drop=True)
+    df["metric"] = df["metric"].astype(str)
+    return df[["layer", "metric", "raw", "baseline", "adjusted", "n_items", "seed"]]
+
+
+def contextuality_by_word(
+    layers: np.ndarray, words: Sequence[str], offsets: np.ndarray, lower: bool = True,
+    min_occurrences: int = 5, max_occurrences: int | None = 50, seed: int = 0,
+) -> pd.DataFrame:
+    """Per word and layer: ``layer, word, n_occurrences, self_similarity, mev``."""
+    layers, offsets = _check(layers, words, offsets)
+    types, positions, starts = occurrence_groups(words, lower, min_occurrences, max_occurrences, seed)
+    if not types:
+        return pd.DataFrame(columns=["layer", "word", "n_occurrences", "self_similarity", "mev"])
+    frames = [pd.DataFrame({"layer": li, "word": types, "n_occurrences": np.diff(starts),
+                            "self_similarity": self_similarity_per_word(v, positions, starts),
+                            "mev": mev_per_group(v, positions, starts)})
+              for li, v in enumerate(layers)]
+    return pd.concat(frames, ignore_index=True)
+
+
+def to_long(df: pd.DataFrame) -> pd.DataFrame:
+    """``(layer, metric, raw, baseline, adjusted)`` -> long ``(layer, metric, kind, value)``."""
+    return df.melt(id_vars=["layer", "metric"], value_vars=["raw", "baseline", "adjusted"],
+                   var_name="kind", value_name="value")

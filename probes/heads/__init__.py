@@ -1,0 +1,30 @@
+"""Attention heads: statistics and types (Voita et al. 2019; Clark et al. 2019), attention-based
+dependency probes, head gates (hooks: transformers 5 has no ``head_mask``), importance (Michel et al.
+2019), pruning curves, real head removal and L0 gates."""
+
+from bertology.probes.heads.attention_probe import (AttentionDependencyProbe, WordAwareDependencyProbe,
+                                                    attention_probe, best_heads, distance_features)
+from bertology.probes.heads.gates import (AttentionBlock, HeadGates, attention_blocks, count_parameters,
+                                          describe_pruning, gates_from_heads, head_shape, iter_heads, kept_heads,
+                                          load_pruned, prune_heads, save_pruned)
+from bertology.probes.heads.head_types import (analyse_store, canonical_relation, classify_heads,
+                                               dependency_scores, heads_across_checkpoints, type_matrix)
+from bertology.probes.heads.importance import (TaggingHead, ablation_importance, importance_scores, mask_batches,
+                                               mlm_loss, model_inputs, normalise_per_layer, tagging_batches,
+                                               train_tagging_head)
+from bertology.probes.heads.pruning import (HardConcreteGates, heads_dict, heads_pruned_at, measure_pruning,
+                                            pos_task, pruning_curve, train_l0_gates)
+from bertology.probes.heads.stats import (HeadStatistics, corpus_frequencies, head_statistics, statistic_matrix,
+                                          wordfreq_frequency)
+
+__all__ = [
+    "HeadStatistics", "head_statistics", "statistic_matrix", "corpus_frequencies", "wordfreq_frequency",
+    "dependency_scores", "classify_heads", "type_matrix", "analyse_store", "heads_across_checkpoints",
+    "canonical_relation", "attention_probe", "best_heads", "AttentionDependencyProbe",
+    "WordAwareDependencyProbe", "distance_features", "HeadGates", "AttentionBlock", "attention_blocks",
+    "head_shape", "kept_heads", "gates_from_heads", "prune_heads", "count_parameters", "save_pruned",
+    "load_pruned", "describe_pruning", "iter_heads", "importance_scores", "ablation_importance",
+    "normalise_per_layer", "model_inputs", "mask_batches", "mlm_loss", "tagging_batches", "TaggingHead",
+    "train_tagging_head", "pruning_curve", "heads_pruned_at", "heads_dict", "measure_pruning",
+    "HardConcreteGates", "train_l0_gates", "pos_task",
+]

@@ -1,0 +1,78 @@
+"""Reproducible studies: one module per classic experiment, with a config file and a seed.
+
+A study is a module ``bertology.studies.<name>`` defining ``DESCRIPTION`` (one line), ``DEFAULTS``
+(the config schema with default values) and ``run(ctx: StudyContext) -> None``, a thin layer over
+one library function per analysis. Its config ``configs/<name>.yaml`` (shipped inside the package)
+overrides the defaults; unknown or mistyped fields are refused with the field named. Runs land in
+``results/<study>/<run-id>/`` through :func:`bertology.runs.run_analysis`, which writes the one
+manifest schema shared with the CLI's analysis commands.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from importlib import resources
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from bertology import paths
+from bertology.errors import WorkbenchError
+from bertology.runs import config_hash, read_config_file, run_analysis, validate_config
+
+__all__ = ["list_studies", "load_study", "run_study", "config_dir", "default_config_file"]
+
+NOT_STUDIES = {"common"}
+
+
+def config_dir() -> Path:
+    """The folder of the shipped study configs (inside the installed package)."""
+    return Path(str(resources.files(__name__) / "configs"))
+
+
+def default_config_file(name: str, variant: str | None = None) -> Path:
+    """``configs/<name>.yaml`` or ``configs/<variant>/<name>.yaml`` (e.g. the quickstart's sizes)."""
+    return config_dir() / (f"{variant}/{name}.yaml" if variant else f"{name}.yaml")
+
+
+def _names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in NOT_STUDIES
+                  and not m.name.startswith("_"))
+
+
+def list_studies() -> dict[str, str]:
+    """``{name: description}`` of every study module."""
+    return {name: load_study(name).DESCRIPTION for name in _names()}
+
+
+def load_study(name: str) -> ModuleType:
+    """The study module ``name``; an unknown name is refused with the list of studies."""
+    if name not in _names():
+        raise WorkbenchError(f"unknown study {name!r}; available: {', '.join(_names())}")
+    module = importlib.import_module(f"{__name__}.{name}")
+    for attr in ("DEFAULTS", "DESCRIPTION", "run"):
+        if not hasattr(module, attr):
+            raise WorkbenchError(f"study {name}: a study must define {attr}")
+    return module
+
+
+def run_study(name: str, *, config_file: str | Path | None = None, overrides: dict[str, Any] | None = None,
+              seed: int | None = None, run_id: str | None = None, results_root: str | Path | None = None,
+              force: bool = False, log: Callable[[str], None] = print) -> Path:
+    """Run (or resume) a study; return its run directory ``<results_root>/<name>/<run_id>``.
+
+    Config: the study's ``DEFAULTS``, then ``config_file`` (default: the shipped
+    ``configs/<name>.yaml``), then ``overrides`` (the CLI's options), each validated field by field.
+    """
+    module = load_study(name)
+    default_file = default_config_file(name)
+    file_cfg = read_config_file(config_file) if config_file else (read_config_file(default_file) if default_file.is_file() else {})
+    source = str(config_file or default_file)
+    config = validate_config(module.DEFAULTS, file_cfg, source)
+    config = validate_config(module.DEFAULTS, {**config, **(overrides or {})}, "command line")
+    seed = int(config.get("seed", 0) if seed is None else seed)
+    run_id = run_id or f"{config_hash(config, seed)[:10]}-seed{seed}"
+    run_dir = Path(results_root or paths.results_dir()) / name / run_id
+    return run_analysis(name, module.DESCRIPTION, module.run, config, seed=seed, run_dir=run_dir,
+                        config_file=source, force=force, log=log)

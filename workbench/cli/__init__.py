@@ -1,0 +1,58 @@
+"""The ``bertology`` command line: a thin layer over the library (it parses, calls one library
+function, prints). Library code never imports from here.
+
+Each area registers its sub-commands from its own module in this package (``register(app)``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from bertology.errors import WorkbenchError
+
+app = typer.Typer(
+    help="BERTology workbench: load encoders, extract features, probe layers and heads, align spaces.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+COMMAND_MODULES = (
+    "bertology.cli.core",        # models, corpus, annotate, extract
+    "bertology.cli.pretrain",    # pretrain, tokenizer
+    "bertology.cli.probe",       # probe
+    "bertology.cli.heads",       # heads, prune
+    "bertology.cli.embeddings",  # embeddings, align
+    "bertology.cli.study",       # study run / study list, dashboard
+)
+
+for _module_name in COMMAND_MODULES:
+    importlib.import_module(_module_name).register(app)
+
+
+def main() -> None:
+    """Entry point: run the app, turning workbench errors into one clear line and exit code 2."""
+    from bertology.runtime import keep_freed_memory
+
+    keep_freed_memory()  # batch jobs reuse freed pages instead of faulting in fresh ones
+    try:
+        app(standalone_mode=False)
+    except WorkbenchError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(1)
+        raise
+
+

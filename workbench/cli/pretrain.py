@@ -1,0 +1,48 @@
+"""CLI: ``bertology pretrain`` and ``bertology tokenizer train`` (thin layer over the library)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the pretraining commands to the ``bertology`` app."""
+
+    @app.command("pretrain")
+    def pretrain(
+        config: Optional[Path] = typer.Option(None, "--config", help="YAML/TOML PretrainConfig (default: built-in defaults)"),
+        output: Optional[str] = typer.Option(None, "--output", help="run name (folder under the models dir)"),
+        max_steps: Optional[int] = typer.Option(None, "--max-steps", help="override max_steps"),
+        corpus: Optional[str] = typer.Option(None, "--corpus", help="text file/dir, or 'brown' (bundled)"),
+        resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the last checkpoint"),
+    ) -> None:
+        """Pretrain a small BERT with MLM (multi-process: torchrun -m bertology.pretraining.trainer)."""
+        from bertology.pretraining.trainer import load_config, read_metrics, run_pretraining
+
+        cfg = load_config(config, run_name=output, max_steps=max_steps, corpus=corpus)
+        run_dir = run_pretraining(cfg, resume=resume)
+        m = read_metrics(run_dir)
+        last = m.sort_values("step").groupby("metric").tail(1).set_index("metric")["value"]
+        summary = ", ".join(f"{k}={last[k]:.4g}" for k in ("loss", "eval_loss", "perplexity") if k in last)
+        typer.echo(f"{run_dir}  ({summary})")
+
+    tok_app = typer.Typer(help="Train tokenizers.", no_args_is_help=True)
+
+    @tok_app.command("train")
+    def tokenizer_train(
+        input: Path = typer.Option(..., "--input", help="text file or directory (.gz ok)"),
+        kind: str = typer.Option("wordpiece", "--kind", help="wordpiece (BERT) or bpe (RoBERTa byte-level)"),
+        vocab_size: int = typer.Option(8000, "--vocab-size"),
+        output: Path = typer.Option(..., "--output", help="output directory (HF format)"),
+        lowercase: bool = typer.Option(True, "--lowercase/--cased"),
+    ) -> None:
+        """Train a WordPiece or byte-level BPE tokenizer and save it in HF format."""
+        from bertology.pretraining.tokenizer import train_tokenizer
+
+        out = train_tokenizer(input, output, kind=kind, vocab_size=vocab_size, lowercase=lowercase)  # type: ignore[arg-type]
+        typer.echo(str(out))
+
+    app.add_typer(tok_app, name="tokenizer")

@@ -1,0 +1,63 @@
+"""Study commands: ``study list``, ``study run``, ``dashboard``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    study = typer.Typer(help="Reproducible study scripts (config + seed + provenance).", no_args_is_help=True)
+    app.add_typer(study, name="study")
+
+    @study.command("list")
+    def list_cmd() -> None:
+        """List the studies and the runs already in results/."""
+        from bertology.runs import list_runs
+        from bertology.studies import list_studies
+
+        for name, description in list_studies().items():
+            typer.echo(f"{name:<22} {description}")
+        runs = list_runs()
+        if not runs.empty:
+            typer.echo("\nruns:")
+            for r in runs.itertuples():
+                typer.echo(f"  {r.study}/{r.run_id}{'' if r.complete else '  (incomplete)'}")
+
+    @study.command("run")
+    def run_cmd(
+        name: str = typer.Argument(..., help="study name (see `bertology study list`)"),
+        config: Optional[Path] = typer.Option(None, help="YAML config (default: the shipped configs/NAME.yaml)"),
+        seed: Optional[int] = typer.Option(None, help="override the config's seed"),
+        run_id: Optional[str] = typer.Option(None, help="run directory name (default: hash of config + seed)"),
+        force: bool = typer.Option(False, help="recompute even if a complete run exists"),
+    ) -> None:
+        """Run (or resume) a study; results go to results/NAME/RUN-ID/."""
+        from bertology.studies import run_study
+
+        run_dir = run_study(name, config_file=config, seed=seed, run_id=run_id, force=force)
+        typer.echo(f"results: {run_dir}")
+
+    @app.command("dashboard")
+    def dashboard_cmd(
+        port: int = typer.Option(8501, help="port on localhost"),
+        results: Optional[Path] = typer.Option(None, help="results folder (default ./results)"),
+    ) -> None:
+        """Open the Streamlit dashboard on localhost (it only reads result files)."""
+        import os
+
+        from importlib import resources
+
+        app_file = resources.files("bertology.apps") / "dashboard.py"  # shipped inside the package
+        env = dict(os.environ)
+        if results:
+            env["BERTOLOGY_RESULTS"] = str(results.resolve())
+        cmd = [sys.executable, "-m", "streamlit", "run", str(app_file), "--server.address", "127.0.0.1",
+               "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
+               "--client.toolbarMode", "viewer"]
+        typer.echo(f"dashboard on http://127.0.0.1:{port}  (Ctrl-C to stop)")
+        subprocess.run(cmd, env=env, check=False)

@@ -1,0 +1,164 @@
+"""Result runs: a config, a seed, provenance, resumable steps, one manifest schema.
+
+``StudyContext`` is what an analysis receives (its config, seed, run directory, and resumable
+``step`` / ``steps`` / ``extra`` writers); ``run_analysis`` runs one analysis into a run directory
+and writes the manifest. The studies (``bertology.studies``) and the CLI both go through it.
+Run ids hash (config, seed), so a re-run of the same config resumes: steps already saved are read
+back, not recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import yaml
+
+from bertology import atomic, paths, results
+from bertology.errors import ConfigError, WorkbenchError
+
+
+def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
+    """Merge overrides into defaults; refuse unknown fields and wrong types, naming the field."""
+    config = dict(defaults)
+    for key, value in (overrides or {}).items():
+        if key not in defaults:
+            raise ConfigError(f"{source}: unknown field {key!r}; known fields: {', '.join(sorted(defaults))}")
+        default = defaults[key]
+        if default is not None and value is not None:
+            ok_types: tuple[type, ...] = (type(default),)
+            if isinstance(default, float):
+                ok_types = (float, int)
+            if isinstance(default, (list, tuple)):
+                ok_types = (list, tuple)
+            if isinstance(default, bool) != isinstance(value, bool) or not isinstance(value, ok_types):
+                raise ConfigError(f"{source}: field {key!r} must be {type(default).__name__}, got {value!r}")
+        config[key] = value
+    return config
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of field: value")
+    return data
+
+
+@dataclass
+class StudyContext:
+    """What a study's ``run`` receives: its config, seed, run directory and cached steps."""
+
+    name: str
+    config: dict[str, Any]
+    seed: int
+    run_dir: Path
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+
+    def step(self, name: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+        """A resumable step: the table ``name`` is read back if a previous run saved it."""
+        path = self.run_dir / f"{name}.parquet"
+        if path.is_file():
+            df = results.read_table(self.run_dir, name)
+            self.log(f"  {name}: reused from {path}")
+        else:
+            started = time.perf_counter()
+            df = compute()
+            results.write_table(self.run_dir, name, df)
+            self.log(f"  {name}: {len(df)} rows in {time.perf_counter() - started:.1f}s")
+        self.tables[name] = df
+        return df
+
+    def steps(self, names: list[str], compute: Callable[[], dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+        """A resumable step that makes several tables at once: ``compute`` runs only if one is missing."""
+        if all((self.run_dir / f"{name}.parquet").is_file() for name in names):
+            return {name: self.step(name, lambda: pd.DataFrame()) for name in names}
+        started = time.perf_counter()
+        made = compute()
+        missing = [name for name in names if name not in made]
+        if missing:
+            raise WorkbenchError(f"study {self.name}: step produced no table {missing}")
+        for name in names:
+            results.write_table(self.run_dir, name, made[name])
+            self.tables[name] = made[name]
+        self.log(f"  {', '.join(names)}: {time.perf_counter() - started:.1f}s")
+        return {name: made[name] for name in names}
+
+    def extra(self, name: str, compute: Callable[[], Any]) -> Any:
+        """A resumable JSON artefact (plot-ready data)."""
+        path = self.run_dir / f"{name}.json"
+        if path.is_file():
+            obj = json.loads(path.read_text())
+        else:
+            obj = compute()
+            atomic.write_json(path, obj)
+        self.extras[name] = obj
+        return obj
+
+    def record(self, **provenance: Any) -> None:
+        """Add provenance (model and corpus fingerprints, store paths...) to the manifest."""
+        self.provenance.update(provenance)
+
+
+def config_hash(config: dict[str, Any], seed: int) -> str:
+    return hashlib.sha256(json.dumps({"config": config, "seed": seed}, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def run_analysis(name: str, description: str, run: Callable[[StudyContext], None], config: dict[str, Any], *,
+                 seed: int, run_dir: Path, config_file: str | None = None, force: bool = False,
+                 log: Callable[[str], None] = print) -> Path:
+    """Run (or resume) one analysis into ``run_dir`` and write its manifest; return ``run_dir``.
+
+    The one place a run's manifest is made: studies and the CLI both come through here, so every
+    run, whichever way it was started, has the same manifest schema (study, run_id, config, seed,
+    wall time, provenance recorded by the analysis, tables, extras, versions, git commit).
+    """
+    run_dir = Path(run_dir)
+    if (run_dir / "manifest.json").is_file() and not force:
+        log(f"{name}: complete run found at {run_dir} (use --force to recompute)")
+        return run_dir
+    if force and (run_dir / "manifest.json").exists():
+        (run_dir / "manifest.json").unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ctx = StudyContext(name, config, seed, run_dir, log=log)
+    log(f"{name}: running into {run_dir}")
+    started = time.perf_counter()
+    run(ctx)
+    manifest = {
+        "study": name,
+        "description": description,
+        "run_id": run_dir.name,
+        "config": config,
+        "config_file": config_file,
+        "seed": seed,
+        "wall_seconds": round(time.perf_counter() - started, 2),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **ctx.provenance,
+    }
+    results.write_results(run_dir, {}, manifest | {"tables": sorted(ctx.tables), "extras": sorted(ctx.extras)})
+    log(f"{name}: done in {manifest['wall_seconds']}s → {run_dir}")
+    return run_dir
+
+
+def list_runs(results_root: str | Path | None = None) -> pd.DataFrame:
+    """Every run directory under the results root: study, run_id, path, complete."""
+    root = Path(results_root or paths.results_dir())
+    rows = []
+    for d in sorted(root.glob("*/*")):
+        if d.is_dir():
+            rows.append({"study": d.parent.name, "run_id": d.name, "path": str(d),
+                         "complete": (d / "manifest.json").is_file()})
+    return pd.DataFrame(rows, columns=["study", "run_id", "path", "complete"])
