@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bertology.studies.common import model_corpus_store
+from bertology.runs import model_corpus_store
 
 from bertology.probes.embeddings.crosslingual import crosslingual_experiment
 from bertology.probes.embeddings.drift import compare_corpora, compare_spaces

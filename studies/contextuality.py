@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bertology.studies.common import model_corpus_store
+from bertology.runs import model_corpus_store
 
 from bertology.probes.embeddings.contextuality import contextuality, contextuality_by_word
 from bertology.probes.embeddings.neighbours import sense_clusters, static_vs_contextual_neighbours

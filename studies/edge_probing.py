@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bertology.studies.common import model_corpus_store, probe_settings
+from bertology.runs import model_corpus_store
+from bertology.studies.common import probe_settings
 
 from bertology.probes.probing.baselines import random_init_baseline
 from bertology.probes.probing.edge import ProbeConfig, probe_layers, summarise

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bertology.studies.common import model_corpus_store
+from bertology.runs import model_corpus_store
 
 from bertology.probes.probing.edge import ProbeConfig, probe_arrays
 from bertology.probes.probing.tasks import build_task

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertology.studies.common import model_corpus_store
+from bertology.runs import model_corpus_store
 
 from bertology.probes.heads.attention_probe import attention_probe, best_heads
 from bertology.probes.heads.stats import corpus_frequencies

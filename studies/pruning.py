@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bertology.studies.common import model_corpus_store
+from bertology.runs import model_corpus_store
 
 from bertology.probes.heads.head_types import analyse_store
 from bertology.probes.heads.importance import importance_scores

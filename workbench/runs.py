@@ -162,3 +162,24 @@ def list_runs(results_root: str | Path | None = None) -> pd.DataFrame:
             rows.append({"study": d.parent.name, "run_id": d.name, "path": str(d),
                          "complete": (d / "manifest.json").is_file()})
     return pd.DataFrame(rows, columns=["study", "run_id", "path", "complete"])
+
+
+def model_corpus_store(ctx: StudyContext, *, attentions: bool = False, limit_key: str = "limit"):
+    """``(LoadedModel, Corpus, FeatureStore)`` for ``ctx.config['model' | 'corpus' | limit_key]``
+    (and ``'pooling'``), recorded in the run's provenance. The store is cached on disk."""
+    from bertology.corpus import load_corpus
+    from bertology.models import load_model
+    from bertology.store import extract
+
+    cfg = ctx.config
+    lm = load_model(cfg["model"], attentions=True)
+    corpus = load_corpus(cfg["corpus"], limit=cfg.get(limit_key))
+    store = extract(lm, corpus, attentions=attentions, pooling=cfg.get("pooling", "first"))
+    ctx.record(
+        model={"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint},
+        corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sentences": len(corpus),
+                "words": corpus.n_words, "sources": corpus.sources, "licence": corpus.licence},
+        store=str(store.path),
+    )
+    return lm, corpus, store
+
