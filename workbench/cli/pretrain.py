@@ -13,7 +13,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("pretrain")
     def pretrain(
-        config: Optional[Path] = typer.Option(None, "--config", help="YAML/TOML PretrainConfig (default: built-in defaults)"),
+        config: Optional[str] = typer.Option(None, "--config", help="a shipped recipe (default, bert_base_gpu) or a YAML/TOML PretrainConfig file (default: built-in defaults)"),
         output: Optional[str] = typer.Option(None, "--output", help="run name (folder under the models dir)"),
         max_steps: Optional[int] = typer.Option(None, "--max-steps", help="override max_steps"),
         corpus: Optional[str] = typer.Option(None, "--corpus", help="text file/dir, or 'brown' (bundled)"),
