@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 REPO=$(pwd)
 PY=${PYTHON:-python3}
 WORK=$(mktemp -d /tmp/bertology-wheel-XXXXXX)
-trap 'kill ${DASH_PID:-0} 2>/dev/null || true; rm -rf "$WORK"' EXIT
+stop_dashboard() { [ -n "${DASH_PID:-}" ] && kill -- "-$DASH_PID" 2>/dev/null; DASH_PID=""; }  # its whole process group
+trap 'stop_dashboard || true; rm -rf "$WORK"' EXIT
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 .venv/bin/python -m pip wheel -q --no-deps -w "$WORK/dist" . 2>&1 | grep -v "neither a file nor a directory" >&2 || true
@@ -51,7 +52,7 @@ print("manifest:", m["study"], m["run_id"], "commit", m["git_commit"], "tables",
 PY
 "$BIN" pretrain --help >/dev/null
 PORT=$("$VPY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$BIN" dashboard --port "$PORT" > "$WORK/dash.log" 2>&1 &
+setsid "$BIN" dashboard --port "$PORT" > "$WORK/dash.log" 2>&1 &
 DASH_PID=$!
 for _ in $(seq 1 90); do
   if "$VPY" -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$PORT/_stcore/health', timeout=2).status == 200 else 1)" 2>/dev/null; then
@@ -61,4 +62,5 @@ for _ in $(seq 1 90); do
 done
 "$VPY" -c "import urllib.request; assert urllib.request.urlopen('http://127.0.0.1:$PORT/_stcore/health', timeout=5).status == 200" \
   || { cat "$WORK/dash.log" >&2; exit 1; }
+stop_dashboard || true
 echo "wheel smoke test: passed"
