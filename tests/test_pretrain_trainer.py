@@ -278,3 +278,32 @@ def test_separate_heldout_corpus_is_the_eval_set(corpus_and_tokenizer, tmp_path)
     assert ev.ids[: len(first)].tolist() == first
     with pytest.raises(ConfigError, match="heldout_corpus"):
         build_sequences(_cfg(corpus_and_tokenizer, tmp_path, heldout_corpus=str(tmp_path / "nope")), tok, corpus)
+
+
+def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_path):
+    from transformers import BertForMaskedLM
+
+    from bertology.pretraining.release import export_release, read_release
+
+    run_dir = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, keep_steps=[0, 3]))
+    out = export_release(run_dir, tmp_path / "release" / "tiny-en", steps=[0, 3, 6],
+                         card={"unigram_baseline": 5.5, "command": "bertology pretrain --config x.yaml"})
+    rel = read_release(out)
+    assert [e["step"] for e in rel["checkpoints"]] == [0, 3, 6] and rel["final_step"] == 6
+    assert rel["checkpoints"][-1]["eval_loss"] is not None and rel["recipe"]["max_steps"] == 6
+    assert rel["checkpoints"][1]["tokens_seen_at_most"] == 3 * 4 * 32
+    card = (out / "README.md").read_text()
+    assert "unigram baseline | 5.500" in card and "`tiny-en@3`" in card and "bertology pretrain --config x.yaml" in card
+    assert not (out / "checkpoint-6" / "optimizer.pt").exists()
+    shipped = load_file(str(out / "checkpoint-6" / "model.safetensors"))
+    trained = load_file(str(run_dir / "checkpoint-6" / "model.safetensors"))
+    assert shipped.keys() == trained.keys()
+    for k, t in trained.items():
+        assert shipped[k].dtype == torch.float16 and torch.equal(shipped[k], t.to(torch.float16)), k
+    a = BertForMaskedLM.from_pretrained(str(out / "checkpoint-6"), dtype=torch.float32).eval()
+    b = BertForMaskedLM.from_pretrained(str(run_dir / "checkpoint-6"), dtype=torch.float32).eval()
+    ids = torch.tensor([[2, 10, 11, 12, 3]])
+    with torch.no_grad():
+        assert torch.allclose(a(input_ids=ids).logits, b(input_ids=ids).logits, atol=2e-2)
+    with pytest.raises(CheckpointError, match="no checkpoint for step"):
+        export_release(run_dir, tmp_path / "release" / "bad", steps=[5])

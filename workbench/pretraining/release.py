@@ -1,0 +1,159 @@
+"""Package a pretraining run's checkpoints as a release the model registry ships.
+
+``export_release(run_dir, out_dir, steps=...)`` copies the chosen checkpoints of a run made by
+:func:`bertology.pretraining.trainer.run_pretraining` into ``out_dir/checkpoint-<step>/`` with the
+model weights cast to float16 safetensors (the MLM head included; optimizer, scheduler and RNG
+state left out), the tokenizer files and ``config.json`` as the trainer wrote them, plus
+``release.json`` (steps, tokens seen, held-out loss at each kept step, the recipe, the corpus
+manifest, hashes) and a model card ``README.md``. Nothing else is changed: the weights are exactly
+the trainer's, rounded to float16. ``bertology.models`` lists a release folder found under the
+package's ``data/models/`` as ``<name>`` (last step) and ``<name>@<step>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from bertology.atomic import write_json, write_text
+from bertology.checkpoints import atomic_dir, list_checkpoints
+from bertology.errors import CheckpointError
+
+__all__ = ["export_release", "read_release", "RELEASE_FILE"]
+
+RELEASE_FILE = "release.json"
+MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+               "merges.txt", "vocab.json")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _to_float16(src: Path, dst: Path) -> int:
+    """Copy a safetensors file with floating tensors cast to float16; returns the parameter count."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(src))
+    out, n = {}, 0
+    for name, t in tensors.items():
+        n += t.numel()
+        if t.is_floating_point():
+            if t.abs().max().item() > torch.finfo(torch.float16).max:
+                raise CheckpointError(f"{src}: tensor {name} exceeds the float16 range; keep float32")
+            t = t.to(torch.float16)
+        out[name] = t.contiguous()
+    save_file(out, str(dst), metadata={"format": "pt"})
+    return n
+
+
+def _eval_losses(run_dir: Path) -> dict[int, float]:
+    losses = {}
+    path = run_dir / "metrics.jsonl"
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            event = json.loads(line)
+            if "eval_loss" in event:
+                losses[int(event["step"])] = float(event["eval_loss"])
+    return losses
+
+
+def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[int] | None = None,
+                   name: str | None = None, card: dict[str, Any] | None = None) -> Path:
+    """Write the release folder ``out_dir`` from ``run_dir``; returns ``out_dir``.
+
+    ``steps``: which checkpoints to ship (default: every checkpoint the run kept). ``card``: extra
+    facts for the model card and ``release.json`` (e.g. ``corpus`` manifest, ``unigram_baseline``,
+    ``command``, ``licence``, ``description``). Written atomically: a killed export leaves no folder.
+    """
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    run_info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    available = dict(list_checkpoints(run_dir))
+    steps = sorted(available) if steps is None else sorted(int(s) for s in steps)
+    missing = [s for s in steps if s not in available]
+    if missing or not steps:
+        raise CheckpointError(f"{run_dir}: no checkpoint for step(s) {missing or steps}; have {sorted(available)}")
+    losses = _eval_losses(run_dir)
+    cfg = run_info["config"]
+    card = dict(card or {})
+    entries = []
+    with atomic_dir(out_dir) as tmp:
+        for step in steps:
+            src = available[step]
+            dst = tmp / f"checkpoint-{step}"
+            dst.mkdir()
+            n_params = _to_float16(src / "model.safetensors", dst / "model.safetensors")
+            for f in MODEL_FILES:
+                if (src / f).is_file():
+                    shutil.copy2(src / f, dst / f)
+            state = json.loads((src / "trainer_state.json").read_text(encoding="utf-8"))
+            tokens = state.get("sequences_seen", 0) * cfg["max_seq_len"]
+            entries.append({"step": step, "sequences_seen": state.get("sequences_seen"),
+                            "tokens_seen_at_most": tokens, "eval_loss": losses.get(step),
+                            "eval_perplexity": math.exp(losses[step]) if step in losses else None,
+                            "n_parameters": n_params, "model_sha256": _sha256(dst / "model.safetensors")})
+        release = {"name": name or out_dir.name, "format": "float16 safetensors (trainer weights rounded)",
+                   "checkpoints": entries, "final_step": steps[-1], "recipe": cfg,
+                   "run": {k: run_info.get(k) for k in ("corpus", "corpus_sha256", "heldout_corpus", "seed",
+                                                         "world_size", "n_train_sequences", "n_eval_sequences",
+                                                         "n_parameters", "objective", "created")},
+                   "eval_losses": {str(k): v for k, v in sorted(losses.items())}, **card}
+        write_json(tmp / RELEASE_FILE, release)
+        write_text(tmp / "README.md", model_card(release))
+    return out_dir
+
+
+def read_release(folder: str | Path) -> dict[str, Any]:
+    """The ``release.json`` of a release folder."""
+    path = Path(folder) / RELEASE_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: unreadable release manifest ({exc})") from exc
+
+
+def model_card(release: dict[str, Any]) -> str:
+    """A Markdown model card from a release manifest."""
+    cfg, run = release["recipe"], release["run"]
+    final = release["checkpoints"][-1]
+    lines = [f"# {release['name']}", "",
+             release.get("description", "A small English BERT pretrained by the BERTology workbench's own trainer."), "",
+             "| | |", "|---|---|",
+             f"| architecture | BERT, {cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads, hidden "
+             f"{cfg['hidden_size']}, FFN {cfg['intermediate_size']}, max length {cfg['max_seq_len']}, MLM head |",
+             f"| parameters | {final['n_parameters']:,} (stored as {release['format']}) |",
+             f"| tokenizer | {cfg['tokenizer_kind']} {'uncased' if cfg['lowercase'] else 'cased'}, vocabulary {cfg['vocab_size']:,} |",
+             f"| objective | {cfg['objective']}, {cfg['masking']} masking {cfg['mlm_probability']:.0%} (80/10/10), "
+             f"{'dynamic' if cfg['dynamic_masking'] else 'static'} masks |",
+             f"| optimisation | AdamW lr {cfg['learning_rate']}, warm-up {cfg['warmup_steps']} steps, linear decay, "
+             f"batch {cfg['batch_size']} x {cfg['grad_accum_steps']} x world {run.get('world_size')} sequences, "
+             f"{cfg['max_steps']:,} steps, seed {cfg['seed']} |",
+             f"| tokens seen | at most {final['tokens_seen_at_most']:,} (sequences are packed up to {cfg['max_seq_len']} tokens) |",
+             f"| held-out MLM loss | {final['eval_loss']:.3f} nats (perplexity {final['eval_perplexity']:.1f}) at step {final['step']:,} |"
+             if final.get("eval_loss") is not None else "| held-out MLM loss | not measured |"]
+    if "unigram_baseline" in release:
+        lines.append(f"| unigram baseline | {release['unigram_baseline']:.3f} nats (predicting every masked token by "
+                     "its training-set frequency) |")
+    if "corpus" in release:
+        lines.append(f"| corpus | {release['corpus'].get('summary', '')} |")
+    if "licence" in release:
+        lines.append(f"| licence | {release['licence']} |")
+    lines += ["", "## Checkpoints", "", "| step | tokens seen (at most) | held-out loss | registry name |", "|---|---|---|---|"]
+    for e in release["checkpoints"]:
+        loss = f"{e['eval_loss']:.3f}" if e.get("eval_loss") is not None else "—"
+        lines.append(f"| {e['step']:,} | {e['tokens_seen_at_most']:,} | {loss} | `{release['name']}@{e['step']}` |")
+    if "command" in release:
+        lines += ["", "## Reproduce", "", "```bash", release["command"], "```"]
+    if "notes" in release:
+        lines += ["", "## Notes", "", release["notes"]]
+    return "\n".join(lines) + "\n"
