@@ -48,3 +48,10 @@ def test_extract_refuses_an_unknown_storage_dtype():
     assert "storage must be 'float32' or 'float16'" in proc.stderr and "Traceback" not in proc.stderr
     help_text = runner.invoke(app, ["extract", "--help"]).output
     assert "--amp" in help_text and "--storage" in help_text
+
+
+def test_a_bad_option_type_is_a_usage_error_not_a_traceback():
+    proc = subprocess.run([sys.executable, "-m", "bertology.cli", "prune", "--limit", "x"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 2
+    assert "Invalid value for '--limit'" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,7 +1,12 @@
 """Attention heads: statistics and types (Voita et al. 2019; Clark et al. 2019), attention-based
 dependency probes, head gates (hooks: transformers 5 has no ``head_mask``), importance (Michel et al.
-2019), pruning curves, real head removal and L0 gates."""
+2019), pruning curves, real head removal and L0 gates.
 
+Whole runs: :func:`head_types_analysis` and :func:`pruning_analysis` (``bertology.probes.heads.analysis``),
+what the studies and the CLI commands ``heads`` / ``prune`` run."""
+
+from bertology.probes.heads.analysis import (HEAD_TYPES_DEFAULTS, PRUNING_DEFAULTS, head_types_analysis,
+                                             pruning_analysis)
 from bertology.probes.heads.attention_probe import (AttentionDependencyProbe, WordAwareDependencyProbe,
                                                     attention_probe, best_heads, distance_features)
 from bertology.probes.heads.gates import (AttentionBlock, HeadGates, attention_blocks, count_parameters,
@@ -27,4 +32,5 @@ __all__ = [
     "normalise_per_layer", "model_inputs", "mask_batches", "mlm_loss", "tagging_batches", "TaggingHead",
     "train_tagging_head", "pruning_curve", "heads_pruned_at", "heads_dict", "measure_pruning",
     "HardConcreteGates", "train_l0_gates", "pos_task",
+    "HEAD_TYPES_DEFAULTS", "head_types_analysis", "PRUNING_DEFAULTS", "pruning_analysis",
 ]

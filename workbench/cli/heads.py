@@ -1,136 +1,101 @@
-"""``bertology heads`` (statistics, types, attention probe) and ``bertology prune`` (pruning curves)."""
+"""``bertology heads`` (statistics, types, attention probe) and ``bertology prune`` (pruning curves,
+L0 gates): each runs its study (``head_types`` / ``pruning``, through
+:func:`bertology.studies.run_study`) with the options given on the command line as config overrides,
+so a CLI run is a study run (same analysis function, same manifest, resumable, seen by the dashboard).
+Options left out fall back to the study's shipped config."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
-from bertology.errors import WorkbenchError
+
+def _overrides(**options: Any) -> dict[str, Any]:
+    """The options the user gave (not None); ``limit`` 0 means the whole corpus."""
+    given = {key: value for key, value in options.items() if value is not None}
+    if given.get("limit") == 0:
+        given["limit"] = None
+    return given
 
 
-def _run_dir(out: Optional[Path], kind: str, model: str) -> Path:
-    from bertology import paths
+def _methods(text: str) -> list[str]:
+    from bertology.errors import ConfigError
+    from bertology.probes.heads.analysis import PRUNING_METHODS
 
-    return out if out is not None else paths.results_dir() / f"{kind}-{model.replace('/', '_').replace('@', '_')}"
-
-
-def run_heads(model: str, corpus: str, limit: Optional[int] = 200, seed: int = 0,
-              word_vectors: str = "none") -> tuple[dict, dict]:
-    """Head statistics, types, dependency scores and the attention probe: ``(tables, manifest)``.
-
-    ``word_vectors``: spaCy vectors (``"en"``, a language, or a pipeline folder) for the
-    attention-and-words probe; ``"none"`` skips it."""
-    from bertology.probes.heads.attention_probe import attention_probe, best_heads
-    from bertology.probes.heads.head_types import analyse_store
-    from bertology.corpus import load_corpus
-    from bertology.models import load_model
-    from bertology.store import extract
-
-    lm = load_model(model, attentions=True)
-    data = load_corpus(corpus, limit=limit)
-    store = extract(lm, data, attentions=True)
-    tables = analyse_store(store, data)
-    if not tables["head_dependency"].empty:
-        atts = [store.attention(i) for i in range(len(data))]
-        tables["head_best"] = best_heads(tables["head_dependency"], min_count=20)
-        vectors = None
-        if word_vectors != "none":
-            from bertology.probes.embeddings.static_vectors import load_spacy_vectors
-
-            vectors = load_spacy_vectors(word_vectors)
-        tables["attention_probe"] = attention_probe(atts, list(data), seed=seed, word_vectors=vectors)
-    manifest = {"analysis": "heads", "model": lm.name, "model_fingerprint": lm.fingerprint,
-                "corpus": data.name, "corpus_fingerprint": data.fingerprint, "sources": data.sources,
-                "n_sentences": len(data), "seed": seed, "word_vectors": word_vectors}
-    return tables, manifest
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in PRUNING_METHODS]
+    if unknown or not methods:
+        raise ConfigError(f"--method {text!r}: choose one or more (comma-separated) of {', '.join(PRUNING_METHODS)}")
+    return methods
 
 
-def run_prune(model: str, corpus: str, method: str = "importance", limit: Optional[int] = 200, seed: int = 0,
-              step: float = 0.1, lam: float = 0.01, steps: int = 200) -> tuple[dict, dict]:
-    """Pruning curve (importance / random / type) or L0 gates, plus real-removal measurement."""
-    from bertology.probes.heads.head_types import analyse_store
-    from bertology.probes.heads.importance import importance_scores
-    from bertology.probes.heads.pruning import (heads_dict, heads_pruned_at, measure_pruning, pos_task, pruning_curve,
-                                train_l0_gates)
-    from bertology.corpus import load_corpus
-    from bertology.models import load_model
-    from bertology.store import extract
+def _run(study: str, overrides: dict[str, Any], out: Optional[Path], seed: Optional[int], force: bool) -> Path:
+    from bertology.studies import run_study
 
-    lm = load_model(model, attentions=True)
-    data = load_corpus(corpus, limit=limit)
-    train, evals, loss_fn, metric, task = pos_task(lm, data, seed=seed)
-    tables = {"head_importance": importance_scores(lm.model, train, loss_fn)}
-    if method == "l0":
-        gates = train_l0_gates(lm.model, train, loss_fn, lam, steps=steps, seed=seed)
-        tables["l0_gates"] = gates
-        removed = [(int(r.layer), int(r.head)) for r in gates.itertuples() if not r.kept]
-    else:
-        head_types = None
-        if method == "type":
-            head_types = analyse_store(extract(lm, data, attentions=True), data)["head_types"]
-        curve = pruning_curve(lm.model, metric, method=method, batches=train, loss_fn=loss_fn, step=step,
-                              seeds=[seed, seed + 1, seed + 2] if method == "random" else [seed],
-                              head_types=head_types, max_share=0.9)
-        tables["pruning_curve"] = curve
-        _, removed = heads_pruned_at(curve, 0.5)
-    if removed:
-        import pandas as pd
-
-        report = measure_pruning(lm.model, heads_dict(removed), evals)
-        tables["pruning_real"] = pd.DataFrame([report])
-    manifest = {"analysis": "prune", "method": method, "task": task, "model": lm.name,
-                "model_fingerprint": lm.fingerprint, "corpus": data.name, "corpus_fingerprint": data.fingerprint,
-                "sources": data.sources, "n_sentences": len(data), "seed": seed, "step": step, "lam": lam}
-    return tables, manifest
+    return run_study(study, overrides=overrides, results_root=out, seed=seed, force=force, log=typer.echo)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("heads")
     def heads_cmd(
-        model: str = typer.Option("minilm-l6", "--model", help="registry name or model directory"),
-        corpus: str = typer.Option("brown-sample", "--corpus", help="bundled name or corpus file"),
-        out: Optional[Path] = typer.Option(None, "--out", help="results folder (default results/heads-<model>)"),
-        limit: Optional[int] = typer.Option(200, "--limit", help="first N sentences"),
-        seed: int = typer.Option(0, "--seed"),
-        word_vectors: str = typer.Option("en", "--word-vectors",
-                                         help="spaCy vectors for the attention-and-words probe (Clark's GloVe "
-                                              "probe): en, a pipeline folder, or none"),
+        model: Optional[str] = typer.Option(None, "--model", help="registry name or model directory"),
+        corpus: Optional[str] = typer.Option(None, "--corpus", help="bundled name or corpus file"),
+        out: Optional[Path] = typer.Option(None, "--out", help="results root (default results/); the run goes "
+                                                              "to OUT/head_types/RUN-ID/"),
+        limit: Optional[int] = typer.Option(None, "--limit", help="first N sentences (0 = all)"),
+        seed: Optional[int] = typer.Option(None, "--seed"),
+        word_vectors: Optional[str] = typer.Option(None, "--word-vectors",
+                                                   help="spaCy vectors for the attention-and-words probe (Clark's "
+                                                        "GloVe probe): en, a pipeline folder, or none"),
+        force: bool = typer.Option(False, "--force", help="recompute even if a complete run exists"),
     ) -> None:
-        """Attention-head statistics, head types and the attention-based dependency probe."""
-        from bertology.results import write_results
+        """Attention-head statistics, head types and the attention-based dependency probe (study head_types)."""
+        from bertology.results import read_manifest, read_table
 
-        tables, manifest = run_heads(model, corpus, limit, seed, word_vectors)
-        run_dir = write_results(_run_dir(out, "heads", model), tables, manifest)
-        types = tables["head_types"]
-        typer.echo(types["type"].value_counts().to_string())
+        run_dir = _run("head_types", _overrides(model=model, corpus=corpus, limit=limit, word_vectors=word_vectors),
+                       out, seed, force)
+        tables = read_manifest(run_dir)["tables"]
+        typer.echo(read_table(run_dir, "head_types")["type"].value_counts().to_string())
         if "attention_probe" in tables:
-            typer.echo(tables["attention_probe"][["method", "layer", "head", "uas"]].to_string(index=False))
+            probe = read_table(run_dir, "attention_probe")
+            typer.echo(probe[["method", "layer", "head", "uas"]].to_string(index=False))
         typer.echo(f"wrote {run_dir}")
 
     @app.command("prune")
     def prune_cmd(
-        model: str = typer.Option("minilm-l6", "--model"),
-        corpus: str = typer.Option("brown-sample", "--corpus"),
-        method: str = typer.Option("importance", "--method", help="importance | random | type | l0"),
-        out: Optional[Path] = typer.Option(None, "--out"),
-        limit: Optional[int] = typer.Option(200, "--limit"),
-        seed: int = typer.Option(0, "--seed"),
-        step: float = typer.Option(0.1, "--step", help="share of all heads removed per step"),
-        lam: float = typer.Option(0.01, "--lam", help="L0 penalty λ (method l0)"),
+        model: Optional[str] = typer.Option(None, "--model", help="registry name or model directory"),
+        corpus: Optional[str] = typer.Option(None, "--corpus", help="bundled name or corpus file"),
+        method: Optional[str] = typer.Option(None, "--method",
+                                             help="importance, random, type or l0 (L0 gates); several "
+                                                  "comma-separated"),
+        out: Optional[Path] = typer.Option(None, "--out", help="results root (default results/); the run goes "
+                                                              "to OUT/pruning/RUN-ID/"),
+        limit: Optional[int] = typer.Option(None, "--limit", help="first N sentences (0 = all)"),
+        seed: Optional[int] = typer.Option(None, "--seed"),
+        step: Optional[float] = typer.Option(None, "--step", help="share of all heads removed per step"),
+        lam: Optional[list[float]] = typer.Option(None, "--lam", help="L0 penalty λ (method l0); repeat for several"),
+        l0_steps: Optional[int] = typer.Option(None, "--l0-steps", help="L0 gate training steps"),
+        force: bool = typer.Option(False, "--force", help="recompute even if a complete run exists"),
     ) -> None:
-        """Head pruning curve (or L0 gates) on MLM loss or a POS tagging head; real removal timing."""
-        from bertology.results import write_results
+        """Head importance, pruning curves (real removal timing) and L0 gates (study pruning)."""
+        from bertology.results import read_manifest, read_table
 
-        if method not in ("importance", "random", "type", "l0"):
-            raise WorkbenchError(f"--method {method!r}: choose importance, random, type or l0")
-        tables, manifest = run_prune(model, corpus, method, limit, seed, step, lam)
-        run_dir = write_results(_run_dir(out, f"prune-{method}", model), tables, manifest)
-        if "pruning_curve" in tables:
-            typer.echo(tables["pruning_curve"][["seed", "share_pruned", "metric"]].to_string(index=False))
+        methods = _methods(method) if method is not None else None
+        run_dir = _run("pruning", _overrides(model=model, corpus=corpus, limit=limit, methods=methods, step=step,
+                                             l0_lambdas=list(lam) if lam else None, l0_steps=l0_steps),
+                       out, seed, force)
+        tables = read_manifest(run_dir)["tables"]
+        if "pruning_curves" in tables:
+            curves = read_table(run_dir, "pruning_curves")
+            typer.echo(curves.groupby(["method", "share_removed"])["value"].mean().unstack(0).round(4).to_string())
         if "l0_gates" in tables:
-            typer.echo(f"kept {int(tables['l0_gates']['kept'].sum())} of {len(tables['l0_gates'])} heads")
-        if "pruning_real" in tables:
-            typer.echo(tables["pruning_real"].T.to_string(header=False))
+            gates = read_table(run_dir, "l0_gates")
+            for lam_value, g in gates.groupby("lam"):
+                typer.echo(f"L0 λ={lam_value:g}: kept {int(g['kept'].sum())} of {len(g)} heads")
+        if "pruning_cost" in tables:
+            cost = read_table(run_dir, "pruning_cost")
+            if not cost.empty:
+                typer.echo(cost.T.to_string(header=False))
         typer.echo(f"wrote {run_dir}")

@@ -1,0 +1,114 @@
+"""One entry point per heads analysis: ``bertology heads`` / ``bertology prune`` are study runs of
+``head_types`` / ``pruning`` (same analysis function, same manifest schema, same tables)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from bertology.cli import app
+from bertology.errors import ConfigError
+from bertology.probes.heads import (HEAD_TYPES_DEFAULTS, PRUNING_DEFAULTS, head_types_analysis,
+                                    pruning_analysis)
+from bertology.results import read_extra, read_manifest, read_table
+from bertology.runs import StudyContext
+from bertology.studies import load_study, run_study
+
+runner = CliRunner()
+
+
+def quiet(_message: str) -> None:
+    pass
+
+
+def test_studies_are_the_library_analyses():
+    assert load_study("head_types").run is head_types_analysis
+    assert load_study("head_types").DEFAULTS is HEAD_TYPES_DEFAULTS
+    assert load_study("pruning").run is pruning_analysis
+    assert load_study("pruning").DEFAULTS is PRUNING_DEFAULTS
+    for f in (head_types_analysis, pruning_analysis):
+        assert "et al." in f.__doc__ and "Tables" in f.__doc__ and "Config" in f.__doc__
+
+
+def test_heads_cli_run_is_a_head_types_study_run(tmp_path, one_torch_thread):
+    result = runner.invoke(app, ["heads", "--limit", "20", "--word-vectors", "none", "--out", str(tmp_path / "cli")])
+    assert result.exit_code == 0, result.output
+    cli_runs = list((tmp_path / "cli" / "head_types").iterdir())
+    assert len(cli_runs) == 1 and f"wrote {cli_runs[0]}" in result.output
+    cli_dir = cli_runs[0]
+
+    study_dir = run_study("head_types", overrides={"limit": 20, "word_vectors": "none"},
+                          results_root=tmp_path / "study", log=quiet)
+    assert cli_dir.name == study_dir.name  # same config + seed: same run id
+    cli_manifest, study_manifest = read_manifest(cli_dir), read_manifest(study_dir)
+    assert set(cli_manifest) == set(study_manifest)
+    assert {"study", "run_id", "config", "seed", "tables", "extras", "model", "corpus", "store"} <= set(cli_manifest)
+    assert cli_manifest["study"] == "head_types" and cli_manifest["run_id"] == cli_dir.name
+    assert cli_manifest["config"] == study_manifest["config"]
+    assert cli_manifest["config"]["limit"] == 20 and cli_manifest["config"]["word_vectors"] == "none"
+    assert cli_manifest["seed"] == study_manifest["seed"] == 0
+    assert cli_manifest["corpus"] == study_manifest["corpus"] and cli_manifest["corpus"]["sentences"] == 20
+    assert cli_manifest["model"] == study_manifest["model"]
+    assert cli_manifest["tables"] == study_manifest["tables"]
+    assert {"head_stats", "head_dependency", "head_types", "head_type_matrix", "head_best",
+            "attention_probe"} == set(cli_manifest["tables"])
+    for name in cli_manifest["tables"]:
+        pd.testing.assert_frame_equal(read_table(cli_dir, name), read_table(study_dir, name))
+    assert read_extra(cli_dir, "attention_examples") == read_extra(study_dir, "attention_examples")
+    assert "uas" in result.output  # the summary is read back from the run's tables
+
+    again = runner.invoke(app, ["heads", "--limit", "20", "--word-vectors", "none", "--out", str(tmp_path / "cli")])
+    assert again.exit_code == 0 and "complete run found" in again.output
+
+
+def test_prune_cli_maps_options_onto_the_pruning_config(tmp_path, one_torch_thread):
+    result = runner.invoke(app, ["prune", "--limit", "20", "--method", "random,l0", "--step", "0.5", "--lam", "0.1",
+                                 "--lam", "0.5", "--l0-steps", "3", "--seed", "1", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    run_dir, = (tmp_path / "pruning").iterdir()
+    manifest = read_manifest(run_dir)
+    cfg = manifest["config"]
+    assert manifest["study"] == "pruning" and manifest["seed"] == 1 and run_dir.name.endswith("seed1")
+    assert cfg["methods"] == ["random", "l0"] and cfg["step"] == 0.5 and cfg["limit"] == 20
+    assert cfg["l0_lambdas"] == [0.1, 0.5] and cfg["l0_steps"] == 3
+    assert cfg["max_share"] == PRUNING_DEFAULTS["max_share"]  # not given: from the study config
+    assert manifest["tables"] == ["importance", "l0_gates", "pruning_cost", "pruning_curves"]
+    curves = read_table(run_dir, "pruning_curves")
+    assert set(curves["method"]) == {"random"} and set(curves["seed"]) == {1, 2, 3}
+    assert read_table(run_dir, "pruning_cost").empty  # real removal follows the importance curve
+    gates = read_table(run_dir, "l0_gates")
+    assert sorted(set(gates["lam"])) == [0.1, 0.5] and set(gates["seed"]) == {1}
+    assert "L0 λ=0.1: kept" in result.output and f"wrote {run_dir}" in result.output
+
+
+def test_prune_cli_refuses_an_unknown_method():
+    proc = subprocess.run([sys.executable, "-m", "bertology.cli", "prune", "--method", "importance,magnitude"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert "error: --method 'importance,magnitude'" in proc.stderr and "l0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("change, message", [({"methods": ["importance", "magnitude"]}, "unknown method"),
+                                             ({"methods": ["l0"], "l0_lambdas": []}, "l0_lambdas")])
+def test_pruning_config_is_checked_before_any_work(tmp_path, change, message):
+    ctx = StudyContext("pruning", {**PRUNING_DEFAULTS, "model": "no-such-model", **change}, 0, tmp_path, log=quiet)
+    with pytest.raises(ConfigError, match=message):
+        pruning_analysis(ctx)
+
+
+def test_head_types_on_a_corpus_without_dependencies(tmp_path, one_torch_thread):
+    bio = tmp_path / "ner.bio"
+    bio.write_text("".join(f"The O\nold O\nman O\nsaw O\nthe O\nboat O\nin O\nBoston B-LOC\nagain{i} O\n\n"
+                           for i in range(6)))
+    run_dir = run_study("head_types", overrides={"corpus": str(bio), "word_vectors": "none", "min_count": 2},
+                        results_root=tmp_path / "res", log=quiet)
+    manifest = read_manifest(run_dir)
+    assert manifest["tables"] == ["head_dependency", "head_stats", "head_type_matrix", "head_types"]
+    assert read_table(run_dir, "head_dependency").empty
+    types = read_table(run_dir, "head_types")
+    assert len(types) == 6 * 12 and "syntactic" not in set(types["type"])
