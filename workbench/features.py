@@ -24,6 +24,7 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 import torch
 
+from bertology.architectures import architecture_for, num_heads
 from bertology.errors import StoreError
 
 Pooling = Literal["first", "last", "mean"]
@@ -58,8 +59,7 @@ class Segment:
 def model_max_tokens(model, tokenizer) -> int:
     """Longest input (special tokens included) the model accepts."""
     limit = int(getattr(model.config, "max_position_embeddings", 512))
-    if model.config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        limit -= 2  # positions start after the padding index
+    limit -= architecture_for(model.config).position_offset  # e.g. RoBERTa: positions start after the padding index
     tok_limit = getattr(tokenizer, "model_max_length", limit) or limit
     return int(min(limit, tok_limit if tok_limit < 1e6 else limit))
 
@@ -250,7 +250,7 @@ def forward_segments(
     layout = BatchLayout.build(segments, T, pooling)
     n_words = len(layout.pick)
     D = result.hidden_states[0].shape[-1]
-    L, H = len(result.hidden_states) - 1, model.config.num_attention_heads
+    L, H = len(result.hidden_states) - 1, num_heads(model.config)
     if out is None:
         out = (torch.empty(L + 1, n_words, D, dtype=out_dtype),
                torch.empty(L, H, int(layout.own_columns.sum()), dtype=out_dtype) if attentions else None,

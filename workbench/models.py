@@ -17,14 +17,12 @@ from typing import Any
 
 import pandas as pd
 
-from bertology import paths
+from bertology import architectures, paths
+from bertology.architectures import Architecture, architecture_for
 from bertology.errors import ModelError
 
 DEFAULT_MODEL = "minilm-l6"
-SUPPORTED_TYPES = {"bert", "roberta", "distilbert", "electra", "xlm-roberta", "camembert", "albert", "deberta", "deberta-v2", "mpnet"}
-_PREFIX_SPACE_TYPES = {"roberta", "xlm-roberta", "camembert", "mpnet", "deberta"}
-_POOLER_TYPES = {"bert", "roberta", "xlm-roberta", "camembert"}
-_MLM_KEY_PATTERNS = ("cls.predictions", "lm_head", "vocab_projector", "generator_lm_head", "predictions.decoder")
+SUPPORTED_TYPES = architectures.SUPPORTED_TYPES  # the model_types of bertology.architectures.ARCHITECTURES
 
 _fingerprint_cache: dict[tuple[str, int, float], str] = {}
 
@@ -47,16 +45,21 @@ class LoadedModel:
         return getattr(self.model, "base_model", self.model)
 
     @property
+    def architecture(self) -> Architecture:
+        """The :mod:`bertology.architectures` table entry of this model's ``model_type``."""
+        return architecture_for(self.config)
+
+    @property
     def num_layers(self) -> int:
-        return int(getattr(self.config, "num_hidden_layers", getattr(self.config, "n_layers", 0)))
+        return architectures.num_layers(self.config)
 
     @property
     def num_heads(self) -> int:
-        return int(getattr(self.config, "num_attention_heads", getattr(self.config, "n_heads", 0)))
+        return architectures.num_heads(self.config)
 
     @property
     def hidden_size(self) -> int:
-        return int(getattr(self.config, "hidden_size", getattr(self.config, "dim", 0)))
+        return architectures.hidden_size(self.config)
 
 
 # --------------------------------------------------------------------------- registry
@@ -178,8 +181,8 @@ def _weight_keys(files: list[Path]) -> list[str]:
     return keys
 
 
-def _has_mlm_weights(keys: list[str]) -> bool:
-    return any(any(p in k for p in _MLM_KEY_PATTERNS) for k in keys)
+def _has_mlm_weights(keys: list[str], arch: Architecture) -> bool:
+    return any(any(p in k for p in arch.mlm_keys) for k in keys)
 
 
 def load_model(
@@ -213,10 +216,12 @@ def load_model(
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     except Exception as exc:
         raise ModelError(f"{path / 'config.json'}: cannot read config: {exc}") from exc
-    if config.model_type not in SUPPORTED_TYPES:
-        raise ModelError(f"{path}: model_type {config.model_type!r} is not a BERT-family encoder ({sorted(SUPPORTED_TYPES)})")
+    try:
+        arch = architecture_for(config)
+    except ModelError as exc:
+        raise ModelError(f"{path}: {exc}") from None
     keys = _weight_keys(files)
-    has_mlm = _has_mlm_weights(keys)
+    has_mlm = _has_mlm_weights(keys, arch)
     if mlm_head and not has_mlm:
         raise ModelError(f"{name}: weights in {path} carry no MLM head; load without mlm_head=True")
     cls = AutoModelForMaskedLM if mlm_head else AutoModel
@@ -224,7 +229,7 @@ def load_model(
                               "trust_remote_code": False}
     if dtype is not None:
         kwargs["dtype"] = dtype
-    if not mlm_head and config.model_type in _POOLER_TYPES and not any("pooler." in k for k in keys):
+    if not mlm_head and arch.pooler and not any("pooler." in k for k in keys):
         kwargs["add_pooling_layer"] = False  # an MLM checkpoint has no pooler: don't add a random one
     from transformers.utils import logging as hf_logging
 
@@ -243,7 +248,7 @@ def load_model(
             "they would be randomly initialised"
         )
     tok_kwargs: dict[str, Any] = {"use_fast": True, "trust_remote_code": False}
-    if config.model_type in _PREFIX_SPACE_TYPES:
+    if arch.prefix_space:
         tok_kwargs["add_prefix_space"] = True
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **tok_kwargs)
@@ -276,6 +281,7 @@ def from_modules(name: str, model: Any, tokenizer: Any) -> LoadedModel:
     """Wrap an in-memory model + tokenizer (tests, notebooks); fingerprint from its parameters."""
     import torch
 
+    architecture_for(model.config)  # refuse an unsupported type here, not in a later analysis
     h = hashlib.sha256()
     with torch.no_grad():
         for k, v in sorted(model.state_dict().items()):

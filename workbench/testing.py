@@ -1,19 +1,26 @@
-"""Tiny in-process models for tests, examples and benchmarks (no download, no files).
+"""Tiny in-process models for tests, examples and benchmarks (no download).
 
 ``make_tiny_bert(tokenizer)`` is a random 2-layer BERT sized to a real tokenizer's vocabulary;
 ``tiny_bert`` / ``pair_batches`` / ``trained_pair_model`` are a 40-token toy world with planted head
 behaviour (copy the neighbouring token) for the attention-head tests.
+
+``tiny_model(model_type)`` / ``tiny_tokenizer(model_type)`` / ``save_tiny_model_dir(model_type, path)``
+build a tiny random model of any type of :mod:`bertology.architectures` with a small tokenizer of
+the kind that type ships with (WordPiece, byte-level BPE or SentencePiece-style Unigram, built
+in-process from a fixed word list), and save both as a local model directory (safetensors).
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
 __all__ = ["make_tiny_bert", "tiny_config", "tiny_bert", "pair_batches", "trained_pair_model",
-           "VOCAB", "MASK_ID", "PAD_ID"]
+           "VOCAB", "MASK_ID", "PAD_ID", "tiny_tokenizer", "tiny_model", "save_tiny_model_dir", "TINY_WORDS"]
 
 VOCAB, MASK_ID, PAD_ID = 40, 3, 0
 
@@ -75,3 +82,140 @@ def trained_pair_model(steps: int = 150, seed: int = 0, **kw: Any) -> BertForMas
         loss.backward()
         opt.step()
     return model.eval()
+
+
+# --------------------------------------------------------------------------- every architecture
+
+TINY_WORDS = tuple("""
+the of and to a in that is was he for it with as his on be at by i this had not are but from or have
+an they which one you were her all she there would their we him been has when who will more no if out
+so said what up its about into than them can only other new some could time these two may then do
+first any my now such like our over man me even most made after also did many before must through
+back years where much your way well down should because each just those people how too little state
+good very make world still own see men work long get here between both life being under never day
+same another know while last might us great old year off come since against go came right used take
+three house city sat cat dog dogs bark jury said county election court report
+""".split())
+
+_BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_ROBERTA_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+# model_type: (transformers tokenizer class, kind, special tokens in id order). A type missing here
+# gets a byte-level BPE tokenizer when its table entry wants add_prefix_space, else WordPiece.
+_TOKENIZERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "bert": ("BertTokenizer", "wordpiece", _BERT_SPECIALS),
+    "electra": ("ElectraTokenizer", "wordpiece", _BERT_SPECIALS),
+    "distilbert": ("DistilBertTokenizer", "wordpiece", _BERT_SPECIALS),
+    "mpnet": ("MPNetTokenizer", "wordpiece", ("<s>", "<pad>", "</s>", "[UNK]", "<mask>")),
+    "roberta": ("RobertaTokenizer", "bpe", _ROBERTA_SPECIALS),
+    "xlm-roberta": ("XLMRobertaTokenizer", "unigram", _ROBERTA_SPECIALS),
+    "camembert": ("CamembertTokenizer", "unigram", _ROBERTA_SPECIALS),
+    "albert": ("AlbertTokenizer", "unigram", ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]")),
+    "deberta-v2": ("DebertaV2Tokenizer", "unigram", ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")),
+}
+_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789.,;:!?'\"`()-&$%/*"
+
+
+def _tokenizer_spec(model_type: str) -> tuple[str, str, tuple[str, ...]]:
+    from bertology.architectures import architecture_for
+
+    arch = architecture_for(model_type)
+    if model_type in _TOKENIZERS:
+        return _TOKENIZERS[model_type]
+    return ("RobertaTokenizer", "bpe", _ROBERTA_SPECIALS) if arch.prefix_space else \
+        ("BertTokenizer", "wordpiece", _BERT_SPECIALS)
+
+
+def tiny_tokenizer(model_type: str = "bert") -> Any:
+    """A small fast tokenizer of the class ``model_type`` ships with, built in-process: WordPiece
+    (words of :data:`TINY_WORDS`, characters and ``##`` characters), byte-level BPE (every byte
+    plus merges spelling ``Ġ`` + each word) or Unigram (``▁`` + each word and single characters).
+    Other words are split into pieces."""
+    import transformers
+
+    class_name, kind, specials = _tokenizer_spec(model_type)
+    cls = getattr(transformers, class_name)
+    if kind == "wordpiece":
+        tokens = list(specials) + list(TINY_WORDS) + list(_CHARS) + [f"##{c}" for c in _CHARS]
+        return cls(vocab={t: i for i, t in enumerate(dict.fromkeys(tokens))})
+    if kind == "bpe":
+        from tokenizers.pre_tokenizers import ByteLevel
+
+        tokens = list(specials) + sorted(ByteLevel.alphabet())
+        merges: list[tuple[str, str]] = []
+        for word in TINY_WORDS:
+            current = "\u0120"  # Ġ: the byte-level space
+            for ch in word:
+                merges.append((current, ch))
+                current += ch
+                tokens.append(current)
+        merges = list(dict.fromkeys(merges))
+        return cls(vocab={t: i for i, t in enumerate(dict.fromkeys(tokens))}, merges=merges)
+    if kind == "unigram":
+        pieces = [(t, 0.0) for t in specials] + [("\u2581", -3.0)]
+        pieces += [(f"\u2581{w}", -5.0) for w in TINY_WORDS]
+        pieces += [(c, -10.0) for c in _CHARS + _CHARS[:26].upper()]
+        return cls(vocab=pieces)
+    raise ValueError(f"unknown tokenizer kind {kind!r}")
+
+
+def _tiny_config(model_type: str, *, vocab_size: int, layers: int, heads: int, hidden: int,
+                 special_ids: dict[str, int]) -> Any:
+    from transformers import AutoConfig
+
+    from bertology.architectures import architecture_for
+
+    arch = architecture_for(model_type)
+    kwargs: dict[str, Any] = {"vocab_size": vocab_size, arch.layers_field: layers, arch.heads_field: heads,
+                              arch.hidden_field: hidden, "max_position_embeddings": 512 + arch.position_offset,
+                              "attn_implementation": "eager", **special_ids}
+    kwargs.update({"distilbert": {"hidden_dim": 2 * hidden},
+                   "electra": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
+                   "albert": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
+                   # DeBERTa-v3 style: relative positions (shared key projections), no absolute ones
+                   "deberta-v2": {"intermediate_size": 2 * hidden, "relative_attention": True,
+                                  "pos_att_type": ["p2c", "c2p"], "position_buckets": 16,
+                                  "max_relative_positions": -1, "position_biased_input": False,
+                                  "share_att_key": True, "norm_rel_ebd": "layer_norm", "type_vocab_size": 0},
+                   }.get(model_type, {"intermediate_size": 2 * hidden}))
+    config = AutoConfig.for_model(model_type, **kwargs)
+    architecture_for(config)
+    return config
+
+
+def tiny_model(model_type: str = "bert", *, mlm: bool = False, seed: int = 0, vocab_size: int | None = None,
+               layers: int = 2, heads: int = 4, hidden: int = 32, **config: Any) -> Any:
+    """A tiny random model of a :mod:`bertology.architectures` type (eager attention, eval mode):
+    the base encoder, or ``*ForMaskedLM`` with ``mlm=True``. ``vocab_size`` defaults to
+    :func:`tiny_tokenizer`'s, whose special-token ids (padding, begin / end) the config takes;
+    ``config``: further config fields (e.g. ``share_att_key=False``)."""
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    tok = tiny_tokenizer(model_type)
+    ids = {f"{name}_token_id": getattr(tok, f"{name}_token_id") for name in ("pad", "bos", "eos")
+           if getattr(tok, f"{name}_token_id", None) is not None}
+    cfg = _tiny_config(model_type, vocab_size=vocab_size or len(tok), layers=layers, heads=heads, hidden=hidden,
+                       special_ids=ids)
+    for key, value in config.items():
+        setattr(cfg, key, value)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = (AutoModelForMaskedLM if mlm else AutoModel).from_config(cfg)
+    return model.eval()
+
+
+def save_tiny_model_dir(model_type: str, path: str | os.PathLike, *, mlm: bool = False, seed: int = 0,
+                        **kw: Any) -> Path:
+    """Save :func:`tiny_model` (safetensors) and :func:`tiny_tokenizer` as a local model directory
+    that :func:`bertology.models.load_model` loads; returns the directory. ``kw``: as for tiny_model."""
+    from transformers.utils import logging as hf_logging
+
+    path = Path(path)
+    model = tiny_model(model_type, mlm=mlm, seed=seed, **kw)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model.save_pretrained(path, safe_serialization=True)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    tiny_tokenizer(model_type).save_pretrained(path)
+    return path

@@ -1,21 +1,25 @@
 """Head gates and real head pruning for Hugging Face BERT-family encoders.
 
 transformers 5.x removed ``head_mask`` (passing it is *silently ignored*: it is swallowed by
-``**kwargs``) and ``prune_heads``. This module puts both back, from the outside:
+``**kwargs``) and ``prune_heads``. This module puts both back, from the outside, for every
+architecture of :mod:`bertology.architectures` (the table says where each layer's projections are):
 
 - :class:`HeadGates` installs a forward pre-hook on each layer's attention output projection
-  (``attention.output.dense`` for BERT / RoBERTa / ELECTRA, ``attention.out_lin`` for DistilBERT)
-  that multiplies the per-head slices of its input ``[batch, tokens, heads * head_dim]`` by a gate
-  ``ξ[layer, head]`` (or per example, ``ξ[batch, layer, head]``). Gates may require grad (Michel et
-  al. 2019 importance, Voita et al. 2019 L0 gates).
+  (``attention.output.dense`` for BERT / RoBERTa / ELECTRA / DeBERTa-v2, ``attention.out_lin`` for
+  DistilBERT, ``attention.attn.o`` for MPNet, ``attention.dense`` for ALBERT) that multiplies the
+  per-head slices of its input ``[batch, tokens, heads * head_dim]`` by a gate ``ξ[layer, head]``
+  (or per example, ``ξ[batch, layer, head]``). Gates may require grad (Michel et al. 2019
+  importance, Voita et al. 2019 L0 gates). Where layers share parameters (ALBERT) the gates still
+  act per layer position.
 - :func:`prune_heads` really removes heads: it slices the rows of query / key / value and the
   columns of the output projection. The kept heads (original numbering) are recorded in
   ``config.bertology_kept_heads`` so :func:`load_pruned` can rebuild the shapes before loading
-  the safetensors weights.
+  the safetensors weights. Refused for shared-parameter layers.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import types
 import warnings
@@ -26,6 +30,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from bertology.architectures import Architecture, architecture_for, attention_layers, get_module, num_heads, num_layers
 from bertology.errors import ModelError
 
 KEPT_HEADS_ATTR = "bertology_kept_heads"
@@ -35,12 +40,14 @@ KEPT_HEADS_ATTR = "bertology_kept_heads"
 class AttentionBlock:
     """Handles on one layer's self-attention: the projections a gate or a pruning touches."""
 
-    self_attention: nn.Module  # the module computing attention (has ``attention_head_size``)
+    self_attention: nn.Module  # the module computing attention (knows the head size)
     query: nn.Linear
     key: nn.Linear
     value: nn.Linear
     output: nn.Linear  # the projection whose input is the concatenation of head outputs
     head_dim: int
+    layer: nn.Module | None = None  # the layer module holding them (the table's paths start there)
+    architecture: Architecture | None = None
 
     @property
     def n_heads(self) -> int:
@@ -48,33 +55,19 @@ class AttentionBlock:
 
 
 def attention_blocks(model: nn.Module) -> list[AttentionBlock]:
-    """The self-attention blocks of a BERT / RoBERTa / ELECTRA / DistilBERT model, layer order."""
-    base = getattr(model, "base_model", model)
-    blocks: list[AttentionBlock] = []
-    encoder = getattr(base, "encoder", None)
-    if encoder is not None and hasattr(encoder, "layer"):
-        for layer in encoder.layer:
-            sa = layer.attention.self
-            blocks.append(AttentionBlock(sa, sa.query, sa.key, sa.value, layer.attention.output.dense,
-                                         int(sa.attention_head_size)))
-        return blocks
-    transformer = getattr(base, "transformer", None)
-    if transformer is not None and hasattr(transformer, "layer"):  # DistilBERT
-        for layer in transformer.layer:
-            at = layer.attention
-            head_dim = int(getattr(at, "attention_head_size", at.q_lin.out_features // at.n_heads))
-            blocks.append(AttentionBlock(at, at.q_lin, at.k_lin, at.v_lin, at.out_lin, head_dim))
-        return blocks
-    raise ModelError(f"{type(model).__name__}: no BERT-style encoder.layer or DistilBERT transformer.layer "
-                     "found; head gates support BERT, RoBERTa, ELECTRA and DistilBERT")
+    """The self-attention blocks of a supported encoder (:mod:`bertology.architectures`), one per
+    layer position, in order (layers sharing parameters give the same modules at several positions)."""
+    arch = architecture_for(model)
+    return [AttentionBlock(at.attention, at.query, at.key, at.value, at.output,
+                           int(getattr(at.attention, arch.head_size_attr)), at.module, arch)
+            for at in attention_layers(model)]
 
 
 def kept_heads(model: nn.Module) -> list[list[int]]:
     """Original indices of the heads present in each layer (all heads unless pruned)."""
     config = model.config
     recorded = getattr(config, KEPT_HEADS_ATTR, None)
-    n_layers = config.num_hidden_layers if hasattr(config, "num_hidden_layers") else config.n_layers
-    n_heads = config.num_attention_heads if hasattr(config, "num_attention_heads") else config.n_heads
+    n_layers, n_heads = head_shape(model)
     if recorded:
         return [list(recorded.get(str(layer), range(n_heads))) for layer in range(n_layers)]
     return [list(range(n_heads)) for _ in range(n_layers)]
@@ -82,10 +75,7 @@ def kept_heads(model: nn.Module) -> list[list[int]]:
 
 def head_shape(model: nn.Module) -> tuple[int, int]:
     """``(layers, heads)`` of the original (unpruned) architecture."""
-    config = model.config
-    n_layers = getattr(config, "num_hidden_layers", None) or config.n_layers
-    n_heads = getattr(config, "num_attention_heads", None) or config.n_heads
-    return int(n_layers), int(n_heads)
+    return num_layers(model.config), num_heads(model.config)
 
 
 class HeadGates:
@@ -129,8 +119,32 @@ class HeadGates:
     def install(self) -> "HeadGates":
         if self._handles:
             return self
+        positions: dict[int, list[int]] = {}  # output projection -> the layer positions running it
         for layer, block in enumerate(self.blocks):
-            self._handles.append(block.output.register_forward_pre_hook(self._hook(layer)))
+            positions.setdefault(id(block.output), []).append(layer)
+        if all(len(p) == 1 for p in positions.values()):
+            for layer, block in enumerate(self.blocks):
+                self._handles.append(block.output.register_forward_pre_hook(self._hook(layer)))
+            return self
+        # shared layers (ALBERT): one module runs at several positions, in order; count its calls
+        # within a forward (reset when the base model starts one) to apply that position's gates
+        calls = dict.fromkeys(positions, 0)
+
+        def reset(module: nn.Module, args: tuple) -> None:
+            for key in calls:
+                calls[key] = 0
+
+        base = getattr(self.model, "base_model", self.model)
+        self._handles.append(base.register_forward_pre_hook(reset))
+        for key, layers in positions.items():
+            hooks = [self._hook(layer) for layer in layers]
+
+            def shared_hook(module: nn.Module, args: tuple, key: int = key, hooks: list = hooks) -> tuple:
+                call = calls[key]
+                calls[key] = call + 1
+                return hooks[call % len(hooks)](module, args)
+
+            self._handles.append(self.blocks[layers[0]].output.register_forward_pre_hook(shared_hook))
         return self
 
     def remove(self) -> None:
@@ -184,27 +198,60 @@ def _empty_forward(self, hidden_states: torch.Tensor, *args, **kwargs):
     shape = hidden_states.shape[:-1]
     out = hidden_states.new_zeros(*shape, 0)
     weights = hidden_states.new_zeros(shape[0], 0, shape[1], shape[1])
-    if hasattr(self, "out_lin"):  # DistilBERT applies the output projection inside
-        return self.out_lin(out), weights
+    inside = getattr(self, "_bertology_output_name", None)
+    if inside:  # DistilBERT, MPNet: the module applies the output projection itself
+        return get_module(self, inside)(out), weights
     return out, weights
 
 
-def _set_attr(parent: nn.Module, child: nn.Linear, new: nn.Linear) -> None:
-    for name, module in parent.named_children():
-        if module is child:
-            setattr(parent, name, new)
-            return
-    raise ModelError(f"could not find projection {child} in {type(parent).__name__}")
+def _replace(layer: nn.Module, path: str, new: nn.Linear) -> None:
+    parent, _, name = path.rpartition(".")
+    owner = get_module(layer, parent) if parent else layer
+    if owner is None or get_module(owner, name) is None:
+        raise ModelError(f"could not find projection {path!r} in {type(layer).__name__}")
+    setattr(owner, name, new)
+
+
+def _select_head_bias(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Forward pre-hook of a pruned attention module receiving a per-head bias computed for all
+    heads (MPNet ``position_bias`` ``[batch, heads, T, T]``): keep the kept heads' slice."""
+    name, position, heads = module._bertology_head_bias
+    if name in kwargs and kwargs[name] is not None:
+        bias = kwargs[name]
+        kwargs = {**kwargs, name: bias.index_select(1, torch.tensor(heads, dtype=torch.long, device=bias.device))}
+    elif position < len(args) and args[position] is not None:
+        bias = args[position]
+        index = torch.tensor(heads, dtype=torch.long, device=bias.device)
+        args = (*args[:position], bias.index_select(1, index), *args[position + 1:])
+    return args, kwargs
+
+
+def _keep_head_bias(sa: nn.Module, argument: str, kept: list[int]) -> None:
+    params = [p for p in inspect.signature(type(sa).forward).parameters if p != "self"]
+    if argument not in params:
+        raise ModelError(f"{type(sa).__name__}.forward has no argument {argument!r} (per-head bias)")
+    if not hasattr(sa, "_bertology_head_bias"):
+        sa.register_forward_pre_hook(_select_head_bias, with_kwargs=True)
+    sa._bertology_head_bias = (argument, params.index(argument), list(kept))
 
 
 def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Module:
     """Remove heads in place: ``{layer: [original head indices]}``. Returns ``model``.
 
-    Slices rows of query / key / value and columns of the output projection; updates
-    ``num_attention_heads`` / ``all_head_size`` on the module and records the kept heads in
-    ``config.bertology_kept_heads`` (``{"layer": [original heads kept]}``). Pruning again composes.
-    A layer with every head removed keeps only the output bias.
+    Slices rows of query / key / value (and of further per-head projections the architecture
+    table names) and columns of the output projection; updates the head count / ``all_head_size``
+    on the attention module and records the kept heads in ``config.bertology_kept_heads``
+    (``{"layer": [original heads kept]}``). Pruning again composes. A layer with every head
+    removed keeps only the output bias. Refused for models whose layers share parameters (ALBERT):
+    use :class:`HeadGates` there, which act per layer position.
     """
+    arch = architecture_for(model)
+    if arch.shares_layers and heads_to_prune:
+        raise ModelError(
+            f"prune_heads: {arch.model_type} layers share their parameters ({arch.groups_field}="
+            f"{getattr(model.config, arch.groups_field)} for {num_layers(model.config)} layers), so removing a "
+            "head would remove it at every layer position; real pruning is not supported for "
+            f"{arch.model_type} — switch heads off per position with HeadGates instead")
     blocks = attention_blocks(model)
     kept_all = kept_heads(model)
     for layer, heads in heads_to_prune.items():
@@ -221,19 +268,20 @@ def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Mo
         index = torch.tensor([p * d + i for p in positions for i in range(d)], dtype=torch.long,
                              device=block.query.weight.device)
         sa = block.self_attention
-        for proj in (block.query, block.key, block.value):
-            _set_attr(sa, proj, _slice_linear(proj, index, 0))
-        out_parent = sa if hasattr(sa, "out_lin") and sa.out_lin is block.output else None
-        if out_parent is None:
-            out_parent = next(m for m in model.modules()
-                              if any(c is block.output for c in m.children()))
-        _set_attr(out_parent, block.output, _slice_linear(block.output, index, 1))
-        for attr in ("num_attention_heads", "n_heads"):
-            if hasattr(sa, attr):
-                setattr(sa, attr, len(new_kept))
+        for path, proj in ((arch.query, block.query), (arch.key, block.key), (arch.value, block.value)):
+            _replace(block.layer, path, _slice_linear(proj, index, 0))
+        for name in arch.extra_head_projections:
+            proj = get_module(sa, name)
+            if proj is not None:
+                _replace(sa, name, _slice_linear(proj, index, 0))
+        _replace(block.layer, arch.output, _slice_linear(block.output, index, 1))
+        setattr(sa, arch.heads_attr, len(new_kept))
         if hasattr(sa, "all_head_size"):
             sa.all_head_size = len(new_kept) * d
+        if arch.head_bias_argument:
+            _keep_head_bias(sa, arch.head_bias_argument, new_kept)
         if not new_kept:
+            sa._bertology_output_name = arch.output[len(arch.attention) + 1:] if arch.output_inside_attention else None
             sa.forward = types.MethodType(_empty_forward, sa)
         kept_all[layer] = new_kept
     setattr(model.config, KEPT_HEADS_ATTR, {str(layer): heads for layer, heads in enumerate(kept_all)})
@@ -290,7 +338,9 @@ def load_pruned(directory: str | Path, model_class=None, **kwargs) -> nn.Module:
         state.update(load_file(str(file)))
     missing, unexpected = model.load_state_dict(state, strict=False)
     # tied weights (e.g. MLM decoder) may be absent from the file; anything else is an error
-    missing = [k for k in missing if not k.endswith(("decoder.weight", "decoder.bias")) and "position_ids" not in k]
+    tied = set(getattr(model, "all_tied_weights_keys", None) or {})
+    missing = [k for k in missing if k not in tied and not k.endswith(("decoder.weight", "decoder.bias"))
+               and "position_ids" not in k]
     if missing or unexpected:
         raise ModelError(f"{directory}: weights do not match the pruned architecture: "
                          f"missing {missing[:5]}, unexpected {list(unexpected)[:5]}")

@@ -1,0 +1,246 @@
+"""One table of what the workbench knows about each supported encoder architecture.
+
+Loading (:mod:`bertology.models`), extraction (:mod:`bertology.features`, :mod:`bertology.store`),
+head gates and pruning (:mod:`bertology.probes.heads.gates`) ask this table instead of branching on
+``model_type`` themselves: where the layers are, where each layer's query / key / value and
+attention output projection are, which config fields hold the sizes, how the tokenizer must be
+loaded for pre-split words, whether a pooler is expected, whether layers share parameters.
+
+Only types tested end to end with transformers 5 (``tests/test_architectures.py`` runs every entry:
+load, extraction equal to a plain forward pass, head gates equal to real pruning, pruned save and
+reload) are listed. Not listed: ``deberta`` (v1: query / key / value fused in one ``in_proj`` with a
+per-head interleaved layout and separate ``q_bias`` / ``v_bias``, so heads cannot be gated or
+pruned through separate projections).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bertology.errors import ModelError
+
+__all__ = ["Architecture", "ARCHITECTURES", "SUPPORTED_TYPES", "AttentionLayer", "architecture_for",
+           "supported_types", "num_layers", "num_heads", "hidden_size", "attention_layers", "get_module"]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How one ``model_type`` is laid out. Module paths are dotted attribute paths (list items by
+    index, ``"albert_layers.0"``); ``layers`` is relative to the base model (``model.base_model``),
+    the per-layer paths are relative to one entry of that list.
+
+    - ``attention``: the module computing attention; it holds ``head_size_attr`` (size of one head)
+      and ``heads_attr`` (number of heads, updated by pruning).
+    - ``query`` / ``key`` / ``value``: the projections whose output rows are per head.
+    - ``output``: the projection whose *input* is the concatenation of the heads' outputs: the hook
+      point of head gates; pruning slices its input columns. When it sits inside ``attention``
+      (DistilBERT, MPNet, ALBERT), the attention module applies it itself.
+    - ``extra_head_projections``: further per-head projections of the attention module, sliced by
+      rows with query / key / value when present (DeBERTa-v2 ``pos_key_proj`` / ``pos_query_proj``,
+      built only when ``share_att_key`` is off).
+    - ``head_bias_argument``: an argument of the attention module's forward carrying a per-head
+      bias ``[batch, heads, T, T]`` computed once for all heads (MPNet ``position_bias``); a pruned
+      layer keeps only its heads' slice.
+    - ``layers_field`` / ``heads_field`` / ``hidden_field``: config fields of the sizes.
+    - ``prefix_space``: load the tokenizer with ``add_prefix_space=True`` so that every pre-split
+      word is tokenised as a word start (byte-level BPE and SentencePiece tokenizers).
+    - ``pooler``: the base model class adds a pooler (``add_pooling_layer``); an MLM checkpoint
+      carries none, so it is not added when the weights lack it.
+    - ``mlm_keys``: substrings of the weight names of the MLM head (tells whether a checkpoint has one).
+    - ``position_offset``: positions reserved before the first token (RoBERTa-style position ids
+      start after the padding index), subtracted from ``max_position_embeddings``.
+    - ``groups_field``: for models whose layers share parameters (ALBERT), the config field with
+      the number of distinct layer modules; layer position ``i`` runs module
+      ``int(i / (layers / groups))`` (the transformers formula). Gates still act per layer
+      position; real pruning is refused (a head removed from a shared module is removed at every
+      position that uses it).
+    - ``requirements``: ``(config field, value)`` pairs the workbench needs (ALBERT: one layer per
+      group).
+    """
+
+    model_type: str
+    layers: str
+    attention: str
+    query: str
+    key: str
+    value: str
+    output: str
+    layers_field: str = "num_hidden_layers"
+    heads_field: str = "num_attention_heads"
+    hidden_field: str = "hidden_size"
+    head_size_attr: str = "attention_head_size"
+    heads_attr: str = "num_attention_heads"
+    extra_head_projections: tuple[str, ...] = ()
+    head_bias_argument: str | None = None
+    prefix_space: bool = False
+    pooler: bool = False
+    mlm_keys: tuple[str, ...] = ()
+    position_offset: int = 0
+    groups_field: str | None = None
+    requirements: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def shares_layers(self) -> bool:
+        """Whether layer positions share parameters (one module runs at several positions)."""
+        return self.groups_field is not None
+
+    @property
+    def output_inside_attention(self) -> bool:
+        """Whether the attention module applies the output projection itself."""
+        return self.output.startswith(self.attention + ".")
+
+    def num_layers(self, config: Any) -> int:
+        return int(getattr(config, self.layers_field))
+
+    def num_heads(self, config: Any) -> int:
+        return int(getattr(config, self.heads_field))
+
+    def hidden_size(self, config: Any) -> int:
+        return int(getattr(config, self.hidden_field))
+
+    def check(self, config: Any) -> None:
+        """Refuse a config this table entry cannot handle (clear message naming the field)."""
+        for field, expected in self.requirements:
+            if getattr(config, field, expected) != expected:
+                raise ModelError(f"model_type {self.model_type!r}: the workbench needs {field}={expected!r}, "
+                                 f"this config has {getattr(config, field)!r}")
+
+
+_BERT_LAYER = dict(layers="encoder.layer", attention="attention.self", query="attention.self.query",
+                   key="attention.self.key", value="attention.self.value", output="attention.output.dense")
+_ROBERTA_LIKE = dict(_BERT_LAYER, prefix_space=True, pooler=True, mlm_keys=("lm_head",), position_offset=2)
+
+ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in (
+    Architecture("bert", **_BERT_LAYER, pooler=True, mlm_keys=("cls.predictions",)),
+    Architecture("roberta", **_ROBERTA_LIKE),
+    Architecture("xlm-roberta", **_ROBERTA_LIKE),
+    Architecture("camembert", **_ROBERTA_LIKE),
+    Architecture("electra", **_BERT_LAYER, mlm_keys=("generator_lm_head", "generator_predictions")),
+    Architecture("distilbert", layers="transformer.layer", attention="attention", query="attention.q_lin",
+                 key="attention.k_lin", value="attention.v_lin", output="attention.out_lin",
+                 layers_field="n_layers", heads_field="n_heads", hidden_field="dim", heads_attr="n_heads",
+                 mlm_keys=("vocab_projector", "vocab_transform")),
+    Architecture("albert", layers="encoder.albert_layer_groups", attention="albert_layers.0.attention",
+                 query="albert_layers.0.attention.query", key="albert_layers.0.attention.key",
+                 value="albert_layers.0.attention.value", output="albert_layers.0.attention.dense",
+                 prefix_space=True, pooler=True, mlm_keys=("predictions.",), groups_field="num_hidden_groups",
+                 requirements=(("inner_group_num", 1),)),
+    Architecture("deberta-v2", layers="encoder.layer", attention="attention.self",
+                 query="attention.self.query_proj", key="attention.self.key_proj",
+                 value="attention.self.value_proj", output="attention.output.dense",
+                 extra_head_projections=("pos_key_proj", "pos_query_proj"), prefix_space=True,
+                 mlm_keys=("cls.predictions", "lm_predictions")),
+    Architecture("mpnet", layers="encoder.layer", attention="attention.attn", query="attention.attn.q",
+                 key="attention.attn.k", value="attention.attn.v", output="attention.attn.o",
+                 head_bias_argument="position_bias", pooler=True, mlm_keys=("lm_head",), position_offset=2),
+)}
+
+SUPPORTED_TYPES = frozenset(ARCHITECTURES)
+
+
+def supported_types() -> list[str]:
+    """The accepted ``model_type`` values, sorted."""
+    return sorted(ARCHITECTURES)
+
+
+def _config_of(obj: Any) -> Any:
+    """A config from a config, a model, a :class:`~bertology.models.LoadedModel` or None for a str."""
+    if isinstance(obj, str):
+        return None
+    config = getattr(obj, "config", obj)
+    if not hasattr(config, "model_type"):
+        raise ModelError(f"{type(obj).__name__}: not a model config, model or loaded model (no model_type)")
+    return config
+
+
+def architecture_for(config_or_model: Any) -> Architecture:
+    """The table entry for a config, a model, a loaded model or a ``model_type`` string.
+
+    Raises :class:`~bertology.errors.ModelError` naming the type and the supported list when the
+    type is not in the table, or naming the field when a config needs what the workbench cannot
+    handle (e.g. ALBERT with several layers per group).
+    """
+    config = _config_of(config_or_model)
+    model_type = config_or_model if config is None else config.model_type
+    arch = ARCHITECTURES.get(model_type)
+    if arch is None:
+        raise ModelError(f"model_type {model_type!r} is not a BERT-family encoder the workbench supports "
+                         f"(supported: {', '.join(supported_types())})")
+    if config is not None:
+        arch.check(config)
+    return arch
+
+
+def num_layers(config_or_model: Any) -> int:
+    """Number of transformer layers (positions) of the original architecture."""
+    config = _config_of(config_or_model)
+    return architecture_for(config).num_layers(config)
+
+
+def num_heads(config_or_model: Any) -> int:
+    """Attention heads per layer of the original (unpruned) architecture."""
+    config = _config_of(config_or_model)
+    return architecture_for(config).num_heads(config)
+
+
+def hidden_size(config_or_model: Any) -> int:
+    """Width of the hidden states."""
+    config = _config_of(config_or_model)
+    return architecture_for(config).hidden_size(config)
+
+
+def get_module(root: Any, path: str) -> Any:
+    """``root.a.b.0.c`` for ``path="a.b.0.c"`` (``ModuleList`` items by index); None if absent."""
+    module = root
+    for part in path.split("."):
+        if part.isdigit() and not hasattr(module, part):
+            try:
+                module = module[int(part)]
+            except (IndexError, TypeError, KeyError):
+                return None
+        else:
+            module = getattr(module, part, None)
+        if module is None:
+            return None
+    return module
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """Handles on the attention of one layer position (see :class:`Architecture` for the roles).
+    Layers sharing parameters (ALBERT) give the same modules at several positions."""
+
+    position: int
+    module: Any          # the layer module (entry of the layer list)
+    attention: Any
+    query: Any
+    key: Any
+    value: Any
+    output: Any
+
+
+def attention_layers(model: Any) -> list[AttentionLayer]:
+    """One :class:`AttentionLayer` per layer position of ``model`` (base model or with a head), in
+    order; raises :class:`~bertology.errors.ModelError` when the layout is not the table's."""
+    arch = architecture_for(model)
+    base = getattr(model, "base_model", model)
+    modules = get_module(base, arch.layers)
+    if modules is None:
+        raise ModelError(f"{type(model).__name__} ({arch.model_type}): no layer list at {arch.layers!r}")
+    modules = list(modules)
+    n = arch.num_layers(model.config)
+    if arch.shares_layers:
+        groups = int(getattr(model.config, arch.groups_field))
+        modules = [modules[int(i / (n / groups))] for i in range(n)]
+    if len(modules) != n:
+        raise ModelError(f"{type(model).__name__} ({arch.model_type}): {len(modules)} layers at {arch.layers!r}, "
+                         f"config {arch.layers_field}={n}")
+    out = []
+    for position, layer in enumerate(modules):
+        parts = {role: get_module(layer, getattr(arch, role)) for role in ("attention", "query", "key", "value", "output")}
+        absent = [f"{role} ({getattr(arch, role)})" for role, m in parts.items() if m is None]
+        if absent:
+            raise ModelError(f"{type(model).__name__} ({arch.model_type}) layer {position}: no {', '.join(absent)}")
+        out.append(AttentionLayer(position, layer, **parts))
+    return out
