@@ -146,3 +146,20 @@ def test_most_moved_words_finds_planted_shifts():
     assert list(df.columns) == ["rank", "word", "similarity", "source_neighbours", "target_neighbours"]
     df2 = most_moved_words(a, b, res.W, k=3)
     assert set(df2["word"]) == set(df["word"])
+
+
+def test_each_embedding_analysis_is_one_function_for_study_and_cli():
+    from typer.testing import CliRunner
+
+    from bertology.cli import app
+    from bertology.probes.embeddings import analysis
+    from bertology.studies import load_study
+
+    for study, defaults, run in (("contextuality", analysis.CONTEXTUALITY_DEFAULTS, analysis.contextuality_analysis),
+                                 ("alignment", analysis.ALIGNMENT_DEFAULTS, analysis.alignment_analysis),
+                                 ("align_spaces", analysis.ALIGN_SPACES_DEFAULTS, analysis.align_spaces_analysis)):
+        module = load_study(study)
+        assert module.DEFAULTS is defaults and module.run is run
+    runner = CliRunner()
+    for command in ("embeddings", "align"):
+        assert "--force" in runner.invoke(app, [command, "--help"]).output

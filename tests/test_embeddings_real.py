@@ -65,15 +65,28 @@ def test_cli_embeddings_and_align_on_a_tiny_model(tmp_path, monkeypatch):
     lm_real.tokenizer.save_pretrained(tiny_dir)
     monkeypatch.setenv("BERTOLOGY_HOME", str(tmp_path / "home"))
     runner = CliRunner()
-    res = runner.invoke(app, ["embeddings", "--model", str(tiny_dir), "--limit", "60", "--out", str(tmp_path / "emb")])
+    res = runner.invoke(app, ["embeddings", "--model", str(tiny_dir), "--limit", "60", "--vectors",
+                              "--out", str(tmp_path / "emb")])
     assert res.exit_code == 0, res.output
-    from bertology.results import read_table
+    from bertology.results import read_manifest, read_table
 
-    ctx = read_table(tmp_path / "emb", "contextuality")
+    (emb,) = (tmp_path / "emb" / "contextuality").iterdir()   # a contextuality study run
+    manifest = read_manifest(emb)
+    assert manifest["study"] == "contextuality" and manifest["config"]["export_vectors"] is True
+    assert manifest["config"]["limit"] == 60 and manifest["model"]["fingerprint"]
+    ctx = read_table(emb, "contextuality")
     assert set(ctx["layer"]) == {0, 1, 2} and set(ctx["metric"]) == {"self_similarity", "intra_sentence_similarity", "mev"}
-    a, b = tmp_path / "emb" / "vectors-distilled-0.txt", tmp_path / "emb" / "vectors-distilled-2.txt"
+    sources = read_table(emb, "static_sources")
+    assert sources["source"].tolist() == ["distilled@0", "distilled@2", "word2vec", "input"]
+    assert all((emb / f).is_file() for f in sources["file"])
+    a, b = emb / "vectors-distilled-0.txt", emb / "vectors-distilled-2.txt"
     res = runner.invoke(app, ["align", "--source", str(a), "--target", str(b), "--dictionary", "identical",
                               "--n-test", "50", "--out", str(tmp_path / "al")])
     assert res.exit_code == 0, res.output
-    moved = read_table(tmp_path / "al", "most_moved")
+    (al,) = (tmp_path / "al" / "align_spaces").iterdir()
+    manifest = read_manifest(al)
+    assert manifest["study"] == "align_spaces" and manifest["tables"] == ["history", "most_moved", "precision"]
+    assert manifest["n_test_sources"] == 50 and manifest["W_shape"] == [32, 32] and (al / "W.npy").is_file()
+    moved = read_table(al, "most_moved")
     assert len(moved) > 0 and moved["similarity"].is_monotonic_increasing
+    assert set(read_table(al, "precision")["retrieval"]) == {"nn", "csls"}

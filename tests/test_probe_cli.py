@@ -1,4 +1,5 @@
-"""`bertology probe` end to end on a tiny random BERT saved to disk, and probe_layers on a store."""
+"""`bertology probe` end to end on a tiny random BERT saved to disk (it runs the edge_probing study:
+same manifest schema, same tables), and probe_layers on a store."""
 
 import json
 
@@ -9,6 +10,7 @@ from typer.testing import CliRunner
 from bertology.testing import make_tiny_bert
 from bertology.probes.probing.edge import probe_layers
 from bertology.cli import app
+from bertology.results import read_manifest, read_table
 
 runner = CliRunner()
 
@@ -24,22 +26,63 @@ def tiny_dir(tmp_path, minilm_tokenizer):
     return path
 
 
+def _only_run(root):
+    runs = sorted((root / "edge_probing").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
 def test_probe_command_writes_results(tiny_dir, tmp_path):
-    out = tmp_path / "run"
+    out = tmp_path / "results"
     result = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "pos", "--limit", "40",
                                  "--seeds", "0", "--mode", "all", "--control", "--mdl", "--probe", "linear",
                                  "--max-epochs", "3", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    scores = pd.read_parquet(out / "scores.parquet")
+    run = _only_run(out)
+    assert f"wrote {run}" in result.output
+    scores = read_table(run, "layer_scores")
     assert set(scores["mode"]) == {"per_layer", "mix", "cumulative"}
     per_layer = scores[(scores["mode"] == "per_layer") & (scores["split"] == "test")]
     assert set(per_layer["layer"]) == {0, 1, 2}
     assert "selectivity" in set(scores["metric"])
-    summary = pd.read_parquet(out / "summary.parquet")
+    summary = read_table(run, "summary")
     assert summary["task"].tolist() == ["pos"] and 0 <= summary["expected_layer_mix"].iloc[0] <= 2
-    assert (out / "mdl.parquet").exists()
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["task_source"].startswith("gold") and manifest["model"]["fingerprint"]
+    manifest = read_manifest(run)
+    # the study config's random_baseline_tasks include pos: the baseline runs too
+    assert manifest["tables"] == ["controls", "layer_scores", "mdl", "mix_weights", "random_baseline", "summary"]
+    assert manifest["tasks"]["pos"]["source"].startswith("gold") and manifest["model"]["fingerprint"]
+    assert manifest["config"]["tasks"] == ["pos"] and manifest["config"]["mdl_tasks"] == ["pos"]
+    # a second call finds the complete run; --force recomputes it
+    again = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "pos", "--limit", "40",
+                                "--seeds", "0", "--mode", "all", "--control", "--mdl", "--probe", "linear",
+                                "--max-epochs", "3", "--out", str(out)])
+    assert again.exit_code == 0 and "complete run found" in again.output
+
+
+def test_cli_probe_run_is_a_study_run(tiny_dir, tmp_path):
+    """A CLI run and run_study with the same overrides: one manifest schema, the same run id and tables."""
+    from bertology.studies import run_study
+
+    out = tmp_path / "cli"
+    result = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "entities", "--limit", "40",
+                                 "--mode", "per_layer", "--seeds", "0,1", "--probe", "linear", "--max-epochs", "2",
+                                 "--mdl", "--no-random-baseline", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    cli_run = _only_run(out)
+    overrides = {"model": str(tiny_dir), "tasks": ["entities"], "limit": 40, "modes": ["per_layer"], "seeds": [0, 1],
+                 "probe": "linear", "max_epochs": 2, "mdl_tasks": ["entities"], "random_baseline_tasks": []}
+    study_run = run_study("edge_probing", overrides=overrides, results_root=tmp_path / "study", log=lambda m: None)
+    a, b = read_manifest(cli_run), read_manifest(study_run)
+    assert set(a) == set(b) >= {"study", "run_id", "config", "seed", "tables", "model", "corpus", "tasks"}
+    for key in ("study", "run_id", "config", "seed", "tables", "model", "corpus", "tasks", "description"):
+        assert a[key] == b[key], key
+    assert a["study"] == "edge_probing" and a["config"]["control"] is True  # not given: the study config's
+    assert a["tables"] == ["controls", "layer_scores", "mdl", "mix_weights", "summary"]
+    for name in a["tables"]:
+        x, y = read_table(cli_run, name), read_table(study_run, name)
+        if "metric" in x:  # fitting times differ from run to run
+            x, y = (t[t["metric"] != "seconds"].reset_index(drop=True) for t in (x, y))
+        pd.testing.assert_frame_equal(x, y, obj=name)
 
 
 def test_probe_command_reads_jsonl_task_and_reports_bad_line(tiny_dir, tmp_path):
@@ -51,18 +94,24 @@ def test_probe_command_reads_jsonl_task_and_reports_bad_line(tiny_dir, tmp_path)
     lines += [json.dumps({"text": f"a dog {i} ran", "targets": [{"span1": [1, 2], "span2": [3, 4],
                                                                  "label": "agent"}]}) for i in range(40)]
     task.write_text("\n".join(lines) + "\n")
-    out = tmp_path / "run"
+    out = tmp_path / "results"
     result = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", str(task), "--seeds", "0",
-                                 "--max-epochs", "3", "--out", str(out)])
+                                 "--mode", "per_layer", "--max-epochs", "3", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    scores = pd.read_parquet(out / "scores.parquet")
+    run = _only_run(out)
+    scores = read_table(run, "layer_scores")
     assert set(scores["task"]) == {"toy"}
+    manifest = read_manifest(run)
+    # the file's own sentences are the corpus; no MDL / random baseline (not in the study's task lists)
+    assert manifest["corpus"]["name"] == "toy" and manifest["corpus"]["sentences"] == 80
+    assert manifest["tasks"][str(task)] == {"name": "toy", "source": "gold: user file", "examples": 80, "labels": 2}
+    assert "mdl" not in manifest["tables"] and "random_baseline" not in manifest["tables"]
     task.write_text(lines[0] + "\n{oops\n")
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "bertology.cli", "probe", "--model", str(tiny_dir),
-                           "--task", str(task)], capture_output=True, text=True)
+                           "--task", str(task), "--out", str(tmp_path / "bad")], capture_output=True, text=True)
     assert proc.returncode == 2 and "toy.jsonl:2" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -88,3 +137,16 @@ def test_random_init_baseline_and_mdl_layers(tiny_lm, small_corpus):
     assert set(mdl["control"]) == {False, True}
     comp = mdl[mdl.metric == "compression"]
     assert (comp["value"] > 0).all() and set(comp["layer"]) == {0, 1, 2}
+
+
+def test_each_probing_analysis_is_one_function_for_study_and_cli():
+    from bertology.probes.probing import analysis
+    from bertology.studies import load_study
+
+    for study, defaults, run in (("edge_probing", analysis.EDGE_PROBING_DEFAULTS, analysis.edge_probing_analysis),
+                                 ("feature_combinations", analysis.FEATURE_COMBINATIONS_DEFAULTS,
+                                  analysis.feature_combinations_analysis)):
+        module = load_study(study)
+        assert module.DEFAULTS is defaults and module.run is run
+    help_text = runner.invoke(app, ["probe", "--help"]).output
+    assert "--force" in help_text and "--random-baseline" in help_text

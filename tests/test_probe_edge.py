@@ -5,8 +5,7 @@ import pandas as pd
 import pytest
 
 from bertology.probes.probing.edge import (ProbeConfig, confidence_intervals, cumulative_expected_layer,
-                                 expected_layer, probe_arrays, span_index, summarise,
-                                 write_probe_results)
+                                           expected_layer, probe_arrays, span_index, summarise)
 from bertology.probes.probing.synthetic import planted_task
 from bertology.probes.probing.tasks import EdgeExample, EdgeTask
 
@@ -55,17 +54,40 @@ def test_cumulative_expected_layer(all_modes):
     assert abs(cumulative_expected_layer(acc.values) - K_LAYER) < 0.5
 
 
-def test_summary_table_and_intervals(all_modes, tmp_path):
+def test_summary_table_and_intervals(all_modes):
     table = summarise(all_modes)
+    assert list(table.columns) == ["task", "best_layer", "best_layer_score", "best_layer_ci95", "expected_layer_mix",
+                                   "mix_score", "mix_ci95", "expected_layer_cumulative"]
+    assert len(table) == 1
     row = table.iloc[0]
     assert row.task == "planted" and row.best_layer == K_LAYER
     assert abs(row.expected_layer_mix - K_LAYER) < 0.5
     assert abs(row.expected_layer_cumulative - K_LAYER) < 0.5
     assert row.mix_score > 0.9 and row.best_layer_score > 0.9
-    ci = confidence_intervals(all_modes[all_modes.metric == "accuracy"])
-    assert (ci["n"] == 2).all() and (ci["ci95"] >= 0).all()
-    out = write_probe_results(all_modes, tmp_path / "run", {"seed": [0, 1]})
-    assert (tmp_path / "run").exists() and out is not None
+    # the table's numbers are the score rows' means over the 2 seeds with 1.96 * sd / sqrt(2) intervals
+    acc = all_modes[(all_modes.metric == "accuracy") & (all_modes.split == "test")]
+    per = acc[acc["mode"] == "per_layer"].groupby("layer")["value"]
+    assert row.best_layer_score == pytest.approx(per.mean()[K_LAYER])
+    assert row.best_layer_ci95 == pytest.approx(1.96 * per.std()[K_LAYER] / np.sqrt(2))
+    mix = acc[acc["mode"] == "mix"]["value"]
+    assert row.mix_score == pytest.approx(mix.mean()) and row.mix_ci95 == pytest.approx(1.96 * mix.std() / np.sqrt(2))
+    weights = all_modes[all_modes.metric == "mix_weight"].groupby("layer")["value"].mean()
+    assert row.expected_layer_mix == pytest.approx(expected_layer(weights.values))
+    cumulative = acc[acc["mode"] == "cumulative"].groupby("layer")["value"].mean().sort_index()
+    assert row.expected_layer_cumulative == pytest.approx(cumulative_expected_layer(cumulative.values))
+
+    ci = confidence_intervals(acc)
+    assert list(ci.columns) == ["task", "mode", "probe", "pooling", "control", "layer", "split", "metric",
+                                "mean", "sd", "n", "ci95"]
+    # one row per (mode, layer): 5 per-layer probes, the mix (layer -1) and 5 cumulative prefixes
+    assert sorted(ci.groupby("mode")["layer"].apply(list).items()) == [
+        ("cumulative", [0, 1, 2, 3, 4]), ("mix", [-1]), ("per_layer", [0, 1, 2, 3, 4])]
+    assert (ci["n"] == 2).all()
+    np.testing.assert_allclose(ci["ci95"], 1.96 * ci["sd"] / np.sqrt(2))
+    best = ci[(ci["mode"] == "per_layer") & (ci["layer"] == K_LAYER)].iloc[0]
+    assert best["mean"] == pytest.approx(row.best_layer_score) and best["ci95"] == pytest.approx(row.best_layer_ci95)
+    mixed = ci[ci["mode"] == "mix"].iloc[0]
+    assert mixed["mean"] == pytest.approx(row.mix_score) and mixed["ci95"] == pytest.approx(row.mix_ci95)
 
 
 def test_expected_layer_formulas():

@@ -1,14 +1,18 @@
 """Edge probing (Tenney et al. 2019): span tasks, joint per-layer / scalar-mix / cumulative probes,
 expected layer, Hewitt & Liang control tasks and selectivity, Voita & Titov MDL, a random-encoder
-baseline and a scikit-learn estimator."""
+baseline and a scikit-learn estimator. The analyses as whole runs (a config, a seed, tables, one
+manifest schema) are in :mod:`bertology.probes.probing.analysis`."""
 
+from bertology.probes.probing.analysis import (EDGE_PROBING_DEFAULTS, FEATURE_COMBINATIONS_DEFAULTS,
+                                               corpus_for_task_file, edge_probing_analysis,
+                                               feature_combinations_analysis, probe_settings)
 from bertology.probes.probing.baselines import compare_probe_families, random_init_baseline
 from bertology.probes.probing.controls import control_task, selectivity
 from bertology.probes.probing.edge import (EdgeProbe, JointFit, JointProbes, ProbeConfig, SpanFeatures,
                                            classification_metrics, confidence_intervals, cumulative_deltas,
                                            cumulative_expected_layer, expected_layer, fit_joint, label_matrix,
                                            layer_features, mixing_spec, pooled_features, predict_logits,
-                                           probe_arrays, probe_layers, span_index, summarise, write_probe_results)
+                                           probe_arrays, probe_layers, span_index, summarise)
 from bertology.probes.probing.mdl import block_boundaries, mdl_layers, online_codelength
 from bertology.probes.probing.synthetic import PlantedData, planted_task
 from bertology.probes.probing.tasks import (EdgeExample, EdgeTask, TaskError, build_task, deps_task, entities_task,
@@ -21,7 +25,9 @@ __all__ = [
     "ProbeConfig", "SpanFeatures", "JointProbes", "JointFit", "EdgeProbe", "fit_joint", "predict_logits",
     "probe_arrays", "probe_layers", "layer_features", "label_matrix", "span_index", "mixing_spec",
     "classification_metrics", "expected_layer", "cumulative_deltas", "cumulative_expected_layer",
-    "confidence_intervals", "summarise", "write_probe_results", "pooled_features",
+    "confidence_intervals", "summarise", "pooled_features",
     "control_task", "selectivity", "compare_probe_families", "random_init_baseline",
     "online_codelength", "mdl_layers", "block_boundaries", "PlantedData", "planted_task",
+    "EDGE_PROBING_DEFAULTS", "edge_probing_analysis", "FEATURE_COMBINATIONS_DEFAULTS",
+    "feature_combinations_analysis", "probe_settings", "corpus_for_task_file",
 ]

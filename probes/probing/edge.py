@@ -792,32 +792,6 @@ def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test") -
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
-def write_probe_results(df: pd.DataFrame, out_dir: Any, metadata: dict,
-                        extra_tables: dict[str, pd.DataFrame] | None = None) -> Any:
-    """Write ``scores.parquet``, ``summary.parquet`` (+ ``extra_tables``, e.g. ``mdl``) and a JSON
-    manifest to ``out_dir`` (atomically). Uses ``bertology.results.write_results`` when available.
-    Returns the run directory.
-    """
-    from pathlib import Path
-
-    tables = {"scores": df, "summary": summarise(df), **(extra_tables or {})}
-    try:
-        from bertology.results import write_results
-    except ImportError:
-        write_results = None
-    if write_results is not None:
-        return write_results(Path(out_dir), tables, metadata)
-    from bertology.atomic import atomic_path, write_json
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, table in tables.items():
-        with atomic_path(out / f"{name}.parquet") as tmp:
-            table.to_parquet(tmp, index=False)
-    write_json(out / "manifest.json", metadata)
-    return out
-
-
 # --- scikit-learn estimator ---------------------------------------------------------------------
 
 class EdgeProbe(ClassifierMixin, BaseEstimator):
@@ -902,4 +876,4 @@ def pooled_features(features: np.ndarray, sentence_offsets: np.ndarray, task: Ed
 __all__ = ["ProbeConfig", "JointProbes", "JointFit", "EdgeProbe", "fit_joint", "predict_logits",
            "span_index", "mixing_spec", "classification_metrics", "probe_arrays", "probe_layers",
            "expected_layer", "cumulative_deltas", "cumulative_expected_layer",
-           "confidence_intervals", "summarise", "write_probe_results", "pooled_features"]
+           "confidence_intervals", "summarise", "pooled_features"]

@@ -1,9 +1,10 @@
-"""``bertology probe``: edge probing of every layer (per layer, scalar mix, cumulative), controls, MDL."""
+"""``bertology probe``: the ``edge_probing`` study (per layer, scalar mix, cumulative, controls, MDL,
+random-encoder baseline) with the options given; options left out come from the study's config."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -12,90 +13,109 @@ def _seeds(text: str) -> list[int]:
     from bertology.probes.probing.tasks import TaskError
 
     try:
-        return [int(s) for s in text.split(",") if s.strip()]
+        seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise TaskError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise TaskError("--seeds: give at least one seed")
+    return seeds
 
 
-def corpus_for_task_file(task) -> object:
-    """A word-only ``Corpus`` holding a JSONL task's own sentences (so the store can embed them)."""
-    from bertology.corpus import Corpus, Sentence
+MODES = ("per_layer", "mix", "cumulative")
 
-    sentences = [Sentence(sent_id=f"{task.name}-{i}", words=list(w)) for i, w in enumerate(task.words)]
-    return Corpus(task.name, sentences, {"words": task.source})
+
+def probe_overrides(*, task: str | None = None, model: str | None = None, corpus: str | None = None,
+                    limit: int | None = None, mode: str | None = None, probe: str | None = None,
+                    pooling: str | None = None, control: bool | None = None, mdl: bool | None = None,
+                    random_baseline: bool | None = None, seeds: str | None = None, max_epochs: int | None = None,
+                    device: str | None = None) -> dict[str, Any]:
+    """The ``edge_probing`` config fields for the options given (``None`` = not given)."""
+    from bertology.probes.probing.tasks import BUILTIN_TASKS, TaskError
+
+    overrides: dict[str, Any] = {}
+    if task is not None:
+        overrides["tasks"] = [task]
+    for key, value in (("model", model), ("corpus", corpus), ("probe", probe), ("span_pooling", pooling),
+                       ("control", control), ("max_epochs", max_epochs), ("device", device)):
+        if value is not None:
+            overrides[key] = value
+    if limit is not None:
+        overrides["limit"] = limit or None          # 0 = the whole corpus
+    if mode is not None:
+        if mode != "all" and mode not in MODES:
+            raise TaskError(f"--mode must be one of {', '.join(MODES)} or all, not {mode!r}")
+        overrides["modes"] = list(MODES) if mode == "all" else [mode]
+    if seeds is not None:
+        overrides["seeds"] = _seeds(seeds)
+    # MDL and the random baseline run for the probed tasks listed in mdl_tasks / random_baseline_tasks
+    for key, flag in (("mdl_tasks", mdl), ("random_baseline_tasks", random_baseline)):
+        if flag is not None:
+            overrides[key] = ([task] if task is not None else list(BUILTIN_TASKS)) if flag else []
+    return overrides
+
+
+def print_summary(run_dir: Path) -> None:
+    """A short summary of an ``edge_probing`` run, read back from its tables."""
+    from bertology.results import read_manifest, read_table
+
+    manifest = read_manifest(run_dir)
+    for info in manifest.get("tasks", {}).values():
+        typer.echo(f"{info['name']}: {info['examples']} examples, {info['labels']} labels ({info['source']})")
+    tables = set(manifest.get("tables", []))
+    df = read_table(run_dir, "layer_scores")
+    acc = df[(df["metric"] == "accuracy") & (df["split"] == "test") & (~df["control"].astype(bool))]
+    typer.echo(acc.groupby(["task", "mode", "layer"])["value"].agg(["mean", "std"]).round(4).to_string())
+    typer.echo(read_table(run_dir, "summary").round(3).to_string(index=False))
+    if "controls" in tables:
+        sel = read_table(run_dir, "controls")
+        sel = sel[sel["metric"] == "selectivity"]
+        typer.echo("selectivity (test):\n" + sel.pivot_table(index="layer", columns="task", values="value")
+                   .round(4).to_string())
+    if "mdl" in tables:
+        mdl = read_table(run_dir, "mdl")
+        comp = mdl[mdl["metric"].isin(["online_bits", "compression"])]
+        typer.echo("MDL online code:\n" + comp.pivot_table(index=["task", "layer"], columns="metric",
+                                                           values="value").round(2).to_string())
+    if "random_baseline" in tables:
+        rb = read_table(run_dir, "random_baseline")
+        rb = rb[(rb["metric"] == "accuracy") & (rb["split"] == "test") & (~rb["control"].astype(bool))]
+        typer.echo("random-init encoder (test accuracy):\n"
+                   + rb.pivot_table(index="layer", columns="task", values="value").round(4).to_string())
+    typer.echo(f"wrote {run_dir}")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("probe")
     def probe_cmd(
-        task: str = typer.Option("pos", help="pos, xpos, deps, entities or a jiant-style FILE.jsonl"),
-        model: str = typer.Option("minilm-l6", help="registry name or model directory"),
-        corpus: str = typer.Option("brown-sample", help="bundled name or .conllu/.bio/.txt (ignored for .jsonl tasks)"),
-        limit: Optional[int] = typer.Option(500, help="first N sentences of the corpus (0 = all)"),
-        mode: str = typer.Option("per_layer", help="per_layer, mix, cumulative or all"),
-        probe: str = typer.Option("mlp", help="mlp or linear"),
-        pooling: str = typer.Option("attention", help="span pooling: attention or mean"),
-        control: bool = typer.Option(False, help="also train on the Hewitt & Liang control task (selectivity)"),
-        mdl: bool = typer.Option(False, help="also measure the online (MDL) codelength per layer"),
-        seeds: str = typer.Option("0,1,2", help="probe seeds, comma-separated"),
-        max_epochs: int = typer.Option(40, help="most training epochs per probe (early stopping on dev)"),
-        device: str = typer.Option("cpu", help="where probes train: cpu or cuda"),
-        out: Optional[Path] = typer.Option(None, help="result folder (default results/probe/<model>-<task>)"),
+        task: Optional[str] = typer.Option(None, help="pos, xpos, deps, entities or a jiant-style FILE.jsonl "
+                                                      "(default: the study's tasks)"),
+        model: Optional[str] = typer.Option(None, help="registry name or model directory"),
+        corpus: Optional[str] = typer.Option(None, help="bundled name or .conllu/.bio/.txt (ignored for .jsonl tasks)"),
+        limit: Optional[int] = typer.Option(None, help="first N sentences of the corpus (0 = all)"),
+        mode: Optional[str] = typer.Option(None, help="per_layer, mix, cumulative or all"),
+        probe: Optional[str] = typer.Option(None, help="mlp or linear"),
+        pooling: Optional[str] = typer.Option(None, help="span pooling: attention or mean"),
+        control: Optional[bool] = typer.Option(None, "--control/--no-control",
+                                               help="also train on the Hewitt & Liang control task (selectivity)"),
+        mdl: Optional[bool] = typer.Option(None, "--mdl/--no-mdl",
+                                           help="also measure the online (MDL) codelength per layer"),
+        random_baseline: Optional[bool] = typer.Option(None, "--random-baseline/--no-random-baseline",
+                                                       help="also probe a randomly initialised copy of the model"),
+        seeds: Optional[str] = typer.Option(None, help="probe seeds, comma-separated"),
+        max_epochs: Optional[int] = typer.Option(None, help="most training epochs per probe (early stopping on dev)"),
+        device: Optional[str] = typer.Option(None, help="where probes train: cpu or cuda"),
+        seed: Optional[int] = typer.Option(None, help="the run's seed (random-encoder baseline)"),
+        out: Optional[Path] = typer.Option(None, help="results root (default results/); the run goes to "
+                                                      "OUT/edge_probing/<run id>"),
+        force: bool = typer.Option(False, help="recompute even if a complete run exists"),
     ) -> None:
-        """Probe every layer of a model for a span-labelling task; writes scores.parquet, summary.parquet."""
-        import pandas as pd
+        """Probe every layer of a model for span-labelling tasks: the edge_probing study with these
+        options (others from its config); writes layer_scores, summary, controls, mdl, ... tables."""
+        from bertology.studies import run_study
 
-        from bertology.probes.probing.edge import probe_layers, summarise, write_probe_results
-        from bertology.probes.probing.mdl import online_codelength
-        from bertology.probes.probing.tasks import TaskError, build_task
-        from bertology import paths
-        from bertology.corpus import load_corpus
-        from bertology.models import load_model
-        from bertology.store import extract
-
-        modes = ["per_layer", "mix", "cumulative"] if mode == "all" else [mode]
-        seed_list = _seeds(seeds)
-        if not seed_list:
-            raise TaskError("--seeds: give at least one seed")
-        if task.endswith(".jsonl"):
-            edge_task = build_task(None, task)
-            c = corpus_for_task_file(edge_task)
-        else:
-            c = load_corpus(corpus, limit=limit or None)
-            edge_task = build_task(c, task)
-        lm = load_model(model, attentions=False)
-        store = extract(lm, c, attentions=False)
-        frames = [probe_layers(store, c, edge_task, mode=m, seeds=seed_list, probe=probe,
-                               pooling=pooling, control=control and m == "per_layer", device=device,
-                               max_epochs=max_epochs)
-                  for m in modes]
-        df = pd.concat(frames, ignore_index=True)
-        table = summarise(df)
-        typer.echo(f"{edge_task.name}: {len(edge_task)} examples, {len(edge_task.labels)} labels "
-                   f"({edge_task.source})")
-        acc = df[(df.metric == "accuracy") & (df.split == "test") & (~df.control)]
-        typer.echo(acc.groupby(["mode", "layer"])["value"].agg(["mean", "std"]).round(4).to_string())
-        typer.echo(table.round(3).to_string(index=False))
-        tables = {}
-        if control:
-            sel = df[(df.metric == "selectivity") & (df.split == "test")]
-            typer.echo("selectivity (test):\n" + sel.groupby("layer")["value"].mean().round(4).to_string())
-        if mdl:
-            from bertology.probes.probing.edge import ProbeConfig
-
-            mdl_df = online_codelength(store.layers(), store.sentence_offsets, edge_task,
-                                       seeds=seed_list[:1],
-                                       config=ProbeConfig(probe=probe, pooling=pooling, device=device,
-                                                          max_epochs=max_epochs))
-            tables["mdl"] = mdl_df
-            comp = mdl_df[mdl_df.metric.isin(["online_bits", "compression"])]
-            typer.echo("MDL online code:\n" + comp.pivot_table(index="layer", columns="metric",
-                                                               values="value").round(2).to_string())
-        run = out or paths.results_dir() / "probe" / f"{Path(model).name}-{edge_task.name}"
-        manifest = {"kind": "probe", "task": edge_task.name, "task_source": edge_task.source,
-                    "model": {"name": lm.name, "fingerprint": lm.fingerprint},
-                    "corpus": {"name": c.name, "fingerprint": c.fingerprint},
-                    "modes": modes, "seeds": seed_list, "probe": probe, "pooling": pooling,
-                    "control": control, "mdl": mdl}
-        write_probe_results(df, run, manifest, extra_tables=tables)
-        typer.echo(f"wrote {run}")
+        overrides = probe_overrides(task=task, model=model, corpus=corpus, limit=limit, mode=mode, probe=probe,
+                                    pooling=pooling, control=control, mdl=mdl, random_baseline=random_baseline,
+                                    seeds=seeds, max_epochs=max_epochs, device=device)
+        run_dir = run_study("edge_probing", overrides=overrides, results_root=out, seed=seed, force=force,
+                            log=typer.echo)
+        print_summary(run_dir)

@@ -1,0 +1,309 @@
+"""One entry point per embedding analysis: contextuality (Ethayarajh 2019), rotation alignment of
+static spaces (the ``alignment`` study's experiments) and the alignment of any two spaces.
+
+Each analysis is a function of a :class:`bertology.runs.StudyContext` with its config schema
+(``*_DEFAULTS``). The studies (``bertology.studies.contextuality``, ``...alignment``,
+``...align_spaces``) are these functions, and ``bertology embeddings`` / ``bertology align`` run
+those studies with the options given, so a run has the one manifest schema of
+:func:`bertology.runs.run_analysis` whichever way it started.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bertology.errors import ConfigError, WorkbenchError
+from bertology.probes.embeddings.alignment import align, identical_pairs, most_moved_words
+from bertology.probes.embeddings.contextuality import contextuality, contextuality_by_word
+from bertology.probes.embeddings.crosslingual import crosslingual_experiment
+from bertology.probes.embeddings.dictionaries import bilingual_pairs, filter_to_vocab, split_dictionary
+from bertology.probes.embeddings.drift import compare_corpora, compare_spaces
+from bertology.probes.embeddings.neighbours import sense_clusters, static_vs_contextual_neighbours
+from bertology.probes.embeddings.static_vectors import (StaticVectors, distill_static, load_spacy_vectors,
+                                                        read_word2vec, train_word2vec, word_vectors_from_pieces)
+from bertology.runs import StudyContext, model_corpus_store
+from bertology.texts import load_text
+
+CONTEXTUALITY_DEFAULTS: dict[str, Any] = {
+    "model": "minilm-l6",
+    "corpus": "brown-sample",
+    "limit": 3000,
+    "pooling": "first",
+    "min_occurrences": 5,
+    "max_occurrences": 50,
+    "words": ["state", "play", "light", "place", "right", "time", "part", "court", "interest", "field", "line",
+              "order", "present", "point", "bank", "run"],
+    "min_word_occurrences": 8,
+    "neighbours_k": 8,
+    "n_clusters": 2,
+    # also write static vectors (distilled from `export_layers`, word2vec on the corpus, input
+    # embeddings) as word2vec text files vectors-<source>.txt into the run directory
+    "export_vectors": False,
+    "export_layers": [0, -1],
+    "seed": 0,
+}
+
+ALIGNMENT_DEFAULTS: dict[str, Any] = {
+    "crosslingual": True,
+    "source": "en",
+    "target": "fr",
+    "dictionary": ["eng", "fra"],
+    "methods": ["procrustes", "lstsq", "self-learning:identical", "self-learning:numerals"],
+    "n_train": 5000,
+    "n_test_sources": 1500,
+    "vocab_cutoff": 20000,
+    "max_iter": 30,
+    "model": "minilm-l6",
+    "corpus": "brown-sample",
+    "limit": 3000,
+    "pooling": "first",
+    "layer_pair": [1, -1],
+    "other_model": "",
+    "corpora": ["kjv", "brown"],
+    "top_moved": 30,
+    "drift_min_count": 50,
+    "seed": 0,
+}
+
+ALIGN_SPACES_DEFAULTS: dict[str, Any] = {
+    "source": "spacy:en",           # word2vec text file, spacy:en|fr, or store:<dir>:<layer>
+    "target": "spacy:fr",
+    # FreeDict pair (eng-fra, eng-spa, eng-deu) or "identical" (same vocabulary: two layers,
+    # corpora or models)
+    "dictionary": "eng-fra",
+    "method": "procrustes",         # procrustes | lstsq | self-learning
+    "retrieval": "csls",            # nn | csls (csls also reports nn)
+    "seed_dictionary": "identical",  # self-learning seed: identical | numerals
+    "n_train": 5000,                # training pairs (supervised methods)
+    "n_test": 1500,                 # held-out source words
+    "normalization": "unit-center-unit",  # none | unit | center | unit-center-unit
+    "top": 20,                      # most-moved words listed ("identical" dictionary)
+    "seed": 0,
+}
+
+
+# --- spaces -------------------------------------------------------------------------------------
+
+def load_space(spec: str, lower: bool = True) -> StaticVectors:
+    """A ``StaticVectors`` from ``spacy:en`` / ``spacy:fr``, ``store:<dir>:<layer>`` (distilled mean
+    of a feature store layer) or a word2vec text file path."""
+    if spec.startswith("spacy:"):
+        return load_spacy_vectors(spec.split(":", 1)[1])
+    if spec.startswith("store:"):
+        from bertology.store import open_store
+
+        body = spec[len("store:"):]
+        path, _, layer = body.rpartition(":")
+        if not path or not layer.lstrip("-").isdigit():
+            raise WorkbenchError(f"{spec!r}: use store:<store dir>:<layer number>")
+        store = open_store(path)
+        words = _store_words(store)
+        return distill_static(store.layer(int(layer)), words, lower=lower, name=f"{Path(path).name}@{layer}")
+    return read_word2vec(spec)
+
+
+def _store_words(store: Any) -> list[str]:
+    """The flat corpus words of a store: reload its corpus (name or path) and check the fingerprint."""
+    from bertology.corpus import bundled_corpora, load_corpus
+
+    info = store.manifest.get("corpus", {})
+    name = info.get("name") if info.get("name") in bundled_corpora() else (info.get("path") or info.get("name"))
+    corpus = load_corpus(name, limit=store.n_sentences)
+    if info.get("fingerprint") and corpus.fingerprint != info["fingerprint"]:
+        raise WorkbenchError(f"{store.path}: its corpus {info.get('name')!r} changed since extraction")
+    return corpus.flat_words()
+
+
+# --- contextuality ------------------------------------------------------------------------------
+
+def contextuality_analysis(ctx: StudyContext) -> None:
+    """Static vs contextual (Ethayarajh 2019): self-similarity, intra-sentence similarity and MEV per
+    layer with anisotropy baselines, per-word contextuality, static vs contextual neighbours of
+    polysemous words and their sense clusters.
+
+    Tables: ``contextuality``, ``contextuality_by_word``, ``neighbours``, ``sense_clusters`` and,
+    with ``export_vectors``, ``static_sources`` (source, n_words, dim, file) beside the
+    ``vectors-<source>.txt`` files it lists.
+    """
+    cfg = ctx.config
+    lm, corpus, store = model_corpus_store(ctx)
+    layers = store.layers()
+    words = corpus.flat_words()
+    lowered = np.array([w.lower() for w in words])
+    offsets = store.sentence_offsets
+
+    ctx.step("contextuality", lambda: contextuality(
+        layers, words, offsets, min_occurrences=cfg["min_occurrences"], max_occurrences=cfg["max_occurrences"],
+        seed=ctx.seed))
+    ctx.step("contextuality_by_word", lambda: contextuality_by_word(
+        layers, words, offsets, min_occurrences=cfg["min_occurrences"]))
+    chosen = [w for w in cfg["words"] if (lowered == w).sum() >= cfg["min_word_occurrences"]]
+    ctx.record(polysemous_words=chosen)
+    last = store.n_layers - 1
+
+    def neighbours() -> pd.DataFrame:
+        vocab = sorted({w for w in lowered if (lowered == w).sum() >= 3} if len(lowered) < 5000 else
+                       set(pd.Series(lowered).value_counts().loc[lambda s: s >= 3].index))
+        statics = {"input embeddings": word_vectors_from_pieces(lm.encoder, lm.tokenizer, vocab),
+                   f"distilled layer {last}": distill_static(layers[last], words, name=f"distilled@{last}")}
+        frames = []
+        for word in chosen:
+            for name, static in statics.items():
+                df = static_vs_contextual_neighbours(word, static, layers[last], words, offsets,
+                                                     k=cfg["neighbours_k"])
+                frames.append(df.assign(word=word, static_space=name))
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    ctx.step("neighbours", neighbours)
+
+    def clusters() -> pd.DataFrame:
+        frames = [sense_clusters(w, layers[last], words, offsets, n_clusters=cfg["n_clusters"], seed=ctx.seed)
+                  .assign(word=w, layer=last) for w in chosen]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    ctx.step("sense_clusters", clusters)
+
+    if cfg["export_vectors"]:
+        def export() -> pd.DataFrame:
+            spaces: dict[str, StaticVectors] = {}
+            for l in cfg["export_layers"]:
+                li = int(l) % len(layers)
+                spaces[f"distilled@{li}"] = distill_static(layers[li], words, name=f"distilled@{li}")
+            sentences = [lowered[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+            spaces["word2vec"] = train_word2vec(sentences, dim=100, min_count=min(5, cfg["min_occurrences"]),
+                                                seed=ctx.seed)
+            spaces["input"] = word_vectors_from_pieces(lm.encoder, lm.tokenizer, sorted(set(lowered.tolist())),
+                                                       name="input")
+            rows = []
+            for name, vectors in spaces.items():
+                path = vectors.save_word2vec(ctx.run_dir / f"vectors-{name.replace('@', '-')}.txt")
+                rows.append({"source": name, "n_words": len(vectors), "dim": vectors.dim, "file": Path(path).name})
+            return pd.DataFrame(rows)
+
+        ctx.step("static_sources", export)
+
+
+# --- the alignment study's experiments ----------------------------------------------------------
+
+def alignment_analysis(ctx: StudyContext) -> None:
+    """Rotation alignment "solved exactly with SVD": English→French static vectors with FreeDict
+    dictionaries (Procrustes, least squares, self-learning; NN vs CSLS), two layers of one model,
+    two models, and one language in two eras.
+
+    Tables: ``precision_crosslingual``, ``translations``, ``history``, ``dictionary`` (if
+    ``crosslingual``), ``moved_layers``, ``moved_models`` (if ``other_model``), ``moved_corpora``
+    (if ``corpora``), and the combined ``precision`` and ``most_moved``.
+    """
+    cfg = ctx.config
+    precision, moved = [], []
+    if cfg["crosslingual"]:
+        def cross() -> dict[str, pd.DataFrame]:
+            tables = crosslingual_experiment(cfg["source"], cfg["target"], tuple(cfg["dictionary"]),
+                                             methods=cfg["methods"], n_train=cfg["n_train"],
+                                             n_test_sources=cfg["n_test_sources"], vocab_cutoff=cfg["vocab_cutoff"],
+                                             max_iter=cfg["max_iter"], seed=ctx.seed)
+            experiment = f"{cfg['source']}→{cfg['target']}"
+            return {"precision_crosslingual": tables["precision"].assign(experiment=experiment),
+                    **{name: tables[name].assign(experiment=experiment)
+                       for name in ("translations", "history", "dictionary")}}
+        made = ctx.steps(["precision_crosslingual", "translations", "history", "dictionary"], cross)
+        precision.append(made["precision_crosslingual"])
+
+    _, corpus, store = model_corpus_store(ctx)
+    words = [w.lower() for w in corpus.flat_words()]
+
+    def layers() -> pd.DataFrame:
+        a, b = [l % store.n_layers for l in cfg["layer_pair"]]
+        va = distill_static(store.layer(a), words, name=f"layer {a}")
+        vb = distill_static(store.layer(b), words, name=f"layer {b}")
+        res = compare_spaces(va, vb, top=cfg["top_moved"], seed=ctx.seed)
+        return res["most_moved"].assign(experiment=f"{store.manifest['model']['name']}: layer {a} vs layer {b}")
+    moved.append(ctx.step("moved_layers", layers))
+
+    if cfg["other_model"]:
+        def models() -> pd.DataFrame:
+            from bertology.models import load_model
+            from bertology.store import extract
+
+            other = extract(load_model(cfg["other_model"]), corpus, attentions=False)
+            last = store.n_layers - 1
+            va = distill_static(store.layer(last), words, name=store.manifest["model"]["name"])
+            vb = distill_static(other.layer(other.n_layers - 1), words, name=cfg["other_model"])
+            res = compare_spaces(va, vb, top=cfg["top_moved"], seed=ctx.seed)
+            return res["most_moved"].assign(experiment=f"{va.name} vs {vb.name} (last layers)")
+        moved.append(ctx.step("moved_models", models))
+
+    if cfg["corpora"]:
+        def eras() -> pd.DataFrame:
+            try:
+                a, b = (load_text(name) for name in cfg["corpora"])
+            except WorkbenchError as exc:
+                ctx.log(f"    skipped two-corpora drift: {exc}")
+                return pd.DataFrame()
+            res = compare_corpora(a, b, top=cfg["top_moved"], seed=ctx.seed, names=tuple(cfg["corpora"]),
+                                  min_count=cfg["drift_min_count"])
+            return res["most_moved"].assign(experiment=f"{cfg['corpora'][0]} vs {cfg['corpora'][1]} (word2vec)")
+        moved.append(ctx.step("moved_corpora", eras))
+
+    ctx.step("precision", lambda: pd.concat(precision, ignore_index=True) if precision else pd.DataFrame())
+    ctx.step("most_moved", lambda: pd.concat([m for m in moved if len(m)], ignore_index=True))
+
+
+# --- any two spaces -----------------------------------------------------------------------------
+
+def align_spaces_analysis(ctx: StudyContext) -> None:
+    """Align two vector spaces (``source`` → ``target``, see :func:`load_space`) with a rotation,
+    least squares or self-learning, and score word translation P@1/5/10 on held-out source words
+    over the whole target vocabulary.
+
+    Tables: ``precision`` (retrieval, k, value, ... method, source, target, dictionary, seed),
+    ``history`` (the method's iterations) and, with the ``identical`` dictionary, ``most_moved``.
+    The map is saved as ``W.npy``; pair counts and the spaces' names go to the extra ``alignment``
+    and the manifest.
+    """
+    from bertology.atomic import atomic_path
+
+    cfg = ctx.config
+    dictionary, method, retrieval = cfg["dictionary"], cfg["method"], cfg["retrieval"]
+    if retrieval not in ("nn", "csls"):
+        raise ConfigError(f"retrieval must be nn or csls, not {retrieval!r}")
+    if dictionary != "identical" and dictionary.count("-") != 1:
+        raise ConfigError(f"dictionary {dictionary!r}: use e.g. eng-fra or identical")
+    names = ["precision", "history"] + (["most_moved"] if dictionary == "identical" else [])
+    info: dict[str, Any] = {}
+
+    def compute() -> dict[str, pd.DataFrame]:
+        src, tgt = load_space(cfg["source"]), load_space(cfg["target"])
+        if dictionary == "identical":
+            pairs = identical_pairs(src, tgt)
+        else:
+            a, b = dictionary.split("-")
+            pairs = filter_to_vocab(bilingual_pairs(a, b), src.words, tgt.words)
+        train, test = split_dictionary(pairs, n_test_sources=min(cfg["n_test"], pairs["source"].nunique() // 2),
+                                       n_train=cfg["n_train"], seed=ctx.seed)
+        held_out = set(test["source"])
+        res = align(src, tgt, None if method == "self-learning" else train, method=method,
+                    normalization=cfg["normalization"], seed_dictionary=cfg["seed_dictionary"],
+                    exclude_from_seed=held_out)
+        ev = res.evaluate(src, tgt, test, retrieval=(retrieval,) if retrieval == "nn" else ("nn", "csls"))
+        ev = ev.assign(method=method, source=src.name, target=tgt.name, dictionary=dictionary, seed=ctx.seed)
+        tables = {"precision": ev, "history": res.history}
+        if dictionary == "identical":
+            tables["most_moved"] = most_moved_words(src, tgt, res, k=cfg["top"])
+        with atomic_path(ctx.run_dir / "W.npy") as tmp, open(tmp, "wb") as fh:
+            np.save(fh, res.W)
+        info.update(source_space={"name": src.name, "words": len(src), "dim": src.dim},
+                    target_space={"name": tgt.name, "words": len(tgt), "dim": tgt.dim},
+                    n_train_pairs=len(res.train_pairs), n_test_sources=len(held_out), W_shape=list(res.W.shape))
+        return tables
+
+    ctx.steps(names, compute)
+    ctx.record(**ctx.extra("alignment", lambda: info))
+
+
+__all__ = ["CONTEXTUALITY_DEFAULTS", "ALIGNMENT_DEFAULTS", "ALIGN_SPACES_DEFAULTS", "contextuality_analysis",
+           "alignment_analysis", "align_spaces_analysis", "load_space"]

@@ -1,0 +1,210 @@
+"""One entry point per probing analysis: edge probing (Tenney et al. 2019) and the BERT paper's
+feature combinations (Devlin et al. 2019, Table 7).
+
+Each analysis is a function of a :class:`bertology.runs.StudyContext` with its config schema
+(``*_DEFAULTS``). The studies (``bertology.studies.edge_probing``, ``...feature_combinations``) are
+these functions, and ``bertology probe`` runs the edge-probing study with the options given, so a
+run has the one manifest schema of :func:`bertology.runs.run_analysis` whichever way it started.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from bertology.combinations import COMBINATIONS, combine_layers
+from bertology.errors import ConfigError
+from bertology.probes.probing.baselines import random_init_baseline
+from bertology.probes.probing.edge import ProbeConfig, probe_arrays, probe_layers, summarise
+from bertology.probes.probing.mdl import online_codelength
+from bertology.probes.probing.tasks import EdgeTask, build_task, read_jsonl
+from bertology.runs import StudyContext, model_corpus_store
+
+EDGE_PROBING_DEFAULTS: dict[str, Any] = {
+    "model": "minilm-l6",
+    "corpus": "brown-sample",
+    "limit": 1500,
+    "pooling": "first",             # word pooling of the feature store (first subword)
+    # pos, xpos, deps, entities (built from `corpus`) or a jiant-style FILE.jsonl (probed on the
+    # file's own sentences)
+    "tasks": ["pos", "deps", "entities"],
+    "modes": ["per_layer", "mix", "cumulative"],
+    "seeds": [0, 1, 2],
+    "probe": "mlp",
+    "span_pooling": "attention",
+    "max_epochs": 40,
+    "device": "cpu",                # where the probes train: cpu or cuda
+    "control": True,
+    "mdl_tasks": ["pos", "deps", "entities"],              # those of `tasks` that also get MDL
+    "random_baseline_tasks": ["pos", "deps", "entities"],  # ... and a random-encoder baseline
+    "seed": 0,
+}
+
+FEATURE_COMBINATIONS_DEFAULTS: dict[str, Any] = {
+    "model": "minilm-l6",
+    "corpus": "brown-sample",
+    "limit": 1500,
+    "pooling": "first",
+    "tasks": ["entities", "pos"],
+    "seeds": [0, 1, 2],
+    "probe": "mlp",
+    "span_pooling": "attention",
+    "max_epochs": 40,
+    "seed": 0,
+}
+
+
+def probe_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+    """:class:`ProbeConfig` keyword arguments a config may set (``max_epochs``, ``probe``,
+    ``span_pooling``, ``device``)."""
+    settings = {"max_epochs": cfg["max_epochs"], "probe": cfg["probe"], "pooling": cfg["span_pooling"]}
+    if cfg.get("device") is not None:
+        settings["device"] = cfg["device"]
+    return settings
+
+
+def is_task_file(task: str) -> bool:
+    """Whether a task name is a jiant-style JSONL file (which brings its own sentences)."""
+    return str(task).endswith(".jsonl")
+
+
+def corpus_for_task_file(task: EdgeTask) -> Any:
+    """A word-only ``Corpus`` holding a JSONL task's own sentences (so the store can embed them)."""
+    from bertology.corpus import Corpus, Sentence
+
+    sentences = [Sentence(sent_id=f"{task.name}-{i}", words=list(w)) for i, w in enumerate(task.words)]
+    return Corpus(task.name, sentences, {"words": task.source})
+
+
+def _corpus_info(corpus: Any) -> dict[str, Any]:
+    return {"name": corpus.name, "fingerprint": corpus.fingerprint, "sentences": len(corpus),
+            "words": corpus.n_words, "sources": corpus.sources, "licence": corpus.licence}
+
+
+def task_inputs(ctx: StudyContext) -> tuple[Any, dict[str, tuple[EdgeTask, Any, Any]]]:
+    """``(LoadedModel, {task: (EdgeTask, corpus, store)})`` for ``ctx.config['tasks']``.
+
+    Named tasks are built from the config's corpus (loaded, like its store, by
+    :func:`bertology.runs.model_corpus_store`); a ``.jsonl`` task is read from its file and probed on
+    its own sentences. Model, corpus (the config's, or the first task file's when every task is a
+    file) and each task's source and size are recorded in the run's provenance.
+    """
+    from bertology.store import extract
+
+    cfg = ctx.config
+    tasks = list(cfg["tasks"])
+    if not tasks:
+        raise ConfigError("tasks: give at least one task")
+    lm = corpus = store = None
+    if any(not is_task_file(t) for t in tasks):
+        lm, corpus, store = model_corpus_store(ctx)
+    inputs: dict[str, tuple[EdgeTask, Any, Any]] = {}
+    file_corpora = {}
+    for name in tasks:
+        if is_task_file(name):
+            task = read_jsonl(name)
+            if lm is None:
+                from bertology.models import load_model
+
+                lm = load_model(cfg["model"], attentions=True)
+                ctx.record(model={"name": lm.name, "path": str(lm.path) if lm.path else None,
+                                  "fingerprint": lm.fingerprint})
+            task_corpus = corpus_for_task_file(task)
+            task_store = extract(lm, task_corpus, attentions=False, pooling=cfg.get("pooling", "first"))
+            file_corpora[name] = _corpus_info(task_corpus) | {"store": str(task_store.path)}
+            inputs[name] = (task, task_corpus, task_store)
+        else:
+            inputs[name] = (build_task(corpus, name), corpus, store)
+    if file_corpora:
+        ctx.record(task_corpora=file_corpora)
+        if corpus is None:
+            first = next(iter(file_corpora.values()))
+            ctx.record(corpus={k: v for k, v in first.items() if k != "store"}, store=first["store"])
+    ctx.record(tasks={name: {"name": t.name, "source": t.source, "examples": len(t), "labels": len(t.labels)}
+                      for name, (t, _, _) in inputs.items()})
+    return lm, inputs
+
+
+def edge_probing_analysis(ctx: StudyContext) -> None:
+    """Edge probing of every layer (Tenney 2019): per layer, scalar mix and cumulative probes of
+    each task with Hewitt & Liang controls, Voita & Titov MDL and a random-encoder baseline.
+
+    Tables: ``layer_scores`` (:func:`probe_layers` rows of every task and mode), ``summary``
+    (:func:`summarise`), ``mix_weights``, ``controls`` (if ``control``), ``mdl`` (if a task of
+    ``mdl_tasks`` is probed), ``random_baseline`` (if a task of ``random_baseline_tasks`` is).
+    """
+    cfg = ctx.config
+    seeds = [int(s) for s in cfg["seeds"]]
+    if not seeds:
+        raise ConfigError("seeds: give at least one seed")
+    lm, inputs = task_inputs(ctx)
+    settings = probe_settings(cfg)
+
+    def scores() -> pd.DataFrame:
+        frames = []
+        for name, (task, corpus, store) in inputs.items():
+            for mode in cfg["modes"]:
+                ctx.log(f"    {task.name} / {mode}")
+                frames.append(probe_layers(store, corpus, task, mode=mode, seeds=seeds,
+                                           control=cfg["control"] and mode == "per_layer", **settings))
+        return pd.concat(frames, ignore_index=True)
+
+    df = ctx.step("layer_scores", scores)
+    ctx.step("summary", lambda: summarise(df))
+    ctx.step("mix_weights", lambda: df[df["metric"] == "mix_weight"].rename(columns={"value": "weight"})
+             [["task", "layer", "seed", "weight"]].reset_index(drop=True))
+    if cfg["control"]:
+        ctx.step("controls", lambda: df[df["metric"].isin(["selectivity"]) |
+                                        ((df["metric"] == "accuracy") & (df["split"] == "test") & (df["mode"] == "per_layer"))]
+                 .groupby(["task", "layer", "control", "metric"], as_index=False)["value"].mean())
+    mdl_tasks = [t for t in cfg["mdl_tasks"] if t in inputs]
+    if mdl_tasks:
+        def mdl() -> pd.DataFrame:
+            config = ProbeConfig(**settings)
+            feats: dict[int, Any] = {}  # one read of each store's layers (tasks of one corpus share it)
+            frames = []
+            for t in mdl_tasks:
+                task, _, store = inputs[t]
+                if id(store) not in feats:
+                    feats[id(store)] = store.layers()
+                frames.append(online_codelength(feats[id(store)], store.sentence_offsets, task, seeds=seeds[:1],
+                                                config=config))
+            out = pd.concat(frames, ignore_index=True)
+            return out[out["metric"].isin(["online_bits", "uniform_bits", "compression"])].reset_index(drop=True)
+        ctx.step("mdl", mdl)
+    baseline_tasks = [t for t in cfg["random_baseline_tasks"] if t in inputs]
+    if baseline_tasks:
+        ctx.step("random_baseline", lambda: pd.concat(
+            [random_init_baseline(lm, inputs[t][1], inputs[t][0], seed=ctx.seed, seeds=seeds[:1], **settings)
+             for t in baseline_tasks],
+            ignore_index=True))
+
+
+def feature_combinations_analysis(ctx: StudyContext) -> None:
+    """Which layers to use as features (Devlin 2019, Table 7): first layer, last hidden, sum of all,
+    second-to-last, sum of the last four, concatenation of the last four, each scored with the same
+    probe on the same task. Table ``combinations`` (combination, description, task, seed, metric, value)."""
+    cfg = ctx.config
+    _, corpus, store = model_corpus_store(ctx)
+
+    def combos() -> pd.DataFrame:
+        layers = store.layers()
+        frames = []
+        for name in COMBINATIONS:
+            feats = combine_layers(layers, name)[None]  # [1, n_words, dim']
+            for task_name in cfg["tasks"]:
+                task = build_task(corpus, task_name)
+                df = probe_arrays(feats, store.sentence_offsets, task, seeds=[int(s) for s in cfg["seeds"]],
+                                  config=ProbeConfig(probe=cfg["probe"], pooling=cfg["span_pooling"],
+                                                     max_epochs=cfg["max_epochs"]))
+                df = df[(df["split"] == "test") & df["metric"].isin(["accuracy", "micro_f1", "macro_f1"])]
+                frames.append(df.assign(combination=name, description=COMBINATIONS[name]))
+        return pd.concat(frames, ignore_index=True)[["combination", "description", "task", "seed", "metric", "value"]]
+
+    ctx.step("combinations", combos)
+
+
+__all__ = ["EDGE_PROBING_DEFAULTS", "FEATURE_COMBINATIONS_DEFAULTS", "edge_probing_analysis",
+           "feature_combinations_analysis", "probe_settings", "corpus_for_task_file", "is_task_file",
+           "task_inputs"]
