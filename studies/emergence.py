@@ -1,59 +1,95 @@
-"""Pretrain, then probe: how heads and linguistic knowledge emerge across the checkpoints of a
-pretraining run (the seeds' "pretrain, then probe" workflow). Trains (or resumes) a small BERT with
-the workbench trainer, then runs head classification and per-layer probes on every kept checkpoint."""
+"""Emergence during pretraining: how heads, probe accuracy and MLM predictions change across the
+training-time checkpoints of one model (Voita et al. 2019 see positional heads appear early).
+
+By default the checkpoints are those of the English BERT the workbench ships (``bert-mini-english``,
+made by its own trainer, see ``bertology models``); ``checkpoints`` may name a pretraining run of
+yours instead, and ``pretrain_config`` trains (or resumes) a recipe first and uses its checkpoints."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
-
-from bertology.probes.probing.edge import probe_layers
-from bertology.probes.heads.head_types import analyse_store
+from bertology import paths
 from bertology.checkpoints import list_checkpoints
 from bertology.corpus import load_corpus
-from bertology.models import load_model
+from bertology.errors import ConfigError
+from bertology.models import load_model, shipped_releases
 from bertology.pretraining.trainer import load_config, read_metrics, run_pretraining
+from bertology.probes.heads.head_types import analyse_store
+from bertology.probes.probing.cloze import cloze_accuracy, cloze_predictions
+from bertology.probes.probing.edge import probe_layers
 from bertology.store import extract
 
-DESCRIPTION = "Emergence during pretraining: loss curves, head types and probe scores per checkpoint"
+DESCRIPTION = "Emergence during pretraining: loss curves, head types, probe accuracy and MLM predictions per checkpoint"
 DEFAULTS = {
-    "pretrain_config": "default",      # a shipped recipe name or a config file
-    "pretrain_overrides": {},       # fields of the pretrain config to change (run_name, max_steps, keep_steps...)
+    "checkpoints": "bert-mini-english",  # a shipped release or a pretraining run (every checkpoint it kept)
+    "pretrain_config": None,        # a recipe (shipped name or file) to train / resume first; then its checkpoints
+    "pretrain_overrides": {},       # fields of that recipe to change (run_name, max_steps, keep_steps...)
     "corpus": "brown-sample",
     "limit": 400,
     "tasks": ["pos", "deps"],
     "seeds": [0],
     "max_epochs": 20,
+    "cloze_sentences": 12,          # sentences with one word masked, per checkpoint (0 = none)
     "seed": 0,
 }
 
 
+def _checkpoints(cfg) -> tuple[str, Path, list[tuple[int, str]], str]:
+    """(model name, folder with metrics.jsonl, [(step, registry name)], kind)."""
+    if cfg["pretrain_config"]:
+        run_dir = run_pretraining(load_config(cfg["pretrain_config"], **cfg["pretrain_overrides"]))
+        return run_dir.name, run_dir, [(s, f"{run_dir.name}@{s}") for s, _ in list_checkpoints(run_dir)], \
+            "project pretraining run"
+    name = cfg["checkpoints"]
+    shipped = shipped_releases()
+    if name in shipped:
+        info = shipped[name]
+        return name, info["path"], [(s, f"{name}@{s}") for s in sorted(info["steps"])], "shipped release"
+    run_dir = paths.models_dir() / name
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise ConfigError(f"checkpoints: {name!r} is neither a shipped release ({', '.join(shipped) or 'none'}) "
+                          f"nor a pretraining run with checkpoints under {paths.models_dir()}")
+    return name, run_dir, [(s, f"{name}@{s}") for s, _ in found], "project pretraining run"
+
+
 def run(ctx) -> None:
     cfg = ctx.config
-    pt_cfg = load_config(cfg["pretrain_config"], **cfg["pretrain_overrides"])  # a file or a shipped recipe
-    run_dir = run_pretraining(pt_cfg)  # resumes, or returns at once when finished
-    checkpoints = [(step, f"{run_dir.name}@{step}") for step, _ in list_checkpoints(run_dir)]
+    name, folder, checkpoints, kind = _checkpoints(cfg)
     corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])
-    ctx.record(pretraining_run=str(run_dir), checkpoints=[name for _, name in checkpoints],
+    ctx.record(pretraining_run=str(folder), checkpoints=[n for _, n in checkpoints],
                corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sources": corpus.sources},
-               model={"name": run_dir.name, "kind": "project pretraining run"})
+               model={"name": name, "kind": kind})
 
-    ctx.step("training_metrics", lambda: read_metrics(run_dir))
+    ctx.step("training_metrics", lambda: read_metrics(folder))
 
     def per_checkpoint() -> dict[str, pd.DataFrame]:
-        types, scores = [], []
-        for step, name in checkpoints:
-            ctx.log(f"    checkpoint {name}")
-            lm = load_model(name, attentions=True)
+        types, scores, cloze, cloze_summary = [], [], [], []
+        for step, ckpt in checkpoints:
+            ctx.log(f"    checkpoint {ckpt}")
+            lm = load_model(ckpt, attentions=True)
             store = extract(lm, corpus, attentions=True, progress=False)
-            types.append(analyse_store(store, corpus)["head_types"].assign(step=step, model=name))
+            types.append(analyse_store(store, corpus)["head_types"].assign(step=step, model=ckpt))
             for task in cfg["tasks"]:
                 df = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]],
                                   max_epochs=cfg["max_epochs"])
                 df = df[(df["metric"] == "accuracy") & (df["split"] == "test")]
-                scores.append(df.assign(step=step, model=name))
-        return {"head_types_by_step": pd.concat(types, ignore_index=True),
-                "probe_scores": pd.concat(scores, ignore_index=True)}
+                scores.append(df.assign(step=step, model=ckpt))
+            if cfg["cloze_sentences"] and lm.has_mlm_head:
+                mlm = load_model(ckpt, attentions=False, mlm_head=True)
+                pred = cloze_predictions(mlm, list(corpus)[: cfg["cloze_sentences"]], k=5, seed=ctx.seed)
+                cloze.append(pred.assign(step=step, model=ckpt))
+                cloze_summary.append({"step": step, "model": ckpt, **cloze_accuracy(pred)})
+        out = {"head_types_by_step": pd.concat(types, ignore_index=True),
+               "probe_scores": pd.concat(scores, ignore_index=True),
+               "cloze_predictions": pd.concat(cloze, ignore_index=True) if cloze else pd.DataFrame(),
+               "cloze_accuracy": pd.DataFrame(cloze_summary)}
+        return out
 
-    types = ctx.steps(["head_types_by_step", "probe_scores"], per_checkpoint)["head_types_by_step"]
+    tables = ctx.steps(["head_types_by_step", "probe_scores", "cloze_predictions", "cloze_accuracy"],
+                       per_checkpoint)
+    types = tables["head_types_by_step"]
     ctx.step("head_counts", lambda: types.groupby(["step", "type"]).size().rename("count").reset_index())

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -295,6 +296,7 @@ def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_pa
     card = (out / "README.md").read_text()
     assert "unigram baseline | 5.500" in card and "`tiny-en@3`" in card and "bertology pretrain --config x.yaml" in card
     assert not (out / "checkpoint-6" / "optimizer.pt").exists()
+    assert (out / "metrics.jsonl").read_bytes() == (run_dir / "metrics.jsonl").read_bytes()
     shipped = load_file(str(out / "checkpoint-6" / "model.safetensors"))
     trained = load_file(str(run_dir / "checkpoint-6" / "model.safetensors"))
     assert shipped.keys() == trained.keys()
@@ -313,10 +315,10 @@ def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_pa
     from bertology.errors import ModelError
     from bertology.models import list_models, load_model
 
-    data = tmp_path / "pkgdata"
-    (data / "models").mkdir(parents=True)
-    (tmp_path / "release" / "tiny-en").rename(data / "models" / "tiny-en")
-    monkeypatch.setattr(paths, "package_data", lambda: data)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (tmp_path / "release" / "tiny-en").rename(shipped / "tiny-en")
+    monkeypatch.setattr(paths, "shipped_models_dir", lambda: shipped)
     names = set(list_models()["name"])
     assert {"tiny-en", "tiny-en@0", "tiny-en@3", "tiny-en@6"} <= names
     lm = load_model("tiny-en", mlm_head=True)
@@ -327,3 +329,31 @@ def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_pa
     assert load_model("tiny-en@3").name == "tiny-en@3"
     with pytest.raises(ModelError, match="checkpoints at steps \\[0, 3, 6\\]"):
         load_model("tiny-en@4")
+
+
+def test_emergence_study_reads_a_shipped_release(corpus_and_tokenizer, tmp_path, monkeypatch):
+    """The emergence study on a release shipped in data/models/: every checkpoint analysed, the
+    release's own training curve, readable MLM predictions per step."""
+    from bertology import paths
+    from bertology.pretraining.release import export_release
+    from bertology.results import read_manifest, read_table
+    from bertology.studies import run_study
+
+    run_dir = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_seq_len=128, max_steps=4, keep_steps=[0, 2]))
+    export_release(run_dir, tmp_path / "shipped" / "tiny-en")
+    monkeypatch.setattr(paths, "shipped_models_dir", lambda: tmp_path / "shipped")
+    out = run_study("emergence", overrides={"checkpoints": "tiny-en", "limit": 12, "tasks": ["pos"], "max_epochs": 2,
+                                            "cloze_sentences": 3}, results_root=tmp_path / "res", log=lambda m: None)
+    manifest = read_manifest(out)
+    assert manifest["model"] == {"name": "tiny-en", "kind": "shipped release"}
+    assert manifest["checkpoints"] == ["tiny-en@0", "tiny-en@2", "tiny-en@4"]
+    pd.testing.assert_frame_equal(read_table(out, "training_metrics").drop(columns="run"),
+                                  read_metrics(run_dir).drop(columns="run"))
+    assert sorted(read_table(out, "head_types_by_step")["step"].unique()) == [0, 2, 4]
+    assert sorted(read_table(out, "probe_scores")["step"].unique()) == [0, 2, 4]
+    acc = read_table(out, "cloze_accuracy")
+    assert acc["step"].tolist() == [0, 2, 4] and (acc["n"] > 0).all()
+    cloze = read_table(out, "cloze_predictions")
+    assert set(cloze["rank"]) == {1, 2, 3, 4, 5} and cloze["text"].str.contains("___").all()
+    with pytest.raises(ConfigError, match="neither a shipped release"):
+        run_study("emergence", overrides={"checkpoints": "nope"}, results_root=tmp_path / "res2", log=lambda m: None)

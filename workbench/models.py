@@ -90,7 +90,7 @@ def shipped_releases() -> dict[str, dict[str, Any]]:
     ``<name>`` is the last checkpoint; ``<name>@<step>`` each training-time checkpoint."""
     from bertology.checkpoints import list_checkpoints
 
-    root = paths.package_data() / "models"
+    root = paths.shipped_models_dir()
     out: dict[str, dict[str, Any]] = {}
     if root.is_dir():
         for folder in sorted(p for p in root.iterdir() if (p / "release.json").is_file()):

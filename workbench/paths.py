@@ -29,3 +29,10 @@ def results_dir() -> Path:
 
 def package_data() -> Path:
     return Path(__file__).resolve().parent / "data"
+
+
+def shipped_models_dir() -> Path:
+    """Models the workbench made itself and ships in the package (release folders, see
+    ``bertology.pretraining.release``)."""
+    return package_data() / "models"
+

@@ -5,7 +5,8 @@
 model weights cast to float16 safetensors (the MLM head included; optimizer, scheduler and RNG
 state left out), the tokenizer files and ``config.json`` as the trainer wrote them, plus
 ``release.json`` (steps, tokens seen, held-out loss at each kept step, the recipe, the corpus
-manifest, hashes) and a model card ``README.md``. Nothing else is changed: the weights are exactly
+manifest, hashes), the run's ``metrics.jsonl`` (training and held-out loss curves) and a model
+card ``README.md``. Nothing else is changed: the weights are exactly
 the trainer's, rounded to float16. ``bertology.models`` lists a release folder found under the
 package's ``data/models/`` as ``<name>`` (last step) and ``<name>@<step>``.
 """
@@ -108,6 +109,8 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
                                                          "world_size", "n_train_sequences", "n_eval_sequences",
                                                          "n_parameters", "objective", "created")},
                    "eval_losses": {str(k): v for k, v in sorted(losses.items())}, **card}
+        if (run_dir / "metrics.jsonl").is_file():  # the whole training curve, as the trainer logged it
+            shutil.copy2(run_dir / "metrics.jsonl", tmp / "metrics.jsonl")
         write_json(tmp / RELEASE_FILE, release)
         write_text(tmp / "README.md", model_card(release))
     return out_dir
