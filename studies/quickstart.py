@@ -1,6 +1,7 @@
 """The main job: every analysis of the workbench on the embedded default (MiniLM-L6 + the bundled
-Brown sample) at small sizes, each as its own study run (so the dashboard shows each page), then a
-pointer to the dashboard."""
+Brown sample) at small sizes, each as its own study run (so the dashboard shows each page); the
+studies that need an MLM head or compare two models again on the workbench's own English BERT
+(``second_model``, shipped with the package), side by side; then a pointer to the dashboard."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from bertology.studies import default_config_file, run_study
 
 DESCRIPTION = "Every analysis on the embedded default at small sizes (the README's main job)"
 DEFAULTS = {
-    # emergence first: alignment compares MiniLM with the checkpoint it trains
     "studies": ["head_types", "edge_probing", "feature_combinations", "contextuality", "pruning", "emergence",
                 "alignment"],
     "configs": "quickstart",      # the shipped config variant (studies/configs/quickstart/)
+    "second_model": "",           # run `second_model_studies` again with this model ("" = skip)
+    "second_model_studies": ["head_types", "pruning"],
     "seed": 0,
 }
 
@@ -24,12 +26,18 @@ def run(ctx) -> None:
     cfg = ctx.config
     results_root = ctx.run_dir.parents[1]
     rows = []
-    for name in cfg["studies"]:
+    plan = [(name, None) for name in cfg["studies"]]
+    if cfg["second_model"]:
+        plan += [(name, cfg["second_model"]) for name in cfg["second_model_studies"]]
+    for name, model in plan:
         started = time.perf_counter()
         config_file = default_config_file(name, cfg["configs"])
+        run_id = f"quickstart-{model}-seed{ctx.seed}" if model else f"quickstart-seed{ctx.seed}"
         run_dir = run_study(name, config_file=config_file if config_file.is_file() else None, seed=ctx.seed,
-                            run_id=f"quickstart-seed{ctx.seed}", results_root=results_root, log=ctx.log)
-        rows.append({"study": name, "run_dir": str(run_dir), "seconds": round(time.perf_counter() - started, 1)})
+                            overrides={"model": model} if model else None, run_id=run_id,
+                            results_root=results_root, log=ctx.log)
+        rows.append({"study": name, "model": model or "config", "run_dir": str(run_dir),
+                     "seconds": round(time.perf_counter() - started, 1)})
     ctx.step("subruns", lambda: pd.DataFrame(rows))
     ctx.record(subruns=rows)
     ctx.log("\nOpen the results:  .venv/bin/bertology dashboard   (http://127.0.0.1:8501)")
