@@ -112,3 +112,21 @@ def test_head_types_on_a_corpus_without_dependencies(tmp_path, one_torch_thread)
     assert read_table(run_dir, "head_dependency").empty
     types = read_table(run_dir, "head_types")
     assert len(types) == 6 * 12 and "syntactic" not in set(types["type"])
+
+
+def test_head_types_defaults_are_the_papers_definitions():
+    assert HEAD_TYPES_DEFAULTS["positional_level"] == "token"          # Voita: sub-word tokens
+    assert HEAD_TYPES_DEFAULTS["special_tokens"] == "keep"            # Clark: [CLS]/[SEP] kept
+    assert HEAD_TYPES_DEFAULTS["exclude_self"] is True                # Clark: most-attended-to other word
+    assert HEAD_TYPES_DEFAULTS["syntactic_relations"] == ["nsubj", "dobj", "amod", "advmod"]  # Voita
+
+
+@pytest.mark.parametrize("change, message", [({"positional_level": "char"}, "positional_level"),
+                                             ({"special_tokens": "ignore"}, "special_tokens"),
+                                             ({"positional_queries": "cls"}, "positional_queries"),
+                                             ({"syntactic_relations": []}, "syntactic_relations")])
+def test_head_types_options_are_checked_before_any_work(tmp_path, change, message):
+    ctx = StudyContext("head_types", {**HEAD_TYPES_DEFAULTS, "model": "no-such-model", **change}, 0, tmp_path,
+                       log=quiet)
+    with pytest.raises(ConfigError, match=message):
+        head_types_analysis(ctx)

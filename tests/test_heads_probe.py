@@ -43,10 +43,10 @@ def noisy_corpus(n=80, p_a=0.6, p_b=0.6, seed=0, parity=False):
 def test_best_single_head_is_the_planted_one():
     sentences, attentions = noisy_corpus(p_a=1.0, p_b=0.3)
     top = best_heads(dependency_scores(attentions, sentences))
-    row = top[(top.relation == "all") & (top.direction == "dep->head")].iloc[0]
+    row = top[(top.relation == "all") & (top.direction == "dependent_attends_to_head")].iloc[0]
     assert (row["layer"], row["head"]) == (0, 1) and row["accuracy"] == 1.0
     for rel in ("nsubj", "dobj", "det"):
-        r = top[(top.relation == rel) & (top.direction == "dep->head")].iloc[0]
+        r = top[(top.relation == rel) & (top.direction == "dependent_attends_to_head")].iloc[0]
         assert (r["layer"], r["head"]) == (0, 1)
 
 

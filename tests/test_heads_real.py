@@ -27,7 +27,7 @@ def test_minilm_head_types(tmp_path, monkeypatch):
         ["layer", "head", "type", "positional_offset", "positional_share", "syntactic_relation",
          "syntactic_direction", "syntactic_accuracy", "syntactic_baseline", "rare_share"]].to_string(index=False))
     dep = tables["head_dependency"]
-    unlabelled = dep[(dep["relation"] == "all") & (dep["direction"] == "dep->head")]
+    unlabelled = dep[(dep["relation"] == "all") & (dep["direction"] == "dependent_attends_to_head")]
     # some head attends to the syntactic head far above its best fixed-offset baseline
     assert unlabelled["accuracy"].max() > unlabelled["baseline_accuracy"].iloc[0] - 0.05
     assert (types["type"] == "syntactic").sum() >= 1

@@ -64,6 +64,53 @@ def test_word_level_attention_follows_clark(tiny_lm, tmp_path):
     np.testing.assert_allclose(special[..., 0], cls_mass, atol=1e-6)
 
 
+def test_token_offsets_count_the_token_level_argmax(tiny_lm, small_corpus, tmp_path):
+    """Per sentence, layer and head: how many query tokens (special tokens included, as queries and as
+    keys) have their token attention argmax at each relative offset -K..K, or further ("other")."""
+    store = extract(tiny_lm, small_corpus, root=tmp_path, shard_size=8, batch_tokens=300, progress=False)
+    assert store.manifest["version"] == 2 and store.has_token_offsets
+    window = store.manifest["settings"]["token_offset_window"]
+    assert store.token_offset_bins == [*range(-window, window + 1), "other"]
+    total = np.zeros((2, 4, 2 * window + 2), dtype=np.int64)
+    for i in (0, 7, 23, 39):
+        _, att, word_ids = hf_reference(tiny_lm, small_corpus[i].words)
+        offset = att.argmax(-1) - np.arange(att.shape[-1])                 # [L, H, T]
+        bins = np.where(np.abs(offset) <= window, offset + window, 2 * window + 1)
+        special = np.array([w is None for w in word_ids])
+        for queries, rows in (("all", ~np.zeros_like(special)), ("words", ~special), ("special", special)):
+            expected = np.stack([np.bincount(b, minlength=2 * window + 2) for b in bins[..., rows].reshape(-1, rows.sum())])
+            np.testing.assert_array_equal(store.token_offsets(i, queries=queries), expected.reshape(2, 4, -1))
+        assert store.token_offsets(i).sum(-1).tolist() == [[len(word_ids)] * 4] * 2
+    for i in range(len(small_corpus)):
+        total += store.token_offsets(i)
+    np.testing.assert_array_equal(store.token_offset_totals(), total)
+
+
+def test_store_without_token_offsets_is_refused_not_misread(tiny_lm, small_corpus, tmp_path):
+    """A version-1 store (no token-level counts) is never reused by extract and says what to do."""
+    import json
+
+    store = extract(tiny_lm, small_corpus, root=tmp_path, progress=False)
+    old = tmp_path / "old"
+    old.mkdir()
+    for f in store.path.iterdir():
+        (old / f.name).write_bytes(f.read_bytes())
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["version"] = manifest["settings"]["version"] = 1
+    del manifest["settings"]["token_offset_window"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    legacy = FeatureStore(old)
+    assert legacy.has_attention and not legacy.has_token_offsets
+    assert legacy.attention(0).shape == store.attention(0).shape
+    with pytest.raises(StoreError, match="no token-level argmax offsets.*extract again"):
+        legacy.token_offsets(0)
+    from bertology.store import ExtractionSettings, store_key
+
+    # the version and the window are part of the content key: an old store's key never matches
+    assert store_key(tiny_lm, small_corpus.fingerprint, ExtractionSettings()) == store.path.name
+    assert store_key(tiny_lm, small_corpus.fingerprint, ExtractionSettings(version=1)) != store.path.name
+
+
 def test_kill_and_resume_gives_byte_identical_store(tiny_lm, small_corpus, tmp_path):
     ref = extract(tiny_lm, small_corpus, root=tmp_path / "a", shard_size=8, progress=False)
     partial = extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False, max_new_shards=2)

@@ -12,6 +12,12 @@ One batch of ``B`` sequences padded to ``T`` tokens holds ``Σ w`` words (``w`` 
 
 Words are laid end to end without padding, so :func:`forward_segments` can write a batch straight
 into a slice of a shard.
+
+Token-level positional counts (Voita et al. 2019 count argmaxes over sub-word tokens): per sequence,
+layer and head, how many query tokens have their attention argmax at relative token offset
+``k = -K..K`` (special tokens in place, as keys and as queries) and how many elsewhere
+(``[B, L, H, 2, 2K+2]``: query kind 0 = word pieces, 1 = special tokens; bins ``-K..K`` then
+"other"); see :func:`token_offset_counts`.
 """
 
 from __future__ import annotations
@@ -214,6 +220,44 @@ def low_precision_linears(model: torch.nn.Module, dtype: torch.dtype | None) -> 
             p.data = data
 
 
+def token_offset_bins(window: int) -> list[int | str]:
+    """Labels of the bins of :func:`token_offset_counts`: ``-window .. window`` then ``"other"``."""
+    return [*range(-window, window + 1), "other"]
+
+
+def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[Segment], out: torch.Tensor) -> None:
+    """Count, per sequence, layer and head, the relative token offset of each query token's argmax.
+
+    attentions: per layer ``[B, H, T, T]`` token attention of a padded batch of ``segments``;
+    out: integer tensor ``[B, L, H, 2, 2K+2]`` to fill (``K`` from its size). Query tokens are every
+    non-padding token, special tokens included (kind 1; word pieces kind 0); keys are every
+    non-padding token (padding keys can never be the argmax). Offset ``argmax - query``; bins
+    ``-K..K`` then "other" (``|offset| > K``). Ties go to the first maximal key.
+    """
+    B, T = len(segments), attentions[0].shape[-1]
+    H = attentions[0].shape[1]
+    n_bins = out.shape[-1]
+    window = (n_bins - 2) // 2
+    device = attentions[0].device
+    lengths = torch.tensor([s.n_tokens for s in segments], device=device)
+    positions = torch.arange(T, device=device)
+    valid = positions[None, :] < lengths[:, None]                                   # [B, T]
+    wid = torch.full((B, T), -2, dtype=torch.long)
+    for b, seg in enumerate(segments):
+        wid[b, : seg.n_tokens] = torch.tensor(seg.word_ids)
+    kind = (wid == -1).long().to(device)                                             # [B, T]
+    # flat index of (sequence, head, kind) for every query, and the queries that count
+    base = ((torch.arange(B, device=device)[:, None, None] * H + torch.arange(H, device=device)[None, :, None]) * 2
+            + kind[:, None, :]) * n_bins                                             # [B, H, T]
+    rows = valid[:, None, :].expand(B, H, T)
+    for l, a in enumerate(attentions):
+        scores = a.masked_fill(~valid[:, None, None, :], -1.0)
+        offset = scores.argmax(-1) - positions                                       # [B, H, T]
+        bins = torch.where(offset.abs() <= window, offset + window, torch.full_like(offset, n_bins - 1))
+        counts = torch.bincount((base + bins)[rows], minlength=B * H * 2 * n_bins)
+        out[:, l] = counts.view(B, H, 2, n_bins).to(out.device, out.dtype)
+
+
 @torch.inference_mode()
 def forward_segments(
     model,
@@ -226,6 +270,7 @@ def forward_segments(
     amp_dtype: torch.dtype | None = None,
     out: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None,
     out_dtype: torch.dtype = torch.float32,
+    token_offsets: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Run one padded batch; return its words laid end to end (segment by segment, all words of
     each segment): hidden ``[L+1, Σ w, D]``, word attention flattened per segment ``[L, H, Σ w²]``
@@ -235,6 +280,9 @@ def forward_segments(
     ``out``: CPU tensors of those shapes to write into (any float dtype, e.g. slices of a shard);
     by default new tensors of ``out_dtype``. Non-finite hidden states raise :class:`StoreError`,
     as do values beyond the range of the output dtype.
+
+    token_offsets: with attentions, an integer tensor ``[B, L, H, 2, 2K+2]`` filled with the
+    token-level argmax offset counts of each segment (:func:`token_offset_counts`).
     """
     T = max(s.n_tokens for s in segments)
     B = len(segments)
@@ -267,6 +315,8 @@ def forward_segments(
         _check_finite(word_hidden[l], picked, segments)
     if not attentions:
         return out
+    if token_offsets is not None:
+        token_offset_counts(result.attentions, segments, token_offsets)
     # per layer, two batched matmuls: columns first (sum over attended pieces), then rows (mean
     # over attending pieces); then each word's row keeps its segment's own columns
     W = layout.to_word.shape[1]

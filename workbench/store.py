@@ -6,8 +6,11 @@ corpus fingerprint, settings):
 - ``plan.json``: settings, fingerprints and the shard plan (which sentences each shard holds);
 - ``shard-00000.safetensors`` …: ``sentence_ids [S]``, ``word_counts [S]``,
   ``hidden [L+1, words, D]`` and, with attentions, ``attention [L, H, Σ w²]`` (each sentence's
-  ``[w, w]`` word attention flattened) and ``special [L, H, words, 2]`` (attention to the first and
-  other special tokens);
+  ``[w, w]`` word attention flattened), ``special [L, H, words, 2]`` (attention to the first and
+  other special tokens) and ``token_offsets [S, L, H, 2, 2K+2]`` (int32: per sentence, layer and
+  head, how many query tokens -- word pieces, special tokens -- have their token-level attention
+  argmax at relative token offset ``-K..K`` or elsewhere; Voita et al.'s positional heads are a
+  token-level property, and full token maps would be too big to keep);
 - ``manifest.json``: written last; its presence means the store is complete.
 
 Every file is written atomically. Sentences are sorted by length into shards, so a shard's
@@ -24,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -36,10 +39,13 @@ from bertology import atomic, paths
 from bertology.corpus import Corpus
 from bertology.errors import StoreError
 from bertology.features import (LongPolicy, Pooling, Segment, forward_segments, low_precision_linears,
-                                model_max_tokens, segment_sentence, tokenize_sentences)
+                                model_max_tokens, segment_sentence, token_offset_bins, tokenize_sentences)
 from bertology.models import LoadedModel
 
-STORE_VERSION = 1
+# 2: shards with attentions also hold token-level argmax offset counts (``token_offsets``)
+STORE_VERSION = 2
+TOKEN_OFFSET_WINDOW = 8
+TokenQueries = Literal["all", "words", "special"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class ExtractionSettings:
     shard_size: int = 256
     amp_dtype: str | None = None  # compute: None = float32; "bfloat16" / "float16" = autocast
     storage: str = "float32"      # on-disk dtype of hidden states and attention: float32 | float16
+    token_offset_window: int = TOKEN_OFFSET_WINDOW  # token-level argmax offsets counted in bins -K..K (+ other)
     version: int = STORE_VERSION
 
     def validate(self) -> None:
@@ -66,6 +73,8 @@ class ExtractionSettings:
             raise StoreError(f"amp_dtype must be None, 'bfloat16' or 'float16', not {self.amp_dtype!r}")
         if self.storage not in ("float32", "float16"):
             raise StoreError(f"storage must be 'float32' or 'float16', not {self.storage!r}")
+        if self.token_offset_window < 1:
+            raise StoreError(f"token_offset_window must be positive, not {self.token_offset_window!r}")
 
 
 class FeatureStore:
@@ -90,6 +99,9 @@ class FeatureStore:
         self.dim: int = m["dim"]
         self.n_sentences: int = m["n_sentences"]
         self.has_attention: bool = m["settings"]["attentions"]
+        window = m["settings"].get("token_offset_window")
+        self.has_token_offsets: bool = self.has_attention and window is not None
+        self.token_offset_window: int | None = int(window) if window is not None else None
         self.word_counts = np.asarray(m["word_counts"], dtype=np.int64)
         self.sentence_offsets = np.concatenate([[0], np.cumsum(self.word_counts)]).astype(np.int64)
         self.n_words = int(self.sentence_offsets[-1])
@@ -147,6 +159,42 @@ class FeatureStore:
         w = self.word_counts[i]
         return self._open(int(k)).get_slice("special")[:, :, int(off) : int(off + w)].float().numpy()
 
+    @property
+    def token_offset_bins(self) -> list[int | str]:
+        """Labels of the last axis of :meth:`token_offsets`: offsets ``-K..K``, then ``"other"``."""
+        self._need_token_offsets()
+        return token_offset_bins(int(self.token_offset_window))
+
+    def _need_token_offsets(self) -> None:
+        if not self.has_attention:
+            raise StoreError(f"{self.path}: extracted without attentions")
+        if not self.has_token_offsets:
+            raise StoreError(f"{self.path}: store version {self.manifest.get('version')} has no token-level "
+                             f"argmax offsets (added in store version 2); extract again (a new store key)")
+
+    def token_offsets(self, i: int, *, queries: TokenQueries = "all") -> np.ndarray:
+        """Sentence ``i``'s token-level argmax offset counts ``[n_layers - 1, heads, 2K+2]`` (int64).
+
+        Entry ``[l, h, b]``: how many query tokens of the sentence have head ``(l, h)``'s attention
+        argmax (over every token, special tokens included) at relative token offset
+        :attr:`token_offset_bins` ``[b]`` (the last bin: further than ``K``). ``queries``: ``"all"``
+        query tokens (default; ``counts.sum(-1)`` = the sentence's token count), only ``"words"``
+        (word pieces) or only ``"special"`` (``[CLS]``/``[SEP]``-like tokens).
+        """
+        self._need_token_offsets()
+        k, row, _, _ = self._where[i]
+        counts = self._open(int(k)).get_slice("token_offsets")[int(row) : int(row) + 1].numpy()[0].astype(np.int64)
+        return _select_queries(counts, queries)
+
+    def token_offset_totals(self, *, queries: TokenQueries = "all") -> np.ndarray:
+        """:meth:`token_offsets` summed over every sentence of the store: ``[n_layers - 1, heads, 2K+2]``."""
+        self._need_token_offsets()
+        total = None
+        for k in range(len(self._shards)):
+            block = self._open(k).get_tensor("token_offsets").numpy().astype(np.int64).sum(0)
+            total = block if total is None else total + block
+        return _select_queries(total, queries)
+
     def layers(self, layers: Sequence[int] | None = None) -> np.ndarray:
         """Word vectors of the chosen layers, corpus order: ``[len(layers), n_words, dim]``."""
         layers = list(range(self.n_layers)) if layers is None else [int(l) for l in layers]
@@ -169,6 +217,17 @@ class FeatureStore:
         """``(i, attention(i))`` for every sentence in corpus order."""
         for i in range(self.n_sentences):
             yield i, self.attention(i, normalise=normalise)
+
+
+def _select_queries(counts: np.ndarray, queries: str) -> np.ndarray:
+    """``[..., 2, bins]`` counts by query kind (0 word pieces, 1 special tokens) -> ``[..., bins]``."""
+    if queries == "all":
+        return counts.sum(-2)
+    if queries == "words":
+        return counts[..., 0, :]
+    if queries == "special":
+        return counts[..., 1, :]
+    raise StoreError(f"queries must be 'all', 'words' or 'special', not {queries!r}")
 
 
 # --------------------------------------------------------------------------- extraction
@@ -251,6 +310,11 @@ def _compute_shard(
     att_off = dict(zip(sentence_ids, np.concatenate([[0], np.cumsum(word_counts**2)[:-1]]).tolist()))
     hidden_out, att_out, special_out = buffers.views(int(word_counts.sum()), int((word_counts**2).sum()),
                                                      settings.attentions)
+    row_of = {s: r for r, s in enumerate(sentence_ids)}
+    L, H = lm.num_layers, lm.num_heads
+    n_bins = 2 * settings.token_offset_window + 2
+    offsets_out = (torch.zeros(len(sentence_ids), L, H, 2, n_bins, dtype=torch.int32)
+                   if settings.attentions else None)
     segs = [s for i in sentence_ids for s in segments_per_sentence[i]]
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     amp = getattr(torch, settings.amp_dtype) if settings.amp_dtype else None
@@ -266,7 +330,11 @@ def _compute_shard(
             views = (hidden_out[:, off : off + n],
                      att_out[:, :, a : a + sum(w * w for w in n_words)] if att_out is not None else None,
                      special_out[:, :, off : off + n] if special_out is not None else None)
-            forward_segments(lm.model, batch, out=views, **common)
+            batch_offsets = (torch.zeros(len(batch), L, H, 2, n_bins, dtype=torch.int32)
+                             if offsets_out is not None else None)
+            forward_segments(lm.model, batch, out=views, token_offsets=batch_offsets, **common)
+            if batch_offsets is not None:
+                offsets_out[[row_of[seg.sentence] for seg in batch]] = batch_offsets
         else:  # sliding windows (hidden states only): copy the words each window owns
             word_hidden, _, _ = forward_segments(lm.model, batch, **common)
             first = 0
@@ -284,6 +352,7 @@ def _compute_shard(
     if att_out is not None:
         tensors["attention"] = att_out
         tensors["special"] = special_out
+        tensors["token_offsets"] = offsets_out
     return tensors
 
 
@@ -306,7 +375,9 @@ def extract(
     """Extract (or reopen) the store of ``lm`` over ``corpus``; resumes a killed run.
 
     pooling: subword→word pooling of hidden states (first / last / mean piece).
-    attentions: also keep word-level attention maps (needs an eager-attention model).
+    attentions: also keep word-level attention maps and, per sentence and head, the counts of the
+    token-level attention argmax's relative offset (:meth:`FeatureStore.token_offsets`; needs an
+    eager-attention model).
     long_policy: sentences longer than the model accepts raise (``"error"``, naming the sentence) or
     are split into overlapping sliding windows (``"window"``, hidden states only).
     amp_dtype: compute in ``"bfloat16"`` / ``"float16"`` autocast (linear layers' weights cast once

@@ -20,7 +20,8 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
 __all__ = ["make_tiny_bert", "tiny_config", "tiny_bert", "pair_batches", "trained_pair_model",
-           "VOCAB", "MASK_ID", "PAD_ID", "tiny_tokenizer", "tiny_model", "save_tiny_model_dir", "TINY_WORDS"]
+           "VOCAB", "MASK_ID", "PAD_ID", "tiny_tokenizer", "tiny_model", "save_tiny_model_dir", "TINY_WORDS",
+           "plant_offset_head"]
 
 VOCAB, MASK_ID, PAD_ID = 40, 3, 0
 
@@ -219,3 +220,46 @@ def save_tiny_model_dir(model_type: str, path: str | os.PathLike, *, mlm: bool =
         hf_logging.set_verbosity(verbosity)
     tiny_tokenizer(model_type).save_pretrained(path)
     return path
+
+
+# --------------------------------------------------------------------------- planted heads
+
+def plant_offset_head(model: Any, layer: int, head: int, offset: int = -1) -> Any:
+    """Force head ``head`` of layer ``layer`` of a BERT-style encoder to put all its attention on the
+    token at relative position ``offset`` (a token whose target falls outside the sequence or on
+    padding attends to itself). The head's attention probabilities -- what eager attention maps,
+    and so the feature store, see -- and its output (the same weights applied to its values) are
+    replaced by a forward hook on that layer's self-attention module, registered first so that
+    transformers' output recording sees the planted map. Returns the hook handle
+    (``handle.remove()`` undoes it).
+    """
+    encoder = getattr(model, "base_model", model)
+    module = encoder.encoder.layer[layer].attention.self
+    size = module.attention_head_size
+
+    def hook(mod, args, kwargs, output):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
+        attn_output, weights = output[0], output[1]
+        B, _, T, _ = weights.shape
+        if mask is None:
+            valid = torch.ones(B, T, dtype=torch.bool, device=weights.device)
+        elif mask.dtype == torch.bool:
+            valid = mask.expand(B, 1, T, T)[:, 0, -1] if mask.dim() == 4 else mask.bool()
+        else:
+            valid = (mask.expand(B, 1, T, T)[:, 0, -1] > torch.finfo(mask.dtype).min / 2) if mask.dim() == 4 \
+                else mask > 0
+        positions = torch.arange(T, device=weights.device)
+        target = (positions + offset).expand(B, T)
+        inside = (target >= 0) & (target < T)
+        inside &= torch.gather(valid, 1, target.clamp(0, T - 1))
+        target = torch.where(inside, target, positions.expand(B, T))
+        forced = torch.nn.functional.one_hot(target, T).to(weights.dtype)            # [B, T, T]
+        value = mod.value(hidden).view(B, T, -1, size)[:, :, head]                   # [B, T, d]
+        weights = weights.clone()
+        weights[:, head] = forced
+        attn_output = attn_output.clone()
+        attn_output[..., head * size:(head + 1) * size] = torch.bmm(forced, value.to(forced.dtype)).to(attn_output.dtype)
+        return (attn_output, weights, *output[2:])
+
+    return module.register_forward_hook(hook, with_kwargs=True, prepend=True)

@@ -12,7 +12,8 @@ from bertology.probes.heads.attention_probe import (AttentionDependencyProbe, Wo
 from bertology.probes.heads.gates import (AttentionBlock, HeadGates, attention_blocks, count_parameters,
                                           describe_pruning, gates_from_heads, head_shape, iter_heads, kept_heads,
                                           load_pruned, prune_heads, save_pruned)
-from bertology.probes.heads.head_types import (analyse_store, canonical_relation, classify_heads,
+from bertology.probes.heads.head_types import (DEPENDENT_TO_HEAD, HEAD_TO_DEPENDENT, VOITA_RELATIONS, analyse_store,
+                                               argmax_other_word, canonical_relation, classify_heads,
                                                dependency_scores, heads_across_checkpoints, type_matrix)
 from bertology.probes.heads.importance import (TaggingHead, ablation_importance, importance_scores, mask_batches,
                                                mlm_loss, model_inputs, normalise_per_layer, tagging_batches,
@@ -25,7 +26,8 @@ from bertology.probes.heads.stats import (HeadStatistics, corpus_frequencies, he
 __all__ = [
     "HeadStatistics", "head_statistics", "statistic_matrix", "corpus_frequencies", "wordfreq_frequency",
     "dependency_scores", "classify_heads", "type_matrix", "analyse_store", "heads_across_checkpoints",
-    "canonical_relation", "attention_probe", "best_heads", "AttentionDependencyProbe",
+    "canonical_relation", "VOITA_RELATIONS", "DEPENDENT_TO_HEAD", "HEAD_TO_DEPENDENT", "argmax_other_word",
+    "attention_probe", "best_heads", "AttentionDependencyProbe",
     "WordAwareDependencyProbe", "distance_features", "HeadGates", "AttentionBlock", "attention_blocks",
     "head_shape", "kept_heads", "gates_from_heads", "prune_heads", "count_parameters", "save_pruned",
     "load_pruned", "describe_pruning", "iter_heads", "importance_scores", "ablation_importance",

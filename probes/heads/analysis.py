@@ -20,11 +20,12 @@ import pandas as pd
 
 from bertology.errors import ConfigError
 from bertology.probes.heads.attention_probe import attention_probe, best_heads
-from bertology.probes.heads.head_types import analyse_store, classify_heads, dependency_scores, type_matrix
+from bertology.probes.heads.head_types import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
+                                               dependency_scores, type_matrix)
 from bertology.probes.heads.importance import importance_scores
 from bertology.probes.heads.pruning import (heads_dict, heads_pruned_at, measure_pruning, pos_task, pruning_curve,
                                             train_l0_gates)
-from bertology.probes.heads.stats import corpus_frequencies, head_statistics
+from bertology.probes.heads.stats import SPECIAL_TOKENS, corpus_frequencies, head_statistics
 from bertology.runs import StudyContext, model_corpus_store
 
 __all__ = ["CURVE_METHODS", "HEAD_TYPES_DEFAULTS", "PRUNING_DEFAULTS", "PRUNING_METHODS", "head_types_analysis",
@@ -36,6 +37,11 @@ HEAD_TYPES_DEFAULTS: dict[str, Any] = {
     "limit": 600,
     "pooling": "first",
     "frequencies": "corpus",        # corpus | wordfreq
+    "positional_level": "token",    # token (Voita: argmax over sub-word tokens, specials in place) | word
+    "positional_queries": "all",    # token level: all query tokens | words (special tokens' rows left out)
+    "special_tokens": "keep",       # keep (Clark: rows over words + [CLS] + [SEP]) | drop (word rows renormalised)
+    "exclude_self": True,           # syntactic argmax over the other words (Clark) | False: the word itself counts
+    "syntactic_relations": list(VOITA_RELATIONS),   # Voita's nsubj, dobj, amod, advmod; [all] = every relation
     "positional_threshold": 0.9,
     "syntactic_margin": 0.10,
     "min_count": 20,
@@ -73,8 +79,16 @@ def head_types_analysis(ctx: StudyContext) -> None:
 
     Config (:data:`HEAD_TYPES_DEFAULTS`): ``model``, ``corpus``, ``limit`` (first N sentences, None =
     all), ``pooling`` (sub-word to word), ``frequencies`` (``corpus`` or ``wordfreq``: what "rare" is
-    measured against), the head-type thresholds ``positional_threshold``, ``syntactic_margin``,
-    ``min_count``, ``rare_threshold``, ``special_threshold``, ``broad_entropy`` (see
+    measured against), the definitions (defaults = the papers'): ``positional_level`` (``token``:
+    Voita et al.'s argmax over sub-word tokens with the special tokens in place, from the store's
+    token-level counts; ``word``: over words of Clark's word-level maps), ``positional_queries``
+    (``all`` query tokens or ``words``: the special tokens' own rows left out), ``special_tokens``
+    (``keep``: entropy, confidence, argmaxes and weights over words + [CLS] + [SEP], Clark et al.;
+    ``drop``: word rows renormalised), ``exclude_self`` (syntactic argmax over the other words, as
+    Clark et al.'s predictor), ``syntactic_relations`` (relations a syntactic head is judged on:
+    Voita et al.'s nsubj, dobj, amod, advmod; ``[all]`` = every relation), the head-type thresholds
+    ``positional_threshold``, ``syntactic_margin``, ``min_count``, ``rare_threshold``,
+    ``special_threshold``, ``broad_entropy`` (see
     :func:`~bertology.probes.heads.head_types.classify_heads`), ``example_sentences`` /
     ``example_max_words`` (the attention maps kept for the dashboard), ``word_vectors`` (spaCy vectors
     for the attention-and-words probe, Clark's GloVe probe: ``en``, a language, a pipeline folder, or
@@ -82,14 +96,17 @@ def head_types_analysis(ctx: StudyContext) -> None:
 
     Tables:
 
-    - ``head_stats``: ``layer, head, statistic, value, n`` (long: argmax offsets, entropy, attention
-      to rare words and to special tokens; :func:`~bertology.probes.heads.stats.head_statistics`).
+    - ``head_stats``: ``layer, head, statistic, value, n`` (long: token- and word-level argmax
+      offsets, entropy, confidence, attention to rare words and to special tokens;
+      :func:`~bertology.probes.heads.stats.head_statistics`).
     - ``head_dependency``: ``layer, head, relation, direction, n, correct, accuracy, baseline_offset,
-      baseline_accuracy, gain`` (empty when the corpus has no dependencies).
+      baseline_accuracy, gain`` (direction ``dependent_attends_to_head`` or
+      ``head_attends_to_dependent``; empty when the corpus has no dependencies).
     - ``head_types``: ``layer, head, type, types, positional_offset, positional_share, rare_share,
       special_share, entropy_norm, confidence, syntactic_relation, syntactic_direction,
       syntactic_accuracy, syntactic_baseline, syntactic_gain, is_positional, is_syntactic,
-      is_rare_token, is_special, is_broad``.
+      is_rare_token, is_special, is_broad, positional_level, token_offset, token_share, word_offset,
+      word_share, special_argmax_share``.
     - ``head_type_matrix``: ``layer`` and one column per head (``"0"``, ``"1"``...) holding its type.
     - ``head_best``: ``relation, direction, layer, head, n, accuracy, baseline_offset,
       baseline_accuracy, gain`` (the best head per relation and direction).
@@ -99,20 +116,26 @@ def head_types_analysis(ctx: StudyContext) -> None:
     ``attention_examples`` (JSON): a few short sentences with their words and attention maps.
     """
     cfg = ctx.config
+    _check_head_type_options(cfg)
     _, corpus, store = model_corpus_store(ctx, attentions=True)
     sentences = list(corpus)
+    n = len(corpus)
     has_deps = all(s.heads is not None and s.deprels is not None for s in sentences)
     freqs = corpus_frequencies(sentences) if cfg["frequencies"] == "corpus" else None
 
     stats = ctx.step("head_stats", lambda: head_statistics(
-        (store.attention(i) for i in range(len(corpus))), sentences,
-        special_attention=(store.special_attention(i) for i in range(len(corpus))), frequencies=freqs))
+        (store.attention(i, normalise=False) for i in range(n)), sentences,
+        special_attention=(store.special_attention(i) for i in range(n)), frequencies=freqs,
+        token_offsets=(store.token_offsets(i, queries=cfg["positional_queries"]) for i in range(n)),
+        special_tokens=cfg["special_tokens"]))
     deps = ctx.step("head_dependency", lambda: dependency_scores(
-        (store.attention(i) for i in range(len(corpus))), sentences) if has_deps else pd.DataFrame())
+        (store.attention(i, normalise=False) for i in range(n)), sentences,
+        exclude_self=cfg["exclude_self"]) if has_deps else pd.DataFrame())
     types = ctx.step("head_types", lambda: classify_heads(
         stats, deps if has_deps else None, positional_threshold=cfg["positional_threshold"],
         syntactic_margin=cfg["syntactic_margin"], min_count=cfg["min_count"], rare_threshold=cfg["rare_threshold"],
-        special_threshold=cfg["special_threshold"], broad_entropy=cfg["broad_entropy"]))
+        special_threshold=cfg["special_threshold"], broad_entropy=cfg["broad_entropy"],
+        relations=cfg["syntactic_relations"], positional_level=cfg["positional_level"]))
     ctx.step("head_type_matrix", lambda: type_matrix(types).reset_index())
     if has_deps:
         ctx.step("head_best", lambda: best_heads(deps, min_count=cfg["min_count"]))
@@ -134,6 +157,16 @@ def head_types_analysis(ctx: StudyContext) -> None:
                                "attention": np.round(store.attention(i), 4).tolist()} for i in chosen]}
 
     ctx.extra("attention_examples", examples)
+
+
+def _check_head_type_options(cfg: dict[str, Any]) -> None:
+    """Refuse an unknown head-type definition before any work."""
+    for key, allowed in (("positional_level", POSITIONAL_LEVELS), ("positional_queries", ("all", "words")),
+                         ("special_tokens", SPECIAL_TOKENS)):
+        if cfg[key] not in allowed:
+            raise ConfigError(f"head_types: {key} must be one of {', '.join(allowed)}, not {cfg[key]!r}")
+    if not cfg["syntactic_relations"]:
+        raise ConfigError("head_types: syntactic_relations is empty; give relations or [all]")
 
 
 def _check_methods(methods: Any, l0_lambdas: Any) -> list[str]:

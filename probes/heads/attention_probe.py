@@ -1,7 +1,8 @@
 """Attention-based dependency probe (Clark et al. 2019).
 
-- Best single head: for each relation and direction, the head whose argmax most often hits the
-  gold partner (``relation="all"``, ``dep->head`` = unlabelled attachment from one head).
+- Best single head: for each relation and direction, the head whose argmax over the *other* words
+  most often hits the gold partner (``relation="all"``, ``dependent_attends_to_head`` = unlabelled
+  attachment from one head: Clark et al.'s "most-attended-to other word").
 - Learned combination ("attention-only probe"): p(head(i) = j) = softmax_j(Σ_k w_k α_k(i, j) +
   u_k α_k(j, i) + b), a conditional logistic regression over the ``[layers * heads]`` attention
   features in both directions, trained on some sentences and scored as UAS on held-out ones.
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertology.probes.heads.head_types import dependency_scores
+from bertology.probes.heads.head_types import DEPENDENT_TO_HEAD, argmax_other_word, dependency_scores
 from bertology.probes.embeddings.static_vectors import StaticVectors
 from bertology.errors import WorkbenchError
 
@@ -246,7 +247,7 @@ class WordAwareDependencyProbe:
 def _uas_single_head(attentions, sentences, layer: int, head: int) -> tuple[float, int]:
     correct = total = 0
     for a, s in zip(attentions, sentences):
-        argmax = np.asarray(a)[layer, head].argmax(-1)
+        argmax = argmax_other_word(np.asarray(a)[layer, head])  # the word itself is never its head
         for i, h in enumerate(s.heads):
             if int(h) > 0:
                 correct += int(argmax[i] == int(h) - 1)
@@ -288,7 +289,7 @@ def attention_probe(attentions: Sequence[np.ndarray], sentences: Sequence, *, te
     best_offset = max(offsets, key=lambda k: _uas_offset(s_tr, k))
     rows.append(("best_offset", None, None, best_offset, _uas_offset(s_te, best_offset)))
     dep = dependency_scores(a_tr, s_tr)
-    unlabelled = dep[(dep["relation"] == "all") & (dep["direction"] == "dep->head")]
+    unlabelled = dep[(dep["relation"] == "all") & (dep["direction"] == DEPENDENT_TO_HEAD)]
     top = unlabelled.loc[unlabelled["accuracy"].idxmax()]
     layer, head = int(top["layer"]), int(top["head"])
     rows.append(("best_head", layer, head, None, _uas_single_head(a_te, s_te, layer, head)[0]))

@@ -1,14 +1,20 @@
 """Head types with published criteria: positional, syntactic, rare-token (Voita et al. 2019),
 broad and special-token heads (Clark et al. 2019).
 
-- positional: ≥ ``positional_threshold`` (0.9) of argmaxes at one relative offset (reported);
-- syntactic: for a dependency relation and direction (``dep->head``: the dependent's argmax hits
-  its head; ``head->dep``: the head's argmax hits one of its dependents with that relation), the
-  accuracy beats the best fixed-offset baseline for that relation by ≥ ``syntactic_margin``
-  (0.10) with at least ``min_count`` cases;
+- positional: ≥ ``positional_threshold`` (0.9) of argmaxes at one relative offset (reported). By
+  default (``positional_level="token"``, Voita et al.) over sub-word tokens with the special tokens
+  in place (the store's ``token_offsets`` counts); ``positional_level="word"`` judges the argmax over
+  words of Clark's word-level maps instead;
+- syntactic: for a dependency relation and direction (``dependent_attends_to_head``: the dependent's
+  argmax hits its head; ``head_attends_to_dependent``: the head's argmax hits one of its dependents
+  with that relation), the accuracy beats the best fixed-offset baseline for that relation and
+  direction by ≥ ``syntactic_margin`` (0.10) with at least ``min_count`` cases; the argmax is over
+  the *other* words of the sentence (the word itself excluded, as Clark et al.'s predictor does)
+  and, by default, only Voita et al.'s relations nsubj, dobj, amod, advmod count;
 - rare-token: share of argmaxes on the sentence's least frequent word ≥ ``rare_threshold``;
 - special: mean attention on [CLS] + [SEP] ≥ ``special_threshold`` (needs special attention);
-- broad: normalised entropy ≥ ``broad_entropy``.
+- broad: normalised entropy ≥ ``broad_entropy`` (by default over words + [CLS] + [SEP]: see
+  :mod:`bertology.probes.heads.stats`).
 A head can meet several criteria; ``type`` is the first met in the order above, ``types`` lists all.
 """
 
@@ -29,6 +35,12 @@ CORE_RELATIONS = ("nsubj", "dobj", "amod", "advmod", "det", "prep", "case", "pob
                   "compound", "conj", "cc", "mark", "nsubjpass", "auxpass", "acomp", "attr", "nummod", "obl",
                   "nmod", "xcomp", "ccomp", "advcl", "relcl", "acl", "punct")
 TYPE_ORDER = ("positional", "syntactic", "rare-token", "special", "broad")
+# Voita et al. 2019 (Section 5.2): the relations their syntactic heads are judged on
+VOITA_RELATIONS = ("nsubj", "dobj", "amod", "advmod")
+DEPENDENT_TO_HEAD = "dependent_attends_to_head"   # the dependent's argmax is on its syntactic head
+HEAD_TO_DEPENDENT = "head_attends_to_dependent"   # the head's argmax is on one of its dependents
+DIRECTIONS = (DEPENDENT_TO_HEAD, HEAD_TO_DEPENDENT)
+POSITIONAL_LEVELS = ("token", "word")
 
 
 def canonical_relation(label: str) -> str:
@@ -40,7 +52,7 @@ def canonical_relation(label: str) -> str:
 
 
 def _relation_cases(heads: Sequence[int], deprels: Sequence[str]):
-    """Per relation: dep->head pairs (i, head) and head->dep (head, set of dependents), 0-based."""
+    """Per relation: (dependent, head) pairs and, per head word, its set of dependents; 0-based."""
     dep_to_head: dict[str, list[tuple[int, int]]] = {}
     head_to_deps: dict[str, dict[int, set[int]]] = {}
     for i, (h, rel) in enumerate(zip(heads, deprels)):
@@ -52,15 +64,30 @@ def _relation_cases(heads: Sequence[int], deprels: Sequence[str]):
     return dep_to_head, head_to_deps
 
 
+def argmax_other_word(attention: np.ndarray, exclude_self: bool = True) -> np.ndarray:
+    """``[..., w]`` index of each row's most-attended word of ``[..., w, w]`` word attention; with
+    ``exclude_self`` the word itself is left out (Clark et al.'s "most-attended-to other word")."""
+    a = np.asarray(attention, dtype=np.float64)
+    w = a.shape[-1]
+    if exclude_self and w > 1:
+        a = np.where(np.eye(w, dtype=bool), -np.inf, a)
+    return a.argmax(-1)
+
+
 def dependency_scores(attentions: Iterable[np.ndarray], sentences: Iterable,
-                      window: Sequence[int] = DEFAULT_WINDOW) -> pd.DataFrame:
+                      window: Sequence[int] = DEFAULT_WINDOW, *, exclude_self: bool = True) -> pd.DataFrame:
     """Per head, relation and direction, the share of cases whose argmax hits the gold partner.
 
-    attentions: per sentence ``[layers, heads, words, words]``; sentences: ``Sentence`` objects with
-    ``heads`` (1-based, 0 = root) and ``deprels``. Also ``relation="all"`` (unlabelled, dep->head).
+    attentions: per sentence ``[layers, heads, words, words]`` word attention (special tokens are
+    not candidates); sentences: ``Sentence`` objects with ``heads`` (1-based, 0 = root) and
+    ``deprels``. The argmax is over the other words of the sentence (``exclude_self``, default, as
+    Clark et al.); ``exclude_self=False`` lets a word's own column win (the earlier behaviour).
+    Directions: ``dependent_attends_to_head`` (each dependent's argmax vs its head; also
+    ``relation="all"``, unlabelled) and ``head_attends_to_dependent`` (each head word with
+    dependents of that relation: is its argmax one of them).
     Returns ``layer, head, relation, direction, n, correct, accuracy, baseline_offset,
     baseline_accuracy, gain`` (gain = accuracy - baseline_accuracy, the best fixed offset in
-    ``window`` for that relation and direction).
+    ``window``, 0 excluded, for that relation and direction).
     """
     correct: dict[tuple[str, str], np.ndarray] = {}
     counts: dict[tuple[str, str], int] = {}
@@ -75,14 +102,14 @@ def dependency_scores(attentions: Iterable[np.ndarray], sentences: Iterable,
             raise WorkbenchError(f"sentence {sentence.sent_id}: {len(sentence.words)} words but attention "
                                  f"over {a.shape[-1]}")
         shape = a.shape[:2]
-        argmax = a.argmax(-1)  # [L, H, w]
+        argmax = argmax_other_word(a, exclude_self)  # [L, H, w]
         dep_to_head, head_to_deps = _relation_cases(sentence.heads, sentence.deprels)
         all_pairs = [p for pairs in dep_to_head.values() for p in pairs]
         dep_to_head["all"] = all_pairs
         for rel, pairs in dep_to_head.items():
             if not pairs:
                 continue
-            key = (rel, "dep->head")
+            key = (rel, DEPENDENT_TO_HEAD)
             src = np.array([p[0] for p in pairs])
             tgt = np.array([p[1] for p in pairs])
             hits = (argmax[:, :, src] == tgt).sum(-1)
@@ -92,7 +119,7 @@ def dependency_scores(attentions: Iterable[np.ndarray], sentences: Iterable,
             for k in offsets:
                 bucket[k] = bucket.get(k, 0) + int(((tgt - src) == k).sum())
         for rel, groups in head_to_deps.items():
-            key = (rel, "head->dep")
+            key = (rel, HEAD_TO_DEPENDENT)
             src = np.array(list(groups))
             member = np.zeros((len(src), a.shape[-1]), dtype=bool)  # [cases, words]: is a dependent
             for row, h in enumerate(src):
@@ -127,26 +154,58 @@ def _wide(stats: pd.DataFrame) -> pd.DataFrame:
     return stats.pivot_table(index=["layer", "head"], columns="statistic", values="value").reset_index()
 
 
+def _best_offset(wide: pd.DataFrame, prefix: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per head, the offset with the largest share among ``{prefix}{k}`` columns and that share."""
+    cols = [c for c in wide.columns if c.startswith(prefix) and c != f"{prefix}other"]
+    if not cols:
+        return None
+    shares = wide[cols].to_numpy()
+    best = shares.argmax(1)
+    offsets = np.array([int(cols[i][len(prefix):]) for i in best])
+    return offsets, shares[np.arange(len(wide)), best]
+
+
+def _wanted_relations(relations: Sequence[str] | str | None) -> set[str] | None:
+    """``None``, ``"all"`` or ``["all"]``: every relation; else the canonical labels."""
+    if relations is None or relations == "all" or list(relations) == ["all"]:
+        return None
+    if isinstance(relations, str):
+        relations = [relations]
+    return {canonical_relation(r) for r in relations}
+
+
 def classify_heads(stats: pd.DataFrame, dependency: pd.DataFrame | None = None, *,
                    positional_threshold: float = 0.9, syntactic_margin: float = 0.10,
                    min_count: int = 20, rare_threshold: float = 0.5, special_threshold: float = 0.5,
-                   broad_entropy: float = 0.8, relations: Sequence[str] | None = None) -> pd.DataFrame:
+                   broad_entropy: float = 0.8, relations: Sequence[str] | str | None = VOITA_RELATIONS,
+                   positional_level: str = "token") -> pd.DataFrame:
     """One row per head: ``layer, head, type, types`` (``;``-joined) and the scores behind them.
 
     stats: :func:`bertology.probes.heads.stats.head_statistics` table; dependency: :func:`dependency_scores`.
-    Score columns: ``positional_offset, positional_share, syntactic_relation, syntactic_direction,
-    syntactic_accuracy, syntactic_baseline, syntactic_gain, rare_share, special_share,
-    entropy_norm, confidence``. ``type`` is ``"other"`` when no criterion holds.
+    positional_level: ``"token"`` (default, Voita et al.: the ``token_offset_*`` statistics, argmax
+    over sub-word tokens with special tokens in place) or ``"word"`` (the ``argmax_offset_*``
+    statistics: argmax over words of the word-level maps). relations: the relations a syntactic head
+    is judged on (default Voita et al.'s nsubj, dobj, amod, advmod; ``"all"`` / None: every relation
+    but the unlabelled ``all``).
+    Score columns: ``positional_offset, positional_share`` (at ``positional_level``),
+    ``rare_share, special_share, entropy_norm, confidence, syntactic_relation,
+    syntactic_direction, syntactic_accuracy, syntactic_baseline, syntactic_gain``, the flags
+    ``is_*``, then ``positional_level, token_offset, token_share, word_offset, word_share`` (both
+    views side by side; NaN where the stats lack one) and ``special_argmax_share`` (share of rows
+    whose argmax is [CLS]/[SEP]). ``type`` is ``"other"`` when no criterion holds.
     """
+    if positional_level not in POSITIONAL_LEVELS:
+        raise WorkbenchError(f"positional_level must be one of {POSITIONAL_LEVELS}, not {positional_level!r}")
     wide = _wide(stats)
-    offset_cols = [c for c in wide.columns if c.startswith("argmax_offset_") and c != "argmax_offset_other"]
-    if not offset_cols:
+    views = {"token": _best_offset(wide, "token_offset_"), "word": _best_offset(wide, "argmax_offset_")}
+    if views[positional_level] is None:
+        if positional_level == "token":
+            raise WorkbenchError("classify_heads: positional_level='token' needs token-level argmax offsets "
+                                 "(token_offset_* statistics: head_statistics(..., token_offsets=[store.token_offsets(i) "
+                                 "...]) from a store of version 2); positional_level='word' uses word-level maps")
         raise WorkbenchError("classify_heads: stats have no argmax_offset_* statistics")
-    shares = wide[offset_cols].to_numpy()
-    best = shares.argmax(1)
     out = wide[["layer", "head"]].copy()
-    out["positional_offset"] = [int(offset_cols[i].rsplit("_", 1)[1]) for i in best]
-    out["positional_share"] = shares[np.arange(len(wide)), best]
+    out["positional_offset"], out["positional_share"] = views[positional_level]
     for col, name in (("argmax_rarest", "rare_share"), ("attn_special", "special_share"),
                       ("entropy_norm", "entropy_norm"), ("confidence", "confidence")):
         out[name] = wide[col].to_numpy() if col in wide else np.nan
@@ -156,8 +215,8 @@ def classify_heads(stats: pd.DataFrame, dependency: pd.DataFrame | None = None, 
         out[col] = np.nan
     if dependency is not None and not dependency.empty:
         dep = dependency[(dependency["n"] >= min_count) & (dependency["relation"] != "all")]
-        if relations is not None:
-            wanted = {canonical_relation(r) for r in relations}
+        wanted = _wanted_relations(relations)
+        if wanted is not None:
             dep = dep[dep["relation"].isin(wanted)]
         if not dep.empty:
             top = dep.loc[dep.groupby(["layer", "head"])["gain"].idxmax()]
@@ -181,6 +240,12 @@ def classify_heads(stats: pd.DataFrame, dependency: pd.DataFrame | None = None, 
     out.insert(3, "types", [";".join(t) for t in types])
     for t in TYPE_ORDER:
         out[f"is_{t.replace('-', '_')}"] = flags[t].to_numpy()
+    out["positional_level"] = positional_level
+    for level in POSITIONAL_LEVELS:
+        view = views[level]
+        out[f"{level}_offset"] = view[0] if view is not None else np.nan
+        out[f"{level}_share"] = view[1] if view is not None else np.nan
+    out["special_argmax_share"] = wide["argmax_special"].to_numpy() if "argmax_special" in wide else np.nan
     return out.sort_values(["layer", "head"]).reset_index(drop=True)
 
 
@@ -189,29 +254,45 @@ def type_matrix(head_types: pd.DataFrame, column: str = "type") -> pd.DataFrame:
     return head_types.pivot(index="layer", columns="head", values=column).sort_index()
 
 
-def analyse_store(store, corpus, *, frequencies=None, special_attention=None, **thresholds) -> dict[str, pd.DataFrame]:
+def analyse_store(store, corpus, *, frequencies=None, special_attention=None, positional_level: str = "token",
+                  positional_queries: str = "all", special_tokens: str = "keep", exclude_self: bool = True,
+                  **thresholds) -> dict[str, pd.DataFrame]:
     """Stats, dependency scores and types from a ``FeatureStore`` with attention and its corpus.
 
+    positional_level (``"token"``: the store's token-level argmax offsets, Voita et al.; ``"word"``),
+    positional_queries (which query tokens the token-level shares count: ``"all"``, or ``"words"``
+    to leave the special tokens' own rows out), special_tokens (``"keep"``: statistics over words +
+    [CLS] + [SEP], Clark et al.; ``"drop"``), exclude_self (syntactic argmax over the other words) and
+    ``thresholds`` (:func:`classify_heads`) default to the papers' definitions. Token-level counts are
+    read whenever the store has them (so both positional views are reported).
     Returns ``{"head_stats", "head_dependency", "head_types"}`` DataFrames. Dependency scores are
     skipped (empty) when the corpus has no dependencies.
     """
     if not getattr(store, "has_attention", True):
         raise WorkbenchError(f"feature store {getattr(store, 'path', '')}: extracted without attentions")
+    if positional_level not in POSITIONAL_LEVELS:
+        raise WorkbenchError(f"positional_level must be one of {POSITIONAL_LEVELS}, not {positional_level!r}")
     n = len(corpus)
 
     def attentions():
-        return (store.attention(i) for i in range(n))
+        return (store.attention(i, normalise=False) for i in range(n))
 
     if special_attention is None and hasattr(store, "special_attention"):
         try:
             special_attention = [store.special_attention(i) for i in range(n)]
         except Exception:  # store without special-token attention
             special_attention = None
+    has_offsets = getattr(store, "has_token_offsets", False)
+    if positional_level == "token" and not has_offsets:
+        raise WorkbenchError(f"feature store {getattr(store, 'path', '')} has no token-level argmax offsets "
+                             "(extract it again: store version 2), or use positional_level='word'")
+    offsets = (store.token_offsets(i, queries=positional_queries) for i in range(n)) if has_offsets else None
     stats = head_statistics(attentions(), list(corpus), special_attention=special_attention,
-                            frequencies=frequencies)
+                            frequencies=frequencies, token_offsets=offsets, special_tokens=special_tokens)
     has_deps = all(s.heads is not None and s.deprels is not None for s in corpus)
-    dependency = dependency_scores(attentions(), list(corpus)) if has_deps else pd.DataFrame()
-    types = classify_heads(stats, dependency if has_deps else None, **thresholds)
+    dependency = dependency_scores(attentions(), list(corpus), exclude_self=exclude_self) if has_deps \
+        else pd.DataFrame()
+    types = classify_heads(stats, dependency if has_deps else None, positional_level=positional_level, **thresholds)
     return {"head_stats": stats, "head_dependency": dependency, "head_types": types}
 
 

@@ -1,14 +1,30 @@
 """Per-head attention statistics over a corpus (Clark et al. 2019; Voita et al. 2019).
 
 Input: word-level attention per sentence, ``[layers, heads, words, words]`` (rows = the attending
-word, sum to 1), as ``FeatureStore.attention(i)`` returns. Every statistic is computed for all
-layers and heads at once per sentence, then averaged over attending words (token-weighted).
+word), as ``FeatureStore.attention(i)`` returns, and optionally the mass each word puts on the
+special tokens, ``[layers, heads, words, 2]`` (``FeatureStore.special_attention(i)``: ``[CLS]``-like,
+``[SEP]``-like). Every statistic is computed for all layers and heads at once per sentence, then
+averaged over attending words (word-weighted).
+
+Rows (``special_tokens``):
+- ``"keep"`` (default, Clark et al.: BERT's attention is largely on ``[CLS]``/``[SEP]``): each row is
+  the full distribution over the sentence's words *and* the two special-token columns (words get
+  ``1 - special mass``, split in proportion to the given word attention, so raw or renormalised word
+  maps give the same rows); entropy, confidence, argmaxes and mean weights are taken over these
+  ``w + 2`` entries. Without ``special_attention`` the given rows are taken as they are.
+- ``"drop"``: special tokens removed and word rows renormalised to sum to 1 (the earlier behaviour).
 
 Statistics (``statistic`` column):
-- ``entropy`` (bits), ``entropy_norm`` (entropy / log2(words), in [0, 1]);
+- ``entropy`` (bits), ``entropy_norm`` (entropy / log2(entries per row): ``w + 2`` kept, ``w``
+  dropped; in [0, 1]);
 - ``confidence``: mean of the row maximum (Voita);
-- ``argmax_offset_{k}`` for k in the window, ``argmax_offset_other``: share of rows whose argmax
-  is at relative position k (j - i);
+- ``argmax_special``: share of rows whose argmax is a special token (kept rows with special mass);
+- ``argmax_offset_{k}`` for k in the window, ``argmax_offset_other``: share of rows whose argmax *over
+  words* is at relative word position k (j - i) -- the word-level positional view;
+- ``token_offset_{k}`` for k in ``-K..K``, ``token_offset_other``: share of *query tokens* whose
+  token-level argmax (special tokens in place) is at relative token offset k, from the store's
+  counts (``FeatureStore.token_offsets(i)``; ``n`` = query tokens) -- the token-level positional view
+  (Voita et al.);
 - ``attn_self``, ``attn_prev``, ``attn_next``, ``attn_punct``: mean weight on the word itself, the
   previous / next word, punctuation;
 - ``attn_rarest``, ``argmax_rarest``: mean weight on / share of argmax at the least frequent word of
@@ -30,6 +46,7 @@ import pandas as pd
 from bertology.errors import WorkbenchError
 
 DEFAULT_WINDOW = tuple(range(-5, 6))
+SPECIAL_TOKENS = ("keep", "drop")
 _WORD_CHAR = re.compile(r"\w")
 
 
@@ -95,10 +112,17 @@ def frequency_function(frequencies: Mapping[str, float] | Callable[[str], float]
 
 
 class HeadStatistics:
-    """Accumulates sums over attending words for every ``[layer, head]``; ``table()`` averages."""
+    """Accumulates sums over attending words for every ``[layer, head]``; ``table()`` averages.
 
-    def __init__(self, window: Sequence[int] = DEFAULT_WINDOW):
+    special_tokens: ``"keep"`` (rows over words + [CLS] + [SEP], Clark et al.) or ``"drop"`` (word
+    rows renormalised); see the module docstring.
+    """
+
+    def __init__(self, window: Sequence[int] = DEFAULT_WINDOW, special_tokens: str = "keep"):
+        if special_tokens not in SPECIAL_TOKENS:
+            raise WorkbenchError(f"special_tokens must be one of {SPECIAL_TOKENS}, not {special_tokens!r}")
         self.window = tuple(int(k) for k in window)
+        self.special_tokens = special_tokens
         self.sums: dict[str, np.ndarray] = {}
         self.counts: dict[str, float] = Counter()
         self.shape: tuple[int, int] | None = None
@@ -110,26 +134,53 @@ class HeadStatistics:
             self.sums[name] = value.astype(np.float64)
         self.counts[name] += count
 
+    def _check_shape(self, shape: tuple[int, int], what: str) -> None:
+        if self.shape is None:
+            self.shape = shape
+        elif self.shape != shape:
+            raise WorkbenchError(f"{what} shape {shape} differs from earlier {self.shape}")
+
     def update(self, attention: np.ndarray, words: Sequence[str] | None = None, upos=None,
-               special: np.ndarray | None = None, rarest: int = -1) -> None:
-        """Add one sentence: ``attention [L, H, w, w]``, ``special [L, H, w, 2]`` or None."""
+               special: np.ndarray | None = None, rarest: int = -1,
+               token_offsets: np.ndarray | None = None) -> None:
+        """Add one sentence: ``attention [L, H, w, w]`` (raw or renormalised word attention),
+        ``special [L, H, w, 2]`` or None, ``token_offsets [L, H, 2K+2]`` (counts of query tokens per
+        token-level argmax offset ``-K..K`` and "other", :meth:`FeatureStore.token_offsets`) or None."""
         a = np.asarray(attention, dtype=np.float64)
         if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
             raise WorkbenchError(f"attention must be [layers, heads, words, words], got {a.shape}")
         n_layers, n_heads, w, _ = a.shape
-        if self.shape is None:
-            self.shape = (n_layers, n_heads)
-        elif self.shape != (n_layers, n_heads):
-            raise WorkbenchError(f"attention shape {a.shape[:2]} differs from earlier {self.shape}")
+        self._check_shape((n_layers, n_heads), "attention")
+        if token_offsets is not None:
+            self.update_token_offsets(token_offsets)
         if w == 0:
             return
+        s = None
+        if special is not None:
+            s = np.asarray(special, dtype=np.float64)
+            if s.shape != (n_layers, n_heads, w, 2):
+                raise WorkbenchError(f"special_attention must be [layers, heads, words, 2] = "
+                                     f"{(n_layers, n_heads, w, 2)}, got {s.shape}")
         eps = 1e-12
-        entropy = -(a * np.log2(a + eps)).sum(-1)  # [L, H, w]
+        argmax = a.argmax(-1)  # [L, H, w]: over words only (the word-level positional view)
+        word_mass = np.clip(a.sum(-1, keepdims=True), eps, None)
+        if self.special_tokens == "drop":
+            a = a / word_mass                                       # word rows sum to 1
+            full = a
+        elif s is not None:
+            a = a / word_mass * np.clip(1.0 - s.sum(-1, keepdims=True), 0.0, None)  # words get 1 - special
+            full = np.concatenate([a, s], axis=-1)                  # [L, H, w, w + 2]
+        else:
+            full = a                                                # rows taken as given
+        n_entries = full.shape[-1]
+        entropy = -(full * np.log2(full + eps)).sum(-1)  # [L, H, w]
         self._add("entropy", entropy.sum(-1), w)
-        if w > 1:
-            self._add("entropy_norm", (entropy / np.log2(w)).sum(-1), w)
-        self._add("confidence", a.max(-1).sum(-1), w)
-        argmax = a.argmax(-1)  # [L, H, w]
+        if n_entries > 1:
+            self._add("entropy_norm", (entropy / np.log2(n_entries)).sum(-1), w)
+        self._add("confidence", full.max(-1).sum(-1), w)
+        full_argmax = full.argmax(-1)  # [L, H, w]; >= w: a special token
+        if n_entries > w:
+            self._add("argmax_special", (full_argmax >= w).sum(-1).astype(np.float64), w)
         offset = argmax - np.arange(w)
         in_window = np.zeros((n_layers, n_heads))
         for k in self.window:
@@ -149,22 +200,36 @@ class HeadStatistics:
         if rarest >= 0 and w > 1:
             rows = np.arange(w) != rarest
             self._add("attn_rarest", a[:, :, rows, rarest].sum(-1), rows.sum())
-            self._add("argmax_rarest", (argmax[:, :, rows] == rarest).sum(-1).astype(np.float64), rows.sum())
-        if special is not None:
-            s = np.asarray(special, dtype=np.float64)
-            if s.shape != (n_layers, n_heads, w, 2):
-                raise WorkbenchError(f"special_attention must be [layers, heads, words, 2] = "
-                                     f"{(n_layers, n_heads, w, 2)}, got {s.shape}")
+            self._add("argmax_rarest", (full_argmax[:, :, rows] == rarest).sum(-1).astype(np.float64), rows.sum())
+        if s is not None:
             self._add("attn_cls", s[..., 0].sum(-1), w)
             self._add("attn_sep", s[..., 1].sum(-1), w)
             self._add("attn_special", s.sum(-1).sum(-1), w)
+
+    def update_token_offsets(self, counts: np.ndarray) -> None:
+        """Add one sentence's token-level argmax offset counts ``[L, H, 2K+2]`` (bins ``-K..K``, other)."""
+        c = np.asarray(counts, dtype=np.float64)
+        if c.ndim != 3 or c.shape[-1] < 4 or c.shape[-1] % 2:
+            raise WorkbenchError(f"token_offsets must be [layers, heads, 2K+2] counts, got {c.shape}")
+        self._check_shape(c.shape[:2], "token_offsets")
+        n = c.sum(-1)
+        if not np.allclose(n, n.flat[0]):
+            raise WorkbenchError("token_offsets: every head must count the same query tokens")
+        n_queries = float(n.flat[0])
+        if n_queries == 0:
+            return
+        window = (c.shape[-1] - 2) // 2
+        for b, k in enumerate(range(-window, window + 1)):
+            self._add(f"token_offset_{k}", c[..., b], n_queries)
+        self._add("token_offset_other", c[..., -1], n_queries)
 
     def means(self) -> dict[str, np.ndarray]:
         """``{statistic: [layers, heads]}`` averages."""
         return {name: total / max(self.counts[name], 1) for name, total in self.sums.items()}
 
     def table(self) -> pd.DataFrame:
-        """Tidy table: ``layer, head, statistic, value, n`` (n = attending words averaged over)."""
+        """Tidy table: ``layer, head, statistic, value, n`` (n = attending words -- query tokens for
+        ``token_offset_*`` -- averaged over)."""
         rows = []
         for name, mean in self.means().items():
             layers, heads = np.indices(mean.shape)
@@ -178,20 +243,26 @@ class HeadStatistics:
 def head_statistics(attentions: Iterable[np.ndarray], sentences: Iterable | None = None,
                     special_attention: Iterable[np.ndarray] | None = None,
                     frequencies: Mapping[str, float] | Callable[[str], float] | str | None = None,
-                    window: Sequence[int] = DEFAULT_WINDOW, lang: str = "en") -> pd.DataFrame:
+                    window: Sequence[int] = DEFAULT_WINDOW, lang: str = "en", *,
+                    token_offsets: Iterable[np.ndarray] | None = None,
+                    special_tokens: str = "keep") -> pd.DataFrame:
     """Statistics of every head over a corpus, one vectorised pass per sentence.
 
-    attentions: per sentence ``[layers, heads, words, words]``; sentences: ``Sentence`` objects
-    or word lists, same order (needed for punctuation and rare-token statistics);
-    special_attention: per sentence ``[layers, heads, words, 2]`` (weight on [CLS], [SEP]) or None;
-    frequencies: word -> frequency mapping (e.g. :func:`corpus_frequencies`), a callable,
-    or None for ``wordfreq``.
+    attentions: per sentence ``[layers, heads, words, words]`` (raw, ``FeatureStore.attention(i,
+    normalise=False)``, or renormalised); sentences: ``Sentence`` objects or word lists, same order
+    (needed for punctuation and rare-token statistics); special_attention: per sentence
+    ``[layers, heads, words, 2]`` (weight on [CLS], [SEP]) or None; frequencies: word -> frequency
+    mapping (e.g. :func:`corpus_frequencies`), a callable, or None for ``wordfreq``;
+    token_offsets: per sentence ``[layers, heads, 2K+2]`` token-level argmax offset counts
+    (``FeatureStore.token_offsets(i)``) or None; special_tokens: ``"keep"`` (default: rows over
+    words + [CLS] + [SEP], Clark et al.) or ``"drop"`` (word rows renormalised).
     Returns tidy ``layer, head, statistic, value, n``.
     """
-    stats = HeadStatistics(window)
+    stats = HeadStatistics(window, special_tokens)
     frequency = frequency_function(frequencies, lang)
     sentence_iter = iter(sentences) if sentences is not None else None
     special_iter = iter(special_attention) if special_attention is not None else None
+    offsets_iter = iter(token_offsets) if token_offsets is not None else None
     for index, attention in enumerate(attentions):
         words = upos = None
         rarest = -1
@@ -206,7 +277,8 @@ def head_statistics(attentions: Iterable[np.ndarray], sentences: Iterable | None
                                      f"attention over {np.shape(attention)[-1]}")
             rarest = rarest_word_index(words, frequency, upos)
         special = next(special_iter) if special_iter is not None else None
-        stats.update(attention, words, upos, special, rarest)
+        offsets = next(offsets_iter) if offsets_iter is not None else None
+        stats.update(attention, words, upos, special, rarest, token_offsets=offsets)
     return stats.table()
 
 
