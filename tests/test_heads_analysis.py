@@ -76,7 +76,7 @@ def test_prune_cli_maps_options_onto_the_pruning_config(tmp_path, one_torch_thre
     assert cfg["methods"] == ["random", "l0"] and cfg["step"] == 0.5 and cfg["limit"] == 20
     assert cfg["l0_lambdas"] == [0.1, 0.5] and cfg["l0_steps"] == 3
     assert cfg["max_share"] == PRUNING_DEFAULTS["max_share"]  # not given: from the study config
-    assert manifest["tables"] == ["importance", "l0_gates", "pruning_cost", "pruning_curves"]
+    assert manifest["tables"] == ["importance", "l0_gates", "pruning_cost", "pruning_curves", "pruning_thresholds"]
     curves = read_table(run_dir, "pruning_curves")
     assert set(curves["method"]) == {"random"} and set(curves["seed"]) == {1, 2, 3}
     assert read_table(run_dir, "pruning_cost").empty  # real removal follows the importance curve
@@ -94,7 +94,8 @@ def test_prune_cli_refuses_an_unknown_method():
 
 
 @pytest.mark.parametrize("change, message", [({"methods": ["importance", "magnitude"]}, "unknown method"),
-                                             ({"methods": ["l0"], "l0_lambdas": []}, "l0_lambdas")])
+                                             ({"methods": ["l0"], "l0_lambdas": []}, "l0_lambdas"),
+                                             ({"metric": "perplexity"}, "metric must be auto, mlm or pos")])
 def test_pruning_config_is_checked_before_any_work(tmp_path, change, message):
     ctx = StudyContext("pruning", {**PRUNING_DEFAULTS, "model": "no-such-model", **change}, 0, tmp_path, log=quiet)
     with pytest.raises(ConfigError, match=message):
@@ -130,3 +131,37 @@ def test_head_types_options_are_checked_before_any_work(tmp_path, change, messag
                        log=quiet)
     with pytest.raises(ConfigError, match=message):
         head_types_analysis(ctx)
+
+
+def test_removable_shares_hand_computed():
+    from bertology.probes.heads.pruning import removable_shares
+
+    # minus the MLM loss: 2.00 -> 2.01 (+0.5%) -> 2.03 (+1.5%) -> 2.08 (+4%) -> 2.20 (+10%) -> 2.02
+    curve = pd.DataFrame({"method": "importance", "seed": 0, "n_pruned": [0, 1, 2, 3, 4, 5],
+                          "share_pruned": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5],
+                          "metric": [-2.00, -2.01, -2.03, -2.08, -2.20, -2.02]})
+    out = removable_shares(curve, (0.01, 0.05)).set_index("tolerance")
+    assert out.loc[0.01, "removable_share"] == 0.1 and out.loc[0.01, "n_removable"] == 1
+    assert out.loc[0.05, "removable_share"] == 0.3 and out.loc[0.05, "value"] == -2.08
+    # accuracy that never drops more than 1%: every step is removable; the first crossing counts,
+    # a later recovery does not
+    acc = curve.assign(metric=[0.90, 0.90, 0.895, 0.899, 0.90, 0.90])
+    assert removable_shares(acc, (0.01,))["removable_share"].tolist() == [0.5]
+
+
+def test_pruning_uses_the_mlm_loss_of_a_model_with_an_mlm_head(tmp_path, one_torch_thread):
+    from bertology.testing import save_tiny_model_dir
+
+    model_dir = save_tiny_model_dir("bert", tmp_path / "tiny-mlm", mlm=True)
+    out = run_study("pruning", overrides={"model": str(model_dir), "limit": 16, "methods": ["importance", "random"],
+                                          "step": 0.5, "random_seeds": 1}, results_root=tmp_path / "res", log=quiet)
+    manifest = read_manifest(out)
+    assert manifest["pruning_metric"].startswith("MLM loss")
+    curves = read_table(out, "pruning_curves")
+    assert (curves["value"] < 0).all()                      # minus the held-out MLM loss
+    thresholds = read_table(out, "pruning_thresholds")
+    assert set(thresholds["tolerance"]) == {0.01, 0.05} and set(thresholds["method"]) == {"importance", "random"}
+    pos = run_study("pruning", overrides={"model": str(model_dir), "limit": 16, "methods": ["random"], "step": 0.5,
+                                          "random_seeds": 1, "metric": "pos"}, results_root=tmp_path / "res",
+                    log=quiet)
+    assert read_manifest(pos)["pruning_metric"].startswith("POS tagging head")

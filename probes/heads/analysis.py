@@ -19,12 +19,13 @@ import numpy as np
 import pandas as pd
 
 from bertology.errors import ConfigError
+from bertology.models import load_model
 from bertology.probes.heads.attention_probe import attention_probe, best_heads
 from bertology.probes.heads.head_types import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
                                                dependency_scores, type_matrix)
 from bertology.probes.heads.importance import importance_scores
 from bertology.probes.heads.pruning import (heads_dict, heads_pruned_at, measure_pruning, pos_task, pruning_curve,
-                                            train_l0_gates)
+                                            removable_shares, train_l0_gates)
 from bertology.probes.heads.stats import SPECIAL_TOKENS, corpus_frequencies, head_statistics
 from bertology.runs import StudyContext, model_corpus_store
 
@@ -62,12 +63,14 @@ PRUNING_DEFAULTS: dict[str, Any] = {
     "corpus": "brown-sample",
     "limit": 300,
     "pooling": "first",
+    "metric": "auto",       # auto: MLM loss if the weights carry an MLM head, else a POS head | mlm | pos
     "methods": ["importance", "random", "type", "l0"],   # pruning curves by these orders; l0 = L0 gates
     "step": 0.1,
     "max_share": 0.9,
     "random_seeds": 3,
     "l0_lambdas": [0.01, 0.1],
     "l0_steps": 150,
+    "tolerances": [0.01, 0.05],   # relative worsening of the metric for the removable-share table
     "seed": 0,
 }
 
@@ -205,12 +208,26 @@ def pruning_analysis(ctx: StudyContext) -> None:
     - ``pruning_cost`` (curve methods only; rows only with ``importance``): the heads of the
       importance curve at 30% and 50% really removed: ``share_removed, metric_value, heads_pruned,
       params_full, params_pruned, params_saved_share, seconds_full, seconds_pruned, time_saved_share``.
+    - ``pruning_thresholds`` (curve methods only): ``method, seed, tolerance, removable_share,
+      n_removable, base, value``: the share of heads removed before the metric first worsens by more
+      than each relative tolerance (``tolerances``; for MLM: the held-out loss rising by 1%, 5%;
+      :func:`~bertology.probes.heads.pruning.removable_shares`).
     - ``l0_gates`` (method ``l0``): ``layer, head, log_alpha, p_open, gate, kept, lam, seed`` per λ.
+
+    ``metric``: ``auto`` (the MLM loss when the weights carry an MLM head: the model is loaded with
+    it; else the POS head), ``mlm`` (refused without an MLM head) or ``pos``.
     """
     cfg = ctx.config
     methods = _check_methods(cfg["methods"], cfg["l0_lambdas"])
+    if cfg["metric"] not in ("auto", "mlm", "pos"):
+        raise ConfigError(f"pruning: metric must be auto, mlm or pos, not {cfg['metric']!r}")
     curve_methods = [m for m in methods if m in CURVE_METHODS]
     lm, corpus, store = model_corpus_store(ctx, attentions=True)
+    if cfg["metric"] == "mlm" and not lm.has_mlm_head:
+        raise ConfigError(f"pruning: metric mlm, but the weights of {lm.name} carry no MLM head")
+    if lm.has_mlm_head and cfg["metric"] in ("auto", "mlm"):
+        lm = load_model(cfg["model"], attentions=True, mlm_head=True)  # Michel's metric: the model's own loss
+    # else lm is the base encoder: pos_task trains a POS head on it
     train, evals, loss_fn, metric_fn, description = pos_task(lm, corpus, seed=ctx.seed)
     ctx.record(pruning_metric=description)
 
@@ -246,6 +263,8 @@ def pruning_analysis(ctx: StudyContext) -> None:
             return pd.DataFrame(rows)
 
         ctx.step("pruning_cost", cost)
+        ctx.step("pruning_thresholds", lambda: removable_shares(
+            curve, cfg["tolerances"], share_column="share_removed", value_column="value"))
     if "l0" in methods:
         ctx.step("l0_gates", lambda: pd.concat(
             [train_l0_gates(lm.model, train, loss_fn, float(lam), steps=cfg["l0_steps"], seed=ctx.seed)

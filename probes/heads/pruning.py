@@ -96,6 +96,36 @@ def heads_pruned_at(curve: pd.DataFrame, share: float, share_column: str = "shar
     return row, [(int(l), int(h)) for l, h in ast.literal_eval(row["pruned"])]
 
 
+def removable_shares(curve: pd.DataFrame, tolerances: Sequence[float] = (0.01, 0.05), *,
+                     share_column: str = "share_pruned", value_column: str = "metric") -> pd.DataFrame:
+    """How many heads can go before the metric worsens by each relative ``tolerance`` (Michel et al.'s
+    question: "what share of heads can be removed before a noticeable drop?").
+
+    ``curve``: rows of :func:`pruning_curve` (higher metric = better; for a loss the metric is minus
+    the loss, so a 1% rise of the loss is a 1% relative drop of the metric). Per ``method, seed``:
+    the relative degradation at each step is ``(base - value) / |base|`` with ``base`` the metric with
+    no head removed; the removable share is the largest share reached before the degradation first
+    exceeds the tolerance. Returns ``method, seed, tolerance, removable_share, n_removable, base, value``
+    (``value``: the metric at that share).
+    """
+    rows = []
+    for (method, seed), g in curve.sort_values(share_column).groupby(["method", "seed"], sort=False):
+        start = g[g[share_column] == 0]
+        if start.empty:
+            raise WorkbenchError(f"pruning curve {method}/{seed}: no point with no head removed")
+        base = float(start[value_column].iloc[0])
+        degradation = (base - g[value_column].to_numpy()) / max(abs(base), 1e-12)
+        for tol in tolerances:
+            over = np.flatnonzero(degradation > tol)
+            last = (over[0] - 1) if len(over) else len(g) - 1
+            row = g.iloc[max(int(last), 0)]
+            rows.append({"method": method, "seed": int(seed), "tolerance": float(tol),
+                         "removable_share": float(row[share_column]), "n_removable": int(row["n_pruned"]),
+                         "base": base, "value": float(row[value_column])})
+    return pd.DataFrame(rows, columns=["method", "seed", "tolerance", "removable_share", "n_removable", "base",
+                                       "value"])
+
+
 def heads_dict(pairs: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for layer, head in pairs:
