@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import torch
 
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
 from bertology.pretraining.masking import (
-    IGNORE_INDEX, MaskingConfig, choose_positions, encode_pair, expected_span_length, make_sentence_pairs,
+    IGNORE_INDEX, MaskingConfig, choose_positions, corrupt, encode_pair, expected_span_length, make_sentence_pairs,
     mask_batch, random_token_pool, special_tokens_mask,
 )
 from bertology.pretraining.text_corpus import TokenizedDocument
@@ -31,10 +35,11 @@ def _batch(n_rows: int = 400, T: int = 64, seed: int = 0):
     return ids, words
 
 
-def _mask(ids, words, strategy="token", seed=0, epoch=0, dynamic=True):
+def _mask(ids, words, strategy="token", seed=0, epoch=0, dynamic=True, pool="vocab"):
     special = special_tokens_mask(ids, SPECIALS)
     return mask_batch(ids, special, sequence_indices=list(range(len(ids))), seed=seed, epoch=epoch,
-                      dynamic=dynamic, mask_token_id=MASK, random_token_ids=random_token_pool(VOCAB, SPECIALS),
+                      dynamic=dynamic, mask_token_id=MASK,
+                      random_token_ids=random_token_pool(VOCAB, SPECIALS, pool=pool),
                       word_ids=words, config=MaskingConfig(strategy=strategy))
 
 
@@ -50,11 +55,50 @@ def test_bert_masking_proportions():
     unchanged = float((masked[chosen] == ids[chosen]).sum()) / n
     frac_random = 1 - frac_mask - unchanged
     assert abs(frac_mask - 0.8) < 0.02
-    assert abs(unchanged - 0.1) < 0.02  # a random draw may hit the same token: 1/995, negligible
+    assert abs(unchanged - 0.1) < 0.02  # a random draw may hit the same token: 1/1000, negligible
     assert abs(frac_random - 0.1) < 0.02
-    # nothing outside the chosen positions changes; random replacements are never special tokens
+    # nothing outside the chosen positions changes; replacements stay inside the vocabulary
     assert torch.equal(masked[~chosen], ids[~chosen])
-    assert not torch.isin(masked[chosen & (masked != MASK)], torch.tensor([0, 1, 2, 3])).any()
+    assert ((masked >= 0) & (masked < VOCAB)).all()
+    # the option without special tokens: no random replacement is ever one
+    masked_ns, labels_ns = _mask(ids, words, pool="non_special")
+    assert torch.equal(labels_ns, labels)  # the pool changes the drawn ids only, not the choice
+    assert not torch.isin(masked_ns[chosen & (masked_ns != MASK)], torch.tensor([0, 1, 2, 3])).any()
+
+
+def test_random_token_pool_definitions():
+    assert torch.equal(random_token_pool(10, [0, 2]), torch.arange(10))  # BERT: the whole vocabulary
+    assert torch.equal(random_token_pool(10), torch.arange(10))
+    assert random_token_pool(10, [0, 2], pool="non_special").tolist() == [1, 3, 4, 5, 6, 7, 8, 9]
+    with pytest.raises(ValueError, match="pool"):
+        random_token_pool(10, [0], pool="words")
+
+
+@pytest.mark.parametrize("pool", ["vocab", "non_special"])
+def test_random_replacements_follow_the_pool_and_80_10_10(pool):
+    """One long sequence, every position chosen; sentinels outside the vocabulary (input -2,
+    [MASK] -1) make each position's decision visible: -1 = masked, -2 = kept, else = the drawn id."""
+    V, T = 50, 200_000
+    pool_ids = random_token_pool(V, SPECIALS, pool=pool)
+    ids = torch.full((T,), -2)
+    out, labels = corrupt(ids, torch.ones(T, dtype=torch.bool), torch.Generator().manual_seed(7),
+                          mask_token_id=-1, random_token_ids=pool_ids)
+    assert (labels == -2).all()
+    masked, kept = int((out == -1).sum()), int((out == -2).sum())
+    drawn = out[(out != -1) & (out != -2)]
+    # 80/10/10 within 4 standard deviations (sd of a share p over T draws: sqrt(p(1-p)/T))
+    for share, p in ((masked / T, 0.8), (kept / T, 0.1), (len(drawn) / T, 0.1)):
+        assert abs(share - p) < 4 * (p * (1 - p) / T) ** 0.5
+    # every drawn id is in the pool, and each pool id is equally likely (chi-square, fixed seed)
+    counts = torch.bincount(drawn, minlength=V).numpy()
+    in_pool = np.zeros(V, dtype=bool)
+    in_pool[pool_ids.numpy()] = True
+    assert counts[~in_pool].sum() == 0
+    assert chisquare(counts[in_pool]).pvalue > 0.001
+    if pool == "vocab":  # BERT: special tokens are drawn like any other id
+        assert in_pool.all() and (counts[SPECIALS] > 0).all()
+    else:
+        assert not in_pool[SPECIALS].any() and in_pool.sum() == V - len(SPECIALS)
 
 
 def test_special_tokens_and_padding_never_masked():

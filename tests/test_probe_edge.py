@@ -4,8 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertology.probes.probing.edge import (ProbeConfig, confidence_intervals, cumulative_expected_layer,
-                                           expected_layer, probe_arrays, span_index, summarise)
+from bertology.probes.probing.edge import (ProbeConfig, confidence_intervals, cumulative_deltas,
+                                           cumulative_expected_layer, expected_layer, probe_arrays, span_index,
+                                           summarise)
 from bertology.probes.probing.synthetic import planted_task
 from bertology.probes.probing.tasks import EdgeExample, EdgeTask
 
@@ -95,6 +96,26 @@ def test_expected_layer_formulas():
     assert expected_layer([1, 1]) == 0.5
     # deltas 0.5 at l=1 and 0.5 at l=3 -> E = 2
     assert cumulative_expected_layer([0.2, 0.7, 0.7, 1.2]) == pytest.approx(2.0)
+
+
+def test_expected_layer_keeps_negative_differentials():
+    scores = [0.2, 0.8, 0.6, 0.8]          # deltas +0.6 (l=1), -0.2 (l=2), +0.2 (l=3)
+    assert list(cumulative_deltas(scores)) == pytest.approx([0.6, -0.2, 0.2])
+    # Tenney et al.: (1*0.6 + 2*(-0.2) + 3*0.2) / (0.6 - 0.2 + 0.2) = 0.8 / 0.6
+    assert cumulative_expected_layer(scores) == pytest.approx(4 / 3)
+    # the earlier definition (negative deltas as 0): (0.6 + 0.6) / 0.8
+    assert cumulative_expected_layer(scores, clip_negative=True) == pytest.approx(1.5)
+    # layer labels other than 0..L-1 (e.g. a subset of layers)
+    assert cumulative_expected_layer(scores, layers=[0, 2, 4, 6]) == pytest.approx(8 / 3)
+    # no net gain over layer 0: undefined
+    assert np.isnan(cumulative_expected_layer([0.5, 0.6, 0.4]))
+    assert np.isnan(cumulative_expected_layer([0.5, 0.5, 0.5], clip_negative=True))
+    # the summary table uses the same definition, the option restoring the clipped one
+    rows = [dict(task="t", mode="cumulative", probe="mlp", pooling="attention", control=False, layer=l, seed=0,
+                 split="test", metric="accuracy", value=v) for l, v in enumerate(scores)]
+    df = pd.DataFrame(rows)
+    assert summarise(df)["expected_layer_cumulative"].iloc[0] == pytest.approx(4 / 3)
+    assert summarise(df, clip_negative=True)["expected_layer_cumulative"].iloc[0] == pytest.approx(1.5)
 
 
 def test_two_span_task_needs_both_spans():

@@ -10,8 +10,9 @@ from bertology.probes.embeddings.alignment import (AlignmentError, AlignmentResu
 from bertology.probes.embeddings.analysis import (ALIGN_SPACES_DEFAULTS, ALIGNMENT_DEFAULTS, CONTEXTUALITY_DEFAULTS,
                                                   align_spaces_analysis, alignment_analysis,
                                                   contextuality_analysis, load_space)
-from bertology.probes.embeddings.contextuality import (contextuality, contextuality_by_word, intra_sentence_per_sentence,
-                                                       mev_per_group, self_similarity_per_word, to_long)
+from bertology.probes.embeddings.contextuality import (MEV_CENTERINGS, contextuality, contextuality_by_word,
+                                                       intra_sentence_per_sentence, mev_per_group, random_groups,
+                                                       self_similarity_per_word, to_long)
 from bertology.probes.embeddings.crosslingual import crosslingual_experiment
 from bertology.probes.embeddings.dictionaries import (DictionaryError, bilingual_pairs, filter_to_vocab,
                                                       read_freedict, split_dictionary)
@@ -24,7 +25,8 @@ from bertology.probes.embeddings.static_vectors import (StaticVectors, VectorFil
 __all__ = [
     "StaticVectors", "VectorFileError", "unit_rows", "read_word2vec", "write_word2vec", "word_vectors_from_pieces",
     "train_word2vec", "distill_static", "load_spacy_vectors", "contextuality", "contextuality_by_word",
-    "self_similarity_per_word", "intra_sentence_per_sentence", "mev_per_group", "to_long",
+    "self_similarity_per_word", "intra_sentence_per_sentence", "mev_per_group", "random_groups", "MEV_CENTERINGS",
+    "to_long",
     "static_vs_contextual_neighbours", "sense_clusters", "AlignmentError", "AlignmentResult", "align",
     "procrustes", "lstsq_map", "normalize_embeddings", "retrieve", "self_learning", "evaluate_alignment",
     "identical_pairs", "most_moved_words", "DictionaryError", "read_freedict", "bilingual_pairs",

@@ -18,7 +18,7 @@ import pandas as pd
 
 from bertology.errors import ConfigError, WorkbenchError
 from bertology.probes.embeddings.alignment import align, identical_pairs, most_moved_words
-from bertology.probes.embeddings.contextuality import contextuality, contextuality_by_word
+from bertology.probes.embeddings.contextuality import MEV_CENTERINGS, contextuality, contextuality_by_word
 from bertology.probes.embeddings.crosslingual import crosslingual_experiment
 from bertology.probes.embeddings.dictionaries import bilingual_pairs, filter_to_vocab, split_dictionary
 from bertology.probes.embeddings.drift import compare_corpora, compare_spaces
@@ -35,6 +35,9 @@ CONTEXTUALITY_DEFAULTS: dict[str, Any] = {
     "pooling": "first",
     "min_occurrences": 5,
     "max_occurrences": 50,
+    # MEV as Ethayarajh computes it: first principal component of the word's centred occurrence
+    # matrix (PCA); "uncentred" = the raw matrix's σ1²/Σσi² (the workbench's earlier definition)
+    "mev_centering": "centred",
     "words": ["state", "play", "light", "place", "right", "time", "part", "court", "interest", "field", "line",
               "order", "present", "point", "bank", "run"],
     "min_word_occurrences": 8,
@@ -125,7 +128,9 @@ def contextuality_analysis(ctx: StudyContext) -> None:
     layer with anisotropy baselines, per-word contextuality, static vs contextual neighbours of
     polysemous words and their sense clusters.
 
-    Tables: ``contextuality``, ``contextuality_by_word``, ``neighbours``, ``sense_clusters`` and,
+    Tables: ``contextuality`` (per layer and metric: raw, baseline, adjusted, the number of items and
+    the occurrences per word the word-level figures rest on; MEV centred unless ``mev_centering``
+    says otherwise), ``contextuality_by_word``, ``neighbours``, ``sense_clusters`` and,
     with ``export_vectors``, ``static_sources`` (source, n_words, dim, file) beside the
     ``vectors-<source>.txt`` files it lists.
     """
@@ -136,11 +141,14 @@ def contextuality_analysis(ctx: StudyContext) -> None:
     lowered = np.array([w.lower() for w in words])
     offsets = store.sentence_offsets
 
+    if cfg["mev_centering"] not in MEV_CENTERINGS:
+        raise ConfigError(f"mev_centering must be one of {', '.join(MEV_CENTERINGS)}, got {cfg['mev_centering']!r}")
     ctx.step("contextuality", lambda: contextuality(
         layers, words, offsets, min_occurrences=cfg["min_occurrences"], max_occurrences=cfg["max_occurrences"],
-        seed=ctx.seed))
+        seed=ctx.seed, mev_centering=cfg["mev_centering"]))
     ctx.step("contextuality_by_word", lambda: contextuality_by_word(
-        layers, words, offsets, min_occurrences=cfg["min_occurrences"]))
+        layers, words, offsets, min_occurrences=cfg["min_occurrences"], max_occurrences=cfg["max_occurrences"],
+        seed=ctx.seed, mev_centering=cfg["mev_centering"]))
     chosen = [w for w in cfg["words"] if (lowered == w).sum() >= cfg["min_word_occurrences"]]
     ctx.record(polysemous_words=chosen)
     last = store.n_layers - 1

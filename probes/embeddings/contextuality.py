@@ -4,11 +4,15 @@
   ``>= min_occurrences`` occurrences), averaged over words;
 - intra-sentence similarity: mean cosine of each word's vector to its sentence's mean vector,
   averaged over sentences (sentences of >= 2 words);
-- maximum explainable variance (MEV): ``σ1² / Σ σi²`` of a word's (uncentred) occurrence matrix,
-  the share of its variance one static vector could explain, averaged over words;
+- maximum explainable variance (MEV): the share of the variance of a word's occurrence vectors
+  that their first principal component explains, averaged over words. Default (``centering =
+  "centred"``, Ethayarajh's reference code: PCA): ``σ1² / Σ σi²`` of the occurrence matrix with
+  the word's mean vector subtracted; a word whose occurrences are all one vector counts 1.
+  ``"uncentred"`` (the workbench's earlier definition): the same ratio of the raw matrix, which
+  mostly measures how far the vectors share a direction (close to self-similarity);
 - anisotropy baselines: mean cosine of uniformly random word pairs from different sentences (for
-  the two similarities) and MEV of matrices of random words of the same sizes (for MEV);
-  ``adjusted = raw − baseline``.
+  the two similarities) and the MEV (same centring) of groups of random word occurrences of the
+  layer with the same sizes as the words' groups (for MEV); ``adjusted = raw − baseline``.
 
 Everything is vectorised: sums over groups (``np.add.reduceat``), batched Gram eigenvalues.
 """
@@ -71,12 +75,28 @@ def self_similarity_per_word(vectors: np.ndarray, positions: np.ndarray, starts:
     return (np.einsum("ij,ij->i", sums, sums) - n) / (n * (n - 1))
 
 
-def mev_per_group(vectors: np.ndarray, positions: np.ndarray, starts: np.ndarray, batch: int = 256) -> np.ndarray:
-    """``σ1² / Σ σi²`` of each group's occurrence matrix, ``[n_groups]``.
+MEV_CENTERINGS = ("centred", "uncentred")
+
+
+def _check_centering(centering: str) -> None:
+    if centering not in MEV_CENTERINGS:
+        raise WorkbenchError(f"MEV centering must be one of {', '.join(MEV_CENTERINGS)}, got {centering!r}")
+
+
+def mev_per_group(vectors: np.ndarray, positions: np.ndarray, starts: np.ndarray, batch: int = 256,
+                  centering: str = "centred") -> np.ndarray:
+    """Share of variance explained by the first principal component of each group, ``[n_groups]``.
+
+    ``centering="centred"`` (default; PCA, as Ethayarajh's code): ``σ1² / Σ σi²`` of the group's
+    occurrence matrix minus its mean row, i.e. PCA's explained-variance ratio of the first
+    component; a group without variance (all rows equal) gets 1. ``"uncentred"``: the same ratio of
+    the raw matrix (a static space gives 1, but so, nearly, does any set of vectors sharing a
+    direction).
 
     Groups are zero-padded to the largest size (zero rows add no singular value) and the top
     eigenvalue of each ``[n, n]`` Gram matrix is found in batches.
     """
+    _check_centering(centering)
     sizes = np.diff(starts)
     n_max = int(sizes.max())
     slot = np.arange(len(positions)) - np.repeat(starts[:-1], sizes)
@@ -85,13 +105,31 @@ def mev_per_group(vectors: np.ndarray, positions: np.ndarray, starts: np.ndarray
     x = torch.from_numpy(np.asarray(vectors, dtype=np.float32))
     for b0 in range(0, len(sizes), batch):
         sel = (group >= b0) & (group < b0 + batch)
-        padded = torch.zeros(min(batch, len(sizes) - b0), n_max, x.shape[1], dtype=torch.float64)
-        padded[group[sel] - b0, slot[sel]] = x[positions[sel]].double()
+        n_b = min(batch, len(sizes) - b0)
+        rows = x[positions[sel]].double()
+        g = torch.from_numpy(group[sel] - b0)
+        raw_total = torch.zeros(n_b, dtype=torch.float64).index_add_(0, g, (rows * rows).sum(1))
+        if centering == "centred":
+            sums = torch.zeros(n_b, x.shape[1], dtype=torch.float64).index_add_(0, g, rows)
+            rows = rows - (sums / torch.from_numpy(sizes[b0:b0 + n_b]).double()[:, None])[g]
+        padded = torch.zeros(n_b, n_max, x.shape[1], dtype=torch.float64)
+        padded[g, torch.from_numpy(slot[sel])] = rows
         gram = padded @ padded.transpose(1, 2)
         eig = torch.linalg.eigvalsh(gram)
-        total = eig.sum(dim=1).clamp_min(1e-30)
-        out[b0:b0 + len(padded)] = (eig[:, -1] / total).numpy()
+        total = eig.sum(dim=1)
+        ratio = eig[:, -1] / total.clamp_min(1e-300)
+        if centering == "centred":  # no variance left after centring: one vector explains it all
+            ratio = torch.where(total <= 1e-12 * raw_total, torch.ones_like(ratio), ratio)
+        else:
+            ratio = torch.where(total > 0, ratio, torch.zeros_like(ratio))
+        out[b0:b0 + n_b] = ratio.numpy()
     return out
+
+
+def random_groups(n_words: int, starts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Positions for the MEV baseline: groups of the same sizes as ``starts`` describes, filled with
+    distinct word occurrences drawn uniformly (without replacement) from all ``n_words`` positions."""
+    return rng.choice(n_words, size=int(starts[-1]), replace=False).astype(np.int64)
 
 
 def intra_sentence_per_sentence(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -131,54 +169,67 @@ def contextuality(
     n_baseline_pairs: int = 20000,
     seed: int = 0,
     layer_ids: Sequence[int] | None = None,
+    mev_centering: str = "centred",
 ) -> pd.DataFrame:
     """Ethayarajh's three measures per layer with anisotropy baselines.
 
     ``layers`` ``[n_layers, n_words, dim]`` (``FeatureStore.layers()``), ``words`` the flat word
-    strings, ``offsets`` ``[n_sentences + 1]``. Returns one row per ``(layer, metric)`` with
-    columns ``layer, metric, raw, baseline, adjusted, n_items, seed``.
+    strings, ``offsets`` ``[n_sentences + 1]``. ``mev_centering``: see :func:`mev_per_group`.
+    Returns one row per ``(layer, metric)`` with columns ``layer, metric, raw, baseline, adjusted,
+    n_items, occurrences_min, occurrences_mean, occurrences_max, seed``: ``n_items`` is the number
+    of sentences (intra-sentence similarity) or of words (self-similarity, MEV), and the
+    ``occurrences_*`` columns give how many occurrences per word those words' figures rest on
+    (after the ``max_occurrences`` cap; NaN for intra-sentence similarity).
     """
+    _check_centering(mev_centering)
     layers, offsets = _check(layers, words, offsets)
     layer_ids = list(range(len(layers))) if layer_ids is None else list(layer_ids)
     types, positions, starts = occurrence_groups(words, lower, min_occurrences, max_occurrences, seed)
+    sizes = np.diff(starts)
+    occ = (int(sizes.min()), float(sizes.mean()), int(sizes.max())) if len(sizes) else (np.nan,) * 3
     rows = []
     for li, vectors in zip(layer_ids, layers):
         rng = np.random.default_rng([seed, li])
         aniso = random_pair_similarity(vectors, offsets, n_baseline_pairs, rng)
         intra = intra_sentence_per_sentence(vectors, offsets)
-        rows.append(("intra_sentence_similarity", float(intra.mean()) if len(intra) else np.nan, aniso, len(intra)))
+        no_occ = (np.nan,) * 3
+        rows.append(("intra_sentence_similarity", float(intra.mean()) if len(intra) else np.nan, aniso, len(intra),
+                     *no_occ))
         if types:
             ss = self_similarity_per_word(vectors, positions, starts)
-            mev = mev_per_group(vectors, positions, starts)
-            random_positions = rng.integers(0, vectors.shape[0], size=len(positions))
-            mev_base = mev_per_group(vectors, random_positions, starts)
-            rows.append(("self_similarity", float(ss.mean()), aniso, len(types)))
-            rows.append(("mev", float(mev.mean()), float(mev_base.mean()), len(types)))
+            mev = mev_per_group(vectors, positions, starts, centering=mev_centering)
+            mev_base = mev_per_group(vectors, random_groups(vectors.shape[0], starts, rng), starts,
+                                     centering=mev_centering)
+            rows.append(("self_similarity", float(ss.mean()), aniso, len(types), *occ))
+            rows.append(("mev", float(mev.mean()), float(mev_base.mean()), len(types), *occ))
         else:
-            rows.append(("self_similarity", np.nan, aniso, 0))
-            rows.append(("mev", np.nan, np.nan, 0))
+            rows.append(("self_similarity", np.nan, aniso, 0, *no_occ))
+            rows.append(("mev", np.nan, np.nan, 0, *no_occ))
         rows[-3:] = [(li, *r) for r in rows[-3:]]
-    df = pd.DataFrame(rows, columns=["layer", "metric", "raw", "baseline", "n_items"])
+    occ_cols = ["occurrences_min", "occurrences_mean", "occurrences_max"]
+    df = pd.DataFrame(rows, columns=["layer", "metric", "raw", "baseline", "n_items", *occ_cols])
     df["adjusted"] = df["raw"] - df["baseline"]
     df["seed"] = seed
     df["metric"] = pd.Categorical(df["metric"], categories=list(METRICS))
     df = df.sort_values(["layer", "metric"]).reset_index(drop=True)
     df["metric"] = df["metric"].astype(str)
-    return df[["layer", "metric", "raw", "baseline", "adjusted", "n_items", "seed"]]
+    return df[["layer", "metric", "raw", "baseline", "adjusted", "n_items", *occ_cols, "seed"]]
 
 
 def contextuality_by_word(
     layers: np.ndarray, words: Sequence[str], offsets: np.ndarray, lower: bool = True,
-    min_occurrences: int = 5, max_occurrences: int | None = 50, seed: int = 0,
+    min_occurrences: int = 5, max_occurrences: int | None = 50, seed: int = 0, mev_centering: str = "centred",
 ) -> pd.DataFrame:
-    """Per word and layer: ``layer, word, n_occurrences, self_similarity, mev``."""
+    """Per word and layer: ``layer, word, n_occurrences, self_similarity, mev`` (``mev_centering``:
+    see :func:`mev_per_group`)."""
+    _check_centering(mev_centering)
     layers, offsets = _check(layers, words, offsets)
     types, positions, starts = occurrence_groups(words, lower, min_occurrences, max_occurrences, seed)
     if not types:
         return pd.DataFrame(columns=["layer", "word", "n_occurrences", "self_similarity", "mev"])
     frames = [pd.DataFrame({"layer": li, "word": types, "n_occurrences": np.diff(starts),
                             "self_similarity": self_similarity_per_word(v, positions, starts),
-                            "mev": mev_per_group(v, positions, starts)})
+                            "mev": mev_per_group(v, positions, starts, centering=mev_centering)})
               for li, v in enumerate(layers)]
     return pd.concat(frames, ignore_index=True)
 

@@ -7,7 +7,8 @@ from bertology.probes.probing.analysis import (EDGE_PROBING_DEFAULTS, FEATURE_CO
                                                corpus_for_task_file, edge_probing_analysis,
                                                feature_combinations_analysis, probe_settings)
 from bertology.probes.probing.baselines import compare_probe_families, random_init_baseline
-from bertology.probes.probing.controls import control_task, selectivity
+from bertology.probes.probing.controls import (CONTROL_KEYS, control_key_seen_share, control_keys, control_task,
+                                               selectivity)
 from bertology.probes.probing.edge import (EdgeProbe, JointFit, JointProbes, ProbeConfig, SpanFeatures,
                                            classification_metrics, confidence_intervals, cumulative_deltas,
                                            cumulative_expected_layer, expected_layer, fit_joint, label_matrix,
@@ -26,7 +27,8 @@ __all__ = [
     "probe_arrays", "probe_layers", "layer_features", "label_matrix", "span_index", "mixing_spec",
     "classification_metrics", "expected_layer", "cumulative_deltas", "cumulative_expected_layer",
     "confidence_intervals", "summarise", "pooled_features",
-    "control_task", "selectivity", "compare_probe_families", "random_init_baseline",
+    "control_task", "control_keys", "control_key_seen_share", "CONTROL_KEYS", "selectivity",
+    "compare_probe_families", "random_init_baseline",
     "online_codelength", "mdl_layers", "block_boundaries", "PlantedData", "planted_task",
     "EDGE_PROBING_DEFAULTS", "edge_probing_analysis", "FEATURE_COMBINATIONS_DEFAULTS",
     "feature_combinations_analysis", "probe_settings", "corpus_for_task_file",

@@ -16,6 +16,7 @@ import pandas as pd
 from bertology.combinations import COMBINATIONS, combine_layers
 from bertology.errors import ConfigError
 from bertology.probes.probing.baselines import random_init_baseline
+from bertology.probes.probing.controls import CONTROL_KEYS, control_keys
 from bertology.probes.probing.edge import ProbeConfig, probe_arrays, probe_layers, summarise
 from bertology.probes.probing.mdl import online_codelength
 from bertology.probes.probing.tasks import EdgeTask, build_task, read_jsonl
@@ -36,6 +37,12 @@ EDGE_PROBING_DEFAULTS: dict[str, Any] = {
     "max_epochs": 40,
     "device": "cpu",                # where the probes train: cpu or cuda
     "control": True,
+    # the word type a control label is fixed for (Hewitt & Liang 2019): "span1" = span 1's text
+    # (the word; the dependent for deps), "pair" = (span 1, span 2) texts for two-span tasks
+    "control_key": "span1",
+    # E_Delta from the raw cumulative differentials (Tenney et al. 2019a); true = count negative
+    # differentials as 0 (the workbench's earlier definition)
+    "expected_layer_clip_negative": False,
     "mdl_tasks": ["pos", "deps", "entities"],              # those of `tasks` that also get MDL
     "random_baseline_tasks": ["pos", "deps", "entities"],  # ... and a random-encoder baseline
     "seed": 0,
@@ -131,13 +138,19 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
     each task with Hewitt & Liang controls, Voita & Titov MDL and a random-encoder baseline.
 
     Tables: ``layer_scores`` (:func:`probe_layers` rows of every task and mode), ``summary``
-    (:func:`summarise`), ``mix_weights``, ``controls`` (if ``control``), ``mdl`` (if a task of
-    ``mdl_tasks`` is probed), ``random_baseline`` (if a task of ``random_baseline_tasks`` is).
+    (:func:`summarise`, E_Delta per ``expected_layer_clip_negative``), ``mix_weights``, ``controls``
+    (if ``control``: per task, layer and control flag the mean test accuracy and selectivity over
+    seeds, with the columns ``control_key``, ``control_key_types`` (distinct keys in the task) and
+    ``control_key_seen_share`` (mean over seeds of the share of test examples whose key occurs in
+    training)), ``mdl`` (if a task of ``mdl_tasks`` is probed), ``random_baseline`` (if a task of
+    ``random_baseline_tasks`` is).
     """
     cfg = ctx.config
     seeds = [int(s) for s in cfg["seeds"]]
     if not seeds:
         raise ConfigError("seeds: give at least one seed")
+    if cfg["control_key"] not in CONTROL_KEYS:
+        raise ConfigError(f"control_key must be one of {', '.join(CONTROL_KEYS)}, got {cfg['control_key']!r}")
     lm, inputs = task_inputs(ctx)
     settings = probe_settings(cfg)
 
@@ -147,17 +160,16 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
             for mode in cfg["modes"]:
                 ctx.log(f"    {task.name} / {mode}")
                 frames.append(probe_layers(store, corpus, task, mode=mode, seeds=seeds,
-                                           control=cfg["control"] and mode == "per_layer", **settings))
+                                           control=cfg["control"] and mode == "per_layer",
+                                           control_key=cfg["control_key"], **settings))
         return pd.concat(frames, ignore_index=True)
 
     df = ctx.step("layer_scores", scores)
-    ctx.step("summary", lambda: summarise(df))
+    ctx.step("summary", lambda: summarise(df, clip_negative=cfg["expected_layer_clip_negative"]))
     ctx.step("mix_weights", lambda: df[df["metric"] == "mix_weight"].rename(columns={"value": "weight"})
              [["task", "layer", "seed", "weight"]].reset_index(drop=True))
     if cfg["control"]:
-        ctx.step("controls", lambda: df[df["metric"].isin(["selectivity"]) |
-                                        ((df["metric"] == "accuracy") & (df["split"] == "test") & (df["mode"] == "per_layer"))]
-                 .groupby(["task", "layer", "control", "metric"], as_index=False)["value"].mean())
+        ctx.step("controls", lambda: controls_table(df, inputs, cfg["control_key"]))
     mdl_tasks = [t for t in cfg["mdl_tasks"] if t in inputs]
     if mdl_tasks:
         def mdl() -> pd.DataFrame:
@@ -179,6 +191,24 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
             [random_init_baseline(lm, inputs[t][1], inputs[t][0], seed=ctx.seed, seeds=seeds[:1], **settings)
              for t in baseline_tasks],
             ignore_index=True))
+
+
+def controls_table(df: pd.DataFrame, inputs: dict[str, tuple[EdgeTask, Any, Any]], key: str) -> pd.DataFrame:
+    """The ``controls`` table from ``layer_scores`` rows: mean over seeds of per-layer test accuracy
+    (task and control) and selectivity per ``(task, layer, control, metric)``, plus the columns
+    ``control_key``, ``control_key_types`` and ``control_key_seen_share`` of each task."""
+    out = (df[(df["metric"] == "selectivity") |
+              ((df["metric"] == "accuracy") & (df["split"] == "test") & (df["mode"] == "per_layer"))]
+           .groupby(["task", "layer", "control", "metric"], as_index=False)["value"].mean())
+    seen = df[df["metric"] == "control_key_seen_share"].groupby("task")["value"].mean()
+    types = {}
+    for task, corpus, _ in inputs.values():
+        words = task.words or [list(s.words) for s in corpus.sentences]
+        types[task.name] = len(set(control_keys(task, words, key)))
+    out["control_key"] = key
+    out["control_key_types"] = out["task"].map(types).astype("Int64")
+    out["control_key_seen_share"] = out["task"].map(seen).astype(float)
+    return out
 
 
 def feature_combinations_analysis(ctx: StudyContext) -> None:
@@ -205,6 +235,6 @@ def feature_combinations_analysis(ctx: StudyContext) -> None:
     ctx.step("combinations", combos)
 
 
-__all__ = ["EDGE_PROBING_DEFAULTS", "FEATURE_COMBINATIONS_DEFAULTS", "edge_probing_analysis",
+__all__ = ["EDGE_PROBING_DEFAULTS", "FEATURE_COMBINATIONS_DEFAULTS", "edge_probing_analysis", "controls_table",
            "feature_combinations_analysis", "probe_settings", "corpus_for_task_file", "is_task_file",
            "task_inputs"]

@@ -689,15 +689,19 @@ def layer_features(store_or_model: Any, corpus: Any, layers: Any) -> tuple[np.nd
 
 def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, layers: Any = "all",
                  mode: str = "per_layer", seeds: Sequence[int] = (0, 1, 2), probe: str = "mlp",
-                 pooling: str = "attention", control: bool = False, split_seed: int | None = 0,
-                 fixed_weights: np.ndarray | None = None, **config: Any) -> pd.DataFrame:
+                 pooling: str = "attention", control: bool = False, control_key: str = "span1",
+                 split_seed: int | None = 0, fixed_weights: np.ndarray | None = None,
+                 **config: Any) -> pd.DataFrame:
     """Probe every requested layer of a store (or a model, extracted over ``corpus``).
 
     ``task``: an :class:`EdgeTask` or a name/JSONL path for :func:`bertology.probes.probing.tasks.build_task`.
-    ``control=True`` also trains on the Hewitt & Liang control task (same seeds) and adds
-    ``selectivity`` rows (task accuracy - control accuracy). Extra keyword arguments go to
-    :class:`ProbeConfig`. Returns the DataFrame of :func:`probe_arrays` (several modes can be
-    concatenated and passed to :func:`summarise`).
+    ``control=True`` also trains on the Hewitt & Liang control task (same seeds), its word type
+    given by ``control_key`` (``"span1"``: span 1's text, the paper's word type; ``"pair"``: the
+    (span 1, span 2) texts, see :mod:`bertology.probes.probing.controls`), and adds ``selectivity``
+    rows (task accuracy - control accuracy) and, per seed, a ``control_key_seen_share`` row
+    (``control`` True, layer -1, split ``param``: the share of test examples whose key occurs
+    among the training examples). Extra keyword arguments go to :class:`ProbeConfig`. Returns the DataFrame of
+    :func:`probe_arrays` (several modes can be concatenated and passed to :func:`summarise`).
     """
     if isinstance(task, str):
         task = build_task(corpus, task)
@@ -707,18 +711,24 @@ def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, laye
                       split_seed=split_seed, fixed_weights=fixed_weights)
     if not control:
         return df
-    from bertology.probes.probing.controls import control_task, selectivity
+    from bertology.probes.probing.controls import control_key_seen_share, control_task, selectivity
 
     words = task.words or [list(s.words) for s in corpus.sentences]
     frames = [df]
+    seen = []
     for seed in seeds:
-        ctask = control_task(task, words, seed=seed)
+        ctask = control_task(task, words, seed=seed, key=control_key)
         frames.append(probe_arrays(feats, offsets, ctask, mode=mode, seeds=[seed],
                                    layer_ids=layer_ids, config=cfg, split_seed=split_seed,
                                    fixed_weights=fixed_weights, control=True))
+        split = split_by_sentence(task, seed=seed if split_seed is None else split_seed)
+        seen.append({"task": task.name, "mode": mode, "probe": cfg.probe, "pooling": cfg.pooling,
+                     "control": True, "layer": -1, "seed": seed, "split": "param",
+                     "metric": "control_key_seen_share",
+                     "value": control_key_seen_share(task, words, split, key=control_key)})
     out = pd.concat(frames, ignore_index=True)
     out["task"] = task.name  # control rows carry the task's name, flagged by `control`
-    return pd.concat([out, selectivity(out)], ignore_index=True)
+    return pd.concat([out, selectivity(out), pd.DataFrame(seen, columns=SCORE_COLUMNS)], ignore_index=True)
 
 
 # --- summaries ----------------------------------------------------------------------------------
@@ -737,18 +747,23 @@ def cumulative_deltas(scores: Sequence[float]) -> np.ndarray:
 
 
 def cumulative_expected_layer(scores: Sequence[float], layers: Sequence[int] | None = None,
-                              clip_negative: bool = True) -> float:
+                              clip_negative: bool = False) -> float:
     """``E_Delta[l] = sum_l l * Delta(l) / sum_l Delta(l)`` from cumulative scores ``[L]`` (l >= 1).
 
-    ``clip_negative``: count negative differentials (seed noise once a task is solved) as 0, so
-    the expected layer stays inside the layer range; NaN when no layer adds anything.
+    Tenney et al. (2019a): the raw differentials ``Delta(l) = score(l) - score(l-1)``, negative
+    ones included (the default). ``sum_l Delta(l)`` telescopes to ``score(L-1) - score(0)``; when
+    it is ``<= 0`` (no net gain over layer 0) the expected layer is undefined and NaN is returned.
+    With negative differentials the value may fall outside ``[1, L-1]``.
+
+    ``clip_negative=True`` (the workbench's earlier definition): negative differentials count as 0,
+    so the expected layer stays inside the layer range; NaN when no layer adds anything.
     """
     delta = cumulative_deltas(scores)
     if clip_negative:
         delta = np.clip(delta, 0, None)
     l = np.arange(1, len(delta) + 1) if layers is None else np.asarray(layers, dtype=float)[1:]
     total = delta.sum()
-    return float((l * delta).sum() / total) if total != 0 else float("nan")
+    return float((l * delta).sum() / total) if total > 0 else float("nan")
 
 
 def confidence_intervals(df: pd.DataFrame) -> pd.DataFrame:
@@ -759,12 +774,15 @@ def confidence_intervals(df: pd.DataFrame) -> pd.DataFrame:
     return mean_ci(df, [c for c in df.columns if c not in ("seed", "value")])
 
 
-def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test") -> pd.DataFrame:
+def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test",
+              clip_negative: bool = False) -> pd.DataFrame:
     """Tenney-style Table 1 from :func:`probe_layers` rows of several modes.
 
     One row per task: ``best_layer``, ``best_layer_score`` (+ ``best_layer_ci95``), ``expected_layer_mix``
     (E_s[l] of the mean mix weights), ``mix_score`` (+ ``mix_ci95``), ``expected_layer_cumulative``
-    (E_Delta[l] from mean cumulative scores). Missing modes give NaN. Control rows are ignored.
+    (E_Delta[l] from the mean cumulative scores over seeds, :func:`cumulative_expected_layer` with
+    ``clip_negative``; default the paper's raw differentials). Missing modes give NaN. Control rows
+    are ignored.
     """
     d = df[~df["control"].astype(bool)] if "control" in df else df
     rows = []
@@ -785,7 +803,8 @@ def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test") -
             row["expected_layer_mix"] = expected_layer(w.values, w.index.values)
         cum = scores[scores["mode"] == "cumulative"].groupby("layer")["value"].mean().sort_index()
         if len(cum) > 1:
-            row["expected_layer_cumulative"] = cumulative_expected_layer(cum.values, cum.index.values)
+            row["expected_layer_cumulative"] = cumulative_expected_layer(cum.values, cum.index.values,
+                                                                         clip_negative=clip_negative)
         rows.append(row)
     cols = ["task", "best_layer", "best_layer_score", "best_layer_ci95", "expected_layer_mix",
             "mix_score", "mix_ci95", "expected_layer_cumulative"]

@@ -99,10 +99,11 @@ def online_codelength(features: np.ndarray | torch.Tensor, sentence_offsets: np.
 
 def mdl_layers(store_or_model, corpus, task: EdgeTask | str, *, layers="all", seeds: Sequence[int] = (0,),
                probe: str = "mlp", pooling: str = "attention", control: bool = False,
-               **config) -> pd.DataFrame:
+               control_key: str = "span1", **config) -> pd.DataFrame:
     """:func:`online_codelength` for every layer of a store (or a model extracted over ``corpus``).
 
-    ``control=True`` adds the Hewitt & Liang control task's codelength (``control`` column).
+    ``control=True`` adds the Hewitt & Liang control task's codelength (``control`` column), its
+    word type given by ``control_key`` (see :func:`bertology.probes.probing.controls.control_keys`).
     """
     from bertology.probes.probing.controls import control_task
     from bertology.probes.probing.edge import layer_features
@@ -116,7 +117,7 @@ def mdl_layers(store_or_model, corpus, task: EdgeTask | str, *, layers="all", se
     if control:
         words = task.words or [list(s.words) for s in corpus.sentences]
         for seed in seeds:
-            ctask = control_task(task, words, seed=seed)
+            ctask = control_task(task, words, seed=seed, key=control_key)
             frames.append(online_codelength(feats, offsets, ctask, seeds=[seed], layer_ids=layer_ids,
                                             config=cfg, control=True))
     out = pd.concat(frames, ignore_index=True)

@@ -9,7 +9,13 @@ original id at chosen positions and -100 elsewhere. Strategies for choosing:
 - ``"span"`` (SpanBERT, Joshi et al. 2020): spans of whole words with lengths drawn from a
   geometric distribution (p = 0.2) truncated at 10, until 15% of the words are covered.
 
-The 80/10/10 decision is drawn per token, as in the original BERT data pipeline.
+The 80/10/10 decision is drawn per token, as in the original BERT data pipeline. A random
+replacement is drawn uniformly from :func:`random_token_pool`: by default the whole vocabulary,
+special tokens included, as BERT's ``create_pretraining_data.py`` draws
+``vocab_words[randint(0, len(vocab_words) - 1)]`` (and Hugging Face's MLM collator
+``randint(len(tokenizer))``); ``pool="non_special"`` leaves the special tokens out (the workbench's
+earlier default). A draw may equal the original token (probability ``1 / pool size``), so the
+share left unchanged is ``1 - mask_fraction - random_fraction`` plus that.
 
 Static vs dynamic masking (Liu et al. 2019): the mask of a sequence comes from a generator
 seeded by ``(seed, sequence_index, epoch)``; static masking passes ``epoch=0`` always (the same
@@ -131,7 +137,11 @@ def corrupt(
     random_token_ids: torch.Tensor,
     config: MaskingConfig = MaskingConfig(),
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Apply 80/10/10 to the chosen positions of one sequence: ``(masked_ids [T], labels [T])``."""
+    """Apply 80/10/10 to the chosen positions of one sequence: ``(masked_ids [T], labels [T])``.
+
+    Per position one uniform ``r``: ``r < mask_fraction`` -> ``mask_token_id``; then up to
+    ``mask_fraction + random_fraction`` -> a uniform draw from ``random_token_ids``; else unchanged.
+    """
     r = torch.rand(input_ids.shape, generator=generator)
     to_mask = chosen & (r < config.mask_fraction)
     to_random = chosen & (r >= config.mask_fraction) & (r < config.mask_fraction + config.random_fraction)
@@ -143,10 +153,21 @@ def corrupt(
     return out, labels
 
 
-def random_token_pool(vocab_size: int, special_ids: Sequence[int]) -> torch.Tensor:
-    """Token ids a random replacement may take: the whole vocabulary minus special tokens."""
+RANDOM_POOLS = ("vocab", "non_special")
+
+
+def random_token_pool(vocab_size: int, special_ids: Sequence[int] = (), pool: str = "vocab") -> torch.Tensor:
+    """Token ids a random replacement may take (drawn uniformly by :func:`corrupt`).
+
+    ``pool="vocab"`` (default, BERT): every id ``0 .. vocab_size - 1``, special tokens ([PAD],
+    [CLS], [SEP], [MASK], [UNK], ...) included; ``special_ids`` is then not used.
+    ``pool="non_special"``: the whole vocabulary minus ``special_ids``.
+    """
+    if pool not in RANDOM_POOLS:
+        raise ValueError(f"pool must be one of {', '.join(RANDOM_POOLS)}, got {pool!r}")
     keep = torch.ones(vocab_size, dtype=torch.bool)
-    keep[torch.as_tensor(list(special_ids), dtype=torch.long)] = False
+    if pool == "non_special":
+        keep[torch.as_tensor(list(special_ids), dtype=torch.long)] = False
     return torch.nonzero(keep).flatten()
 
 
@@ -333,7 +354,7 @@ def expected_span_length(p: float = 0.2, max_span: int = 10) -> float:
 
 
 __all__ = [
-    "IGNORE_INDEX", "MaskingConfig", "SentencePair", "choose_positions", "corrupt", "encode_pair",
+    "IGNORE_INDEX", "MaskingConfig", "RANDOM_POOLS", "SentencePair", "choose_positions", "corrupt", "encode_pair",
     "expected_span_length", "make_sentence_pairs", "mask_batch", "mix_seed", "random_token_pool",
     "sequence_generator", "special_tokens_mask",
 ]
