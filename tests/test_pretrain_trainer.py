@@ -357,3 +357,18 @@ def test_emergence_study_reads_a_shipped_release(corpus_and_tokenizer, tmp_path,
     assert set(cloze["rank"]) == {1, 2, 3, 4, 5} and cloze["text"].str.contains("___").all()
     with pytest.raises(ConfigError, match="neither a shipped release"):
         run_study("emergence", overrides={"checkpoints": "nope"}, results_root=tmp_path / "res2", log=lambda m: None)
+
+
+def test_random_token_pool_is_a_config_field(corpus_and_tokenizer, tmp_path):
+    from transformers import AutoTokenizer
+
+    from bertology.pretraining.trainer import _Masker
+
+    tok = AutoTokenizer.from_pretrained(str(corpus_and_tokenizer[1]))
+    whole = _Masker(_cfg(corpus_and_tokenizer, tmp_path), tok).pool
+    assert whole.tolist() == list(range(len(tok)))                      # BERT: the whole vocabulary
+    plain = _Masker(_cfg(corpus_and_tokenizer, tmp_path, random_token_pool="non_special"), tok).pool
+    assert set(plain.tolist()) == set(range(len(tok))) - set(tok.all_special_ids)
+    with pytest.raises(ConfigError, match="'random_token_pool'"):
+        _cfg(corpus_and_tokenizer, tmp_path, random_token_pool="frequent")
+    assert load_config("english_cpu").random_token_pool == "non_special"  # what the shipped model used

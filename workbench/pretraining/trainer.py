@@ -88,6 +88,8 @@ class PretrainConfig:
     masking: str = "token"                # token | whole_word | span
     mlm_probability: float = 0.15
     dynamic_masking: bool = True          # RoBERTa dynamic (True) or static per-sequence masks
+    random_token_pool: str = "vocab"      # the 10% random replacements: "vocab" (BERT: whole vocabulary)
+                                          # or "non_special" (special tokens never drawn)
     # optimisation
     batch_size: int = 32                  # sequences per process per micro-step
     grad_accum_steps: int = 1
@@ -173,6 +175,7 @@ def validate_config(cfg: PretrainConfig) -> None:
     need(cfg.tokenizer_kind in ("wordpiece", "bpe"), "tokenizer_kind", "must be wordpiece or bpe")
     need(cfg.objective in ("mlm", "mlm+nsp", "mlm+sop"), "objective", "must be mlm, mlm+nsp or mlm+sop")
     need(cfg.masking in ("token", "whole_word", "span"), "masking", "must be token, whole_word or span")
+    need(cfg.random_token_pool in ("vocab", "non_special"), "random_token_pool", "must be vocab or non_special")
     need(cfg.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
     need(0.0 < cfg.mlm_probability < 1.0, "mlm_probability", "must be in (0, 1)")
     need(0.0 <= cfg.heldout_fraction < 1.0, "heldout_fraction", "must be in [0, 1)")
@@ -471,7 +474,7 @@ class _Masker:
         self.cfg = cfg
         self.special = list(tokenizer.all_special_ids)
         self.mask_id = tokenizer.mask_token_id
-        self.pool = random_token_pool(len(tokenizer), self.special)
+        self.pool = random_token_pool(len(tokenizer), self.special, pool=cfg.random_token_pool)
         self.mcfg = MaskingConfig(probability=cfg.mlm_probability, strategy=cfg.masking)
 
     def __call__(self, batch: dict[str, torch.Tensor], rows: list[int], epoch: int, seed: int,
@@ -719,6 +722,7 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, _stop_after:
         raise CheckpointError(f"{run_dir}: run already has checkpoints; resume it or choose another run_name")
     if resume_from is not None:
         saved = json.loads((run_dir / "run.json").read_text())["config"]
+        saved.setdefault("random_token_pool", "non_special")  # runs made before the field drew from that pool
         changed = sorted(k for k, v in cfg.to_dict().items() if k not in RESUMABLE_CHANGES and saved.get(k) != v)
         if changed:
             raise ConfigError(f"{run_dir}: cannot resume, config field(s) differ from run.json: {', '.join(changed)}")
