@@ -372,3 +372,20 @@ def test_random_token_pool_is_a_config_field(corpus_and_tokenizer, tmp_path):
     with pytest.raises(ConfigError, match="'random_token_pool'"):
         _cfg(corpus_and_tokenizer, tmp_path, random_token_pool="frequent")
     assert load_config("english_cpu").random_token_pool == "non_special"  # what the shipped model used
+
+
+def test_unigram_baseline_scores_the_eval_targets(corpus_and_tokenizer, tmp_path):
+    import math
+
+    from transformers import AutoTokenizer
+
+    from bertology.pretraining.trainer import unigram_baseline
+
+    run_dir = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_steps=3, keep_steps=[0]))
+    base = unigram_baseline(run_dir)
+    tok = AutoTokenizer.from_pretrained(str(corpus_and_tokenizer[1]))
+    ordinary = len(tok) - len(set(tok.all_special_ids))
+    assert 0 < base["unigram_eval_loss"] < math.log(ordinary)    # better than uniform guessing
+    assert base["eval_targets"] > 0 and base["heldout_tokens"] >= base["eval_targets"]
+    first_eval = read_metrics(run_dir).query("metric == 'eval_loss'")["value"].iloc[0]
+    assert first_eval > base["unigram_eval_loss"]                  # 3 steps of a random model: worse

@@ -51,7 +51,7 @@ from bertology.pretraining.masking import (
     random_token_pool, special_tokens_mask,
 )
 
-__all__ = ["PretrainConfig", "load_config", "run_pretraining", "read_metrics", "list_checkpoints",
+__all__ = ["PretrainConfig", "load_config", "run_pretraining", "read_metrics", "list_checkpoints", "unigram_baseline",
            "BUNDLED_CORPUS"]
 
 BUNDLED_CORPUS = "brown"  # name for workbench/data/brown.txt.gz
@@ -533,6 +533,60 @@ class PretrainingLoss(torch.nn.Module):
 
 
 @torch.no_grad()
+def heldout_batches(data: SequenceSet, masker: _Masker, cfg: PretrainConfig, pad_id: int, rank: int = 0,
+                    world_size: int = 1):
+    """The held-out batches :func:`evaluate` scores (static masks): yields ``(rows, batch, masked
+    input ids [B, T], labels [B, T])``, labels ``IGNORE_INDEX`` where nothing is scored."""
+    n = len(data)
+    n_batches = math.ceil(n / cfg.batch_size)
+    if cfg.eval_batches:
+        n_batches = min(n_batches, cfg.eval_batches)
+    for b in range(rank, n_batches, world_size):
+        rows = list(range(b * cfg.batch_size, min(n, (b + 1) * cfg.batch_size)))
+        batch = data.collate(rows, pad_id)
+        ids, labels = masker(batch, rows, 0, mix_seed(cfg.seed, 4), False)
+        yield rows, batch, ids, labels
+
+
+def unigram_baseline(run_dir: str | Path) -> dict[str, float]:
+    """The held-out loss of predicting every masked token by its training-set frequency.
+
+    Frequencies: token counts of the run's tokenised training sequences (add-one smoothed over the
+    non-special vocabulary). Scored on exactly the masked targets :func:`evaluate` scores, so it
+    compares with ``eval_loss``; also over every non-special held-out token. Nats per token.
+    """
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    run_dir = Path(run_dir)
+    saved = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["config"]
+    known = {f.name for f in dataclasses.fields(PretrainConfig)}
+    cfg = PretrainConfig(**{k: v for k, v in saved.items() if k in known})
+    caches = sorted((run_dir / "data").glob("sequences-*.safetensors"))
+    if len(caches) != 1:
+        raise CheckpointError(f"{run_dir / 'data'}: expected one tokenised-sequence cache, found {len(caches)}")
+    tensors = load_file(str(caches[0]))
+    train, heldout = SequenceSet.from_tensors(tensors, "train"), SequenceSet.from_tensors(tensors, "eval")
+    tok = AutoTokenizer.from_pretrained(str(run_dir / "tokenizer"))
+    vocab = len(tok)
+    special = torch.tensor(sorted(tok.all_special_ids))
+    ordinary = torch.ones(vocab, dtype=torch.bool)
+    ordinary[special] = False
+    counts = torch.bincount(train.ids, minlength=vocab).double()
+    counts[~ordinary] = 0
+    logp = torch.full((vocab,), -math.inf, dtype=torch.float64)
+    logp[ordinary] = ((counts[ordinary] + 1) / (counts[ordinary] + 1).sum()).log()
+    total, n = 0.0, 0
+    for _, _, _, labels in heldout_batches(heldout, _Masker(cfg, tok), cfg, tok.pad_token_id):
+        targets = labels[labels != IGNORE_INDEX]
+        total += float(-logp[targets].sum())
+        n += targets.numel()
+    every = heldout.ids[ordinary[heldout.ids]]
+    return {"unigram_eval_loss": total / n, "eval_targets": n,
+            "unigram_loss_all_heldout_tokens": float(-logp[every].mean()), "heldout_tokens": int(every.numel()),
+            "train_tokens": int(counts.sum())}
+
+
 def evaluate(model, data: SequenceSet, masker: _Masker, cfg: PretrainConfig, rt: Runtime,
              pad_id: int) -> dict[str, float]:
     """Held-out MLM loss (mean over masked tokens, nats), perplexity, and NSP/SOP accuracy.
@@ -542,16 +596,9 @@ def evaluate(model, data: SequenceSet, masker: _Masker, cfg: PretrainConfig, rt:
     """
     was_training = model.training
     model.eval()
-    n = len(data)
-    n_batches = math.ceil(n / cfg.batch_size)
-    if cfg.eval_batches:
-        n_batches = min(n_batches, cfg.eval_batches)
     sums = torch.zeros(4, dtype=torch.float64)  # loss sum, masked count, pair correct, pair count
     objective = PretrainingLoss(model)
-    for b in range(rt.rank, n_batches, rt.world_size):
-        rows = list(range(b * cfg.batch_size, min(n, (b + 1) * cfg.batch_size)))
-        batch = data.collate(rows, pad_id)
-        ids, labels = masker(batch, rows, 0, mix_seed(cfg.seed, 4), False)
+    for rows, batch, ids, labels in heldout_batches(data, masker, cfg, pad_id, rt.rank, rt.world_size):
         with torch.autocast(rt.device.type, dtype=rt.autocast_dtype or torch.float32,
                             enabled=rt.autocast_dtype is not None):
             _, mlm_sum, pair_logits = objective(
