@@ -567,7 +567,7 @@ def unigram_baseline(run_dir: str | Path) -> dict[str, float]:
         raise CheckpointError(f"{run_dir / 'data'}: expected one tokenised-sequence cache, found {len(caches)}")
     tensors = load_file(str(caches[0]))
     train, heldout = SequenceSet.from_tensors(tensors, "train"), SequenceSet.from_tensors(tensors, "eval")
-    tok = AutoTokenizer.from_pretrained(str(run_dir / "tokenizer"))
+    tok = AutoTokenizer.from_pretrained(str(Path(cfg.tokenizer).expanduser() if cfg.tokenizer else run_dir / "tokenizer"))
     vocab = len(tok)
     special = torch.tensor(sorted(tok.all_special_ids))
     ordinary = torch.ones(vocab, dtype=torch.bool)
