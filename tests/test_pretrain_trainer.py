@@ -292,6 +292,9 @@ def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_pa
     rel = read_release(out)
     assert [e["step"] for e in rel["checkpoints"]] == [0, 3, 6] and rel["final_step"] == 6
     assert rel["checkpoints"][-1]["eval_loss"] is not None and rel["recipe"]["max_steps"] == 6
+    for entry in rel["checkpoints"][1:]:  # the shipped float16 weights score as the trainer logged, to rounding
+        assert abs(entry["eval_loss"] - entry["eval_loss_logged"]) < 0.02, entry
+    assert rel["checkpoints"][0]["eval_loss_logged"] is None and rel["checkpoints"][0]["eval_loss"] > 0
     assert rel["checkpoints"][1]["tokens_seen_at_most"] == 3 * 4 * 32
     card = (out / "README.md").read_text()
     assert "unigram baseline | 5.500" in card and "`tiny-en@3`" in card and "bertology pretrain --config x.yaml" in card

@@ -25,6 +25,7 @@ import torch
 from bertology.atomic import write_json, write_text
 from bertology.checkpoints import atomic_dir, list_checkpoints
 from bertology.errors import CheckpointError
+from bertology.pretraining.trainer import heldout_loss
 
 __all__ = ["export_release", "read_release", "RELEASE_FILE"]
 
@@ -70,12 +71,19 @@ def _eval_losses(run_dir: Path) -> dict[int, float]:
 
 
 def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[int] | None = None,
-                   name: str | None = None, card: dict[str, Any] | None = None) -> Path:
+                   name: str | None = None, card: dict[str, Any] | None = None,
+                   recipe: dict[str, Any] | None = None, score: bool = True) -> Path:
     """Write the release folder ``out_dir`` from ``run_dir``; returns ``out_dir``.
 
     ``steps``: which checkpoints to ship (default: every checkpoint the run kept). ``card``: extra
     facts for the model card and ``release.json`` (e.g. ``corpus`` manifest, ``unigram_baseline``,
-    ``command``, ``licence``, ``description``). Written atomically: a killed export leaves no folder.
+    ``command``, ``licence``, ``description``). ``recipe``: the config the run ended with, when it was
+    resumed with changed resumable fields (``max_steps``...); default the config in ``run.json``,
+    which is kept as ``run_config_at_start`` either way. ``score``: measure every shipped checkpoint's
+    held-out MLM loss as shipped (float16 weights, float32 compute) on the run's evaluation targets
+    (:func:`~bertology.pretraining.trainer.heldout_loss`): ``eval_loss``; the loss the trainer logged
+    at that step, if it evaluated there, stays as ``eval_loss_logged``. Written atomically: a killed export
+    leaves no folder.
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     run_info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
@@ -85,7 +93,7 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
     if missing or not steps:
         raise CheckpointError(f"{run_dir}: no checkpoint for step(s) {missing or steps}; have {sorted(available)}")
     losses = _eval_losses(run_dir)
-    cfg = run_info["config"]
+    cfg = dict(recipe) if recipe else run_info["config"]
     card = dict(card or {})
     entries = []
     with atomic_dir(out_dir) as tmp:
@@ -98,13 +106,17 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
                 if (src / f).is_file():
                     shutil.copy2(src / f, dst / f)
             state = json.loads((src / "trainer_state.json").read_text(encoding="utf-8"))
+            shipped_loss = heldout_loss(run_dir, dst) if score else None
             tokens = state.get("sequences_seen", 0) * cfg["max_seq_len"]
             entries.append({"step": step, "sequences_seen": state.get("sequences_seen"),
-                            "tokens_seen_at_most": tokens, "eval_loss": losses.get(step),
-                            "eval_perplexity": math.exp(losses[step]) if step in losses else None,
+                            "tokens_seen_at_most": tokens, "eval_loss_logged": losses.get(step),
+                            "eval_loss": shipped_loss if shipped_loss is not None else losses.get(step),
+                            "eval_perplexity": math.exp(shipped_loss if shipped_loss is not None else losses[step])
+                            if (shipped_loss is not None or step in losses) else None,
                             "n_parameters": n_params, "model_sha256": _sha256(dst / "model.safetensors")})
         release = {"name": name or out_dir.name, "format": "float16 safetensors (trainer weights rounded)",
                    "checkpoints": entries, "final_step": steps[-1], "recipe": cfg,
+                   "run_config_at_start": run_info["config"],
                    "run": {k: run_info.get(k) for k in ("corpus", "corpus_sha256", "heldout_corpus", "seed",
                                                          "world_size", "n_train_sequences", "n_eval_sequences",
                                                          "n_parameters", "objective", "created")},

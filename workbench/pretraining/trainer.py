@@ -52,6 +52,7 @@ from bertology.pretraining.masking import (
 )
 
 __all__ = ["PretrainConfig", "load_config", "run_pretraining", "read_metrics", "list_checkpoints", "unigram_baseline",
+           "heldout_loss",
            "BUNDLED_CORPUS"]
 
 BUNDLED_CORPUS = "brown"  # name for workbench/data/brown.txt.gz
@@ -548,17 +549,11 @@ def heldout_batches(data: SequenceSet, masker: _Masker, cfg: PretrainConfig, pad
         yield rows, batch, ids, labels
 
 
-def unigram_baseline(run_dir: str | Path) -> dict[str, float]:
-    """The held-out loss of predicting every masked token by its training-set frequency.
-
-    Frequencies: token counts of the run's tokenised training sequences (add-one smoothed over the
-    non-special vocabulary). Scored on exactly the masked targets :func:`evaluate` scores, so it
-    compares with ``eval_loss``; also over every non-special held-out token. Nats per token.
-    """
+def _run_data(run_dir: Path):
+    """``(config, tokenizer, train, heldout)`` of a finished or running run (its run.json and cache)."""
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
-    run_dir = Path(run_dir)
     saved = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))["config"]
     known = {f.name for f in dataclasses.fields(PretrainConfig)}
     cfg = PretrainConfig(**{k: v for k, v in saved.items() if k in known})
@@ -566,8 +561,36 @@ def unigram_baseline(run_dir: str | Path) -> dict[str, float]:
     if len(caches) != 1:
         raise CheckpointError(f"{run_dir / 'data'}: expected one tokenised-sequence cache, found {len(caches)}")
     tensors = load_file(str(caches[0]))
-    train, heldout = SequenceSet.from_tensors(tensors, "train"), SequenceSet.from_tensors(tensors, "eval")
     tok = AutoTokenizer.from_pretrained(str(Path(cfg.tokenizer).expanduser() if cfg.tokenizer else run_dir / "tokenizer"))
+    return cfg, tok, SequenceSet.from_tensors(tensors, "train"), SequenceSet.from_tensors(tensors, "eval")
+
+
+def heldout_loss(run_dir: str | Path, model_dir: str | Path) -> float:
+    """The held-out MLM loss (nats per masked token, float32) of the model in ``model_dir`` on the
+    run's evaluation targets: what :func:`evaluate` logs, for any checkpoint or exported copy."""
+    from transformers import AutoModelForMaskedLM
+
+    cfg, tok, _, heldout = _run_data(Path(run_dir))
+    model = AutoModelForMaskedLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    objective = PretrainingLoss(model)
+    total, n = 0.0, 0
+    with torch.inference_mode():
+        for _, batch, ids, labels in heldout_batches(heldout, _Masker(cfg, tok), cfg, tok.pad_token_id):
+            _, mlm_sum, _ = objective(ids, batch["attention_mask"], batch["token_type_ids"], labels, None,
+                                      reduction="sum")
+            total += float(mlm_sum)
+            n += int((labels != IGNORE_INDEX).sum())
+    return total / n
+
+
+def unigram_baseline(run_dir: str | Path) -> dict[str, float]:
+    """The held-out loss of predicting every masked token by its training-set frequency.
+
+    Frequencies: token counts of the run's tokenised training sequences (add-one smoothed over the
+    non-special vocabulary). Scored on exactly the masked targets :func:`evaluate` scores, so it
+    compares with ``eval_loss``; also over every non-special held-out token. Nats per token.
+    """
+    cfg, tok, train, heldout = _run_data(Path(run_dir))
     vocab = len(tok)
     special = torch.tensor(sorted(tok.all_special_ids))
     ordinary = torch.ones(vocab, dtype=torch.bool)
