@@ -16,7 +16,7 @@ DEFAULTS = {
     "studies": ["head_types", "edge_probing", "feature_combinations", "contextuality", "pruning", "emergence",
                 "alignment"],
     "configs": "quickstart",      # the shipped config variant (studies/configs/quickstart/)
-    "second_model": "",           # run `second_model_studies` again with this model ("" = skip)
+    "second_model": "bert-mini-english",   # run `second_model_studies` again with this model ("" = skip)
     "second_model_studies": ["head_types", "pruning"],
     "seed": 0,
 }

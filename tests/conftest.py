@@ -66,7 +66,7 @@ def quickstart_results(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("BERTOLOGY_HOME", str(home))
     try:
-        run_study("quickstart", overrides={"configs": str(FIXTURES / "tiny_quickstart")}, results_root=root,
+        run_study("quickstart", overrides={"configs": str(FIXTURES / "tiny_quickstart"), "second_model": ""}, results_root=root,
                   log=lambda m: None)
     finally:
         mp.undo()
