@@ -51,6 +51,8 @@ assert m["git_commit"], "an installed wheel must still record the commit it was 
 print("manifest:", m["study"], m["run_id"], "commit", m["git_commit"], "tables", m["tables"])
 PY
 "$BIN" pretrain --help >/dev/null
+"$BIN" models | tee "$WORK/models.txt"
+grep -q "bert-mini-english@3800" "$WORK/models.txt" || { echo "the shipped English BERT is missing from the wheel" >&2; exit 1; }
 PORT=$("$VPY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 setsid "$BIN" dashboard --port "$PORT" > "$WORK/dash.log" 2>&1 &
 DASH_PID=$!
