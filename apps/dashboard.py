@@ -332,6 +332,21 @@ def page_pretraining() -> None:
         best = probes.groupby(["step", "task"], as_index=False)["value"].max()
         st.plotly_chart(px.line(best, x="step", y="value", color="task", markers=True,
                                 title="best-layer probe accuracy across checkpoints"), width="stretch")
+    cloze = load_table(run, "cloze_predictions") if (run / "cloze_predictions.parquet").is_file() else None
+    if cloze is not None and not cloze.empty and need(cloze, ["step", "text", "masked", "rank", "prediction",
+                                                              "probability"], "cloze_predictions"):
+        st.subheader("What the model predicts for a masked word")
+        accuracy = load_table(run, "cloze_accuracy")
+        if accuracy is not None and not accuracy.empty:
+            st.caption("top-1 / top-5 accuracy per step: " + ", ".join(
+                f"{int(r.step)}: {r.top1:.0%} / {r.top5:.0%}" for r in accuracy.itertuples()))
+        steps = sorted(cloze["step"].unique())
+        step = st.select_slider("checkpoint step", options=steps, value=steps[-1], key="cloze_step")
+        shown = cloze[cloze["step"] == step]
+        table = (shown.assign(guess=shown["prediction"] + " (" + (shown["probability"] * 100).round(1).astype(str) + "%)")
+                 .groupby(["text", "masked"], sort=False)["guess"].apply(lambda g: ", ".join(g)).reset_index())
+        st.dataframe(table.rename(columns={"text": "sentence", "masked": "masked word", "guess": "top predictions"}),
+                     hide_index=True, width="stretch")
 
 
 MAIN_TABLE = {"edge_probing": "layer_scores", "feature_combinations": "combinations", "head_types": "head_types",

@@ -45,6 +45,11 @@ def test_every_page_renders_from_results(page, quickstart_results, monkeypatch):
     if page in ("Probing", "Heads", "Pruning", "Embeddings", "Pretraining", "Feature combinations"):
         charts = at.get("plotly_chart")
         assert len(charts) >= 1, f"{page}: no chart"
+    if page == "Pretraining":  # the masked-word predictions of each checkpoint, readable
+        assert [s.value for s in at.subheader] == ["What the model predicts for a masked word"]
+        table = at.dataframe[0].value
+        assert list(table.columns) == ["sentence", "masked word", "top predictions"]
+        assert table["sentence"].str.contains("___").all() and len(table) > 0
 
 
 def test_missing_and_corrupt_results_show_messages(quickstart_results, tmp_path, monkeypatch):

@@ -610,6 +610,7 @@ def unigram_baseline(run_dir: str | Path) -> dict[str, float]:
             "train_tokens": int(counts.sum())}
 
 
+@torch.no_grad()
 def evaluate(model, data: SequenceSet, masker: _Masker, cfg: PretrainConfig, rt: Runtime,
              pad_id: int) -> dict[str, float]:
     """Held-out MLM loss (mean over masked tokens, nats), perplexity, and NSP/SOP accuracy.
