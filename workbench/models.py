@@ -185,17 +185,22 @@ def _weight_files(path: Path) -> list[Path]:
     return []
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 hex digest of a file's bytes, read in 4 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _fingerprint(files: list[Path]) -> str:
     h = hashlib.sha256()
     for f in files:
         stat = f.stat()
         key = (str(f.resolve()), stat.st_size, stat.st_mtime)
         if key not in _fingerprint_cache:
-            fh = hashlib.sha256()
-            with open(f, "rb") as stream:
-                for chunk in iter(lambda: stream.read(1 << 22), b""):
-                    fh.update(chunk)
-            _fingerprint_cache[key] = fh.hexdigest()
+            _fingerprint_cache[key] = file_sha256(f)
         h.update(_fingerprint_cache[key].encode())
     return h.hexdigest()
 

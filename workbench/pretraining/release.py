@@ -13,7 +13,6 @@ package's ``data/models/`` as ``<name>`` (last step) and ``<name>@<step>``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import shutil
@@ -25,6 +24,7 @@ import torch
 from bertology.atomic import write_json, write_text
 from bertology.checkpoints import atomic_dir, list_checkpoints
 from bertology.errors import CheckpointError
+from bertology.models import file_sha256
 from bertology.pretraining.trainer import heldout_loss
 
 __all__ = ["export_release", "read_release", "RELEASE_FILE"]
@@ -32,14 +32,6 @@ __all__ = ["export_release", "read_release", "RELEASE_FILE"]
 RELEASE_FILE = "release.json"
 MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
                "merges.txt", "vocab.json")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _to_float16(src: Path, dst: Path) -> int:
@@ -113,7 +105,7 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
                             "eval_loss": shipped_loss if shipped_loss is not None else losses.get(step),
                             "eval_perplexity": math.exp(shipped_loss if shipped_loss is not None else losses[step])
                             if (shipped_loss is not None or step in losses) else None,
-                            "n_parameters": n_params, "model_sha256": _sha256(dst / "model.safetensors")})
+                            "n_parameters": n_params, "model_sha256": file_sha256(dst / "model.safetensors")})
         release = {"name": name or out_dir.name, "format": "float16 safetensors (trainer weights rounded)",
                    "checkpoints": entries, "final_step": steps[-1], "recipe": cfg,
                    "run_config_at_start": run_info["config"],
