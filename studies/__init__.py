@@ -23,9 +23,6 @@ from bertology.runs import config_hash, read_config_file, run_analysis, validate
 
 __all__ = ["list_studies", "load_study", "run_study", "config_dir", "default_config_file"]
 
-NOT_STUDIES = {"common"}
-
-
 def config_dir() -> Path:
     """The folder of the shipped study configs (inside the installed package)."""
     return Path(str(resources.files(__name__) / "configs"))
@@ -37,8 +34,7 @@ def default_config_file(name: str, variant: str | None = None) -> Path:
 
 
 def _names() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in NOT_STUDIES
-                  and not m.name.startswith("_"))
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
 def list_studies() -> dict[str, str]:
