@@ -263,3 +263,14 @@ def test_silver_trees_that_are_not_trees_are_flagged():
         assert sum(h == 0 for h in s.heads) != 1 and "roots" in s.meta["tree_error"]
     from bertology.corpus import tree_problem
     assert all(tree_problem(s.heads) is None for s in corpus if "tree_error" not in s.meta)
+
+
+def test_brown_reader_bom_and_encoding(tmp_path):
+    from bertology.brown import read_brown_file
+
+    path = tmp_path / "ca01"
+    path.write_text("\ufeffThe/at Fulton/np-tl jury/nn ./.\n", encoding="utf-8")
+    assert read_brown_file(path) == [(["The", "Fulton", "jury", "."], ["at", "np-tl", "nn", "."])]
+    path.write_bytes("The/at\ncaf\xe9/nn\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match=r"ca01:2: not valid UTF-8"):
+        read_brown_file(path)

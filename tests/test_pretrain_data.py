@@ -146,3 +146,13 @@ def test_wordpiece_vocabulary_planted_counts():
     vocab = wordpiece_vocabulary(lines, vocab_size=100)
     assert vocab == WORDPIECE_SPECIALS + ["a", "c", "##b", "##c", "##d", "ab", "cd", "abc"]
     assert wordpiece_vocabulary(lines, vocab_size=11) == vocab[:11]
+
+
+def test_bom_is_not_part_of_the_first_sentence(brown_slice, tmp_path):
+    with gzip.open(brown_slice, "rt", encoding="utf-8") as fh:
+        text = fh.read()
+    plain, marked = tmp_path / "plain.txt", tmp_path / "bom.txt"
+    plain.write_text(text, encoding="utf-8")
+    marked.write_text("\ufeff" + text, encoding="utf-8")
+    first = next(read_documents(marked))
+    assert first == next(read_documents(plain)) and not first[0].startswith("\ufeff")

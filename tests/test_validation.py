@@ -90,3 +90,29 @@ def test_rule_details():
     assert study_from_source("my.yaml") is None
     with pytest.raises(ConfigError, match=r"^test: field 'limit'"):  # no study known: the source alone
         check_values({"limit": -1}, "test")
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"limit": -2990}, r"--limit must be >= 0 .*got -2990"),
+    ({"max_epochs": 0}, r"--max-epochs must be >= 1, got 0"),
+    ({"device": "gpu"}, r"--device must be cpu or cuda, got 'gpu'"),
+    ({"seeds": "0,-1"}, r"--seeds must be integers >= 0"),
+])
+def test_probe_command_options_are_checked(options, message):
+    from bertology.cli.probe import probe_overrides
+    from bertology.errors import WorkbenchError
+
+    with pytest.raises(WorkbenchError, match=message):
+        probe_overrides(**options)
+    assert probe_overrides(limit=0) == {"limit": None}  # 0 = the whole corpus
+
+
+def test_probe_device_cuda_without_a_gpu(monkeypatch):
+    import torch
+
+    from bertology.cli.probe import probe_overrides
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="--device cuda: no CUDA device is available"):
+        probe_overrides(device="cuda")
+    assert probe_overrides(device="cpu") == {"device": "cpu"}
