@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from bertology.corpus import (Corpus, Entity, Sentence, annotate_silver, bio_to_entities, entities_to_bio,
@@ -146,3 +148,129 @@ def test_fingerprint_depends_on_content_only():
     c = Corpus("a", [Sentence("1", ["x", "z"], upos=["X", "X"])])
     assert a.fingerprint == b.fingerprint != c.fingerprint
     assert a.subset([0]).fingerprint == a.fingerprint
+
+
+def _brown_sample_sentences(n: int) -> list[list[list[str]]]:
+    """The first n sentences of the bundled brown_sample.conllu as lists of token-line columns."""
+    from bertology.corpus import bundled_corpora
+
+    blocks = bundled_corpora()["brown-sample"].read_text(encoding="utf-8").split("\n\n")[:n]
+    return [[ln.split("\t") if not ln.startswith("#") else [ln] for ln in b.strip("\n").splitlines()] for b in blocks]
+
+
+def _write(sentences, path) -> None:
+    path.write_text("\n\n".join("\n".join("\t".join(c) for c in s) for s in sentences) + "\n\n", encoding="utf-8")
+
+
+def _set_head(sentence, word: int, head: int) -> None:
+    row = [c for c in sentence if len(c) == 10][word - 1]
+    row[6] = str(head)
+
+
+@pytest.mark.parametrize("plant,problem", [
+    ("cycle", r"a cycle: (\d+) -> (\d+) -> \1;"),
+    ("no_root", r"no root"),
+    ("two_roots", r"2 roots \(words \d+, \d+ have head 0\)"),
+])
+def test_heads_that_are_not_a_tree_are_never_gold(tmp_path, plant, problem):
+    sentences = _brown_sample_sentences(3)
+    target = sentences[1]
+    words = [c for c in target if len(c) == 10]
+    root = next(i + 1 for i, c in enumerate(words) if c[6] == "0")
+    other, third = [i for i in range(1, len(words) + 1) if i != root][:2]
+    if plant == "cycle":      # two words head each other; the root stays
+        _set_head(target, other, third)
+        _set_head(target, third, other)
+    elif plant == "no_root":  # the root points at a word whose head chain leads back: no 0 left
+        _set_head(target, root, other)
+    else:
+        _set_head(target, other, 0)
+    path = tmp_path / "planted.conllu"
+    _write(sentences, path)
+    sent_id = next(c[0] for c in target if c[0].startswith("# sent_id")).split("=", 1)[1].strip()
+    start = path.read_text().split("\n").index(f"# sent_id = {sent_id}") + 1
+    with pytest.raises(CorpusError, match=rf"planted.conllu:{start}: sentence {sent_id}: the heads do not form "
+                                          rf"a tree: {problem}"):
+        read_conllu(path)
+    corpus = read_conllu(path, bad_trees="drop")
+    assert len(corpus) == 3
+    assert corpus[1].heads is None and corpus[1].deprels is None and "tree_error" in corpus[1].meta
+    assert corpus[0].heads is not None and corpus[2].heads is not None
+    assert not corpus.has("deps")  # a deps task refuses the corpus rather than read a broken tree
+
+
+def test_tree_problem_planted():
+    from bertology.corpus import tree_problem
+
+    assert tree_problem([2, 0, 2]) is None
+    assert tree_problem([2, 3, 1]) == "no root (no word has head 0)"
+    assert tree_problem([0, 3, 2]) == "a cycle: 2 -> 3 -> 2"
+    assert tree_problem([0, 1, 0]) == "2 roots (words 1, 3 have head 0)"
+
+
+def test_bom_is_not_glued_to_the_first_word(tmp_path):
+    bom = "\ufeff"
+    bio = tmp_path / "ner.bio"
+    bio.write_text(bom + "EU B-ORG\nrejects O\n", encoding="utf-8")
+    assert read_bio(bio)[0].words == ["EU", "rejects"]
+    txt = tmp_path / "t.txt"
+    txt.write_text(bom + "The jury said.\n\nIt did.\n", encoding="utf-8")
+    assert read_text_file(txt) == ["The jury said.", "It did."]
+    conllu = tmp_path / "s.conllu"
+    _write(_brown_sample_sentences(2), conllu)
+    conllu.write_bytes(bom.encode() + conllu.read_bytes())
+    plain = read_conllu(conllu)
+    assert plain[0].words == load_corpus("brown-sample", limit=1)[0].words
+
+
+@pytest.mark.parametrize("suffix", [".conllu", ".bio", ".txt"])
+def test_non_utf8_files_name_file_and_line(tmp_path, suffix):
+    path = tmp_path / f"latin{suffix}"
+    if suffix == ".conllu":
+        _write(_brown_sample_sentences(2), path)
+        lines = path.read_text().split("\n")
+        n = next(i for i, ln in enumerate(lines) if ln.startswith("2\t"))
+        cols = lines[n].split("\t")
+        cols[1] = "café"
+        lines[n] = "\t".join(cols)
+        path.write_bytes("\n".join(lines).encode("latin-1"))
+        line = n + 1
+    else:
+        path.write_bytes("EU B-ORG\ncaf\xe9 O\n".encode("latin-1"))
+        line = 2
+    reader = {".conllu": read_conllu, ".bio": read_bio, ".txt": read_text_file}[suffix]
+    with pytest.raises(CorpusError, match=rf"latin{re.escape(suffix)}:{line}: not valid UTF-8 \(byte 0xe9"):
+        reader(path)
+
+
+def test_negative_limit_is_refused():
+    with pytest.raises(CorpusError, match="limit: expected a number of sentences >= 0, got -2990"):
+        load_corpus("brown-sample", limit=-2990)
+    corpus = load_corpus("brown-sample")
+    with pytest.raises(CorpusError, match="got -1"):
+        corpus.subset(-1)
+    assert len(corpus.subset(0)) == 0 and len(load_corpus("brown-sample", limit=10)) == 10
+
+
+def test_silver_trees_that_are_not_trees_are_flagged():
+    """The bundled corpus's dependencies are silver (spaCy on Brown's gold sentences): its two-root
+    trees are flagged per sentence, not passed off as trees, and the corpus still loads."""
+    corpus = load_corpus("brown-sample")
+    flagged = [s for s in corpus if "tree_error" in s.meta]
+    assert corpus.sources["deps"].startswith("silver")
+    assert 0 < len(flagged) < len(corpus) // 50
+    for s in flagged:
+        assert sum(h == 0 for h in s.heads) != 1 and "roots" in s.meta["tree_error"]
+    from bertology.corpus import tree_problem
+    assert all(tree_problem(s.heads) is None for s in corpus if "tree_error" not in s.meta)
+
+
+def test_brown_reader_bom_and_encoding(tmp_path):
+    from bertology.brown import read_brown_file
+
+    path = tmp_path / "ca01"
+    path.write_text("\ufeffThe/at Fulton/np-tl jury/nn ./.\n", encoding="utf-8")
+    assert read_brown_file(path) == [(["The", "Fulton", "jury", "."], ["at", "np-tl", "nn", "."])]
+    path.write_bytes("The/at\ncaf\xe9/nn\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match=r"ca01:2: not valid UTF-8"):
+        read_brown_file(path)

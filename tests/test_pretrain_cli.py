@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import typer
 import yaml
 from typer.testing import CliRunner
 
+from bertology.errors import ConfigError
 from bertology.paths import package_data
 from bertology.cli.pretrain import register
 from bertology.pretraining.trainer import list_checkpoints
@@ -58,6 +60,26 @@ def test_pretrain_command_trains_and_resumes(tmp_path, monkeypatch):
     run = tmp_path / "models" / "cli-run"
     assert "eval_loss=" in res.output and (run / "tokenizer" / "tokenizer.json").is_file()
     assert [s for s, _ in list_checkpoints(run)] == [0, 2]
+    # another --max-steps changes the learning-rate schedule: refused unless asked for as a new phase
     res = CliRunner().invoke(app, ["pretrain", "--config", str(path), "--output", "cli-run", "--max-steps", "4"])
+    assert isinstance(res.exception, ConfigError) and "--new-phase" in str(res.exception)
+    assert [s for s, _ in list_checkpoints(run)] == [0, 2]
+    res = CliRunner().invoke(app, ["pretrain", "--config", str(path), "--output", "cli-run", "--max-steps", "4",
+                                   "--new-phase"])
     assert res.exit_code == 0, res.output
-    assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]
+    assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]  # the finished step-2 checkpoint is kept
+    phases = json.loads((run / "run.json").read_text())["phases"]
+    assert [(p["start_step"], p["max_steps"]) for p in phases] == [(0, 2), (2, 4)]
+
+
+def test_pretrain_command_option_checks(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "models"))
+    app = _app()
+    res = CliRunner().invoke(app, ["pretrain", "--config", "default", "--max-steps", "-5"])
+    assert isinstance(res.exception, ConfigError) and "--max-steps" in str(res.exception)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    res = CliRunner().invoke(app, ["pretrain", "--config", "default", "--device", "cuda", "--max-steps", "1"])
+    assert isinstance(res.exception, ConfigError) and "'device': cuda requested" in str(res.exception)
+    assert not (tmp_path / "models").exists()  # refused before anything was written

@@ -107,3 +107,52 @@ def test_pack_documents_respects_max_len(brown_slice, tmp_path):
         assert x[0] == tok.cls_token_id and x[-1] == tok.sep_token_id
         assert w[0] == w[-1] == -1 and w[1] == 0 and all(b >= a for a, b in zip(w[1:-2], w[2:-1]))
     assert sum(len(x) for x in ids) / (64 * len(ids)) > 0.6  # packing fills sequences
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_tokenizer_training_is_byte_reproducible(brown_slice, tmp_path, kind):
+    """Issue 17.2: two trainings on the same text give the same bytes (tokenizers' own WordPiece
+    trainer numbered the ``##`` alphabet in hash-map order, different on every call)."""
+    first = train_tokenizer(brown_slice, tmp_path / "a", kind=kind, vocab_size=600)
+    for again in ("b", "c"):
+        second = train_tokenizer(brown_slice, tmp_path / again, kind=kind, vocab_size=600)
+        for name in ("tokenizer.json", "vocab.txt") if kind == "wordpiece" else ("tokenizer.json",):
+            assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_wordpiece_vocabulary_order_is_canonical(brown_slice):
+    from bertology.pretraining.tokenizer import WORDPIECE_SPECIALS, wordpiece_vocabulary
+
+    lines = [s for doc in read_documents(brown_slice) for s in doc]
+    vocab = wordpiece_vocabulary(lines, vocab_size=400)
+    assert len(vocab) == len(set(vocab)) == 400
+    assert vocab[:5] == WORDPIECE_SPECIALS
+    singles = [t for t in vocab[5:] if len(t.removeprefix("##")) == 1]
+    n = len(singles)
+    assert vocab[5:5 + n] == singles  # the alphabet comes right after the specials ...
+    initial = [t for t in singles if not t.startswith("##")]
+    assert singles == sorted(initial) + sorted(t for t in singles if t.startswith("##"))  # ... by code point
+    assert {"t", "##t", "e", "##e"} <= set(singles)
+    merged = vocab[5 + n:]
+    assert merged and all(len(t.removeprefix("##")) > 1 for t in merged)
+    assert not any(c.isupper() for c in initial)  # uncased: no upper-case characters survive
+
+
+def test_wordpiece_vocabulary_planted_counts():
+    """Hand-counted: pairs (a, ##b) x5 and (c, ##d) x3 are merged in that order; then (ab, ##c) x2."""
+    from bertology.pretraining.tokenizer import WORDPIECE_SPECIALS, wordpiece_vocabulary
+
+    lines = ["ab ab ab AB ab cd cd", "cd abc abc"]
+    vocab = wordpiece_vocabulary(lines, vocab_size=100)
+    assert vocab == WORDPIECE_SPECIALS + ["a", "c", "##b", "##c", "##d", "ab", "cd", "abc"]
+    assert wordpiece_vocabulary(lines, vocab_size=11) == vocab[:11]
+
+
+def test_bom_is_not_part_of_the_first_sentence(brown_slice, tmp_path):
+    with gzip.open(brown_slice, "rt", encoding="utf-8") as fh:
+        text = fh.read()
+    plain, marked = tmp_path / "plain.txt", tmp_path / "bom.txt"
+    plain.write_text(text, encoding="utf-8")
+    marked.write_text("\ufeff" + text, encoding="utf-8")
+    first = next(read_documents(marked))
+    assert first == next(read_documents(plain)) and not first[0].startswith("\ufeff")

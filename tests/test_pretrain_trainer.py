@@ -392,3 +392,21 @@ def test_unigram_baseline_scores_the_eval_targets(corpus_and_tokenizer, tmp_path
     assert base["eval_targets"] > 0 and base["heldout_tokens"] >= base["eval_targets"]
     first_eval = read_metrics(run_dir).query("metric == 'eval_loss'")["value"].iloc[0]
     assert first_eval > base["unigram_eval_loss"]                  # 3 steps of a random model: worse
+
+
+def test_same_config_and_seed_give_the_same_bytes(corpus_and_tokenizer, tmp_path):
+    """Issue 17.2: with the tokenizer trained by the run, two runs of one config give the same
+    tokenizer.json and the same weights (they differed from step 5 on when tokenizers' WordPiece
+    trainer numbered its ``##`` alphabet in hash-map order)."""
+    runs = [run_pretraining(_cfg(corpus_and_tokenizer, tmp_path / name, run_name="same", tokenizer=None,
+                                 vocab_size=300, max_steps=6, keep_steps=[], save_every=6, eval_every=6))
+            for name in ("a", "b")]
+    a, b = (r / "tokenizer" / "tokenizer.json" for r in runs)
+    assert a.read_bytes() == b.read_bytes()
+    wa, wb = (load_file(str(r / "checkpoint-6" / "model.safetensors")) for r in runs)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "optimizer.pt", "scheduler.pt",
+                 "rng.safetensors", "trainer_state.json"):
+        assert (runs[0] / "checkpoint-6" / name).read_bytes() == (runs[1] / "checkpoint-6" / name).read_bytes(), name
+    ma, mb = (read_metrics(r).query("metric != 'tokens_per_s'") for r in runs)  # speed is the one difference
+    assert ma.equals(mb) and len(ma) == 6 + 6 + 2  # loss and lr per step, eval_loss and perplexity

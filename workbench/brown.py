@@ -92,8 +92,10 @@ def brown_to_upos(tags: list[str]) -> list[str]:
 
 def read_brown_file(path: str | Path) -> list[tuple[list[str], list[str]]]:
     """Read one Brown ``word/tag`` file into sentences of (words, tags). Tag = text after the last '/'."""
+    from bertology.corpus import read_utf8
+
     sentences = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for line in read_utf8(path).splitlines():
         line = line.strip()
         if not line:
             continue

@@ -5,7 +5,8 @@ A checkpoint is ``<run_dir>/checkpoint-<step>/`` holding a standard HF model
 ``optimizer.pt`` / ``scheduler.pt`` (``torch.save``, loaded with ``weights_only=True``),
 ``rng.safetensors`` (uint8 RNG state tensors) and ``trainer_state.json`` (step, data position).
 The directory is written under a temporary name and renamed into place, so a reader (or a
-resumed run) never sees a half-written checkpoint.
+resumed run) never sees a half-written checkpoint; :func:`remove_partial_writes` clears the
+temporary folders and files a killed write leaves behind (a resumed run calls it).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from bertology.errors import CheckpointError
 
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
+# Names that atomic_dir / bertology.atomic.atomic_path give their temporary entries: ".<name>.<random>.tmp"
+# (and ".<name>.<random>.old" for a replaced directory on its way out).
+_PARTIAL = re.compile(r"^\..+\.[A-Za-z0-9_]+\.(tmp|old)$")
 
 
 @contextmanager
@@ -49,6 +53,28 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_partial_writes(folder: str | os.PathLike, *, recursive_into: tuple[str, ...] = ("data",)) -> list[Path]:
+    """Delete the temporary entries a killed atomic write left in ``folder`` (and its ``recursive_into``
+    sub-folders): ``.checkpoint-40.x8k2.tmp/``, ``.run.json.a1b2.tmp``, ... Returns what was removed.
+
+    Only names of the form ``.<name>.<random>.tmp`` / ``.old`` are touched. Call it when no other
+    process writes into ``folder`` (a resumed run, before it starts).
+    """
+    folder = Path(folder)
+    removed: list[Path] = []
+    for d in [folder, *(folder / sub for sub in recursive_into)]:
+        if not d.is_dir():
+            continue
+        for p in sorted(d.iterdir()):
+            if _PARTIAL.match(p.name):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
 
 
 def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
@@ -99,13 +125,50 @@ def save_trainer_state(ckpt_dir: Path, *, optimizer: torch.optim.Optimizer,
     (ckpt_dir / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
-def load_trainer_state(ckpt_dir: Path) -> tuple[dict, dict, dict[str, Any], dict[str, torch.Tensor]]:
-    """``(optimizer_state, scheduler_state, trainer_state, rng_state)``; loads with weights_only."""
+def read_json_file(path: Path, what: str) -> Any:
+    """A JSON file's content; a missing, unreadable or broken file raises ``CheckpointError`` naming it."""
     try:
-        opt = torch.load(ckpt_dir / "optimizer.pt", map_location="cpu", weights_only=True)
-        sched = torch.load(ckpt_dir / "scheduler.pt", map_location="cpu", weights_only=True)
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot read the {what} ({exc})") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}:{exc.lineno}: broken {what} (not JSON: {exc.msg})") from None
+
+
+def read_trainer_state(ckpt_dir: Path) -> dict[str, Any]:
+    """``trainer_state.json`` of a checkpoint, checked to hold a step (``CheckpointError`` otherwise)."""
+    path = Path(ckpt_dir) / STATE_FILE
+    state = read_json_file(path, "trainer state")
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int) or state["step"] < 0:
+        raise CheckpointError(f"{path}: broken trainer state (expected an object with a non-negative integer "
+                              f"'step', got {str(state)[:80]})")
+    return state
+
+
+def load_trainer_state(ckpt_dir: Path) -> tuple[dict, dict, dict[str, Any], dict[str, torch.Tensor]]:
+    """``(optimizer_state, scheduler_state, trainer_state, rng_state)``; loads with weights_only.
+
+    A missing, truncated or garbage file raises ``CheckpointError`` naming it and saying how to go on.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    hint = "delete this checkpoint folder to resume from the one before"
+    loaded: dict[str, Any] = {}
+    for name in ("optimizer.pt", "scheduler.pt"):
+        try:
+            loaded[name] = torch.load(ckpt_dir / name, map_location="cpu", weights_only=True)
+        except Exception as exc:  # OSError, UnpicklingError, RuntimeError ("invalid load key"), EOFError...
+            raise CheckpointError(f"{ckpt_dir / name}: corrupt or unreadable trainer state "
+                                  f"({type(exc).__name__}: {str(exc)[:200]}); {hint}") from exc
+        if not isinstance(loaded[name], dict):
+            raise CheckpointError(f"{ckpt_dir / name}: expected a state dict, found {type(loaded[name]).__name__}; "
+                                  f"{hint}")
+    try:
         rng = load_file(str(ckpt_dir / "rng.safetensors"))
-        state = json.loads((ckpt_dir / STATE_FILE).read_text())
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"{ckpt_dir}: cannot load trainer state ({exc})") from exc
-    return opt, sched, state, rng
+    except Exception as exc:  # safetensors raises its own error types for truncated headers
+        raise CheckpointError(f"{ckpt_dir / 'rng.safetensors'}: corrupt RNG state ({exc}); {hint}") from exc
+    if "cpu" not in rng:
+        raise CheckpointError(f"{ckpt_dir / 'rng.safetensors'}: no 'cpu' RNG state; {hint}")
+    state = read_trainer_state(ckpt_dir)
+    return loaded["optimizer.pt"], loaded["scheduler.pt"], state, rng

@@ -8,6 +8,7 @@ annotation layers are gold and which are silver in :attr:`Corpus.sources`.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import re
@@ -93,6 +94,9 @@ class Corpus:
     def subset(self, n_or_indices: int | Sequence[int]) -> "Corpus":
         """The first ``n`` sentences, or the sentences at the given indices, as a new corpus."""
         if isinstance(n_or_indices, int):
+            if isinstance(n_or_indices, bool) or n_or_indices < 0:
+                raise CorpusError(f"{self.name}: limit must be a number of sentences >= 0, got {n_or_indices!r} "
+                                  "(a negative limit would cut sentences off the end)")
             chosen = self.sentences[:n_or_indices]
             suffix = f"[:{n_or_indices}]"
         else:
@@ -123,26 +127,80 @@ class Corpus:
 _ID_RE = re.compile(r"^(\d+)$|^(\d+)-(\d+)$|^(\d+)\.(\d+)$")
 
 
-def _validate_conllu_lines(path: Path, lines: list[str]) -> None:
-    """Check the token lines that ``conllu`` would accept silently; raise naming file:line."""
+def read_utf8(path: str | Path) -> str:
+    """A text file's content as UTF-8 (a leading byte-order mark dropped). Unreadable or non-UTF-8
+    files raise ``CorpusError`` naming the file, line and column of the first bad byte."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        column = exc.start - data.rfind(b"\n", 0, exc.start)
+        raise CorpusError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
+                          "convert the file to UTF-8") from None
+
+
+def tree_problem(heads: Sequence[int]) -> str | None:
+    """Why 1-based ``heads`` (0 = root) do not form one tree, or None: no root, several roots, a cycle."""
+    roots = [i + 1 for i, h in enumerate(heads) if h == 0]
+    if not roots:
+        return "no root (no word has head 0)"
+    if len(roots) > 1:
+        return f"{len(roots)} roots (words {', '.join(map(str, roots))} have head 0)"
+    for start in range(1, len(heads) + 1):
+        path, node = [], start
+        while node != 0 and node not in path:
+            path.append(node)
+            node = heads[node - 1]
+        if node != 0:
+            cycle = path[path.index(node):]
+            return "a cycle: " + " -> ".join(map(str, cycle + [node]))
+    return None
+
+
+def _validate_conllu_lines(path: Path, lines: list[str]) -> dict[int, str]:
+    """Check the token lines that ``conllu`` would accept silently; raise naming file:line.
+
+    Returns ``{k: problem}`` for the k-th sentence (counting sentences with words) whose heads do
+    not form a tree (:func:`tree_problem`); the problem names the file, line and sentence.
+    """
     expected = 1
     heads: list[tuple[int, int, int]] = []  # (line number, token id, head)
     n_tokens = 0
+    start_line, sent_id, n_sentences = 1, None, 0
+    bad_trees: dict[int, str] = {}
 
     def close_sentence(end_line: int) -> None:
+        nonlocal n_sentences
         for line_no, tok_id, head in heads:
             if head > n_tokens:
                 raise CorpusError(
                     f"{path}:{line_no}: token {tok_id} has head {head}, outside its sentence of {n_tokens} words"
                 )
+        if n_tokens:
+            if heads and len(heads) == n_tokens:
+                problem = tree_problem([h for _, _, h in heads])
+                if problem:
+                    bad_trees[n_sentences] = (f"{path}:{start_line}: sentence {sent_id or n_sentences + 1}: "
+                                              f"the heads do not form a tree: {problem}")
+            n_sentences += 1
 
     for line_no, raw in enumerate(lines, start=1):
         line = raw.rstrip("\n").rstrip("\r")
         if not line.strip():
             close_sentence(line_no)
-            expected, heads, n_tokens = 1, [], 0
+            expected, heads, n_tokens, start_line, sent_id = 1, [], 0, line_no + 1, None
             continue
         if line.startswith("#"):
+            key, _, value = line[1:].partition("=")
+            if key.strip() == "sent_id":
+                sent_id = value.strip()
             continue
         cols = line.split("\t")
         if len(cols) != 10:
@@ -166,6 +224,7 @@ def _validate_conllu_lines(path: Path, lines: list[str]) -> None:
                     raise CorpusError(f"{path}:{line_no}: token {tok_id} is its own head")
                 heads.append((line_no, tok_id, head))
     close_sentence(len(lines))
+    return bad_trees
 
 
 def _parse_misc_ner(misc: dict | None, key: str) -> str | None:
@@ -181,40 +240,71 @@ def read_conllu(
     name: str | None = None,
     sources: dict[str, str] | None = None,
     ner_key: str = "NER",
+    bad_trees: str = "auto",
 ) -> Corpus:
     """Read a CoNLL-U file: words, UPOS, XPOS, heads, relations and (MISC ``NER=B-X``) entities.
 
     Multiword-token lines (``3-4``) are skipped in favour of their syntactic words; empty nodes
     (``5.1``) are dropped. Provenance comes from ``sources`` or a sidecar ``<stem>.meta.json``;
     otherwise layers present in the file are marked ``gold: <file name>``.
+
+    A sentence whose heads are not one tree (no root, two roots, a cycle) is never loaded as gold
+    dependencies. ``bad_trees``: ``"error"`` raises ``CorpusError`` naming file, line and sentence;
+    ``"drop"`` keeps the sentence without heads and relations; ``"flag"`` keeps its heads; both
+    record the problem in the sentence's ``meta["tree_error"]``. ``"auto"`` (default): ``"error"``
+    when the dependencies are gold, ``"flag"`` when they are declared silver (a parser's output,
+    e.g. the bundled corpus, where spaCy's parse of Brown's gold sentences has a few two-root trees).
     """
     import conllu
 
+    if bad_trees not in ("auto", "error", "drop", "flag"):
+        raise CorpusError(f"bad_trees: expected 'auto', 'error', 'drop' or 'flag', got {bad_trees!r}")
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"{path}: no such corpus file")
-    text = path.read_text(encoding="utf-8", errors="strict")
+    licence = None
+    sidecar = path.with_name(path.stem + ".meta.json")
+    if sources is None and sidecar.is_file():
+        try:
+            meta_json = json.loads(read_utf8(sidecar))
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"{sidecar}:{exc.lineno}: broken corpus metadata (not JSON: {exc.msg})") from None
+        sources = meta_json.get("sources")
+        licence = meta_json.get("licence")
+        name = name or meta_json.get("name")
+    if bad_trees == "auto":
+        bad_trees = "flag" if str((sources or {}).get("deps", "")).startswith("silver") else "error"
+    text = read_utf8(path)
     lines = text.splitlines()
-    _validate_conllu_lines(path, lines)
+    tree_errors = _validate_conllu_lines(path, lines)
+    if tree_errors and bad_trees == "error":
+        first = tree_errors[min(tree_errors)]
+        more = f" (and {len(tree_errors) - 1} more sentences)" if len(tree_errors) > 1 else ""
+        raise CorpusError(f"{first}{more}; pass bad_trees='drop' to keep such sentences without dependencies")
     try:
         token_lists = conllu.parse(text)
     except Exception as exc:  # conllu's own parse errors carry no line number
         raise CorpusError(f"{path}: CoNLL-U parse error: {exc}") from exc
 
     sentences: list[Sentence] = []
+    n_with_words = 0
     for k, tl in enumerate(token_lists):
         words_tokens = [t for t in tl if isinstance(t["id"], int)]
         if not words_tokens:
             continue
+        tree_error = tree_errors.get(n_with_words)
+        n_with_words += 1
         words = [t["form"] for t in words_tokens]
         upos = [t["upos"] or "_" for t in words_tokens]
         xpos = [t["xpos"] or "_" for t in words_tokens]
-        has_heads = all(t["head"] is not None for t in words_tokens)
+        has_heads = (tree_error is None or bad_trees == "flag") and all(t["head"] is not None for t in words_tokens)
         heads = [int(t["head"]) for t in words_tokens] if has_heads else None
         deprels = [t["deprel"] or "_" for t in words_tokens] if has_heads else None
         ner_tags = [_parse_misc_ner(t["misc"], ner_key) for t in words_tokens]
         entities = bio_to_entities([tag or "O" for tag in ner_tags]) if any(ner_tags) else None
         meta = {key: str(v) for key, v in tl.metadata.items()}
+        if tree_error is not None:
+            meta["tree_error"] = tree_error
         sentences.append(
             Sentence(
                 sent_id=meta.get("sent_id", f"{path.stem}-{k}"),
@@ -230,14 +320,6 @@ def read_conllu(
         )
     if not sentences:
         raise CorpusError(f"{path}: no sentences found")
-
-    licence = None
-    sidecar = path.with_name(path.stem + ".meta.json")
-    if sources is None and sidecar.is_file():
-        meta_json = json.loads(sidecar.read_text())
-        sources = meta_json.get("sources")
-        licence = meta_json.get("licence")
-        name = name or meta_json.get("name")
     if sources is None:
         sources = {}
         for layer in ("upos", "xpos", "deps", "entities"):
@@ -325,7 +407,7 @@ def read_bio(path: str | Path, *, name: str | None = None, source: str | None = 
             words.clear()
             tags.clear()
 
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for line_no, line in enumerate(read_utf8(path).splitlines(), start=1):
         if not line.strip():
             flush()
             continue
@@ -394,14 +476,10 @@ def read_text_file(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"{path}: no such text file")
-    data = path.read_bytes()
-    if b"\x00" in data[:8192]:
-        raise CorpusError(f"{path}: looks binary (NUL bytes), expected UTF-8 text")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise CorpusError(f"{path}:{line}: not valid UTF-8") from exc
+    with open(path, "rb") as fh:
+        if b"\x00" in fh.read(8192):
+            raise CorpusError(f"{path}: looks binary (NUL bytes), expected UTF-8 text")
+    text = read_utf8(path)
     paragraphs = [p.replace("\n", " ").strip() for p in re.split(r"\n\s*\n", text)]
     paragraphs = [p for p in paragraphs if p]
     if not paragraphs:
@@ -418,8 +496,10 @@ def bundled_corpora() -> dict[str, Path]:
 def load_corpus(name_or_path: str | Path = DEFAULT_CORPUS, *, limit: int | None = None) -> Corpus:
     """Load a bundled corpus by name (``brown-sample``) or a file: ``.conllu``, ``.bio``/``.conll``, ``.txt`` (silver).
 
-    ``limit`` keeps the first ``limit`` sentences.
+    ``limit`` keeps the first ``limit`` sentences (``CorpusError`` if negative).
     """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise CorpusError(f"limit: expected a number of sentences >= 0, got {limit!r}")
     bundled = bundled_corpora()
     key = str(name_or_path)
     if key in bundled:

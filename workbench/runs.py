@@ -21,6 +21,7 @@ import yaml
 
 from bertology import atomic, paths, results
 from bertology.errors import ConfigError, WorkbenchError
+from bertology.validation import check_values
 
 
 def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
@@ -39,6 +40,7 @@ def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source:
             if isinstance(default, bool) != isinstance(value, bool) or not isinstance(value, ok_types):
                 raise ConfigError(f"{source}: field {key!r} must be {type(default).__name__}, got {value!r}")
         config[key] = value
+    check_values(config, source)  # value ranges, per field (bertology.validation)
     return config
 
 

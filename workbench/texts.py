@@ -26,8 +26,11 @@ def brown_sentences(lower: bool = True) -> list[list[str]]:
     path = paths.package_data() / "brown.txt.gz"
     if not path.is_file():
         raise CorpusError(f"{path}: bundled Brown text is missing (reinstall the package)")
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return [t for line in fh if (t := tokenize(line, lower))]
+    try:
+        with gzip.open(path, "rt", encoding="utf-8-sig") as fh:
+            return [t for line in fh if (t := tokenize(line, lower))]
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"{path}: bundled Brown text is unreadable ({exc}); reinstall the package") from exc
 
 
 def kjv_sentences(lower: bool = True) -> list[list[str]]:

@@ -18,12 +18,19 @@ def register(app: typer.Typer) -> None:
         max_steps: Optional[int] = typer.Option(None, "--max-steps", help="override max_steps"),
         corpus: Optional[str] = typer.Option(None, "--corpus", help="text file/dir, or 'brown' (bundled)"),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the last checkpoint"),
+        new_phase: bool = typer.Option(False, "--new-phase",
+                                       help="resume with another --max-steps: a new learning-rate schedule phase "
+                                            "from the last checkpoint (recorded in run.json; no checkpoint pruned)"),
+        device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda (override the config)"),
     ) -> None:
         """Pretrain a small BERT with MLM (multi-process: torchrun -m bertology.pretraining.trainer)."""
+        from bertology.errors import ConfigError
         from bertology.pretraining.trainer import load_config, read_metrics, run_pretraining
 
-        cfg = load_config(config, run_name=output, max_steps=max_steps, corpus=corpus)
-        run_dir = run_pretraining(cfg, resume=resume)
+        if max_steps is not None and max_steps < 1:
+            raise ConfigError(f"--max-steps must be >= 1, got {max_steps}")
+        cfg = load_config(config, run_name=output, max_steps=max_steps, corpus=corpus, device=device)
+        run_dir = run_pretraining(cfg, resume=resume, new_phase=new_phase)
         m = read_metrics(run_dir)
         last = m.sort_values("step").groupby("metric").tail(1).set_index("metric")["value"]
         summary = ", ".join(f"{k}={last[k]:.4g}" for k in ("loss", "eval_loss", "perplexity") if k in last)

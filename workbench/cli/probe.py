@@ -18,6 +18,8 @@ def _seeds(text: str) -> list[int]:
         raise TaskError(f"--seeds must be comma-separated integers, got {text!r}") from None
     if not seeds:
         raise TaskError("--seeds: give at least one seed")
+    if any(s < 0 for s in seeds):
+        raise TaskError(f"--seeds must be integers >= 0, got {text!r}")
     return seeds
 
 
@@ -32,6 +34,18 @@ def probe_overrides(*, task: str | None = None, model: str | None = None, corpus
     """The ``edge_probing`` config fields for the options given (``None`` = not given)."""
     from bertology.probes.probing.tasks import BUILTIN_TASKS, TaskError
 
+    from bertology.errors import ConfigError
+
+    if limit is not None and limit < 0:
+        raise ConfigError(f"--limit must be >= 0 (the first N sentences; 0 = the whole corpus), got {limit}")
+    if max_epochs is not None and max_epochs < 1:
+        raise ConfigError(f"--max-epochs must be >= 1, got {max_epochs}")
+    if device is not None:
+        if device not in ("cpu", "cuda"):
+            raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
+        import torch
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--device cuda: no CUDA device is available (use --device cpu)")
     overrides: dict[str, Any] = {}
     if task is not None:
         overrides["tasks"] = [task]

@@ -57,6 +57,8 @@ def _open_text(path: Path) -> Iterator[str]:
         raise CorpusError(f"{path}: looks like a binary file (NUL bytes), expected UTF-8 text")
     with opener(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is no part of the text
             try:
                 yield raw.decode("utf-8")
             except UnicodeDecodeError as exc:

@@ -18,7 +18,13 @@ Run layout (``paths.models_dir() / <run_name>``)::
 
 Resumption is exact: the data order and the masks are functions of ``(seed, position)``, and the
 checkpoint holds the optimizer, scheduler and RNG states, so a run stopped after a checkpoint and
-resumed ends with the same weights as an uninterrupted run.
+resumed ends with the same weights as an uninterrupted run. Resuming with another ``max_steps``
+changes the learning-rate schedule, so it is refused unless asked for as a new *phase*
+(``new_phase=True``, recorded in ``run.json``; every checkpoint kept so far stays).
+
+A non-finite training loss (or gradient norm) stops the run at once with
+``TrainingDivergedError``, before the optimizer step, so no NaN weights reach a checkpoint; under
+DDP the processes agree on the stop through an all-reduce.
 """
 
 from __future__ import annotations
@@ -42,23 +48,30 @@ import torch.distributed as dist
 
 from bertology import paths
 from bertology.checkpoints import (
-    atomic_dir, latest_resumable, list_checkpoints, load_trainer_state, rng_state, save_trainer_state,
-    set_rng_state,
+    atomic_dir, latest_resumable, list_checkpoints, load_trainer_state, read_json_file, read_trainer_state,
+    remove_partial_writes, rng_state, save_trainer_state, set_rng_state,
 )
-from bertology.errors import CheckpointError, ConfigError
+from bertology.errors import CheckpointError, ConfigError, WorkbenchError
 from bertology.pretraining.masking import (
     IGNORE_INDEX, MaskingConfig, encode_pair, make_sentence_pairs, mask_batch, mix_seed,
     random_token_pool, special_tokens_mask,
 )
 
 __all__ = ["PretrainConfig", "load_config", "run_pretraining", "read_metrics", "list_checkpoints", "unigram_baseline",
-           "heldout_loss",
+           "heldout_loss", "TrainingDivergedError",
            "BUNDLED_CORPUS"]
 
 BUNDLED_CORPUS = "brown"  # name for workbench/data/brown.txt.gz
 # Fields that may change when resuming (they do not alter the optimisation trajectory).
+# (max_steps is checked on its own: a change is a new phase of the schedule, see run_pretraining.)
 RESUMABLE_CHANGES = {"progress", "eval_every", "log_every", "save_every", "keep_steps", "keep_last",
                      "device", "output_root", "num_threads", "max_steps"}
+# math.exp overflows beyond this (a diverged model's loss): perplexity is then reported as inf.
+_MAX_EXP_ARG = math.log(sys.float_info.max)
+
+
+class TrainingDivergedError(WorkbenchError):
+    """The training loss (or gradient norm) became NaN or infinite; the run stopped before saving it."""
 
 
 @dataclass
@@ -638,10 +651,25 @@ def evaluate(model, data: SequenceSet, masker: _Masker, cfg: PretrainConfig, rt:
         dist.all_reduce(sums)
     model.train(was_training)
     loss = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")
-    res = {"eval_loss": loss, "perplexity": math.exp(loss) if loss == loss else float("nan")}
+    res = {"eval_loss": loss, "perplexity": perplexity(loss)}
     if cfg.objective != "mlm" and sums[3] > 0:
         res["eval_pair_accuracy"] = float(sums[2] / sums[3])
     return res
+
+
+def perplexity(loss: float) -> float:
+    """``exp(loss)``; ``inf`` where that overflows a float (a diverged loss), NaN for a NaN loss."""
+    if loss != loss:
+        return float("nan")
+    return math.exp(loss) if loss < _MAX_EXP_ARG else float("inf")
+
+
+def _all_finite(value: float, rt: Runtime) -> bool:
+    """Whether ``value`` is finite on every process (an all-reduce under DDP, so all stop together)."""
+    bad = torch.tensor([0.0 if math.isfinite(value) else 1.0], device=rt.device)
+    if rt.world_size > 1:
+        dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+    return float(bad) == 0.0
 
 
 def _params_sha256(model: torch.nn.Module) -> str:
@@ -659,11 +687,12 @@ class _Metrics:
         self.path, self.enabled = path, enabled
 
     def truncate_after(self, step: int) -> None:
-        """Drop events logged after ``step`` (by a run killed after its last checkpoint)."""
+        """Drop events logged after ``step`` (by a run killed after its last checkpoint), and a last
+        line cut short by the kill."""
         if not (self.enabled and self.path.is_file()):
             return
         from bertology.atomic import write_text
-        keep = [ln for ln in self.path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+        keep = [json.dumps(ev) for ev in _read_metric_events(self.path) if ev["step"] <= step]
         write_text(self.path, "".join(ln + "\n" for ln in keep))
 
     def log(self, **event: Any) -> None:
@@ -672,6 +701,33 @@ class _Metrics:
                 fh.write(json.dumps(event) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
+
+
+def _read_metric_events(path: Path) -> list[dict[str, Any]]:
+    """The events of a ``metrics.jsonl``. A last line without its newline is a write in progress (or
+    cut by a kill) and is skipped; any other broken line raises ``CheckpointError`` naming file:line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot read the metrics ({exc})") from exc
+    lines = text.split("\n")  # the last item is "" when the file ends with a newline
+    events = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            ev = json.loads(line)
+            if not isinstance(ev, dict) or not isinstance(ev.get("step"), int):
+                raise ValueError("expected an object with an integer 'step'")
+            for key, value in ev.items():
+                if key != "step" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                    raise ValueError(f"metric {key!r} is not a number: {value!r}")
+        except ValueError as exc:
+            if lineno == len(lines):  # unterminated last line: a write in progress or cut short
+                break
+            raise CheckpointError(f"{path}:{lineno}: broken metrics line ({exc}): {line[:80]!r}") from None
+        events.append(ev)
+    return events
 
 
 def read_metrics(run_dir: str | Path):
@@ -687,10 +743,7 @@ def read_metrics(run_dir: str | Path):
     path = run_dir / "metrics.jsonl"
     rows = []
     if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            ev = json.loads(line)
+        for ev in _read_metric_events(path):
             step = int(ev.pop("step"))
             rows.extend({"run": run_dir.name, "step": step, "metric": k, "value": float(v)} for k, v in ev.items())
     df = pd.DataFrame(rows, columns=["run", "step", "metric", "value"])
@@ -710,17 +763,25 @@ def _save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, sche
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             save_trainer_state(tmp, optimizer=optimizer, scheduler=scheduler, state=state, rng=rng_state())
+    except OSError as exc:  # disk full, quota, permissions: atomic_dir has removed the partial folder
+        done = [s for s, _ in list_checkpoints(run_dir)]
+        raise CheckpointError(
+            f"{final}: cannot write the checkpoint ({exc.strerror or exc}); nothing of it was left behind, "
+            f"the run keeps its checkpoints at steps {done}; free space and re-run to resume from step "
+            f"{max(done) if done else 0}") from exc
     finally:
         if bars:
             hf_logging.enable_progress_bar()
     return final
 
 
-def _prune_checkpoints(run_dir: Path, cfg: PretrainConfig) -> None:
-    """Delete rolling checkpoints beyond ``keep_last``; ``keep_steps`` and the final one stay."""
+def _prune_checkpoints(run_dir: Path, cfg: PretrainConfig, phase_start: int = 0) -> None:
+    """Delete rolling checkpoints beyond ``keep_last``; ``keep_steps``, the final one and every
+    checkpoint up to the start of the current phase (``phase_start``: kept by an earlier phase) stay."""
     import shutil
 
-    rolling = [(s, p) for s, p in list_checkpoints(run_dir) if s not in cfg.keep_steps and s != cfg.max_steps]
+    rolling = [(s, p) for s, p in list_checkpoints(run_dir)
+               if s not in cfg.keep_steps and s != cfg.max_steps and s > phase_start]
     for _, p in rolling[:max(0, len(rolling) - max(cfg.keep_last, 1))]:
         shutil.rmtree(p, ignore_errors=True)
 
@@ -771,13 +832,56 @@ def _load_data(cfg: PretrainConfig, run_dir: Path, source: Path, tokenizer, rt: 
 
 # --------------------------------------------------------------------------- the loop
 
-def run_pretraining(config: PretrainConfig, *, resume: bool = True, _stop_after: int | None = None) -> Path:
+def _phases(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The schedule phases of a run (``run.json``): ``[{"start_step", "max_steps"}, ...]``; one phase
+    (from step 0, the config's max_steps) for a run that never changed its max_steps."""
+    return info.get("phases") or [{"start_step": 0, "max_steps": info["config"]["max_steps"]}]
+
+
+def _resume_plan(cfg: PretrainConfig, run_dir: Path, resume_from: Path, new_phase: bool) -> tuple[int, dict | None]:
+    """Check that ``cfg`` may resume the run at ``resume_from``; ``(step, new phase record or None)``."""
+    info = read_json_file(run_dir / "run.json", "run record")
+    if not isinstance(info, dict) or not isinstance(info.get("config"), dict):
+        raise CheckpointError(f"{run_dir / 'run.json'}: broken run record (no 'config' object)")
+    saved = info["config"]
+    saved.setdefault("random_token_pool", "non_special")  # runs made before the field drew from that pool
+    changed = sorted(k for k, v in cfg.to_dict().items() if k not in RESUMABLE_CHANGES and saved.get(k) != v)
+    if changed:
+        raise ConfigError(f"{run_dir}: cannot resume, config field(s) differ from run.json: {', '.join(changed)}")
+    step = int(read_trainer_state(resume_from)["step"])
+    current = int(_phases(info)[-1]["max_steps"])
+    if cfg.max_steps == current:
+        return step, None
+    if not new_phase:
+        raise ConfigError(
+            f"{run_dir}: cannot resume with max_steps {cfg.max_steps}: the run's schedule ends at {current}, and "
+            f"another max_steps changes the learning rate (linear decay to 0 at max_steps) from step {step} on. "
+            f"Keep max_steps {current}, or continue as a new phase (new_phase=True, CLI --new-phase): the "
+            f"schedule is then recomputed for max_steps {cfg.max_steps}, recorded in run.json, and every "
+            f"checkpoint kept so far stays")
+    if cfg.max_steps <= step:
+        raise ConfigError(f"{run_dir}: a new phase must end after the last checkpoint (step {step}); "
+                          f"max_steps {cfg.max_steps} does not")
+    old, new = linear_schedule(cfg.warmup_steps, current), linear_schedule(cfg.warmup_steps, cfg.max_steps)
+    return step, {"start_step": step, "max_steps": cfg.max_steps, "previous_max_steps": current,
+                  "lr_multiplier_before": round(old(step), 6), "lr_multiplier_after": round(new(step), 6),
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: bool = False,
+                    _stop_after: int | None = None) -> Path:
     """Train according to ``config``; return the run directory.
 
     ``resume=True`` continues from the last checkpoint of ``config.run_name`` if there is one
-    (the config must match the saved one except for logging/checkpoint fields and max_steps);
-    ``resume=False`` refuses to overwrite a run that has checkpoints. ``_stop_after`` (tests)
-    stops right after the step-N checkpoint, like a kill.
+    (the config must match the saved one except for logging/checkpoint fields); ``resume=False``
+    refuses to overwrite a run that has checkpoints. A ``max_steps`` other than the run's is refused
+    unless ``new_phase=True``: the run then continues from its last checkpoint under the linear
+    schedule recomputed for the new ``max_steps`` (run.json ``phases`` records where and how the
+    learning-rate multiplier changed), and no checkpoint of the earlier phases is pruned.
+    ``_stop_after`` (tests) stops right after the step-N checkpoint, like a kill.
+
+    Raises ``TrainingDivergedError`` at the first NaN/inf loss or gradient norm (nothing of that
+    step is saved) and ``CheckpointError`` when a checkpoint cannot be written (disk full) or read.
     """
     from tqdm.auto import tqdm
 
@@ -791,18 +895,19 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, _stop_after:
     resume_from = latest_resumable(run_dir) if resume else None
     if not resume and list_checkpoints(run_dir):
         raise CheckpointError(f"{run_dir}: run already has checkpoints; resume it or choose another run_name")
+    phase_record, phase_start = None, 0
     if resume_from is not None:
-        saved = json.loads((run_dir / "run.json").read_text())["config"]
-        saved.setdefault("random_token_pool", "non_special")  # runs made before the field drew from that pool
-        changed = sorted(k for k, v in cfg.to_dict().items() if k not in RESUMABLE_CHANGES and saved.get(k) != v)
-        if changed:
-            raise ConfigError(f"{run_dir}: cannot resume, config field(s) differ from run.json: {', '.join(changed)}")
-        if json.loads((resume_from / "trainer_state.json").read_text())["step"] >= cfg.max_steps:
+        resumed_step, phase_record = _resume_plan(cfg, run_dir, resume_from, new_phase)
+        if resumed_step >= cfg.max_steps:
             if rt.world_size > 1:
                 dist.destroy_process_group()
             return run_dir  # already finished: nothing to do
+        phase_start = phase_record["start_step"] if phase_record else \
+            int(_phases(read_json_file(run_dir / "run.json", "run record"))[-1]["start_step"])
     corpus_sha = corpus_hash(source)
     if rt.is_main:
+        if resume and run_dir.is_dir():
+            remove_partial_writes(run_dir)  # folders and files of a save that a kill interrupted
         run_dir.mkdir(parents=True, exist_ok=True)
     rt.barrier()
 
@@ -830,13 +935,25 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, _stop_after:
             raise CheckpointError(f"{resume_from}: weights do not match the config "
                                   f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
         opt_state, sched_state, state, rng = load_trainer_state(resume_from)
-        optimizer.load_state_dict(opt_state)
-        scheduler.load_state_dict(sched_state)
+        try:
+            optimizer.load_state_dict(opt_state)
+            scheduler.load_state_dict(sched_state)
+        except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+            raise CheckpointError(f"{resume_from}: optimizer/scheduler state does not fit the model ({exc}); "
+                                  "delete this checkpoint folder to resume from the one before") from exc
         scheduler.lr_lambdas = [linear_schedule(cfg.warmup_steps, cfg.max_steps)] * len(optimizer.param_groups)
+        # the saved learning rate is the old schedule's; a new phase's schedule applies from this step on
+        for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+            group["lr"] = base * factor(scheduler.last_epoch)
+        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
         if state.get("world_size", 1) == rt.world_size:
             set_rng_state(rng)
         start_step = int(state["step"])
         metrics.truncate_after(start_step)
+        if phase_record is not None and rt.is_main:
+            info = read_json_file(run_dir / "run.json", "run record")
+            info["phases"] = _phases(info) + [phase_record]
+            write_json(run_dir / "run.json", info)
     elif rt.is_main:
         write_json(run_dir / "run.json", {
             "config": cfg.to_dict(), "seed": cfg.seed, "corpus": str(source), "corpus_sha256": corpus_sha,
@@ -854,12 +971,18 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, _stop_after:
 
     def trainer_state(step: int) -> dict[str, Any]:
         return {"step": step, "sequences_seen": step * per_step, "world_size": rt.world_size,
-                "batch_size": cfg.batch_size, "grad_accum_steps": cfg.grad_accum_steps}
+                "batch_size": cfg.batch_size, "grad_accum_steps": cfg.grad_accum_steps, "max_steps": cfg.max_steps}
 
     def checkpoint(step: int) -> None:
+        finite = all(bool(torch.isfinite(p).all()) for p in raw_model.parameters())
+        if not _all_finite(0.0 if finite else math.inf, rt):  # finite losses can still leave inf weights
+            if rt.world_size > 1:
+                dist.destroy_process_group()
+            raise TrainingDivergedError(f"{run_dir}: non-finite weights at step {step}; checkpoint not written. "
+                                        "Lower learning_rate and start a new run_name")
         if rt.is_main:
             _save_checkpoint(run_dir, step, raw_model, tokenizer, optimizer, scheduler, trainer_state(step))
-            _prune_checkpoints(run_dir, cfg)
+            _prune_checkpoints(run_dir, cfg, phase_start)
         rt.barrier()
 
     if start_step == 0 and 0 in cfg.keep_steps:
@@ -884,9 +1007,20 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, _stop_after:
                 (loss / cfg.grad_accum_steps).backward()
             loss_sum += float(loss.detach()) / cfg.grad_accum_steps
             window_tokens += int(batch["attention_mask"].sum()) * rt.world_size
+        grad_norm = 0.0
         if cfg.max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.max_grad_norm)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.max_grad_norm))
         lr = scheduler.get_last_lr()[0]
+        if not _all_finite(loss_sum + grad_norm, rt):  # before the optimizer step: the weights stay good
+            bar.close()
+            last = [s for s, _ in list_checkpoints(run_dir)]
+            if rt.world_size > 1:
+                dist.destroy_process_group()
+            raise TrainingDivergedError(
+                f"{run_dir}: training diverged at step {step + 1}: loss {loss_sum} (gradient norm {grad_norm}) "
+                f"on at least one process, learning rate {lr:.3g}. Stopped without saving this step; the last "
+                f"checkpoint (finite weights) is step {max(last) if last else 'none'}. Lower learning_rate (or raise "
+                f"warmup_steps) and start a new run_name")
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -924,8 +1058,8 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, _stop_after:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m bertology.pretraining.trainer --config FILE [--output NAME] [--max-steps N] [--no-resume]``
-    (also the entry point for ``torchrun``)."""
+    """``python -m bertology.pretraining.trainer --config FILE [--output NAME] [--max-steps N [--new-phase]]
+    [--no-resume]`` (also the entry point for ``torchrun``)."""
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__)
@@ -934,11 +1068,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--output-root", default=None)
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--no-resume", action="store_true")
+    ap.add_argument("--new-phase", action="store_true",
+                    help="resume with another --max-steps as a new schedule phase (recorded in run.json)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     cfg = load_config(args.config, run_name=args.output, max_steps=args.max_steps, output_root=args.output_root,
                       progress=False if args.no_progress else None)
-    run_dir = run_pretraining(cfg, resume=not args.no_resume)
+    run_dir = run_pretraining(cfg, resume=not args.no_resume, new_phase=args.new_phase)
     if int(os.environ.get("RANK", "0")) == 0:
         print(run_dir)
 

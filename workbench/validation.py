@@ -1,0 +1,143 @@
+"""Value checks for study configs: one declarative table of what each numeric field may hold.
+
+``bertology.runs.validate_config`` checks names and types; :func:`check_values` (called from it)
+checks the values, so a config file or a command-line option cannot slip a negative ``limit``
+(``corpus[:-2990]`` = "the first 10 sentences"), a threshold above 1 or a negative margin into
+an analysis. Field names mean one thing across the workbench (``limit`` is always "the first N
+sentences"), so the table is keyed by field name; :data:`STUDY_FIELD_RULES` holds a study's own
+meaning where one ever differs. ``tests/test_validation.py`` fails when a study gains a numeric
+field without a rule here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from bertology.errors import ConfigError
+
+__all__ = ["Rule", "FIELD_RULES", "STUDY_FIELD_RULES", "CROSS_FIELD_RULES", "rule_for", "check_values",
+           "study_from_source"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a field may hold: ``what`` (words for the error message) and ``ok(value) -> bool``.
+
+    ``optional``: ``None`` is allowed too. ``each``: the value is a list and every item is checked.
+    """
+
+    what: str
+    ok: Callable[[Any], bool]
+    optional: bool = False
+    each: bool = False
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if self.each:
+            return isinstance(value, (list, tuple)) and all(self.ok(v) for v in value)
+        return self.ok(value)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+POSITIVE_INT = Rule("an integer >= 1", lambda v: _int(v) and v >= 1)
+NON_NEGATIVE_INT = Rule("an integer >= 0", lambda v: _int(v) and v >= 0)
+SEED = Rule("an integer in [0, 2**32 - 1]", lambda v: _int(v) and 0 <= v < 2 ** 32)
+LAYER = Rule("a layer index (an integer; negative counts from the last layer)", _int)
+PROBABILITY = Rule("a number in [0, 1]", lambda v: _number(v) and 0 <= v <= 1)
+SHARE_STEP = Rule("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1)
+NON_NEGATIVE = Rule("a number >= 0", lambda v: _number(v) and v >= 0)
+
+FIELD_RULES: dict[str, Rule] = {
+    # corpus and sizes
+    "limit": Rule("an integer >= 1 (the first N sentences) or null (the whole corpus)",
+                  POSITIVE_INT.ok, optional=True),
+    "seed": SEED,
+    "seeds": Rule("a list of integers in [0, 2**32 - 1]", SEED.ok, each=True),
+    "max_epochs": POSITIVE_INT,
+    # head types (Voita et al. 2019; Clark et al. 2019): attention shares and normalised entropies
+    "positional_threshold": PROBABILITY,
+    "syntactic_margin": PROBABILITY,
+    "rare_threshold": PROBABILITY,
+    "special_threshold": PROBABILITY,
+    "broad_entropy": PROBABILITY,
+    "min_count": POSITIVE_INT,
+    "example_sentences": NON_NEGATIVE_INT,
+    "example_max_words": POSITIVE_INT,
+    # pruning
+    "step": SHARE_STEP,
+    "max_share": PROBABILITY,
+    "random_seeds": POSITIVE_INT,
+    "l0_lambdas": Rule("a list of numbers >= 0", NON_NEGATIVE.ok, each=True),
+    "l0_steps": POSITIVE_INT,
+    "tolerances": Rule("a list of numbers >= 0", NON_NEGATIVE.ok, each=True),
+    # contextuality
+    "min_occurrences": POSITIVE_INT,
+    "max_occurrences": POSITIVE_INT,
+    "min_word_occurrences": POSITIVE_INT,
+    "neighbours_k": POSITIVE_INT,
+    "n_clusters": POSITIVE_INT,
+    "export_layers": Rule("a list of layer indices (integers)", LAYER.ok, each=True),
+    # alignment
+    "n_train": POSITIVE_INT,
+    "n_test": POSITIVE_INT,
+    "n_test_sources": POSITIVE_INT,
+    "vocab_cutoff": POSITIVE_INT,
+    "max_iter": POSITIVE_INT,
+    "layer_pair": Rule("two layer indices", lambda v: isinstance(v, (list, tuple)) and len(v) == 2
+                       and all(_int(x) for x in v)),
+    "top": NON_NEGATIVE_INT,
+    "top_moved": NON_NEGATIVE_INT,
+    "drift_min_count": POSITIVE_INT,
+    # emergence
+    "cloze_sentences": NON_NEGATIVE_INT,
+}
+
+# {study: {field: Rule}} where a study means something else by a field name (none so far).
+STUDY_FIELD_RULES: dict[str, dict[str, Rule]] = {}
+
+# (fields, holds(config) -> bool, what must hold)
+CROSS_FIELD_RULES: list[tuple[tuple[str, ...], Callable[[dict[str, Any]], bool], str]] = [
+    (("min_occurrences", "max_occurrences"),
+     lambda c: c["min_occurrences"] <= c["max_occurrences"], "min_occurrences must be <= max_occurrences"),
+]
+
+
+def rule_for(field: str, study: str | None = None) -> Rule | None:
+    """The rule a field's value must meet (the study's own, else the shared one), or None."""
+    return STUDY_FIELD_RULES.get(study or "", {}).get(field) or FIELD_RULES.get(field)
+
+
+def study_from_source(source: str) -> str | None:
+    """The study a ``source`` label names: ``"<study>: <file or 'command line'>"`` (the form
+    ``bertology.studies.run_study`` passes) or a shipped config path ``.../configs/<study>.yaml``."""
+    head = source.split(": ", 1)[0]
+    if head != source and head.isidentifier():
+        return head
+    name = source.replace("\\", "/").rsplit("/", 1)[-1]
+    return name.removesuffix(".yaml") if name.endswith(".yaml") and "/configs/" in source.replace("\\", "/") \
+        else None
+
+
+def check_values(config: dict[str, Any], source: str, study: str | None = None) -> None:
+    """Raise ``ConfigError`` for the first value outside its field's rule, naming the study (when
+    known), the source, the field and the value. Fields without a rule are not checked here."""
+    study = study or study_from_source(source)
+    where = source if study is None or source.startswith(f"{study}:") else f"{study}: {source}"
+    for field, value in config.items():
+        rule = rule_for(field, study)
+        if rule is not None and not rule.accepts(value):
+            raise ConfigError(f"{where}: field {field!r} must be {rule.what}, got {value!r}")
+    for fields, holds, what in CROSS_FIELD_RULES:
+        if all(config.get(f) is not None for f in fields) and not holds(config):
+            got = ", ".join(f"{f}={config[f]!r}" for f in fields)
+            raise ConfigError(f"{where}: {what}, got {got}")
