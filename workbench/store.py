@@ -804,6 +804,7 @@ def extract(
                 "shard_bytes": {n: (path / n).stat().st_size for n in shard_names},
                 "shard_sha256": {n: _read_checksum(path / n) for n in shard_names},
                 "extract_seconds_last_run": round(time.perf_counter() - started, 3),
+                "extract_processes_last_run": group.world_size,
             }
             manifest["manifest_sha256"] = _manifest_checksum(manifest)
             try:
