@@ -58,7 +58,7 @@ from tqdm.auto import tqdm
 
 from bertology import atomic, distributed, paths
 from bertology.corpus import Corpus
-from bertology.errors import StoreError, WorkbenchError
+from bertology.errors import StoreError
 from bertology.fingerprints import tokenizer_fingerprint
 from bertology.features import (LongPolicy, Pooling, Segment, forward_segments, low_precision_linears,
                                 model_max_tokens, segment_sentence, token_offset_bins, tokenize_sentences)
@@ -654,7 +654,7 @@ def _agree(group: distributed.Group, compute: Callable[[], Any]) -> Any:
     if group.is_main:
         try:
             result = compute()
-        except WorkbenchError as exc:
+        except Exception as exc:  # noqa: BLE001 -- told to every rank, then raised
             error = exc
     shared = group.broadcast((result, None if error is None else str(error)))
     if error is not None:
@@ -754,7 +754,10 @@ def extract(
                 stack.enter_context(atomic.folder_lock(path, wait=wait, on_wait=logger.warning))
             except atomic.LockHeld as exc:
                 raise StoreError(str(exc)) from None
-            return _prepare(path, plan, plan_record, shard_names, force=force, verify=verify)
+            try:
+                return _prepare(path, plan, plan_record, shard_names, force=force, verify=verify)
+            except OSError as exc:
+                raise _write_error(path, exc, _estimated_bytes(lm, settings, [word_counts[p] for p in plan])) from exc
 
         todo = _agree(group, take_lock_and_prepare)  # rank 0 holds the lock until the manifest is written
         if todo is None:
