@@ -335,3 +335,18 @@ def test_disk_full_at_the_manifest_leaves_no_manifest(tiny_lm, small_corpus, tmp
     store_dir = next(tmp_path.iterdir())
     assert not (store_dir / "manifest.json").exists()
     assert not [p for p in store_dir.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_cli_verify_reports_damage_with_exit_code_2(ref_store, tmp_path, monkeypatch, capsys):
+    from bertology.cli import main
+
+    store_dir = _copy_store(ref_store, tmp_path / "copy" / ref_store.path.name)
+    monkeypatch.setattr(sys, "argv", ["bertology", "verify", str(store_dir)])
+    main()                                                   # a sound store: returns normally (exit code 0)
+    assert "sound (manifest and every shard's sha256 checked)" in capsys.readouterr().out
+    victim = _shards(store_dir)[3]
+    _flip_a_float(victim)
+    with pytest.raises(SystemExit) as damaged:
+        main()
+    err = capsys.readouterr().err
+    assert damaged.value.code == 2 and f"{victim.name}: contents altered" in err and "Traceback" not in err
