@@ -6,6 +6,11 @@ one library function per analysis. Its config ``configs/<name>.yaml`` (shipped i
 overrides the defaults; unknown or mistyped fields are refused with the field named. Runs land in
 ``results/<study>/<run-id>/`` through :func:`bertology.runs.run_analysis`, which writes the one
 manifest schema shared with the CLI's analysis commands.
+
+The default run id hashes the config, the seed, the content of every model, corpus and file the
+config names and the workbench version (:func:`bertology.runs.config_hash`): identical inputs
+resume the same run, an edited corpus or model starts a new one. Study names and run ids are plain
+names (no path separators), so a run never writes outside ``<results>/<study>/``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any, Callable
 
 from bertology import paths
 from bertology.errors import WorkbenchError
+from bertology.fingerprints import input_fingerprints
 from bertology.runs import config_hash, read_config_file, run_analysis, validate_config
 
 __all__ = ["list_studies", "load_study", "run_study", "config_dir", "default_config_file"]
@@ -44,6 +50,7 @@ def list_studies() -> dict[str, str]:
 
 def load_study(name: str) -> ModuleType:
     """The study module ``name``; an unknown name is refused with the list of studies."""
+    paths.plain_name(name, "study name")
     if name not in _names():
         raise WorkbenchError(f"unknown study {name!r}; available: {', '.join(_names())}")
     module = importlib.import_module(f"{__name__}.{name}")
@@ -60,15 +67,20 @@ def run_study(name: str, *, config_file: str | Path | None = None, overrides: di
 
     Config: the study's ``DEFAULTS``, then ``config_file`` (default: the shipped
     ``configs/<name>.yaml``), then ``overrides`` (the CLI's options), each validated field by field.
+    ``run_id``: a plain name (default: hash of config, seed, input contents and version + seed).
+    ``force``: recompute every step (and fully verify the feature stores it reads).
     """
     module = load_study(name)
+    if run_id is not None:
+        paths.plain_name(run_id, "run id")
     default_file = default_config_file(name)
     file_cfg = read_config_file(config_file) if config_file else (read_config_file(default_file) if default_file.is_file() else {})
     source = str(config_file or default_file)
     config = validate_config(module.DEFAULTS, file_cfg, f"{name}: {source}")
     config = validate_config(module.DEFAULTS, {**config, **(overrides or {})}, f"{name}: command line")
     seed = int(config.get("seed", 0) if seed is None else seed)
-    run_id = run_id or f"{config_hash(config, seed)[:10]}-seed{seed}"
-    run_dir = Path(results_root or paths.results_dir()) / name / run_id
+    inputs = input_fingerprints(config)
+    run_id = run_id or f"{config_hash(config, seed, inputs)[:10]}-seed{seed}"
+    run_dir = paths.run_dir(results_root or paths.results_dir(), name, run_id)
     return run_analysis(name, module.DESCRIPTION, module.run, config, seed=seed, run_dir=run_dir,
-                        config_file=source, force=force, log=log)
+                        config_file=source, force=force, log=log, inputs=inputs)

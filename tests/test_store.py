@@ -68,7 +68,7 @@ def test_token_offsets_count_the_token_level_argmax(tiny_lm, small_corpus, tmp_p
     """Per sentence, layer and head: how many query tokens (special tokens included, as queries and as
     keys) have their token attention argmax at each relative offset -K..K, or further ("other")."""
     store = extract(tiny_lm, small_corpus, root=tmp_path, shard_size=8, batch_tokens=300, progress=False)
-    assert store.manifest["version"] == 2 and store.has_token_offsets
+    assert store.manifest["version"] == 3 and store.has_token_offsets
     window = store.manifest["settings"]["token_offset_window"]
     assert store.token_offset_bins == [*range(-window, window + 1), "other"]
     total = np.zeros((2, 4, 2 * window + 2), dtype=np.int64)
@@ -98,6 +98,8 @@ def test_store_without_token_offsets_is_refused_not_misread(tiny_lm, small_corpu
     manifest = json.loads((old / "manifest.json").read_text())
     manifest["version"] = manifest["settings"]["version"] = 1
     del manifest["settings"]["token_offset_window"]
+    for field in ("manifest_sha256", "shard_sha256", "shard_bytes"):  # version 1 had no checksums
+        del manifest[field]
     (old / "manifest.json").write_text(json.dumps(manifest))
     legacy = FeatureStore(old)
     assert legacy.has_attention and not legacy.has_token_offsets
@@ -120,7 +122,7 @@ def test_kill_and_resume_gives_byte_identical_store(tiny_lm, small_corpus, tmp_p
     # corrupt one finished shard: resume must recompute it, not trust it
     shard = sorted(store_dir.glob("shard-*.safetensors"))[0]
     shard.write_bytes(shard.read_bytes()[:100])
-    (store_dir / ".shard-00003.safetensors.x1y2.tmp").write_bytes(b"half a shard")   # killed mid-write
+    (store_dir / ".shard-00003.safetensors.x1y2ab_9.tmp").write_bytes(b"half a shard")   # killed mid-write
     resumed = extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False)
     assert not list(store_dir.glob(".*.tmp"))
     for a, b in zip(sorted(ref.path.glob("shard-*")), sorted(resumed.path.glob("shard-*"))):

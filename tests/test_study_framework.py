@@ -86,3 +86,141 @@ def test_run_study_reads_the_shipped_config_and_refuses_bad_files(tmp_path):
         run_study("head_types", config_file=tmp_path / "unknown.yaml", results_root=tmp_path / "res")
     with pytest.raises(WorkbenchError, match="unknown study 'nope'"):
         run_study("nope", results_root=tmp_path / "res")
+
+
+# --------------------------------------------------------------------------- run ids follow the inputs
+
+TOY_CALLS: list[str] = []
+
+
+def _toy_corpus_study(ctx) -> None:
+    """Counts the sentences of the corpus the config names (a step) -- TOY_CALLS records each compute."""
+    from bertology.corpus import load_corpus
+
+    def compute():
+        TOY_CALLS.append(ctx.config["corpus"])
+        corpus = load_corpus(ctx.config["corpus"])
+        return pd.DataFrame({"sentences": [len(corpus)], "first_word": [corpus[0].words[0]]})
+    ctx.step("size", compute)
+
+
+@pytest.fixture
+def toy_study(monkeypatch):
+    """A study module ``toy`` registered beside the shipped ones."""
+    import sys
+    import types
+
+    import bertology.studies as studies
+
+    module = types.ModuleType("bertology.studies.toy")
+    module.DESCRIPTION, module.DEFAULTS, module.run = "toy", {"corpus": "", "model": "", "seed": 0}, _toy_corpus_study
+    monkeypatch.setitem(sys.modules, "bertology.studies.toy", module)
+    names = studies._names()
+    monkeypatch.setattr(studies, "_names", lambda: sorted(names + ["toy"]))
+    TOY_CALLS.clear()
+    return module
+
+
+def _conllu(path, words_per_sentence):
+    lines = []
+    for s, words in enumerate(words_per_sentence):
+        lines.append(f"# sent_id = s{s}")
+        lines += [f"{i + 1}\t{w}\t_\tNOUN\t_\t_\t0\troot\t_\t_" for i, w in enumerate(words)]
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_run_id_follows_the_corpus_content_not_its_name(toy_study, tmp_path):
+    import hashlib
+
+    corpus = _conllu(tmp_path / "c.conllu", [["a", "cat"], ["the", "dog"]])
+    res = tmp_path / "res"
+    first = run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, log=lambda m: None)
+    assert run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, log=lambda m: None) == first
+    assert TOY_CALLS == [str(corpus)]                                 # identical inputs: resumed, nothing redone
+    manifest = read_manifest(first)
+    assert manifest["inputs"]["corpus"]["sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
+    assert manifest["inputs"]["corpus"]["kind"] == "file" and "code_version" in manifest
+
+    _conllu(corpus, [["one"], ["two"], ["three"]])                    # edit the corpus, same file name
+    second = run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, log=lambda m: None)
+    assert second != first and len(TOY_CALLS) == 2
+    assert read_table(second, "size")["sentences"].tolist() == [3]
+    assert read_table(first, "size")["sentences"].tolist() == [2]      # the old run is left as it was
+    assert read_manifest(second)["inputs"]["corpus"]["sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
+
+
+def test_an_explicit_run_id_never_mixes_steps_of_old_and_new_inputs(toy_study, tmp_path):
+    corpus = _conllu(tmp_path / "c.conllu", [["a", "cat"], ["the", "dog"]])
+    res, logs = tmp_path / "res", []
+    run = run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, run_id="mine", log=logs.append)
+    (run / "manifest.json").unlink()                                  # an interrupted run of the old corpus
+    _conllu(corpus, [["one"], ["two"], ["three"]])
+    again = run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, run_id="mine", log=logs.append)
+    assert again == run and len(TOY_CALLS) == 2                       # the saved step was not reused
+    assert read_table(run, "size")["first_word"].tolist() == ["one"]
+    assert any("inputs changed" in m and "'corpus'" in m for m in logs)
+    # --force recomputes a complete run
+    run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, run_id="mine", force=True,
+              log=logs.append)
+    assert len(TOY_CALLS) == 3 and read_manifest(run)["inputs"]["corpus"]["kind"] == "file"
+
+
+def test_run_id_follows_the_model_folder_tokenizer_included(toy_study, tmp_path):
+    import transformers
+
+    from bertology.testing import save_tiny_model_dir, tiny_tokenizer
+
+    model_dir = save_tiny_model_dir("bert", tmp_path / "m")
+    corpus = _conllu(tmp_path / "c.conllu", [["a", "cat"]])
+    res = tmp_path / "res"
+    overrides = {"corpus": str(corpus), "model": str(model_dir)}
+    first = run_study("toy", overrides=overrides, results_root=res, log=lambda m: None)
+    assert read_manifest(first)["inputs"]["model"]["kind"] == "model"
+    transformers.BertTokenizer(vocab=dict(tiny_tokenizer("bert").get_vocab()), do_lower_case=False) \
+        .save_pretrained(model_dir)                                   # same weights, a cased tokenizer
+    assert run_study("toy", overrides=overrides, results_root=res, log=lambda m: None) != first
+
+
+def test_force_recomputes_every_step(tmp_path):
+    CALLS.clear()
+    run_toy(tmp_path, {"n": 2})
+    run_toy(tmp_path, {"n": 2}, force=True)
+    assert CALLS == [1, 2, 1, 2]
+
+
+def test_a_run_directory_from_other_inputs_or_without_a_record_is_recomputed(tmp_path):
+    CALLS.clear()
+    run_dir = run_toy(tmp_path, {"n": 2})
+    (run_dir / "inputs.json").unlink()                                # made by an older version
+    run_toy(tmp_path, {"n": 2})
+    assert CALLS == [1, 2, 1, 2]
+    run_toy(tmp_path, {"n": 4})                                       # same directory, another config
+    assert CALLS == [1, 2, 1, 2, 1, 2] and read_table(run_dir, "numbers")["i"].tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("run_id", ["../../x", "/tmp/x", "a/b", ".hidden", "..", "a\\b", ""])
+def test_run_ids_and_study_names_cannot_leave_their_folder(tmp_path, run_id):
+    res = tmp_path / "deep" / "res"
+    with pytest.raises(ConfigError, match="run id .* is not a plain name"):
+        run_study("head_types", run_id=run_id, results_root=res)
+    with pytest.raises(ConfigError, match="study name .* is not a plain name"):
+        run_study("../head_types", results_root=res)
+    assert not (tmp_path / "deep").exists() and not (tmp_path / "x").exists()
+
+
+def test_cli_refuses_a_run_id_with_one_line(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from bertology.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(sys, "argv", ["bertology", "study", "run", "head_types", "--run-id", "../../x"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: run id '../../x' is not a plain name") and "Traceback" not in err
+    assert not any(tmp_path.rglob("*"))

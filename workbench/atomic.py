@@ -1,20 +1,43 @@
-"""Atomic writes: write to a temporary file in the same folder, then ``os.replace``."""
+"""Atomic writes, folder locks and the clean-up of temporaries that killed writes leave behind.
+
+A file is written to a temporary name beside it (``.<name>.<random>.tmp``) and renamed into place
+with ``os.replace``, so a reader sees the old file or the whole new one, never half of it. A killed
+process can leave such a temporary behind (and :func:`bertology.checkpoints.atomic_dir` a
+``.<name>.<random>.tmp`` / ``.old`` folder): :func:`remove_stale_temporaries` deletes them, and
+must run under :func:`folder_lock` so it never deletes the temporary of a writer that is still
+alive.
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import re
+import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+from bertology.errors import WorkbenchError
+
+# what atomic_path (tempfile.mkstemp) and checkpoints.atomic_dir (tempfile.mkdtemp) name their temporaries
+TEMPORARY_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]+\.(tmp|old)$")
+LOCK_NAME = ".lock"
+
+
+class LockHeld(WorkbenchError):
+    """Another process holds the folder's lock (and the caller chose not to wait)."""
 
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed onto ``path``.
 
-    On error the temporary file is removed and ``path`` is left untouched.
+    On error (a full disk included) the temporary file is removed and ``path`` is left untouched.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -38,3 +61,79 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for the errors of a full disk or an exhausted quota."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporaries of killed atomic writes directly inside ``folder``: files and folders
+    named ``.<name>.<random>.tmp`` (:func:`atomic_path`, ``checkpoints.atomic_dir``) and
+    ``.<name>.<random>.old`` (the swap folder of ``atomic_dir``). Returns what was removed.
+
+    Call it only while holding :func:`folder_lock` on ``folder`` (or when no writer can be running),
+    else a live writer's temporary is deleted under it.
+    """
+    folder = Path(folder)
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for entry in folder.iterdir():
+        if not TEMPORARY_NAME.match(entry.name):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+def _lock_holder(lock_file: Path) -> str:
+    try:
+        pid = lock_file.read_text().strip()
+    except OSError:
+        pid = ""
+    return f"pid {pid}" if pid else "another process"
+
+
+@contextmanager
+def folder_lock(folder: str | os.PathLike, *, wait: bool = True, poll_seconds: float = 0.5,
+                on_wait: Callable[[str], None] | None = None) -> Iterator[Path]:
+    """Hold an exclusive lock on ``folder`` (an ``fcntl.flock`` on ``folder/.lock``) for the block.
+
+    The operating system releases the lock when the holder exits, however it exits (a crash or
+    SIGKILL included), so a stale lock never blocks the next run. When another process holds it:
+    ``wait=True`` polls every ``poll_seconds`` (calling ``on_wait(message)`` once, naming the
+    holder's pid), ``wait=False`` raises :class:`LockHeld` naming it.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock_file = folder / LOCK_NAME
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                message = (f"{folder} is locked by {_lock_holder(lock_file)} (another extraction or run is "
+                           f"writing it)")
+                if not wait:
+                    raise LockHeld(f"{message}; wait for it to finish, or stop it -- its lock is released "
+                                   "when it exits") from None
+                if not told and on_wait is not None:
+                    on_wait(f"{message}; waiting for it to finish")
+                told = True
+                time.sleep(poll_seconds)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            yield lock_file
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

@@ -7,7 +7,12 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+from bertology.errors import ConfigError
+
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+=-]{0,199}$")
 
 
 def home() -> Path:
@@ -36,3 +41,18 @@ def shipped_models_dir() -> Path:
     ``bertology.pretraining.release``)."""
     return package_data() / "models"
 
+
+
+def plain_name(value: object, what: str) -> str:
+    """``value`` if it is a plain folder name (letters, digits and ``. _ - @ + =``, starting with a
+    letter or digit: no ``/``, ``\\``, ``..`` or absolute path), else a :class:`ConfigError` naming
+    ``what`` -- so a run id or a study name can never point outside its folder."""
+    if not isinstance(value, str) or not _PLAIN_NAME.match(value):
+        raise ConfigError(f"{what} {value!r} is not a plain name: use letters, digits and . _ - @ + = only "
+                          "(no path separators, no leading dot), so nothing is written outside its folder")
+    return value
+
+
+def run_dir(results_root: str | os.PathLike, study: str, run_id: str) -> Path:
+    """``<results_root>/<study>/<run_id>``, both names checked with :func:`plain_name`."""
+    return Path(results_root) / plain_name(study, "study name") / plain_name(run_id, "run id")

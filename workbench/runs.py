@@ -3,8 +3,13 @@
 ``StudyContext`` is what an analysis receives (its config, seed, run directory, and resumable
 ``step`` / ``steps`` / ``extra`` writers); ``run_analysis`` runs one analysis into a run directory
 and writes the manifest. The studies (``bertology.studies``) and the CLI both go through it.
-Run ids hash (config, seed), so a re-run of the same config resumes: steps already saved are read
-back, not recomputed.
+
+Run ids hash the config, the seed, the content of every model / corpus / file the config names
+(:func:`bertology.fingerprints.input_fingerprints`) and the workbench version: a re-run with
+identical inputs resumes (steps already saved are read back, not recomputed), edited inputs get a
+new run. A run directory records what its steps were computed from (``inputs.json``); when a run
+is pointed at a directory made from other inputs (an explicit run id), its saved steps are
+discarded and recomputed, never mixed. ``force`` recomputes every step.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from typing import Any, Callable
 import pandas as pd
 import yaml
 
-from bertology import atomic, paths, results
+from bertology import __version__, atomic, paths, results
 from bertology.errors import ConfigError, WorkbenchError
 from bertology.validation import check_values
+
+INPUTS_FILE = "inputs.json"
 
 
 def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
@@ -69,6 +76,7 @@ class StudyContext:
     extras: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     log: Callable[[str], None] = print
+    force: bool = False  # the run was asked to recompute: stores are fully verified too
 
     def step(self, name: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
         """A resumable step: the table ``name`` is read back if a previous run saved it."""
@@ -115,42 +123,108 @@ class StudyContext:
         self.provenance.update(provenance)
 
 
-def config_hash(config: dict[str, Any], seed: int) -> str:
-    return hashlib.sha256(json.dumps({"config": config, "seed": seed}, sort_keys=True, default=str).encode()).hexdigest()
+def _content_only(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Input digests without their paths: moving a model or corpus does not change a run."""
+    def strip(d):
+        return None if d is None else {"kind": d["kind"], "sha256": d["sha256"]}
+    return {k: [strip(d) for d in v] if isinstance(v, list) else strip(v) for k, v in inputs.items()}
+
+
+def run_record(config: dict[str, Any], seed: int, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a run's results depend on: config, seed, input contents (no paths), workbench version."""
+    return {"config": config, "seed": seed, "inputs": _content_only(inputs or {}), "code_version": __version__}
+
+
+def config_hash(config: dict[str, Any], seed: int, inputs: dict[str, Any] | None = None) -> str:
+    """sha256 of :func:`run_record`: the default run id is its first 10 digits and the seed."""
+    record = run_record(config, seed, inputs)
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _what_changed(before: dict[str, Any], now: dict[str, Any]) -> str:
+    changes = []
+    for section in ("config", "inputs"):
+        old, new = before.get(section) or {}, now.get(section) or {}
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                changes.append(f"{section} {key!r}")
+    for key in ("seed", "code_version"):
+        if before.get(key) != now.get(key):
+            changes.append(f"{key} {before.get(key)!r} -> {now.get(key)!r}")
+    return ", ".join(changes) or "the record"
+
+
+def _clear_run_dir(run_dir: Path) -> int:
+    """Delete a run directory's saved steps and manifest (everything but its lock); return how many."""
+    import shutil
+
+    n = 0
+    for entry in run_dir.iterdir():
+        if entry.name == atomic.LOCK_NAME:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+        n += 1
+    return n
 
 
 def run_analysis(name: str, description: str, run: Callable[[StudyContext], None], config: dict[str, Any], *,
                  seed: int, run_dir: Path, config_file: str | None = None, force: bool = False,
-                 log: Callable[[str], None] = print) -> Path:
+                 log: Callable[[str], None] = print, inputs: dict[str, Any] | None = None) -> Path:
     """Run (or resume) one analysis into ``run_dir`` and write its manifest; return ``run_dir``.
 
     The one place a run's manifest is made: studies and the CLI both come through here, so every
     run, whichever way it was started, has the same manifest schema (study, run_id, config, seed,
-    wall time, provenance recorded by the analysis, tables, extras, versions, git commit).
+    input fingerprints, code version, wall time, provenance recorded by the analysis, tables,
+    extras, versions, git commit).
+
+    inputs: fingerprints of what the config names (:func:`bertology.fingerprints.input_fingerprints`).
+    Saved steps are reused only when config, seed, inputs and code version equal those recorded in
+    the directory's ``inputs.json``; otherwise (or with ``force``) they are deleted and recomputed.
+    A second process running the same directory waits for the first (a folder lock).
     """
     run_dir = Path(run_dir)
-    if (run_dir / "manifest.json").is_file() and not force:
-        log(f"{name}: complete run found at {run_dir} (use --force to recompute)")
-        return run_dir
-    if force and (run_dir / "manifest.json").exists():
-        (run_dir / "manifest.json").unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ctx = StudyContext(name, config, seed, run_dir, log=log)
-    log(f"{name}: running into {run_dir}")
-    started = time.perf_counter()
-    run(ctx)
-    manifest = {
-        "study": name,
-        "description": description,
-        "run_id": run_dir.name,
-        "config": config,
-        "config_file": config_file,
-        "seed": seed,
-        "wall_seconds": round(time.perf_counter() - started, 2),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        **ctx.provenance,
-    }
-    results.write_results(run_dir, {}, manifest | {"tables": sorted(ctx.tables), "extras": sorted(ctx.extras)})
+    record = {"study": name, **run_record(config, seed, inputs)}
+    with atomic.folder_lock(run_dir, on_wait=log):
+        atomic.remove_stale_temporaries(run_dir)
+        try:
+            previous = json.loads((run_dir / INPUTS_FILE).read_text())
+        except (OSError, ValueError):
+            previous = None
+        saved = [p for p in run_dir.iterdir() if p.name != atomic.LOCK_NAME]
+        if force and saved:
+            log(f"{name}: --force: discarding {_clear_run_dir(run_dir)} saved files in {run_dir}, recomputing")
+        elif saved and previous is None:
+            log(f"{name}: {run_dir} has no record of the inputs its steps were computed from; "
+                f"discarding {_clear_run_dir(run_dir)} saved files and recomputing")
+        elif saved and previous != record:
+            changed = _what_changed(previous, record)
+            log(f"{name}: inputs changed since the steps in {run_dir} were computed ({changed}); "
+                f"discarding {_clear_run_dir(run_dir)} saved files and recomputing")
+        elif (run_dir / "manifest.json").is_file():
+            log(f"{name}: complete run found at {run_dir} (use --force to recompute)")
+            return run_dir
+        atomic.write_json(run_dir / INPUTS_FILE, record)
+        ctx = StudyContext(name, config, seed, run_dir, log=log, force=force)
+        log(f"{name}: running into {run_dir}")
+        started = time.perf_counter()
+        run(ctx)
+        manifest = {
+            "study": name,
+            "description": description,
+            "run_id": run_dir.name,
+            "config": config,
+            "config_file": config_file,
+            "seed": seed,
+            "inputs": inputs or {},
+            "code_version": __version__,
+            "wall_seconds": round(time.perf_counter() - started, 2),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **ctx.provenance,
+        }
+        results.write_results(run_dir, {}, manifest | {"tables": sorted(ctx.tables), "extras": sorted(ctx.extras)})
     log(f"{name}: done in {manifest['wall_seconds']}s → {run_dir}")
     return run_dir
 
@@ -176,9 +250,10 @@ def model_corpus_store(ctx: StudyContext, *, attentions: bool = False, limit_key
     cfg = ctx.config
     lm = load_model(cfg["model"], attentions=True)
     corpus = load_corpus(cfg["corpus"], limit=cfg.get(limit_key))
-    store = extract(lm, corpus, attentions=attentions, pooling=cfg.get("pooling", "first"))
+    store = extract(lm, corpus, attentions=attentions, pooling=cfg.get("pooling", "first"), verify=ctx.force)
     ctx.record(
-        model={"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint},
+        model={"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint,
+               "tokenizer_fingerprint": store.manifest["model"].get("tokenizer_fingerprint")},
         corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sentences": len(corpus),
                 "words": corpus.n_words, "sources": corpus.sources, "licence": corpus.licence},
         store=str(store.path),

@@ -11,23 +11,44 @@ corpus fingerprint, settings):
   head, how many query tokens -- word pieces, special tokens -- have their token-level attention
   argmax at relative token offset ``-K..K`` or elsewhere; Voita et al.'s positional heads are a
   token-level property, and full token maps would be too big to keep);
-- ``manifest.json``: written last; its presence means the store is complete.
+- ``shard-00000.safetensors.sha256``: the shard's sha256 (``sha256sum -c`` format), written right
+  after the shard;
+- ``manifest.json``: written last; its presence means the store is complete. It lists every
+  shard's size and sha256 and carries its own checksum (``manifest_sha256``), so an edited count
+  is refused, not misread;
+- ``.lock``: the lock an extraction holds while it writes (:func:`bertology.atomic.folder_lock`).
 
 Every file is written atomically. Sentences are sorted by length into shards, so a shard's
-content is fixed by the plan: a killed extraction resumes by computing only missing or corrupt
+content is fixed by the plan: a killed extraction resumes by computing only missing or damaged
 shards and gives byte-identical files.
+
+Integrity (what is checked when):
+
+- opening a store (:class:`FeatureStore`, and :func:`extract` finding a complete store): the
+  manifest's fields and checksum, and every shard's size (one ``stat`` each: cheap at any size);
+- the first read of a shard in a process: its sha256 (so a store is hashed at most once per
+  process, and only the shards an analysis touches; ``FeatureStore(path, verify="size")`` skips it,
+  ``verify="full"`` hashes every shard at open);
+- resuming an extraction: every finished shard's sha256 against its ``.sha256`` file;
+- ``extract(..., verify=True)`` / ``bertology extract --verify`` / :func:`verify_store`: every shard.
+
+:func:`extract` recomputes what is missing, truncated or altered and then reports success; a
+reader that finds damage raises :class:`~bertology.errors.StoreError` naming the shards.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -35,17 +56,22 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from bertology import atomic, paths
+from bertology import atomic, distributed, paths
 from bertology.corpus import Corpus
 from bertology.errors import StoreError
+from bertology.fingerprints import tokenizer_fingerprint
 from bertology.features import (LongPolicy, Pooling, Segment, forward_segments, low_precision_linears,
                                 model_max_tokens, segment_sentence, token_offset_bins, tokenize_sentences)
-from bertology.models import LoadedModel
+from bertology.models import LoadedModel, file_sha256
 
 # 2: shards with attentions also hold token-level argmax offset counts (``token_offsets``)
-STORE_VERSION = 2
+# 3: per-shard sha256 files, shard sizes and checksums in a self-checksummed manifest; the key
+#    covers the tokenizer
+STORE_VERSION = 3
 TOKEN_OFFSET_WINDOW = 8
 TokenQueries = Literal["all", "words", "special"]
+VerifyLevel = Literal["lazy", "full", "size"]
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,17 +108,20 @@ class FeatureStore:
     level, corpus order.
 
     ``n_layers`` counts hidden-state layers including the embeddings (``num_hidden_layers + 1``).
+    ``verify``: ``"lazy"`` (default) checks the manifest and every shard's size at open and each
+    shard's sha256 at its first read in this process; ``"full"`` hashes every shard at open;
+    ``"size"`` never hashes.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, verify: VerifyLevel = "lazy"):
         self.path = Path(path)
-        manifest_file = self.path / "manifest.json"
-        if not manifest_file.is_file():
-            raise StoreError(f"{self.path}: not a complete feature store (no manifest.json)")
-        try:
-            self.manifest: dict = json.loads(manifest_file.read_text())
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"{manifest_file}: corrupt manifest: {exc}") from exc
+        if verify not in ("lazy", "full", "size"):
+            raise StoreError(f"verify must be 'lazy', 'full' or 'size', not {verify!r}")
+        self.manifest: dict = read_manifest(self.path)
+        problems = shard_problems(self.path, self.manifest, full=verify == "full")
+        if problems:
+            raise StoreError(_damage_message(self.path, problems))
+        self._verify = verify
         m = self.manifest
         self.n_layers: int = m["n_layers"]
         self.n_heads: int = m["n_heads"]
@@ -115,6 +144,12 @@ class FeatureStore:
             self._where[sids] = np.stack([np.full(len(sids), k), np.arange(len(sids)), word_off, att_off], 1)
         self._handles: dict[int, object] = {}
 
+    def verify(self) -> None:
+        """Hash every shard now; raise :class:`StoreError` naming the damaged ones."""
+        problems = shard_problems(self.path, self.manifest, full=True)
+        if problems:
+            raise StoreError(_damage_message(self.path, problems))
+
     def __repr__(self) -> str:
         return (f"FeatureStore({self.manifest['model']['name']!r} × {self.manifest['corpus']['name']!r}: "
                 f"{self.n_sentences} sentences, {self.n_words} words, {self.n_layers} layers × {self.dim} dims"
@@ -122,10 +157,20 @@ class FeatureStore:
 
     def _open(self, k: int):
         if k not in self._handles:
+            shard = self._shards[k]
+            if self._verify == "lazy":
+                problem = _shard_problem(shard, self.manifest, full=True)
+                if problem:
+                    _mark_damaged(self.path, [(shard.name, problem)])
+                    raise StoreError(_damage_message(self.path, [(shard.name, problem)]))
             try:
-                self._handles[k] = safe_open(str(self._shards[k]), framework="pt")
+                handle = safe_open(str(shard), framework="pt")
+                counts = handle.get_tensor("word_counts").tolist()
             except Exception as exc:
-                raise StoreError(f"{self._shards[k]}: corrupt shard ({exc}); delete the store to re-extract") from exc
+                raise StoreError(_damage_message(self.path, [(shard.name, f"unreadable ({exc})")])) from exc
+            if counts != self.word_counts[self.manifest["plan"][k]].tolist():
+                raise StoreError(_damage_message(self.path, [(shard.name, "word counts differ from the manifest's")]))
+            self._handles[k] = handle
         return self._handles[k]
 
     def hidden(self, i: int) -> np.ndarray:
@@ -230,11 +275,178 @@ def _select_queries(counts: np.ndarray, queries: str) -> np.ndarray:
     raise StoreError(f"queries must be 'all', 'words' or 'special', not {queries!r}")
 
 
+# --------------------------------------------------------------------------- integrity
+
+SHARD_NAME = re.compile(r"^shard-\d{5}\.safetensors$")
+CHECKSUM_SUFFIX = ".sha256"
+_verified: dict[tuple[str, int, int, int], str] = {}  # shards hashed by this process: (path, size, mtime, inode)
+
+
+def _manifest_checksum(manifest: dict) -> str:
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def _is_int(value: object, minimum: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _validate_manifest(m: object, file: Path) -> None:
+    """Refuse a manifest whose fields are missing, mistyped, inconsistent or edited, naming the field."""
+    redo = "run extract again with the same model, corpus and settings to rebuild it"
+
+    def bad(field: str, why: str) -> StoreError:
+        return StoreError(f"{file}: field {field!r} {why}; {redo}")
+
+    if not isinstance(m, dict):
+        raise StoreError(f"{file}: expected a JSON object, found {type(m).__name__}; {redo}")
+    for field in ("version", "n_layers", "n_heads", "dim", "n_sentences", "settings", "word_counts", "shards",
+                  "plan", "model", "corpus"):
+        if field not in m:
+            raise bad(field, "is missing")
+    for field in ("version", "n_layers", "n_heads", "dim", "n_sentences"):
+        if not _is_int(m[field], 1):
+            raise bad(field, f"must be a positive integer, not {m[field]!r}")
+    if not isinstance(m["settings"], dict) or not isinstance(m["settings"].get("attentions"), bool):
+        raise bad("settings", "must be an object with a boolean 'attentions'")
+    counts, shards, plan = m["word_counts"], m["shards"], m["plan"]
+    if not isinstance(counts, list) or len(counts) != m["n_sentences"] or not all(_is_int(c) for c in counts):
+        raise bad("word_counts", f"must list one non-negative count per sentence ({m['n_sentences']})")
+    if not isinstance(shards, list) or not all(isinstance(n, str) and SHARD_NAME.match(n) for n in shards):
+        raise bad("shards", "must list file names shard-NNNNN.safetensors")
+    if (not isinstance(plan, list) or len(plan) != len(shards)
+            or not all(isinstance(p, list) and all(_is_int(i) for i in p) for p in plan)
+            or sorted(i for p in plan for i in p) != list(range(m["n_sentences"]))):
+        raise bad("plan", "must split the sentences 0..n_sentences-1 into one list per shard")
+    if m["version"] >= 3:  # checksummed stores
+        for field in ("shard_sha256", "shard_bytes", "manifest_sha256"):
+            if field not in m:
+                raise bad(field, "is missing")
+        if (not isinstance(m["shard_sha256"], dict) or set(m["shard_sha256"]) != set(shards)
+                or not isinstance(m["shard_bytes"], dict) or set(m["shard_bytes"]) != set(shards)
+                or not all(_is_int(v) for v in m["shard_bytes"].values())):
+            raise bad("shard_sha256", "and 'shard_bytes' must name every shard")
+        if m["manifest_sha256"] != _manifest_checksum(m):
+            raise StoreError(f"{file}: edited or damaged (its content no longer matches its checksum "
+                             f"'manifest_sha256', e.g. a changed count); {redo}")
+
+
+def read_manifest(path: str | Path) -> dict:
+    """The validated manifest of the store at ``path`` (:class:`StoreError` naming the field otherwise)."""
+    file = Path(path) / "manifest.json"
+    if not file.is_file():
+        raise StoreError(f"{Path(path)}: not a complete feature store (no manifest.json)")
+    try:
+        manifest = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{file}: corrupt manifest: {exc}; run extract again to rebuild it") from exc
+    _validate_manifest(manifest, file)
+    return manifest
+
+
+def _read_checksum(shard: Path) -> str | None:
+    try:
+        digest = (shard.parent / (shard.name + CHECKSUM_SUFFIX)).read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return digest if re.fullmatch(r"[0-9a-f]{64}", digest) else None
+
+
+def _verified_digest(shard: Path) -> str:
+    """sha256 of a shard, hashed at most once per process while its size and mtime stay the same."""
+    stat = shard.stat()
+    key = (str(shard.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key not in _verified:
+        _verified[key] = file_sha256(shard)
+    return _verified[key]
+
+
+def _shard_problem(shard: Path, manifest: dict, *, full: bool, fresh: bool = False) -> str | None:
+    """What is wrong with one shard of a complete store, or None: missing, wrong size, or (``full``)
+    a sha256 that differs from the manifest's (``fresh``: re-read even if this process hashed it)."""
+    if not shard.is_file():
+        return "missing"
+    if "shard_bytes" not in manifest:  # a store written before checksums (version < 3)
+        return None
+    size, expected = shard.stat().st_size, manifest["shard_bytes"][shard.name]
+    if size != expected:
+        return f"{size} bytes instead of {expected} (truncated or overwritten)"
+    digest = (file_sha256(shard) if fresh else _verified_digest(shard)) if full else None
+    if full and digest != manifest["shard_sha256"][shard.name]:
+        return "contents altered (sha256 differs from the manifest's)"
+    return None
+
+
+def shard_problems(path: str | Path, manifest: dict, *, full: bool, fresh: bool = False) -> list[tuple[str, str]]:
+    """``[(shard name, problem)]`` of a complete store: sizes only, or every sha256 with ``full``
+    (``fresh``: re-read every byte, whatever this process hashed before)."""
+    path = Path(path)
+    out = []
+    for name in manifest["shards"]:
+        problem = _shard_problem(path / name, manifest, full=full, fresh=fresh)
+        if problem:
+            out.append((name, problem))
+    return out
+
+
+DAMAGED_MARK = ".damaged"
+
+
+def _mark_damaged(path: Path, problems: list[tuple[str, str]]) -> None:
+    """Leave a note for the next :func:`extract`, which then hashes every shard and repairs (best
+    effort: a read-only store just stays unmarked)."""
+    try:
+        atomic.write_text(path / DAMAGED_MARK, "".join(f"{name}: {problem}\n" for name, problem in problems))
+    except OSError:
+        pass
+
+
+def _damage_message(path: Path, problems: list[tuple[str, str]]) -> str:
+    listed = "; ".join(f"{name}: {problem}" for name, problem in problems[:5])
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    return (f"{path}: damaged feature store -- {listed}{more}. Run extract again with the same model, "
+            f"corpus and settings (bertology extract ...; add --verify / verify=True to hash every shard): it "
+            f"recomputes exactly the damaged shards")
+
+
+def verify_store(path: str | Path) -> list[tuple[str, str]]:
+    """Check a store completely (manifest, then every shard's size and sha256); ``[(file, problem)]``,
+    empty when sound. Repair with :func:`extract` (same model, corpus and settings)."""
+    path = Path(path)
+    try:
+        manifest = read_manifest(path)
+    except StoreError as exc:
+        return [("manifest.json", str(exc))]
+    problems = shard_problems(path, manifest, full=True, fresh=True)
+    if problems:
+        _mark_damaged(path, problems)
+    return problems
+
+
+def _write_checksum(shard: Path, digest: str) -> None:
+    atomic.write_text(shard.parent / (shard.name + CHECKSUM_SUFFIX), f"{digest}  {shard.name}\n")
+
+
+def _remove_shard(shard: Path) -> None:
+    shard.unlink(missing_ok=True)
+    (shard.parent / (shard.name + CHECKSUM_SUFFIX)).unlink(missing_ok=True)
+
+
 # --------------------------------------------------------------------------- extraction
 
-def store_key(lm: LoadedModel, corpus_fingerprint: str, settings: ExtractionSettings) -> str:
-    payload = json.dumps({"model": lm.fingerprint, "corpus": corpus_fingerprint, "settings": asdict(settings)},
-                         sort_keys=True)
+def _key_record(lm: LoadedModel, corpus_fingerprint: str, settings: ExtractionSettings,
+                tokenizer: str | None = None) -> dict[str, Any]:
+    """Everything a store's content depends on: the model's weights and config (``lm.fingerprint``),
+    its tokenizer (:func:`bertology.fingerprints.tokenizer_fingerprint`), the corpus content and
+    the settings (with the store version, which changes when the computation does)."""
+    return {"model": lm.fingerprint, "tokenizer": tokenizer or tokenizer_fingerprint(lm.tokenizer),
+            "corpus": corpus_fingerprint, "settings": asdict(settings)}
+
+
+def store_key(lm: LoadedModel, corpus_fingerprint: str, settings: ExtractionSettings, *,
+              tokenizer: str | None = None) -> str:
+    """The store's folder name: a hash of :func:`_key_record` (``tokenizer``: its fingerprint, if known)."""
+    payload = json.dumps(_key_record(lm, corpus_fingerprint, settings, tokenizer), sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
@@ -260,6 +472,11 @@ def _batches(segments: list[Segment], batch_tokens: int) -> Iterator[list[Segmen
 
 
 def _shard_valid(path: Path, sentence_ids: list[int]) -> bool:
+    """A finished shard of an unfinished store: its bytes match its ``.sha256`` file (read afresh)
+    and it holds the planned sentences."""
+    expected = _read_checksum(path)
+    if expected is None or not path.is_file() or file_sha256(path) != expected:
+        return False
     try:
         with safe_open(str(path), framework="pt") as f:
             return f.get_tensor("sentence_ids").tolist() == sentence_ids
@@ -290,8 +507,16 @@ class _ShardBuffers:
 
 
 def _write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Write a shard atomically, then its sha256 file; a shard whose checksum could not be written
+    is removed (it would be recomputed anyway)."""
     with atomic.atomic_path(path) as tmp:
         save_file(tensors, str(tmp))
+        digest = file_sha256(tmp)
+    try:
+        _write_checksum(path, digest)
+    except BaseException:
+        _remove_shard(path)
+        raise
 
 
 def _compute_shard(
@@ -356,6 +581,89 @@ def _compute_shard(
     return tensors
 
 
+def _estimated_bytes(lm: LoadedModel, settings: ExtractionSettings, counts: list[np.ndarray]) -> int:
+    """Disk size of shards holding ``counts`` (word counts per sentence of each shard)."""
+    itemsize = 2 if settings.storage == "float16" else 4
+    L, H, D = lm.num_layers, lm.num_heads, lm.hidden_size
+    total = 0
+    for c in counts:
+        words, pairs = int(c.sum()), int((c**2).sum())
+        total += (L + 1) * words * D * itemsize + 16 * len(c)
+        if settings.attentions:
+            total += L * H * (pairs + 2 * words) * itemsize + len(c) * L * H * 2 * (2 * settings.token_offset_window + 2) * 4
+    return total
+
+
+def _write_error(path: Path, exc: OSError, needed: int) -> StoreError:
+    """A clear message for a failed write (a full disk above all); nothing half-written is left."""
+    where = exc.filename or path
+    if atomic.is_disk_full(exc):
+        return StoreError(f"disk full while writing {where}: the feature store needs about {needed / 1e6:.0f} MB more. "
+                          f"Nothing half-written was left behind and the finished shards were kept: free space "
+                          f"(or pass another root) and run extract again to resume")
+    return StoreError(f"cannot write {where}: {exc.strerror or exc}")
+
+
+def _prepare(path: Path, plan: list[list[int]], plan_record: dict, shard_names: list[str], *, force: bool,
+             verify: bool) -> list[int] | None:
+    """Under the store's lock: clean up after killed runs, check a complete store (repairing what is
+    damaged) and return the shards still to compute -- None when the store is complete and sound."""
+    for stale in atomic.remove_stale_temporaries(path):
+        logger.info("removed %s, left by a killed extraction", stale)
+    manifest_file = path / "manifest.json"
+    if force:
+        for f in [manifest_file, path / "plan.json", *path.glob("shard-*")]:
+            f.unlink(missing_ok=True)
+    if manifest_file.is_file():
+        try:
+            manifest = read_manifest(path)
+            if {k: manifest.get("key", {}).get(k) for k in plan_record} != plan_record:
+                raise StoreError(f"{manifest_file}: describes another extraction (model, tokenizer, corpus, "
+                                 "settings or plan differ)")
+            problems = shard_problems(path, manifest, full=verify, fresh=True)
+            if not problems:
+                (path / DAMAGED_MARK).unlink(missing_ok=True)
+                return None
+            logger.warning("%s; recomputing them", _damage_message(path, problems).split(". Run")[0])
+            for name, _ in problems:
+                _remove_shard(path / name)
+        except StoreError as exc:
+            logger.warning("%s -- rebuilding it (finished shards are verified and kept)", exc)
+        manifest_file.unlink(missing_ok=True)
+    plan_file = path / "plan.json"
+    if plan_file.is_file():
+        try:
+            if json.loads(plan_file.read_text()) != plan_record:
+                raise StoreError(f"{plan_file}: plan differs from this extraction; delete {path} to start over")
+        except json.JSONDecodeError:
+            pass  # a corrupt plan is rewritten below
+    atomic.write_json(plan_file, plan_record)
+    todo = []
+    for k, name in enumerate(shard_names):
+        if not _shard_valid(path / name, plan[k]):
+            _remove_shard(path / name)   # a damaged or unverifiable shard: never trusted later
+            todo.append(k)
+    return todo
+
+
+def _agree(group: distributed.Group, compute: Callable[[], Any]) -> Any:
+    """Rank 0 runs ``compute``; every rank gets its result, or raises its error."""
+    if group.world_size == 1:
+        return compute()
+    result, error = None, None
+    if group.is_main:
+        try:
+            result = compute()
+        except Exception as exc:  # noqa: BLE001 -- told to every rank, then raised
+            error = exc
+    shared = group.broadcast((result, None if error is None else str(error)))
+    if error is not None:
+        raise error
+    if shared[1] is not None:
+        raise StoreError(f"rank 0: {shared[1]}")
+    return shared[0]
+
+
 def extract(
     lm: LoadedModel,
     corpus: Corpus,
@@ -371,8 +679,11 @@ def extract(
     device: str | None = None,
     progress: bool = True,
     max_new_shards: int | None = None,
+    verify: bool = False,
+    force: bool = False,
+    wait: bool = True,
 ) -> FeatureStore:
-    """Extract (or reopen) the store of ``lm`` over ``corpus``; resumes a killed run.
+    """Extract (or reopen) the store of ``lm`` over ``corpus``; resumes a killed run, repairs a damaged one.
 
     pooling: subword→word pooling of hidden states (first / last / mean piece).
     attentions: also keep word-level attention maps and, per sentence and head, the counts of the
@@ -386,7 +697,15 @@ def extract(
     forward pass.
     storage: on-disk dtype, ``"float32"`` (default) or ``"float16"`` (half the disk and I/O; reads
     return float32; values beyond float16's range are refused, not clipped).
-    max_new_shards: stop after computing this many shards (for tests of resume); returns None then.
+    verify: hash every shard of an existing store (not just sizes) and recompute what is altered.
+    force: delete the store's files and compute it again.
+    wait: when another process is extracting the same store, wait for it (default) or raise.
+    max_new_shards: stop after computing this many shards (per rank; for tests of resume); returns
+    None then.
+
+    The store is keyed on the model's weights and config, its tokenizer, the corpus content and
+    the settings. Under ``torchrun`` (an initialised process group) the shards are split across
+    the ranks: see :mod:`bertology.distributed`.
     """
     settings = ExtractionSettings(pooling, attentions, long_policy, batch_tokens, shard_size, amp_dtype,
                                   storage)
@@ -397,10 +716,17 @@ def extract(
         raise StoreError(f"{lm.name}: attention maps need attn_implementation='eager' (load_model(..., attentions=True))")
     root = Path(root) if root is not None else paths.stores_dir()
     corpus_fingerprint = corpus.fingerprint
-    key = store_key(lm, corpus_fingerprint, settings)
+    key_record = _key_record(lm, corpus_fingerprint, settings)
+    key = store_key(lm, corpus_fingerprint, settings, tokenizer=key_record["tokenizer"])
     path = root / key
-    if (path / "manifest.json").is_file():
-        return FeatureStore(path)
+    group = distributed.current_group()
+    verify = verify or (path / DAMAGED_MARK).is_file()   # a reader found an altered shard
+    if not (force or verify) and (path / "manifest.json").is_file():
+        try:
+            return FeatureStore(path)
+        except StoreError as exc:
+            if group.is_main:
+                logger.warning("%s", str(exc).split(". Run")[0])   # repaired below
 
     max_tokens = model_max_tokens(lm.model, lm.tokenizer)
     tokens = tokenize_sentences(lm.tokenizer, [s.words for s in corpus])
@@ -419,67 +745,112 @@ def extract(
     word_counts = np.array([sum(int(s.keep.sum()) for s in segs) for segs in segments_per_sentence],
                            dtype=np.int64)
     plan = _plan_shards(segments_per_sentence, shard_size)
-    path.mkdir(parents=True, exist_ok=True)
-    for stale in path.glob(".*.tmp"):      # half-written files of a run that was killed
-        stale.unlink(missing_ok=True)
-    plan_record = {"settings": asdict(settings), "model": lm.fingerprint, "corpus": corpus_fingerprint, "plan": plan}
-    plan_file = path / "plan.json"
-    if plan_file.is_file():
-        try:
-            if json.loads(plan_file.read_text()) != plan_record:
-                raise StoreError(f"{plan_file}: plan differs from this extraction; delete {path} to start over")
-        except json.JSONDecodeError:
-            pass  # a corrupt plan is rewritten below
-    atomic.write_json(plan_file, plan_record)
+    shard_names = [f"shard-{k:05d}.safetensors" for k in range(len(plan))]
+    plan_record = {**key_record, "plan": plan}
 
+    with ExitStack() as stack:
+        def take_lock_and_prepare():
+            try:
+                stack.enter_context(atomic.folder_lock(path, wait=wait, on_wait=logger.warning))
+            except atomic.LockHeld as exc:
+                raise StoreError(str(exc)) from None
+            try:
+                return _prepare(path, plan, plan_record, shard_names, force=force, verify=verify)
+            except OSError as exc:
+                raise _write_error(path, exc, _estimated_bytes(lm, settings, [word_counts[p] for p in plan])) from exc
+
+        todo = _agree(group, take_lock_and_prepare)  # rank 0 holds the lock until the manifest is written
+        if todo is None:
+            return FeatureStore(path)
+        costs = [int(sum(max(seg.n_tokens for seg in segments_per_sentence[i]) for i in plan[k])) for k in todo]
+        mine = distributed.assign_shards(todo, costs, group.world_size)[group.rank]
+        if max_new_shards is not None:
+            mine = mine[:max_new_shards]
+        started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            _compute_shards(lm, segments_per_sentence, plan, mine, word_counts, settings, path, shard_names,
+                            device, progress and group.is_main, done=len(corpus) - sum(len(plan[k]) for k in todo))
+        except OSError as exc:
+            error = _write_error(path, exc, _estimated_bytes(lm, settings, [word_counts[plan[k]] for k in mine]))
+            error.__cause__ = exc
+        except Exception as exc:  # noqa: BLE001 -- reported on every rank below, then raised
+            error = exc
+        failures = group.gather(None if error is None else f"{type(error).__name__}: {error}")
+        if error is not None:
+            raise error
+        failed = [(r, msg) for r, msg in enumerate(failures) if msg is not None]
+        if failed:
+            raise StoreError(f"extraction failed on rank {failed[0][0]}: {failed[0][1]}")
+
+        def finish():
+            missing = [n for n in shard_names if _read_checksum(path / n) is None or not (path / n).is_file()]
+            if missing:
+                if max_new_shards is None:
+                    raise StoreError(f"{path}: shards {missing[:3]} were not written; run extract again")
+                return False
+            manifest = {
+                "version": STORE_VERSION,
+                "key": plan_record,
+                "model": {"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint,
+                          "tokenizer_fingerprint": key_record["tokenizer"]},
+                "corpus": {"name": corpus.name, "path": corpus.path, "fingerprint": corpus_fingerprint,
+                           "sources": corpus.sources},
+                "settings": asdict(settings),
+                "n_layers": lm.num_layers + 1,
+                "n_heads": lm.num_heads,
+                "dim": lm.hidden_size,
+                "n_sentences": len(corpus),
+                "word_counts": word_counts.tolist(),
+                "shards": shard_names,
+                "plan": plan,
+                "shard_bytes": {n: (path / n).stat().st_size for n in shard_names},
+                "shard_sha256": {n: _read_checksum(path / n) for n in shard_names},
+                "extract_seconds_last_run": round(time.perf_counter() - started, 3),
+                "extract_processes_last_run": group.world_size,
+            }
+            manifest["manifest_sha256"] = _manifest_checksum(manifest)
+            try:
+                atomic.write_json(path / "manifest.json", manifest)
+            except OSError as exc:
+                raise _write_error(path, exc, 1 << 20) from exc
+            (path / DAMAGED_MARK).unlink(missing_ok=True)
+            return True
+
+        complete = _agree(group, finish)
+    return FeatureStore(path) if complete else None  # type: ignore[return-value]
+
+
+def _compute_shards(lm: LoadedModel, segments_per_sentence: list[list[Segment]], plan: list[list[int]],
+                    shards: list[int], word_counts: np.ndarray, settings: ExtractionSettings, path: Path,
+                    shard_names: list[str], device: str | None, progress: bool, done: int) -> None:
+    """Compute and write the shards ``shards`` of ``plan`` (a background thread writes shard j while
+    shard j+1 is computed)."""
     dev = torch.device(device) if device else next(lm.model.parameters()).device
     lm.model.to(dev)
-    shard_names = [f"shard-{k:05d}.safetensors" for k in range(len(plan))]
-    todo = [k for k in range(len(plan)) if not _shard_valid(path / shard_names[k], plan[k])]
-    done_sentences = len(corpus) - sum(len(plan[k]) for k in todo)
-    started = time.perf_counter()
-    bar = tqdm(total=len(corpus), initial=done_sentences, desc=f"extract {lm.name}", unit="sent",
-               disable=not progress, leave=False)
-    if max_new_shards is not None:
-        todo = todo[:max_new_shards]
-    counts = [word_counts[plan[k]] for k in todo]
+    total = sum(len(p) for p in plan)
+    bar = tqdm(total=total, initial=done, desc=f"extract {lm.name}", unit="sent", disable=not progress,
+               leave=False)
+    counts = [word_counts[plan[k]] for k in shards]
     sizes = (max((int(c.sum()) for c in counts), default=0), max((int((c**2).sum()) for c in counts), default=0))
     # two buffer sets: shard j is computed into one while shard j-1 is written from the other by
     # a background thread (writing is mostly page-cache copying and fsync, outside the GIL)
-    buffers = [_ShardBuffers(lm, settings, *sizes) for _ in range(min(2, len(todo)))]
-    with ThreadPoolExecutor(max_workers=1) as writer, \
-            low_precision_linears(lm.model, getattr(torch, amp_dtype) if amp_dtype else None):
-        pending = None
-        for j, k in enumerate(todo):
-            tensors = _compute_shard(lm, segments_per_sentence, plan[k], settings, dev, bar, buffers[j % 2],
-                                     counts[j])
+    buffers = [_ShardBuffers(lm, settings, *sizes) for _ in range(min(2, len(shards)))]
+    amp = settings.amp_dtype
+    try:
+        with ThreadPoolExecutor(max_workers=1) as writer, \
+                low_precision_linears(lm.model, getattr(torch, amp) if amp else None):
+            pending = None
+            for j, k in enumerate(shards):
+                tensors = _compute_shard(lm, segments_per_sentence, plan[k], settings, dev, bar, buffers[j % 2],
+                                         counts[j])
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(_write_shard, path / shard_names[k], tensors)
             if pending is not None:
                 pending.result()
-            pending = writer.submit(_write_shard, path / shard_names[k], tensors)
-        if pending is not None:
-            pending.result()
-    bar.close()
-    if max_new_shards is not None and any(not (path / shard_names[k]).is_file() for k in range(len(plan))):
-        return None  # type: ignore[return-value]
-
-    n_layers = lm.num_layers + 1
-    manifest = {
-        "version": STORE_VERSION,
-        "model": {"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint},
-        "corpus": {"name": corpus.name, "path": corpus.path, "fingerprint": corpus_fingerprint,
-                   "sources": corpus.sources},
-        "settings": asdict(settings),
-        "n_layers": n_layers,
-        "n_heads": lm.num_heads,
-        "dim": lm.hidden_size,
-        "n_sentences": len(corpus),
-        "word_counts": word_counts.tolist(),
-        "shards": shard_names,
-        "plan": plan,
-        "extract_seconds_last_run": round(time.perf_counter() - started, 3),
-    }
-    atomic.write_json(path / "manifest.json", manifest)
-    return FeatureStore(path)
+    finally:
+        bar.close()
 
 
 def open_store(path: str | Path) -> FeatureStore:

@@ -1,4 +1,4 @@
-"""Core commands: ``models``, ``corpus``, ``annotate``, ``extract``."""
+"""Core commands: ``models``, ``corpus``, ``annotate``, ``extract``, ``verify``."""
 
 from __future__ import annotations
 
@@ -52,23 +52,55 @@ def register(app: typer.Typer) -> None:
         attentions: bool = typer.Option(True, help="also store word-level attention maps"),
         long_policy: str = typer.Option("error", help="sentences over the model's maximum: error or window"),
         batch_tokens: int = typer.Option(1024, help="padded tokens per forward batch"),
+        shard_size: int = typer.Option(256, help="sentences per shard file (the unit of resume and of "
+                                       "the split across torchrun processes)"),
         amp: Optional[str] = typer.Option(None, help="compute in bfloat16 or float16 autocast (faster on GPUs "
                                           "and AMX CPUs, ~3 significant digits); default float32"),
         storage: str = typer.Option("float32", help="on-disk dtype: float32 or float16 (half the disk)"),
-        device: Optional[str] = typer.Option(None, help="cpu or cuda (default: where the model is)"),
+        device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cpu; under torchrun: one GPU "
+                                             "per process when there are GPUs)"),
         root: Optional[Path] = typer.Option(None, help="store root (default $BERTOLOGY_HOME/stores)"),
+        verify: bool = typer.Option(False, "--verify", help="hash every shard of an existing store and "
+                                    "recompute what is damaged"),
+        force: bool = typer.Option(False, "--force", help="delete the store's files and extract again"),
+        wait: bool = typer.Option(True, help="wait while another process extracts the same store "
+                                  "(--no-wait: stop with an error)"),
     ) -> None:
         """Run a model over a corpus and keep every layer's word vectors (and attention) on disk.
 
-        The store is content-addressed by (model, corpus, settings): running again reopens it, and a
-        killed run resumes where it stopped.
+        The store is content-addressed by (model weights and config, tokenizer, corpus content,
+        settings): running again reopens it, a killed run resumes where it stopped, and damaged
+        shards are recomputed. Under torchrun (``torchrun --nproc_per_node N -m bertology.cli
+        extract ...``) the shards are split across the processes.
         """
+        from bertology import distributed
         from bertology.corpus import load_corpus
         from bertology.models import load_model
         from bertology.store import extract
 
-        lm = load_model(model, attentions=attentions, device=device or "cpu")
-        c = load_corpus(corpus, limit=limit)
-        store = extract(lm, c, pooling=pooling, attentions=attentions, long_policy=long_policy,
-                        batch_tokens=batch_tokens, amp_dtype=amp, storage=storage, root=root)
-        typer.echo(f"{store}\n{store.path}")
+        group, dev = distributed.init_from_env(device)
+        try:
+            lm = load_model(model, attentions=attentions, device=dev)
+            c = load_corpus(corpus, limit=limit)
+            store = extract(lm, c, pooling=pooling, attentions=attentions, long_policy=long_policy,
+                            batch_tokens=batch_tokens, shard_size=shard_size, amp_dtype=amp, storage=storage,
+                            root=root, device=dev, progress=group.is_main, verify=verify, force=force, wait=wait)
+        finally:
+            distributed.shutdown()
+        if group.is_main:
+            typer.echo(f"{store}\n{store.path}")
+
+    @app.command("verify")
+    def verify_cmd(
+        store: Path = typer.Argument(..., help="a feature store folder (printed by `bertology extract`)"),
+    ) -> None:
+        """Check a feature store: its manifest and every shard's size and sha256 (exit code 2 if damaged)."""
+        from bertology.errors import StoreError
+        from bertology.store import verify_store
+
+        problems = verify_store(store)
+        if problems:
+            listed = "\n".join(f"  {name}: {problem}" for name, problem in problems)
+            raise StoreError(f"{store} is damaged:\n{listed}\nrun `bertology extract` again with the same model, "
+                             "corpus and settings to recompute exactly these shards")
+        typer.echo(f"{store}: sound (manifest and every shard's sha256 checked)")

@@ -1,0 +1,117 @@
+"""Sharded extraction over ``torch.distributed``: one process per GPU (NCCL) or CPU processes (gloo).
+
+Launched by ``torchrun``, every process runs the same :func:`bertology.store.extract`; the store's
+shards are split across the ranks (:func:`assign_shards`), each rank writes its own shards
+atomically with their checksums, and rank 0 -- which holds the store's lock for the whole run --
+plans, cleans up and writes the one manifest at the end. Shards are computed exactly as a single
+process computes them, so the store is byte-identical to a single-process one, and a run killed
+on any rank resumes like a single-process run (finished shards are verified and kept).
+
+Single node, 4 GPUs::
+
+    torchrun --standalone --nproc_per_node 4 -m bertology.cli extract --model minilm-l6 --corpus my.conllu
+
+CPU processes (gloo), e.g. 4 processes of 4 threads on a 16-core machine::
+
+    OMP_NUM_THREADS=4 torchrun --standalone --nproc_per_node 4 -m bertology.cli extract --device cpu ...
+
+Two nodes of 8 GPUs (run on each node, with its ``--node_rank``; the store root must be a folder
+both nodes see, e.g. a shared file system)::
+
+    torchrun --nnodes 2 --node_rank 0 --nproc_per_node 8 --rdzv_backend c10d \\
+        --rdzv_endpoint host0:29500 -m bertology.cli extract --root /shared/stores ...
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bertology.errors import WorkbenchError
+
+
+@dataclass(frozen=True)
+class Group:
+    """The processes extracting one store together: ``world_size`` 1 = a plain single process."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        if self.world_size == 1:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if self.world_size == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+
+def current_group() -> Group:
+    """The initialised default process group, or a single process when there is none."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return Group(dist.get_rank(), dist.get_world_size())
+    return Group()
+
+
+def launched_by_torchrun() -> bool:
+    """True inside a process that ``torchrun`` started as one of several (``WORLD_SIZE`` > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+
+
+def init_from_env(device: str | None = None) -> tuple[Group, str]:
+    """Join the process group ``torchrun`` described in the environment (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR`` / ``MASTER_PORT``); return ``(group, device)``.
+
+    device: ``"cpu"`` -> gloo; ``None`` or ``"cuda"`` with GPUs present -> NCCL on ``cuda:LOCAL_RANK``.
+    Outside torchrun (or with one process) nothing is initialised: ``(Group(), device or "cpu")``.
+    """
+    if not launched_by_torchrun():
+        return Group(), device or "cpu"
+    dist = torch.distributed
+    if not dist.is_available():
+        raise WorkbenchError("this torch build has no torch.distributed; run extract without torchrun")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
+    if device is not None and device.startswith("cuda") and not torch.cuda.is_available():
+        raise WorkbenchError(f"--device {device}: no CUDA device here; use --device cpu (gloo)")
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return current_group(), device or "cpu"
+
+
+def shutdown() -> None:
+    """Leave the process group (if one was joined)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def assign_shards(todo: list[int], costs: list[int], world_size: int) -> list[list[int]]:
+    """Split shard indices ``todo`` (with ``costs``, e.g. padded tokens) over ``world_size`` ranks:
+    the costliest shard first, each to the rank with the least work so far (ties: lowest rank).
+    Deterministic; each rank's list is returned in increasing shard order."""
+    load = [0] * world_size
+    out: list[list[int]] = [[] for _ in range(world_size)]
+    for k, cost in sorted(zip(todo, costs), key=lambda kc: (-kc[1], kc[0])):
+        r = min(range(world_size), key=lambda i: (load[i], i))
+        out[r].append(k)
+        load[r] += cost
+    return [sorted(ks) for ks in out]
