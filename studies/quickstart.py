@@ -5,7 +5,10 @@ studies that need an MLM head or compare two models again on the workbench's own
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
+from pathlib import Path
 
 import pandas as pd
 
@@ -32,7 +35,7 @@ def run(ctx) -> None:
     for name, model in plan:
         started = time.perf_counter()
         config_file = default_config_file(name, cfg["configs"])
-        run_id = f"quickstart-{model}-seed{ctx.seed}" if model else f"quickstart-seed{ctx.seed}"
+        run_id = f"quickstart-{_id_part(model)}-seed{ctx.seed}" if model else f"quickstart-seed{ctx.seed}"
         run_dir = run_study(name, config_file=config_file if config_file.is_file() else None, seed=ctx.seed,
                             overrides={"model": model} if model else None, run_id=run_id,
                             results_root=results_root, log=ctx.log)
@@ -41,3 +44,13 @@ def run(ctx) -> None:
     ctx.step("subruns", lambda: pd.DataFrame(rows))
     ctx.record(subruns=rows)
     ctx.log("\nOpen the results:  .venv/bin/bertology dashboard   (http://127.0.0.1:8501)")
+
+
+def _id_part(model: str) -> str:
+    """A registry name as it is (``bert-mini-english``); a model folder as its name plus a short hash
+    of the path, so a path never becomes part of a run folder's name."""
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+=-]*", model):
+        return model
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).name).strip("-.") or "model"
+    return f"{name}-{hashlib.sha256(model.encode()).hexdigest()[:8]}"
+
