@@ -224,3 +224,15 @@ def test_cli_refuses_a_run_id_with_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: run id '../../x' is not a plain name") and "Traceback" not in err
     assert not any(tmp_path.rglob("*"))
+
+
+def test_quickstart_run_ids_are_plain_names_for_model_folders():
+    from bertology.paths import plain_name
+    from bertology.studies.quickstart import _id_part
+
+    assert _id_part("bert-mini-english@950") == "bert-mini-english@950"
+    for folder in ("/tmp/my models/x", "../../x", "models/a"):
+        part = _id_part(folder)
+        assert plain_name(f"quickstart-{part}-seed0", "run id")
+        assert "/" not in part and ".." not in part
+    assert _id_part("/a/x") != _id_part("/b/x")
