@@ -234,12 +234,18 @@ def test_albert_parameters_counted_by_hand():
     assert bert["encoder_non_embedding"] == 4 * layer + 2 * H                # 4 distinct layers + embedding LN
 
 
-def test_measured_flops_equal_the_analytic_count():
+def test_measured_flops_equal_the_analytic_count(teacher):
+    from transformers import AutoConfig
+
     for cfg in (_tiny(), _tiny("electra", generator_size=0.5), _tiny("mlm+sbo", masking="span"),
-                _tiny("mlm", architecture="albert", embedding_size=16, grad_accum_steps=2)):
+                _tiny("mlm+sop", architecture="albert", embedding_size=16, grad_accum_steps=2)):
         measured = measure_step_flops(cfg, vocab_size=60)
         assert measured["flops_per_step"] == pytest.approx(analytic_step_flops(cfg, 60), rel=1e-3), cfg.objective
         assert measured["tokens_per_step"] == cfg.batch_size * cfg.max_seq_len * cfg.grad_accum_steps
+    student = _tiny("distill", teacher=str(teacher), num_hidden_layers=1)   # charged for the teacher's forward
+    measured = measure_step_flops(student, vocab_size=300)["flops_per_step"]
+    assert measured == pytest.approx(analytic_step_flops(student, 300, AutoConfig.from_pretrained(teacher)), rel=1e-3)
+    assert measured > measure_step_flops(_tiny(num_hidden_layers=1), vocab_size=300)["flops_per_step"]
     mlm = measure_step_flops(_tiny(), 60)["flops_per_step"]
     electra = measure_step_flops(_tiny("electra", generator_size=0.5), 60)["flops_per_step"]
     assert electra > mlm                                   # the generator is charged
@@ -329,3 +335,36 @@ def test_variants_under_two_process_gloo_ddp(corpus_and_tokenizer, teacher, tmp_
         digests = info["final_weights_sha256_per_rank"]
         assert info["world_size"] == 2 and len(digests) == 2 and digests[0] == digests[1], name
         assert (read_metrics(tmp_path / "models" / f"ddp-{name}").metric == "loss").sum() == 2
+
+
+def test_equal_compute_study_end_to_end(corpus_and_tokenizer, tmp_path):
+    """The study on tiny models: every variant gets floor(budget / its FLOPs per step) steps, the
+    tables the dashboard reads exist, ELECTRA's held-out MLM loss is labelled as its generator's."""
+    from bertology.results import read_table
+    from bertology.studies import run_study
+
+    corpus, _ = corpus_and_tokenizer
+    base = dict(corpus=str(corpus), vocab_size=300, num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                intermediate_size=64, max_seq_len=32, batch_size=4, learning_rate=0.01, heldout_fraction=0.1,
+                eval_batches=2, num_threads=1, device="cpu")
+    variants = {"mlm": {"objective": "mlm"}, "electra": {"objective": "electra", "generator_size": 0.5},
+                "albert": {"objective": "mlm+sop", "architecture": "albert", "embedding_size": 16},
+                "distilled": {"objective": "distill", "num_hidden_layers": 1, "distill_cosine_weight": 1.0}}
+    out = run_study("pretraining_variants", overrides={
+        "run_prefix": "t", "base": base, "variants": variants, "budget_steps": 5, "limit": 30, "tasks": ["pos"],
+        "max_epochs": 2, "random_baseline": False}, results_root=tmp_path / "res", log=lambda m: None)
+    v = read_table(out, "variants").set_index("variant")
+    budget = 5 * v.loc["mlm", "flops_per_step"]
+    assert (v["budget_flops"] == budget).all() and v.loc["mlm", "steps"] == 5
+    for name, row in v.iterrows():
+        assert row["steps"] == int(budget // row["flops_per_step"]) and row["flops_total"] <= budget, name
+        assert row["flops_per_step"] == pytest.approx(row["flops_per_step_analytic"], rel=1e-3), name
+    assert v.loc["electra", "steps"] < 5 and v.loc["albert", "params_encoder"] < v.loc["mlm", "params_encoder"]
+    held = read_table(out, "heldout").query("metric == 'heldout_mlm_loss'").set_index("variant")
+    assert set(held.index) == {"unigram", "mlm", "electra", "albert", "distilled"}
+    assert held.loc["electra", "scored"].startswith("generator") and (held["value"] > 0).all()
+    acc = read_table(out, "probe_accuracy")
+    assert sorted(acc.query("variant == 'mlm'")["layer"]) == [0, 1, 2]          # embeddings + 2 layers
+    assert sorted(acc.query("variant == 'distilled'")["layer"]) == [0, 1]
+    counts = read_table(out, "head_type_counts").groupby("variant")["count"].sum()
+    assert counts.to_dict() == {"albert": 8, "distilled": 4, "electra": 8, "mlm": 8}   # layers x 4 heads

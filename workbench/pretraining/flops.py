@@ -128,6 +128,8 @@ def analytic_step_flops(cfg: Any, vocab_size: int, teacher_config: Any = None) -
         head = 2.0 * targets * (H * H + H * vocab_size)
     if cfg.objective == "mlm+sbo":
         head += 2.0 * targets * (3 * H * H + H * H + H * vocab_size)
+    if pair_task(cfg.objective):  # pooler H x H and the 2-way pair classifier, once per sequence
+        head += 2.0 * cfg.batch_size * cfg.grad_accum_steps * (H * H + 2 * H)
     trained = 3.0 * (encoder + head)
     if cfg.objective != "distill":
         return trained

@@ -424,7 +424,7 @@ def load_teacher(cfg: Any, vocab_size: int, hidden_size: int, device: torch.devi
     from bertology.models import load_model
 
     try:
-        lm = load_model(cfg.teacher, attentions=False, mlm_head=True)
+        lm = load_model(cfg.teacher, attentions=True, mlm_head=True)  # eager: FlopCounterMode counts it exactly
     except ModelError as exc:
         raise ConfigError(f"config field 'teacher': {exc}") from None
     if lm.model.config.vocab_size != vocab_size:
