@@ -56,6 +56,11 @@ from bertology.pretraining.masking import (
     IGNORE_INDEX, MaskingConfig, encode_pair, make_sentence_pairs, mask_batch, mix_seed,
     random_token_pool, special_tokens_mask,
 )
+from bertology.pretraining.objectives import (
+    OWN_EVALUATION, PretrainingLoss, evaluate_variant, make_loss, pair_task, teacher_directory, tied_parameter_names,
+    validate_objective,
+)
+from bertology.pretraining.objectives import build_model as build_objective_model
 
 __all__ = ["PretrainConfig", "load_config", "run_pretraining", "read_metrics", "list_checkpoints", "unigram_baseline",
            "heldout_loss", "TrainingDivergedError",
@@ -64,6 +69,10 @@ __all__ = ["PretrainConfig", "load_config", "run_pretraining", "read_metrics", "
 BUNDLED_CORPUS = "brown"  # name for workbench/data/brown.txt.gz
 # Fields that may change when resuming (they do not alter the optimisation trajectory).
 # (max_steps is checked on its own: a change is a new phase of the schedule, see run_pretraining.)
+_OBJECTIVE_FIELD_DEFAULTS = {"architecture": "bert", "embedding_size": None, "num_hidden_groups": 1,
+                             "generator_size": 0.25, "rtd_weight": 50.0, "sbo_weight": 1.0, "teacher": None,
+                             "distill_temperature": 2.0, "distill_kl_weight": 1.0, "distill_mlm_weight": 0.0,
+                             "distill_cosine_weight": 0.0, "distill_positions": "masked"}
 RESUMABLE_CHANGES = {"progress", "eval_every", "log_every", "save_every", "keep_steps", "keep_last",
                      "device", "output_root", "num_threads", "max_steps"}
 # math.exp overflows beyond this (a diverged model's loss): perplexity is then reported as inf.
@@ -97,8 +106,20 @@ class PretrainConfig:
     intermediate_size: int = 1024
     max_seq_len: int = 128
     dropout: float = 0.1
-    # objective
-    objective: str = "mlm"                # mlm | mlm+nsp | mlm+sop
+    # objective (bertology.pretraining.objectives; docs/pretraining.md "After BERT")
+    objective: str = "mlm"                # mlm | mlm+nsp | mlm+sop | mlm+sbo (SpanBERT) | electra | distill
+    architecture: str = "bert"            # bert | albert (factorised embedding, shared layers)
+    embedding_size: int | None = None     # ALBERT / ELECTRA embedding width E (None = hidden_size)
+    num_hidden_groups: int = 1            # ALBERT: distinct layer modules (1 = every layer shares one)
+    generator_size: float = 0.25          # ELECTRA: generator width / discriminator width (hidden, heads, FFN)
+    rtd_weight: float = 50.0              # ELECTRA: lambda of the replaced-token-detection loss
+    sbo_weight: float = 1.0               # SpanBERT: weight of the span boundary objective
+    teacher: str | None = None            # distill: registry name or directory of an MLM-headed teacher
+    distill_temperature: float = 2.0      # distill: softmax temperature T (loss scaled by T^2)
+    distill_kl_weight: float = 1.0        # distill: weight of T^2 KL(teacher || student)
+    distill_mlm_weight: float = 0.0       # distill: weight of the student's own MLM loss on the gold tokens
+    distill_cosine_weight: float = 0.0    # distill: weight of 1 - cos(student, teacher) last hidden states
+    distill_positions: str = "masked"     # distill: KL over the masked positions (DistilBERT) or all tokens
     masking: str = "token"                # token | whole_word | span
     mlm_probability: float = 0.15
     dynamic_masking: bool = True          # RoBERTa dynamic (True) or static per-sequence masks
@@ -187,7 +208,6 @@ def validate_config(cfg: PretrainConfig) -> None:
     need(bool(cfg.run_name) and "/" not in cfg.run_name and "@" not in cfg.run_name
          and not cfg.run_name.startswith("."), "run_name", "a non-empty folder name without '/', '@'")
     need(cfg.tokenizer_kind in ("wordpiece", "bpe"), "tokenizer_kind", "must be wordpiece or bpe")
-    need(cfg.objective in ("mlm", "mlm+nsp", "mlm+sop"), "objective", "must be mlm, mlm+nsp or mlm+sop")
     need(cfg.masking in ("token", "whole_word", "span"), "masking", "must be token, whole_word or span")
     need(cfg.random_token_pool in ("vocab", "non_special"), "random_token_pool", "must be vocab or non_special")
     need(cfg.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
@@ -213,6 +233,7 @@ def validate_config(cfg: PretrainConfig) -> None:
     need(cfg.max_documents is None or cfg.max_documents >= 1, "max_documents", "must be >= 1")
     need(cfg.eval_batches is None or cfg.eval_batches >= 1, "eval_batches", "must be >= 1")
     need(cfg.num_threads is None or cfg.num_threads >= 1, "num_threads", "must be >= 1")
+    validate_objective(cfg)
 
 
 def shipped_configs() -> dict[str, Path]:
@@ -373,12 +394,12 @@ def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[Seque
                   [d for i, d in enumerate(tdocs) if i in eval_set])
     out = []
     for k, part in enumerate(splits):
-        if cfg.objective == "mlm":
+        if pair_task(cfg.objective) is None:
             ids, words = pack_documents(part, max_seq_len=cfg.max_seq_len,
                                         cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id)
             out.append(SequenceSet.from_lists(ids, words, None, None))
         else:
-            pairs = make_sentence_pairs(part, objective=cfg.objective.split("+")[1], max_seq_len=cfg.max_seq_len,
+            pairs = make_sentence_pairs(part, objective=pair_task(cfg.objective), max_seq_len=cfg.max_seq_len,
                                         generator=torch.Generator().manual_seed(mix_seed(cfg.seed, 2, k)))
             enc = [encode_pair(p, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id) for p in pairs]
             out.append(SequenceSet.from_lists([e[0] for e in enc], [e[2] for e in enc], [e[1] for e in enc],
@@ -440,17 +461,10 @@ def linear_schedule(warmup: int, total: int):
 
 
 def build_model(cfg: PretrainConfig, tokenizer) -> torch.nn.Module:
-    """A freshly initialised ``BertForMaskedLM`` (or ``BertForPreTraining`` for NSP/SOP)."""
-    from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
-
-    bert_cfg = BertConfig(
-        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads, intermediate_size=cfg.intermediate_size,
-        max_position_embeddings=max(cfg.max_seq_len, 512), type_vocab_size=2,
-        hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
-        pad_token_id=tokenizer.pad_token_id)
-    cls = BertForMaskedLM if cfg.objective == "mlm" else BertForPreTraining
-    return cls(bert_cfg)
+    """A freshly initialised model for the config's objective and architecture
+    (:func:`bertology.pretraining.objectives.build_model`: ``BertForMaskedLM``, ``BertForPreTraining``
+    for NSP/SOP, ALBERT, SpanBERT, ELECTRA generator + discriminator)."""
+    return build_objective_model(cfg, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
 
 
 def make_optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.AdamW:
@@ -511,39 +525,6 @@ def _masked_batches(data: SequenceSet, rows: list[int], epochs: list[int], maske
         ids[sel], labels[sel] = masker(sub, [rows[i] for i in sel], e, cfg.seed, cfg.dynamic_masking)
     batch["input_ids"], batch["labels"] = ids, labels
     return batch
-
-
-class PretrainingLoss(torch.nn.Module):
-    """MLM (+ NSP/SOP) loss of a ``BertForMaskedLM`` / ``BertForPreTraining``, computing the
-    vocabulary logits only at the target positions (~15% of tokens): the same loss as the HF
-    model's ``labels=`` path (mean cross-entropy over targets, + pair loss) at a fraction of the
-    output-layer cost. Wrapped by DDP in multi-process runs.
-    """
-
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
-                labels: torch.Tensor, pair_labels: torch.Tensor | None = None,
-                reduction: str = "mean") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Inputs [B, T] (pair_labels [B] for NSP/SOP) -> ``(loss, mlm_loss, pair_logits [B, 2] | None)``.
-
-        ``mlm_loss``: cross-entropy over the targets (mean or sum, nats); ``loss`` = ``mlm_loss`` +
-        the pair cross-entropy when ``pair_labels`` is given.
-        """
-        out = self.model.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        targets = labels != IGNORE_INDEX
-        logits = self.model.cls.predictions(out[0][targets])  # [n_targets, vocab]
-        if logits.shape[0] > 0:
-            mlm_loss = torch.nn.functional.cross_entropy(logits.float(), labels[targets], reduction=reduction)
-        else:  # keeps every head parameter in the graph (DDP needs that)
-            mlm_loss = logits.sum() * 0.0
-        loss, pair_logits = mlm_loss, None
-        if pair_labels is not None and hasattr(self.model.cls, "seq_relationship"):
-            pair_logits = self.model.cls.seq_relationship(out[1])
-            loss = loss + torch.nn.functional.cross_entropy(pair_logits.float(), pair_labels, reduction=reduction)
-        return loss, mlm_loss, pair_logits
 
 
 @torch.no_grad()
@@ -631,6 +612,9 @@ def evaluate(model, data: SequenceSet, masker: _Masker, cfg: PretrainConfig, rt:
     Masks are static (seeded by ``seed`` and the row), so evaluations at different steps compare.
     Rows are sharded across processes and the sums all-reduced.
     """
+    if cfg.objective in OWN_EVALUATION:  # ELECTRA and SpanBERT report their extra terms
+        return evaluate_variant(cfg, model, heldout_batches(data, masker, cfg, pad_id, rt.rank, rt.world_size),
+                                rt.device, rt.autocast_dtype, rt.world_size, seed=mix_seed(cfg.seed, 6))
     was_training = model.training
     model.eval()
     sums = torch.zeros(4, dtype=torch.float64)  # loss sum, masked count, pair correct, pair count
@@ -640,7 +624,7 @@ def evaluate(model, data: SequenceSet, masker: _Masker, cfg: PretrainConfig, rt:
                             enabled=rt.autocast_dtype is not None):
             _, mlm_sum, pair_logits = objective(
                 ids.to(rt.device), batch["attention_mask"].to(rt.device), batch["token_type_ids"].to(rt.device),
-                labels.to(rt.device), batch["pair_labels"].to(rt.device) if cfg.objective != "mlm" else None,
+                labels.to(rt.device), batch["pair_labels"].to(rt.device) if pair_task(cfg.objective) else None,
                 reduction="sum")
         sums[0] += float(mlm_sum)
         sums[1] += float((labels != IGNORE_INDEX).sum())
@@ -652,7 +636,7 @@ def evaluate(model, data: SequenceSet, masker: _Masker, cfg: PretrainConfig, rt:
     model.train(was_training)
     loss = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")
     res = {"eval_loss": loss, "perplexity": perplexity(loss)}
-    if cfg.objective != "mlm" and sums[3] > 0:
+    if pair_task(cfg.objective) and sums[3] > 0:
         res["eval_pair_accuracy"] = float(sums[2] / sums[3])
     return res
 
@@ -789,8 +773,8 @@ def _prune_checkpoints(run_dir: Path, cfg: PretrainConfig, phase_start: int = 0)
 def _tokenizer_for(cfg: PretrainConfig, run_dir: Path, source: Path, rt: Runtime):
     from transformers import AutoTokenizer
 
-    if cfg.tokenizer:
-        tok_dir = Path(cfg.tokenizer).expanduser()
+    if cfg.tokenizer or cfg.objective == "distill":  # a student reads with its teacher's tokenizer
+        tok_dir = Path(cfg.tokenizer).expanduser() if cfg.tokenizer else teacher_directory(cfg)
         if not (tok_dir / "tokenizer.json").is_file():
             raise ConfigError(f"config field 'tokenizer': {tok_dir} holds no tokenizer.json")
     else:
@@ -845,6 +829,7 @@ def _resume_plan(cfg: PretrainConfig, run_dir: Path, resume_from: Path, new_phas
         raise CheckpointError(f"{run_dir / 'run.json'}: broken run record (no 'config' object)")
     saved = info["config"]
     saved.setdefault("random_token_pool", "non_special")  # runs made before the field drew from that pool
+    saved = {**_OBJECTIVE_FIELD_DEFAULTS, **saved}  # runs made before the post-BERT objectives existed
     changed = sorted(k for k, v in cfg.to_dict().items() if k not in RESUMABLE_CHANGES and saved.get(k) != v)
     if changed:
         raise ConfigError(f"{run_dir}: cannot resume, config field(s) differ from run.json: {', '.join(changed)}")
@@ -931,7 +916,8 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
             raise CheckpointError(f"{resume_from / 'model.safetensors'}: corrupt checkpoint weights ({exc}); "
                                   "delete this checkpoint folder to resume from the one before") from exc
         missing, unexpected = model.load_state_dict(weights, strict=False)
-        if unexpected or any(not k.startswith("cls.predictions.decoder.") for k in missing):  # tied to embeddings
+        tied = tied_parameter_names(model)  # saved once, under the name they are tied to
+        if unexpected or any(k not in tied for k in missing):
             raise CheckpointError(f"{resume_from}: weights do not match the config "
                                   f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
         opt_state, sched_state, state, rng = load_trainer_state(resume_from)
@@ -963,7 +949,7 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
             "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
 
     raw_model = model
-    loss_module: torch.nn.Module = PretrainingLoss(model)
+    loss_module: torch.nn.Module = make_loss(cfg, model, rt.device)
     if rt.world_size > 1:
         loss_module = torch.nn.parallel.DistributedDataParallel(
             loss_module, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
@@ -1003,7 +989,7 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
                 with torch.autocast(rt.device.type, dtype=rt.autocast_dtype or torch.float32,
                                     enabled=rt.autocast_dtype is not None):
                     loss, _, _ = loss_module(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                                             batch["labels"], batch["pair_labels"] if cfg.objective != "mlm" else None)
+                                             batch["labels"], batch["pair_labels"] if pair_task(cfg.objective) else None)
                 (loss / cfg.grad_accum_steps).backward()
             loss_sum += float(loss.detach()) / cfg.grad_accum_steps
             window_tokens += int(batch["attention_mask"].sum()) * rt.world_size

@@ -1,0 +1,225 @@
+"""The pretraining family after BERT at equal compute: MLM (BERT/RoBERTa recipe), ELECTRA, ALBERT
+(and a student distilled from the MLM model) pretrained on the same corpus with the same tokenizer
+and the same FLOPs budget, then compared with the workbench's own analyses: held-out MLM loss where
+comparable, edge-probing accuracy per layer, head types.
+
+The budget is ``budget_steps`` optimizer steps of ``budget_variant``, in FLOPs measured on one step
+of each variant's real loss module (:func:`bertology.pretraining.flops.measure_step_flops`); every
+variant gets ``floor(budget / its FLOPs per step)`` steps, the same batch and sequence length. A
+distilled student is charged for its teacher's forward passes, not for the teacher's own training
+(printed beside it). ELECTRA's claim (Clark et al. 2020) is that replaced token detection learns
+better representations than MLM "given the same model size, data, and compute": the ``probe_scores``
+and ``head_type_counts`` tables are where this study measures it.
+
+Models land in the registry as ``<run_prefix>-<variant>`` (all four share the tokenizer
+``<run_prefix>-tokenizer``); re-running resumes the trainings and reuses finished tables."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from bertology import paths
+from bertology.checkpoints import atomic_dir
+from bertology.corpus import load_corpus
+from bertology.errors import ConfigError
+from bertology.models import load_model, random_init_like
+from bertology.pretraining.flops import analytic_step_flops, measure_step_flops, steps_for_budget
+from bertology.pretraining.trainer import (
+    corpus_path, heldout_loss, list_checkpoints, load_config, read_metrics, run_pretraining, unigram_baseline,
+)
+from bertology.probes.heads.head_types import analyse_store
+from bertology.probes.probing.edge import probe_layers
+from bertology.store import extract
+
+DESCRIPTION = "MLM vs ELECTRA vs ALBERT (+ distilled student) pretrained at equal FLOPs; loss, probes, head types"
+DEFAULTS = {
+    "run_prefix": "variants",       # models: <run_prefix>-<variant>, tokenizer: <run_prefix>-tokenizer
+    "base": {},                     # PretrainConfig fields every variant shares (corpus, sizes, batch, lr, ...)
+    "variants": {                   # variant -> PretrainConfig fields of its own
+        "mlm": {"objective": "mlm"},
+        "electra": {"objective": "electra"},
+        "albert": {"objective": "mlm+sop", "architecture": "albert", "embedding_size": 128},
+        "distilled": {"objective": "distill", "num_hidden_layers": 2},
+    },
+    "budget_variant": "mlm",        # the budget is budget_steps steps of this variant, in FLOPs
+    "budget_steps": 1000,
+    "teacher_variant": "mlm",       # a distill variant without a teacher learns from this variant's final model
+    "warmup_fraction": 0.06,        # warm-up steps as a share of each variant's steps
+    "corpus": "brown-sample",       # analyses: the annotated corpus
+    "limit": 400,
+    "tasks": ["pos", "deps"],
+    "seeds": [0],
+    "max_epochs": 10,
+    "random_baseline": True,        # also probe a randomly initialised copy of the budget variant
+    "seed": 0,
+}
+
+
+def _tokenizer(prefix: str, base: dict, log) -> Path:
+    """One tokenizer for every variant, trained once on the pretraining corpus (a distilled student
+    must read with its teacher's tokenizer; the others share it so that losses compare)."""
+    from bertology.pretraining.tokenizer import train_tokenizer
+
+    probe = load_config(None, **base)
+    tok_dir = paths.models_dir() / f"{prefix}-tokenizer"
+    if not (tok_dir / "tokenizer.json").is_file():
+        log(f"  training the shared tokenizer ({probe.tokenizer_kind}, {probe.vocab_size}) -> {tok_dir}")
+        with atomic_dir(tok_dir) as tmp:
+            train_tokenizer(corpus_path(probe), tmp, kind=probe.tokenizer_kind, vocab_size=probe.vocab_size,
+                            lowercase=probe.lowercase, model_max_length=probe.max_seq_len)
+    return tok_dir
+
+
+def _fitting_sentences(corpus, tokenizer, limit: int | None):
+    """The first ``limit`` sentences whose tokens (with specials) fit the ``max_seq_len`` positions
+    the models were trained on (later positions are untrained), and how many were skipped."""
+    keep, dropped = [], 0
+    for i, sentence in enumerate(corpus.sentences):
+        if limit is not None and len(keep) >= limit:
+            break
+        n = len(tokenizer(list(sentence.words), is_split_into_words=True)["input_ids"])
+        if n <= tokenizer.model_max_length:
+            keep.append(i)
+        else:
+            dropped += 1
+    return corpus.subset(keep), dropped
+
+
+def _variant_config(cfg: dict, name: str, fields: dict, tok_dir: Path, steps: int | None = None, teacher=None):
+    overrides = {**cfg["base"], **fields, "run_name": f"{cfg['run_prefix']}-{name}", "tokenizer": str(tok_dir),
+                 "progress": False, "seed": cfg["seed"]}
+    if teacher is not None and overrides.get("objective") == "distill" and not overrides.get("teacher"):
+        overrides["teacher"] = str(teacher)
+    if steps is not None:
+        overrides.update(max_steps=steps, warmup_steps=max(1, round(cfg["warmup_fraction"] * steps)),
+                         eval_every=steps, save_every=steps, keep_steps=[0], log_every=max(1, steps // 20))
+    try:
+        return load_config(None, **overrides)
+    except ConfigError as exc:
+        raise ConfigError(f"variants.{name}: {exc}") from None
+
+
+def run(ctx) -> None:
+    cfg = ctx.config
+    variants: dict = cfg["variants"]
+    for key in ("budget_variant", "teacher_variant"):
+        if cfg[key] not in variants:
+            raise ConfigError(f"{key}: {cfg[key]!r} is not one of the variants ({', '.join(variants)})")
+    tok_dir = _tokenizer(cfg["run_prefix"], {**cfg["base"], "run_name": f"{cfg['run_prefix']}-tokenizer"}, ctx.log)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+    vocab, pad = len(tokenizer), tokenizer.pad_token_id
+    students = [n for n, f in variants.items() if f.get("objective") == "distill" and not f.get("teacher")]
+    if cfg["teacher_variant"] in students:
+        raise ConfigError(f"teacher_variant: {cfg['teacher_variant']!r} is itself a student")
+    order = [n for n in variants if n not in students] + students   # students after their teacher
+
+    def train_all() -> dict[str, pd.DataFrame]:
+        rows, curves = [], []
+        budget = None
+        for name in order:
+            teacher = None
+            if name in students:
+                teacher_run = paths.models_dir() / f"{cfg['run_prefix']}-{cfg['teacher_variant']}"
+                teacher = list_checkpoints(teacher_run)[-1][1]
+            probe_cfg = _variant_config(cfg, name, variants[name], tok_dir, teacher=teacher)
+            measured = measure_step_flops(probe_cfg, vocab, pad)
+            if budget is None:
+                ref_cfg = _variant_config(cfg, cfg["budget_variant"], variants[cfg["budget_variant"]], tok_dir)
+                budget = cfg["budget_steps"] * measure_step_flops(ref_cfg, vocab, pad)["flops_per_step"]
+            steps = steps_for_budget(budget, measured["flops_per_step"])
+            run_cfg = _variant_config(cfg, name, variants[name], tok_dir, steps=steps, teacher=teacher)
+            teacher_config = None
+            if teacher is not None:
+                from transformers import AutoConfig
+                teacher_config = AutoConfig.from_pretrained(str(teacher))
+            analytic = analytic_step_flops(run_cfg, vocab, teacher_config)
+            ctx.log(f"  {name}: {measured['flops_per_step'] / 1e9:.2f} GFLOPs/step (analytic "
+                    f"{analytic / 1e9:.2f}), {steps} steps for the budget of {budget / 1e12:.3f} TFLOPs, "
+                    f"{measured['params_trained']:,} parameters trained")
+            started = time.perf_counter()
+            run_dir = run_pretraining(run_cfg)
+            rows.append({"variant": name, "objective": run_cfg.objective, "architecture": run_cfg.architecture,
+                         "model": run_dir.name, "teacher": str(teacher) if teacher else None,
+                         **{k: v for k, v in measured.items()}, "flops_per_step_analytic": analytic,
+                         "steps": steps, "flops_total": steps * measured["flops_per_step"], "budget_flops": budget,
+                         "train_seconds": round(time.perf_counter() - started, 1)})
+            curves.append(read_metrics(run_dir).assign(variant=name))
+        return {"variants": pd.DataFrame(rows), "training_metrics": pd.concat(curves, ignore_index=True)}
+
+    trained = ctx.steps(["variants", "training_metrics"], train_all)
+    table = trained["variants"]
+    corpus, dropped = _fitting_sentences(load_corpus(cfg["corpus"]), tokenizer, cfg["limit"])
+    if dropped:
+        ctx.log(f"  {dropped} sentences longer than the models' {tokenizer.model_max_length} training positions "
+                "left out of the analyses")
+    ctx.record(corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sources": corpus.sources,
+                       "sentences": len(corpus), "left_out_too_long": dropped},
+               models=list(table["model"]), tokenizer=str(tok_dir))
+    reference = paths.models_dir() / f"{cfg['run_prefix']}-{cfg['budget_variant']}"
+
+    def heldout() -> pd.DataFrame:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()  # the pair head / pooler a MLM-only load leaves out is expected
+        rows = [{"variant": "unigram", "scored": "training-set token frequencies", "metric": "heldout_mlm_loss",
+                 "value": unigram_baseline(reference)["unigram_eval_loss"]}]
+        for r in table.itertuples():
+            final = list_checkpoints(paths.models_dir() / r.model)[-1][1]
+            if r.objective == "electra":   # the discriminator has no MLM head: its generator's loss
+                rows.append({"variant": r.variant, "scored": "generator (not the analysed encoder)",
+                             "metric": "heldout_mlm_loss", "value": heldout_loss(reference, final / "generator")})
+            else:
+                rows.append({"variant": r.variant, "scored": "encoder + MLM head", "metric": "heldout_mlm_loss",
+                             "value": heldout_loss(reference, final)})
+            own = trained["training_metrics"].query("variant == @r.variant and metric.str.startswith('eval_')")
+            last = own[own.step == own.step.max()]
+            rows.extend({"variant": r.variant, "scored": "own held-out set and objective", "metric": m.metric,
+                         "value": m.value} for m in last.itertuples())
+        return pd.DataFrame(rows)
+
+    ctx.step("heldout", heldout)
+
+    def analyses() -> dict[str, pd.DataFrame]:
+        scores, types = [], []
+        models = [(r.variant, r.model) for r in table.itertuples()]
+        if cfg["random_baseline"]:
+            models.append(("random-init", None))
+        for variant, model in models:
+            ctx.log(f"    analysing {variant}")
+            lm = random_init_like(load_model(reference.name), seed=cfg["seed"]) if model is None else load_model(model)
+            store = extract(lm, corpus, attentions=True, progress=False)
+            types.append(analyse_store(store, corpus)["head_types"].assign(variant=variant))
+            for task in cfg["tasks"]:
+                df = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]],
+                                  max_epochs=cfg["max_epochs"])
+                scores.append(df.assign(variant=variant))
+        return {"probe_scores": pd.concat(scores, ignore_index=True), "head_types": pd.concat(types, ignore_index=True)}
+
+    tables = ctx.steps(["probe_scores", "head_types"], analyses)
+    acc = tables["probe_scores"].query("metric == 'accuracy' and split == 'test'")
+    ctx.step("probe_accuracy", lambda: acc.groupby(["variant", "task", "layer"], as_index=False)["value"].mean()
+             .rename(columns={"value": "accuracy"}))
+    ctx.step("head_type_counts", lambda: tables["head_types"].groupby(["variant", "type"]).size()
+             .rename("count").reset_index())
+    _print_summary(ctx)
+
+
+def _print_summary(ctx) -> None:
+    t = ctx.tables
+    v = t["variants"].set_index("variant")
+    ctx.log("\nequal compute:")
+    ctx.log(v[["objective", "architecture", "params_encoder", "params_trained", "flops_per_step", "steps",
+               "flops_total"]].to_string())
+    ctx.log("\nheld-out MLM loss (nats / masked token, the budget variant's held-out set and masks):")
+    ctx.log(t["heldout"].query("metric == 'heldout_mlm_loss'")[["variant", "scored", "value"]].to_string(index=False))
+    ctx.log("\nprobe accuracy (test) per layer:")
+    ctx.log(t["probe_accuracy"].pivot_table(index=["task", "variant"], columns="layer", values="accuracy")
+            .round(3).to_string())
+    ctx.log("\nhead types:")
+    ctx.log(t["head_type_counts"].pivot_table(index="variant", columns="type", values="count", fill_value=0)
+            .to_string())
