@@ -12,10 +12,12 @@ better representations than MLM "given the same model size, data, and compute": 
 and ``head_type_counts`` tables are where this study measures it.
 
 Models land in the registry as ``<run_prefix>-<variant>`` (all four share the tokenizer
-``<run_prefix>-tokenizer``); re-running resumes the trainings and reuses finished tables."""
+``<run_prefix>-tokenizer-<hash of corpus content and tokenizer settings>``); re-running resumes the trainings and reuses finished tables."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from bertology.checkpoints import atomic_dir
 from bertology.corpus import load_corpus
 from bertology.errors import ConfigError
 from bertology.models import load_model, random_init_like
+from bertology.pretraining.text_corpus import corpus_hash
 from bertology.pretraining.flops import analytic_step_flops, measure_step_flops, steps_for_budget
 from bertology.pretraining.trainer import (
     corpus_path, heldout_loss, list_checkpoints, load_config, read_metrics, run_pretraining, unigram_baseline,
@@ -36,7 +39,7 @@ from bertology.store import extract
 
 DESCRIPTION = "MLM vs ELECTRA vs ALBERT (+ distilled student) pretrained at equal FLOPs; loss, probes, head types"
 DEFAULTS = {
-    "run_prefix": "variants",       # models: <run_prefix>-<variant>, tokenizer: <run_prefix>-tokenizer
+    "run_prefix": "variants",       # models: <run_prefix>-<variant>, tokenizer: <run_prefix>-tokenizer-<key>
     "base": {},                     # PretrainConfig fields every variant shares (corpus, sizes, batch, lr, ...)
     "variants": {                   # variant -> PretrainConfig fields of its own
         "mlm": {"objective": "mlm"},
@@ -64,7 +67,10 @@ def _tokenizer(prefix: str, base: dict, log) -> Path:
     from bertology.pretraining.tokenizer import train_tokenizer
 
     probe = load_config(None, **base)
-    tok_dir = paths.models_dir() / f"{prefix}-tokenizer"
+    # keyed on what the tokenizer depends on: the corpus content and the tokenizer settings
+    key = hashlib.sha256(json.dumps([corpus_hash(corpus_path(probe)), probe.tokenizer_kind, probe.vocab_size,
+                                     probe.lowercase, probe.max_seq_len]).encode()).hexdigest()[:10]
+    tok_dir = paths.models_dir() / f"{prefix}-tokenizer-{key}"
     if not (tok_dir / "tokenizer.json").is_file():
         log(f"  training the shared tokenizer ({probe.tokenizer_kind}, {probe.vocab_size}) -> {tok_dir}")
         with atomic_dir(tok_dir) as tmp:

@@ -211,3 +211,16 @@ def test_cuda_without_a_gpu_is_a_config_error(corpus_and_tokenizer, tmp_path, mo
     with pytest.raises(ConfigError, match="'device': cuda requested but no CUDA device"):
         run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, device="cuda"))
     assert not (tmp_path / "models").exists()
+
+
+def test_resume_on_an_edited_corpus_is_refused(corpus_and_tokenizer, tmp_path):
+    """Same run name and corpus path, other text: neither continued nor reported as finished."""
+    corpus, tok = corpus_and_tokenizer
+    edited = tmp_path / "corpus.txt"
+    edited.write_text(corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    kw = dict(run_name="edited", corpus=str(edited), max_steps=2, save_every=2, keep_steps=[], eval_every=100)
+    run = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, **kw))
+    assert run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, **kw)) == run  # unchanged: finished, nothing to do
+    edited.write_text(edited.read_text(encoding="utf-8").replace("the ", "a "), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"corpus .*corpus.txt changed since the run started"):
+        run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, **kw))

@@ -100,6 +100,9 @@ FIELD_RULES: dict[str, Rule] = {
     "drift_min_count": POSITIVE_INT,
     # emergence
     "cloze_sentences": NON_NEGATIVE_INT,
+    # pretraining variants at equal compute
+    "budget_steps": POSITIVE_INT,
+    "warmup_fraction": PROBABILITY,
 }
 
 # {study: {field: Rule}} where a study means something else by a field name (none so far).

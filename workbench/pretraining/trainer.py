@@ -822,11 +822,21 @@ def _phases(info: dict[str, Any]) -> list[dict[str, Any]]:
     return info.get("phases") or [{"start_step": 0, "max_steps": info["config"]["max_steps"]}]
 
 
-def _resume_plan(cfg: PretrainConfig, run_dir: Path, resume_from: Path, new_phase: bool) -> tuple[int, dict | None]:
-    """Check that ``cfg`` may resume the run at ``resume_from``; ``(step, new phase record or None)``."""
+def _resume_plan(cfg: PretrainConfig, run_dir: Path, resume_from: Path, new_phase: bool,
+                 corpus_sha: str | None = None) -> tuple[int, dict | None]:
+    """Check that ``cfg`` may resume the run at ``resume_from``; ``(step, new phase record or None)``.
+
+    The corpus must be the same content (``corpus_sha``, when given, against run.json's
+    ``corpus_sha256``): the same path with edited text would otherwise continue, or count as
+    finished, on other data than the run records."""
     info = read_json_file(run_dir / "run.json", "run record")
     if not isinstance(info, dict) or not isinstance(info.get("config"), dict):
         raise CheckpointError(f"{run_dir / 'run.json'}: broken run record (no 'config' object)")
+    recorded = info.get("corpus_sha256")
+    if corpus_sha is not None and recorded is not None and recorded != corpus_sha:
+        raise ConfigError(f"{run_dir}: cannot resume: the corpus {info.get('corpus', cfg.corpus)} changed since the "
+                          f"run started (sha256 {recorded[:12]}... then, {corpus_sha[:12]}... now); "
+                          "train under another run_name")
     saved = info["config"]
     saved.setdefault("random_token_pool", "non_special")  # runs made before the field drew from that pool
     saved = {**_OBJECTIVE_FIELD_DEFAULTS, **saved}  # runs made before the post-BERT objectives existed
@@ -881,15 +891,15 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
     if not resume and list_checkpoints(run_dir):
         raise CheckpointError(f"{run_dir}: run already has checkpoints; resume it or choose another run_name")
     phase_record, phase_start = None, 0
+    corpus_sha = corpus_hash(source)
     if resume_from is not None:
-        resumed_step, phase_record = _resume_plan(cfg, run_dir, resume_from, new_phase)
+        resumed_step, phase_record = _resume_plan(cfg, run_dir, resume_from, new_phase, corpus_sha)
         if resumed_step >= cfg.max_steps:
             if rt.world_size > 1:
                 dist.destroy_process_group()
             return run_dir  # already finished: nothing to do
         phase_start = phase_record["start_step"] if phase_record else \
             int(_phases(read_json_file(run_dir / "run.json", "run record"))[-1]["start_step"])
-    corpus_sha = corpus_hash(source)
     if rt.is_main:
         if resume and run_dir.is_dir():
             remove_partial_writes(run_dir)  # folders and files of a save that a kill interrupted
