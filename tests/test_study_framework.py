@@ -125,7 +125,8 @@ def _conllu(path, words_per_sentence):
     lines = []
     for s, words in enumerate(words_per_sentence):
         lines.append(f"# sent_id = s{s}")
-        lines += [f"{i + 1}\t{w}\t_\tNOUN\t_\t_\t0\troot\t_\t_" for i, w in enumerate(words)]
+        lines += [f"{i + 1}\t{w}\t_\tNOUN\t_\t_\t{0 if i == 0 else 1}\t{'root' if i == 0 else 'dep'}\t_\t_"
+                  for i, w in enumerate(words)]  # a tree: word 1 the root, every other word its dependent
         lines.append("")
     path.write_text("\n".join(lines) + "\n")
     return path
