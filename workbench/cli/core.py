@@ -52,8 +52,9 @@ def register(app: typer.Typer) -> None:
         attentions: bool = typer.Option(True, help="also store word-level attention maps"),
         long_policy: str = typer.Option("error", help="sentences over the model's maximum: error or window"),
         batch_tokens: int = typer.Option(1024, help="padded tokens per forward batch"),
-        amp: Optional[str] = typer.Option(None, help="compute in bfloat16 or float16 autocast (faster on GPUs "
-                                          "and AMX CPUs, ~3 significant digits); default float32"),
+        amp: Optional[str] = typer.Option(None, help="auto (bfloat16 where measured faster on this "
+                                          "machine, else float32), bfloat16 or float16 autocast "
+                                          "(~3 significant digits); default float32"),
         storage: str = typer.Option("float32", help="on-disk dtype: float32 or float16 (half the disk)"),
         device: Optional[str] = typer.Option(None, help="cpu or cuda (default: where the model is)"),
         root: Optional[Path] = typer.Option(None, help="store root (default $BERTOLOGY_HOME/stores)"),
