@@ -133,6 +133,13 @@ def test_random_init_baseline_and_mdl_layers(tiny_lm, small_corpus):
 
     df = random_init_baseline(tiny_lm, small_corpus, "pos", seed=1, seeds=(0,), probe="linear", max_epochs=3)
     assert set(df["model"]) == {"random-init"} and (df.loc[df.metric == "accuracy", "value"] > 0).all()
+    from bertology.paths import stores_dir
+    from bertology.store import FeatureStore
+
+    made = [FeatureStore(p) for p in stores_dir().iterdir() if (p / "manifest.json").is_file()]
+    random_stores = [s for s in made if s.manifest["model"]["name"] != tiny_lm.name]
+    # the baseline's store holds hidden states only: its probes never read attention maps
+    assert random_stores and not any(s.has_attention for s in random_stores)
     mdl = mdl_layers(tiny_lm, small_corpus, "pos", probe="linear", control=True, max_epochs=3)
     assert set(mdl["control"]) == {False, True}
     comp = mdl[mdl.metric == "compression"]
