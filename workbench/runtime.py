@@ -65,7 +65,7 @@ MATRIX_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_fp16"
 # auto precision picks a low-precision dtype only when the measured workload runs at least this
 # much faster than in float32: it loses digits, so a marginal gain does not pay for it
 AUTO_MIN_SPEEDUP = 1.25
-PRECISION_CACHE_VERSION = 1
+PRECISION_CACHE_VERSION = 2
 
 _LOW = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 _speedups: dict[str, float] = {}
@@ -138,8 +138,8 @@ def measure_speedup(dtype: torch.dtype, device: torch.device | str = "cpu", *, r
 
     The workload is what autocast does in a BERT layer and in the probes: the float32 input is cast
     to ``dtype`` and multiplied by weights already in ``dtype`` (``[256, 384] x [384, 1536]``, 0.3
-    GFLOP), against the same product in float32; best of ``repeat`` interleaved runs each, with torch's
-    threads. A ``dtype`` run slower than 4x float32 ends the measurement early (CPUs without bf16 units take
+    GFLOP), against the same product in float32; best of ``repeat`` interleaved runs each (on CPU:
+    one thread, timed in thread CPU time, so load from other processes does not enter). A ``dtype`` run slower than 4x float32 ends the measurement early (CPUs without bf16 units take
     about a second per call). Not cached: see :func:`low_precision_speedup`.
     """
     device = torch.device(device)
@@ -148,26 +148,36 @@ def measure_speedup(dtype: torch.dtype, device: torch.device | str = "cpu", *, r
     w = torch.randn(1536, 384, generator=gen).to(device)
     w_low = w.to(dtype)
 
+    # CPU: one thread, timed in that thread's CPU time, so that other processes' load (which
+    # deschedules us) does not enter the ratio; the per-core ratio carries over to more threads
+    cpu = device.type == "cpu"
+    clock = time.thread_time if cpu else time.perf_counter
+
     def once(fn) -> float:
         _sync(device)
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
         _sync(device)
-        return time.perf_counter() - t0
+        return clock() - t0
 
+    threads = torch.get_num_threads()
+    if cpu:
+        torch.set_num_threads(1)
     try:
         F.linear(x, w)
         F.linear(x.to(dtype), w_low)                           # first calls: kernel selection
+        # interleaved, so that anything else going on hits both sides alike
+        t32 = t_low = float("inf")
+        for _ in range(repeat):
+            t32 = min(t32, once(lambda: F.linear(x, w)))
+            t_low = min(t_low, once(lambda: F.linear(x.to(dtype), w_low)))
+            if t_low > 4 * t32:
+                break
     except RuntimeError:                                       # no kernel for dtype on this device
         return 0.0
-    # interleaved, so that load from other processes hits both sides alike
-    t32 = t_low = float("inf")
-    for _ in range(repeat):
-        t32 = min(t32, once(lambda: F.linear(x, w)))
-        t_low = min(t_low, once(lambda: F.linear(x.to(dtype), w_low)))
-        if t_low > 4 * t32:
-            break
-    return t32 / t_low
+    finally:
+        torch.set_num_threads(threads)
+    return t32 / max(t_low, 1e-9)
 
 
 def low_precision_speedup(dtype: torch.dtype | str, device: torch.device | str = "cpu") -> float:
