@@ -63,8 +63,7 @@ class ProbeConfig:
     lr: float = 1e-3
     mix_lr: float = 0.05          # scalar-mix logits and gamma learn faster than the probe
     weight_decay: float = 0.0
-    batch_size: int = 128         # 4x the Adam steps of 512 per epoch: the same accuracy in about
-                                  # half the epochs (docs/METHODS.md, "Speed and precision")
+    batch_size: int = 512
     max_epochs: int = 40
     patience: int = 3
     min_batches_per_epoch: int = 10   # tiny training sets (MDL's first blocks) pass several times
