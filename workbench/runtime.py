@@ -233,7 +233,7 @@ def resolve_precision(requested: str | None, device: torch.device | str = "cpu",
     if speedup < 1.0:
         where = cpu_info().describe() if device.type == "cpu" else _device_name(device)
         slower = f"{1 / speedup:.1f}x slower" if speedup > 0 else "not supported"
-        warnings.warn(f"{requested} {what} on {where}: measured {slower} than float32 on this machine "
-                      f"(no {requested} matrix units); 'auto' picks the faster of the two",
+        warnings.warn(f"{requested} {what} on {where}: measured {slower} than float32 on this machine; "
+                      f"'auto' picks the faster of the two",
                       PrecisionWarning, stacklevel=3)
     return _LOW[requested]
