@@ -133,6 +133,13 @@ def test_random_init_baseline_and_mdl_layers(tiny_lm, small_corpus):
 
     df = random_init_baseline(tiny_lm, small_corpus, "pos", seed=1, seeds=(0,), probe="linear", max_epochs=3)
     assert set(df["model"]) == {"random-init"} and (df.loc[df.metric == "accuracy", "value"] > 0).all()
+    from bertology.paths import stores_dir
+    from bertology.store import FeatureStore
+
+    made = [FeatureStore(p) for p in stores_dir().iterdir() if (p / "manifest.json").is_file()]
+    random_stores = [s for s in made if s.manifest["model"]["name"] != tiny_lm.name]
+    # the baseline's store holds hidden states only: its probes never read attention maps
+    assert random_stores and not any(s.has_attention for s in random_stores)
     mdl = mdl_layers(tiny_lm, small_corpus, "pos", probe="linear", control=True, max_epochs=3)
     assert set(mdl["control"]) == {False, True}
     comp = mdl[mdl.metric == "compression"]
@@ -150,3 +157,23 @@ def test_each_probing_analysis_is_one_function_for_study_and_cli():
         assert module.DEFAULTS is defaults and module.run is run
     help_text = runner.invoke(app, ["probe", "--help"]).output
     assert "--force" in help_text and "--random-baseline" in help_text
+
+
+def test_quickstart_probe_batch_size_reaches_the_probes():
+    """The quickstart's probing configs set batch_size 128 and 4 epochs; the field is validated
+    like every other and goes into ProbeConfig (the default stays 512)."""
+    from bertology.probes.probing import analysis
+    from bertology.probes.probing.edge import ProbeConfig
+    from bertology.runs import read_config_file, validate_config
+    from bertology.studies import default_config_file
+
+    assert ProbeConfig().batch_size == 512 and analysis.EDGE_PROBING_DEFAULTS["batch_size"] == 512
+    for name, defaults in (("edge_probing", analysis.EDGE_PROBING_DEFAULTS),
+                           ("feature_combinations", analysis.FEATURE_COMBINATIONS_DEFAULTS)):
+        path = default_config_file(name, "quickstart")
+        cfg = validate_config(defaults, read_config_file(path), str(path))
+        assert cfg["batch_size"] == 128 and cfg["max_epochs"] == 4
+    settings = analysis.probe_settings(cfg)
+    assert ProbeConfig(**settings).batch_size == 128
+    with pytest.raises(Exception, match="batch_size"):
+        validate_config(analysis.EDGE_PROBING_DEFAULTS, {"batch_size": "big"}, "x.yaml")

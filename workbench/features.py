@@ -250,12 +250,18 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
     base = ((torch.arange(B, device=device)[:, None, None] * H + torch.arange(H, device=device)[None, :, None]) * 2
             + kind[:, None, :]) * n_bins                                             # [B, H, T]
     rows = valid[:, None, :].expand(B, H, T)
+    dump = B * H * 2 * n_bins                     # padding queries are counted here, then dropped
+    lengths_bht = lengths[:, None, None]
     for l, a in enumerate(attentions):
-        scores = a.masked_fill(~valid[:, None, None, :], -1.0)
-        offset = scores.argmax(-1) - positions                                       # [B, H, T]
-        bins = torch.where(offset.abs() <= window, offset + window, torch.full_like(offset, n_bins - 1))
-        counts = torch.bincount((base + bins)[rows], minlength=B * H * 2 * n_bins)
-        out[:, l] = counts.view(B, H, 2, n_bins).to(out.device, out.dtype)
+        # padding keys hold zero attention (masked before the softmax) and every row's weights sum
+        # to 1, so the plain argmax is a real token; checked, with the masked argmax as fallback
+        best = a.argmax(-1)                                                          # [B, H, T]
+        if bool(((best >= lengths_bht) & rows).any()):
+            best = a.masked_fill(~valid[:, None, None, :], -1.0).argmax(-1)
+        offset = best - positions
+        bins = torch.where(offset.abs() <= window, offset + window, n_bins - 1)
+        counts = torch.bincount(torch.where(rows, base + bins, dump).flatten(), minlength=dump + 1)
+        out[:, l] = counts[:dump].view(B, H, 2, n_bins).to(out.device, out.dtype)
 
 
 @torch.inference_mode()
@@ -307,11 +313,15 @@ def forward_segments(
     weights = (layout.to_word / layout.counts[..., None]).to(device)                  # [B, W, T]
     rows, pick = layout.flat_words.to(device), layout.pick.to(device)
     for l, h in enumerate(result.hidden_states):
+        target = word_hidden[l]
         if pooling == "mean":   # mean over each word's pieces: one [B, W, T] x [B, T, D] product
             picked = torch.bmm(weights, h.float()).view(-1, D).index_select(0, rows)
+            target.copy_(picked)
+        elif target.dtype == h.dtype and target.is_contiguous():   # gather straight into the shard
+            picked = torch.index_select(h.reshape(B * T, D), 0, pick, out=target)
         else:
             picked = h.reshape(B * T, D).index_select(0, pick)
-        word_hidden[l] = picked
+            target.copy_(picked)
         _check_finite(word_hidden[l], picked, segments)
     if not attentions:
         return out
@@ -321,15 +331,32 @@ def forward_segments(
     # over attending pieces); then each word's row keeps its segment's own columns
     W = layout.to_word.shape[1]
     columns = torch.cat([layout.to_word, layout.to_special], dim=1).transpose(1, 2).to(device)  # [B, T, W+2]
-    own_columns = layout.own_columns.to(device)
+    att_index, special_index = _pooled_attention_index(layout, H)
+    att_index, special_index = att_index.to(device), special_index.to(device)
     for l, a in enumerate(result.attentions):
         summed = torch.bmm(a.float().reshape(B, H * T, T), columns).view(B, H, T, W + 2)
         by_row = summed.transpose(1, 2).reshape(B, T, H * (W + 2))
-        pooled = torch.bmm(weights, by_row).view(B * W, H, W + 2).index_select(0, rows)      # [Σw, H, W+2]
-        pooled = pooled.permute(1, 0, 2)                                                      # [H, Σw, W+2]
-        word_att[l] = pooled[:, :, :W][:, own_columns]
-        special[l] = pooled[:, :, W:]
+        pooled = torch.bmm(weights, by_row)                                     # [B, W, H * (W+2)]
+        # one gather each straight from the [B*W, H, W+2] grid: each word's row of its own
+        # segment's columns, and its two special-token columns
+        word_att[l] = torch.take(pooled, att_index)
+        special[l] = torch.take(pooled, special_index)
     return out
+
+
+def _pooled_attention_index(layout: BatchLayout, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat indices into a ``[B*W, H, W+2]`` grid of pooled attention (row: a word of the padded
+    ``[B, W]`` word grid; last two columns: the special tokens) that give the word attention
+    ``[H, Σ w²]`` (each segment's ``[w, w]`` block row-major, segments end to end) and the
+    special-token attention ``[H, Σ w, 2]``."""
+    W = layout.to_word.shape[1]
+    width = W + 2
+    head = torch.arange(n_heads) * width                                                    # [H]
+    word, column = layout.own_columns.nonzero(as_tuple=True)          # row-major: (word, own column)
+    row_start = layout.flat_words * (n_heads * width)                                       # [Σw]
+    att = head[:, None] + (row_start[word] + column)[None, :]                               # [H, Σw²]
+    special = head[:, None, None] + (row_start + W)[None, :, None] + torch.arange(2)        # [H, Σw, 2]
+    return att, special
 
 
 def _check_finite(stored: torch.Tensor, source: torch.Tensor, segments: Sequence[Segment]) -> None:

@@ -63,6 +63,7 @@ from bertology.fingerprints import tokenizer_fingerprint
 from bertology.features import (LongPolicy, Pooling, Segment, forward_segments, low_precision_linears,
                                 model_max_tokens, segment_sentence, token_offset_bins, tokenize_sentences)
 from bertology.models import LoadedModel, file_sha256
+from bertology.runtime import resolve_precision
 
 # 2: shards with attentions also hold token-level argmax offset counts (``token_offsets``)
 # 3: per-shard sha256 files, shard sizes and checksums in a self-checksummed manifest; the key
@@ -693,8 +694,10 @@ def extract(
     are split into overlapping sliding windows (``"window"``, hidden states only).
     amp_dtype: compute in ``"bfloat16"`` / ``"float16"`` autocast (linear layers' weights cast once
     for the run; layer norms and softmax stay float32) -- faster on GPUs and CPUs with bf16 units
-    (AMX), at about 3 significant digits; None (default) computes in float32, equal to a plain HF
-    forward pass.
+    (AMX), at about 3 significant digits; ``"auto"``: bfloat16 where a measured micro-benchmark
+    finds it faster on this machine, else float32 (:func:`bertology.runtime.resolve_precision`;
+    the store records the dtype used); an explicit dtype measured slower than float32 warns. None
+    (default) computes in float32, equal to a plain HF forward pass.
     storage: on-disk dtype, ``"float32"`` (default) or ``"float16"`` (half the disk and I/O; reads
     return float32; values beyond float16's range are refused, not clipped).
     verify: hash every shard of an existing store (not just sizes) and recompute what is altered.
@@ -707,6 +710,10 @@ def extract(
     the settings. Under ``torchrun`` (an initialised process group) the shards are split across
     the ranks: see :mod:`bertology.distributed`.
     """
+    if amp_dtype in ("auto", "bfloat16", "float16"):   # auto: bfloat16 only where measured faster
+        low = resolve_precision(amp_dtype, device or next(lm.model.parameters()).device, what="extraction")
+        amp_dtype = str(low).removeprefix("torch.") if low is not None else None
+        amp_dtype = distributed.current_group().broadcast(amp_dtype)  # under torchrun: rank 0's choice for all
     settings = ExtractionSettings(pooling, attentions, long_policy, batch_tokens, shard_size, amp_dtype,
                                   storage)
     settings.validate()

@@ -35,6 +35,7 @@ EDGE_PROBING_DEFAULTS: dict[str, Any] = {
     "probe": "mlp",
     "span_pooling": "attention",
     "max_epochs": 40,
+    "batch_size": 512,              # probe minibatch; 128 reaches 512's accuracy in half the epochs
     "device": "cpu",                # where the probes train: cpu or cuda
     "control": True,
     # the word type a control label is fixed for (Hewitt & Liang 2019): "span1" = span 1's text
@@ -58,14 +59,17 @@ FEATURE_COMBINATIONS_DEFAULTS: dict[str, Any] = {
     "probe": "mlp",
     "span_pooling": "attention",
     "max_epochs": 40,
+    "batch_size": 512,
     "seed": 0,
 }
 
 
 def probe_settings(cfg: dict[str, Any]) -> dict[str, Any]:
-    """:class:`ProbeConfig` keyword arguments a config may set (``max_epochs``, ``probe``,
-    ``span_pooling``, ``device``)."""
+    """:class:`ProbeConfig` keyword arguments a config may set (``max_epochs``, ``batch_size``,
+    ``probe``, ``span_pooling``, ``device``)."""
     settings = {"max_epochs": cfg["max_epochs"], "probe": cfg["probe"], "pooling": cfg["span_pooling"]}
+    if cfg.get("batch_size") is not None:
+        settings["batch_size"] = int(cfg["batch_size"])
     if cfg.get("device") is not None:
         settings["device"] = cfg["device"]
     return settings
@@ -227,7 +231,8 @@ def feature_combinations_analysis(ctx: StudyContext) -> None:
                 task = build_task(corpus, task_name)
                 df = probe_arrays(feats, store.sentence_offsets, task, seeds=[int(s) for s in cfg["seeds"]],
                                   config=ProbeConfig(probe=cfg["probe"], pooling=cfg["span_pooling"],
-                                                     max_epochs=cfg["max_epochs"]))
+                                                     max_epochs=cfg["max_epochs"],
+                                                     batch_size=int(cfg["batch_size"])))
                 df = df[(df["split"] == "test") & df["metric"].isin(["accuracy", "micro_f1", "macro_f1"])]
                 frames.append(df.assign(combination=name, description=COMBINATIONS[name]))
         return pd.concat(frames, ignore_index=True)[["combination", "description", "task", "seed", "metric", "value"]]

@@ -18,8 +18,9 @@ token vectors the same way, concatenate, one linear layer (no projection, no hid
 Loss: softmax cross-entropy (single label) or sigmoid BCE (multi-label), early stopping on dev
 loss, keeping each probe's best parameters. Linear probes whose pooled inputs are fixed (width-1
 spans, or mean pooling; per-layer or fixed mixing) train full-batch with L-BFGS on the
-L2-regularised logistic loss (scikit-learn's objective, ``C``), bfloat16 matmuls on CPUs with
-native bf16 units; everything else with minibatch Adam. Width-1 spans skip attention pooling.
+L2-regularised logistic loss (scikit-learn's objective, ``C``), bfloat16 matmuls where measured
+faster than float32 (``precision="auto"``, :func:`bertology.runtime.resolve_precision`);
+everything else with minibatch Adam. Width-1 spans skip attention pooling.
 
 Input features: ``[L, n_words, D]`` (``FeatureStore.layers()``), words in corpus order, with
 ``sentence_offsets [n_sentences + 1]`` giving each sentence's first word.
@@ -43,6 +44,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from bertology.runtime import resolve_precision
 from bertology.probes.probing.tasks import EdgeTask, TaskError, build_task, split_by_sentence
 
 MODES = ("per_layer", "mix", "cumulative", "fixed")
@@ -72,8 +74,8 @@ class ProbeConfig:
                                   # per-layer or fixed mixing), minibatch Adam otherwise
     C: float = 1.0                # L-BFGS: inverse L2 strength, as scikit-learn's LogisticRegression
     lbfgs_steps: int = 5          # L-BFGS iterations per "epoch" (one dev check)
-    precision: str = "auto"       # L-BFGS matmuls: "float32" | "bfloat16" | "auto" (bfloat16 where
-                                  # the CPU has native bf16 matrix units, e.g. AMX)
+    precision: str = "auto"       # L-BFGS matmuls: "float32" | "bfloat16" | "auto" (bfloat16 where a
+                                  # measured micro-benchmark finds it faster: bertology.runtime)
 
     def __post_init__(self) -> None:
         if self.probe not in ("mlp", "linear"):
@@ -310,21 +312,6 @@ def predict_logits(model: JointProbes, data: SpanFeatures, idx: np.ndarray | tor
 
 # --- full-batch L-BFGS for linear probes --------------------------------------------------------
 
-_BF16_FAST: bool | None = None
-
-
-def _bf16_fast() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices natively (AMX / AVX512-BF16 through oneDNN)."""
-    global _BF16_FAST
-    if _BF16_FAST is None:
-        try:
-            flags = open("/proc/cpuinfo").read()
-            _BF16_FAST = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and "amx_bf16" in flags
-        except Exception:
-            _BF16_FAST = False
-    return _BF16_FAST
-
-
 def _uses_lbfgs(config: ProbeConfig, learned_mix: bool, max_span: int) -> bool:
     """Full-batch L-BFGS applies when the probe is linear and its pooled inputs are fixed."""
     fixed_inputs = config.probe == "linear" and not learned_mix and (max_span == 1 or config.pooling == "mean")
@@ -440,8 +427,7 @@ def _fit_lbfgs(data: SpanFeatures, yt: torch.Tensor, train: torch.Tensor, dev: t
     running probes are done, L-BFGS restarts (warm) on the rest only, so finished layers stop
     costing compute. Returns (function evaluations, best dev loss ``[P]``).
     """
-    bf16 = config.precision == "bfloat16" or (config.precision == "auto" and _bf16_fast()
-                                               and data.feats.device.type == "cpu")
+    bf16 = resolve_precision(config.precision, data.feats.device, what="linear probes") == torch.bfloat16
     rows = torch.cat([train, dev])
     X = _fit_inputs(data, mixing, rows, torch.bfloat16 if bf16 else torch.float32)   # [P, n, F]
     y = yt[rows]

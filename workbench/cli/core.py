@@ -54,8 +54,9 @@ def register(app: typer.Typer) -> None:
         batch_tokens: int = typer.Option(1024, help="padded tokens per forward batch"),
         shard_size: int = typer.Option(256, help="sentences per shard file (the unit of resume and of "
                                        "the split across torchrun processes)"),
-        amp: Optional[str] = typer.Option(None, help="compute in bfloat16 or float16 autocast (faster on GPUs "
-                                          "and AMX CPUs, ~3 significant digits); default float32"),
+        amp: Optional[str] = typer.Option(None, help="auto (bfloat16 where measured faster on this "
+                                          "machine, else float32), bfloat16 or float16 autocast "
+                                          "(~3 significant digits); default float32"),
         storage: str = typer.Option("float32", help="on-disk dtype: float32 or float16 (half the disk)"),
         device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cpu; under torchrun: one GPU "
                                              "per process when there are GPUs)"),
