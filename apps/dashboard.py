@@ -184,15 +184,17 @@ def pick_other(study: str, run: Path, key: str) -> Path | None:
     return choice
 
 
-def need(df: pd.DataFrame | None, columns: list[str], what: str) -> bool:
+def need(df: pd.DataFrame | None, columns: list[str], what: str, run: Path | None = None) -> bool:
+    """True when the table is there, has ``columns`` and rows; else a message naming run and table."""
     if df is None:
         return False
+    where = f"{run_label(run)}: " if run is not None else ""
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        st.warning(f"{what}: table lacks columns {missing}")
+        st.warning(f"{where}{what}: table lacks columns {missing}")
         return False
     if df.empty:
-        st.info(f"{what}: the table is empty")
+        st.info(f"{where}{what}: the table is empty")
         return False
     return True
 
@@ -260,7 +262,7 @@ def page_probing() -> None:
         return
     other = pick_other("edge_probing", run, "probe_compare")
     scores = load_table(run, "layer_scores")
-    if need(scores, ["task", "layer", "metric", "value", "seed"], "layer_scores"):
+    if need(scores, ["task", "layer", "metric", "value", "seed"], "layer_scores", run):
         with guard("the layer curves", run):
             metrics = sorted(scores["metric"].astype(str).unique())
             metric = st.selectbox("metric", metrics, index=metrics.index("accuracy") if "accuracy" in metrics else 0)
@@ -288,7 +290,7 @@ def page_probing() -> None:
         st.subheader("Expected layers (Table 1 style)")
         st.dataframe(summary, width="stretch")
     weights = load_table(run, "mix_weights")
-    if need(weights, ["task", "layer", "weight"], "mix_weights"):
+    if need(weights, ["task", "layer", "weight"], "mix_weights", run):
         with guard("the scalar-mix weights", run):
             fig = px.bar(weights.groupby(["task", "layer"], as_index=False)["weight"].mean()
                          .assign(task=lambda d: d["task"].map(esc)), x="layer", y="weight",
@@ -309,7 +311,7 @@ def page_combinations() -> None:
     if run is None:
         return
     df = load_table(run, "combinations")
-    if need(df, ["combination", "task", "metric", "value"], "combinations"):
+    if need(df, ["combination", "task", "metric", "value"], "combinations", run):
         with guard("the combinations", run):
             metric = st.selectbox("metric", sorted(df["metric"].unique()))
             part = mean_ci(df[df["metric"] == metric], ["task", "combination"])
@@ -323,7 +325,7 @@ def page_combinations() -> None:
 def head_types_table(run: Path) -> pd.DataFrame | None:
     """A run's ``head_types`` table, checked: integer layers and heads, one row per head."""
     types = load_table(run, "head_types")
-    if not need(types, ["layer", "head", "type"], "head_types"):
+    if not need(types, ["layer", "head", "type"], "head_types", run):
         return None
     types = types.assign(layer=pd.to_numeric(types["layer"], errors="raise").astype(int),
                          head=pd.to_numeric(types["head"], errors="raise").astype(int))
@@ -426,7 +428,7 @@ def head_detail(run: Path, types: pd.DataFrame, layer: int, head: int) -> None:
     c1, c2 = st.columns(2)
     stats = load_table(run, "head_stats")
     with c1, guard("the offset histogram", run):
-        if need(stats, ["layer", "head", "statistic", "value"], "head_stats"):
+        if need(stats, ["layer", "head", "statistic", "value"], "head_stats", run):
             hist = figures.offset_histogram(stats, layer, head)
             if hist.empty:
                 st.info("head_stats holds no offset counts for this head")
@@ -437,7 +439,7 @@ def head_detail(run: Path, types: pd.DataFrame, layer: int, head: int) -> None:
         if deps is not None and deps.empty:
             st.info("The corpus of this run has no dependencies: no relations to score.")
         elif need(deps, ["layer", "head", "relation", "direction", "n", "accuracy", "baseline_offset",
-                         "baseline_accuracy", "gain"], "head_dependency"):
+                         "baseline_accuracy", "gain"], "head_dependency", run):
             try:
                 cfg = manifest_of(run).get("config")
                 min_count = int(cfg.get("min_count", 20)) if isinstance(cfg, dict) else 20
@@ -475,14 +477,14 @@ def page_pruning() -> None:
     if run is None:
         return
     curves = load_table(run, "pruning_curves")
-    if need(curves, ["method", "share_removed", "value"], "pruning_curves"):
+    if need(curves, ["method", "share_removed", "value"], "pruning_curves", run):
         with guard("the pruning curves", run):
             part = mean_ci(curves, ["method", "share_removed"])
             st.plotly_chart(line_with_band(part, "share_removed", "method", "metric vs share of heads removed",
                                            str(curves["metric"].iloc[0]) if "metric" in curves else "metric"),
                             width="stretch")
     imp = load_table(run, "importance")
-    if need(imp, ["layer", "head", "importance"], "importance"):
+    if need(imp, ["layer", "head", "importance"], "importance", run):
         with guard("the importance map", run):
             grid = imp.groupby(["layer", "head"])["importance"].mean().unstack()
             st.plotly_chart(px.imshow(grid, labels=dict(x="head", y="layer", color="importance"),
@@ -501,7 +503,7 @@ def page_embeddings() -> None:
         return
     other = pick_other("contextuality", run, "ctx_compare")
     ctx = load_table(run, "contextuality")
-    if need(ctx, ["layer", "metric"], "contextuality"):
+    if need(ctx, ["layer", "metric"], "contextuality", run):
         with guard("the contextuality panels", run):
             if other is None:
                 st.plotly_chart(figures.contextuality_multiples(ctx), width="stretch")
@@ -510,7 +512,7 @@ def page_embeddings() -> None:
                 both = pd.concat([ctx.assign(run=describe(run)), b.assign(run=describe(other))], ignore_index=True)
                 st.plotly_chart(figures.contextuality_multiples(both, run_column="run"), width="stretch")
     clusters = load_table(run, "sense_clusters")
-    if need(clusters, ["word", "x", "y"], "sense_clusters"):
+    if need(clusters, ["word", "x", "y"], "sense_clusters", run):
         with guard("the sense clusters", run):
             word = st.selectbox("polysemous word", sorted(clusters["word"].astype(str).unique()))
             part = clusters[clusters["word"].astype(str) == word]
@@ -547,7 +549,7 @@ def page_pretraining() -> None:
     if run is None:
         return
     metrics = load_table(run, "training_metrics")
-    if need(metrics, ["step", "metric", "value"], "training_metrics"):
+    if need(metrics, ["step", "metric", "value"], "training_metrics", run):
         with guard("the loss curves", run):
             loss = metrics[metrics["metric"].isin(["loss", "eval_loss"])]
             st.plotly_chart(px.line(loss, x="step", y="value", color="metric", markers=True,
@@ -558,7 +560,7 @@ def page_pretraining() -> None:
                                 width="stretch")
     st.subheader("Heads across checkpoints")
     by_step = load_table(run, "head_types_by_step")
-    if need(by_step, ["step", "layer", "head", "type"], "head_types_by_step"):
+    if need(by_step, ["step", "layer", "head", "type"], "head_types_by_step", run):
         with guard("the head maps by checkpoint", run):
             steps = sorted(int(s) for s in by_step["step"].unique())
             wanted = query("step")
@@ -573,12 +575,12 @@ def page_pretraining() -> None:
                 part = by_step[by_step["step"] == s]
                 col.plotly_chart(figures.head_map(part, f"head types at step {s}"), width="stretch", key=f"pt_map_{s}")
     counts = load_table(run, "head_counts")
-    if need(counts, ["step", "type", "count"], "head_counts"):
+    if need(counts, ["step", "type", "count"], "head_counts", run):
         with guard("the head counts", run):
             st.plotly_chart(figures.type_counts_figure(counts), width="stretch")
     st.subheader("Probe accuracy across checkpoints")
     probes = load_table(run, "probe_scores")
-    if need(probes, ["step", "task", "layer", "value"], "probe_scores"):
+    if need(probes, ["step", "task", "layer", "value"], "probe_scores", run):
         with guard("the probe accuracy", run):
             st.plotly_chart(figures.probe_by_step(probes), width="stretch")
             best = probes.groupby(["step", "task", "layer"], as_index=False)["value"].mean() \
@@ -588,7 +590,7 @@ def page_pretraining() -> None:
                             width="stretch")
     cloze = load_table(run, "cloze_predictions") if (run / "cloze_predictions.parquet").is_file() else None
     if cloze is not None and not cloze.empty and need(cloze, ["step", "text", "masked", "rank", "prediction",
-                                                              "probability"], "cloze_predictions"):
+                                                              "probability"], "cloze_predictions", run):
         with guard("the masked-word predictions", run):
             st.subheader("What the model predicts for a masked word")
             accuracy = load_table(run, "cloze_accuracy")
