@@ -123,6 +123,12 @@ def load_table(run: Path, name: str) -> pd.DataFrame | None:
         return None
 
 
+def optional_table(run: Path, name: str) -> pd.DataFrame | None:
+    """A table only some configurations write (MDL, L0 gates, translations...): None, silently, when
+    the run has no such file; a corrupt one still gets its message."""
+    return load_table(run, name) if (run / f"{name}.parquet").exists() else None
+
+
 def load_extra(run: Path, name: str):
     try:
         return read_extra(run, name)
@@ -289,18 +295,18 @@ def page_probing() -> None:
     if summary is not None:
         st.subheader("Expected layers (Table 1 style)")
         st.dataframe(summary, width="stretch")
-    weights = load_table(run, "mix_weights")
+    weights = optional_table(run, "mix_weights")
     if need(weights, ["task", "layer", "weight"], "mix_weights", run):
         with guard("the scalar-mix weights", run):
             fig = px.bar(weights.groupby(["task", "layer"], as_index=False)["weight"].mean()
                          .assign(task=lambda d: d["task"].map(esc)), x="layer", y="weight",
                          color="task", barmode="group", title="scalar-mix weights")
             st.plotly_chart(fig, width="stretch")
-    controls = load_table(run, "controls")
+    controls = optional_table(run, "controls")
     if controls is not None:
         st.subheader("Control tasks (Hewitt & Liang 2019) and MDL (Voita & Titov 2020)")
         st.dataframe(controls, width="stretch")
-    mdl = load_table(run, "mdl")
+    mdl = optional_table(run, "mdl")
     if mdl is not None:
         st.dataframe(mdl, width="stretch")
 
@@ -490,7 +496,7 @@ def page_pruning() -> None:
             st.plotly_chart(px.imshow(grid, labels=dict(x="head", y="layer", color="importance"),
                                       title="head importance (normalised per layer)"), width="stretch")
     for name in ("pruning_cost", "l0_gates"):
-        df = load_table(run, name)
+        df = optional_table(run, name)
         if df is not None:
             st.subheader(name.replace("_", " "))
             st.dataframe(df, width="stretch")
@@ -518,7 +524,7 @@ def page_embeddings() -> None:
             part = clusters[clusters["word"].astype(str) == word]
             st.plotly_chart(figures.cluster_figure(part, word, part["layer"].iloc[0] if "layer" in part else None),
                             width="stretch")
-    neighbours = load_table(run, "neighbours")
+    neighbours = optional_table(run, "neighbours")
     if neighbours is not None:
         st.subheader("Static vs contextual neighbours")
         st.dataframe(neighbours, width="stretch")
@@ -533,11 +539,11 @@ def page_alignment() -> None:
     if prec is not None:
         st.subheader("P@k on held-out dictionary")
         st.dataframe(prec, width="stretch")
-    tr = load_table(run, "translations")
+    tr = optional_table(run, "translations")
     if tr is not None:
         st.subheader("Translations")
         st.dataframe(tr.head(300), width="stretch")
-    moved = load_table(run, "most_moved")
+    moved = optional_table(run, "most_moved")
     if moved is not None:
         st.subheader("Words that move most between the two spaces")
         st.dataframe(moved, width="stretch")

@@ -114,6 +114,7 @@ class PageReport:
     tables: int
     exceptions: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    text: str = ""  # the page's visible text (main area and sidebar)
 
 
 def settle(tab, timeout_ms: int) -> None:
@@ -180,7 +181,7 @@ def second_runs(results: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def browser(chromium: str | None = None) -> Iterator:
+def browser(chromium: str | None = None, timeout_ms: int = 240_000) -> Iterator:
     """A headless Chromium tab (Playwright driving the system's Chromium)."""
     from playwright.sync_api import sync_playwright
 
@@ -192,6 +193,7 @@ def browser(chromium: str | None = None) -> Iterator:
                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
         try:
             context = engine.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
+            context.set_default_timeout(timeout_ms)  # a busy machine renders slowly: wait for content
             yield context.new_page()
         finally:
             engine.close()
@@ -214,7 +216,7 @@ def take_screenshots(results: Path, out: Path, pages: list[str] = PAGES, width: 
                                             charts=EXPECTED[page][0] + (1 if params and page == "Heads" else 0))
             exceptions, errors = page_problems(tab)
             reports.append(PageReport(page, url.replace(base, ""), save(tab, out / name, width), charts, tables,
-                                      exceptions, errors))
+                                      exceptions, errors, tab.inner_text("body")))
     return reports
 
 
