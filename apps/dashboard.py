@@ -387,23 +387,23 @@ def page_heads() -> None:
                 st.session_state["head_last_click"] = click
                 st.session_state[pick_key] = click
             layer, head = map(int, st.session_state[pick_key].split("-"))
-            title = f"head types of {describe(run)}"
+            title, subtitle = "head types" + (" (A)" if other is not None else ""), describe(run)
             if other is None:
-                st.plotly_chart(figures.head_map(types, title, selected=(layer, head)), width="stretch",
+                st.plotly_chart(figures.head_map(types, title, selected=(layer, head), subtitle=subtitle), width="stretch",
                                 key="head_map", on_select="rerun", selection_mode="points")
             else:
                 c1, c2 = st.columns(2)
                 with c1:
-                    st.plotly_chart(figures.head_map(types, title, selected=(layer, head)), width="stretch",
+                    st.plotly_chart(figures.head_map(types, title, selected=(layer, head), subtitle=subtitle), width="stretch",
                                     key="head_map", on_select="rerun", selection_mode="points")
                 with c2, guard("the second head map", other):
                     types_b = head_types_table(other)
                     if types_b is not None:
-                        st.plotly_chart(figures.head_map(types_b, f"head types of {describe(other)}"), width="stretch",
+                        st.plotly_chart(figures.head_map(types_b, "head types (B)", subtitle=describe(other)), width="stretch",
                                         key="head_map_b")
                         counts = pd.concat([types["type"].value_counts().rename("A"),
                                             types_b["type"].value_counts().rename("B")], axis=1).fillna(0).astype(int)
-                        st.caption(f"A = {run_label(run)}, B = {run_label(other)}")
+                        st.caption(f"heads per type: A = {describe(run)}, B = {describe(other)}")
                         st.dataframe(counts.rename_axis("type").reset_index(), hide_index=True)
             labels = types.set_index(types["layer"].astype(str) + "-" + types["head"].astype(str))["type"]
             st.selectbox("head (or click one on the map)", heads, key=pick_key,

@@ -65,12 +65,13 @@ HOVER_COLUMNS = ("types", "positional_offset", "positional_share", "syntactic_re
 
 
 def head_map(types: pd.DataFrame, title: str, selected: tuple[int, int] | None = None,
-             height: int | None = None) -> go.Figure:
+             height: int | None = None, subtitle: str | None = None) -> go.Figure:
     """Categorical head map: one square per head (x = head, y = layer, layer 0 at the top), coloured
     by its type, one legend entry per type with its count. Each point carries ``customdata =
     [layer, head]`` (what a click selects); ``selected`` gets a black outline.
 
-    ``types``: one row per head with ``layer, head, type`` (extra columns go into the hover text).
+    ``types``: one row per head with ``layer, head, type`` (extra columns go into the hover text);
+    ``subtitle``: a second title line (which run).
     """
     df = types.copy()
     df["layer"] = df["layer"].astype(int)
@@ -78,7 +79,7 @@ def head_map(types: pd.DataFrame, title: str, selected: tuple[int, int] | None =
     df["type"] = df["type"].astype(str)
     n_layers = int(df["layer"].max()) + 1 if len(df) else 1
     n_heads = int(df["head"].max()) + 1 if len(df) else 1
-    cell = int(np.clip(360 / max(n_layers, 1), 14, 34))
+    cell = int(np.clip(min(360 / max(n_layers, 1), 300 / max(n_heads, 1)), 10, 34))  # squares that do not touch in a half-width column
     hover = [c for c in HOVER_COLUMNS if c in df.columns]
     fig = go.Figure()
     kinds = ordered_types(df["type"].unique())
@@ -94,12 +95,13 @@ def head_map(types: pd.DataFrame, title: str, selected: tuple[int, int] | None =
                                  marker=dict(symbol="square-open", size=cell + 4, color="black", line=dict(width=3)),
                                  hoverinfo="skip"))
     fig.update_layout(
-        title=esc(title), height=height or 120 + (cell + 6) * n_layers, legend_title_text="head type (heads)",
+        title=dict(text=esc(title), subtitle=dict(text=esc(subtitle or ""))),
+        height=height or 140 + (cell + 6) * n_layers, legend_title_text="head type (heads)",
         xaxis=dict(title="head", tickmode="array", tickvals=list(range(n_heads)), range=[-0.6, n_heads - 0.4],
                    showgrid=False, zeroline=False),
         yaxis=dict(title="layer", tickmode="array", tickvals=list(range(n_layers)), range=[n_layers - 0.4, -0.6],
                    showgrid=False, zeroline=False),
-        plot_bgcolor="white", clickmode="event+select", margin=dict(t=50, b=40))
+        plot_bgcolor="white", clickmode="event+select", margin=dict(t=70 if subtitle else 50, b=40))
     return fig
 
 

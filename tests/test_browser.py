@@ -71,7 +71,8 @@ def planted_results(tmp_path) -> Path:
 def test_head_map_click_comparison_and_markup_words(planted_results, tmp_path):
     with screenshots.serve(planted_results) as base, screenshots.browser() as tab:
         screenshots.open_page(tab, base, "Heads", {"compare": "head_types/run-b"}, timeout_ms=WAIT_MS, charts=6)
-        assert tab.locator('[data-testid="stPlotlyChart"] .gtitle', has_text="head types of head_types/run-b").count() == 1
+        assert tab.locator('[data-testid="stPlotlyChart"] .gtitle-subtitle',
+                           has_text="head_types/run-b · model-b").count() == 1
         tab.get_by_text("Layer 1, head 0", exact=True).wait_for(timeout=WAIT_MS)  # the clearest syntactic head
         # click the "special" square (layer 0, head 2) of the first map: its detail opens
         head_map = tab.locator('[data-testid="stPlotlyChart"]').first

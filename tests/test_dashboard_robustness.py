@@ -163,8 +163,9 @@ def test_two_runs_side_by_side(tmp_path, monkeypatch):
     age(a, 0)
     age(b, 100)
     at = open_page("Heads", root, monkeypatch, {"compare": "head_types/run-b"})
-    titles = [s["layout"]["title"]["text"] for s in chart_specs(at)]
-    assert "head types of head_types/run-a · model-a" in titles and "head types of head_types/run-b · model-b" in titles
+    titles = [(s["layout"]["title"]["text"], s["layout"]["title"].get("subtitle", {}).get("text")) for s in chart_specs(at)]
+    assert ("head types (A)", "head_types/run-a · model-a") in titles
+    assert ("head types (B)", "head_types/run-b · model-b") in titles
     counts = at.dataframe[0].value.set_index("type")
     assert counts.loc["positional", "A"] == 2 and counts.loc["positional", "B"] == 6
     assert counts.loc["syntactic", "A"] == 1 and counts.loc["syntactic", "B"] == 0
