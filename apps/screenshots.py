@@ -1,34 +1,64 @@
-"""Start the dashboard on localhost and save a screenshot of every page with headless Chromium.
+"""Serve the dashboard on localhost and drive it with a real browser (Playwright + Debian's
+Chromium): open each page, wait for its own content (its title and its charts or tables), check
+that Streamlit raised nothing, and save a full-page screenshot.
 
-Usage: ``python -m bertology.apps.screenshots --results results --out docs/screenshots``
-Needs Debian's ``chromium`` (installed by scripts/setup.sh when run as root). The server binds to
-127.0.0.1 only and is stopped at the end.
+Usage: ``python -m bertology.apps.screenshots RESULTS_ROOT OUT_DIR`` (defaults: ``results``,
+``docs/screenshots``). Needs the ``playwright`` package (the ``test`` extra) and a Chromium
+(``apt-get install chromium``); the browser is Chromium from the system, never a download. The
+server binds to 127.0.0.1 only and is stopped at the end. Pages are addressed by deep links
+(``?page=Heads&compare=head_types/<run>``); where a study has two runs, the Probing, Heads and
+Embeddings pages are also shot with the second run beside the first (``*_compare.png``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
+from bertology.apps.pages import PAGE_STUDY, PAGES, TITLES
 
-PAGES = ["Runs", "Probing", "Feature combinations", "Heads", "Pruning", "Embeddings", "Alignment", "Pretraining",
-         "Compare runs"]
+# What each page must show before it counts as rendered: at least this many Plotly charts and
+# tables (beside its title). The quickstart writes every table these need.
+EXPECTED: dict[str, tuple[int, int]] = {"Runs": (0, 1), "Probing": (1, 0), "Feature combinations": (1, 1),
+                                        "Heads": (5, 0), "Pruning": (2, 0), "Embeddings": (2, 0),
+                                        "Alignment": (0, 1), "Pretraining": (4, 0), "Compare runs": (0, 2)}
+COMPARE_PAGES = ("Probing", "Heads", "Embeddings")
+CHART = '[data-testid="stPlotlyChart"]'
+TABLE = '[data-testid="stDataFrame"]'
+COUNT = f"""() => [[...document.querySelectorAll('{CHART}')].filter(e => e.querySelector('.main-svg')).length,
+                     document.querySelectorAll('{TABLE}').length]"""
+EXCEPTION = '[data-testid="stException"]'
+ERROR = '[data-testid="stAlertContentError"]'
+RUNNING = '[data-testid^="stStatusWidgetRunning"]'
 
 
 def find_chromium() -> str | None:
+    """A Chromium from the system (``/usr/bin/chromium`` on Debian), or None."""
     for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
         path = shutil.which(name)
         if path:
             return path
     return None
+
+
+def has_playwright() -> bool:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def free_port() -> int:
@@ -37,11 +67,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(url: str, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def wait_for(url: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2) as r:
+            with urllib.request.urlopen(url, timeout=5) as r:
                 if r.status == 200:
                     return
         except OSError:
@@ -49,63 +79,162 @@ def wait_for(url: str, timeout: float = 60) -> None:
     raise RuntimeError(f"dashboard did not answer at {url} within {timeout}s")
 
 
-def is_blank(png: Path, min_share: float = 0.01) -> bool:
-    """True when fewer than ``min_share`` of the pixels differ from white (the page did not render)."""
-    from PIL import Image
+@contextlib.contextmanager
+def serve(results: Path, port: int | None = None, timeout: float = 180) -> Iterator[str]:
+    """Run the dashboard on ``results`` at 127.0.0.1; yields its base URL, stops it afterwards.
+    Started from the results folder's parent so the pages show ``results`` as a relative path."""
+    port = port or free_port()
+    results = Path(results).resolve()
+    env = dict(os.environ, BERTOLOGY_RESULTS=str(results))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(Path(__file__).resolve().parent / "dashboard.py"),
+         "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
+         "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
+        env=env, cwd=results.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/_stcore/health", timeout)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)  # its own session: the server and anything it started
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
 
-    img = Image.open(png).convert("L")
-    pixels = img.getdata()
-    return sum(1 for p in pixels if p < 235) < min_share * len(pixels)
+
+@dataclass
+class PageReport:
+    """What the browser saw on one page."""
+    page: str
+    url: str
+    screenshot: Path | None
+    charts: int
+    tables: int
+    exceptions: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    text: str = ""  # the page's visible text (main area and sidebar)
 
 
-def _shoot(chromium: str, url: str, target: Path, width: int, height: int, budget_ms: int) -> None:
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    f"--window-size={width},{height}", f"--virtual-time-budget={budget_ms}",
-                    f"--screenshot={target}", url],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+def settle(tab, timeout_ms: int) -> None:
+    """Wait until Streamlit has finished the script run (no 'Running...' status, nothing stale)."""
+    tab.wait_for_function(
+        f"""() => {{
+            const busy = document.querySelector('{RUNNING}');
+            const stale = document.querySelector('[data-stale="true"]');
+            return !busy && !stale;
+        }}""", timeout=timeout_ms, polling=250)
 
 
-def take_screenshots(results: Path, out: Path, pages: list[str] = PAGES, width: int = 1400, height: int = 1100,
-                     budget_ms: int = 20000) -> list[Path]:
-    chromium = find_chromium()
+def open_page(tab, base: str, page: str, params: dict[str, str] | None = None, timeout_ms: int = 240_000,
+              charts: int | None = None, tables: int | None = None) -> tuple[str, int, int]:
+    """Open ``page`` and wait for its own content: the title, ``charts`` Plotly charts and ``tables``
+    data frames (defaults from :data:`EXPECTED`), then for the script run to finish. Returns
+    ``(url, charts, tables)`` seen; a Playwright timeout means the content never came."""
+    want_charts, want_tables = EXPECTED.get(page, (0, 0))
+    want_charts = want_charts if charts is None else charts
+    want_tables = want_tables if tables is None else tables
+    url = f"{base}/?{urllib.parse.urlencode({'page': page, **(params or {})})}"
+    tab.goto(url, wait_until="domcontentloaded", timeout=timeout_ms)
+    tab.locator('[data-testid="stHeading"]', has_text=TITLES[page]).first.wait_for(timeout=timeout_ms)
+    tab.wait_for_function(f"([c, t]) => {{ const [charts, tables] = ({COUNT})(); return charts >= c && tables >= t; }}",
+                          arg=[want_charts, want_tables], timeout=timeout_ms, polling=250)
+    settle(tab, timeout_ms)
+    charts, tables = tab.evaluate(COUNT)
+    return url, charts, tables
+
+
+def page_problems(tab) -> tuple[list[str], list[str]]:
+    """(Streamlit exceptions, error boxes) on the page, as text."""
+    return ([t.strip() for t in tab.locator(EXCEPTION).all_inner_texts()],
+            [t.strip() for t in tab.locator(ERROR).all_inner_texts()])
+
+
+def save(tab, target: Path, width: int) -> Path:
+    """Full-page screenshot: the viewport is stretched to the app's content first (Streamlit
+    scrolls inside its own container, so a plain full-page shot would cut the page)."""
+    height = tab.evaluate("""() => {
+        const block = document.querySelector('[data-testid="stMainBlockContainer"]') ||
+                      document.querySelector('[data-testid="stAppViewContainer"]');
+        return Math.ceil(block ? block.scrollHeight : document.body.scrollHeight);
+    }""")
+    tab.set_viewport_size({"width": width, "height": int(min(max(height + 120, 900), 8000))})
+    settle(tab, 60_000)
+    tab.screenshot(path=str(target), full_page=True)
+    return target
+
+
+def shot_name(page: str, suffix: str = "") -> str:
+    return f"{page.lower().replace(' ', '_')}{suffix}.png"
+
+
+def second_runs(results: Path) -> dict[str, str]:
+    """Per page of :data:`COMPARE_PAGES`, the ``study/run`` of a second run, where its study has two."""
+    out = {}
+    for page in COMPARE_PAGES:
+        runs = sorted((p for p in (results / PAGE_STUDY[page]).glob("*") if (p / "manifest.json").is_file()),
+                      key=lambda p: p.stat().st_mtime, reverse=True)
+        if len(runs) >= 2:
+            out[page] = f"{runs[1].parent.name}/{runs[1].name}"
+    return out
+
+
+@contextlib.contextmanager
+def browser(chromium: str | None = None, timeout_ms: int = 240_000) -> Iterator:
+    """A headless Chromium tab (Playwright driving the system's Chromium)."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = chromium or find_chromium()
     if chromium is None:
         raise RuntimeError("no Chromium found: apt-get install chromium")
-    out.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    env = dict(os.environ, BERTOLOGY_RESULTS=str(results.resolve()))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(Path(__file__).resolve().parent / "dashboard.py"), "--server.address", "127.0.0.1",
-         "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    shots = []
-    try:
-        wait_for(f"http://127.0.0.1:{port}/_stcore/health")
-        _shoot(chromium, f"http://127.0.0.1:{port}/", out / ".warmup.png", width, height, budget_ms)
-        (out / ".warmup.png").unlink(missing_ok=True)
-        for page in pages:
-            target = out / f"{page.lower().replace(' ', '_')}.png"
-            url = f"http://127.0.0.1:{port}/?page={urllib.parse.quote(page)}"
-            for attempt in range(4):  # a render can still be running on a busy machine: wait longer
-                _shoot(chromium, url, target, width, height, budget_ms * (attempt + 1))
-                if not is_blank(target):
-                    break
-            shots.append(target)
-    finally:
-        server.terminate()
+    with sync_playwright() as pw:
+        engine = pw.chromium.launch(executable_path=chromium, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
         try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-    return shots
+            context = engine.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
+            context.set_default_timeout(timeout_ms)  # a busy machine renders slowly: wait for content
+            yield context.new_page()
+        finally:
+            engine.close()
+
+
+def take_screenshots(results: Path, out: Path, pages: list[str] = PAGES, width: int = 1400,
+                     compare: bool = True, timeout_ms: int = 240_000) -> list[PageReport]:
+    """Every page (and, with ``compare``, the two-run views) rendered and saved under ``out``."""
+    results = Path(results)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [(page, {}, shot_name(page)) for page in pages]
+    if compare:
+        jobs += [(page, {"compare": run}, shot_name(page, "_compare")) for page, run in second_runs(results).items()
+                 if page in pages]
+    reports = []
+    with serve(results) as base, browser() as tab:
+        for page, params, name in jobs:
+            tab.set_viewport_size({"width": width, "height": 1000})
+            url, charts, tables = open_page(tab, base, page, params, timeout_ms=timeout_ms,
+                                            charts=EXPECTED[page][0] + (1 if params and page == "Heads" else 0))
+            exceptions, errors = page_problems(tab)
+            reports.append(PageReport(page, url.replace(base, ""), save(tab, out / name, width), charts, tables,
+                                      exceptions, errors, tab.inner_text("body")))
+    return reports
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--results", type=Path, default=Path("results"))
-    parser.add_argument("--out", type=Path, default=Path("docs") / "screenshots")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="?", type=Path, default=Path("results"), help="results root")
+    parser.add_argument("out", nargs="?", type=Path, default=Path("docs") / "screenshots", help="where the PNGs go")
     args = parser.parse_args()
-    for path in take_screenshots(args.results, args.out):
-        print(path)
+    if not has_playwright():
+        sys.exit("playwright is not installed: pip install 'bertology-workbench[test]' (or pip install playwright)")
+    bad = []
+    for report in take_screenshots(args.results, args.out):
+        print(f"{report.screenshot}  ({report.page}{' ' + report.url if 'compare' in report.url else ''}: "
+              f"{report.charts} charts, {report.tables} tables)")
+        if report.exceptions or report.errors:
+            bad.append(f"{report.page}: {report.exceptions + report.errors}")
+    if bad:
+        sys.exit("pages with errors:\n" + "\n".join(bad))
 
 
 if __name__ == "__main__":

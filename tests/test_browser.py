@@ -1,16 +1,122 @@
-"""Real browser: the dashboard served on localhost, driven by headless Chromium, one screenshot a page."""
+"""Real browser: the dashboard served on localhost and driven by Playwright with the system's
+Chromium. Each check waits for a page's own content (title, charts, tables) rather than sleeping,
+so it holds on a machine whose cores are busy."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
 from bertology.apps import screenshots
+from bertology.apps.pages import TITLES
+from dashboard_planted import (MARKUP, PLANTED_TYPES, contextuality_run, head_types_run, probing_run,
+                               write_manifest)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(screenshots.find_chromium() is None, reason="Chromium not installed (apt-get install chromium)"),
+    pytest.mark.skipif(not screenshots.has_playwright(), reason="playwright not installed (the test extra)"),
+]
+WAIT_MS = 240_000  # generous: content, not time, is what the checks wait for
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(screenshots.find_chromium() is None, reason="Chromium not installed (apt-get install chromium)")
+def age(run: Path, seconds: float) -> None:
+    t = run.stat().st_mtime - seconds
+    os.utime(run, (t, t))
+
+
 def test_every_page_renders_in_chromium(quickstart_results, tmp_path):
-    shots = screenshots.take_screenshots(quickstart_results, tmp_path)
-    assert [p.name for p in shots] == [f"{p.lower().replace(' ', '_')}.png" for p in screenshots.PAGES]
-    blank = [p.name for p in shots if screenshots.is_blank(p)]
-    assert not blank, f"pages rendered blank: {blank}"
+    reports = screenshots.take_screenshots(quickstart_results, tmp_path / "shots")
+    assert [r.page for r in reports] == screenshots.PAGES
+    for r in reports:
+        want_charts, want_tables = screenshots.EXPECTED[r.page]
+        assert r.charts >= want_charts and r.tables >= want_tables, r
+        assert not r.exceptions, f"{r.page}: Streamlit exception {r.exceptions}"
+        assert not r.errors, f"{r.page}: error box {r.errors}"
+        assert TITLES[r.page] in r.text
+        assert str(quickstart_results.parent) not in r.text, f"{r.page} shows an absolute path"
+        assert "Deploy" not in r.text
+        assert r.screenshot.is_file() and r.screenshot.stat().st_size > 20_000
+
+
+def test_pretraining_slider_moves_the_head_map(quickstart_results):
+    with screenshots.serve(quickstart_results) as base, screenshots.browser() as tab:
+        screenshots.open_page(tab, base, "Pretraining", timeout_ms=WAIT_MS)
+        title = tab.locator('[data-testid="stPlotlyChart"] .gtitle', has_text="head types at step")
+        last = title.first.text_content()
+        thumb = tab.get_by_role("slider", name="checkpoint step (head map)").first
+        thumb.focus()
+        thumb.press("Home")  # the first checkpoint
+        tab.locator('[data-testid="stPlotlyChart"] .gtitle', has_text="head types at step 0").first.wait_for(
+            timeout=WAIT_MS)
+        screenshots.settle(tab, WAIT_MS)
+        assert last != "head types at step 0"
+        assert not screenshots.page_problems(tab)[0]
+
+
+@pytest.fixture
+def planted_results(tmp_path) -> Path:
+    root = tmp_path / "results"
+    age(head_types_run(root, "run-b", "model-b", types={k: "positional" for k in PLANTED_TYPES}), 100)
+    head_types_run(root, "run-a", "model-a")
+    age(probing_run(root, "p-b", "model-b", scale=0.5), 100)
+    probing_run(root, "p-a", "model-a")
+    age(contextuality_run(root, "c-b", "model-b", shift=0.05), 100)
+    contextuality_run(root, "c-a", "model-a")
+    return root
+
+
+def test_head_map_click_comparison_and_markup_words(planted_results, tmp_path):
+    with screenshots.serve(planted_results) as base, screenshots.browser() as tab:
+        screenshots.open_page(tab, base, "Heads", {"compare": "head_types/run-b"}, timeout_ms=WAIT_MS, charts=6)
+        assert tab.locator('[data-testid="stPlotlyChart"] .gtitle-subtitle',
+                           has_text="head_types/run-b · model-b").count() == 1
+        tab.get_by_text("Layer 1, head 0", exact=True).wait_for(timeout=WAIT_MS)  # the clearest syntactic head
+        # click the "special" square (layer 0, head 2) of the first map: its detail opens
+        head_map = tab.locator('[data-testid="stPlotlyChart"]').first
+        trace = head_map.locator(".scatterlayer .trace").nth(2)  # positional, syntactic, special, ...
+        box = trace.locator("path.point").first.bounding_box()
+        tab.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        tab.get_by_text("Layer 0, head 2", exact=True).wait_for(timeout=WAIT_MS)
+        screenshots.settle(tab, WAIT_MS)
+        # a word written as markup shows as typed in the plots, and is not rendered bold
+        svg_text = tab.locator('[data-testid="stPlotlyChart"] svg text', has_text=MARKUP)
+        assert svg_text.count() >= 1
+        bold = tab.locator('[data-testid="stPlotlyChart"] svg text tspan[style*="bold"]').all_text_contents()
+        assert "x" not in bold, bold  # <b>x</b> rendered as markup would be a bold "x"
+        assert not any(screenshots.page_problems(tab))
+        assert not tab.locator('[data-testid="stAppDeployButton"]').is_visible()
+        assert "results: results" in tab.inner_text('[data-testid="stSidebar"]')
+
+        screenshots.open_page(tab, base, "Embeddings", {"compare": "contextuality/c-b"}, timeout_ms=WAIT_MS)
+        panels = tab.locator('[data-testid="stPlotlyChart"]').first
+        for measure in ("self-similarity", "intra-sentence similarity", "maximum explainable variance"):
+            assert panels.locator(".annotation-text", has_text=measure).count() == 1
+        assert panels.locator(".legendtext", has_text="contextuality/c-b · model-b").count() >= 1
+        assert tab.locator('[data-testid="stPlotlyChart"] svg text', has_text=MARKUP).count() >= 1
+
+        screenshots.open_page(tab, base, "Probing", {"compare": "edge_probing/p-b"}, timeout_ms=WAIT_MS)
+        legend = tab.locator('[data-testid="stPlotlyChart"] .legendtext').all_text_contents()
+        assert {"edge_probing/p-a · model-a", "edge_probing/p-b · model-b"} <= set(legend)
+        assert not any(screenshots.page_problems(tab))
+
+
+def test_broken_runs_show_errors_not_exceptions(planted_results):
+    broken = head_types_run(planted_results, "broken-manifest")
+    write_manifest(broken, "null")
+    age(broken, 200)
+    import pandas as pd
+
+    run = planted_results / "head_types" / "run-a"
+    pd.read_parquet(run / "head_types.parquet").assign(layer="a").to_parquet(run / "head_types.parquet")
+    with screenshots.serve(planted_results) as base, screenshots.browser() as tab:
+        screenshots.open_page(tab, base, "Runs", timeout_ms=WAIT_MS)
+        exceptions, errors = screenshots.page_problems(tab)
+        assert not exceptions and not errors
+        screenshots.open_page(tab, base, "Heads", timeout_ms=WAIT_MS, charts=0)
+        tab.get_by_text("Attention-based dependency probe (Clark et al.)").wait_for(timeout=WAIT_MS)
+        exceptions, errors = screenshots.page_problems(tab)
+        assert not exceptions
+        assert any("head_types/run-a: cannot show the head map" in e for e in errors), errors

@@ -3,11 +3,15 @@ and missing or corrupt results give clear messages instead of tracebacks."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
+
+from bertology.apps.pages import INTROS, TITLES
 
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
@@ -37,7 +41,7 @@ def test_quickstart_writes_every_study(quickstart_results):
 def test_every_page_renders_from_results(page, quickstart_results, monkeypatch):
     at = open_page(page, quickstart_results, monkeypatch)
     assert not at.error, [e.value for e in at.error]
-    assert at.header[0].value  # each page has its title
+    assert at.header[0].value == TITLES[page] and at.caption[0].value == INTROS[page]
     if page not in ("Runs", "Compare runs"):
         assert not [i for i in at.info if "No `" in i.value], "the page found no run"
     if page == "Runs":
@@ -46,7 +50,15 @@ def test_every_page_renders_from_results(page, quickstart_results, monkeypatch):
         charts = at.get("plotly_chart")
         assert len(charts) >= 1, f"{page}: no chart"
     if page == "Pretraining":  # the masked-word predictions of each checkpoint, readable
-        assert [s.value for s in at.subheader] == ["What the model predicts for a masked word"]
+        assert [s.value for s in at.subheader] == ["Heads across checkpoints", "Probe accuracy across checkpoints",
+                                                   "What the model predicts for a masked word"]
+        titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+        steps = sorted(int(s) for s in pd.read_parquet(next((quickstart_results / "emergence").iterdir())
+                                                        / "head_types_by_step.parquet")["step"].unique())
+        assert f"head types at step {steps[-1]}" in titles  # the slider starts at the last checkpoint
+        at.select_slider(key="pt_step").set_value(steps[0]).run()
+        titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+        assert f"head types at step {steps[0]}" in titles
         table = at.dataframe[0].value
         assert list(table.columns) == ["sentence", "masked word", "top predictions"]
         assert table["sentence"].str.contains("___").all() and len(table) > 0

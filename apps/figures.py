@@ -1,0 +1,311 @@
+"""Plotly figures of the dashboard, built from result tables only (no Streamlit here, so each one
+can be tested on its own).
+
+Words are data, not markup: Plotly renders a subset of HTML in titles, tick labels, legends, text
+and hover labels (``<b>``, ``<br>``, ``<a>``...), so every word, sentence or label read from a result
+file passes through :func:`esc` before it reaches a figure (Plotly decodes ``&lt;`` back to ``<`` and
+shows it as typed).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+# Fixed colours per head type (Voita et al. 2019; Clark et al. 2019), so a type keeps its colour on
+# every page, checkpoint and run; "other" = no criterion holds.
+TYPE_COLOURS = {"positional": "#1f77b4", "syntactic": "#d62728", "rare-token": "#9467bd", "special": "#2ca02c",
+                "broad": "#ff7f0e", "other": "#c7c7c7"}
+EXTRA_COLOURS = px.colors.qualitative.Dark24
+KIND_COLOURS = {"raw": "#1f77b4", "baseline": "#7f7f7f", "adjusted": "#d62728"}
+MEASURE_NAMES = {"self_similarity": "self-similarity", "intra_sentence_similarity": "intra-sentence similarity",
+                 "mev": "maximum explainable variance"}
+DIRECTIONS = {"dependent_attends_to_head": "dependent → head", "head_attends_to_dependent": "head → dependent"}
+
+
+def esc(text: Any) -> str:
+    """``text`` as Plotly should show it literally: ``<b>x</b>`` -> ``&lt;b&gt;x&lt;/b&gt;``."""
+    return html.escape(str(text), quote=False)
+
+
+def type_colour(kind: str, known: Sequence[str] = ()) -> str:
+    """The fixed colour of a head type; unknown types get stable colours from a qualitative palette."""
+    if kind in TYPE_COLOURS:
+        return TYPE_COLOURS[kind]
+    others = sorted(k for k in set(known) | {kind} if k not in TYPE_COLOURS)
+    return EXTRA_COLOURS[others.index(kind) % len(EXTRA_COLOURS)]
+
+
+def ordered_types(types: Sequence[str]) -> list[str]:
+    """Types in the fixed order of :data:`TYPE_COLOURS`, unknown ones after, sorted."""
+    present = set(map(str, types))
+    return [t for t in TYPE_COLOURS if t in present] + sorted(present - set(TYPE_COLOURS))
+
+
+def _hover(row: pd.Series, columns: Sequence[str]) -> str:
+    parts = [f"layer {int(row['layer'])}, head {int(row['head'])}", f"type: {esc(row['type'])}"]
+    for c in columns:
+        v = row[c]
+        if isinstance(v, (float, np.floating)):
+            parts.append(f"{esc(c)}: {v:.3g}")
+        elif v is not None:
+            parts.append(f"{esc(c)}: {esc(v)}")
+    return "<br>".join(parts)
+
+
+HOVER_COLUMNS = ("types", "positional_offset", "positional_share", "syntactic_relation", "syntactic_accuracy",
+                 "syntactic_baseline", "rare_share", "special_share", "entropy_norm")
+
+
+def head_map(types: pd.DataFrame, title: str, selected: tuple[int, int] | None = None,
+             height: int | None = None, subtitle: str | None = None) -> go.Figure:
+    """Categorical head map: one square per head (x = head, y = layer, layer 0 at the top), coloured
+    by its type, one legend entry per type with its count. Each point carries ``customdata =
+    [layer, head]`` (what a click selects); ``selected`` gets a black outline.
+
+    ``types``: one row per head with ``layer, head, type`` (extra columns go into the hover text);
+    ``subtitle``: a second title line (which run).
+    """
+    df = types.copy()
+    df["layer"] = df["layer"].astype(int)
+    df["head"] = df["head"].astype(int)
+    df["type"] = df["type"].astype(str)
+    n_layers = int(df["layer"].max()) + 1 if len(df) else 1
+    n_heads = int(df["head"].max()) + 1 if len(df) else 1
+    cell = int(np.clip(min(360 / max(n_layers, 1), 300 / max(n_heads, 1)), 10, 34))  # squares that do not touch in a half-width column
+    hover = [c for c in HOVER_COLUMNS if c in df.columns]
+    fig = go.Figure()
+    kinds = ordered_types(df["type"].unique())
+    for kind in kinds:
+        part = df[df["type"] == kind]
+        fig.add_trace(go.Scatter(
+            x=part["head"], y=part["layer"], mode="markers", name=f"{esc(kind)} ({len(part)})",
+            marker=dict(symbol="square", size=cell, color=type_colour(kind, kinds), line=dict(width=0)),
+            customdata=part[["layer", "head"]].to_numpy(), hovertext=[_hover(r, hover) for _, r in part.iterrows()],
+            hoverinfo="text"))
+    if selected is not None:
+        fig.add_trace(go.Scatter(x=[selected[1]], y=[selected[0]], mode="markers", name="selected head",
+                                 marker=dict(symbol="square-open", size=cell + 4, color="black", line=dict(width=3)),
+                                 hoverinfo="skip"))
+    fig.update_layout(
+        title=dict(text=esc(title), subtitle=dict(text=esc(subtitle or ""))),
+        height=height or 140 + (cell + 6) * n_layers, legend_title_text="head type (heads)",
+        xaxis=dict(title="head", tickmode="array", tickvals=list(range(n_heads)), range=[-0.6, n_heads - 0.4],
+                   showgrid=False, zeroline=False),
+        yaxis=dict(title="layer", tickmode="array", tickvals=list(range(n_layers)), range=[n_layers - 0.4, -0.6],
+                   showgrid=False, zeroline=False),
+        plot_bgcolor="white", clickmode="event+select", margin=dict(t=70 if subtitle else 50, b=40))
+    return fig
+
+
+def word_labels(words: Sequence[str]) -> list[str]:
+    """Unique, escaped axis labels ``"3: word"`` (a sentence may repeat a word)."""
+    return [f"{i}: {esc(w)}" for i, w in enumerate(words)]
+
+
+def attention_heatmap(words: Sequence[str], matrix: Any, title: str, height: int = 460) -> go.Figure:
+    """Heatmap of one head's attention on one sentence. ``matrix``: ``[words, words]``, row = the
+    attending word, column = the attended word."""
+    labels = word_labels(words)
+    fig = go.Figure(go.Heatmap(z=np.asarray(matrix, dtype=float), x=labels, y=labels, colorscale="Blues", zmin=0,
+                               hovertemplate="%{y} → %{x}: %{z:.2f}<extra></extra>"))
+    fig.update_layout(title=esc(title), yaxis_autorange="reversed", height=height, xaxis_title="attended word",
+                      yaxis_title="attending word", margin=dict(t=50))
+    return fig
+
+
+def attention_small_multiples(sentences: Sequence[dict], layer: int, head: int, columns: int = 2) -> go.Figure:
+    """One heatmap per example sentence for head ``(layer, head)`` (shared colour scale 0..1).
+
+    ``sentences``: dicts with ``words`` and ``attention`` ``[layers, heads, words, words]``."""
+    n = len(sentences)
+    rows = (n + columns - 1) // columns
+    titles = [esc(" ".join(s["words"])[:60]) for s in sentences]
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=titles, horizontal_spacing=0.18,
+                        vertical_spacing=0.22 / max(rows, 1) + 0.08)
+    for k, s in enumerate(sentences):
+        labels = word_labels(s["words"])
+        fig.add_trace(go.Heatmap(z=np.asarray(s["attention"][layer][head], dtype=float), x=labels, y=labels,
+                                 coloraxis="coloraxis", hovertemplate="%{y} → %{x}: %{z:.2f}<extra></extra>"),
+                      row=k // columns + 1, col=k % columns + 1)
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=9))
+    fig.update_xaxes(tickfont=dict(size=9), tickangle=-60)
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="attention")),
+                      height=380 * rows, title=f"layer {layer}, head {head} on example sentences "
+                                               "(row attends to column)", margin=dict(t=80))
+    for annotation in fig.layout.annotations:
+        annotation.font.size = 11
+    return fig
+
+
+def head_view(words: Sequence[str], matrix: Any, title: str, threshold: float = 0.05) -> go.Figure:
+    """bertviz-style head view drawn offline: each attending word (left) is linked to the words it
+    attends to (right), line width and opacity proportional to the weight (weights below
+    ``threshold`` are not drawn). ``matrix``: ``[words, words]``."""
+    matrix = np.asarray(matrix, dtype=float)
+    shown = [esc(w) for w in words]
+    fig = go.Figure()
+    n = len(words)
+    for i in range(n):
+        for j in range(n):
+            w = matrix[i, j]
+            if w > threshold:
+                fig.add_trace(go.Scatter(x=[0, 1], y=[-i, -j], mode="lines", hoverinfo="text",
+                                         hovertext=f"{shown[i]} → {shown[j]}: {w:.2f}",
+                                         line=dict(width=1 + 8 * w, color=f"rgba(31,119,180,{min(1.0, 0.1 + w):.2f})"),
+                                         showlegend=False))
+    fig.add_trace(go.Scatter(x=[0] * n, y=[-i for i in range(n)], mode="text", text=shown, textposition="middle left",
+                             hoverinfo="skip", showlegend=False))
+    fig.add_trace(go.Scatter(x=[1] * n, y=[-i for i in range(n)], mode="text", text=shown,
+                             textposition="middle right", hoverinfo="skip", showlegend=False))
+    fig.update_layout(title=esc(title), height=max(320, 26 * n + 80), plot_bgcolor="white",
+                      xaxis=dict(visible=False, range=[-0.9, 1.9]), yaxis=dict(visible=False, range=[-n + 0.5, 0.7]),
+                      annotations=[dict(x=0, y=0.9, text="attending", showarrow=False, xanchor="right"),
+                                   dict(x=1, y=0.9, text="attended", showarrow=False, xanchor="left")],
+                      margin=dict(t=50))
+    return fig
+
+
+_OFFSET = re.compile(r"^(token|argmax)_offset_(-?\d+|other)$")
+
+
+def offset_histogram(stats: pd.DataFrame, layer: int, head: int) -> pd.DataFrame:
+    """Share of a head's query tokens/words whose attention argmax is at each relative offset.
+
+    ``stats``: the ``head_stats`` table (``layer, head, statistic, value``), whose
+    ``token_offset_<k>`` (sub-word tokens, special tokens in place; Voita et al.) and
+    ``argmax_offset_<k>`` (words; Clark et al.) rows are these shares. Returns ``level, offset,
+    share`` with ``offset`` a string (``"-2"`` ... ``"other"``), sorted numerically, other last."""
+    part = stats[(stats["layer"] == layer) & (stats["head"] == head)]
+    rows = []
+    for name, value in zip(part["statistic"], part["value"]):
+        m = _OFFSET.match(str(name))
+        if m:
+            rows.append({"level": "token" if m.group(1) == "token" else "word", "offset": m.group(2),
+                         "share": float(value)})
+    out = pd.DataFrame(rows, columns=["level", "offset", "share"])
+    key = out["offset"].map(lambda o: 10_000 if o == "other" else int(o))
+    return out.assign(_k=key).sort_values(["level", "_k"]).drop(columns="_k").reset_index(drop=True)
+
+
+def offset_figure(hist: pd.DataFrame, layer: int, head: int) -> go.Figure:
+    """Grouped bars: share of argmaxes per relative offset, token level and word level."""
+    order = list(dict.fromkeys(hist.assign(_k=hist["offset"].map(lambda o: 10_000 if o == "other" else int(o)))
+                               .sort_values("_k")["offset"]))
+    fig = go.Figure()
+    for level, colour in (("token", "#1f77b4"), ("word", "#ff7f0e")):
+        part = hist[hist["level"] == level]
+        if len(part):
+            fig.add_trace(go.Bar(x=part["offset"], y=part["share"], name=f"{level} level", marker_color=colour))
+    fig.update_layout(title=f"layer {layer}, head {head}: where its attention argmax falls (relative offset)",
+                      xaxis=dict(title="offset of the most-attended position (−1 = previous)", type="category",
+                                 categoryorder="array", categoryarray=order),
+                      yaxis=dict(title="share of queries", range=[0, 1]), barmode="group", height=360,
+                      margin=dict(t=50))
+    return fig
+
+
+def relation_table(dependency: pd.DataFrame, layer: int, head: int, min_count: int = 20, top: int = 6) -> pd.DataFrame:
+    """The relations head ``(layer, head)`` tracks best (Clark et al. 2019): its accuracy at finding the
+    other end of each relation (``head_dependency`` rows with ``n >= min_count``) against the best
+    fixed-offset baseline, sorted by the gain over that baseline, ``top`` rows."""
+    part = dependency[(dependency["layer"] == layer) & (dependency["head"] == head) & (dependency["n"] >= min_count)]
+    part = part[part["relation"] != "all"] if (part["relation"] != "all").any() else part
+    cols = ["relation", "direction", "n", "accuracy", "baseline_offset", "baseline_accuracy", "gain"]
+    return part.sort_values("gain", ascending=False)[cols].head(top).reset_index(drop=True)
+
+
+def relation_figure(rel: pd.DataFrame, layer: int, head: int) -> go.Figure:
+    """Bars: the head's accuracy per relation beside the best fixed-offset baseline."""
+    labels = [f"{esc(r)} ({DIRECTIONS.get(d, esc(d))})" for r, d in zip(rel["relation"], rel["direction"])]
+    fig = go.Figure([
+        go.Bar(y=labels, x=rel["accuracy"], name="this head", marker_color="#d62728", orientation="h"),
+        go.Bar(y=labels, x=rel["baseline_accuracy"], name="best fixed offset (baseline)", marker_color="#7f7f7f",
+               orientation="h", hovertext=[f"offset {int(o):+d}" for o in rel["baseline_offset"]],
+               hoverinfo="text+x")])
+    fig.update_layout(title=f"layer {layer}, head {head}: relations it finds best vs the offset baseline",
+                      xaxis=dict(title="accuracy (share of relation instances found by the argmax)", range=[0, 1]),
+                      yaxis=dict(autorange="reversed"), barmode="group", height=360, margin=dict(t=50),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def contextuality_multiples(ctx: pd.DataFrame, run_column: str | None = None) -> go.Figure:
+    """Small multiples (Ethayarajh 2019's layout): one panel per measure, raw / anisotropy baseline /
+    adjusted per layer. With ``run_column``, one line colour per run and a dash per kind.
+
+    ``ctx``: the ``contextuality`` table (``layer, metric, raw, baseline, adjusted``)."""
+    kinds = [c for c in ("raw", "baseline", "adjusted") if c in ctx.columns]
+    ids = ["layer", "metric"] + ([run_column] if run_column else [])
+    long = ctx.melt(id_vars=ids, value_vars=kinds, var_name="kind", value_name="value")
+    long["measure"] = long["metric"].map(lambda m: MEASURE_NAMES.get(m, str(m))).map(esc)
+    if run_column:
+        long[run_column] = long[run_column].map(esc)
+        fig = px.line(long, x="layer", y="value", color=run_column, line_dash="kind", facet_col="measure",
+                      markers=True, facet_col_spacing=0.06)
+    else:
+        fig = px.line(long, x="layer", y="value", color="kind", facet_col="measure", markers=True,
+                      color_discrete_map=KIND_COLOURS, facet_col_spacing=0.06)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    fig.update_yaxes(matches=None, showticklabels=True)
+    fig.update_layout(height=380, title="per layer: raw, anisotropy baseline (random words), adjusted = raw − baseline",
+                      margin=dict(t=80), legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def cluster_figure(part: pd.DataFrame, word: str, layer: Any = None) -> go.Figure:
+    """UMAP of one word's occurrences, coloured by k-means cluster (unsupervised, not gold senses);
+    the hover shows each occurrence's context, escaped."""
+    part = part.copy()
+    sizes = part["cluster"].value_counts() if "cluster" in part else None
+    if "cluster" in part:
+        part["group"] = part["cluster"].map(lambda c: f"cluster {int(c) + 1} ({int(sizes[c])} uses)")
+    else:
+        part["group"] = "occurrence"
+    where = f"layer {int(layer)} vectors" if layer is not None and pd.notna(layer) else "vectors"
+    fig = go.Figure()
+    for name, g in part.groupby("group", sort=True):
+        fig.add_trace(go.Scatter(x=g["x"], y=g["y"], mode="markers", name=name, marker=dict(size=9),
+                                 hovertext=[esc(c) for c in g["context"]] if "context" in g else None,
+                                 hoverinfo="text" if "context" in g else "x+y"))
+    fig.update_layout(title=f"'{esc(word)}' in context: UMAP of its {where}",
+                      legend_title_text="k-means cluster of its contexts (not gold senses)", height=440,
+                      xaxis_title="UMAP 1", yaxis_title="UMAP 2")
+    return fig
+
+
+def probe_by_step(scores: pd.DataFrame) -> go.Figure:
+    """Probe accuracy per layer, one line per checkpoint step (light = early, dark = late), one panel
+    per task. ``scores``: ``step, task, layer, value`` (mean over seeds taken here)."""
+    mean = scores.groupby(["task", "step", "layer"], as_index=False)["value"].mean()
+    mean["step"] = mean["step"].astype(int)
+    steps = sorted(mean["step"].unique())
+    colours = px.colors.sample_colorscale("Viridis", [0.85 * (1 - k / max(len(steps) - 1, 1)) for k in range(len(steps))])
+    mean["task"] = mean["task"].map(esc)
+    mean["checkpoint"] = mean["step"].map(lambda s: f"step {s}")
+    fig = px.line(mean, x="layer", y="value", color="checkpoint", facet_col="task", markers=True,
+                  color_discrete_sequence=colours, category_orders={"checkpoint": [f"step {s}" for s in steps]})
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    fig.update_layout(height=380, title="probe accuracy per layer at each checkpoint (test split)",
+                      yaxis_title="accuracy", margin=dict(t=80))
+    return fig
+
+
+def type_counts_figure(counts: pd.DataFrame) -> go.Figure:
+    """Stacked areas: how many heads of each type at each checkpoint step. ``counts``: ``step, type, count``."""
+    wide = counts.pivot_table(index="step", columns="type", values="count", aggfunc="sum", fill_value=0).sort_index()
+    kinds = ordered_types(wide.columns)
+    fig = go.Figure()
+    for kind in kinds:
+        fig.add_trace(go.Scatter(x=wide.index, y=wide[kind], name=esc(kind), stackgroup="types", mode="lines+markers",
+                                 line=dict(color=type_colour(kind, kinds))))
+    fig.update_layout(title="head types across checkpoints", xaxis_title="training step", yaxis_title="heads",
+                      height=360, margin=dict(t=50))
+    return fig
