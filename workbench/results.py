@@ -109,9 +109,12 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ResultError(f"{run_dir}: no manifest.json (the run is missing or did not finish)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ResultError(f"{path}: corrupt manifest ({exc})") from exc
+    if not isinstance(manifest, dict):
+        raise ResultError(f"{path}: corrupt manifest (a JSON {type(manifest).__name__}, not an object)")
+    return manifest
 
 
 def read_table(run_dir: str | Path, name: str) -> pd.DataFrame:
