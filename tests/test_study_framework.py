@@ -241,8 +241,7 @@ def test_quickstart_run_ids_are_plain_names_for_model_folders():
 
 @pytest.mark.parametrize("text", ["null", "[]", '"a string"', "3"])
 def test_a_manifest_that_is_not_an_object_is_a_clear_error(tmp_path, text):
-    from bertology.errors import ResultError
-    from bertology.results import read_manifest
+    from bertology.results import ResultError, read_manifest
 
     (tmp_path / "manifest.json").write_text(text)
     with pytest.raises(ResultError, match=r"manifest.json: corrupt manifest \(a JSON \w+, not an object\)"):
