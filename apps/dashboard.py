@@ -85,17 +85,9 @@ def run_label(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
 
 
-JSON_KINDS = {type(None): "null", list: "a list", str: "a string", int: "a number", float: "a number",
-              bool: "a boolean"}
-
-
 def manifest_of(run: Path) -> dict[str, Any]:
     """The run's manifest; ResultError when it is missing, corrupt or not a JSON object."""
-    manifest = read_manifest(run)
-    if not isinstance(manifest, dict):
-        raise ResultError(f"{run / 'manifest.json'}: holds {JSON_KINDS.get(type(manifest), type(manifest).__name__)}"
-                          f" ({str(manifest)[:40]!r}), not a JSON object of run fields")
-    return manifest
+    return read_manifest(run)
 
 
 def model_name(manifest: dict[str, Any]) -> str | None:

@@ -113,8 +113,14 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ResultError(f"{path}: corrupt manifest ({exc})") from exc
     if not isinstance(manifest, dict):
-        raise ResultError(f"{path}: corrupt manifest (a JSON {type(manifest).__name__}, not an object)")
+        kind = _JSON_KINDS.get(type(manifest), type(manifest).__name__)
+        raise ResultError(f"{path}: corrupt manifest: holds {kind} ({str(manifest)[:40]!r}), "
+                          "not a JSON object of run fields")
     return manifest
+
+
+_JSON_KINDS = {type(None): "null", list: "a list", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean"}
 
 
 def read_table(run_dir: str | Path, name: str) -> pd.DataFrame:
