@@ -64,6 +64,7 @@ FIELD_RULES: dict[str, Rule] = {
     "seed": SEED,
     "seeds": Rule("a list of integers in [0, 2**32 - 1]", SEED.ok, each=True),
     "max_epochs": POSITIVE_INT,
+    "batch_size": POSITIVE_INT,
     # head types (Voita et al. 2019; Clark et al. 2019): attention shares and normalised entropies
     "positional_threshold": PROBABILITY,
     "syntactic_margin": PROBABILITY,
