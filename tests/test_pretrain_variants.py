@@ -5,7 +5,6 @@ resume after a kill, 2-process gloo DDP), compute accounting, and the equal-comp
 from __future__ import annotations
 
 import copy
-import gzip
 import json
 import math
 import os
@@ -19,16 +18,14 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from bertology.errors import ConfigError
-from bertology.paths import package_data
 from bertology.pretraining.flops import analytic_step_flops, measure_step_flops, parameter_counts, steps_for_budget
 from bertology.pretraining.objectives import (
     DistillationLoss, ElectraLoss, SpanBoundaryLoss, build_model, distillation_kl, span_boundaries,
 )
 from bertology.pretraining.trainer import PretrainConfig, list_checkpoints, read_metrics, run_pretraining
 
-from test_pretrain_trainer import fixed_wordpiece
+from test_pretrain_trainer import corpus_and_tokenizer  # noqa: F401  (the shared fixture)
 
-BROWN = package_data() / "brown.txt.gz"
 VARIANTS = {  # name -> config fields
     "sbo": dict(objective="mlm+sbo", masking="span"),
     "electra": dict(objective="electra", generator_size=0.5),
@@ -36,23 +33,6 @@ VARIANTS = {  # name -> config fields
     "distill": dict(objective="distill", hidden_size=32, num_hidden_layers=1, distill_mlm_weight=0.5,
                     distill_cosine_weight=1.0),
 }
-
-
-@pytest.fixture(scope="module")
-def corpus_and_tokenizer(tmp_path_factory) -> tuple[Path, Path]:
-    """The first 30 Brown documents and a deterministic WordPiece tokenizer (vocab 300)."""
-    d = tmp_path_factory.mktemp("variants")
-    out = d / "brown30.txt"
-    lines, docs = [], 0
-    with gzip.open(BROWN, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            lines.append(line)
-            docs += not line.strip()
-            if docs >= 30:
-                break
-    out.write_text("".join(lines), encoding="utf-8")
-    return out, fixed_wordpiece(out, d / "tok", vocab_size=300)
-
 
 def _cfg(corpus_and_tokenizer, root: Path, **kw) -> PretrainConfig:
     corpus, tok = corpus_and_tokenizer

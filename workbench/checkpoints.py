@@ -23,15 +23,13 @@ from typing import Any, Iterator
 import torch
 from safetensors.torch import load_file, save_file
 
+from bertology import atomic
 from bertology.errors import CheckpointError
 
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
 # Names that atomic_dir / bertology.atomic.atomic_path give their temporary entries: ".<name>.<random>.tmp"
 # (and ".<name>.<random>.old" for a replaced directory on its way out).
-_PARTIAL = re.compile(r"^\..+\.[A-Za-z0-9_]+\.(tmp|old)$")
-
-
 @contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory beside ``path``; on success it replaces ``path``.
@@ -65,15 +63,7 @@ def remove_partial_writes(folder: str | os.PathLike, *, recursive_into: tuple[st
     folder = Path(folder)
     removed: list[Path] = []
     for d in [folder, *(folder / sub for sub in recursive_into)]:
-        if not d.is_dir():
-            continue
-        for p in sorted(d.iterdir()):
-            if _PARTIAL.match(p.name):
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    p.unlink(missing_ok=True)
-                removed.append(p)
+        removed += atomic.remove_stale_temporaries(d)
     return removed
 
 
