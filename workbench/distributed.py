@@ -24,6 +24,7 @@ both nodes see, e.g. a shared file system)::
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -98,10 +99,25 @@ def init_from_env(device: str | None = None) -> tuple[Group, str]:
     return current_group(), device or "cpu"
 
 
-def shutdown() -> None:
-    """Leave the process group (if one was joined)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+def shutdown(timeout_s: float = 120.0) -> None:
+    """Leave the process group (if one was joined), all ranks together.
+
+    Ranks first meet at a barrier (gloo: ``monitored_barrier``, which gives up after ``timeout_s``
+    when a rank died), so no rank tears its connections down while a peer still uses them: a
+    gloo rank whose peer had already left could abort in ``destroy_process_group`` ("terminate
+    called without an active exception", seen once in CI).
+    """
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_s))
+        else:
+            dist.barrier()
+    except Exception:  # noqa: BLE001 -- a dead peer: leave anyway, the error that killed it is reported
+        pass
+    dist.destroy_process_group()
 
 
 def assign_shards(todo: list[int], costs: list[int], world_size: int) -> list[list[int]]:
