@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -580,7 +581,7 @@ def evaluate_variant(cfg: Any, model: nn.Module, batches: Iterable, device: torc
     model.train(was_training)
     s = dict(zip(names, sums.tolist()))
     loss = s["mlm"] / s["targets"] if s["targets"] > 0 else float("nan")
-    out = {"eval_loss": loss, "perplexity": _perplexity(loss)}
+    out = {"eval_loss": loss, "perplexity": perplexity(loss)}
     if cfg.objective == "electra" and s["tokens"] > 0:
         out.update(eval_rtd_loss=s["rtd_loss"] / s["tokens"], eval_rtd_accuracy=s["rtd_correct"] / s["tokens"],
                    eval_replaced_share=s["replaced"] / max(s["targets"], 1.0))
@@ -589,9 +590,13 @@ def evaluate_variant(cfg: Any, model: nn.Module, batches: Iterable, device: torc
     return out
 
 
-def _perplexity(loss: float) -> float:
-    """exp(loss); inf where that overflows (a diverged model), nan for nan."""
+def perplexity(loss: float) -> float:
+    """``exp(loss)``; ``inf`` where that overflows a float (a diverged loss), NaN for a NaN loss."""
     if loss != loss:
         return float("nan")
-    return math.exp(loss) if loss < 700.0 else float("inf")
+    return math.exp(loss) if loss < _MAX_EXP_ARG else float("inf")
+
+
+# math.exp overflows beyond this (a diverged model's loss): perplexity is then reported as inf.
+_MAX_EXP_ARG = math.log(sys.float_info.max)
 

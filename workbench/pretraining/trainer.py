@@ -57,8 +57,8 @@ from bertology.pretraining.masking import (
     random_token_pool, special_tokens_mask,
 )
 from bertology.pretraining.objectives import (
-    OWN_EVALUATION, PretrainingLoss, evaluate_variant, make_loss, pair_task, teacher_directory, tied_parameter_names,
-    validate_objective,
+    OWN_EVALUATION, PretrainingLoss, evaluate_variant, make_loss, pair_task, perplexity, teacher_directory,
+    tied_parameter_names, validate_objective,
 )
 from bertology.pretraining.objectives import build_model as build_objective_model
 
@@ -75,8 +75,6 @@ _OBJECTIVE_FIELD_DEFAULTS = {"architecture": "bert", "embedding_size": None, "nu
                              "distill_cosine_weight": 0.0, "distill_positions": "masked"}
 RESUMABLE_CHANGES = {"progress", "eval_every", "log_every", "save_every", "keep_steps", "keep_last",
                      "device", "output_root", "num_threads", "max_steps"}
-# math.exp overflows beyond this (a diverged model's loss): perplexity is then reported as inf.
-_MAX_EXP_ARG = math.log(sys.float_info.max)
 
 
 class TrainingDivergedError(WorkbenchError):
@@ -639,13 +637,6 @@ def evaluate(model, data: SequenceSet, masker: _Masker, cfg: PretrainConfig, rt:
     if pair_task(cfg.objective) and sums[3] > 0:
         res["eval_pair_accuracy"] = float(sums[2] / sums[3])
     return res
-
-
-def perplexity(loss: float) -> float:
-    """``exp(loss)``; ``inf`` where that overflows a float (a diverged loss), NaN for a NaN loss."""
-    if loss != loss:
-        return float("nan")
-    return math.exp(loss) if loss < _MAX_EXP_ARG else float("inf")
 
 
 def _all_finite(value: float, rt: Runtime) -> bool:
