@@ -85,11 +85,6 @@ def run_label(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
 
 
-def manifest_of(run: Path) -> dict[str, Any]:
-    """The run's manifest; ResultError when it is missing, corrupt or not a JSON object."""
-    return read_manifest(run)
-
-
 def model_name(manifest: dict[str, Any]) -> str | None:
     model = manifest.get("model")
     if isinstance(model, dict):
@@ -100,7 +95,7 @@ def model_name(manifest: dict[str, Any]) -> str | None:
 def describe(run: Path) -> str:
     """``study/run · model`` for a run picker (the model only when its manifest says)."""
     try:
-        name = model_name(manifest_of(run))
+        name = model_name(read_manifest(run))
     except ResultError:
         name = None
     return run_label(run) + (f" · {name}" if name else "")
@@ -152,7 +147,7 @@ def pick_run(study: str, key: str, label: str = "run") -> Path | None:
         return None
     choice = st.selectbox(label, runs, key=key, format_func=describe)
     try:
-        manifest = manifest_of(choice)
+        manifest = read_manifest(choice)
     except ResultError as exc:
         st.error(clean(exc))
         return None
@@ -175,7 +170,7 @@ def pick_other(study: str, run: Path, key: str) -> Path | None:
                           format_func=lambda r: "nothing (one run)" if r is None else describe(r))
     if choice is not None:
         try:
-            manifest_of(choice)
+            read_manifest(choice)
         except ResultError as exc:
             st.error(clean(exc))
             return None
@@ -229,7 +224,7 @@ def page_runs() -> None:
     rows = []
     for r in runs:
         try:
-            m = manifest_of(r)
+            m = read_manifest(r)
             tables = m.get("tables")
             rows.append({"study": r.parent.name, "run": r.name, "seed": None if m.get("seed") is None else str(m.get("seed")),
                          "model": model_name(m),
@@ -439,7 +434,7 @@ def head_detail(run: Path, types: pd.DataFrame, layer: int, head: int) -> None:
         elif need(deps, ["layer", "head", "relation", "direction", "n", "accuracy", "baseline_offset",
                          "baseline_accuracy", "gain"], "head_dependency", run):
             try:
-                cfg = manifest_of(run).get("config")
+                cfg = read_manifest(run).get("config")
                 min_count = int(cfg.get("min_count", 20)) if isinstance(cfg, dict) else 20
             except (ResultError, TypeError, ValueError):
                 min_count = 20
@@ -628,7 +623,7 @@ def page_compare() -> None:
         with col, guard(f"table {table}", run):
             df = load_table(run, table)
             try:
-                m = manifest_of(run)
+                m = read_manifest(run)
                 st.caption(f"model: {model_name(m)} · seed {m.get('seed')}")
             except ResultError as exc:
                 st.error(clean(exc))
