@@ -288,33 +288,28 @@ def test_variant_trains_loads_and_resumes_exactly(variant, corpus_and_tokenizer,
 
 
 @pytest.mark.slow
-def test_variants_under_two_process_gloo_ddp(corpus_and_tokenizer, teacher, tmp_path):
-    """One torchrun launch trains every variant for 2 steps on 2 processes; the replicas agree."""
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variants_under_two_process_gloo_ddp(corpus_and_tokenizer, teacher, tmp_path, name):
+    """torchrun trains the variant for 2 steps on 2 processes; the replicas agree.
+
+    One launch per variant: ``--standalone`` picks a free rendezvous port for each (guessing
+    further ports inside one launch hung once in CI when one was taken)."""
     import yaml
 
-    paths = []
-    for name, fields in VARIANTS.items():
-        extra = {"teacher": str(teacher)} if name == "distill" else {}
-        cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name=f"ddp-{name}", max_steps=2, save_every=2, **fields, **extra)
-        paths.append(tmp_path / f"{name}.yaml")
-        paths[-1].write_text(yaml.safe_dump(cfg.to_dict()))
-    script = tmp_path / "all.py"
-    # torchrun's own store cannot host a second process group after the first is destroyed: each run
-    # makes its own (rank 0 serves it on the next port)
-    script.write_text("import os, sys\nfrom bertology.pretraining.trainer import main\n"
-                      "base = int(os.environ['MASTER_PORT'])\nos.environ['TORCHELASTIC_USE_AGENT_STORE'] = 'False'\n"
-                      "for i, path in enumerate(sys.argv[1:], 1):\n"
-                      "    os.environ['MASTER_PORT'] = str(base + i)\n    main(['--config', path])\n")
+    extra = {"teacher": str(teacher)} if name == "distill" else {}
+    cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name=f"ddp-{name}", max_steps=2, save_every=2, **VARIANTS[name],
+               **extra)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(script), *map(str, paths)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+                           "-m", "bertology.pretraining.trainer", "--config", str(path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in VARIANTS:
-        info = json.loads((tmp_path / "models" / f"ddp-{name}" / "run.json").read_text())
-        digests = info["final_weights_sha256_per_rank"]
-        assert info["world_size"] == 2 and len(digests) == 2 and digests[0] == digests[1], name
-        assert (read_metrics(tmp_path / "models" / f"ddp-{name}").metric == "loss").sum() == 2
+    info = json.loads((tmp_path / "models" / f"ddp-{name}" / "run.json").read_text())
+    digests = info["final_weights_sha256_per_rank"]
+    assert info["world_size"] == 2 and len(digests) == 2 and digests[0] == digests[1], name
+    assert (read_metrics(tmp_path / "models" / f"ddp-{name}").metric == "loss").sum() == 2
 
 
 def test_equal_compute_study_end_to_end(corpus_and_tokenizer, tmp_path):
