@@ -7,7 +7,10 @@ early-stopped on dev; bfloat16 matmuls where the CPU has AMX, and float32); and 
 probe trained once per layer in a Python loop against all layers' MLPs trained jointly (same
 hyper-parameters, batch 512: isolates the gain from vectorising over layers), and the joint MLP at
 batch 128 (4x the Adam steps per epoch; with the same early stopping it trains longer rather than
-shorter: the quickstart gains from it only by capping the epochs, see docs/METHODS.md). Each table names the CPU and its matrix-unit flags. Prints seconds, speed-up of
+shorter: the quickstart gains from it only by capping the epochs, see docs/METHODS.md) three ways:
+float32 with torch's per-tensor Adam (the implementation before fused Adam: the baseline of the
+next two), float32 with fused Adam (what every CPU gets), and auto precision (bfloat16 matmuls
+where measured faster). Each table names the CPU and its matrix-unit flags. Prints seconds, speed-up of
 each workbench row against its baseline, and test accuracies (mean and best over layers).
 
 Each method runs at every thread count in ``--threads`` (default 1 and all cores); the closing
@@ -23,6 +26,7 @@ for scikit-learn (8-40 lbfgs iterations per layer against 85-145 on real feature
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 import warnings
@@ -48,6 +52,23 @@ def _data(args):
     corpus = load_corpus("brown-sample", limit=300 if args.quick else 1200)
     store = extract(load_model("minilm-l6", attentions=False), corpus, attentions=False)
     return store.layers(), store.sentence_offsets, build_task(corpus, "pos"), f"MiniLM-L6 x {corpus.name}"
+
+
+PREVIOUS_MLP = "joint MLP, batch 128, float32, per-tensor Adam (before; baseline)"
+CURRENT_MLP = "joint MLP, batch 128, auto precision, fused Adam (the quickstart)"
+
+
+@contextlib.contextmanager
+def _previous_adam():
+    """The MLP probes as they trained before fused Adam: torch's per-tensor Adam loop."""
+    from bertology.probes.probing import edge
+
+    fused = edge._fused
+    edge._fused = lambda device: {}
+    try:
+        yield
+    finally:
+        edge._fused = fused
 
 
 def _best_of(fn, repeat: int):
@@ -129,10 +150,17 @@ def main() -> None:
                 acc_mlp, t_mlp = _best_of(lambda: joint("mlp", list(range(L))), 1)
                 acc_loop, t_loop = _best_of(
                     lambda: np.concatenate([joint("mlp", [l]) for l in range(L)]), 1)
+                with _previous_adam():
+                    acc_old, t_old = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128,
+                                                            precision="float32"), 1)
+                acc_f32, t_f32 = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128,
+                                                        precision="float32"), 1)
                 acc_mlp128, t_mlp128 = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128), 1)
                 rows += [("torch MLP probe, 1 per layer in a loop (baseline)", t_loop, t_loop, acc_loop),
-                         ("joint MLP (all layers), batch 512 (before)", t_mlp, t_loop, acc_mlp),
-                         ("joint MLP (all layers), batch 128 (as the quickstart)", t_mlp128, t_loop, acc_mlp128)]
+                         ("joint MLP (all layers), batch 512", t_mlp, t_loop, acc_mlp),
+                         (PREVIOUS_MLP, t_old, t_old, acc_old),
+                         ("joint MLP, batch 128, float32, fused Adam", t_f32, t_old, acc_f32),
+                         (CURRENT_MLP, t_mlp128, t_old, acc_mlp128)]
             torch.set_num_threads(before)
         for m, t, _, a in rows:
             if m not in best or t < best[m][0]:
@@ -154,10 +182,13 @@ def main() -> None:
           f"(float32 {lin32[2].mean():.4f}) vs {sk[2].mean():.4f}; target >= 10x at equal or better accuracy")
     if not args.no_mlp:
         loop = best["torch MLP probe, 1 per layer in a loop (baseline)"]
-        for m in ("joint MLP (all layers), batch 512 (before)", "joint MLP (all layers), batch 128 (as the quickstart)"):
+        for m in ("joint MLP (all layers), batch 512", CURRENT_MLP):
             mlp = best[m]
             print(f"{m} vs MLP loop: {loop[0] / mlp[0]:.1f}x faster, mean accuracy "
                   f"{mlp[2].mean():.4f} vs {loop[2].mean():.4f}")
+        old, new = best[PREVIOUS_MLP], best[CURRENT_MLP]
+        print(f"MLP probes now vs before (float32, per-tensor Adam): {old[0] / new[0]:.2f}x faster, mean accuracy "
+              f"{new[2].mean():.4f} vs {old[2].mean():.4f}")
 
 if __name__ == "__main__":
     main()

@@ -54,6 +54,9 @@ if [ -n "$missing" ]; then
     echo "note: install with your package manager:$missing (optional: dictionaries, browser test)" >&2
   fi
 fi
+# compile numba's cache for UMAP (contextuality's sense clusters) once here, not in the first run
+$VPY -c "from bertology.probes.embeddings.neighbours import compile_umap; compile_umap()" 2>/dev/null \
+  || echo "note: could not pre-compile UMAP's numba cache (the first sense-cluster plot compiles it)" >&2
 if [ "$WITH_CORPUS" = 1 ]; then
   $VPY scripts/build_english_corpus.py --out "${BERTOLOGY_CORPUS:-$HOME/.cache/bertology/english-corpus}"
 fi

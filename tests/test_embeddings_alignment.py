@@ -163,3 +163,26 @@ def test_each_embedding_analysis_is_one_function_for_study_and_cli():
     runner = CliRunner()
     for command in ("embeddings", "align"):
         assert "--force" in runner.invoke(app, [command, "--help"]).output
+
+
+def test_bfloat16_screening_gives_the_float32_neighbours():
+    # blocks screened in bfloat16 (precision="auto" on AMX / AVX512-BF16 CPUs) and rescored in
+    # float32 must return float32's neighbours and CSLS scores (ties aside: random data has none)
+    rng = np.random.default_rng(5)
+    q = unit_rows(rng.normal(size=(300, 24)))
+    t = unit_rows(rng.normal(size=(900, 24)))
+    pool = unit_rows(rng.normal(size=(700, 24)))
+    for args in [dict(), dict(exclude_self=True)]:
+        keys = q if args else t
+        exact = topk_cosine(q, keys, 10, batch_size=128, precision="float32", **args)
+        screened = topk_cosine(q, keys, 10, batch_size=128, precision="bfloat16", **args)
+        assert np.array_equal(exact[1], screened[1])
+        assert np.allclose(exact[0], screened[0], atol=1e-6)
+    for kwargs in [dict(source_pool=pool), dict(), dict(source_pool=q)]:
+        exact = retrieve(q, t, 5, "csls", batch_size=128, precision="float32", **kwargs)
+        screened = retrieve(q, t, 5, "csls", batch_size=128, precision="bfloat16", **kwargs)
+        assert np.array_equal(exact[1], screened[1])
+        assert np.allclose(exact[0], screened[0], atol=1e-5)
+    # the pool given as the queries themselves takes the one-pass path: same numbers
+    assert np.allclose(retrieve(q, t, 5, "csls", source_pool=q, precision="float32")[0],
+                       retrieve(q, t, 5, "csls", precision="float32")[0], atol=1e-6)

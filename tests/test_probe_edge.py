@@ -163,3 +163,23 @@ def test_fixed_combination(planted):
                       fixed_weights=weights, seeds=(0,), config=ProbeConfig(**SMALL))
     acc = df[(df.split == "test") & (df.metric == "accuracy")]["value"].to_numpy()
     assert acc[0] > 0.8 and acc[1] < 0.45
+
+
+def test_mlp_probes_in_bfloat16_match_float32(planted):
+    # bfloat16 matmuls (what precision="auto" picks on AMX / AVX512-BF16 CPUs) must find the same
+    # planted layer with the same accuracy as float32; parameters and predictions stay float32
+    accs = {}
+    for precision in ("float32", "bfloat16"):
+        cfg = ProbeConfig(**SMALL, precision=precision)
+        df = probe_arrays(planted.features, planted.sentence_offsets, planted.task, seeds=(0,), config=cfg)
+        accs[precision] = _test_acc(df, "per_layer")
+    assert accs["bfloat16"].idxmax() == accs["float32"].idxmax() == K_LAYER
+    assert (accs["bfloat16"] - accs["float32"]).abs().max() < 0.05
+
+
+def test_float32_mlp_probes_repeat_exactly(planted):
+    cfg = ProbeConfig(**SMALL, precision="float32")
+    runs = [probe_arrays(planted.features, planted.sentence_offsets, planted.task, seeds=(0,), config=cfg)
+            for _ in range(2)]
+    scores = [r[r.metric != "seconds"]["value"].to_numpy() for r in runs]
+    np.testing.assert_array_equal(scores[0], scores[1])

@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertology.probes.embeddings.static_vectors import StaticVectors, unit_rows
 from bertology.errors import WorkbenchError
+from bertology.probes.embeddings.static_vectors import StaticVectors, unit_rows
+from bertology.runtime import resolve_precision
 
 NORMALIZATIONS = {
     "none": (),
@@ -97,35 +98,102 @@ def _paired(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # --- batched nearest neighbours ------------------------------------------------------------------
+RESCORE_MARGIN = 32
+"""Extra candidates per row when similarities are screened in bfloat16: the best ``k + 32`` by the
+bfloat16 product are rescored exactly in float32 and the best ``k`` of those kept."""
+
+
+def _low_precision(precision: str | None) -> torch.dtype | None:
+    """The dtype similarity blocks are screened in (None: exact float32 products only)."""
+    return resolve_precision(precision, "cpu", what="similarity search")
+
+
+class _Keys:
+    """Key rows ``[m, d]`` (float32) and, with a low-precision dtype, their copy in that dtype."""
+
+    def __init__(self, keys: np.ndarray, low: torch.dtype | None):
+        self.exact = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
+        self.low = None if low is None else self.exact.to(low)
+        self._with_bias: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _screen(self, q: torch.Tensor, scale: float, bias: torch.Tensor | None) -> torch.Tensor:
+        """``scale * (q @ keysᵀ) - bias`` in the low dtype, ``[b, m]``: the bias rides along as one
+        more column of the product (accumulated in float32, rounded once), the block is never
+        copied to float32."""
+        if bias is None:
+            return (q * scale).to(self.low.dtype) @ self.low.T if scale != 1.0 else q.to(self.low.dtype) @ self.low.T
+        if self._with_bias is None or self._with_bias[0] is not bias:
+            self._with_bias = (bias, torch.cat([self.exact, bias[:, None]], dim=1).to(self.low.dtype))
+        q1 = torch.cat([q * scale, torch.full((q.shape[0], 1), -1.0)], dim=1).to(self.low.dtype)
+        return q1 @ self._with_bias[1].T
+
+    def block_topk(self, q: torch.Tensor, k: int, *, scale: float = 1.0, bias: torch.Tensor | None = None,
+                   exclude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-``k`` of ``scale * (q @ keysᵀ) - bias`` per row of ``q [b, d]`` -> ``(values [b, k],
+        indices [b, k])``, best first; ``exclude [b]``: a key index each row may not pick.
+
+        Exact float32 products; with a low-precision copy, the block is screened in that dtype and
+        the best ``k + RESCORE_MARGIN`` candidates of each row are rescored in float32, so the
+        result is float32's unless more than ``RESCORE_MARGIN`` keys sit within bfloat16's error of
+        the ``k``-th best.
+        """
+        m = self.exact.shape[0]
+        rows = torch.arange(q.shape[0])
+        screen = self.low is not None and k + RESCORE_MARGIN < m
+        if screen:
+            sims = self._screen(q, scale, bias)
+        else:
+            sims = q @ self.exact.T
+            if scale != 1.0:
+                sims.mul_(scale)
+            if bias is not None:
+                sims.sub_(bias[None, :])
+        if exclude is not None:
+            sims[rows, exclude] = -float("inf")
+        if not screen:
+            return torch.topk(sims, k, dim=1)
+        _, cand = torch.topk(sims, k + RESCORE_MARGIN, dim=1)                          # [b, c]
+        exact = torch.einsum("bd,bcd->bc", q, self.exact[cand]) * scale
+        if bias is not None:
+            exact -= bias[cand]
+        if exclude is not None:
+            exact.masked_fill_(cand == exclude[:, None], -float("inf"))
+        values, order = torch.topk(exact, k, dim=1)
+        return values, cand.gather(1, order)
+
+
 def topk_cosine(
-    queries: np.ndarray, keys: np.ndarray, k: int, batch_size: int = 4096, exclude_self: bool = False
+    queries: np.ndarray, keys: np.ndarray, k: int, batch_size: int = 4096, exclude_self: bool = False,
+    precision: str = "auto",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` dot products of each query row with all key rows, in query batches.
 
     Rows are expected unit length (dot = cosine). ``queries`` ``[n, d]``, ``keys`` ``[m, d]`` ->
     ``(scores [n, k] float32, indices [n, k] int64)``, best first. Peak extra memory
     ``batch_size × m`` floats. ``exclude_self`` drops ``keys[i]`` for query ``i`` (same matrix).
+    ``precision``: ``"auto"`` screens each block in bfloat16 where a micro-benchmark measures it
+    faster (:func:`bertology.runtime.resolve_precision`) and rescores the best ``k +``
+    :data:`RESCORE_MARGIN` candidates in float32; ``"float32"``: exact products only.
     """
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
-    kk = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
-    k = min(k, kk.shape[0] - int(exclude_self))
+    kk = _Keys(keys, _low_precision(precision))
+    k = min(k, kk.exact.shape[0] - int(exclude_self))
     scores = np.empty((q.shape[0], k), np.float32)
     idx = np.empty((q.shape[0], k), np.int64)
     with torch.no_grad():
         for start in range(0, q.shape[0], batch_size):
-            sims = q[start:start + batch_size] @ kk.T
-            if exclude_self:
-                rows = torch.arange(sims.shape[0])
-                sims[rows, rows + start] = -float("inf")
-            s, i = torch.topk(sims, k, dim=1)
+            block = q[start:start + batch_size]
+            exclude = torch.arange(start, start + len(block)) if exclude_self else None
+            s, i = kk.block_topk(block, k, exclude=exclude)
             scores[start:start + len(s)] = s.numpy()
             idx[start:start + len(s)] = i.numpy()
     return scores, idx
 
 
-def mean_topk_cosine(queries: np.ndarray, keys: np.ndarray, k: int = 10, batch_size: int = 4096) -> np.ndarray:
+def mean_topk_cosine(queries: np.ndarray, keys: np.ndarray, k: int = 10, batch_size: int = 4096,
+                     precision: str = "auto") -> np.ndarray:
     """``r`` of CSLS: mean cosine of each query to its ``k`` nearest keys, ``[n]`` (batched)."""
-    scores, _ = topk_cosine(queries, keys, k, batch_size)
+    scores, _ = topk_cosine(queries, keys, k, batch_size, precision=precision)
     return scores.mean(axis=1)
 
 
@@ -134,6 +202,8 @@ def _mutual_mean_topk(queries: np.ndarray, target: np.ndarray, k: int, batch_siz
 
     Each query batch's similarity block ``[b, m]`` gives the rows' top-k directly and updates a
     running column top-k ``[m, k]`` (merged with ``torch.topk``), so the block is computed once.
+    Always float32: screening would need ``k + RESCORE_MARGIN`` running column candidates per
+    target, whose merges cost more than bfloat16 saves when the queries are few.
     """
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     t = torch.from_numpy(np.ascontiguousarray(target, dtype=np.float32))
@@ -158,6 +228,7 @@ def retrieve(
     source_pool: np.ndarray | None = None,
     r_source: np.ndarray | None = None,
     batch_size: int = 4096,
+    precision: str = "auto",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Best ``k`` target rows for each mapped query by ``"nn"`` (cosine) or ``"csls"``.
 
@@ -165,29 +236,32 @@ def retrieve(
     CSLS needs ``r_S(y)`` for every target row: the mean cosine of ``y`` to its ``csls_k``
     nearest rows of ``source_pool`` (the whole mapped source vocabulary; default ``queries``),
     or pass ``r_source`` ``[m]`` precomputed. Returns ``(scores [n, k], indices [n, k])``.
+    ``precision``: as :func:`topk_cosine` (bfloat16 screening where faster, float32 rescoring).
     """
+    pool_is_queries = source_pool is queries          # one pass then gives both r_T and r_S
     queries = unit_rows(queries)
     target = unit_rows(target)
     if method == "nn":
-        return topk_cosine(queries, target, k, batch_size)
+        return topk_cosine(queries, target, k, batch_size, precision=precision)
     if method != "csls":
         raise AlignmentError(f"unknown retrieval {method!r} (use 'nn' or 'csls')")
+    if pool_is_queries:
+        source_pool = None
     if r_source is None and source_pool is None:
         r_target, r_source = _mutual_mean_topk(queries, target, csls_k, batch_size)
     else:
         if r_source is None:
-            r_source = mean_topk_cosine(target, unit_rows(source_pool), csls_k, batch_size)
-        r_target = mean_topk_cosine(queries, target, csls_k, batch_size)
+            r_source = mean_topk_cosine(target, unit_rows(source_pool), csls_k, batch_size, precision)
+        r_target = mean_topk_cosine(queries, target, csls_k, batch_size, precision)
     q = torch.from_numpy(queries)
-    t = torch.from_numpy(target)
+    keys = _Keys(target, _low_precision(precision))
     rs = torch.from_numpy(np.asarray(r_source, dtype=np.float32))
     k = min(k, target.shape[0])
     scores = np.empty((len(queries), k), np.float32)
     idx = np.empty((len(queries), k), np.int64)
     with torch.no_grad():
         for start in range(0, len(queries), batch_size):
-            csls = 2 * (q[start:start + batch_size] @ t.T) - rs[None, :]
-            s, i = torch.topk(csls, k, dim=1)
+            s, i = keys.block_topk(q[start:start + batch_size], k, scale=2.0, bias=rs)
             scores[start:start + len(s)] = s.numpy() - r_target[start:start + len(s), None]
             idx[start:start + len(s)] = i.numpy()
     return scores, idx

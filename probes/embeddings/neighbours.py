@@ -120,6 +120,19 @@ def _umap_2d(x: np.ndarray, seed: int, n_neighbors: int) -> np.ndarray:
         return reducer.fit_transform(x).astype(np.float32)
 
 
+def compile_umap() -> float:
+    """Fill numba's on-disk cache for the UMAP code :func:`sense_clusters` runs (a tiny fit of
+    both initialisations), so the first real fit after installation does not compile it: ~15 s
+    on a 2-core CPU. ``scripts/setup.sh`` calls it once. Returns the seconds it took."""
+    import time
+
+    started = time.perf_counter()
+    x = np.random.default_rng(0).normal(size=(40, 16)).astype(np.float32)
+    _umap_2d(x, 0, 15)              # spectral initialisation
+    _umap_2d(x[:8], 0, 15)          # random initialisation (fewer than 10 points)
+    return time.perf_counter() - started
+
+
 def sense_cluster_figure(df: pd.DataFrame, word: str = "") -> Any:
     """Plotly scatter of ``sense_clusters`` output, coloured by cluster, context on hover."""
     import plotly.express as px

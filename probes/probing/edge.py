@@ -18,9 +18,11 @@ token vectors the same way, concatenate, one linear layer (no projection, no hid
 Loss: softmax cross-entropy (single label) or sigmoid BCE (multi-label), early stopping on dev
 loss, keeping each probe's best parameters. Linear probes whose pooled inputs are fixed (width-1
 spans, or mean pooling; per-layer or fixed mixing) train full-batch with L-BFGS on the
-L2-regularised logistic loss (scikit-learn's objective, ``C``), bfloat16 matmuls where measured
-faster than float32 (``precision="auto"``, :func:`bertology.runtime.resolve_precision`);
-everything else with minibatch Adam. Width-1 spans skip attention pooling.
+L2-regularised logistic loss (scikit-learn's objective, ``C``); everything else with minibatch
+Adam (fused update where torch has it). Both compute their matmuls in bfloat16 (float32
+parameters, optimiser state, losses and predictions) only where a measured micro-benchmark finds
+bfloat16 faster than float32 (``precision="auto"``, :func:`bertology.runtime.resolve_precision`:
+AMX / AVX512-BF16 CPUs, GPUs); elsewhere in float32. Width-1 spans skip attention pooling.
 
 Input features: ``[L, n_words, D]`` (``FeatureStore.layers()``), words in corpus order, with
 ``sentence_offsets [n_sentences + 1]`` giving each sentence's first word.
@@ -74,8 +76,9 @@ class ProbeConfig:
                                   # per-layer or fixed mixing), minibatch Adam otherwise
     C: float = 1.0                # L-BFGS: inverse L2 strength, as scikit-learn's LogisticRegression
     lbfgs_steps: int = 5          # L-BFGS iterations per "epoch" (one dev check)
-    precision: str = "auto"       # L-BFGS matmuls: "float32" | "bfloat16" | "auto" (bfloat16 where a
-                                  # measured micro-benchmark finds it faster: bertology.runtime)
+    precision: str = "auto"       # training matmuls (L-BFGS and Adam): "float32" | "bfloat16" | "auto"
+                                  # (bfloat16 where a measured micro-benchmark finds it faster:
+                                  # bertology.runtime); predictions and metrics are float32
 
     def __post_init__(self) -> None:
         if self.probe not in ("mlp", "linear"):
@@ -232,6 +235,12 @@ class JointProbes(torch.nn.Module):
         return torch.baddbmm(sel(self.b2)[:, None, :], r, sel(self.w2))
 
 
+def _fused(device: torch.device) -> dict[str, bool]:
+    """``fused=True`` for Adam where torch has the fused kernel (one pass over all parameters
+    instead of a dozen ops per tensor: the update dominates small probes' steps on a CPU)."""
+    return {"fused": True} if device.type in ("cpu", "cuda") else {}
+
+
 def _selector(active: torch.Tensor | None):
     return (lambda t: t) if active is None else (lambda t: t[active])
 
@@ -267,7 +276,7 @@ class SpanFeatures:
         else:
             self.mean = self.scale = None
         self.cached: torch.Tensor | None = None
-        self.cached_lowp: torch.Tensor | None = None    # bfloat16 copy for the L-BFGS probes, made once
+        self.cached_lowp: torch.Tensor | None = None    # low-precision copy of ``cached``, made once
         L, D = self.feats.shape[0], self.feats.shape[2]
         if L * self.tokens.numel() * D * 4 <= cache_bytes:
             # gather + standardise every example once; batches are then one index_select
@@ -281,11 +290,23 @@ class SpanFeatures:
             g = (g - self.mean) * self.scale
         return g
 
-    def __call__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Features ``[L, B, S, M, D]`` and mask ``[B, S, M]`` of examples ``idx``."""
+    def low_precision(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """``cached`` in ``dtype`` (made once, shared by every fit on these features), or None
+        when the features are not cached."""
+        if self.cached is None:
+            return None
+        if self.cached_lowp is None or self.cached_lowp.dtype != dtype:
+            self.cached_lowp = self.cached.to(dtype)
+        return self.cached_lowp
+
+    def __call__(self, idx: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features ``[L, B, S, M, D]`` and mask ``[B, S, M]`` of examples ``idx`` (float32, or
+        ``dtype`` when given)."""
         if self.cached is not None:
-            return self.cached.index_select(1, idx), self.mask[idx]
-        return self._gather(idx), self.mask[idx]
+            source = self.cached if dtype in (None, torch.float32) else self.low_precision(dtype)
+            return source.index_select(1, idx), self.mask[idx]
+        g = self._gather(idx)
+        return (g if dtype is None else g.to(dtype)), self.mask[idx]
 
 
 def _loss(logits: torch.Tensor, y: torch.Tensor, multilabel: bool) -> torch.Tensor:
@@ -355,9 +376,7 @@ def _fit_inputs(data: SpanFeatures, mixing: np.ndarray, rows: torch.Tensor, dtyp
     """
     X = _pooled_inputs(data, mixing)
     if X.dtype != dtype and data.cached is not None and X.data_ptr() == data.cached.data_ptr():
-        if data.cached_lowp is None or data.cached_lowp.dtype != dtype:
-            data.cached_lowp = X.to(dtype)
-        X = data.cached_lowp
+        X = data.low_precision(dtype).view(X.shape)
     return X.index_select(1, rows).to(dtype)
 
 
@@ -516,7 +535,10 @@ def fit_joint(data: SpanFeatures, y: np.ndarray, train_idx: np.ndarray, dev_idx:
     other = [p for n, p in model.named_parameters() if n not in ("mix_logits", "gamma")]
     groups = [{"params": other}] + ([{"params": mix_params, "lr": config.mix_lr,
                                       "weight_decay": 0.0}] if mix_params else [])
-    opt = torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay)
+    opt = torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay, **_fused(device))
+    # bfloat16 matmuls (autocast: parameters, gradients and Adam's state stay float32) only where
+    # measured faster; the loss, dev scores and predictions are float32
+    lowp = resolve_precision(config.precision, device, what="MLP probes")
     gen = torch.Generator().manual_seed(seed + 1)
     # keep the gathered batch around a few tens of MB
     per_example = (L + 2 * P) * S * data.tokens.shape[2] * max(D, config.proj_dim) * 4
@@ -534,8 +556,10 @@ def fit_joint(data: SpanFeatures, y: np.ndarray, train_idx: np.ndarray, dev_idx:
                            for _ in range(repeats)])
         for start in range(0, len(order), step):
             b = order[start:start + step]
-            g, m = data(b)
-            loss = _loss(model(g, m, active), yt[b], multilabel).sum()
+            g, m = data(b, lowp)
+            with torch.autocast(device.type, dtype=lowp or torch.bfloat16, enabled=lowp is not None):
+                logits = model(g, m, active)
+            loss = _loss(logits.float(), yt[b], multilabel).sum()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
