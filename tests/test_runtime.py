@@ -96,6 +96,10 @@ def test_speedup_is_measured_once_per_machine_and_torch_version(planted_speedup,
     runtime._cache_file().write_text("{not json")                          # a corrupt cache is remade
     monkeypatch.setattr(runtime, "_speedups", {})
     assert runtime.low_precision_speedup("bfloat16") == 3.0 and len(calls) == 3
+    monkeypatch.setattr(runtime, "_speedups", {})
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")                      # kernels capped at AVX2: measured again
+    assert runtime.low_precision_speedup("bfloat16") == 3.0 and len(calls) == 4
+    assert any("ONEDNN_MAX_CPU_ISA=AVX2" in k for k in json.loads(runtime._cache_file().read_text()))
 
 
 def test_measured_speedup_and_cpu_info_are_real_numbers():

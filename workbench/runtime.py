@@ -120,8 +120,15 @@ def _device_name(device: torch.device) -> str:
     return device.type
 
 
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+"""Environment variables that cap the instruction set torch's kernels use (e.g. AVX2 only on an
+AVX-512 CPU): part of the cached measurement's key, since they change what bfloat16 costs."""
+
+
 def _cache_key(dtype_name: str, device: torch.device) -> str:
-    return f"v{PRECISION_CACHE_VERSION} | {dtype_name} | {device.type} | {_device_name(device)} | torch {torch.__version__}"
+    key = f"v{PRECISION_CACHE_VERSION} | {dtype_name} | {device.type} | {_device_name(device)} | torch {torch.__version__}"
+    limits = [f"{name}={os.environ[name]}" for name in ISA_LIMITS if os.environ.get(name)]
+    return key + (" | " + " ".join(limits) if limits and device.type == "cpu" else "")
 
 
 def _cache_file() -> Path:
