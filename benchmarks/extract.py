@@ -11,7 +11,7 @@ repetition starts from the same page cache). The process uses the allocator sett
 
 Rows: the store in float32 (the default: equal to a plain HF forward pass to float tolerance), and
 the fast settings -- ``amp_dtype="auto"`` (bfloat16 autocast only where a measured micro-benchmark
-finds it faster, e.g. AMX; float32 elsewhere), float16 storage, 4,096-token batches -- whose
+finds it faster, e.g. AMX; float32 elsewhere), float16 storage, the default 1,024-token batches -- whose
 largest deviation from the float32 store is printed; ``--bf16`` adds forced bfloat16 rows (what
 the fast settings were before: on CPUs without bf16 units they run slower and warn). Roofline:
 model forward FLOPs per word ÷ the measured float32 (and bfloat16) matmul rate. Each row also
@@ -36,7 +36,7 @@ from bertology.models import load_model
 from bertology.runtime import keep_freed_memory
 from bertology.store import extract
 
-FAST = {"amp_dtype": "auto", "storage": "float16", "batch_tokens": 4096}
+FAST = {"amp_dtype": "auto", "storage": "float16"}
 FORCED_BF16 = dict(FAST, amp_dtype="bfloat16")
 
 
