@@ -120,11 +120,13 @@ class _Keys:
         """``scale * (q @ keysᵀ) - bias`` in the low dtype, ``[b, m]``: the bias rides along as one
         more column of the product (accumulated in float32, rounded once), the block is never
         copied to float32."""
+        if scale != 1.0:
+            q = q * scale
         if bias is None:
-            return (q * scale).to(self.low.dtype) @ self.low.T if scale != 1.0 else q.to(self.low.dtype) @ self.low.T
+            return q.to(self.low.dtype) @ self.low.T
         if self._with_bias is None or self._with_bias[0] is not bias:
             self._with_bias = (bias, torch.cat([self.exact, bias[:, None]], dim=1).to(self.low.dtype))
-        q1 = torch.cat([q * scale, torch.full((q.shape[0], 1), -1.0)], dim=1).to(self.low.dtype)
+        q1 = torch.cat([q, torch.full((q.shape[0], 1), -1.0)], dim=1).to(self.low.dtype)
         return q1 @ self._with_bias[1].T
 
     def block_topk(self, q: torch.Tensor, k: int, *, scale: float = 1.0, bias: torch.Tensor | None = None,
