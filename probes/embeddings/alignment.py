@@ -109,27 +109,24 @@ def _low_precision(precision: str | None) -> torch.dtype | None:
 
 
 class _Keys:
-    """Key rows ``[m, d]`` (float32) and, with a low-precision dtype, their copy in that dtype."""
+    """Key rows ``[m, d]`` (float32), an optional per-key ``bias [m]`` subtracted from every score,
+    and, with a low-precision dtype, one copy of both in that dtype (the bias as a last column)."""
 
-    def __init__(self, keys: np.ndarray, low: torch.dtype | None):
+    def __init__(self, keys: np.ndarray, low: torch.dtype | None, bias: torch.Tensor | None = None):
         self.exact = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
-        self.low = None if low is None else self.exact.to(low)
-        self._with_bias: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.bias = bias
+        self.low = None
+        if low is not None:
+            self.low = (self.exact if bias is None else torch.cat([self.exact, bias[:, None]], dim=1)).to(low)
 
-    def _screen(self, q: torch.Tensor, scale: float, bias: torch.Tensor | None) -> torch.Tensor:
-        """``scale * (q @ keysᵀ) - bias`` in the low dtype, ``[b, m]``: the bias rides along as one
-        more column of the product (accumulated in float32, rounded once), the block is never
-        copied to float32."""
-        if scale != 1.0:
-            q = q * scale
-        if bias is None:
-            return q.to(self.low.dtype) @ self.low.T
-        if self._with_bias is None or self._with_bias[0] is not bias:
-            self._with_bias = (bias, torch.cat([self.exact, bias[:, None]], dim=1).to(self.low.dtype))
-        q1 = torch.cat([q, torch.full((q.shape[0], 1), -1.0)], dim=1).to(self.low.dtype)
-        return q1 @ self._with_bias[1].T
+    def _screen(self, q: torch.Tensor) -> torch.Tensor:
+        """``q @ keysᵀ - bias`` in the low dtype, ``[b, m]``: the bias rides along as one more column
+        of the product (accumulated in float32, rounded once), the block is never copied to float32."""
+        if self.bias is not None:
+            q = torch.cat([q, torch.full((q.shape[0], 1), -1.0)], dim=1)
+        return q.to(self.low.dtype) @ self.low.T
 
-    def block_topk(self, q: torch.Tensor, k: int, *, scale: float = 1.0, bias: torch.Tensor | None = None,
+    def block_topk(self, q: torch.Tensor, k: int, *, scale: float = 1.0,
                    exclude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-``k`` of ``scale * (q @ keysᵀ) - bias`` per row of ``q [b, d]`` -> ``(values [b, k],
         indices [b, k])``, best first; ``exclude [b]``: a key index each row may not pick.
@@ -139,25 +136,23 @@ class _Keys:
         result is float32's unless more than ``RESCORE_MARGIN`` keys sit within bfloat16's error of
         the ``k``-th best.
         """
-        m = self.exact.shape[0]
-        rows = torch.arange(q.shape[0])
-        screen = self.low is not None and k + RESCORE_MARGIN < m
+        if scale != 1.0:
+            q = q * scale
+        screen = self.low is not None and k + RESCORE_MARGIN < self.exact.shape[0]
         if screen:
-            sims = self._screen(q, scale, bias)
+            sims = self._screen(q)
         else:
             sims = q @ self.exact.T
-            if scale != 1.0:
-                sims.mul_(scale)
-            if bias is not None:
-                sims.sub_(bias[None, :])
+            if self.bias is not None:
+                sims.sub_(self.bias[None, :])
         if exclude is not None:
-            sims[rows, exclude] = -float("inf")
+            sims[torch.arange(q.shape[0]), exclude] = -float("inf")
         if not screen:
             return torch.topk(sims, k, dim=1)
         _, cand = torch.topk(sims, k + RESCORE_MARGIN, dim=1)                          # [b, c]
-        exact = torch.einsum("bd,bcd->bc", q, self.exact[cand]) * scale
-        if bias is not None:
-            exact -= bias[cand]
+        exact = torch.einsum("bd,bcd->bc", q, self.exact[cand])
+        if self.bias is not None:
+            exact -= self.bias[cand]
         if exclude is not None:
             exact.masked_fill_(cand == exclude[:, None], -float("inf"))
         values, order = torch.topk(exact, k, dim=1)
@@ -256,14 +251,14 @@ def retrieve(
             r_source = mean_topk_cosine(target, unit_rows(source_pool), csls_k, batch_size, precision)
         r_target = mean_topk_cosine(queries, target, csls_k, batch_size, precision)
     q = torch.from_numpy(queries)
-    keys = _Keys(target, _low_precision(precision))
     rs = torch.from_numpy(np.asarray(r_source, dtype=np.float32))
+    keys = _Keys(target, _low_precision(precision), bias=rs)
     k = min(k, target.shape[0])
     scores = np.empty((len(queries), k), np.float32)
     idx = np.empty((len(queries), k), np.int64)
     with torch.no_grad():
         for start in range(0, len(queries), batch_size):
-            s, i = keys.block_topk(q[start:start + batch_size], k, scale=2.0, bias=rs)
+            s, i = keys.block_topk(q[start:start + batch_size], k, scale=2.0)
             scores[start:start + len(s)] = s.numpy() - r_target[start:start + len(s), None]
             idx[start:start + len(s)] = i.numpy()
     return scores, idx
