@@ -14,9 +14,12 @@ the fast settings -- ``amp_dtype="auto"`` (bfloat16 autocast only where a measur
 finds it faster, e.g. AMX; float32 elsewhere), float16 storage, the default 1,024-token batches -- whose
 largest deviation from the float32 store is printed; ``--bf16`` adds forced bfloat16 rows (what
 the fast settings were before: on CPUs without bf16 units they run slower and warn). Roofline:
-model forward FLOPs per word ÷ the measured float32 (and bfloat16) matmul rate. Each row also
+model forward FLOPs per word ÷ the measured float32 (and bfloat16) matmul rate (float32: the best of
+measurements taken before every path, as the machine's speed drifts). Each row also
 gives this process's CPU seconds (all threads) in its best run: on a shared machine wall times
-move with other load. Every table names the CPU, its matrix-unit flags and the auto choice.
+move with other load. A second table times writing the largest float32 shard with the store's
+writer against ``safetensors.torch.save_file`` followed by hashing the file. Every table names the
+CPU, its matrix-unit flags and the auto choice.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from bertology.benchmarking import machine_line, matmul_flops_per_second, print_
 from bertology.corpus import load_corpus
 from bertology.models import load_model
 from bertology.runtime import keep_freed_memory
-from bertology.store import extract
+from bertology.models import file_sha256
+from bertology.store import extract, save_safetensors
 
 FAST = {"amp_dtype": "auto", "storage": "float16"}
 FORCED_BF16 = dict(FAST, amp_dtype="bfloat16")
@@ -71,6 +75,35 @@ def _deviation(exact, fast) -> tuple[float, float]:
     return hidden, att
 
 
+def shard_writes(store, root: Path, repeat: int) -> list[dict]:
+    """Write the store's largest shard with the store's writer and with the one it replaced
+    (``safetensors.torch.save_file``, then the file read back for its sha256); best of ``repeat``,
+    each into a fresh file deleted before the next."""
+    from safetensors.torch import load_file, save_file
+
+    largest = max((store.path / n for n in store.manifest["shards"]), key=lambda f: f.stat().st_size)
+    tensors = load_file(largest)
+    mb = largest.stat().st_size / 1e6
+
+    def previous(file):
+        save_file(tensors, str(file))
+        return file_sha256(file)
+
+    rows = []
+    for name, write in [("safetensors save_file + sha256 of the file read back (previous)", previous),
+                        ("save_safetensors: one write per tensor, hashed on the way", lambda f: save_safetensors(tensors, f))]:
+        best = float("inf")
+        for r in range(repeat + 1):                   # the first run warms the page cache's free pages
+            file = root / f"shard-{r}.safetensors"
+            _, t, _ = timed_cpu(write, file, repeat=1)
+            file.unlink()
+            best = min(best, t) if r else best
+        rows.append({"shard writer": name, "MB": mb, "seconds": best, "MB/s": mb / best})
+    for r in rows:
+        r["× previous"] = rows[0]["seconds"] / r["seconds"]
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="200 sentences")
@@ -103,7 +136,9 @@ def main() -> None:
             extract(lm, warm, root=root, progress=False, **kw)
         _, t_naive, cpu_naive = timed_cpu(naive_loop, lm, corpus, repeat=args.repeat)
         seconds, cpu, stores = {}, {}, {}
+        rates = [matmul_flops_per_second()]
         for name, kw in paths.items():
+            rates.append(matmul_flops_per_second())   # the machine's speed moves: keep its best
             best = float("inf")
             for r in range(args.repeat):   # a new root each time: the store must not reopen
                 stores[name], t, c = timed_cpu(extract, lm, corpus, root=Path(root) / f"{name}-{r}",
@@ -113,10 +148,11 @@ def main() -> None:
                 if r < args.repeat - 1:    # each repetition starts from the same page-cache state
                     shutil.rmtree(stores[name].path)
             seconds[name] = best
+        writes = shard_writes(stores["feature store, float32 (hidden + attention)"], Path(root), args.repeat)
         dev_hidden, dev_att = _deviation(stores["feature store, float32 (hidden + attention)"],
                                          stores["feature store, fast settings (hidden + attention)"])
 
-    rate = matmul_flops_per_second()
+    rate = max(rates)
     rate_bf16 = matmul_flops_per_second(dtype=torch.bfloat16)
     flops_word = forward_flops_per_token(lm.config, n_tokens / len(corpus)) * n_tokens / n_words
     roofline, roofline_bf16 = rate / flops_word, rate_bf16 / flops_word
@@ -133,6 +169,7 @@ def main() -> None:
     print_table(rows, f"extraction: {args.model}, {len(corpus)} sentences, {n_words} words, {n_tokens} tokens, "
                       f"{torch.get_num_threads()} threads, matmul {rate / 1e9:.0f} GFLOP/s float32, "
                       f"{rate_bf16 / 1e9:.0f} bfloat16; allocator keeps freed memory: {tuned}")
+    print_table(writes, "writing the float32 store's largest shard (page cache; fsync not included)")
     fast = seconds["feature store, fast settings (hidden + attention)"]
     exact = seconds["feature store, float32 (hidden + attention)"]
     chosen = stores["feature store, fast settings (hidden + attention)"].manifest["settings"]["amp_dtype"]

@@ -99,6 +99,31 @@ def test_shards_carry_checksums_in_sha256sum_format(ref_store):
     assert verify_store(ref_store.path) == []
 
 
+def test_shards_are_written_byte_for_byte_as_safetensors_writes_them(tmp_path):
+    """The store's own writer (one write per tensor, hashed on the way) gives safetensors' bytes."""
+    import hashlib
+
+    import torch
+    from safetensors.torch import load_file, save
+
+    from bertology.store import save_safetensors
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {"sentence_ids": torch.arange(5), "word_counts": torch.tensor([3, 4, 5, 6, 7]),
+               "hidden": torch.randn(3, 25, 8, generator=g),
+               "attention": torch.randn(2, 4, 135, generator=g).half(),
+               "special": torch.randn(2, 25, 4, 2, generator=g).bfloat16().transpose(1, 2),  # not contiguous
+               "token_offsets": torch.randint(0, 9, (5, 2, 4, 2, 18), generator=g, dtype=torch.int32),
+               "empty": torch.zeros(0, 3)}
+    digest = save_safetensors(tensors, tmp_path / "ours.safetensors")
+    data = (tmp_path / "ours.safetensors").read_bytes()
+    assert data == save({name: t.contiguous() for name, t in tensors.items()}) and digest == hashlib.sha256(data).hexdigest()
+    for name, t in load_file(tmp_path / "ours.safetensors").items():
+        assert torch.equal(t, tensors[name]), name
+    with pytest.raises(StoreError, match="'flags'.*cannot be written"):
+        save_safetensors({"flags": torch.zeros(2, dtype=torch.bool)}, tmp_path / "bad.safetensors")
+
+
 def _flip_a_float(shard):
     """Change one byte near the end of the shard (inside the last tensor's data), same size."""
     data = bytearray(shard.read_bytes())
@@ -291,8 +316,8 @@ def test_stale_temporaries_of_killed_writes_are_removed(tmp_path):
 def test_disk_full_leaves_nothing_half_written_and_resume_completes(tiny_lm, small_corpus, ref_store, tmp_path,
                                                                    monkeypatch):
     import bertology.store as store_module
-    from safetensors.torch import save_file as real_save_file
 
+    real_save = store_module.save_safetensors
     written = []
 
     def save_until_full(tensors, filename, *args, **kwargs):
@@ -301,9 +326,9 @@ def test_disk_full_leaves_nothing_half_written_and_resume_completes(tiny_lm, sma
                 fh.write(b"\0" * 4096)
             raise OSError(errno.ENOSPC, "No space left on device", filename)
         written.append(filename)
-        return real_save_file(tensors, filename, *args, **kwargs)
+        return real_save(tensors, filename, *args, **kwargs)
 
-    monkeypatch.setattr(store_module, "save_file", save_until_full)
+    monkeypatch.setattr(store_module, "save_safetensors", save_until_full)
     with pytest.raises(StoreError, match=r"disk full while writing .*needs about \d+ MB more.*Nothing half-written"
                                          r".*run extract again to resume") as info:
         extract(tiny_lm, small_corpus, root=tmp_path / "full", shard_size=8, progress=False)
@@ -314,7 +339,7 @@ def test_disk_full_leaves_nothing_half_written_and_resume_completes(tiny_lm, sma
     assert len(_shards(store_dir)) == 2
     for shard in _shards(store_dir):   # what is left is whole and checksummed
         assert (store_dir / (shard.name + ".sha256")).is_file()
-    monkeypatch.setattr(store_module, "save_file", real_save_file)
+    monkeypatch.setattr(store_module, "save_safetensors", real_save)
     extract(tiny_lm, small_corpus, root=tmp_path / "full", shard_size=8, progress=False)
     _same_files(ref_store.path, store_dir)
 
