@@ -102,14 +102,24 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     }
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
-        definition = json.loads(backend.to_str())
-        definition.pop("truncation", None)
-        definition.pop("padding", None)
-        record["backend"] = definition
-    else:  # a slow tokenizer: its vocabulary and class settings
-        record["vocab"] = sorted(tokenizer.get_vocab().items())
-        record["init"] = {k: str(v) for k, v in sorted(getattr(tokenizer, "init_kwargs", {}).items())}
+        raw = backend.to_str()
+        # canonical JSON of a 30k-piece vocabulary takes ~50 ms; the same definition is hashed once
+        seen = hashlib.sha256((json.dumps(record, sort_keys=True, default=str) + raw).encode()).hexdigest()
+        if seen not in _TOKENIZER_FINGERPRINTS:
+            definition = json.loads(raw)
+            definition.pop("truncation", None)
+            definition.pop("padding", None)
+            record["backend"] = definition
+            _TOKENIZER_FINGERPRINTS[seen] = hashlib.sha256(
+                json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+        return _TOKENIZER_FINGERPRINTS[seen]
+    # a slow tokenizer: its vocabulary and class settings
+    record["vocab"] = sorted(tokenizer.get_vocab().items())
+    record["init"] = {k: str(v) for k, v in sorted(getattr(tokenizer, "init_kwargs", {}).items())}
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_TOKENIZER_FINGERPRINTS: dict[str, str] = {}  # digest of (settings, raw definition) -> fingerprint
 
 
 # --------------------------------------------------------------------------- inputs named by a config
