@@ -4,8 +4,8 @@ Run: ``python benchmarks/extract.py [--quick] [--sentences N] [--model minilm-l6
 Every path produces every layer's hidden states and attention maps at word level for the same
 sentences with the same model, in one process (the naive loop keeps token-level attention: it
 does less work). Each path runs once on other sentences first (thread pools, oneDNN kernels for
-new shapes), then the best of ``--repeat`` timed runs counts (steady state, as in a long
-extraction; the store path writes a new store each time and deletes it before the next, so every
+new shapes), then the best of ``--repeat`` timed runs counts, the paths taking turns so that a
+slow spell of a shared machine falls on all of them (steady state, as in a long extraction; the store path writes a new store each time and deletes it before the next, so every
 repetition starts from the same page cache). The process uses the allocator setting the ``bertology`` CLI uses
 (:func:`bertology.runtime.keep_freed_memory`), for every path alike.
 
@@ -166,23 +166,28 @@ def main() -> None:
         naive_loop(lm, warm)
         for kw in paths.values():
             extract(lm, warm, root=root, progress=False, **kw)
-        _, t_naive, cpu_naive = timed_cpu(naive_loop, lm, corpus, repeat=args.repeat)
         batches = store_batches(lm, corpus)
         forward_only(lm, store_batches(lm, warm))
-        _, t_forward, cpu_forward = timed_cpu(forward_only, lm, batches, repeat=args.repeat)
-        seconds, cpu, stores = {}, {}, {}
-        rates = [matmul_flops_per_second()]
-        for name, kw in paths.items():
+        timings: dict[str, list[tuple[float, float]]] = {}
+        stores, rates = {}, []
+        # round robin over the paths, best of --repeat each: a slow spell of this machine then
+        # falls on every path alike rather than on whichever ran during it
+        for r in range(args.repeat):
             rates.append(matmul_flops_per_second())   # the machine's speed moves: keep its best
-            best = float("inf")
-            for r in range(args.repeat):   # a new root each time: the store must not reopen
+            _, t, c = timed_cpu(naive_loop, lm, corpus)
+            timings.setdefault("naive", []).append((t, c))
+            _, t, c = timed_cpu(forward_only, lm, batches)
+            timings.setdefault("forward", []).append((t, c))
+            for name, kw in paths.items():       # a new root each time: the store must not reopen
                 stores[name], t, c = timed_cpu(extract, lm, corpus, root=Path(root) / f"{name}-{r}",
                                                progress=False, **kw)
-                if t < best:
-                    best, cpu[name] = t, c
-                if r < args.repeat - 1:    # each repetition starts from the same page-cache state
+                timings.setdefault(name, []).append((t, c))
+                if r < args.repeat - 1:          # each repetition starts from the same page-cache state
                     shutil.rmtree(stores[name].path)
-            seconds[name] = best
+        best = {name: min(runs) for name, runs in timings.items()}
+        (t_naive, cpu_naive), (t_forward, cpu_forward) = best.pop("naive"), best.pop("forward")
+        seconds = {name: t for name, (t, _) in best.items()}
+        cpu = {name: c for name, (_, c) in best.items()}
         writes = shard_writes(stores["feature store, float32 (hidden + attention)"], Path(root), args.repeat)
         dev_hidden, dev_att = _deviation(stores["feature store, float32 (hidden + attention)"],
                                          stores["feature store, fast settings (hidden + attention)"])
