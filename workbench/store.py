@@ -353,10 +353,15 @@ def _read_checksum(shard: Path) -> str | None:
     return digest if re.fullmatch(r"[0-9a-f]{64}", digest) else None
 
 
+def _verification_key(shard: Path) -> tuple[str, int, int, int]:
+    """What must stay the same for a shard this process hashed to count as verified."""
+    stat = shard.stat()
+    return str(shard.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
 def _verified_digest(shard: Path) -> str:
     """sha256 of a shard, hashed at most once per process while its size and mtime stay the same."""
-    stat = shard.stat()
-    key = (str(shard.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    key = _verification_key(shard)
     if key not in _verified:
         _verified[key] = file_sha256(shard)
     return _verified[key]
@@ -520,7 +525,7 @@ def save_safetensors(tensors: dict[str, torch.Tensor], file: Path) -> str:
 
     Each tensor's memory goes to the file as it is (one ``write`` per tensor, hashed on the way),
     where ``save_file`` first copies every tensor into a Python bytes object and the hash would
-    read the file back: about 3x less memory traffic for a shard of hundreds of MB."""
+    read the file back (``benchmarks/extract.py`` times both)."""
     if sys.byteorder != "little":
         raise StoreError("feature stores are written on little-endian machines only")
     names = {}
@@ -560,8 +565,7 @@ def _write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     except BaseException:
         _remove_shard(path)
         raise
-    stat = path.stat()
-    _verified[(str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)] = digest
+    _verified[_verification_key(path)] = digest
 
 
 def _compute_shard(
