@@ -5,18 +5,20 @@ Every path produces every layer's hidden states and attention maps at word level
 sentences with the same model, in one process (the naive loop keeps token-level attention: it
 does less work). Each path runs once on other sentences first (thread pools, oneDNN kernels for
 new shapes), then the best of ``--repeat`` timed runs counts, the paths taking turns so that a
-slow spell of a shared machine falls on all of them (steady state, as in a long extraction; the store path writes a new store each time and deletes it before the next, so every
-repetition starts from the same page cache). The process uses the allocator setting the ``bertology`` CLI uses
-(:func:`bertology.runtime.keep_freed_memory`), for every path alike.
+slow spell of a shared machine falls on all of them (steady state, as in a long extraction; the
+store path writes a new store each time and deletes it before the next, so every repetition
+starts from the same page cache). The process uses the allocator setting the ``bertology`` CLI
+uses (:func:`bertology.runtime.keep_freed_memory`), for every path alike.
 
 Rows: the HF forward pass alone over the batches the store runs (every layer's states and
-attention maps returned, nothing pooled or written: the ceiling of a store built on it), the store in float32 (the default: equal to a plain HF forward pass to float tolerance), and
+attention maps returned, nothing pooled or written: the ceiling of a store built on it), the
+store in float32 (the default: equal to a plain HF forward pass to float tolerance), and
 the fast settings -- ``amp_dtype="auto"`` (bfloat16 autocast only where a measured micro-benchmark
 finds it faster, e.g. AMX; float32 elsewhere), float16 storage, the default 1,024-token batches -- whose
 largest deviation from the float32 store is printed; ``--bf16`` adds forced bfloat16 rows (what
 the fast settings were before: on CPUs without bf16 units they run slower and warn). Roofline:
 model forward FLOPs per word ÷ the measured float32 (and bfloat16) matmul rate (float32: the best of
-measurements taken before every path, as the machine's speed drifts). Each row also
+measurements taken before every round, as the machine's speed drifts). Each row also
 gives this process's CPU seconds (all threads) in its best run: on a shared machine wall times
 move with other load. A second table times writing the largest float32 shard with the store's
 writer against ``safetensors.torch.save_file`` followed by hashing the file. Every table names the
@@ -36,9 +38,8 @@ import torch
 from bertology.benchmarking import machine_line, matmul_flops_per_second, print_table, timed_cpu
 
 from bertology.corpus import load_corpus
-from bertology.models import load_model
+from bertology.models import file_sha256, load_model
 from bertology.runtime import keep_freed_memory
-from bertology.models import file_sha256
 from bertology.store import extract, save_safetensors
 
 FAST = {"amp_dtype": "auto", "storage": "float16"}
@@ -62,23 +63,18 @@ def naive_loop(lm, corpus):
 
 def store_batches(lm, corpus, batch_tokens: int = 1024, shard_size: int = 256) -> list[dict]:
     """The padded inputs :func:`extract` runs, shard by shard (same tokenisation, plan and batches)."""
-    from bertology.features import model_max_tokens, segment_sentence, tokenize_sentences
+    from bertology.features import model_max_tokens, padded_inputs, segment_sentence, tokenize_sentences
     from bertology.store import _batches, _plan_shards
 
     tokens = tokenize_sentences(lm.tokenizer, [s.words for s in corpus])
     limit = model_max_tokens(lm.model, lm.tokenizer)
     segments = [segment_sentence(lm.tokenizer, s.words, i, limit, "error", s.sent_id, tokens[i])
                 for i, s in enumerate(corpus)]
-    pad = lm.tokenizer.pad_token_id or 0
+    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     out = []
     for shard in _plan_shards(segments, shard_size):
         for batch in _batches([s for i in shard for s in segments[i]], batch_tokens):
-            T = max(s.n_tokens for s in batch)
-            ids = torch.full((len(batch), T), pad, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for b, seg in enumerate(batch):
-                ids[b, : seg.n_tokens] = torch.tensor(seg.input_ids)
-                mask[b, : seg.n_tokens] = 1
+            ids, mask = padded_inputs(batch, pad)
             out.append({"input_ids": ids, "attention_mask": mask})
     return out
 

@@ -264,6 +264,17 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
         out[:, l] = counts[:dump].view(B, H, 2, n_bins).to(out.device, out.dtype)
 
 
+def padded_inputs(segments: Sequence[Segment], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` and ``attention_mask`` ``[B, T]`` of a batch of segments, padded to the longest."""
+    T = max(s.n_tokens for s in segments)
+    ids = torch.full((len(segments), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(segments), T), dtype=torch.long)
+    for b, seg in enumerate(segments):
+        ids[b, : seg.n_tokens] = torch.tensor(seg.input_ids)
+        mask[b, : seg.n_tokens] = 1
+    return ids, mask
+
+
 @torch.inference_mode()
 def forward_segments(
     model,
@@ -290,13 +301,8 @@ def forward_segments(
     token_offsets: with attentions, an integer tensor ``[B, L, H, 2, 2K+2]`` filled with the
     token-level argmax offset counts of each segment (:func:`token_offset_counts`).
     """
-    T = max(s.n_tokens for s in segments)
-    B = len(segments)
-    ids = torch.full((B, T), pad_id, dtype=torch.long)
-    mask = torch.zeros((B, T), dtype=torch.long)
-    for b, seg in enumerate(segments):
-        ids[b, : seg.n_tokens] = torch.tensor(seg.input_ids)
-        mask[b, : seg.n_tokens] = 1
+    ids, mask = padded_inputs(segments, pad_id)
+    B, T = ids.shape
     kwargs = {"input_ids": ids.to(device), "attention_mask": mask.to(device),
               "output_hidden_states": True, "output_attentions": attentions}
     with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
