@@ -20,10 +20,9 @@ the fast settings were before: on CPUs without bf16 units they run slower and wa
 model forward FLOPs per word ÷ the measured float32 (and bfloat16) matmul rate (float32: the best of
 measurements taken before every round, as the machine's speed drifts). Each row also
 gives this process's CPU seconds (all threads) in its best run: on a shared machine wall times
-move with other load. A row "sha256 shard digests" runs the float32 store hashing its shards with
-sha256 as store version 3 did (version 4 uses XXH3-128). A second table times writing the largest
-float32 shard with the store's writer (XXH3-128, and sha256) against ``safetensors.torch.save_file``
-followed by hashing the file. Every table names the CPU, its matrix-unit flags and the auto choice.
+move with other load. A second table times writing the largest float32 shard with the store's
+writer against ``safetensors.torch.save_file`` followed by hashing the file. Every table names the
+CPU, its matrix-unit flags and the auto choice.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ import argparse
 import shutil
 import tempfile
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import torch
@@ -42,8 +40,7 @@ from bertology.benchmarking import machine_line, matmul_flops_per_second, print_
 from bertology.corpus import load_corpus
 from bertology.models import file_sha256, load_model
 from bertology.runtime import keep_freed_memory
-from bertology import store as store_module
-from bertology.store import SHA256, XXH128, extract, save_safetensors
+from bertology.store import extract, save_safetensors
 
 FAST = {"amp_dtype": "auto", "storage": "float16"}
 FORCED_BF16 = dict(FAST, amp_dtype="bfloat16")
@@ -106,21 +103,10 @@ def _deviation(exact, fast) -> tuple[float, float]:
     return hidden, att
 
 
-def sha256_digests(**kw):
-    """Settings of a store path that hashes shards with sha256, as store version 3 did."""
-    return dict(kw, _digest=SHA256)
-
-
-def run_store(lm, corpus, root, _digest=None, **kw):
-    """:func:`extract` with the store's shard digest (``_digest``: another one, for comparison)."""
-    with mock.patch.object(store_module, "SHARD_DIGEST", _digest or XXH128):
-        return extract(lm, corpus, root=root, progress=False, **kw)
-
-
 def shard_writes(store, root: Path, repeat: int) -> list[dict]:
-    """Write the store's largest shard with the store's writer (XXH3-128, and sha256 as store
-    version 3 did) and with the one it replaced (``safetensors.torch.save_file``, then the file read
-    back for its sha256); best of ``repeat``, each into a fresh file deleted before the next."""
+    """Write the store's largest shard with the store's writer and with the one it replaced
+    (``safetensors.torch.save_file``, then the file read back for its sha256); best of ``repeat``,
+    each into a fresh file deleted before the next."""
     from safetensors.torch import load_file, save_file
 
     largest = max((store.path / n for n in store.manifest["shards"]), key=lambda f: f.stat().st_size)
@@ -133,10 +119,7 @@ def shard_writes(store, root: Path, repeat: int) -> list[dict]:
 
     rows = []
     for name, write in [("safetensors save_file + sha256 of the file read back (previous)", previous),
-                        ("save_safetensors, sha256 on the way (store version 3)",
-                         lambda f: save_safetensors(tensors, f, SHA256)),
-                        ("save_safetensors, XXH3-128 on the way (store version 4)",
-                         lambda f: save_safetensors(tensors, f, XXH128))]:
+                        ("save_safetensors: one write per tensor, hashed on the way", lambda f: save_safetensors(tensors, f))]:
         best = float("inf")
         for r in range(repeat + 1):                   # the first run warms the page cache's free pages
             file = root / f"shard-{r}.safetensors"
@@ -169,7 +152,6 @@ def main() -> None:
 
     paths = {
         "feature store, float32 (hidden + attention)": dict(),
-        "feature store, float32 (hidden + attention), sha256 shard digests": sha256_digests(),
         "feature store, float32 (hidden only)": dict(attentions=False),
         "feature store, fast settings (hidden + attention)": dict(FAST),
         "feature store, fast settings (hidden only)": dict(FAST, attentions=False),
@@ -179,7 +161,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         naive_loop(lm, warm)
         for kw in paths.values():
-            run_store(lm, warm, root, **kw)
+            extract(lm, warm, root=root, progress=False, **kw)
         batches = store_batches(lm, corpus)
         forward_only(lm, store_batches(lm, warm))
         timings: dict[str, list[tuple[float, float]]] = {}
@@ -193,7 +175,8 @@ def main() -> None:
             _, t, c = timed_cpu(forward_only, lm, batches)
             timings.setdefault("forward", []).append((t, c))
             for name, kw in paths.items():       # a new root each time: the store must not reopen
-                stores[name], t, c = timed_cpu(run_store, lm, corpus, Path(root) / f"{name}-{r}", **kw)
+                stores[name], t, c = timed_cpu(extract, lm, corpus, root=Path(root) / f"{name}-{r}",
+                                               progress=False, **kw)
                 timings.setdefault(name, []).append((t, c))
                 if r < args.repeat - 1:          # each repetition starts from the same page-cache state
                     shutil.rmtree(stores[name].path)
@@ -237,9 +220,6 @@ def main() -> None:
           f"loop on this machine; the store (pooling, attention conversion, writes) runs at "
           f"{100 * t_forward / exact:.0f}% of the speed of the HF forward pass alone, which reaches "
           f"{100 * n_words / t_forward / roofline:.0f}% of the roofline")
-    sha = seconds["feature store, float32 (hidden + attention), sha256 shard digests"]
-    print(f"XXH3-128 shard digests (store version 4) instead of sha256 (version 3): the float32 store takes "
-          f"{exact:.2f} s instead of {sha:.2f} s ({sha / exact:.2f}x)")
     print(machine_line())
 
 

@@ -100,7 +100,7 @@ def test_a_killed_rank_resumes_to_the_same_bytes(model_and_single_store, tmp_pat
     store = _store(root)
     assert not (store / "manifest.json").exists()
     (first_of_rank1,) = (logs / "rank1.log").read_text().split()
-    assert (store / first_of_rank1).is_file() and (store / f"{first_of_rank1}.xxh128").is_file()
+    assert (store / first_of_rank1).is_file() and (store / f"{first_of_rank1}.sha256").is_file()
     kept = (store / first_of_rank1).stat().st_mtime_ns
     (logs / "rank0.log").unlink(missing_ok=True)
     (logs / "rank1.log").unlink()

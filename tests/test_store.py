@@ -13,7 +13,7 @@ from bertology.corpus import Corpus, Sentence, load_corpus
 from bertology.errors import StoreError
 from bertology.features import segment_sentence
 from bertology.models import from_modules
-from bertology.store import STORE_VERSION, FeatureStore, extract
+from bertology.store import FeatureStore, extract
 
 
 def hf_reference(lm, words):
@@ -68,7 +68,7 @@ def test_token_offsets_count_the_token_level_argmax(tiny_lm, small_corpus, tmp_p
     """Per sentence, layer and head: how many query tokens (special tokens included, as queries and as
     keys) have their token attention argmax at each relative offset -K..K, or further ("other")."""
     store = extract(tiny_lm, small_corpus, root=tmp_path, shard_size=8, batch_tokens=300, progress=False)
-    assert store.manifest["version"] == STORE_VERSION and store.has_token_offsets
+    assert store.manifest["version"] == 3 and store.has_token_offsets
     window = store.manifest["settings"]["token_offset_window"]
     assert store.token_offset_bins == [*range(-window, window + 1), "other"]
     total = np.zeros((2, 4, 2 * window + 2), dtype=np.int64)
@@ -98,7 +98,7 @@ def test_store_without_token_offsets_is_refused_not_misread(tiny_lm, small_corpu
     manifest = json.loads((old / "manifest.json").read_text())
     manifest["version"] = manifest["settings"]["version"] = 1
     del manifest["settings"]["token_offset_window"]
-    for field in ("manifest_sha256", "shard_xxh128", "shard_bytes"):  # version 1 had no checksums
+    for field in ("manifest_sha256", "shard_sha256", "shard_bytes"):  # version 1 had no checksums
         del manifest[field]
     (old / "manifest.json").write_text(json.dumps(manifest))
     legacy = FeatureStore(old)

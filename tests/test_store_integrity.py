@@ -88,42 +88,22 @@ def test_tokenizer_fingerprint_is_stable_and_ignores_the_last_calls_padding(mini
 
 # --------------------------------------------------------------------------- checksums and repair
 
-def test_shards_carry_checksums_in_xxh128sum_format(ref_store):
-    import xxhash
+def test_shards_carry_checksums_in_sha256sum_format(ref_store):
+    import hashlib
 
     for shard in _shards(ref_store.path):
-        digest, name = (shard.parent / (shard.name + ".xxh128")).read_text().split()
-        assert name == shard.name and digest == xxhash.xxh3_128(shard.read_bytes()).hexdigest()
-        assert ref_store.manifest["shard_xxh128"][shard.name] == digest
+        digest, name = (shard.parent / (shard.name + ".sha256")).read_text().split()
+        assert name == shard.name and digest == hashlib.sha256(shard.read_bytes()).hexdigest()
+        assert ref_store.manifest["shard_sha256"][shard.name] == digest
         assert ref_store.manifest["shard_bytes"][shard.name] == shard.stat().st_size
     assert verify_store(ref_store.path) == []
 
 
-def test_a_version_3_store_hashed_with_sha256_is_still_read_and_verified(ref_store, tmp_path):
-    """Stores written before XXH3-128 digests (version 3: sha256) open, verify and detect damage."""
-    import hashlib
-
-    from bertology.store import _manifest_checksum
-
-    store_dir = _copy_store(ref_store, tmp_path / "copy" / ref_store.path.name)
-    manifest = json.loads((store_dir / "manifest.json").read_text())
-    del manifest["shard_xxh128"]
-    manifest["version"] = 3
-    manifest["shard_sha256"] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in _shards(store_dir)}
-    manifest["manifest_sha256"] = _manifest_checksum(manifest)
-    (store_dir / "manifest.json").write_text(json.dumps(manifest))
-    assert verify_store(store_dir) == []
-    store = FeatureStore(store_dir, verify="full")
-    assert np.array_equal(store.layers(), ref_store.layers())
-    victim = _shards(store_dir)[1]
-    _flip_a_float(victim)
-    assert verify_store(store_dir) == [(victim.name, "contents altered (sha256 differs from the manifest's)")]
-
-
 def test_shards_are_written_byte_for_byte_as_safetensors_writes_them(tmp_path):
     """The store's own writer (one write per tensor, hashed on the way) gives safetensors' bytes."""
+    import hashlib
+
     import torch
-    import xxhash
     from safetensors.torch import load_file, save
 
     from bertology.store import save_safetensors
@@ -137,7 +117,7 @@ def test_shards_are_written_byte_for_byte_as_safetensors_writes_them(tmp_path):
                "empty": torch.zeros(0, 3)}
     digest = save_safetensors(tensors, tmp_path / "ours.safetensors")
     data = (tmp_path / "ours.safetensors").read_bytes()
-    assert data == save({name: t.contiguous() for name, t in tensors.items()}) and digest == xxhash.xxh3_128(data).hexdigest()
+    assert data == save({name: t.contiguous() for name, t in tensors.items()}) and digest == hashlib.sha256(data).hexdigest()
     for name, t in load_file(tmp_path / "ours.safetensors").items():
         assert torch.equal(t, tensors[name]), name
     with pytest.raises(StoreError, match="'flags'.*cannot be written"):
@@ -155,7 +135,7 @@ def test_a_flipped_float_is_detected_on_read_and_repaired_by_extract(tiny_lm, sm
     store_dir = _copy_store(ref_store, tmp_path / "copy" / ref_store.path.name)
     victim = _shards(store_dir)[2]
     _flip_a_float(victim)
-    assert verify_store(store_dir) == [(victim.name, "contents altered (xxh128 differs from the manifest's)")]
+    assert verify_store(store_dir) == [(victim.name, "contents altered (sha256 differs from the manifest's)")]
     store = FeatureStore(store_dir)                        # sizes are fine: opening is cheap and succeeds
     k = store.manifest["shards"].index(victim.name)
     sentence = store.manifest["plan"][k][0]
@@ -201,7 +181,7 @@ def test_a_truncated_or_deleted_shard_is_found_at_open_and_recomputed(tiny_lm, s
 
 
 def test_resume_recomputes_an_altered_finished_shard(tiny_lm, small_corpus, ref_store, tmp_path):
-    """Before the manifest exists, each shard's .xxh128 file is what resume checks."""
+    """Before the manifest exists, each shard's .sha256 file is what resume checks."""
     assert extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False, max_new_shards=3) is None
     store_dir = next((tmp_path / "b").iterdir())
     _flip_a_float(_shards(store_dir)[1])
@@ -358,7 +338,7 @@ def test_disk_full_leaves_nothing_half_written_and_resume_completes(tiny_lm, sma
     assert not (store_dir / "manifest.json").exists()
     assert len(_shards(store_dir)) == 2
     for shard in _shards(store_dir):   # what is left is whole and checksummed
-        assert (store_dir / (shard.name + ".xxh128")).is_file()
+        assert (store_dir / (shard.name + ".sha256")).is_file()
     monkeypatch.setattr(store_module, "save_safetensors", real_save)
     extract(tiny_lm, small_corpus, root=tmp_path / "full", shard_size=8, progress=False)
     _same_files(ref_store.path, store_dir)
@@ -388,7 +368,7 @@ def test_cli_verify_reports_damage_with_exit_code_2(ref_store, tmp_path, monkeyp
     store_dir = _copy_store(ref_store, tmp_path / "copy" / ref_store.path.name)
     monkeypatch.setattr(sys, "argv", ["bertology", "verify", str(store_dir)])
     main()                                                   # a sound store: returns normally (exit code 0)
-    assert "sound (manifest and every shard's digest checked)" in capsys.readouterr().out
+    assert "sound (manifest and every shard's sha256 checked)" in capsys.readouterr().out
     victim = _shards(store_dir)[3]
     _flip_a_float(victim)
     with pytest.raises(SystemExit) as damaged:

@@ -11,10 +11,10 @@ corpus fingerprint, settings):
   head, how many query tokens -- word pieces, special tokens -- have their token-level attention
   argmax at relative token offset ``-K..K`` or elsewhere; Voita et al.'s positional heads are a
   token-level property, and full token maps would be too big to keep);
-- ``shard-00000.safetensors.xxh128``: the shard's XXH3-128 digest (``xxh128sum -c`` format),
-  written right after the shard;
+- ``shard-00000.safetensors.sha256``: the shard's sha256 (``sha256sum -c`` format), written right
+  after the shard;
 - ``manifest.json``: written last; its presence means the store is complete. It lists every
-  shard's size and digest and carries its own checksum (``manifest_sha256``), so an edited count
+  shard's size and sha256 and carries its own checksum (``manifest_sha256``), so an edited count
   is refused, not misread;
 - ``.lock``: the lock an extraction holds while it writes (:func:`bertology.atomic.folder_lock`).
 
@@ -26,19 +26,14 @@ Integrity (what is checked when):
 
 - opening a store (:class:`FeatureStore`, and :func:`extract` finding a complete store): the
   manifest's fields and checksum, and every shard's size (one ``stat`` each: cheap at any size);
-- the first read of a shard in a process: its digest (so a store is hashed at most once per
+- the first read of a shard in a process: its sha256 (so a store is hashed at most once per
   process, and only the shards an analysis touches; ``FeatureStore(path, verify="size")`` skips it,
   ``verify="full"`` hashes every shard at open);
-- resuming an extraction: every finished shard's digest against its ``.xxh128`` file;
+- resuming an extraction: every finished shard's sha256 against its ``.sha256`` file;
 - ``extract(..., verify=True)`` / ``bertology extract --verify`` / :func:`verify_store`: every shard.
 
 :func:`extract` recomputes what is missing, truncated or altered and then reports success; a
 reader that finds damage raises :class:`~bertology.errors.StoreError` naming the shards.
-
-Shard digests detect damage (truncation, overwrites, bit rot), not tampering: whoever can rewrite a
-shard can rewrite its digest file and the manifest too. So they use xxHash's XXH3-128, about 15x
-faster than sha256 (docs/ARCHITECTURE.md has the measurements); version-3 stores, hashed with
-sha256, are still read and verified.
 """
 
 from __future__ import annotations
@@ -58,7 +53,6 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
-import xxhash
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
@@ -68,14 +62,13 @@ from bertology.errors import StoreError
 from bertology.fingerprints import tokenizer_fingerprint
 from bertology.features import (LongPolicy, Pooling, Segment, forward_segments, low_precision_linears,
                                 model_max_tokens, segment_sentence, token_offset_bins, tokenize_sentences)
-from bertology.models import LoadedModel
+from bertology.models import LoadedModel, file_sha256
 from bertology.runtime import resolve_precision
 
 # 2: shards with attentions also hold token-level argmax offset counts (``token_offsets``)
 # 3: per-shard sha256 files, shard sizes and checksums in a self-checksummed manifest; the key
 #    covers the tokenizer
-# 4: shard digests are XXH3-128 (``.xxh128`` files, manifest field ``shard_xxh128``), not sha256
-STORE_VERSION = 4
+STORE_VERSION = 3
 TOKEN_OFFSET_WINDOW = 8
 TokenQueries = Literal["all", "words", "special"]
 VerifyLevel = Literal["lazy", "full", "size"]
@@ -117,7 +110,7 @@ class FeatureStore:
 
     ``n_layers`` counts hidden-state layers including the embeddings (``num_hidden_layers + 1``).
     ``verify``: ``"lazy"`` (default) checks the manifest and every shard's size at open and each
-    shard's digest at its first read in this process; ``"full"`` hashes every shard at open;
+    shard's sha256 at its first read in this process; ``"full"`` hashes every shard at open;
     ``"size"`` never hashes.
     """
 
@@ -286,41 +279,8 @@ def _select_queries(counts: np.ndarray, queries: str) -> np.ndarray:
 # --------------------------------------------------------------------------- integrity
 
 SHARD_NAME = re.compile(r"^shard-\d{5}\.safetensors$")
-
-
-@dataclass(frozen=True)
-class ShardDigest:
-    """How a store version hashes its shards: the manifest field listing the digests, the digest
-    file's suffix (``<hex>  <shard name>`` as ``sha256sum``/``xxh128sum`` write it) and the hash."""
-    field: str
-    suffix: str
-    new: Callable[[], Any]
-    hex_chars: int
-
-
-SHA256 = ShardDigest("shard_sha256", ".sha256", hashlib.sha256, 64)    # store version 3
-XXH128 = ShardDigest("shard_xxh128", ".xxh128", xxhash.xxh3_128, 32)   # store version 4 on
-SHARD_DIGEST = XXH128                                                 # what extraction writes
-# shards hashed by this process: (path, size, mtime, inode, digest field) -> hex digest
-_verified: dict[tuple[str, int, int, int, str], str] = {}
-
-
-def shard_digest_of(manifest: dict) -> ShardDigest:
-    """The digest a complete store's manifest lists its shards by: the one whose field it has (sha256
-    in version 3), else the one its version writes."""
-    if SHA256.field in manifest or XXH128.field in manifest:
-        return XXH128 if XXH128.field in manifest else SHA256
-    return XXH128 if manifest["version"] >= 4 else SHA256
-
-
-def _file_digest(file: Path, digest: ShardDigest | None = None) -> str:
-    """Hex digest of a file's bytes (read in 4 MiB blocks) with ``digest``'s hash (default
-    :data:`SHARD_DIGEST`)."""
-    h = (digest or SHARD_DIGEST).new()
-    with open(file, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+CHECKSUM_SUFFIX = ".sha256"
+_verified: dict[tuple[str, int, int, int], str] = {}  # shards hashed by this process: (path, size, mtime, inode)
 
 
 def _manifest_checksum(manifest: dict) -> str:
@@ -360,14 +320,13 @@ def _validate_manifest(m: object, file: Path) -> None:
             or sorted(i for p in plan for i in p) != list(range(m["n_sentences"]))):
         raise bad("plan", "must split the sentences 0..n_sentences-1 into one list per shard")
     if m["version"] >= 3:  # checksummed stores
-        digests = shard_digest_of(m).field
-        for field in (digests, "shard_bytes", "manifest_sha256"):
+        for field in ("shard_sha256", "shard_bytes", "manifest_sha256"):
             if field not in m:
                 raise bad(field, "is missing")
-        if (not isinstance(m[digests], dict) or set(m[digests]) != set(shards)
+        if (not isinstance(m["shard_sha256"], dict) or set(m["shard_sha256"]) != set(shards)
                 or not isinstance(m["shard_bytes"], dict) or set(m["shard_bytes"]) != set(shards)
                 or not all(_is_int(v) for v in m["shard_bytes"].values())):
-            raise bad(digests, "and 'shard_bytes' must name every shard")
+            raise bad("shard_sha256", "and 'shard_bytes' must name every shard")
         if m["manifest_sha256"] != _manifest_checksum(m):
             raise StoreError(f"{file}: edited or damaged (its content no longer matches its checksum "
                              f"'manifest_sha256', e.g. a changed count); {redo}")
@@ -387,32 +346,30 @@ def read_manifest(path: str | Path) -> dict:
 
 
 def _read_checksum(shard: Path) -> str | None:
-    """The digest in a shard's digest file (written by this store version), or None."""
     try:
-        digest = (shard.parent / (shard.name + SHARD_DIGEST.suffix)).read_text().split()[0]
+        digest = (shard.parent / (shard.name + CHECKSUM_SUFFIX)).read_text().split()[0]
     except (OSError, IndexError):
         return None
-    return digest if re.fullmatch(f"[0-9a-f]{{{SHARD_DIGEST.hex_chars}}}", digest) else None
+    return digest if re.fullmatch(r"[0-9a-f]{64}", digest) else None
 
 
-def _verification_key(shard: Path, digest: ShardDigest | None = None) -> tuple[str, int, int, int, str]:
-    """What must stay the same for a shard this process hashed (with ``digest``, default
-    :data:`SHARD_DIGEST`) to count as verified."""
+def _verification_key(shard: Path) -> tuple[str, int, int, int]:
+    """What must stay the same for a shard this process hashed to count as verified."""
     stat = shard.stat()
-    return str(shard.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino, (digest or SHARD_DIGEST).field
+    return str(shard.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino
 
 
-def _verified_digest(shard: Path, digest: ShardDigest) -> str:
-    """A shard's digest, hashed at most once per process while its size and mtime stay the same."""
-    key = _verification_key(shard, digest)
+def _verified_digest(shard: Path) -> str:
+    """sha256 of a shard, hashed at most once per process while its size and mtime stay the same."""
+    key = _verification_key(shard)
     if key not in _verified:
-        _verified[key] = _file_digest(shard, digest)
+        _verified[key] = file_sha256(shard)
     return _verified[key]
 
 
 def _shard_problem(shard: Path, manifest: dict, *, full: bool, fresh: bool = False) -> str | None:
     """What is wrong with one shard of a complete store, or None: missing, wrong size, or (``full``)
-    a digest that differs from the manifest's (``fresh``: re-read even if this process hashed it)."""
+    a sha256 that differs from the manifest's (``fresh``: re-read even if this process hashed it)."""
     if not shard.is_file():
         return "missing"
     if "shard_bytes" not in manifest:  # a store written before checksums (version < 3)
@@ -420,17 +377,14 @@ def _shard_problem(shard: Path, manifest: dict, *, full: bool, fresh: bool = Fal
     size, expected = shard.stat().st_size, manifest["shard_bytes"][shard.name]
     if size != expected:
         return f"{size} bytes instead of {expected} (truncated or overwritten)"
-    if not full:
-        return None
-    kind = shard_digest_of(manifest)
-    digest = _file_digest(shard, kind) if fresh else _verified_digest(shard, kind)
-    if digest != manifest[kind.field][shard.name]:
-        return f"contents altered ({kind.field.removeprefix('shard_')} differs from the manifest's)"
+    digest = (file_sha256(shard) if fresh else _verified_digest(shard)) if full else None
+    if full and digest != manifest["shard_sha256"][shard.name]:
+        return "contents altered (sha256 differs from the manifest's)"
     return None
 
 
 def shard_problems(path: str | Path, manifest: dict, *, full: bool, fresh: bool = False) -> list[tuple[str, str]]:
-    """``[(shard name, problem)]`` of a complete store: sizes only, or every digest with ``full``
+    """``[(shard name, problem)]`` of a complete store: sizes only, or every sha256 with ``full``
     (``fresh``: re-read every byte, whatever this process hashed before)."""
     path = Path(path)
     out = []
@@ -462,7 +416,7 @@ def _damage_message(path: Path, problems: list[tuple[str, str]]) -> str:
 
 
 def verify_store(path: str | Path) -> list[tuple[str, str]]:
-    """Check a store completely (manifest, then every shard's size and digest); ``[(file, problem)]``,
+    """Check a store completely (manifest, then every shard's size and sha256); ``[(file, problem)]``,
     empty when sound. Repair with :func:`extract` (same model, corpus and settings)."""
     path = Path(path)
     try:
@@ -476,12 +430,12 @@ def verify_store(path: str | Path) -> list[tuple[str, str]]:
 
 
 def _write_checksum(shard: Path, digest: str) -> None:
-    atomic.write_text(shard.parent / (shard.name + SHARD_DIGEST.suffix), f"{digest}  {shard.name}\n")
+    atomic.write_text(shard.parent / (shard.name + CHECKSUM_SUFFIX), f"{digest}  {shard.name}\n")
 
 
 def _remove_shard(shard: Path) -> None:
     shard.unlink(missing_ok=True)
-    (shard.parent / (shard.name + SHARD_DIGEST.suffix)).unlink(missing_ok=True)
+    (shard.parent / (shard.name + CHECKSUM_SUFFIX)).unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- extraction
@@ -524,10 +478,10 @@ def _batches(segments: list[Segment], batch_tokens: int) -> Iterator[list[Segmen
 
 
 def _shard_valid(path: Path, sentence_ids: list[int]) -> bool:
-    """A finished shard of an unfinished store: its bytes match its digest file (read afresh)
+    """A finished shard of an unfinished store: its bytes match its ``.sha256`` file (read afresh)
     and it holds the planned sentences."""
     expected = _read_checksum(path)
-    if expected is None or not path.is_file() or _file_digest(path) != expected:
+    if expected is None or not path.is_file() or file_sha256(path) != expected:
         return False
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -565,10 +519,9 @@ _SAFETENSORS_DTYPES = {torch.int64: "I64", torch.float32: "F32", torch.int32: "I
 _SAFETENSORS_RANK = {name: rank for rank, name in enumerate(reversed(_SAFETENSORS_DTYPES.values()))}
 
 
-def save_safetensors(tensors: dict[str, torch.Tensor], file: Path, digest: ShardDigest | None = None) -> str:
+def save_safetensors(tensors: dict[str, torch.Tensor], file: Path) -> str:
     """Write ``tensors`` (CPU; dtypes of :data:`_SAFETENSORS_DTYPES`) to ``file`` in the safetensors
-    format, byte for byte what ``safetensors.torch.save_file`` writes, and return the file's
-    digest (``digest``'s hash, default :data:`SHARD_DIGEST`).
+    format, byte for byte what ``safetensors.torch.save_file`` writes, and return the file's sha256.
 
     Each tensor's memory goes to the file as it is (one ``write`` per tensor, hashed on the way),
     where ``save_file`` first copies every tensor into a Python bytes object and the hash would
@@ -589,20 +542,20 @@ def save_safetensors(tensors: dict[str, torch.Tensor], file: Path, digest: Shard
         offset += size
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
-    hasher = (digest or SHARD_DIGEST).new()
+    digest = hashlib.sha256()
     with open(file, "wb") as out:
         for chunk in [len(head).to_bytes(8, "little"), head]:
             out.write(chunk)
-            hasher.update(chunk)
+            digest.update(chunk)
         for name in order:
             data = memoryview(tensors[name].contiguous().reshape(-1).view(torch.uint8).numpy())
             out.write(data)          # both release the GIL: the compute thread runs meanwhile
-            hasher.update(data)
-    return hasher.hexdigest()
+            digest.update(data)
+    return digest.hexdigest()
 
 
 def _write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    """Write a shard atomically, then its digest file; a shard whose checksum could not be written
+    """Write a shard atomically, then its sha256 file; a shard whose checksum could not be written
     is removed (it would be recomputed anyway). The digest, computed from the bytes written, also
     counts as this process's verification of the shard (no re-read on first use)."""
     with atomic.atomic_path(path) as tmp:
@@ -907,7 +860,7 @@ def extract(
                 "shards": shard_names,
                 "plan": plan,
                 "shard_bytes": {n: (path / n).stat().st_size for n in shard_names},
-                SHARD_DIGEST.field: {n: _read_checksum(path / n) for n in shard_names},
+                "shard_sha256": {n: _read_checksum(path / n) for n in shard_names},
                 "extract_seconds_last_run": round(time.perf_counter() - started, 3),
                 "extract_processes_last_run": group.world_size,
             }

@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
     def verify_cmd(
         store: Path = typer.Argument(..., help="a feature store folder (printed by `bertology extract`)"),
     ) -> None:
-        """Check a feature store: its manifest and every shard's size and digest (exit code 2 if damaged)."""
+        """Check a feature store: its manifest and every shard's size and sha256 (exit code 2 if damaged)."""
         from bertology.errors import StoreError
         from bertology.store import verify_store
 
@@ -104,4 +104,4 @@ def register(app: typer.Typer) -> None:
             listed = "\n".join(f"  {name}: {problem}" for name, problem in problems)
             raise StoreError(f"{store} is damaged:\n{listed}\nrun `bertology extract` again with the same model, "
                              "corpus and settings to recompute exactly these shards")
-        typer.echo(f"{store}: sound (manifest and every shard's digest checked)")
+        typer.echo(f"{store}: sound (manifest and every shard's sha256 checked)")
