@@ -4,11 +4,12 @@ Run: ``python benchmarks/extract.py [--quick] [--sentences N] [--model minilm-l6
 Every path produces every layer's hidden states and attention maps at word level for the same
 sentences with the same model, in one process (the naive loop keeps token-level attention: it
 does less work). Each path runs once on other sentences first (thread pools, oneDNN kernels for
-new shapes), then the best of ``--repeat`` timed runs counts, the paths taking turns so that a
-slow spell of a shared machine falls on all of them (steady state, as in a long extraction; the
-store path writes a new store each time and deletes it before the next, so every repetition
-starts from the same page cache). The process uses the allocator setting the ``bertology`` CLI
-uses (:func:`bertology.runtime.keep_freed_memory`), for every path alike.
+new shapes), then the best of ``--repeat`` timed runs counts, the paths taking turns, every other
+round in reverse order, so that a slow spell of a shared machine falls on all of them and no path
+always follows the same one (steady state, as in a long extraction; each store run writes a new
+store and deletes it right after, so every run starts from the same page cache). The process uses
+the allocator setting the ``bertology`` CLI uses (:func:`bertology.runtime.keep_freed_memory`),
+for every path alike.
 
 Rows: the HF forward pass alone over the batches the store runs (every layer's states and
 attention maps returned, nothing pooled or written: the ceiling of a store built on it), the
@@ -165,21 +166,27 @@ def main() -> None:
         batches = store_batches(lm, corpus)
         forward_only(lm, store_batches(lm, warm))
         timings: dict[str, list[tuple[float, float]]] = {}
-        stores, rates = {}, []
-        # round robin over the paths, best of --repeat each: a slow spell of this machine then
-        # falls on every path alike rather than on whichever ran during it
+        rates: list[float] = []
+        # round robin over the paths, best of --repeat each, every other round in reverse order: a
+        # slow spell of this machine then falls on every path alike, and no path always runs right
+        # after the same one (a run leaves freed memory and page cache behind for the next)
+        jobs = [("naive", lambda r: timed_cpu(naive_loop, lm, corpus)),
+                ("forward", lambda r: timed_cpu(forward_only, lm, batches))]
+        for name, kw in paths.items():       # a new root each time (the store must not reopen), deleted
+            def store_job(r, name=name, kw=kw):  # after timing: every run starts from the same page cache
+                store, t, c = timed_cpu(extract, lm, corpus, root=Path(root) / f"{name}-{r}", progress=False,
+                                        **kw)
+                shutil.rmtree(store.path)
+                return store, t, c
+            jobs.append((name, store_job))
         for r in range(args.repeat):
             rates.append(matmul_flops_per_second())   # the machine's speed moves: keep its best
-            _, t, c = timed_cpu(naive_loop, lm, corpus)
-            timings.setdefault("naive", []).append((t, c))
-            _, t, c = timed_cpu(forward_only, lm, batches)
-            timings.setdefault("forward", []).append((t, c))
-            for name, kw in paths.items():       # a new root each time: the store must not reopen
-                stores[name], t, c = timed_cpu(extract, lm, corpus, root=Path(root) / f"{name}-{r}",
-                                               progress=False, **kw)
+            for name, job in (jobs if r % 2 == 0 else jobs[::-1]):
+                _, t, c = job(r)
                 timings.setdefault(name, []).append((t, c))
-                if r < args.repeat - 1:          # each repetition starts from the same page-cache state
-                    shutil.rmtree(stores[name].path)
+        stores = {name: extract(lm, corpus, root=Path(root) / f"{name}-kept", progress=False, **paths[name])
+                  for name in ("feature store, float32 (hidden + attention)",   # untimed: for the deviation
+                               "feature store, fast settings (hidden + attention)")}  # and the writer table
         best = {name: min(runs) for name, runs in timings.items()}
         (t_naive, cpu_naive), (t_forward, cpu_forward) = best.pop("naive"), best.pop("forward")
         seconds = {name: t for name, (t, _) in best.items()}
