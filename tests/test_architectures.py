@@ -242,3 +242,31 @@ def test_unsupported_layout_of_a_supported_type_is_refused(tmp_path):
     directory = save_tiny_model_dir("albert", tmp_path / "albert", inner_group_num=2)
     with pytest.raises(ModelError, match="inner_group_num=1"):
         load_model(directory)
+
+
+@pytest.mark.parametrize("model_type", TYPES)
+def test_mlm_loss_equals_the_loss_from_the_full_logits(model_type):
+    """Head importance's MLM loss computes vocabulary logits at the masked positions only where the
+    head is known (mlm_parts); per-example losses and the gate gradients equal those of the HF
+    model's full logits, under per-example gates, for every architecture."""
+    from bertology.probes.heads.importance import _token_ce, mask_batches, mlm_loss
+
+    model = tiny_model(model_type, mlm=True).eval()
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    raw = {"input_ids": torch.randint(5, vocab, (3, 10), generator=g), "attention_mask": torch.ones(3, 10, dtype=torch.long)}
+    raw["attention_mask"][2, 7:] = 0
+    (batch,) = mask_batches([raw], mask_token_id=4, vocab_size=vocab, special_token_ids=[0, 1, 2, 3], seed=0)
+    L, H = num_layers(model.config), num_heads(model.config)
+    results = []
+    for loss_fn in (mlm_loss, lambda m, b: _token_ce(m(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits,
+                                                       b["labels"])):
+        gates = (torch.rand(3, L, H, generator=torch.Generator().manual_seed(1)) + 0.5).requires_grad_()
+        with HeadGates(model, gates):
+            loss = loss_fn(model, batch)
+        loss.sum().backward()
+        results.append((loss.detach(), gates.grad))
+    (ours, ours_grad), (full, full_grad) = results
+    assert ours.shape == (3,)
+    torch.testing.assert_close(ours, full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours_grad, full_grad, atol=1e-5, rtol=1e-4)

@@ -21,7 +21,7 @@ from typing import Any
 from bertology.errors import ModelError
 
 __all__ = ["Architecture", "ARCHITECTURES", "SUPPORTED_TYPES", "AttentionLayer", "architecture_for",
-           "supported_types", "num_layers", "num_heads", "hidden_size", "attention_layers", "get_module"]
+           "supported_types", "num_layers", "num_heads", "hidden_size", "attention_layers", "get_module", "mlm_parts"]
 
 
 @dataclass(frozen=True)
@@ -244,3 +244,18 @@ def attention_layers(model: Any) -> list[AttentionLayer]:
             raise ModelError(f"{type(model).__name__} ({arch.model_type}) layer {position}: no {', '.join(absent)}")
         out.append(AttentionLayer(position, layer, **parts))
     return out
+
+
+def mlm_parts(model: Any) -> tuple[Any, Any, Any]:
+    """``(encoder, mlm_head, pair_head | None)`` of a BERT, ALBERT or ELECTRA-generator MLM model;
+    ``mlm_head`` maps hidden states ``[n, H]`` to logits ``[n, V]``, ``pair_head`` the pooled output.
+    With them the vocabulary logits can be computed at the scored positions only (pretraining
+    losses, head importance and pruning). Raises :class:`~bertology.errors.ModelError` for other
+    models."""
+    if hasattr(model, "cls") and hasattr(model, "bert"):
+        return model.bert, model.cls.predictions, getattr(model.cls, "seq_relationship", None)
+    if hasattr(model, "albert") and hasattr(model, "predictions"):
+        return model.albert, model.predictions, getattr(model, "sop_classifier", None)
+    if hasattr(model, "electra") and hasattr(model, "generator_lm_head"):
+        return model.electra, lambda h: model.generator_lm_head(model.generator_predictions(h)), None
+    raise ModelError(f"{type(model).__name__}: not a BERT / ALBERT / ELECTRA-generator model with an MLM head")

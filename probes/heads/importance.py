@@ -21,8 +21,9 @@ import pandas as pd
 import torch
 from torch import nn
 
+from bertology.architectures import mlm_parts
 from bertology.probes.heads.gates import HeadGates, head_shape
-from bertology.errors import WorkbenchError
+from bertology.errors import ModelError, WorkbenchError
 
 Batch = dict[str, torch.Tensor]
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
@@ -183,9 +184,24 @@ def _token_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def mlm_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Per-example MLM loss ``[batch]`` of a ``*ForMaskedLM`` model on :func:`mask_batches` output."""
-    logits = model(**model_inputs(batch)).logits
-    return _token_ce(logits, batch["labels"])
+    """Per-example MLM loss ``[batch]`` (mean cross-entropy over each example's scored tokens) of a
+    ``*ForMaskedLM`` model on :func:`mask_batches` output.
+
+    Where the MLM head is known (BERT, ALBERT, ELECTRA generator:
+    :func:`bertology.architectures.mlm_parts`) the vocabulary logits are computed at the scored
+    positions only (~15% of tokens), as pretraining does; the loss is the same as from the full
+    logits up to float rounding. Other models: the full logits."""
+    labels = batch["labels"]
+    try:
+        encoder, head, _ = mlm_parts(model)
+    except ModelError:
+        return _token_ce(model(**model_inputs(batch)).logits, labels)
+    hidden = encoder(**model_inputs(batch))[0]                                   # [B, T, D]
+    scored = labels != -100
+    ce = nn.functional.cross_entropy(head(hidden[scored]).float(), labels[scored], reduction="none")  # [n]
+    example = scored.nonzero()[:, 0]
+    total = torch.zeros(labels.shape[0], dtype=ce.dtype, device=ce.device).index_add(0, example, ce)
+    return total / scored.sum(-1).clamp(min=1)
 
 
 # ---------------------------------------------------------------- token-classification task head

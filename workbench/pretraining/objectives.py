@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertology.architectures import mlm_parts
 from bertology.errors import ConfigError, ModelError
 from bertology.pretraining.masking import IGNORE_INDEX
 
@@ -350,18 +351,6 @@ class SpanBoundaryLoss(nn.Module):
 
 
 # --------------------------------------------------------------------------- MLM (+ pair) on BERT / ALBERT
-
-def mlm_parts(model: nn.Module) -> tuple[nn.Module, Any, nn.Module | None]:
-    """``(encoder, mlm_head, pair_head | None)`` of a BERT, ALBERT or ELECTRA-generator MLM model;
-    ``mlm_head`` maps hidden states ``[n, H]`` to logits ``[n, V]``, ``pair_head`` the pooled output."""
-    if hasattr(model, "cls") and hasattr(model, "bert"):
-        return model.bert, model.cls.predictions, getattr(model.cls, "seq_relationship", None)
-    if hasattr(model, "albert") and hasattr(model, "predictions"):
-        return model.albert, model.predictions, getattr(model, "sop_classifier", None)
-    if hasattr(model, "electra") and hasattr(model, "generator_lm_head"):
-        return model.electra, lambda h: model.generator_lm_head(model.generator_predictions(h)), None
-    raise ModelError(f"{type(model).__name__}: not a BERT / ALBERT / ELECTRA-generator model with an MLM head")
-
 
 class PretrainingLoss(nn.Module):
     """MLM (+ NSP/SOP) loss of a BERT or ALBERT MLM model, computing the vocabulary logits only at
