@@ -251,7 +251,10 @@ def test_mlm_loss_equals_the_loss_from_the_full_logits(model_type):
     model's full logits, under per-example gates, for every architecture."""
     from bertology.probes.heads.importance import _token_ce, mask_batches, mlm_loss
 
+    from bertology.architectures import mlm_parts
+
     model = tiny_model(model_type, mlm=True).eval()
+    mlm_parts(model)                       # every type of the table takes the masked-positions path
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
     raw = {"input_ids": torch.randint(5, vocab, (3, 10), generator=g), "attention_mask": torch.ones(3, 10, dtype=torch.long)}

@@ -247,15 +247,22 @@ def attention_layers(model: Any) -> list[AttentionLayer]:
 
 
 def mlm_parts(model: Any) -> tuple[Any, Any, Any]:
-    """``(encoder, mlm_head, pair_head | None)`` of a BERT, ALBERT or ELECTRA-generator MLM model;
-    ``mlm_head`` maps hidden states ``[n, H]`` to logits ``[n, V]``, ``pair_head`` the pooled output.
-    With them the vocabulary logits can be computed at the scored positions only (pretraining
-    losses, head importance and pruning). Raises :class:`~bertology.errors.ModelError` for other
-    models."""
+    """``(encoder, mlm_head, pair_head | None)`` of an MLM model of the table (``*ForMaskedLM``, or
+    BERT / ALBERT with a pair head); ``mlm_head`` maps hidden states ``[n, H]`` to logits ``[n, V]``,
+    ``pair_head`` the pooled output. With them the vocabulary logits can be computed at the scored
+    positions only (pretraining losses, head importance and pruning); every MLM head is
+    position-wise. Raises :class:`~bertology.errors.ModelError` for other models."""
     if hasattr(model, "cls") and hasattr(model, "bert"):
         return model.bert, model.cls.predictions, getattr(model.cls, "seq_relationship", None)
     if hasattr(model, "albert") and hasattr(model, "predictions"):
         return model.albert, model.predictions, getattr(model, "sop_classifier", None)
     if hasattr(model, "electra") and hasattr(model, "generator_lm_head"):
         return model.electra, lambda h: model.generator_lm_head(model.generator_predictions(h)), None
-    raise ModelError(f"{type(model).__name__}: not a BERT / ALBERT / ELECTRA-generator model with an MLM head")
+    if hasattr(model, "lm_head") and (hasattr(model, "roberta") or hasattr(model, "mpnet")):  # RoBERTa family, MPNet
+        return model.base_model, model.lm_head, None
+    if hasattr(model, "deberta") and getattr(model, "legacy", True) and hasattr(model, "cls"):
+        return model.deberta, model.cls, None
+    if hasattr(model, "distilbert") and hasattr(model, "vocab_projector"):
+        return model.distilbert, lambda h: model.vocab_projector(
+            model.vocab_layer_norm(model.activation(model.vocab_transform(h)))), None
+    raise ModelError(f"{type(model).__name__}: no MLM head of a known layout")

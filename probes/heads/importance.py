@@ -187,7 +187,7 @@ def mlm_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Per-example MLM loss ``[batch]`` (mean cross-entropy over each example's scored tokens) of a
     ``*ForMaskedLM`` model on :func:`mask_batches` output.
 
-    Where the MLM head is known (BERT, ALBERT, ELECTRA generator:
+    Where the MLM head's layout is known (every architecture of the table:
     :func:`bertology.architectures.mlm_parts`) the vocabulary logits are computed at the scored
     positions only (~15% of tokens), as pretraining does; the loss is the same as from the full
     logits up to float rounding. Other models: the full logits."""
