@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertology.architectures import (ARCHITECTURES, architecture_for, attention_layers, hidden_size, num_heads,
-                                     num_layers, supported_types)
+from bertology.architectures import (ARCHITECTURES, architecture_for, attention_layers, hidden_size, mlm_parts,
+                                     num_heads, num_layers, supported_types)
 from bertology.errors import ModelError
 from bertology.features import model_max_tokens
 from bertology.models import from_modules, load_model
@@ -251,19 +251,20 @@ def test_mlm_loss_equals_the_loss_from_the_full_logits(model_type):
     model's full logits, under per-example gates, for every architecture."""
     from bertology.probes.heads.importance import _token_ce, mask_batches, mlm_loss
 
-    from bertology.architectures import mlm_parts
-
     model = tiny_model(model_type, mlm=True).eval()
     mlm_parts(model)                       # every type of the table takes the masked-positions path
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
-    raw = {"input_ids": torch.randint(5, vocab, (3, 10), generator=g), "attention_mask": torch.ones(3, 10, dtype=torch.long)}
-    raw["attention_mask"][2, 7:] = 0
+    raw = {"input_ids": torch.randint(5, vocab, (3, 10), generator=g),
+           "attention_mask": torch.ones(3, 10, dtype=torch.long)}
+    raw["attention_mask"][2, 7:] = 0                   # padding in the last example
     (batch,) = mask_batches([raw], mask_token_id=4, vocab_size=vocab, special_token_ids=[0, 1, 2, 3], seed=0)
     L, H = num_layers(model.config), num_heads(model.config)
+    def full_logits(m, b):
+        return _token_ce(m(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"])
+
     results = []
-    for loss_fn in (mlm_loss, lambda m, b: _token_ce(m(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits,
-                                                       b["labels"])):
+    for loss_fn in (mlm_loss, full_logits):
         gates = (torch.rand(3, L, H, generator=torch.Generator().manual_seed(1)) + 0.5).requires_grad_()
         with HeadGates(model, gates):
             loss = loss_fn(model, batch)
