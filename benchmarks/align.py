@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 
-from bertology.benchmarking import machine_line
+from common import machine_line
 from bertology.probes.embeddings.alignment import procrustes, retrieve
 
 

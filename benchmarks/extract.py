@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertology.benchmarking import machine_line, matmul_flops_per_second, print_table, timed_cpu
+from common import machine_line, matmul_flops_per_second, print_table, timed_cpu
 
 from bertology.corpus import load_corpus
 from bertology.models import file_sha256, load_model

@@ -18,7 +18,7 @@ import time
 
 from scipy.stats import spearmanr
 
-from bertology.benchmarking import machine_line
+from common import machine_line
 
 
 def full_logits_mlm_loss(model, batch):

@@ -33,7 +33,7 @@ import warnings
 
 import numpy as np
 
-from bertology.benchmarking import print_table
+from common import print_table
 
 
 def _data(args):

@@ -21,7 +21,7 @@ import json
 import random
 from pathlib import Path
 
-from bertology.brown import brown_to_upos, detokenize, read_brown_file
+from bertology.corpus.brown import brown_to_upos, detokenize, read_brown_file
 
 OUT = Path(__file__).resolve().parents[1] / "workbench" / "data"
 
@@ -86,7 +86,7 @@ def main() -> None:
         "description": f"{args.n} sentences sampled (seed {args.seed}) from the Brown corpus, all 15 genres",
         "sources": {
             "words": "gold: Brown corpus tokenisation (Francis & Kucera 1964/1979)",
-            "upos": "gold: Brown tags mapped to UD UPOS by bertology.brown (do/have AUX vs VERB by rule)",
+            "upos": "gold: Brown tags mapped to UD UPOS by bertology.corpus.brown (do/have AUX vs VERB by rule)",
             "xpos": "gold: Brown corpus tags",
             "deps": f"silver: {model_id} parser on the gold tokens (ClearNLP labels, not UD)",
             "entities": f"silver: {model_id} NER on the gold tokens (OntoNotes labels)",

@@ -266,7 +266,7 @@ def test_silver_trees_that_are_not_trees_are_flagged():
 
 
 def test_brown_reader_bom_and_encoding(tmp_path):
-    from bertology.brown import read_brown_file
+    from bertology.corpus.brown import read_brown_file
 
     path = tmp_path / "ca01"
     path.write_text("\ufeffThe/at Fulton/np-tl jury/nn ./.\n", encoding="utf-8")

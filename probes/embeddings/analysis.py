@@ -26,7 +26,7 @@ from bertology.probes.embeddings.neighbours import sense_clusters, static_vs_con
 from bertology.probes.embeddings.static_vectors import (StaticVectors, distill_static, load_spacy_vectors,
                                                         read_word2vec, train_word2vec, word_vectors_from_pieces)
 from bertology.runs import StudyContext, model_corpus_store
-from bertology.texts import load_text
+from bertology.corpus.plain_text import load_text
 
 CONTEXTUALITY_DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6",

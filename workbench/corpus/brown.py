@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from bertology.corpus.utf8 import read_utf8
+
 BASE_TAG_TO_UPOS: dict[str, str] = {
     # punctuation
     ".": "PUNCT", ",": "PUNCT", ":": "PUNCT", "(": "PUNCT", ")": "PUNCT", "--": "PUNCT",
@@ -92,8 +94,6 @@ def brown_to_upos(tags: list[str]) -> list[str]:
 
 def read_brown_file(path: str | Path) -> list[tuple[list[str], list[str]]]:
     """Read one Brown ``word/tag`` file into sentences of (words, tags). Tag = text after the last '/'."""
-    from bertology.corpus import read_utf8
-
     sentences = []
     for line in read_utf8(path).splitlines():
         line = line.strip()

@@ -1,0 +1,49 @@
+"""Corpora by name or file: the bundled corpora and :func:`load_corpus`, which picks the reader
+from the file's suffix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertology import paths
+from bertology.corpus.bio import read_bio
+from bertology.corpus.conllu import read_conllu
+from bertology.corpus.silver import annotate_silver, read_text_file
+from bertology.corpus.types import Corpus
+from bertology.errors import CorpusError
+
+DEFAULT_CORPUS = "brown-sample"
+BUNDLED = {"brown-sample": "brown_sample.conllu"}
+
+
+def bundled_corpora() -> dict[str, Path]:
+    return {name: paths.package_data() / fname for name, fname in BUNDLED.items()}
+
+
+def load_corpus(name_or_path: str | Path = DEFAULT_CORPUS, *, limit: int | None = None) -> Corpus:
+    """Load a bundled corpus by name (``brown-sample``) or a file: ``.conllu``, ``.bio``/``.conll``, ``.txt`` (silver).
+
+    ``limit`` keeps the first ``limit`` sentences (``CorpusError`` if negative).
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise CorpusError(f"limit: expected a number of sentences >= 0, got {limit!r}")
+    bundled = bundled_corpora()
+    key = str(name_or_path)
+    if key in bundled:
+        corpus = read_conllu(bundled[key], name=key)
+    else:
+        path = Path(name_or_path)
+        if not path.exists():
+            raise CorpusError(
+                f"unknown corpus {key!r}: not a bundled name ({', '.join(bundled)}) and no such file"
+            )
+        suffix = path.suffix.lower()
+        if suffix in (".conllu", ".conllx"):
+            corpus = read_conllu(path)
+        elif suffix in (".bio", ".conll", ".iob", ".tsv"):
+            corpus = read_bio(path)
+        elif suffix in (".txt", ".text", ".md"):
+            corpus = annotate_silver(read_text_file(path), name=path.stem)
+        else:
+            raise CorpusError(f"{path}: unknown corpus format {suffix!r} (use .conllu, .bio/.conll or .txt)")
+    return corpus.subset(limit) if limit is not None else corpus

