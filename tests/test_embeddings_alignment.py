@@ -120,12 +120,27 @@ def test_batched_csls_equals_full_matrix_reference():
 
 
 def test_normalise_centre_normalise():
+    """Artetxe et al. (2018): rows to unit length, subtract the mean row, rows to unit length again."""
     rng = np.random.default_rng(0)
-    x = rng.normal(loc=3.0, size=(100, 5))
+    offset = np.full(5, 3.0)  # a planted common direction shared by every row
+    x = rng.normal(size=(100, 5)) + offset
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    assert np.linalg.norm(unit.mean(axis=0)) > 0.8  # before centring, the rows share the offset
+    centred = unit - unit.mean(axis=0)
+    expected = centred / np.linalg.norm(centred, axis=1, keepdims=True)
+
     out, means = normalize_embeddings(x, ("unit", "center", "unit"))
-    assert np.allclose(np.linalg.norm(out, axis=1), 1, atol=1e-5) and len(means) == 1
-    again, _ = normalize_embeddings(x, ("unit", "center", "unit"), means)
-    assert np.allclose(out, again)
+    assert len(means) == 1 and np.allclose(means[0], unit.mean(axis=0), atol=1e-6)
+    assert np.allclose(np.linalg.norm(out, axis=1), 1, atol=1e-5)
+    assert np.allclose(out, expected, atol=1e-5)
+    assert np.linalg.norm(out.mean(axis=0)) < 0.2  # the offset is gone
+
+    # other rows are transformed with the means of x, not their own
+    y = rng.normal(size=(20, 5)) - offset
+    unit_y = y / np.linalg.norm(y, axis=1, keepdims=True)
+    centred_y = unit_y - unit.mean(axis=0)
+    again, _ = normalize_embeddings(y, ("unit", "center", "unit"), means)
+    assert np.allclose(again, centred_y / np.linalg.norm(centred_y, axis=1, keepdims=True), atol=1e-5)
     with pytest.raises(AlignmentError, match="unknown normalisation"):
         normalize_embeddings(x, ("whiten",))
 
