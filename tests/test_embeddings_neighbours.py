@@ -26,8 +26,9 @@ def test_contextual_neighbours_share_the_sense():
     words, vecs, offsets = _two_sense_corpus()
     static = StaticVectors(["play", "game", "theatre"], np.array([[1, 0], [0.9, 0.1], [0.5, 0.5]], np.float32))
     df = static_vs_contextual_neighbours("play", static, vecs, words, offsets, occurrence=0, k=5)
-    ctx = df[df["space"] == "contextual"]
-    assert len(ctx) == 5 and (ctx["sentence"] % 2 == 0).all() and (ctx["sentence"] != 0).all()
+    contextual_rows = df[df["space"] == "contextual"]
+    assert len(contextual_rows) == 5 and (contextual_rows["sentence"] % 2 == 0).all() \
+        and (contextual_rows["sentence"] != 0).all()
     assert df[df["space"] == "static"]["neighbour"].tolist() == ["game", "theatre"]
     assert "[[play]]" in df["query_context"].iloc[0]
     assert context_snippet(2, words, offsets) == "a great [[play]] by them"

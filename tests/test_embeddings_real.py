@@ -74,8 +74,9 @@ def test_cli_embeddings_and_align_on_a_tiny_model(tmp_path, monkeypatch):
     manifest = read_manifest(emb)
     assert manifest["study"] == "contextuality" and manifest["config"]["export_vectors"] is True
     assert manifest["config"]["limit"] == 60 and manifest["model"]["fingerprint"]
-    ctx = read_table(emb, "contextuality")
-    assert set(ctx["layer"]) == {0, 1, 2} and set(ctx["metric"]) == {"self_similarity", "intra_sentence_similarity", "mev"}
+    contextuality_table = read_table(emb, "contextuality")
+    assert set(contextuality_table["layer"]) == {0, 1, 2}
+    assert set(contextuality_table["metric"]) == {"self_similarity", "intra_sentence_similarity", "mev"}
     sources = read_table(emb, "static_sources")
     assert sources["source"].tolist() == ["distilled@0", "distilled@2", "word2vec", "input"]
     assert all((emb / f).is_file() for f in sources["file"])
