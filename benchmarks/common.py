@@ -1,7 +1,10 @@
 """Helpers for the benchmarks (``benchmarks/``): best-of-N timing (wall and this process's CPU
 time), the measured matmul rate, and tables headed by the machine they were measured on (CPU
 model, cores, matrix-unit flags, torch version and threads, the measured bfloat16 speed-up and
-what ``auto`` precision picks from it)."""
+what ``auto`` precision picks from it).
+
+The benchmarks run as scripts (``python benchmarks/extract.py``), so this folder is on ``sys.path``
+and they import these helpers as ``from common import ...``."""
 
 from __future__ import annotations
 
