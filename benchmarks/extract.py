@@ -65,7 +65,7 @@ def naive_loop(lm, corpus):
 def store_batches(lm, corpus, batch_tokens: int = 1024, shard_size: int = 256) -> list[dict]:
     """The padded inputs :func:`extract` runs, shard by shard (same tokenisation, plan and batches)."""
     from bertology.features import model_max_tokens, padded_inputs, segment_sentence, tokenize_sentences
-    from bertology.store import _batches, _plan_shards
+    from bertology.store.plan import plan_batches, plan_shards
 
     tokens = tokenize_sentences(lm.tokenizer, [s.words for s in corpus])
     limit = model_max_tokens(lm.model, lm.tokenizer)
@@ -73,8 +73,8 @@ def store_batches(lm, corpus, batch_tokens: int = 1024, shard_size: int = 256) -
                 for i, s in enumerate(corpus)]
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     out = []
-    for shard in _plan_shards(segments, shard_size):
-        for batch in _batches([s for i in shard for s in segments[i]], batch_tokens):
+    for shard in plan_shards(segments, shard_size):
+        for batch in plan_batches([s for i in shard for s in segments[i]], batch_tokens):
             ids, mask = padded_inputs(batch, pad)
             out.append({"input_ids": ids, "attention_mask": mask})
     return out

@@ -17,14 +17,14 @@ SKIP = {"extract_seconds_last_run", "extract_processes_last_run", "manifest_sha2
 
 WORKER = """
 import os, signal, sys
-import bertology.store as store_module
 from bertology import distributed
 from bertology.corpus import load_corpus
 from bertology.models import load_model
+from bertology.store import compute as store_compute, extract
 
 model_dir, root, log_dir, kill_rank = sys.argv[1:5]
 group, device = distributed.init_from_env("cpu")
-real_write = store_module._write_shard
+real_write = store_compute.write_shard
 
 def write_and_maybe_die(path, tensors):
     real_write(path, tensors)
@@ -33,9 +33,9 @@ def write_and_maybe_die(path, tensors):
     if str(group.rank) == kill_rank:
         os.kill(os.getpid(), signal.SIGKILL)   # rank 1 dies right after its first shard
 
-store_module._write_shard = write_and_maybe_die
+store_compute.write_shard = write_and_maybe_die
 lm = load_model(model_dir, device=device)
-store_module.extract(lm, load_corpus("brown-sample", limit=40), root=root, shard_size=8, progress=False)
+extract(lm, load_corpus("brown-sample", limit=40), root=root, shard_size=8, progress=False)
 distributed.shutdown()
 """
 

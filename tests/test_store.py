@@ -3,6 +3,8 @@ kill-and-resume byte identity, content addressing, long-sentence policy, bad inp
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,30 @@ from bertology.errors import StoreError
 from bertology.features import segment_sentence
 from bertology.models import from_modules
 from bertology.store import FeatureStore, extract
+from bertology.store import compute as store_compute
+
+
+class Interrupted(Exception):
+    """Stands in for a kill between two shard writes."""
+
+
+@contextmanager
+def interrupted_after(n_shards: int):
+    """``extract`` inside the block writes ``n_shards`` shards and is then stopped as a kill would
+    stop it, without a manifest: the next shard write raises :class:`Interrupted` (which the
+    block expects)."""
+    real_write = store_compute.write_shard
+    written = []
+
+    def write_or_stop(path, tensors):
+        if len(written) == n_shards:
+            raise Interrupted(path.name)
+        real_write(path, tensors)
+        written.append(path.name)
+
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(Interrupted):
+        patch.setattr(store_compute, "write_shard", write_or_stop)
+        yield
 
 
 def hf_reference(lm, words):
@@ -115,8 +141,8 @@ def test_store_without_token_offsets_is_refused_not_misread(tiny_lm, small_corpu
 
 def test_kill_and_resume_gives_byte_identical_store(tiny_lm, small_corpus, tmp_path):
     ref = extract(tiny_lm, small_corpus, root=tmp_path / "a", shard_size=8, progress=False)
-    partial = extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False, max_new_shards=2)
-    assert partial is None
+    with interrupted_after(2):
+        extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False)
     store_dir = next((tmp_path / "b").iterdir())
     assert len(list(store_dir.glob("shard-*.safetensors"))) == 2 and not (store_dir / "manifest.json").exists()
     # corrupt one finished shard: resume must recompute it, not trust it

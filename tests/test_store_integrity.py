@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -22,7 +23,31 @@ from bertology.errors import StoreError
 from bertology.fingerprints import tokenizer_fingerprint
 from bertology.models import load_model
 from bertology.store import FeatureStore, extract, verify_store
+from bertology.store import compute as store_compute, write as store_write
 from bertology.testing import save_tiny_model_dir, tiny_tokenizer
+
+
+class Interrupted(Exception):
+    """Stands in for a kill between two shard writes."""
+
+
+@contextmanager
+def interrupted_after(n_shards: int):
+    """``extract`` inside the block writes ``n_shards`` shards and is then stopped as a kill would
+    stop it, without a manifest: the next shard write raises :class:`Interrupted` (which the
+    block expects)."""
+    real_write = store_compute.write_shard
+    written = []
+
+    def write_or_stop(path, tensors):
+        if len(written) == n_shards:
+            raise Interrupted(path.name)
+        real_write(path, tensors)
+        written.append(path.name)
+
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(Interrupted):
+        patch.setattr(store_compute, "write_shard", write_or_stop)
+        yield
 
 
 def _shards(store_dir):
@@ -182,7 +207,8 @@ def test_a_truncated_or_deleted_shard_is_found_at_open_and_recomputed(tiny_lm, s
 
 def test_resume_recomputes_an_altered_finished_shard(tiny_lm, small_corpus, ref_store, tmp_path):
     """Before the manifest exists, each shard's .sha256 file is what resume checks."""
-    assert extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False, max_new_shards=3) is None
+    with interrupted_after(3):
+        extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False)
     store_dir = next((tmp_path / "b").iterdir())
     _flip_a_float(_shards(store_dir)[1])
     extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False)
@@ -230,8 +256,8 @@ def test_a_damaged_or_edited_manifest_is_refused_by_field_and_rebuilt_by_extract
 def test_a_second_extraction_does_not_touch_the_first_ones_temporary_file(tiny_lm, small_corpus, tmp_path):
     """While one extraction holds the store, another neither deletes its in-flight temporary nor
     writes: it waits, or (wait=False) says who holds the lock."""
-    partial = extract(tiny_lm, small_corpus, root=tmp_path, shard_size=8, progress=False, max_new_shards=1)
-    assert partial is None
+    with interrupted_after(1):
+        extract(tiny_lm, small_corpus, root=tmp_path, shard_size=8, progress=False)
     store_dir = next(tmp_path.iterdir())
     in_flight = store_dir / ".shard-00004.safetensors.k2j4x9_a.tmp"
     with atomic.folder_lock(store_dir):
@@ -315,9 +341,7 @@ def test_stale_temporaries_of_killed_writes_are_removed(tmp_path):
 
 def test_disk_full_leaves_nothing_half_written_and_resume_completes(tiny_lm, small_corpus, ref_store, tmp_path,
                                                                    monkeypatch):
-    import bertology.store as store_module
-
-    real_save = store_module.save_safetensors
+    real_save = store_write.save_safetensors
     written = []
 
     def save_until_full(tensors, filename, *args, **kwargs):
@@ -328,7 +352,7 @@ def test_disk_full_leaves_nothing_half_written_and_resume_completes(tiny_lm, sma
         written.append(filename)
         return real_save(tensors, filename, *args, **kwargs)
 
-    monkeypatch.setattr(store_module, "save_safetensors", save_until_full)
+    monkeypatch.setattr(store_write, "save_safetensors", save_until_full)
     with pytest.raises(StoreError, match=r"disk full while writing .*needs about \d+ MB more.*Nothing half-written"
                                          r".*run extract again to resume") as info:
         extract(tiny_lm, small_corpus, root=tmp_path / "full", shard_size=8, progress=False)
@@ -339,7 +363,7 @@ def test_disk_full_leaves_nothing_half_written_and_resume_completes(tiny_lm, sma
     assert len(_shards(store_dir)) == 2
     for shard in _shards(store_dir):   # what is left is whole and checksummed
         assert (store_dir / (shard.name + ".sha256")).is_file()
-    monkeypatch.setattr(store_module, "save_safetensors", real_save)
+    monkeypatch.setattr(store_write, "save_safetensors", real_save)
     extract(tiny_lm, small_corpus, root=tmp_path / "full", shard_size=8, progress=False)
     _same_files(ref_store.path, store_dir)
 

@@ -27,11 +27,13 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 
-from bertology.errors import WorkbenchError
+from bertology.errors import StoreError, WorkbenchError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,35 @@ class Group:
         out: list[Any] = [None] * self.world_size
         torch.distributed.all_gather_object(out, obj)
         return out
+
+    def run_on_main(self, compute: Callable[[], T]) -> T:
+        """Rank 0 runs ``compute`` and every rank returns its result. When it raises, rank 0 raises
+        that error and every other rank a :class:`StoreError` quoting it (no rank is left waiting)."""
+        if self.world_size == 1:
+            return compute()
+        result, error = None, None
+        if self.is_main:
+            try:
+                result = compute()
+            except Exception as exc:  # noqa: BLE001 -- told to every rank, then raised
+                error = exc
+        shared_result, shared_error = self.broadcast((result, None if error is None else str(error)))
+        if error is not None:
+            raise error
+        if shared_error is not None:
+            raise StoreError(f"rank 0: {shared_error}")
+        return shared_result
+
+    def raise_if_any_failed(self, error: BaseException | None) -> None:
+        """Every rank tells the others whether its part of the extraction failed (``error``); then a
+        rank that failed raises its own error and the others a :class:`StoreError` naming the first
+        rank that failed. Returns on every rank when none did."""
+        failures = self.gather(None if error is None else f"{type(error).__name__}: {error}")
+        if error is not None:
+            raise error
+        failed = [(rank, message) for rank, message in enumerate(failures) if message is not None]
+        if failed:
+            raise StoreError(f"extraction failed on rank {failed[0][0]}: {failed[0][1]}")
 
 
 def current_group() -> Group:
@@ -120,14 +151,14 @@ def shutdown(timeout_s: float = 120.0) -> None:
     dist.destroy_process_group()
 
 
-def assign_shards(todo: list[int], costs: list[int], world_size: int) -> list[list[int]]:
-    """Split shard indices ``todo`` (with ``costs``, e.g. padded tokens) over ``world_size`` ranks:
+def assign_shards(shards: list[int], costs: list[int], world_size: int) -> list[list[int]]:
+    """Split shard indices ``shards`` (with ``costs``, e.g. padded tokens) over ``world_size`` ranks:
     the costliest shard first, each to the rank with the least work so far (ties: lowest rank).
-    Deterministic; each rank's list is returned in increasing shard order."""
+    Deterministic; ``[rank] -> its shards``, each list in increasing shard order."""
     load = [0] * world_size
-    out: list[list[int]] = [[] for _ in range(world_size)]
-    for k, cost in sorted(zip(todo, costs), key=lambda kc: (-kc[1], kc[0])):
-        r = min(range(world_size), key=lambda i: (load[i], i))
-        out[r].append(k)
-        load[r] += cost
-    return [sorted(ks) for ks in out]
+    per_rank: list[list[int]] = [[] for _ in range(world_size)]
+    for k, cost in sorted(zip(shards, costs), key=lambda shard_cost: (-shard_cost[1], shard_cost[0])):
+        rank = min(range(world_size), key=lambda r: (load[r], r))
+        per_rank[rank].append(k)
+        load[rank] += cost
+    return [sorted(assigned) for assigned in per_rank]

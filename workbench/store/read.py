@@ -1,0 +1,198 @@
+"""Reading a complete store: :class:`FeatureStore` (word vectors, word attention, attention to
+special tokens, token-level argmax offset counts), all float32, word level, corpus order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Literal, Sequence
+
+import numpy as np
+from safetensors import safe_open
+
+from bertology.errors import StoreError
+from bertology.features import token_offset_bins
+from bertology.store.manifest import read_manifest
+from bertology.store.verify import damage_message, mark_damaged, shard_problem, shard_problems
+
+TokenQueries = Literal["all", "words", "special"]
+VerifyLevel = Literal["lazy", "full", "size"]
+
+
+class FeatureStore:
+    """Read access to a complete store. All arrays float32 (whatever the storage dtype), word
+    level, corpus order.
+
+    ``n_layers`` counts hidden-state layers including the embeddings (``num_hidden_layers + 1``).
+    ``verify``: ``"lazy"`` (default) checks the manifest and every shard's size at open and each
+    shard's sha256 at its first read in this process; ``"full"`` hashes every shard at open;
+    ``"size"`` never hashes.
+    """
+
+    def __init__(self, path: str | Path, *, verify: VerifyLevel = "lazy"):
+        self.path = Path(path)
+        if verify not in ("lazy", "full", "size"):
+            raise StoreError(f"verify must be 'lazy', 'full' or 'size', not {verify!r}")
+        self.manifest: dict = read_manifest(self.path)
+        problems = shard_problems(self.path, self.manifest, full=verify == "full")
+        if problems:
+            raise StoreError(damage_message(self.path, problems))
+        self._verify = verify
+        manifest = self.manifest
+        self.n_layers: int = manifest["n_layers"]
+        self.n_heads: int = manifest["n_heads"]
+        self.dim: int = manifest["dim"]
+        self.n_sentences: int = manifest["n_sentences"]
+        self.has_attention: bool = manifest["settings"]["attentions"]
+        window = manifest["settings"].get("token_offset_window")
+        self.has_token_offsets: bool = self.has_attention and window is not None
+        self.token_offset_window: int | None = int(window) if window is not None else None
+        self.word_counts = np.asarray(manifest["word_counts"], dtype=np.int64)
+        self.sentence_offsets = np.concatenate([[0], np.cumsum(self.word_counts)]).astype(np.int64)
+        self.n_words = int(self.sentence_offsets[-1])
+        # where each sentence lives: shard index, row within shard, word offset, attention offset
+        self._shards = [self.path / name for name in manifest["shards"]]
+        self._where = np.zeros((self.n_sentences, 4), dtype=np.int64)
+        for k, sentence_ids in enumerate(manifest["plan"]):
+            counts = self.word_counts[sentence_ids]
+            word_off = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            att_off = np.concatenate([[0], np.cumsum(counts**2)[:-1]])
+            self._where[sentence_ids] = np.stack([np.full(len(sentence_ids), k), np.arange(len(sentence_ids)),
+                                                  word_off, att_off], 1)
+        self._handles: dict[int, object] = {}
+
+    def verify(self) -> None:
+        """Hash every shard now; raise :class:`StoreError` naming the damaged ones."""
+        problems = shard_problems(self.path, self.manifest, full=True)
+        if problems:
+            raise StoreError(damage_message(self.path, problems))
+
+    def __repr__(self) -> str:
+        return (f"FeatureStore({self.manifest['model']['name']!r} × {self.manifest['corpus']['name']!r}: "
+                f"{self.n_sentences} sentences, {self.n_words} words, {self.n_layers} layers × {self.dim} dims"
+                f"{', attention' if self.has_attention else ''})")
+
+    def _open(self, k: int):
+        """Shard ``k``'s safetensors handle, opened (and, with ``verify="lazy"``, hashed) on first use."""
+        if k not in self._handles:
+            shard = self._shards[k]
+            if self._verify == "lazy":
+                problem = shard_problem(shard, self.manifest, full=True)
+                if problem:
+                    mark_damaged(self.path, [(shard.name, problem)])
+                    raise StoreError(damage_message(self.path, [(shard.name, problem)]))
+            try:
+                handle = safe_open(str(shard), framework="pt")
+                counts = handle.get_tensor("word_counts").tolist()
+            except Exception as exc:
+                raise StoreError(damage_message(self.path, [(shard.name, f"unreadable ({exc})")])) from exc
+            if counts != self.word_counts[self.manifest["plan"][k]].tolist():
+                raise StoreError(damage_message(self.path, [(shard.name, "word counts differ from the manifest's")]))
+            self._handles[k] = handle
+        return self._handles[k]
+
+    def hidden(self, i: int) -> np.ndarray:
+        """Sentence ``i``'s word vectors of every layer: ``[n_layers, words_i, dim]``."""
+        k, _, off, _ = self._where[i]
+        w = self.word_counts[i]
+        return self._open(int(k)).get_slice("hidden")[:, int(off) : int(off + w)].float().numpy()
+
+    def attention(self, i: int, *, normalise: bool = True) -> np.ndarray:
+        """Sentence ``i``'s word-to-word attention ``[n_layers - 1, heads, words_i, words_i]``.
+
+        With ``normalise`` each row is divided by the mass it puts on words (so rows sum to 1);
+        otherwise the raw mass (the rest went to special tokens: :meth:`special_attention`).
+        """
+        if not self.has_attention:
+            raise StoreError(f"{self.path}: extracted without attentions")
+        k, _, _, aoff = self._where[i]
+        w = int(self.word_counts[i])
+        flat = self._open(int(k)).get_slice("attention")[:, :, int(aoff) : int(aoff) + w * w].float().numpy()
+        att = flat.reshape(flat.shape[0], flat.shape[1], w, w)
+        if normalise:
+            att = att / np.clip(att.sum(-1, keepdims=True), 1e-12, None)
+        return att
+
+    def special_attention(self, i: int) -> np.ndarray:
+        """Attention of each word to ``[CLS]``-like (index 0) and ``[SEP]``-like (index 1) tokens:
+        ``[n_layers - 1, heads, words_i, 2]``."""
+        if not self.has_attention:
+            raise StoreError(f"{self.path}: extracted without attentions")
+        k, _, off, _ = self._where[i]
+        w = self.word_counts[i]
+        return self._open(int(k)).get_slice("special")[:, :, int(off) : int(off + w)].float().numpy()
+
+    @property
+    def token_offset_bins(self) -> list[int | str]:
+        """Labels of the last axis of :meth:`token_offsets`: offsets ``-K..K``, then ``"other"``."""
+        self._need_token_offsets()
+        return token_offset_bins(int(self.token_offset_window))
+
+    def _need_token_offsets(self) -> None:
+        if not self.has_attention:
+            raise StoreError(f"{self.path}: extracted without attentions")
+        if not self.has_token_offsets:
+            raise StoreError(f"{self.path}: store version {self.manifest.get('version')} has no token-level "
+                             f"argmax offsets (added in store version 2); extract again (a new store key)")
+
+    def token_offsets(self, i: int, *, queries: TokenQueries = "all") -> np.ndarray:
+        """Sentence ``i``'s token-level argmax offset counts ``[n_layers - 1, heads, 2K+2]`` (int64).
+
+        Entry ``[l, h, b]``: how many query tokens of the sentence have head ``(l, h)``'s attention
+        argmax (over every token, special tokens included) at relative token offset
+        :attr:`token_offset_bins` ``[b]`` (the last bin: further than ``K``). ``queries``: ``"all"``
+        query tokens (default; ``counts.sum(-1)`` = the sentence's token count), only ``"words"``
+        (word pieces) or only ``"special"`` (``[CLS]``/``[SEP]``-like tokens).
+        """
+        self._need_token_offsets()
+        k, row, _, _ = self._where[i]
+        counts = self._open(int(k)).get_slice("token_offsets")[int(row) : int(row) + 1].numpy()[0].astype(np.int64)
+        return _select_queries(counts, queries)
+
+    def token_offset_totals(self, *, queries: TokenQueries = "all") -> np.ndarray:
+        """:meth:`token_offsets` summed over every sentence of the store: ``[n_layers - 1, heads, 2K+2]``."""
+        self._need_token_offsets()
+        total = None
+        for k in range(len(self._shards)):
+            block = self._open(k).get_tensor("token_offsets").numpy().astype(np.int64).sum(0)
+            total = block if total is None else total + block
+        return _select_queries(total, queries)
+
+    def layers(self, layers: Sequence[int] | None = None) -> np.ndarray:
+        """Word vectors of the chosen layers, corpus order: ``[len(layers), n_words, dim]``."""
+        layers = list(range(self.n_layers)) if layers is None else [int(l) for l in layers]
+        for l in layers:
+            if not -self.n_layers <= l < self.n_layers:
+                raise StoreError(f"layer {l} out of range: the store has layers 0..{self.n_layers - 1}")
+        out = np.empty((len(layers), self.n_words, self.dim), dtype=np.float32)
+        for k, sentence_ids in enumerate(self.manifest["plan"]):
+            block = self._open(k).get_slice("hidden")
+            rows = np.concatenate([np.arange(self.sentence_offsets[s], self.sentence_offsets[s + 1])
+                                   for s in sentence_ids])
+            for j, l in enumerate(layers):
+                out[j, rows] = block[l].float().numpy()
+        return out
+
+    def layer(self, l: int) -> np.ndarray:
+        """One layer's word vectors ``[n_words, dim]`` (0 = embeddings)."""
+        return self.layers([l])[0]
+
+    def iter_attention(self, *, normalise: bool = True) -> Iterator[tuple[int, np.ndarray]]:
+        """``(i, attention(i))`` for every sentence in corpus order."""
+        for i in range(self.n_sentences):
+            yield i, self.attention(i, normalise=normalise)
+
+
+def _select_queries(counts: np.ndarray, queries: str) -> np.ndarray:
+    """``[..., 2, bins]`` counts by query kind (0 word pieces, 1 special tokens) -> ``[..., bins]``."""
+    if queries == "all":
+        return counts.sum(-2)
+    if queries == "words":
+        return counts[..., 0, :]
+    if queries == "special":
+        return counts[..., 1, :]
+    raise StoreError(f"queries must be 'all', 'words' or 'special', not {queries!r}")
+
+
+def open_store(path: str | Path) -> FeatureStore:
+    """The complete store at ``path`` (lazy verification: see :class:`FeatureStore`)."""
+    return FeatureStore(path)
