@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from bertology.errors import ConfigError
 from bertology.paths import package_data
 from bertology.cli.pretrain import register
-from bertology.pretraining.trainer import list_checkpoints
+from bertology.checkpoints import list_checkpoints
 
 BROWN = package_data() / "brown.txt.gz"
 
