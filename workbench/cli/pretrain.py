@@ -17,8 +17,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("pretrain")
     def pretrain(
-        config: Optional[str] = typer.Option(None, "--config", help=f"a shipped recipe ({recipes}) or a YAML/TOML "
-                                                                     "PretrainConfig file (default: built-in defaults)"),
+        config: Optional[str] = typer.Option(
+            None, "--config",
+            help=f"a shipped recipe ({recipes}) or a YAML/TOML PretrainConfig file (default: built-in defaults)"),
         output: Optional[str] = typer.Option(None, "--output", help="run name (folder under the models dir)"),
         output_root: Optional[str] = typer.Option(None, "--output-root",
                                                   help="folder that holds the run (default: the models dir)"),

@@ -280,5 +280,6 @@ def read_run_data(run_dir: Path):
     if len(caches) != 1:
         raise CheckpointError(f"{run_dir / 'data'}: expected one tokenised-sequence cache, found {len(caches)}")
     tensors = load_file(str(caches[0]))
-    tok = AutoTokenizer.from_pretrained(str(Path(cfg.tokenizer).expanduser() if cfg.tokenizer else run_dir / "tokenizer"))
+    tok_dir = Path(cfg.tokenizer).expanduser() if cfg.tokenizer else run_dir / "tokenizer"
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
     return cfg, tok, SequenceSet.from_tensors(tensors, "train"), SequenceSet.from_tensors(tensors, "eval")
