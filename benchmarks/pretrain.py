@@ -3,7 +3,7 @@
 Both train the same small BERT (``BertForMaskedLM``) on the same masked batches of the bundled
 Brown text, in this process, on this machine:
 
-- ``workbench trainer``: ``bertology.pretraining.trainer.run_pretraining`` (masking on the fly, logits only
+- ``workbench trainer``: ``bertology.pretraining.run_pretraining`` (masking on the fly, logits only
   at the masked positions, metrics, eval, checkpoint at the end); tokens/s read from its metrics
   file, the first log window (warm-up) dropped;
 - ``minimal loop``: ``model(**batch, labels=labels).loss; loss.backward(); opt.step()`` over
@@ -45,10 +45,13 @@ def main() -> None:
 
     import pandas as pd
 
-    from bertology.pretraining.trainer import (
-        PretrainConfig, _Masker, _masked_batches, build_model, corpus_path, make_optimizer, read_metrics,
-        run_pretraining, stream_indices, _load_data, setup_runtime, _tokenizer_for,
+    from bertology.pretraining import PretrainConfig, read_metrics, run_pretraining
+    from bertology.pretraining.data import (
+        Masker, corpus_path, load_sequences, masked_batch, run_tokenizer, stream_indices,
     )
+    from bertology.pretraining.objectives import build_model
+    from bertology.pretraining.optimization import make_optimizer
+    from bertology.pretraining.runtime import setup_runtime
     from bertology.pretraining.text_corpus import corpus_hash
 
     if args.threads:
@@ -69,20 +72,20 @@ def main() -> None:
     rt = setup_runtime(cfg)
     (root / "bench").mkdir(parents=True)
     source = corpus_path(cfg)
-    tok = _tokenizer_for(cfg, root / "bench", source, rt)
-    train, _ = _load_data(cfg, root / "bench", source, tok, rt, corpus_hash(source))
+    tok = run_tokenizer(cfg, root / "bench", source, rt)
+    train, _ = load_sequences(cfg, root / "bench", source, tok, rt, corpus_hash(source))
 
-    masker = _Masker(cfg, tok)
+    masker = Masker(cfg, tok)
     batches = []
     for step in range(steps):
         rows, epochs = stream_indices(len(train), cfg.seed, step * cfg.batch_size, cfg.batch_size)
-        b = _masked_batches(train, rows, epochs, masker, cfg, tok.pad_token_id)
+        b = masked_batch(train, rows, epochs, masker, cfg, tok.pad_token_id)
         batches.append({k: b[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")})
 
     def minimal_loop() -> float:
         """Same model, same masked batches, HF's ``labels=`` path; tokens/s after one warm-up step."""
         torch.manual_seed(cfg.seed)
-        model = build_model(cfg, tok).train()
+        model = build_model(cfg, vocab_size=len(tok), pad_token_id=tok.pad_token_id).train()
         opt = make_optimizer(model, cfg)
         n_tokens, t_total = 0, 0.0
         for i, batch in enumerate(batches):
@@ -108,7 +111,7 @@ def main() -> None:
     tps = trainer("bench1")
     tps_min = max(tps_min, minimal_loop())
     tps = max(tps, trainer("bench2"))
-    model = build_model(cfg, tok)
+    model = build_model(cfg, vocab_size=len(tok), pad_token_id=tok.pad_token_id)
 
     params = sum(p.numel() for p in model.parameters())
     peak = matmul_flops()

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from bertology.pretraining.release import export_release
-from bertology.pretraining.trainer import unigram_baseline
+from bertology.pretraining import unigram_baseline
 
 REPRODUCE = """bash scripts/setup.sh --with-pretraining-corpus        # builds ~/.cache/bertology/english-corpus
 bertology pretrain --config english_cpu                  # ~1-2 h on 2 CPU cores; re-run to resume
@@ -68,7 +68,7 @@ def main() -> None:
     }
     recipe = None
     if args.recipe:
-        from bertology.pretraining.trainer import load_config
+        from bertology.pretraining import load_config
 
         recipe = load_config(args.recipe).to_dict()
         recipe.pop("output_root", None)

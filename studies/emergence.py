@@ -16,7 +16,7 @@ from bertology.checkpoints import list_checkpoints
 from bertology.corpus import load_corpus
 from bertology.errors import ConfigError
 from bertology.models import load_model, shipped_releases
-from bertology.pretraining.trainer import load_config, read_metrics, run_pretraining
+from bertology.pretraining import load_config, read_metrics, run_pretraining
 from bertology.probes.heads.head_types import analyse_store
 from bertology.probes.probing.cloze import cloze_accuracy, cloze_predictions
 from bertology.probes.probing.edge import probe_layers

@@ -24,15 +24,14 @@ from pathlib import Path
 import pandas as pd
 
 from bertology import paths
-from bertology.checkpoints import atomic_dir
+from bertology.checkpoints import atomic_dir, list_checkpoints
 from bertology.corpus import load_corpus
 from bertology.errors import ConfigError
 from bertology.models import load_model, random_init_like
 from bertology.pretraining.text_corpus import corpus_hash
 from bertology.pretraining.flops import analytic_step_flops, measure_step_flops, steps_for_budget
-from bertology.pretraining.trainer import (
-    corpus_path, heldout_loss, list_checkpoints, load_config, read_metrics, run_pretraining, unigram_baseline,
-)
+from bertology.pretraining import heldout_loss, load_config, read_metrics, run_pretraining, unigram_baseline
+from bertology.pretraining.data import corpus_path
 from bertology.probes.heads.head_types import analyse_store
 from bertology.probes.probing.edge import probe_layers
 from bertology.store import extract

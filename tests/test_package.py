@@ -32,7 +32,7 @@ def test_every_declared_dependency_is_imported_by_the_library():
 
 def test_shipped_files_come_from_the_package():
     from bertology.paths import package_data
-    from bertology.pretraining.trainer import shipped_configs
+    from bertology.pretraining import shipped_configs
     from bertology.studies import config_dir, default_config_file
 
     assert (package_data() / "brown_sample.conllu").is_file()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from bertology.errors import ConfigError
 from bertology.paths import package_data
 from bertology.cli.pretrain import register
-from bertology.pretraining.trainer import list_checkpoints
+from bertology.checkpoints import list_checkpoints
 
 BROWN = package_data() / "brown.txt.gz"
 
@@ -83,3 +83,41 @@ def test_pretrain_command_option_checks(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["pretrain", "--config", "default", "--device", "cuda", "--max-steps", "1"])
     assert isinstance(res.exception, ConfigError) and "'device': cuda requested" in str(res.exception)
     assert not (tmp_path / "models").exists()  # refused before anything was written
+
+
+def test_pretrain_help_names_every_shipped_recipe():
+    import re
+
+    from bertology.pretraining import shipped_configs
+
+    res = CliRunner().invoke(_app(), ["pretrain", "--help"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    text = re.sub(r"[\s│]+", " ", res.output)
+    recipes = list(shipped_configs())
+    assert {"default", "bert_base_gpu", "electra_small", "albert", "distil"} <= set(recipes)
+    assert f"a shipped recipe ({', '.join(recipes)})" in text
+    assert "bertology.pretraining.trainer" not in text
+
+
+def test_python_m_bertology_pretraining_is_the_pretrain_command(tmp_path):
+    """``python -m bertology.pretraining`` (what torchrun starts) runs ``bertology pretrain``: the same
+    options, and the same one-line error and exit code 2."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "bertology.pretraining", *args], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
+
+    module_help = run("--help")
+    assert module_help.returncode == 0, module_help.stderr
+    command_help = CliRunner().invoke(_app(), ["pretrain", "--help"], terminal_width=200).output
+
+    def options(text: str) -> list[str]:
+        return sorted(set(re.findall(r"--[a-z][a-z-]+", text)))
+
+    assert options(module_help.stdout) == options(command_help) and "--new-phase" in options(command_help)
+    missing = run("--config", "no_such_recipe")
+    assert missing.returncode == 2 and "error: no_such_recipe: config file not found" in missing.stderr

@@ -13,10 +13,10 @@ from safetensors.torch import load_file
 
 from bertology.checkpoints import list_checkpoints
 from bertology.errors import CheckpointError, ConfigError
-from bertology.pretraining.trainer import (
-    Runtime, TrainingDivergedError, load_config, perplexity, read_metrics, run_pretraining,
-)
-from test_pretrain_trainer import _cfg, corpus_and_tokenizer  # noqa: F401  (the module's fixture)
+from bertology.pretraining import TrainingDivergedError, load_config, read_metrics, run_pretraining
+from bertology.pretraining.objectives import perplexity
+from bertology.pretraining.runtime import Runtime
+from test_pretrain_trainer import _cfg, corpus_and_tokenizer, run_killed_after  # noqa: F401  (the module's fixture)
 
 
 def test_nan_loss_stops_at_once_and_keeps_the_finite_checkpoints(corpus_and_tokenizer, tmp_path):
@@ -39,28 +39,27 @@ def test_nan_loss_stops_at_once_and_keeps_the_finite_checkpoints(corpus_and_toke
 def test_perplexity_of_a_diverged_loss_is_inf_not_an_overflow(corpus_and_tokenizer, tmp_path):
     from transformers import AutoModelForMaskedLM
 
-    from bertology.pretraining.trainer import _Masker, _run_data, evaluate
+    from bertology.pretraining.data import Masker, read_run_data
+    from bertology.pretraining.evaluation import evaluate
 
     assert perplexity(2.0) == pytest.approx(math.exp(2.0))
     assert perplexity(709.0) == pytest.approx(math.exp(709.0))
     assert perplexity(710.0) == math.inf and perplexity(1e6) == math.inf
     assert math.isnan(perplexity(math.nan))
     run = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="ev", max_steps=2, keep_steps=[]))
-    cfg, tok, _, heldout = _run_data(run)
+    cfg, tok, _, heldout = read_run_data(run)
     model = AutoModelForMaskedLM.from_pretrained(run / "checkpoint-2")
     with torch.no_grad():  # plant a diverged head: the [UNK] logit 1e4 above every other
         model.cls.predictions.bias[tok.unk_token_id] = 1e4
-    ev = evaluate(model, heldout, _Masker(cfg, tok), cfg, Runtime(torch.device("cpu")), tok.pad_token_id)
+    ev = evaluate(model, heldout, Masker(cfg, tok), cfg, Runtime(torch.device("cpu")), tok.pad_token_id)
     assert ev["eval_loss"] > 5000 and ev["perplexity"] == math.inf
 
 
 def _finite_worker(rank: int, init_file: str, values: list[float], out_dir: str) -> None:
     import torch.distributed as dist
 
-    from bertology.pretraining.trainer import _all_finite
-
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    agreed = _all_finite(values[rank], Runtime(torch.device("cpu"), rank, 2))
+    agreed = Runtime(torch.device("cpu"), rank, 2).all_finite(values[rank])
     (torch.tensor([agreed]).numpy().tofile(f"{out_dir}/rank{rank}"))
     dist.destroy_process_group()
 
@@ -109,7 +108,7 @@ def stopped_run(corpus_and_tokenizer, tmp_path):
     """A run "killed" after step 4 (checkpoints 0, 2, 4 of 6) and the config that resumes it."""
     cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name="broken", max_steps=6, save_every=2, keep_steps=[0],
                keep_last=2, eval_every=100)
-    run = run_pretraining(cfg, _stop_after=4)
+    run = run_killed_after(cfg, 4)
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]
     return run, cfg
 
@@ -164,22 +163,22 @@ def test_metrics_lines_broken_or_cut_short(stopped_run):
 
 
 def test_disk_full_while_saving_leaves_nothing_partial(stopped_run, monkeypatch):
-    import bertology.pretraining.trainer as trainer
+    import bertology.pretraining.checkpoint as checkpoint
 
     run, cfg = stopped_run
-    real = trainer.save_trainer_state
+    real = checkpoint.save_trainer_state
 
     def full_disk(ckpt_dir, **kw):
         (ckpt_dir / "optimizer.pt").write_bytes(b"half an optimizer")  # the bytes that did fit
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(trainer, "save_trainer_state", full_disk)
+    monkeypatch.setattr(checkpoint, "save_trainer_state", full_disk)
     with pytest.raises(CheckpointError, match=r"checkpoint-6: cannot write the checkpoint \(No space left on "
                                               r"device\); nothing of it was left behind.*steps \[0, 2, 4\]"):
         run_pretraining(cfg)
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]
     assert not [p for p in run.iterdir() if p.name.startswith(".")]  # no temporary folder left
-    monkeypatch.setattr(trainer, "save_trainer_state", real)
+    monkeypatch.setattr(checkpoint, "save_trainer_state", real)
     run_pretraining(cfg)  # space freed: the same command resumes from step 4 and finishes
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4, 6]
 

@@ -14,26 +14,53 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertology.paths import package_data
+import bertology.pretraining.trainer as trainer
+from bertology.checkpoints import list_checkpoints
 from bertology.errors import CheckpointError, ConfigError
-from bertology.pretraining.trainer import PretrainConfig, PretrainingLoss, list_checkpoints, load_config, read_metrics, run_pretraining, shipped_configs
+from bertology.paths import package_data
+from bertology.pretraining import PretrainConfig, load_config, read_metrics, run_pretraining, shipped_configs
+from bertology.pretraining.objectives import PretrainingLoss
 
 BROWN = package_data() / "brown.txt.gz"
+
+
+class _Killed(Exception):
+    """Raised by the end-of-step hook that :func:`run_killed_after` puts in the trainer."""
+
+
+def run_killed_after(cfg: PretrainConfig, step: int) -> Path:
+    """Run ``cfg`` and stop it right after step ``step`` (logged, evaluated and saved as due) the way a
+    kill does: the trainer's end-of-step hook raises there, so nothing of the run after it happens."""
+    def end_of_step(done: int) -> None:
+        if done >= step:
+            raise _Killed(done)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trainer, "_end_of_step", end_of_step)
+        with pytest.raises(_Killed):
+            run_pretraining(cfg)
+    return cfg.run_dir
+
+
+def brown_documents(out: Path, count: int, skip: int = 0) -> Path:
+    """Write Brown documents ``skip .. skip + count - 1`` (blank-line separated) to ``out``."""
+    lines, docs = [], 0
+    with gzip.open(BROWN, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            if docs >= skip:
+                lines.append(line)
+            docs += not line.strip()
+            if docs >= skip + count:
+                break
+    out.write_text("".join(lines), encoding="utf-8")
+    return out
 
 
 @pytest.fixture(scope="module")
 def corpus_and_tokenizer(tmp_path_factory) -> tuple[Path, Path]:
     """The first 30 Brown documents and a WordPiece tokenizer (vocab 300) trained on them."""
     d = tmp_path_factory.mktemp("pt")
-    out = d / "brown30.txt"
-    lines, docs = [], 0
-    with gzip.open(BROWN, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            lines.append(line)
-            docs += not line.strip()
-            if docs >= 30:
-                break
-    out.write_text("".join(lines), encoding="utf-8")
+    out = brown_documents(d / "brown30.txt", 30)
     return out, fixed_wordpiece(out, d / "tok", vocab_size=300)
 
 
@@ -159,7 +186,7 @@ def test_resume_after_kill_equals_uninterrupted(corpus_and_tokenizer, tmp_path, 
     kw = dict(objective=objective, masking=masking, grad_accum_steps=accum, max_steps=7, save_every=3,
               keep_steps=[], dynamic_masking=True)
     full = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="full", **kw))
-    killed = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="killed", **kw), _stop_after=5)
+    killed = run_killed_after(_cfg(corpus_and_tokenizer, tmp_path, run_name="killed", **kw), 5)
     assert [s for s, _ in list_checkpoints(killed)] == [3]  # "killed" after step 5, last checkpoint at 3
     resumed = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="killed", **kw), resume=True)
     a = load_file(str(full / "checkpoint-7" / "model.safetensors"))
@@ -180,14 +207,14 @@ def test_resume_after_kill_equals_uninterrupted(corpus_and_tokenizer, tmp_path, 
 
 
 def test_resume_refuses_a_changed_config(corpus_and_tokenizer, tmp_path):
-    run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_steps=2), _stop_after=2)
+    run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_steps=2))
     with pytest.raises(ConfigError, match="learning_rate"):
         run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_steps=2, learning_rate=0.1))
 
 
 def test_corrupt_checkpoint_is_a_clear_error(corpus_and_tokenizer, tmp_path):
-    run = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="bad", max_steps=6, save_every=3,
-                               keep_steps=[]), _stop_after=4)
+    run = run_killed_after(_cfg(corpus_and_tokenizer, tmp_path, run_name="bad", max_steps=6, save_every=3,
+                                keep_steps=[]), 4)
     (run / "checkpoint-3" / "model.safetensors").write_bytes(b"truncated")
     with pytest.raises(CheckpointError, match=r"checkpoint-3/model.safetensors: corrupt checkpoint weights"):
         run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="bad", max_steps=6, save_every=3,
@@ -241,13 +268,45 @@ def test_atomic_checkpoint_dir_never_half_written(tmp_path):
 
 
 def test_bpe_tokenizer_trained_by_the_run(corpus_and_tokenizer, tmp_path):
+    """``tokenizer: null, tokenizer_kind: bpe``: the run trains a byte-level BPE tokenizer on its own
+    corpus -- the one ``train_tokenizer`` gives for that text and those settings, whose merges are
+    that text's -- and trains and saves the model with it."""
     from transformers import AutoTokenizer
 
+    from bertology.pretraining.tokenizer import train_tokenizer
+
+    corpus, _ = corpus_and_tokenizer
     cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name="bpe", tokenizer=None, tokenizer_kind="bpe",
                vocab_size=400, max_steps=2, keep_steps=[], masking="span", dynamic_masking=False)
     run = run_pretraining(cfg)
+    trained = json.loads((run / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8"))
+    assert trained["model"]["type"] == "BPE" and trained["pre_tokenizer"]["type"] == "ByteLevel"
+    assert trained["decoder"]["type"] == "ByteLevel" and trained["normalizer"]["type"] == "Lowercase"
+
+    # exactly the tokenizer trained directly on the run's corpus with the run's settings ...
+    settings = dict(kind="bpe", vocab_size=400, lowercase=True, model_max_length=cfg.max_seq_len)
+    direct = train_tokenizer(corpus, tmp_path / "direct", **settings)
+    assert (direct / "tokenizer.json").read_bytes() == (run / "tokenizer" / "tokenizer.json").read_bytes()
+    # ... and not the one other text gives: merges this corpus has and another Brown slice lacks
+    other = train_tokenizer(brown_documents(tmp_path / "other.txt", 30, skip=200), tmp_path / "other", **settings)
+
+    def merges(tokenizer_json: dict) -> set[tuple[str, str]]:
+        return {tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in tokenizer_json["model"]["merges"]}
+
     tok = AutoTokenizer.from_pretrained(run / "checkpoint-2")
-    assert tok.mask_token == "<mask>" and len(tok) <= 400
+    ours = merges(trained) - merges(json.loads((other / "tokenizer.json").read_text(encoding="utf-8")))
+    text = corpus.read_text(encoding="utf-8").lower()
+    assert len(ours) >= 10 and len(merges(trained)) == len(trained["model"]["vocab"]) - 256 - 5
+    assert all(tok.convert_tokens_to_string([a + b]) in text for a, b in ours)  # pieces of this corpus
+
+    # the checkpoint carries it, the model's vocabulary is its, and it round-trips the corpus
+    assert tok.backend_tokenizer.to_str() == AutoTokenizer.from_pretrained(run / "tokenizer").backend_tokenizer.to_str()
+    assert tok.mask_token == "<mask>" and json.loads((run / "checkpoint-2" / "config.json").read_text())[
+        "vocab_size"] == len(tok) <= 400
+    lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()][:50]
+    ids = [tok(line, add_special_tokens=False)["input_ids"] for line in lines]
+    assert [tok.decode(i, clean_up_tokenization_spaces=False) for i in ids] == [line.lower() for line in lines]
+    assert sum(map(len, ids)) < 0.6 * sum(len(line.encode()) for line in lines)  # the merges are used
     assert (read_metrics(run).metric == "eval_loss").any()
 
 
@@ -265,7 +324,7 @@ def test_separate_heldout_corpus_is_the_eval_set(corpus_and_tokenizer, tmp_path)
     the separate file's documents (the corpus builder's document-level split)."""
     from transformers import AutoTokenizer
 
-    from bertology.pretraining.trainer import build_sequences
+    from bertology.pretraining.data import build_sequences
 
     corpus, tok_dir = corpus_and_tokenizer
     heldout = tmp_path / "heldout.txt"
@@ -365,12 +424,12 @@ def test_emergence_study_reads_a_shipped_release(corpus_and_tokenizer, tmp_path,
 def test_random_token_pool_is_a_config_field(corpus_and_tokenizer, tmp_path):
     from transformers import AutoTokenizer
 
-    from bertology.pretraining.trainer import _Masker
+    from bertology.pretraining.data import Masker
 
     tok = AutoTokenizer.from_pretrained(str(corpus_and_tokenizer[1]))
-    whole = _Masker(_cfg(corpus_and_tokenizer, tmp_path), tok).pool
+    whole = Masker(_cfg(corpus_and_tokenizer, tmp_path), tok).pool
     assert whole.tolist() == list(range(len(tok)))                      # BERT: the whole vocabulary
-    plain = _Masker(_cfg(corpus_and_tokenizer, tmp_path, random_token_pool="non_special"), tok).pool
+    plain = Masker(_cfg(corpus_and_tokenizer, tmp_path, random_token_pool="non_special"), tok).pool
     assert set(plain.tolist()) == set(range(len(tok))) - set(tok.all_special_ids)
     with pytest.raises(ConfigError, match="'random_token_pool'"):
         _cfg(corpus_and_tokenizer, tmp_path, random_token_pool="frequent")
@@ -382,7 +441,7 @@ def test_unigram_baseline_scores_the_eval_targets(corpus_and_tokenizer, tmp_path
 
     from transformers import AutoTokenizer
 
-    from bertology.pretraining.trainer import unigram_baseline
+    from bertology.pretraining import unigram_baseline
 
     run_dir = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_steps=3, keep_steps=[0]))
     base = unigram_baseline(run_dir)

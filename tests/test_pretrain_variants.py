@@ -22,9 +22,10 @@ from bertology.pretraining.flops import analytic_step_flops, measure_step_flops,
 from bertology.pretraining.objectives import (
     DistillationLoss, ElectraLoss, SpanBoundaryLoss, build_model, distillation_kl, span_boundaries,
 )
-from bertology.pretraining.trainer import PretrainConfig, list_checkpoints, read_metrics, run_pretraining
+from bertology.checkpoints import list_checkpoints
+from bertology.pretraining import PretrainConfig, read_metrics, run_pretraining
 
-from test_pretrain_trainer import corpus_and_tokenizer  # noqa: F401  (the shared fixture)
+from test_pretrain_trainer import corpus_and_tokenizer, run_killed_after  # noqa: F401  (the shared fixture)
 
 VARIANTS = {  # name -> config fields
     "sbo": dict(objective="mlm+sbo", masking="span"),
@@ -245,7 +246,7 @@ def test_variant_trains_loads_and_resumes_exactly(variant, corpus_and_tokenizer,
     if variant == "distill":
         kw["teacher"] = str(teacher)
     full = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="full", **kw))
-    killed = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="killed", **kw), _stop_after=6)
+    killed = run_killed_after(_cfg(corpus_and_tokenizer, tmp_path, run_name="killed", **kw), 6)
     assert [s for s, _ in list_checkpoints(killed)] == [4]
     resumed = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="killed", **kw))
     a = load_file(str(full / "checkpoint-12" / "model.safetensors"))
@@ -272,7 +273,7 @@ def test_variant_trains_loads_and_resumes_exactly(variant, corpus_and_tokenizer,
         assert {"eval_rtd_loss", "eval_rtd_accuracy", "eval_replaced_share", "eval_loss"} <= events
         from transformers import ElectraForMaskedLM
 
-        from bertology.pretraining.trainer import heldout_loss
+        from bertology.pretraining import heldout_loss
         gen = ElectraForMaskedLM.from_pretrained(full / "checkpoint-12" / "generator")
         assert gen.config.hidden_size == 16
         final_eval = ma.query("metric == 'eval_loss' and step == 12")["value"].iloc[0]
@@ -303,7 +304,7 @@ def test_variants_under_two_process_gloo_ddp(corpus_and_tokenizer, teacher, tmp_
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "-m", "bertology.pretraining.trainer", "--config", str(path)], cwd=tmp_path, env=env,
+                           "-m", "bertology.pretraining", "--config", str(path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((tmp_path / "models" / f"ddp-{name}" / "run.json").read_text())

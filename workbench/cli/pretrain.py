@@ -11,10 +11,18 @@ import typer
 def register(app: typer.Typer) -> None:
     """Add the pretraining commands to the ``bertology`` app."""
 
+    from bertology.pretraining.config import shipped_configs  # light: no torch at start-up
+
+    recipes = ", ".join(shipped_configs())
+
     @app.command("pretrain")
     def pretrain(
-        config: Optional[str] = typer.Option(None, "--config", help="a shipped recipe (default, bert_base_gpu) or a YAML/TOML PretrainConfig file (default: built-in defaults)"),
+        config: Optional[str] = typer.Option(
+            None, "--config",
+            help=f"a shipped recipe ({recipes}) or a YAML/TOML PretrainConfig file (default: built-in defaults)"),
         output: Optional[str] = typer.Option(None, "--output", help="run name (folder under the models dir)"),
+        output_root: Optional[str] = typer.Option(None, "--output-root",
+                                                  help="folder that holds the run (default: the models dir)"),
         max_steps: Optional[int] = typer.Option(None, "--max-steps", help="override max_steps"),
         corpus: Optional[str] = typer.Option(None, "--corpus", help="text file/dir, or 'brown' (bundled)"),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the last checkpoint"),
@@ -22,15 +30,24 @@ def register(app: typer.Typer) -> None:
                                        help="resume with another --max-steps: a new learning-rate schedule phase "
                                             "from the last checkpoint (recorded in run.json; no checkpoint pruned)"),
         device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda (override the config)"),
+        progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+                                                help="progress bar (default: the config's 'progress')"),
     ) -> None:
-        """Pretrain a small BERT with MLM (multi-process: torchrun -m bertology.pretraining.trainer)."""
+        """Pretrain an encoder (MLM, NSP/SOP, SpanBERT, ELECTRA, ALBERT, distillation) from a recipe;
+        re-running resumes. DDP: torchrun --nproc_per_node N -m bertology.pretraining --config FILE
+        (this same command in every process)."""
+        import os
+
         from bertology.errors import ConfigError
-        from bertology.pretraining.trainer import load_config, read_metrics, run_pretraining
+        from bertology.pretraining import load_config, read_metrics, run_pretraining
 
         if max_steps is not None and max_steps < 1:
             raise ConfigError(f"--max-steps must be >= 1, got {max_steps}")
-        cfg = load_config(config, run_name=output, max_steps=max_steps, corpus=corpus, device=device)
+        cfg = load_config(config, run_name=output, output_root=output_root, max_steps=max_steps, corpus=corpus,
+                          device=device, progress=progress)
         run_dir = run_pretraining(cfg, resume=resume, new_phase=new_phase)
+        if int(os.environ.get("RANK", "0")) != 0:  # under torchrun: one report, from rank 0
+            return
         m = read_metrics(run_dir)
         last = m.sort_values("step").groupby("metric").tail(1).set_index("metric")["value"]
         summary = ", ".join(f"{k}={last[k]:.4g}" for k in ("loss", "eval_loss", "perplexity") if k in last)

@@ -1,6 +1,12 @@
 """Pretraining BERT encoders from scratch: tokenizer training, masking (80/10/10, whole-word, span),
-NSP/SOP pairs, and the trainer (AdamW, warm-up + linear decay, atomic checkpoints, exact resume,
-torchrun DDP). Run ``python -m bertology.pretraining --config default`` or ``bertology pretrain``.
+NSP/SOP pairs, the objectives after BERT, and the trainer (AdamW, warm-up + linear decay, atomic
+checkpoints, exact resume, torchrun DDP). Run ``bertology pretrain --config default`` (or
+``python -m bertology.pretraining --config default``: the same command).
+
+Modules: ``config`` (``PretrainConfig``, validation, shipped recipes), ``data`` (sequences, masked
+and held-out batches), ``trainer`` (the loop), ``checkpoint`` (save, prune, restore, resume plan,
+``run.json``), ``evaluation``, ``metrics``, ``optimization``, ``runtime`` (device, DDP),
+``objectives``, ``masking``, ``tokenizer``, ``text_corpus``, ``flops``, ``release``.
 
 Public API (imported lazily so that ``import bertology.pretraining`` stays light)::
 
@@ -9,12 +15,14 @@ Public API (imported lazily so that ``import bertology.pretraining`` stays light
 
 from __future__ import annotations
 
-__all__ = ["PretrainConfig", "load_config", "run_pretraining", "read_metrics", "shipped_configs",
-           "train_tokenizer", "MaskingConfig", "mask_batch"]
+__all__ = ["PretrainConfig", "load_config", "resolve_config", "shipped_configs", "run_pretraining",
+           "TrainingDivergedError", "read_metrics", "heldout_loss", "unigram_baseline", "train_tokenizer",
+           "MaskingConfig", "mask_batch"]
 
-_HOMES = {"PretrainConfig": "trainer", "load_config": "trainer", "run_pretraining": "trainer",
-          "read_metrics": "trainer", "shipped_configs": "trainer", "train_tokenizer": "tokenizer",
-          "MaskingConfig": "masking", "mask_batch": "masking"}
+_HOMES = {"PretrainConfig": "config", "load_config": "config", "resolve_config": "config",
+          "shipped_configs": "config", "run_pretraining": "trainer", "TrainingDivergedError": "trainer",
+          "read_metrics": "metrics", "heldout_loss": "evaluation", "unigram_baseline": "evaluation",
+          "train_tokenizer": "tokenizer", "MaskingConfig": "masking", "mask_batch": "masking"}
 
 
 def __getattr__(name: str):

@@ -2,7 +2,8 @@
 
 The trainer (:mod:`bertology.pretraining.trainer`) asks this module three things: which model to
 build for a config (:func:`build_model`), which loss module to wrap it in (:func:`make_loss`) and,
-for objectives with their own held-out metrics, how to evaluate (:func:`evaluate_variant`). Every
+for objectives with their own held-out metrics, how to evaluate (:func:`evaluate_variant`); the
+config's validation runs its field checks (:data:`OBJECTIVE_CHECKS`). Every
 loss module has the same call signature::
 
     loss, mlm_loss, extras = loss_module(input_ids, attention_mask, token_type_ids, labels,
@@ -27,7 +28,7 @@ import inspect
 import math
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,7 @@ from bertology.architectures import mlm_parts
 from bertology.errors import ConfigError, ModelError
 from bertology.pretraining.masking import IGNORE_INDEX
 
-__all__ = ["OBJECTIVES", "ARCHITECTURES", "pair_task", "validate_objective", "build_model", "make_loss",
+__all__ = ["OBJECTIVES", "ARCHITECTURES", "pair_task", "OBJECTIVE_CHECKS", "build_model", "make_loss",
            "PretrainingLoss", "ElectraLoss", "SpanBoundaryLoss", "DistillationLoss", "ElectraPretrainingModel",
            "BertForSpanBoundary", "SpanBoundaryHead", "span_boundaries", "distillation_kl", "tied_parameter_names",
            "save_unique_state", "evaluate_variant", "generator_config", "teacher_directory", "OWN_EVALUATION"]
@@ -61,42 +62,49 @@ def generator_config(cfg: Any) -> tuple[int, int, int]:
             max(1, round(cfg.intermediate_size * size)))
 
 
-def validate_objective(cfg: Any) -> None:
-    """Check the objective / architecture fields of a ``PretrainConfig``; errors name the field."""
-    def need(ok: bool, name: str, what: str) -> None:
-        if not ok:
-            raise ConfigError(f"config field '{name}': {what}, got {getattr(cfg, name)!r}")
-
-    need(cfg.objective in OBJECTIVES, "objective", f"must be one of {', '.join(OBJECTIVES)}")
-    need(cfg.architecture in ARCHITECTURES, "architecture", f"must be one of {', '.join(ARCHITECTURES)}")
-    if cfg.architecture == "albert":
-        need(cfg.objective in _ALBERT_OBJECTIVES, "objective",
-             f"with architecture albert must be one of {', '.join(_ALBERT_OBJECTIVES)}")
-    need(cfg.embedding_size is None or cfg.embedding_size >= 1, "embedding_size", "must be >= 1")
-    need(cfg.embedding_size is None or cfg.embedding_size == cfg.hidden_size
-         or cfg.architecture == "albert" or cfg.objective == "electra", "embedding_size",
-         "a factorised embedding (embedding_size != hidden_size) needs architecture albert or objective electra")
-    need(1 <= cfg.num_hidden_groups <= cfg.num_hidden_layers, "num_hidden_groups",
-         f"must be in [1, num_hidden_layers={cfg.num_hidden_layers}]")
-    need(cfg.num_hidden_groups == 1 or cfg.architecture == "albert", "num_hidden_groups",
-         "layer sharing needs architecture albert (BERT layers are all distinct)")
-    need(0.0 < cfg.generator_size <= 1.0, "generator_size", "must be in (0, 1]")
+def _generator_heads_divide_width(cfg: Any) -> bool:
     hidden, heads, _ = generator_config(cfg)
-    if cfg.objective == "electra":
-        need(hidden % heads == 0, "generator_size",
-             f"gives a generator of width {hidden} not divisible by its {heads} heads")
-    need(cfg.rtd_weight > 0, "rtd_weight", "must be > 0")
-    need(cfg.sbo_weight > 0, "sbo_weight", "must be > 0")
-    if cfg.objective == "mlm+sbo":
-        need(cfg.masking == "span", "masking", "the span boundary objective (mlm+sbo) needs masking: span")
-    if cfg.objective == "distill":
-        need(bool(cfg.teacher), "teacher", "objective distill needs a teacher (a registry name or model directory)")
-    need(cfg.distill_temperature > 0, "distill_temperature", "must be > 0")
-    for name in ("distill_kl_weight", "distill_mlm_weight", "distill_cosine_weight"):
-        need(getattr(cfg, name) >= 0, name, "must be >= 0")
-    need(cfg.distill_kl_weight + cfg.distill_mlm_weight + cfg.distill_cosine_weight > 0, "distill_kl_weight",
-         "the distillation weights (kl, mlm, cosine) must not all be 0")
-    need(cfg.distill_positions in ("masked", "all"), "distill_positions", "must be masked or all")
+    return hidden % heads == 0
+
+
+def _generator_width_message(cfg: Any) -> str:
+    hidden, heads, _ = generator_config(cfg)
+    return f"gives a generator of width {hidden} not divisible by its {heads} heads"
+
+
+_DISTILL_WEIGHTS = ("distill_kl_weight", "distill_mlm_weight", "distill_cosine_weight")
+
+# The checks of a PretrainConfig's objective and architecture fields, run in this order by
+# bertology.pretraining.config.validate_config after its own: (field, ok(config) -> bool, what the
+# field must be -- text, or a function of the config that gives it).
+OBJECTIVE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str | Callable[[Any], str]], ...] = (
+    ("objective", lambda c: c.objective in OBJECTIVES, f"must be one of {', '.join(OBJECTIVES)}"),
+    ("architecture", lambda c: c.architecture in ARCHITECTURES, f"must be one of {', '.join(ARCHITECTURES)}"),
+    ("objective", lambda c: c.architecture != "albert" or c.objective in _ALBERT_OBJECTIVES,
+     f"with architecture albert must be one of {', '.join(_ALBERT_OBJECTIVES)}"),
+    ("embedding_size", lambda c: c.embedding_size is None or c.embedding_size >= 1, "must be >= 1"),
+    ("embedding_size", lambda c: c.embedding_size is None or c.embedding_size == c.hidden_size
+     or c.architecture == "albert" or c.objective == "electra",
+     "a factorised embedding (embedding_size != hidden_size) needs architecture albert or objective electra"),
+    ("num_hidden_groups", lambda c: 1 <= c.num_hidden_groups <= c.num_hidden_layers,
+     lambda c: f"must be in [1, num_hidden_layers={c.num_hidden_layers}]"),
+    ("num_hidden_groups", lambda c: c.num_hidden_groups == 1 or c.architecture == "albert",
+     "layer sharing needs architecture albert (BERT layers are all distinct)"),
+    ("generator_size", lambda c: 0.0 < c.generator_size <= 1.0, "must be in (0, 1]"),
+    ("generator_size", lambda c: c.objective != "electra" or _generator_heads_divide_width(c),
+     _generator_width_message),
+    ("rtd_weight", lambda c: c.rtd_weight > 0, "must be > 0"),
+    ("sbo_weight", lambda c: c.sbo_weight > 0, "must be > 0"),
+    ("masking", lambda c: c.objective != "mlm+sbo" or c.masking == "span",
+     "the span boundary objective (mlm+sbo) needs masking: span"),
+    ("teacher", lambda c: c.objective != "distill" or bool(c.teacher),
+     "objective distill needs a teacher (a registry name or model directory)"),
+    ("distill_temperature", lambda c: c.distill_temperature > 0, "must be > 0"),
+    *((name, lambda c, name=name: getattr(c, name) >= 0, "must be >= 0") for name in _DISTILL_WEIGHTS),
+    ("distill_kl_weight", lambda c: sum(getattr(c, name) for name in _DISTILL_WEIGHTS) > 0,
+     "the distillation weights (kl, mlm, cosine) must not all be 0"),
+    ("distill_positions", lambda c: c.distill_positions in ("masked", "all"), "must be masked or all"),
+)
 
 
 # --------------------------------------------------------------------------- saving models with extra parts
@@ -538,7 +546,7 @@ def make_loss(cfg: Any, model: nn.Module, device: torch.device | str = "cpu") ->
 def evaluate_variant(cfg: Any, model: nn.Module, batches: Iterable, device: torch.device,
                      autocast_dtype: torch.dtype | None, world_size: int, seed: int) -> dict[str, float]:
     """Held-out metrics of the objectives in :data:`OWN_EVALUATION` over ``batches`` (what
-    ``trainer.heldout_batches`` yields: ``(rows, batch, masked ids, labels)``).
+    ``bertology.pretraining.data.heldout_batches`` yields: ``(rows, batch, masked ids, labels)``).
 
     Always ``eval_loss`` (MLM cross-entropy at the masked positions, nats; for ELECTRA that of the
     generator) and ``perplexity``; ELECTRA adds ``eval_rtd_loss`` (mean BCE per token),

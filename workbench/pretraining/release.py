@@ -25,7 +25,7 @@ from bertology.atomic import write_json, write_text
 from bertology.checkpoints import atomic_dir, list_checkpoints
 from bertology.errors import CheckpointError
 from bertology.models import file_sha256
-from bertology.pretraining.trainer import heldout_loss
+from bertology.pretraining.evaluation import heldout_loss
 
 __all__ = ["export_release", "read_release", "RELEASE_FILE"]
 
@@ -73,7 +73,7 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
     resumed with changed resumable fields (``max_steps``...); default the config in ``run.json``,
     which is kept as ``run_config_at_start`` either way. ``score``: measure every shipped checkpoint's
     held-out MLM loss as shipped (float16 weights, float32 compute) on the run's evaluation targets
-    (:func:`~bertology.pretraining.trainer.heldout_loss`): ``eval_loss``; the loss the trainer logged
+    (:func:`~bertology.pretraining.evaluation.heldout_loss`): ``eval_loss``; the loss the trainer logged
     at that step, if it evaluated there, stays as ``eval_loss_logged``. Written atomically: a killed export
     leaves no folder.
     """

@@ -1,0 +1,86 @@
+"""The metrics of a pretraining run: ``metrics.jsonl`` in the run folder, one JSON object per log or
+evaluation event, appended as the run goes, and read back as a tidy table (:func:`read_metrics`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from bertology.atomic import write_text
+from bertology.errors import CheckpointError
+
+__all__ = ["MetricsLog", "read_metric_events", "read_metrics"]
+
+
+class MetricsLog:
+    """Append-only JSON-lines metrics file: one object per event, ``{"step": N, metric: value, ...}``
+    (written by rank 0 only: ``enabled``)."""
+
+    def __init__(self, path: Path, enabled: bool):
+        self.path, self.enabled = path, enabled
+
+    def truncate_after(self, step: int) -> None:
+        """Drop events logged after ``step`` (by a run killed after its last checkpoint), and a last
+        line cut short by the kill."""
+        if not (self.enabled and self.path.is_file()):
+            return
+        keep = [json.dumps(ev) for ev in read_metric_events(self.path) if ev["step"] <= step]
+        write_text(self.path, "".join(ln + "\n" for ln in keep))
+
+    def log(self, **event: Any) -> None:
+        """Append one event (flushed and synced: a kill loses at most the line being written)."""
+        if self.enabled:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(event) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+
+
+def read_metric_events(path: Path) -> list[dict[str, Any]]:
+    """The events of a ``metrics.jsonl``. A last line without its newline is a write in progress (or
+    cut by a kill) and is skipped; any other broken line raises ``CheckpointError`` naming file:line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot read the metrics ({exc})") from exc
+    lines = text.split("\n")  # the last item is "" when the file ends with a newline
+    events = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            ev = json.loads(line)
+            if not isinstance(ev, dict) or not isinstance(ev.get("step"), int):
+                raise ValueError("expected an object with an integer 'step'")
+            for key, value in ev.items():
+                if key != "step" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                    raise ValueError(f"metric {key!r} is not a number: {value!r}")
+        except ValueError as exc:
+            if lineno == len(lines):  # unterminated last line: a write in progress or cut short
+                break
+            raise CheckpointError(f"{path}:{lineno}: broken metrics line ({exc}): {line[:80]!r}") from None
+        events.append(ev)
+    return events
+
+
+def read_metrics(run_dir: str | Path):
+    """Metrics of a run as a tidy DataFrame: columns ``run, step, metric, value``.
+
+    Metrics: ``loss`` (training loss, mean of the log window), ``lr``, ``tokens_per_s`` (all
+    processes), ``eval_loss`` (held-out MLM loss, nats/token), ``perplexity`` (exp(eval_loss)),
+    and ``eval_pair_accuracy`` for NSP/SOP runs. If a step was logged twice, the last value wins.
+    """
+    import pandas as pd
+
+    run_dir = Path(run_dir)
+    path = run_dir / "metrics.jsonl"
+    rows = []
+    if path.is_file():
+        for ev in read_metric_events(path):
+            step = int(ev.pop("step"))
+            rows.extend({"run": run_dir.name, "step": step, "metric": k, "value": float(v)} for k, v in ev.items())
+    df = pd.DataFrame(rows, columns=["run", "step", "metric", "value"])
+    df = df.drop_duplicates(["step", "metric"], keep="last").sort_values(["metric", "step"]).reset_index(drop=True)
+    return df.astype({"step": "int64", "value": "float64"})

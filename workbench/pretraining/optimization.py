@@ -1,0 +1,39 @@
+"""The optimiser and learning-rate schedule of pretraining: AdamW with BERT's weight-decay groups,
+linear warm-up then linear decay to 0 at ``max_steps``."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from bertology.pretraining.config import PretrainConfig
+
+__all__ = ["make_optimizer", "linear_schedule", "make_scheduler"]
+
+
+def make_optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.AdamW:
+    """AdamW; no weight decay on biases and LayerNorm weights (as in BERT)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "LayerNorm" in name else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                             foreach=True)
+
+
+def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
+    """LR multiplier: linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total``."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+    return factor
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: PretrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    """The config's schedule (:func:`linear_schedule` to ``max_steps``), stepped once per optimizer step."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(cfg.warmup_steps, cfg.max_steps))
