@@ -23,9 +23,9 @@ from common import machine_line
 
 def full_logits_mlm_loss(model, batch):
     """The baseline: per-example MLM loss from the HF ``*ForMaskedLM`` logits at every position."""
-    from bertology.probes.heads.importance import _token_ce, model_inputs
+    from bertology.probes.heads.importance import token_cross_entropy, model_inputs
 
-    return _token_ce(model(**model_inputs(batch)).logits, batch["labels"])
+    return token_cross_entropy(model(**model_inputs(batch)).logits, batch["labels"])
 
 
 def main() -> None:

@@ -249,7 +249,7 @@ def test_mlm_loss_equals_the_loss_from_the_full_logits(model_type):
     """Head importance's MLM loss computes vocabulary logits at the masked positions only where the
     head is known (mlm_parts); per-example losses and the gate gradients equal those of the HF
     model's full logits, under per-example gates, for every architecture."""
-    from bertology.probes.heads.importance import _token_ce, mask_batches, mlm_loss
+    from bertology.probes.heads.importance import token_cross_entropy, mask_batches, mlm_loss
 
     model = tiny_model(model_type, mlm=True).eval()
     mlm_parts(model)                       # every type of the table takes the masked-positions path
@@ -261,7 +261,7 @@ def test_mlm_loss_equals_the_loss_from_the_full_logits(model_type):
     (batch,) = mask_batches([raw], mask_token_id=4, vocab_size=vocab, special_token_ids=[0, 1, 2, 3], seed=0)
     L, H = num_layers(model.config), num_heads(model.config)
     def full_logits(m, b):
-        return _token_ce(m(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"])
+        return token_cross_entropy(m(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"])
 
     results = []
     for loss_fn in (mlm_loss, full_logits):

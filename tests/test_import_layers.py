@@ -242,11 +242,6 @@ def test_apps_import_core_only():
     assert room_violations(edges, ROOT) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "benchmarks import private names whose modules other helpers of issue 25 own (remove this mark "
-    "when they are public): benchmarks/extract.py:68 bertology.store._batches, _plan_shards; "
-    "benchmarks/heads.py:26 bertology.probes.heads.importance._token_ce; benchmarks/pretrain.py:48 "
-    "bertology.pretraining.trainer._Masker, _load_data, _masked_batches, _tokenizer_for"))
 def test_benchmarks_import_public_names_only():
     assert benchmark_violations(ROOT) == []
 

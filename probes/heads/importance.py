@@ -176,7 +176,7 @@ def mask_batches(batches: Iterable[Batch], mask_token_id: int, vocab_size: int,
     return out
 
 
-def _token_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Per-example mean cross-entropy over scored tokens: logits [B, T, C], labels [B, T]."""
     ce = nn.functional.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")
     scored = (labels != -100).sum(-1).clamp(min=1)
@@ -195,7 +195,7 @@ def mlm_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     try:
         encoder, head, _ = mlm_parts(model)
     except ModelError:
-        return _token_ce(model(**model_inputs(batch)).logits, labels)
+        return token_cross_entropy(model(**model_inputs(batch)).logits, labels)
     hidden = encoder(**model_inputs(batch))[0]                                   # [B, T, D]
     scored = labels != -100
     ce = nn.functional.cross_entropy(head(hidden[scored]).float(), labels[scored], reduction="none")  # [n]
@@ -245,7 +245,7 @@ class TaggingHead(nn.Module):
         return self.linear(hidden)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        return _token_ce(self(encoder_output(model, batch)), batch["labels"])
+        return token_cross_entropy(self(encoder_output(model, batch)), batch["labels"])
 
     @torch.no_grad()
     def accuracy(self, model: nn.Module, batches: Iterable[Batch], gates: torch.Tensor | None = None) -> float:
@@ -271,7 +271,7 @@ def train_tagging_head(model: nn.Module, batches: Sequence[Batch], n_labels: int
     for _ in range(epochs):
         for i in torch.randperm(len(cached), generator=gen).tolist():
             hidden, labels = cached[i]
-            loss = _token_ce(head(hidden), labels).mean()
+            loss = token_cross_entropy(head(hidden), labels).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
