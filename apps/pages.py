@@ -446,7 +446,7 @@ def compare_page(page: Page) -> None:
     a = c1.selectbox("run A", runs, index=0, format_func=describe)
     b = c2.selectbox("run B", runs, index=min(1, len(runs) - 1), format_func=describe)
     table = tables_of[study]
-    for col, run in ((c1, a), (c2, b)):
+    for side, col, run in (("A", c1, a), ("B", c2, b)):
         with col, guard(f"table {table}", run):
             df = load_table(run, table)
             try:
@@ -458,7 +458,7 @@ def compare_page(page: Page) -> None:
                 if study == "edge_probing" and {"task", "layer", "value", "metric"} <= set(df.columns):
                     means = tables.layer_means(tables.accuracy_per_layer(df))
                     st.plotly_chart(figures.line_with_band(means, "layer", "task", run_label(run), "score"),
-                                    width="stretch", key=f"cmp-{run_label(run)}")
+                                    width="stretch", key=f"cmp-{side}-{run_label(run)}")  # A and B may be one run
                 st.dataframe(df, width="stretch")
 
 

@@ -153,7 +153,12 @@ def test_compare_page_puts_the_main_tables_side_by_side(planted_results, monkeyp
     assert at.header[0].value == "Compare two runs"
     assert at.selectbox[0].options == sorted(s for s, _ in PAGE_STUDIES.values())
     pd.testing.assert_frame_equal(at.dataframe[0].value, PLANTED_PRECISION)  # alignment comes first
+    at.selectbox[0].set_value("edge_probing").run()  # one run: A and B are the same run
+    assert any("Only one `edge_probing` run" in i.value for i in at.info)
+    assert not at.error, [e.value for e in at.error]
+    assert [line(spec, "pos") for spec in chart_specs(at)] == [pytest.approx([0.5, 0.6, 0.7])] * 2
     age(probing_run(planted_results, "half", "model-b", scale=0.5), 100)
+    at = open_page("Compare runs", planted_results, monkeypatch)
     at.selectbox[0].set_value("edge_probing").run()
     assert not at.error, [e.value for e in at.error]
     assert [line(spec, "pos") for spec in chart_specs(at)] == [pytest.approx([0.5, 0.6, 0.7]),
