@@ -1,5 +1,6 @@
-"""Plotly figures of the dashboard, built from result tables only (no Streamlit here, so each one
-can be tested on its own).
+"""Plotly figures of the dashboard: pure functions of data frames (no Streamlit here, so each one
+can be tested on its own). Each docstring names the columns its table needs; the parts of result
+tables they draw are cut by :mod:`bertology.apps.tables`.
 
 Words are data, not markup: Plotly renders a subset of HTML in titles, tick labels, legends, text
 and hover labels (``<b>``, ``<br>``, ``<a>``...), so every word, sentence or label read from a result
@@ -10,7 +11,6 @@ shows it as typed).
 from __future__ import annotations
 
 import html
-import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,6 +18,8 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from bertology.apps.tables import offset_sort_key
 
 # Fixed colours per head type (Voita et al. 2019; Clark et al. 2019), so a type keeps its colour on
 # every page, checkpoint and run; "other" = no criterion holds.
@@ -173,32 +175,10 @@ def head_view(words: Sequence[str], matrix: Any, title: str, threshold: float = 
     return fig
 
 
-_OFFSET = re.compile(r"^(token|argmax)_offset_(-?\d+|other)$")
-
-
-def offset_histogram(stats: pd.DataFrame, layer: int, head: int) -> pd.DataFrame:
-    """Share of a head's query tokens/words whose attention argmax is at each relative offset.
-
-    ``stats``: the ``head_stats`` table (``layer, head, statistic, value``), whose
-    ``token_offset_<k>`` (sub-word tokens, special tokens in place; Voita et al.) and
-    ``argmax_offset_<k>`` (words; Clark et al.) rows are these shares. Returns ``level, offset,
-    share`` with ``offset`` a string (``"-2"`` ... ``"other"``), sorted numerically, other last."""
-    part = stats[(stats["layer"] == layer) & (stats["head"] == head)]
-    rows = []
-    for name, value in zip(part["statistic"], part["value"]):
-        m = _OFFSET.match(str(name))
-        if m:
-            rows.append({"level": "token" if m.group(1) == "token" else "word", "offset": m.group(2),
-                         "share": float(value)})
-    out = pd.DataFrame(rows, columns=["level", "offset", "share"])
-    key = out["offset"].map(lambda o: 10_000 if o == "other" else int(o))
-    return out.assign(_k=key).sort_values(["level", "_k"]).drop(columns="_k").reset_index(drop=True)
-
-
 def offset_figure(hist: pd.DataFrame, layer: int, head: int) -> go.Figure:
-    """Grouped bars: share of argmaxes per relative offset, token level and word level."""
-    order = list(dict.fromkeys(hist.assign(_k=hist["offset"].map(lambda o: 10_000 if o == "other" else int(o)))
-                               .sort_values("_k")["offset"]))
+    """Grouped bars: share of argmaxes per relative offset, token level and word level.
+    ``hist``: ``level ("token" | "word"), offset (str), share`` (:func:`tables.offset_histogram`)."""
+    order = list(dict.fromkeys(hist.assign(_k=hist["offset"].map(offset_sort_key)).sort_values("_k")["offset"]))
     fig = go.Figure()
     for level, colour in (("token", "#1f77b4"), ("word", "#ff7f0e")):
         part = hist[hist["level"] == level]
@@ -212,18 +192,10 @@ def offset_figure(hist: pd.DataFrame, layer: int, head: int) -> go.Figure:
     return fig
 
 
-def relation_table(dependency: pd.DataFrame, layer: int, head: int, min_count: int = 20, top: int = 6) -> pd.DataFrame:
-    """The relations head ``(layer, head)`` tracks best (Clark et al. 2019): its accuracy at finding the
-    other end of each relation (``head_dependency`` rows with ``n >= min_count``) against the best
-    fixed-offset baseline, sorted by the gain over that baseline, ``top`` rows."""
-    part = dependency[(dependency["layer"] == layer) & (dependency["head"] == head) & (dependency["n"] >= min_count)]
-    part = part[part["relation"] != "all"] if (part["relation"] != "all").any() else part
-    cols = ["relation", "direction", "n", "accuracy", "baseline_offset", "baseline_accuracy", "gain"]
-    return part.sort_values("gain", ascending=False)[cols].head(top).reset_index(drop=True)
-
-
 def relation_figure(rel: pd.DataFrame, layer: int, head: int) -> go.Figure:
-    """Bars: the head's accuracy per relation beside the best fixed-offset baseline."""
+    """Bars: the head's accuracy per relation beside the best fixed-offset baseline.
+    ``rel``: ``relation, direction, accuracy, baseline_offset, baseline_accuracy``
+    (:func:`tables.relation_table`), best first."""
     labels = [f"{esc(r)} ({DIRECTIONS.get(d, esc(d))})" for r, d in zip(rel["relation"], rel["direction"])]
     fig = go.Figure([
         go.Bar(y=labels, x=rel["accuracy"], name="this head", marker_color="#d62728", orientation="h"),
@@ -237,14 +209,15 @@ def relation_figure(rel: pd.DataFrame, layer: int, head: int) -> go.Figure:
     return fig
 
 
-def contextuality_multiples(ctx: pd.DataFrame, run_column: str | None = None) -> go.Figure:
+def contextuality_multiples(contextuality: pd.DataFrame, run_column: str | None = None) -> go.Figure:
     """Small multiples (Ethayarajh 2019's layout): one panel per measure, raw / anisotropy baseline /
     adjusted per layer. With ``run_column``, one line colour per run and a dash per kind.
 
-    ``ctx``: the ``contextuality`` table (``layer, metric, raw, baseline, adjusted``)."""
-    kinds = [c for c in ("raw", "baseline", "adjusted") if c in ctx.columns]
+    ``contextuality``: the ``contextuality`` table (``layer, metric, raw, baseline, adjusted``; the
+    kinds it lacks are left out), plus ``run_column`` when given."""
+    kinds = [c for c in ("raw", "baseline", "adjusted") if c in contextuality.columns]
     ids = ["layer", "metric"] + ([run_column] if run_column else [])
-    long = ctx.melt(id_vars=ids, value_vars=kinds, var_name="kind", value_name="value")
+    long = contextuality.melt(id_vars=ids, value_vars=kinds, var_name="kind", value_name="value")
     long["measure"] = long["metric"].map(lambda m: MEASURE_NAMES.get(m, str(m))).map(esc)
     if run_column:
         long[run_column] = long[run_column].map(esc)
@@ -262,7 +235,10 @@ def contextuality_multiples(ctx: pd.DataFrame, run_column: str | None = None) ->
 
 def cluster_figure(part: pd.DataFrame, word: str, layer: Any = None) -> go.Figure:
     """UMAP of one word's occurrences, coloured by k-means cluster (unsupervised, not gold senses);
-    the hover shows each occurrence's context, escaped."""
+    the hover shows each occurrence's context, escaped.
+
+    ``part``: the ``sense_clusters`` rows of one word: ``x, y`` (UMAP), ``cluster`` and ``context``
+    where present; ``layer``: the layer of the vectors (None: not said)."""
     part = part.copy()
     sizes = part["cluster"].value_counts() if "cluster" in part else None
     if "cluster" in part:
@@ -309,3 +285,76 @@ def type_counts_figure(counts: pd.DataFrame) -> go.Figure:
     fig.update_layout(title="head types across checkpoints", xaxis_title="training step", yaxis_title="heads",
                       height=360, margin=dict(t=50))
     return fig
+
+
+# --------------------------------------------------------------------------- curves and bars of the other pages
+
+def line_with_band(df: pd.DataFrame, x: str, color: str, title: str, y_title: str) -> go.Figure:
+    """One line per value of ``color`` over ``x`` with a shaded 95% band.
+
+    ``df``: ``[x], [color], mean, ci95`` (a :func:`bertology.results.mean_ci` table)."""
+    fig = go.Figure()
+    palette = px.colors.qualitative.Plotly
+    for k, (name, part) in enumerate(df.groupby(color)):
+        part = part.sort_values(x)
+        c = palette[k % len(palette)]
+        fig.add_trace(go.Scatter(x=list(part[x]) + list(part[x])[::-1],
+                                 y=list(part["mean"] + part["ci95"]) + list(part["mean"] - part["ci95"])[::-1],
+                                 fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0),
+                                 hoverinfo="skip", showlegend=False))
+        fig.add_trace(go.Scatter(x=part[x], y=part["mean"], mode="lines+markers", name=esc(name),
+                                 line=dict(color=c)))
+    fig.update_layout(title=esc(title), xaxis_title=x, yaxis_title=esc(y_title), height=420)
+    return fig
+
+
+def layer_curves_two_runs(both: pd.DataFrame, metric: str) -> go.Figure:
+    """Probe score per layer of two runs, one panel per task, one colour per run, error bars = 95%
+    interval. ``both``: ``run, task, layer, mean, ci95`` (:func:`tables.stack_runs` of two
+    :func:`tables.layer_means`)."""
+    both = both.assign(run=both["run"].map(esc), task=both["task"].map(esc))
+    fig = px.line(both, x="layer", y="mean", error_y="ci95", color="run", facet_col="task", markers=True,
+                  title=f"{metric} per layer, two runs (mean ± 95% CI over seeds)")
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    fig.update_layout(height=420, legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def mix_weights_figure(weights: pd.DataFrame) -> go.Figure:
+    """Grouped bars: the scalar-mix weight of each layer, one colour per task.
+    ``weights``: ``task, layer, weight`` (:func:`tables.mean_mix_weights`)."""
+    return px.bar(weights.assign(task=weights["task"].map(esc)), x="layer", y="weight", color="task",
+                  barmode="group", title="scalar-mix weights")
+
+
+def combinations_figure(means: pd.DataFrame, metric: str) -> go.Figure:
+    """Grouped bars with 95% error bars: the score of each feature combination, one colour per task.
+    ``means``: ``task, combination, mean, ci95`` (:func:`tables.combination_means`)."""
+    return px.bar(means.assign(task=means["task"].map(esc), combination=means["combination"].map(esc)),
+                  x="combination", y="mean", error_y="ci95", color="task", barmode="group",
+                  title=f"{esc(metric)} by feature combination")
+
+
+def importance_figure(grid: pd.DataFrame) -> go.Figure:
+    """Heatmap of head importance. ``grid``: ``[layers, heads]``, index = layer, columns = head
+    (:func:`tables.importance_grid`)."""
+    return px.imshow(grid, labels=dict(x="head", y="layer", color="importance"),
+                     title="head importance (normalised per layer)")
+
+
+def loss_figure(loss: pd.DataFrame) -> go.Figure:
+    """Training and held-out MLM loss per step. ``loss``: ``step, metric, value`` (:func:`tables.loss_rows`)."""
+    return px.line(loss, x="step", y="value", color="metric", markers=True,
+                   title="MLM loss (nats/token): training and held-out")
+
+
+def perplexity_figure(perplexity: pd.DataFrame) -> go.Figure:
+    """Held-out perplexity per step. ``perplexity``: ``step, value`` (:func:`tables.perplexity_rows`)."""
+    return px.line(perplexity, x="step", y="value", markers=True, title="held-out perplexity")
+
+
+def best_layer_figure(best: pd.DataFrame) -> go.Figure:
+    """Best-layer probe accuracy per checkpoint step, one line per task.
+    ``best``: ``step, task, value`` (:func:`tables.best_layer_by_step`)."""
+    return px.line(best.assign(task=best["task"].map(esc)), x="step", y="value", color="task", markers=True,
+                   title="best-layer probe accuracy across checkpoints")

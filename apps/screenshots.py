@@ -5,9 +5,11 @@ that Streamlit raised nothing, and save a full-page screenshot.
 Usage: ``python -m bertology.apps.screenshots RESULTS_ROOT OUT_DIR`` (defaults: ``results``,
 ``docs/screenshots``). Needs the ``playwright`` package (the ``test`` extra) and a Chromium
 (``apt-get install chromium``); the browser is Chromium from the system, never a download. The
-server binds to 127.0.0.1 only and is stopped at the end. Pages are addressed by deep links
-(``?page=Heads&compare=head_types/<run>``); where a study has two runs, the Probing, Heads and
-Embeddings pages are also shot with the second run beside the first (``*_compare.png``).
+server binds to 127.0.0.1 only and is stopped at the end. The pages, and what each must show, are
+the entries of :data:`bertology.apps.pages.PAGES`; they are addressed by deep links
+(``?page=Heads&compare=head_types/<run>``), and where a study has two runs, the pages that compare
+runs (Probing, Heads, Embeddings) are also shot with the second run beside the first
+(``*_compare.png``).
 """
 
 from __future__ import annotations
@@ -25,16 +27,10 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
-from bertology.apps.pages import PAGE_STUDY, PAGES, TITLES
+from bertology.apps.pages import PAGE_BY_KEY, PAGES
 
-# What each page must show before it counts as rendered: at least this many Plotly charts and
-# tables (beside its title). The quickstart writes every table these need.
-EXPECTED: dict[str, tuple[int, int]] = {"Runs": (0, 1), "Probing": (1, 0), "Feature combinations": (1, 1),
-                                        "Heads": (5, 0), "Pruning": (2, 0), "Embeddings": (2, 0),
-                                        "Alignment": (0, 1), "Pretraining": (4, 0), "Compare runs": (0, 2)}
-COMPARE_PAGES = ("Probing", "Heads", "Embeddings")
 CHART = '[data-testid="stPlotlyChart"]'
 TABLE = '[data-testid="stDataFrame"]'
 COUNT = f"""() => [[...document.querySelectorAll('{CHART}')].filter(e => e.querySelector('.main-svg')).length,
@@ -129,15 +125,16 @@ def settle(tab, timeout_ms: int) -> None:
 
 def open_page(tab, base: str, page: str, params: dict[str, str] | None = None, timeout_ms: int = 240_000,
               charts: int | None = None, tables: int | None = None) -> tuple[str, int, int]:
-    """Open ``page`` and wait for its own content: the title, ``charts`` Plotly charts and ``tables``
-    data frames (defaults from :data:`EXPECTED`), then for the script run to finish. Returns
-    ``(url, charts, tables)`` seen; a Playwright timeout means the content never came."""
-    want_charts, want_tables = EXPECTED.get(page, (0, 0))
-    want_charts = want_charts if charts is None else charts
-    want_tables = want_tables if tables is None else tables
+    """Open the page named ``page`` (its registry key) and wait for its own content: the title,
+    ``charts`` Plotly charts and ``tables`` data frames (defaults: the entry's ``min_charts`` and
+    ``min_tables``), then for the script run to finish. Returns ``(url, charts, tables)`` seen; a
+    Playwright timeout means the content never came."""
+    entry = PAGE_BY_KEY[page]
+    want_charts = entry.min_charts if charts is None else charts
+    want_tables = entry.min_tables if tables is None else tables
     url = f"{base}/?{urllib.parse.urlencode({'page': page, **(params or {})})}"
     tab.goto(url, wait_until="domcontentloaded", timeout=timeout_ms)
-    tab.locator('[data-testid="stHeading"]', has_text=TITLES[page]).first.wait_for(timeout=timeout_ms)
+    tab.locator('[data-testid="stHeading"]', has_text=entry.title).first.wait_for(timeout=timeout_ms)
     tab.wait_for_function(f"([c, t]) => {{ const [charts, tables] = ({COUNT})(); return charts >= c && tables >= t; }}",
                           arg=[want_charts, want_tables], timeout=timeout_ms, polling=250)
     settle(tab, timeout_ms)
@@ -170,13 +167,15 @@ def shot_name(page: str, suffix: str = "") -> str:
 
 
 def second_runs(results: Path) -> dict[str, str]:
-    """Per page of :data:`COMPARE_PAGES`, the ``study/run`` of a second run, where its study has two."""
+    """Per page that compares runs (key), the ``study/run`` of a second run, where its study has two."""
     out = {}
-    for page in COMPARE_PAGES:
-        runs = sorted((p for p in (results / PAGE_STUDY[page]).glob("*") if (p / "manifest.json").is_file()),
+    for page in PAGES:
+        if not page.compare:
+            continue
+        runs = sorted((p for p in (results / page.study).glob("*") if (p / "manifest.json").is_file()),
                       key=lambda p: p.stat().st_mtime, reverse=True)
         if len(runs) >= 2:
-            out[page] = f"{runs[1].parent.name}/{runs[1].name}"
+            out[page.key] = f"{runs[1].parent.name}/{runs[1].name}"
     return out
 
 
@@ -199,9 +198,11 @@ def browser(chromium: str | None = None, timeout_ms: int = 240_000) -> Iterator:
             engine.close()
 
 
-def take_screenshots(results: Path, out: Path, pages: list[str] = PAGES, width: int = 1400,
+def take_screenshots(results: Path, out: Path, pages: Sequence[str] | None = None, width: int = 1400,
                      compare: bool = True, timeout_ms: int = 240_000) -> list[PageReport]:
-    """Every page (and, with ``compare``, the two-run views) rendered and saved under ``out``."""
+    """Every page named in ``pages`` (registry keys; None: all, in registry order) and, with
+    ``compare``, the two-run views, rendered and saved under ``out``."""
+    pages = [p.key for p in PAGES] if pages is None else list(pages)
     results = Path(results)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(page, {}, shot_name(page)) for page in pages]
@@ -212,8 +213,9 @@ def take_screenshots(results: Path, out: Path, pages: list[str] = PAGES, width: 
     with serve(results) as base, browser() as tab:
         for page, params, name in jobs:
             tab.set_viewport_size({"width": width, "height": 1000})
-            url, charts, tables = open_page(tab, base, page, params, timeout_ms=timeout_ms,
-                                            charts=EXPECTED[page][0] + (1 if params and page == "Heads" else 0))
+            entry = PAGE_BY_KEY[page]
+            want_charts = entry.compare_charts if params and entry.compare_charts is not None else entry.min_charts
+            url, charts, tables = open_page(tab, base, page, params, timeout_ms=timeout_ms, charts=want_charts)
             exceptions, errors = page_problems(tab)
             reports.append(PageReport(page, url.replace(base, ""), save(tab, out / name, width), charts, tables,
                                       exceptions, errors, tab.inner_text("body")))

@@ -1,15 +1,44 @@
 """Small hand-made result runs for the dashboard tests: known tables (so a page can be checked
-against planted numbers), a word written as markup, and helpers to break a run on purpose."""
+against planted numbers) for every study a page shows, a word written as markup, the titles the
+pages must show (literal, not read from the registry), and helpers to break a run on purpose."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from bertology.results import write_results
+
+# The pages in sidebar order and the header each must show: written out here so that a wrong
+# registry entry fails the tests instead of being compared with itself.
+PAGE_TITLES = {
+    "Runs": "Runs",
+    "Probing": "Edge probing (Tenney et al. 2019)",
+    "Feature combinations": "Feature-based combinations (Devlin et al. 2019, Table 7)",
+    "Heads": "Attention heads (Voita et al. 2019, Clark et al. 2019)",
+    "Pruning": "Head importance and pruning (Michel et al. 2019, Voita et al. 2019)",
+    "Embeddings": "Static vs contextual embeddings (Ethayarajh 2019)",
+    "Alignment": "Rotation alignment (Procrustes, self-learning, CSLS)",
+    "Pretraining": "Pretraining and emergence",
+    "Compare runs": "Compare two runs",
+}
+# A phrase each page's "what am I looking at" line must hold (the papers it cites).
+INTRO_PHRASES = {
+    "Runs": "newest first", "Probing": "Hewitt & Liang 2019", "Feature combinations": "Devlin et al. 2019",
+    "Heads": "*What Does BERT Look At?*", "Pruning": "*Are Sixteen Heads Really Better than One?*",
+    "Embeddings": "Ethayarajh 2019", "Alignment": "Conneau et al. 2018", "Pretraining": "masked-language-model",
+    "Compare runs": "side by side",
+}
+# The study whose runs each page shows, and that study's main table (what "Compare runs" puts side by side).
+PAGE_STUDIES = {"Probing": ("edge_probing", "layer_scores"), "Feature combinations": ("feature_combinations", "combinations"),
+                "Heads": ("head_types", "head_types"), "Pruning": ("pruning", "pruning_curves"),
+                "Embeddings": ("contextuality", "contextuality"), "Alignment": ("alignment", "precision"),
+                "Pretraining": ("emergence", "probe_scores")}
 
 MARKUP = "<b>x</b>"
 ESCAPED = "&lt;b&gt;x&lt;/b&gt;"
@@ -55,10 +84,13 @@ def head_types_run(root: Path, run_id: str = "planted", model: str = "planted-be
 
 
 def probing_run(root: Path, run_id: str, model: str, scale: float = 1.0) -> Path:
-    """An edge_probing run: accuracy ``scale * (0.5 + 0.1 * layer)`` for task pos, layers 0..2, two seeds."""
+    """An edge_probing run: accuracy ``scale * (0.5 + 0.1 * layer)`` for task pos, layers 0..2, two
+    seeds, and its summary (best layer 2)."""
     rows = [{"task": "pos", "layer": l, "metric": "accuracy", "value": scale * (0.5 + 0.1 * l), "seed": s,
              "split": "test", "mode": "per_layer", "control": False} for l in range(3) for s in (0, 1)]
-    return write_results(root / "edge_probing" / run_id, {"layer_scores": pd.DataFrame(rows)},
+    summary = pd.DataFrame({"task": ["pos"], "best_layer": [2], "best_layer_score": [scale * 0.7],
+                            "best_layer_ci95": [0.0]})
+    return write_results(root / "edge_probing" / run_id, {"layer_scores": pd.DataFrame(rows), "summary": summary},
                          {"study": "edge_probing", "run_id": run_id, "seed": 0, "model": {"name": model}})
 
 
@@ -76,6 +108,32 @@ def contextuality_run(root: Path, run_id: str, model: str, shift: float = 0.0) -
                          {"study": "contextuality", "run_id": run_id, "seed": 0, "model": {"name": model}})
 
 
+def plain(obj):
+    """A figure dict with arrays as lists (Plotly sends typed arrays base64-encoded)."""
+    if isinstance(obj, dict) and "bdata" in obj and "dtype" in obj:
+        values = np.frombuffer(base64.b64decode(obj["bdata"]), dtype=obj["dtype"])
+        shape = obj.get("shape")
+        return plain(values.reshape([int(n) for n in str(shape).split(",")]) if shape else values)
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return plain(obj.tolist())
+    return obj
+
+
+def chart_specs(at) -> list[dict]:
+    """The Plotly figures on a page of a Streamlit ``AppTest``, as plain dicts."""
+    return [plain(json.loads(c.proto.spec)) for c in at.get("plotly_chart")]
+
+
+def age(run: Path, seconds: float) -> None:
+    """Make ``run`` look ``seconds`` older (the dashboard lists runs newest first)."""
+    t = run.stat().st_mtime - seconds
+    os.utime(run, (t, t))
+
+
 def write_manifest(run: Path, content: str) -> None:
     """Replace a run's manifest with raw JSON text (``null``, ``[]``, ``"text"``...)."""
     (run / "manifest.json").write_text(content)
@@ -83,3 +141,69 @@ def write_manifest(run: Path, content: str) -> None:
 
 def write_json(run: Path, name: str, obj) -> None:
     (run / f"{name}.json").write_text(json.dumps(obj))
+
+
+def combinations_run(root: Path, run_id: str = "planted", model: str = "planted-bert") -> Path:
+    """A feature_combinations run: task pos, accuracy 0.7 (last layer) and 0.9 (sum of the last four)
+    as the mean of two seeds (+-0.01)."""
+    rows = [{"combination": combination, "description": combination.replace("_", " "), "task": "pos", "seed": seed,
+             "metric": "accuracy", "value": mean + (0.01 if seed else -0.01)}
+            for combination, mean in (("last_layer", 0.7), ("sum_last_four", 0.9)) for seed in (0, 1)]
+    return write_results(root / "feature_combinations" / run_id, {"combinations": pd.DataFrame(rows)},
+                         {"study": "feature_combinations", "run_id": run_id, "seed": 0, "model": {"name": model}})
+
+
+PLANTED_IMPORTANCE = [[0.1, 0.9, 0.5], [0.3, 0.2, 0.7]]  # [layer, head]
+
+
+def pruning_run(root: Path, run_id: str = "planted", model: str = "planted-bert") -> Path:
+    """A pruning run: accuracy 0.8 / 0.6 / 0.3 with 0 / 50 / 100% of the heads removed (method
+    ``least_important``, one seed) and the importance grid :data:`PLANTED_IMPORTANCE`."""
+    curves = pd.DataFrame({"method": "least_important", "seed": 0, "n_pruned": [0, 3, 6],
+                           "share_removed": [0.0, 0.5, 1.0], "value": [0.8, 0.6, 0.3], "metric": "accuracy"})
+    importance = pd.DataFrame([{"layer": l, "head": h, "importance": v, "method": "gradient"}
+                               for l, row in enumerate(PLANTED_IMPORTANCE) for h, v in enumerate(row)])
+    return write_results(root / "pruning" / run_id, {"pruning_curves": curves, "importance": importance},
+                         {"study": "pruning", "run_id": run_id, "seed": 0, "model": {"name": model}})
+
+
+PLANTED_PRECISION = pd.DataFrame({"retrieval": ["nn", "csls"], "k": [1, 1], "metric": ["precision", "precision"],
+                                  "value": [0.25, 0.375], "n_queries": [8, 8], "coverage": [1.0, 1.0]})
+
+
+def alignment_run(root: Path, run_id: str = "planted", model: str = "planted-bert") -> Path:
+    """An alignment run: the precision table :data:`PLANTED_PRECISION` and one word that moved."""
+    moved = pd.DataFrame({"rank": [1], "word": [MARKUP], "similarity": [0.5], "experiment": ["layer 1 vs layer 2"]})
+    return write_results(root / "alignment" / run_id, {"precision": PLANTED_PRECISION, "most_moved": moved},
+                         {"study": "alignment", "run_id": run_id, "seed": 0, "model": {"name": model}})
+
+
+def emergence_run(root: Path, run_id: str = "planted", model: str = "planted-bert") -> Path:
+    """An emergence run with checkpoints at steps 0 and 10: loss 7.0 -> 5.0 (held-out 7.5 -> 5.5),
+    head types of :data:`PLANTED_TYPES` at both steps, probe accuracy 0.3 + 0.1 * layer at step 0
+    and 0.5 + 0.1 * layer at step 10 (layers 0..1), and the guesses for one masked word."""
+    metrics = pd.DataFrame({"run": "planted", "step": [0, 0, 10, 10], "metric": ["loss", "eval_loss"] * 2,
+                            "value": [7.0, 7.5, 5.0, 5.5]})
+    by_step = pd.DataFrame([{"layer": l, "head": h, "type": t, "step": step}
+                            for step in (0, 10) for (l, h), t in sorted(PLANTED_TYPES.items())])
+    counts = by_step.groupby(["step", "type"], as_index=False).size().rename(columns={"size": "count"})
+    probes = pd.DataFrame([{"task": "pos", "mode": "per_layer", "control": False, "layer": l, "seed": 0,
+                            "split": "test", "metric": "accuracy", "value": base + 0.1 * l, "step": step}
+                           for step, base in ((0, 0.3), (10, 0.5)) for l in range(2)])
+    cloze = pd.DataFrame([{"sentence": "s1", "position": 1, "masked": "dog", "text": "the ___ barked", "rank": rank,
+                           "prediction": guess, "probability": p, "correct": guess == "dog", "step": step}
+                          for step in (0, 10) for rank, (guess, p) in enumerate((("dog", 0.5), ("cat", 0.25)), 1)])
+    accuracy = pd.DataFrame({"step": [0, 10], "n": [1, 1], "top1": [0.0, 1.0], "top5": [1.0, 1.0]})
+    return write_results(root / "emergence" / run_id,
+                         {"training_metrics": metrics, "head_types_by_step": by_step, "head_counts": counts,
+                          "probe_scores": probes, "cloze_predictions": cloze, "cloze_accuracy": accuracy},
+                         {"study": "emergence", "run_id": run_id, "seed": 0, "model": {"name": model}})
+
+
+def every_study_run(root: Path, model: str = "planted-bert") -> dict[str, Path]:
+    """One planted run (id ``planted``) of every study a dashboard page shows: ``{study: run folder}``."""
+    runs = {"edge_probing": probing_run(root, "planted", model), "feature_combinations": combinations_run(root),
+            "head_types": head_types_run(root), "pruning": pruning_run(root),
+            "contextuality": contextuality_run(root, "planted", model), "alignment": alignment_run(root),
+            "emergence": emergence_run(root)}
+    return runs

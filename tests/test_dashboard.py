@@ -1,22 +1,24 @@
-"""Dashboard: every page renders from results the quickstart study writes in this test session,
-and missing or corrupt results give clear messages instead of tracebacks."""
+"""Dashboard: every page renders from results the quickstart study writes in this test session and
+from a planted run of its study (with the planted numbers on screen), the page registry is
+consistent with the runs it reads, and missing or corrupt results give clear messages instead of
+tracebacks. Titles are compared with the literal strings of tests/dashboard_planted.py, never with
+the registry the page renders from."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from bertology.apps.pages import INTROS, TITLES
-
+from bertology.apps.pages import PAGES
+from dashboard_planted import (INTRO_PHRASES, PAGE_STUDIES, PAGE_TITLES, PLANTED_IMPORTANCE, PLANTED_PRECISION,
+                               age, chart_specs, every_study_run, probing_run)
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
-PAGES = ["Runs", "Probing", "Feature combinations", "Heads", "Pruning", "Embeddings", "Alignment", "Pretraining",
-         "Compare runs"]
 
 
 def open_page(page: str, results: Path, monkeypatch) -> AppTest:
@@ -28,6 +30,15 @@ def open_page(page: str, results: Path, monkeypatch) -> AppTest:
     return at
 
 
+def chart_titles(at: AppTest) -> list[str]:
+    return [spec["layout"]["title"]["text"] for spec in chart_specs(at)]
+
+
+def line(spec: dict, name: str) -> list[float]:
+    """The y values of the trace called ``name`` (a line of :func:`figures.line_with_band`)."""
+    return [t for t in spec["data"] if t.get("name") == name and t.get("mode") == "lines+markers"][0]["y"]
+
+
 def test_quickstart_writes_every_study(quickstart_results):
     studies = {p.name for p in quickstart_results.iterdir()}
     assert {"quickstart", "edge_probing", "feature_combinations", "head_types", "pruning", "contextuality",
@@ -36,12 +47,131 @@ def test_quickstart_writes_every_study(quickstart_results):
         assert (run / "manifest.json").is_file(), run
 
 
+def test_the_registry_holds_the_pages_in_order_with_their_titles():
+    assert [p.key for p in PAGES] == list(PAGE_TITLES)
+    assert {p.key: p.title for p in PAGES} == PAGE_TITLES
+    for p in PAGES:
+        assert INTRO_PHRASES[p.key] in p.intro, p.key
+    assert {p.key: (p.study, p.main_table) for p in PAGES if p.study} == PAGE_STUDIES
+    assert [p.key for p in PAGES if p.compare] == ["Probing", "Heads", "Embeddings"]
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.study], ids=lambda p: p.key)
+def test_a_registry_entry_renders_its_own_study_and_main_table(page, tmp_path, monkeypatch):
+    """The page finds the planted run of the entry's study alone (its render reads ``page.study``),
+    the run holds the entry's main table, and the page reads that table: spoilt, it says so."""
+    root = tmp_path / "results"
+    run = every_study_run(tmp_path / "all")[page.study]
+    shutil.copytree(run, root / page.study / run.name)
+    run = root / page.study / run.name
+    assert (run / f"{page.main_table}.parquet").is_file()
+    at = open_page(page.key, root, monkeypatch)
+    assert at.header[0].value == PAGE_TITLES[page.key]
+    assert not at.error and not at.warning, [e.value for e in [*at.error, *at.warning]]
+    assert not [i.value for i in at.info if "No `" in i.value], "the page found no run of its study"
+    (run / f"{page.main_table}.parquet").write_bytes(b"not parquet")
+    at = open_page(page.key, root, monkeypatch)
+    assert any("corrupt table" in w.value and f"{page.main_table}.parquet" in w.value for w in at.warning), \
+        [w.value for w in at.warning]
+
+
+@pytest.fixture
+def planted_results(tmp_path) -> Path:
+    root = tmp_path / "results"
+    every_study_run(root)
+    return root
+
+
+def test_runs_page_lists_every_planted_run(planted_results, monkeypatch):
+    at = open_page("Runs", planted_results, monkeypatch)
+    assert at.header[0].value == "Runs"
+    table = at.dataframe[0].value
+    assert sorted(table["study"]) == sorted(s for s, _ in PAGE_STUDIES.values())
+    assert set(table["status"]) == {"complete"} and set(table["model"]) == {"planted-bert"}
+
+
+def test_probing_page_draws_the_planted_curve(planted_results, monkeypatch):
+    at = open_page("Probing", planted_results, monkeypatch)
+    assert at.header[0].value == "Edge probing (Tenney et al. 2019)"
+    assert line(chart_specs(at)[0], "pos") == pytest.approx([0.5, 0.6, 0.7])
+
+
+def test_combinations_page_shows_the_planted_means(planted_results, monkeypatch):
+    at = open_page("Feature combinations", planted_results, monkeypatch)
+    assert at.header[0].value == "Feature-based combinations (Devlin et al. 2019, Table 7)"
+    bars = chart_specs(at)[0]["data"][0]
+    assert list(bars["x"]) == ["last_layer", "sum_last_four"] and bars["y"] == pytest.approx([0.7, 0.9])
+    means = at.dataframe[0].value.set_index("combination")["mean"]
+    assert means.to_dict() == pytest.approx({"last_layer": 0.7, "sum_last_four": 0.9})
+
+
+def test_heads_page_opens_the_planted_syntactic_head(planted_results, monkeypatch):
+    at = open_page("Heads", planted_results, monkeypatch)
+    assert at.header[0].value == "Attention heads (Voita et al. 2019, Clark et al. 2019)"
+    assert at.subheader[0].value == "Layer 1, head 0"
+    assert any("Best: nsubj (dependent → head), accuracy 0.90 vs 0.40" in c.value for c in at.caption)
+
+
+def test_pruning_page_draws_the_planted_curve_and_importance(planted_results, monkeypatch):
+    at = open_page("Pruning", planted_results, monkeypatch)
+    assert at.header[0].value == "Head importance and pruning (Michel et al. 2019, Voita et al. 2019)"
+    curves, importance = chart_specs(at)
+    assert line(curves, "least_important") == pytest.approx([0.8, 0.6, 0.3])
+    assert curves["layout"]["yaxis"]["title"]["text"] == "accuracy"
+    np.testing.assert_allclose(importance["data"][0]["z"], PLANTED_IMPORTANCE)
+
+
+def test_embeddings_page_draws_the_planted_measures(planted_results, monkeypatch):
+    at = open_page("Embeddings", planted_results, monkeypatch)
+    assert at.header[0].value == "Static vs contextual embeddings (Ethayarajh 2019)"
+    raw = [t for t in chart_specs(at)[0]["data"] if t["name"] == "raw" and t["xaxis"] == "x"][0]
+    assert raw["y"] == pytest.approx([0.6, 0.5, 0.4])
+
+
+def test_alignment_page_shows_the_planted_precision(planted_results, monkeypatch):
+    at = open_page("Alignment", planted_results, monkeypatch)
+    assert at.header[0].value == "Rotation alignment (Procrustes, self-learning, CSLS)"
+    pd.testing.assert_frame_equal(at.dataframe[0].value, PLANTED_PRECISION)
+
+
+def test_pretraining_page_follows_the_planted_checkpoints(planted_results, monkeypatch):
+    at = open_page("Pretraining", planted_results, monkeypatch)
+    assert at.header[0].value == "Pretraining and emergence"
+    specs = {spec["layout"]["title"]["text"]: spec for spec in chart_specs(at)}
+    loss = {t["name"]: t["y"] for t in specs["MLM loss (nats/token): training and held-out"]["data"]}
+    assert loss == {"loss": pytest.approx([7.0, 5.0]), "eval_loss": pytest.approx([7.5, 5.5])}
+    assert "head types at step 10" in specs  # the slider starts at the last checkpoint
+    best = specs["best-layer probe accuracy across checkpoints"]["data"][0]
+    assert best["y"] == pytest.approx([0.4, 0.6])
+    assert any("0: 0% / 100%, 10: 100% / 100%" in c.value for c in at.caption)
+    assert at.dataframe[0].value.to_dict("records") == [
+        {"sentence": "the ___ barked", "masked word": "dog", "top predictions": "dog (50.0%), cat (25.0%)"}]
+
+
+def test_compare_page_puts_the_main_tables_side_by_side(planted_results, monkeypatch):
+    at = open_page("Compare runs", planted_results, monkeypatch)
+    assert at.header[0].value == "Compare two runs"
+    assert at.selectbox[0].options == sorted(s for s, _ in PAGE_STUDIES.values())
+    pd.testing.assert_frame_equal(at.dataframe[0].value, PLANTED_PRECISION)  # alignment comes first
+    at.selectbox[0].set_value("edge_probing").run()  # one run: A and B are the same run
+    assert any("Only one `edge_probing` run" in i.value for i in at.info)
+    assert not at.error, [e.value for e in at.error]
+    assert [line(spec, "pos") for spec in chart_specs(at)] == [pytest.approx([0.5, 0.6, 0.7])] * 2
+    age(probing_run(planted_results, "half", "model-b", scale=0.5), 100)
+    at = open_page("Compare runs", planted_results, monkeypatch)
+    at.selectbox[0].set_value("edge_probing").run()
+    assert not at.error, [e.value for e in at.error]
+    assert [line(spec, "pos") for spec in chart_specs(at)] == [pytest.approx([0.5, 0.6, 0.7]),
+                                                               pytest.approx([0.25, 0.3, 0.35])]
+    assert len(at.dataframe) == 2 and len(at.dataframe[0].value) == 6
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", list(PAGE_TITLES))
 def test_every_page_renders_from_results(page, quickstart_results, monkeypatch):
     at = open_page(page, quickstart_results, monkeypatch)
     assert not at.error, [e.value for e in at.error]
-    assert at.header[0].value == TITLES[page] and at.caption[0].value == INTROS[page]
+    assert at.header[0].value == PAGE_TITLES[page] and INTRO_PHRASES[page] in at.caption[0].value
     if page not in ("Runs", "Compare runs"):
         assert not [i for i in at.info if "No `" in i.value], "the page found no run"
     if page == "Runs":
@@ -52,13 +182,11 @@ def test_every_page_renders_from_results(page, quickstart_results, monkeypatch):
     if page == "Pretraining":  # the masked-word predictions of each checkpoint, readable
         assert [s.value for s in at.subheader] == ["Heads across checkpoints", "Probe accuracy across checkpoints",
                                                    "What the model predicts for a masked word"]
-        titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
         steps = sorted(int(s) for s in pd.read_parquet(next((quickstart_results / "emergence").iterdir())
                                                         / "head_types_by_step.parquet")["step"].unique())
-        assert f"head types at step {steps[-1]}" in titles  # the slider starts at the last checkpoint
+        assert f"head types at step {steps[-1]}" in chart_titles(at)  # the slider starts at the last checkpoint
         at.select_slider(key="pt_step").set_value(steps[0]).run()
-        titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
-        assert f"head types at step {steps[0]}" in titles
+        assert f"head types at step {steps[0]}" in chart_titles(at)
         table = at.dataframe[0].value
         assert list(table.columns) == ["sentence", "masked word", "top predictions"]
         assert table["sentence"].str.contains("___").all() and len(table) > 0

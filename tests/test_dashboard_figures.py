@@ -1,5 +1,6 @@
-"""The dashboard's figures on planted tables: categorical head map, a head's offset histogram and
-relations, small multiples per measure, readable cluster legends, and words shown as typed."""
+"""The dashboard's figures and data shaping on planted tables, without Streamlit: categorical head
+map, a head's offset histogram and relations, small multiples per measure, readable cluster legends,
+the curves and bars of the other pages, and words shown as typed."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertology.apps import figures
+from bertology.apps import figures, tables
+from bertology.results import ResultError
 
 MARKUP = "<b>x</b>"
 
@@ -54,7 +56,7 @@ def test_offset_histogram_reads_one_heads_shares_in_offset_order():
         "statistic": ["token_offset_2", "token_offset_other", "token_offset_-1", "argmax_offset_-1", "entropy",
                       "token_offset_-1", "token_offset_-10"],
         "value": [0.2, 0.1, 0.6, 0.5, 0.9, 0.99, 0.1]})
-    hist = figures.offset_histogram(stats, 1, 2)
+    hist = tables.offset_histogram(stats, 1, 2)
     assert hist.to_dict("records") == [
         {"level": "token", "offset": "-10", "share": 0.1}, {"level": "token", "offset": "-1", "share": 0.6},
         {"level": "token", "offset": "2", "share": 0.2}, {"level": "token", "offset": "other", "share": 0.1},
@@ -72,7 +74,7 @@ def test_relation_table_ranks_by_gain_over_the_offset_baseline():
         "n": [50, 5, 40, 200, 30, 50], "accuracy": [0.8, 0.99, 0.5, 0.4, 0.9, 0.1],
         "baseline_offset": [1, -1, 2, 1, -1, 1], "baseline_accuracy": [0.5, 0.1, 0.4, 0.3, 0.85, 0.5]})
     dep["gain"] = dep["accuracy"] - dep["baseline_accuracy"]
-    rel = figures.relation_table(dep, 0, 1, min_count=20)
+    rel = tables.relation_table(dep, 0, 1, min_count=20)
     # amod is below min_count, "all" is the summary row, layer 1 is another head
     assert list(rel["relation"]) == ["nsubj", "dobj", "det"]
     assert rel["gain"].tolist() == pytest.approx([0.3, 0.1, 0.05])
@@ -131,3 +133,99 @@ def test_emergence_figures_follow_the_steps():
     fig = figures.probe_by_step(scores)
     late = [t for t in fig.data if t.name == "step 100"][0]
     assert list(late.y) == pytest.approx([0.5, 0.7])  # mean over seeds
+
+
+def test_line_with_band_draws_mean_and_interval_per_group():
+    means = pd.DataFrame({"task": ["pos", "pos", MARKUP, MARKUP], "layer": [1, 0, 0, 1],
+                          "mean": [0.6, 0.5, 0.2, 0.3], "ci95": [0.1, 0.0, 0.05, 0.05]})
+    fig = figures.line_with_band(means, "layer", "task", "title <i>", "accuracy")
+    lines = {t.name: list(t.y) for t in fig.data if t.mode == "lines+markers"}
+    assert lines == {"pos": [0.5, 0.6], "&lt;b&gt;x&lt;/b&gt;": [0.2, 0.3]}
+    band = [t for t in fig.data if t.fill == "toself"][1]  # pos, sorted by layer: upper edge then lower edge back
+    assert list(band.y) == pytest.approx([0.5, 0.7, 0.5, 0.5])
+    assert fig.layout.title.text == "title &lt;i&gt;"
+
+
+def test_probing_shaping_keeps_held_out_non_control_rows_of_one_input():
+    scores = pd.DataFrame({"task": "pos", "layer": [0, 0, 0, 0, 1, 1], "seed": [0, 1, 0, 0, 0, 1],
+                           "metric": ["accuracy"] * 5 + ["macro_f1"], "mode": ["per_layer"] * 4 + ["mix", "per_layer"],
+                           "split": ["test", "test", "dev", "test", "test", "test"],
+                           "control": [False, False, False, True, False, False], "value": [0.5, 0.7, 0.9, 0.1, 0.8, 0.3]})
+    part = tables.probe_part(scores, "accuracy", "per_layer")
+    assert part["value"].tolist() == [0.5, 0.7]
+    means = tables.layer_means(part)
+    assert means[["task", "layer", "mean", "n"]].to_dict("records") == [{"task": "pos", "layer": 0, "mean": 0.6, "n": 2}]
+    assert tables.options_and_default(scores["metric"], "accuracy") == (["accuracy", "macro_f1"], 0)
+    assert tables.options_and_default(scores["mode"], "absent") == (["mix", "per_layer"], 0)
+    assert tables.accuracy_per_layer(scores)["value"].tolist() == [0.5, 0.7, 0.9, 0.1]
+    both = tables.stack_runs([("A", means), (MARKUP, means)])
+    fig = figures.layer_curves_two_runs(both, "accuracy")
+    assert {t.name for t in fig.data} == {"A", "&lt;b&gt;x&lt;/b&gt;"} and list(fig.data[0].y) == [0.6]
+
+
+def test_bars_of_mix_weights_and_combinations():
+    weights = pd.DataFrame({"task": [MARKUP] * 4, "layer": [0, 1, 0, 1], "seed": [0, 0, 1, 1],
+                            "weight": [0.2, 0.8, 0.4, 0.6]})
+    mean = tables.mean_mix_weights(weights)
+    fig = figures.mix_weights_figure(mean)
+    assert list(fig.data[0].y) == pytest.approx([0.3, 0.7]) and fig.data[0].name == "&lt;b&gt;x&lt;/b&gt;"
+    combos = pd.DataFrame({"combination": ["last", "last", "sum4", "sum4", "last"], "task": "pos",
+                           "metric": ["accuracy"] * 4 + ["macro_f1"], "seed": [0, 1, 0, 1, 0],
+                           "value": [0.6, 0.8, 0.9, 0.9, 0.1]})
+    means = tables.combination_means(combos, "accuracy")
+    assert means.set_index("combination")["mean"].to_dict() == pytest.approx({"last": 0.7, "sum4": 0.9})
+    fig = figures.combinations_figure(means, MARKUP)
+    assert list(fig.data[0].y) == pytest.approx([0.7, 0.9]) and fig.layout.title.text.startswith("&lt;b&gt;")
+
+
+def test_pruning_shaping_and_importance_grid():
+    curves = pd.DataFrame({"method": "random", "seed": [0, 1, 0, 1], "share_removed": [0.0, 0.0, 0.5, 0.5],
+                           "value": [0.8, 0.8, 0.4, 0.6], "metric": "accuracy"})
+    means = tables.pruning_means(curves)
+    assert means["mean"].tolist() == pytest.approx([0.8, 0.5]) and tables.pruning_metric(curves) == "accuracy"
+    assert tables.pruning_metric(curves.drop(columns="metric")) == "metric"
+    importance = pd.DataFrame({"layer": [0, 0, 1, 1, 0], "head": [0, 1, 0, 1, 0], "importance": [0.1, 0.2, 0.3, 0.4, 0.3]})
+    grid = tables.importance_grid(importance)
+    np.testing.assert_allclose(grid.to_numpy(), [[0.2, 0.2], [0.3, 0.4]])
+    fig = figures.importance_figure(grid)
+    np.testing.assert_allclose(np.asarray(fig.data[0].z), [[0.2, 0.2], [0.3, 0.4]])
+
+
+def test_head_shaping_checks_and_picks():
+    types = pd.DataFrame({"layer": ["1", "0", "0"], "head": [0, 1, 0], "type": ["syntactic", "positional", "broad"],
+                          "syntactic_gain": [0.3, 0.0, 0.0], "positional_share": [0.1, 0.9, 0.2]})
+    checked = tables.checked_head_types(types)
+    assert checked["layer"].tolist() == [1, 0, 0]
+    assert tables.head_keys(checked) == ["0-0", "0-1", "1-0"]
+    assert tables.type_by_head(checked).to_dict() == {"1-0": "syntactic", "0-1": "positional", "0-0": "broad"}
+    assert tables.default_head(checked) == "1-0"
+    assert tables.default_head(checked[checked["type"] != "syntactic"]) == "0-1"
+    with pytest.raises(ResultError, match="repeated head"):
+        tables.checked_head_types(pd.concat([types, types]))
+    counts = tables.type_counts_side_by_side(checked, checked.assign(type="broad"))
+    assert counts.set_index("type").to_dict("index") == {"syntactic": {"A": 1, "B": 0}, "positional": {"A": 1, "B": 0},
+                                                         "broad": {"A": 1, "B": 3}}
+    assert tables.relation_min_count({"min_count": "5"}) == 5
+    assert tables.relation_min_count({"min_count": "many"}) == tables.relation_min_count(None) == 20
+
+
+def test_pretraining_shaping_and_figures():
+    metrics = pd.DataFrame({"step": [0, 0, 0, 10, 10], "metric": ["loss", "eval_loss", "lr", "loss", "perplexity"],
+                            "value": [7.0, 7.5, 0.1, 5.0, 90.0]})
+    fig = figures.loss_figure(tables.loss_rows(metrics))
+    assert {t.name: list(t.y) for t in fig.data} == {"loss": [7.0, 5.0], "eval_loss": [7.5]}
+    assert list(figures.perplexity_figure(tables.perplexity_rows(metrics)).data[0].y) == [90.0]
+    assert tables.checkpoint_steps(metrics) == [0, 10]
+    assert tables.start_step([0, 10, 20], "10") == 10 and tables.start_step([0, 10], "7") == 10
+    assert tables.start_step([0, 10], None) == 10 and tables.start_step([0, 10], "x") == 10
+    probes = pd.DataFrame({"step": [0, 0, 0, 0], "task": [MARKUP] * 4, "layer": [0, 0, 1, 1], "seed": [0, 1, 0, 1],
+                           "value": [0.2, 0.4, 0.5, 0.5]})
+    best = tables.best_layer_by_step(probes)
+    assert best["value"].tolist() == [0.5]
+    assert figures.best_layer_figure(best).data[0].name == "&lt;b&gt;x&lt;/b&gt;"
+    cloze = pd.DataFrame({"step": [0, 0, 5], "text": ["a ___ b"] * 3, "masked": ["x"] * 3, "rank": [1, 2, 1],
+                          "prediction": ["y", "x", "x"], "probability": [0.5, 0.125, 0.9]})
+    assert tables.cloze_guesses(cloze, 0).to_dict("records") == [
+        {"sentence": "a ___ b", "masked word": "x", "top predictions": "y (50.0%), x (12.5%)"}]
+    accuracy = pd.DataFrame({"step": [0, 5], "top1": [0.0, 0.5], "top5": [0.25, 1.0]})
+    assert tables.cloze_accuracy_line(accuracy) == "top-1 / top-5 accuracy per step: 0: 0% / 25%, 5: 50% / 100%"

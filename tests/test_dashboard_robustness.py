@@ -4,17 +4,14 @@ two-run comparisons and a chrome with no absolute paths."""
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard_planted import (ESCAPED, MARKUP, PLANTED_TYPES, contextuality_run, head_types_run, probing_run,
-                               write_json, write_manifest)
+from dashboard_planted import (ESCAPED, INTRO_PHRASES, MARKUP, PLANTED_TYPES, age, chart_specs, contextuality_run,
+                               head_types_run, probing_run, write_json, write_manifest)
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
 
@@ -29,32 +26,6 @@ def open_page(page: str, results: Path, monkeypatch, params: dict | None = None)
     assert not at.exception, [e.message for e in at.exception]
     assert at.sidebar.radio(key="page").value == page
     return at
-
-
-def age(run: Path, seconds: float) -> None:
-    """Make ``run`` look ``seconds`` older (the dashboard lists runs newest first)."""
-    t = run.stat().st_mtime - seconds
-    os.utime(run, (t, t))
-
-
-def plain(obj):
-    """A figure dict with arrays as lists (Plotly sends typed arrays base64-encoded)."""
-    if isinstance(obj, dict) and "bdata" in obj and "dtype" in obj:
-        values = np.frombuffer(base64.b64decode(obj["bdata"]), dtype=obj["dtype"])
-        shape = obj.get("shape")
-        return plain(values.reshape([int(n) for n in str(shape).split(",")]) if shape else values)
-    if isinstance(obj, dict):
-        return {k: plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return plain(obj.tolist())
-    return obj
-
-
-def chart_specs(at: AppTest) -> list[dict]:
-    """The Plotly figures on the page, as plain dicts."""
-    return [plain(json.loads(c.proto.spec)) for c in at.get("plotly_chart")]
 
 
 def all_text(at: AppTest) -> str:
@@ -196,8 +167,6 @@ def test_chrome_names_the_paper_and_no_machine_path(page, tmp_path, monkeypatch)
     probing_run(root, "p", "m")
     contextuality_run(root, "c", "m")
     at = open_page(page, root, monkeypatch)
-    from bertology.apps.pages import INTROS
-
-    assert at.caption[0].value == INTROS[page]
+    assert INTRO_PHRASES[page] in at.caption[0].value
     assert [c.value for c in at.sidebar.caption] == ["results: results"]
     assert str(tmp_path) not in all_text(at)

@@ -1,0 +1,255 @@
+"""The dashboard's data shaping: the part of a result table a page shows (filtering, means over
+seeds, pivots, option lists). Pure functions of data frames, no Streamlit, so each can be tested on
+its own; the figures that draw these parts are in :mod:`bertology.apps.figures`.
+
+Column names are those the studies write (``docs/ARCHITECTURE.md``, results): each function says
+which ones it reads.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+import pandas as pd
+
+from bertology.results import ResultError, mean_ci
+
+
+def options_and_default(values: Sequence[Any], preferred: str) -> tuple[list[str], int]:
+    """The distinct ``values`` as sorted strings, and the index of ``preferred`` among them (0 when
+    absent): the options and starting choice of a select box."""
+    options = sorted(pd.Series(values).astype(str).unique())
+    return options, options.index(preferred) if preferred in options else 0
+
+
+def stack_runs(parts: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """Tables of several runs stacked, each row tagged with its run's label in a ``run`` column."""
+    return pd.concat([df.assign(run=label) for label, df in parts], ignore_index=True)
+
+
+# --------------------------------------------------------------------------- probing
+
+def probe_part(scores: pd.DataFrame, metric: str | None, mode: str | None) -> pd.DataFrame:
+    """Held-out, non-control rows of one metric and probe input.
+
+    ``scores``: the ``layer_scores`` table (``metric``; ``split``, ``control``, ``mode`` where
+    present). Test rows only where there is a ``split`` (dev was used for early stopping)."""
+    if "split" in scores.columns:
+        scores = scores[scores["split"] == "test"]
+    if "control" in scores.columns:
+        scores = scores[~scores["control"].astype(bool)]
+    part = scores[scores["metric"] == metric]
+    if mode is not None and "mode" in part.columns:
+        part = part[part["mode"] == mode]
+    return part
+
+
+def layer_means(scores: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds per task and layer with its 95% interval: ``task, layer, mean, sd, n, ci95``.
+    ``scores``: ``task, layer, value`` (one row per seed)."""
+    return mean_ci(scores, ["task", "layer"])
+
+
+def accuracy_per_layer(scores: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a ``layer_scores`` table a two-run comparison draws: accuracy where the table has
+    it (else every metric) and per-layer probes where it has a ``mode`` column with them."""
+    part = scores[scores["metric"] == "accuracy"] if "accuracy" in set(scores["metric"]) else scores
+    if "mode" in part.columns:
+        part = part[part["mode"] == "per_layer"] if "per_layer" in set(part["mode"]) else part
+    return part
+
+
+def mean_mix_weights(weights: pd.DataFrame) -> pd.DataFrame:
+    """Scalar-mix weight per task and layer, mean over seeds: ``task, layer, weight``.
+    ``weights``: the ``mix_weights`` table (``task, layer, weight``)."""
+    return weights.groupby(["task", "layer"], as_index=False)["weight"].mean()
+
+
+def combination_means(combinations: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One metric of the ``combinations`` table (``combination, task, metric, value``), mean over
+    seeds per task and combination: ``task, combination, mean, sd, n, ci95``."""
+    return mean_ci(combinations[combinations["metric"] == metric], ["task", "combination"])
+
+
+# --------------------------------------------------------------------------- heads
+
+def checked_head_types(types: pd.DataFrame) -> pd.DataFrame:
+    """A ``head_types`` table (``layer, head, type``...) with integer layers and heads; raises
+    ``ValueError`` for a layer or head that is not a number and :class:`ResultError` for a head
+    listed twice."""
+    types = types.assign(layer=pd.to_numeric(types["layer"], errors="raise").astype(int),
+                         head=pd.to_numeric(types["head"], errors="raise").astype(int))
+    duplicated = types.duplicated(["layer", "head"])
+    if duplicated.any():
+        first = types[duplicated].iloc[0]
+        raise ResultError(f"head_types has {int(duplicated.sum())} repeated head(s), e.g. layer {first['layer']} "
+                          f"head {first['head']}")
+    return types
+
+
+def head_keys(types: pd.DataFrame) -> list[str]:
+    """``"layer-head"`` of every head of a ``head_types`` table, in layer then head order."""
+    return [f"{int(l)}-{int(h)}" for l, h in types.sort_values(["layer", "head"])[["layer", "head"]].to_numpy()]
+
+
+def type_by_head(types: pd.DataFrame) -> pd.Series:
+    """The ``type`` of each head, indexed by ``"layer-head"``."""
+    return types.set_index(types["layer"].astype(str) + "-" + types["head"].astype(str))["type"]
+
+
+def default_head(types: pd.DataFrame) -> str:
+    """The head the detail opens first: the clearest syntactic head, else the first positional one."""
+    for kind, column in (("syntactic", "syntactic_gain"), ("positional", "positional_share")):
+        part = types[types["type"] == kind]
+        if len(part):
+            row = part.sort_values(column, ascending=False).iloc[0] if column in part else part.iloc[0]
+            return f"{int(row['layer'])}-{int(row['head'])}"
+    row = types.sort_values(["layer", "head"]).iloc[0]
+    return f"{int(row['layer'])}-{int(row['head'])}"
+
+
+def head_row(types: pd.DataFrame, layer: int, head: int) -> pd.Series:
+    """The ``head_types`` row of head ``(layer, head)``."""
+    return types[(types["layer"] == layer) & (types["head"] == head)].iloc[0]
+
+
+def type_counts_side_by_side(types_a: pd.DataFrame, types_b: pd.DataFrame) -> pd.DataFrame:
+    """Heads per type in two runs: ``type, A, B`` (0 where a run has none of a type)."""
+    counts = pd.concat([types_a["type"].value_counts().rename("A"), types_b["type"].value_counts().rename("B")],
+                       axis=1).fillna(0).astype(int)
+    return counts.rename_axis("type").reset_index()
+
+
+def relation_min_count(config: Any, default: int = 20) -> int:
+    """The ``min_count`` (fewest instances for a relation to be scored) of a run's config, or
+    ``default`` where the config does not say or says it badly."""
+    try:
+        return int(config.get("min_count", default)) if isinstance(config, dict) else default
+    except (TypeError, ValueError):
+        return default
+
+
+_OFFSET = re.compile(r"^(token|argmax)_offset_(-?\d+|other)$")
+
+
+def offset_sort_key(offset: str) -> int:
+    """Numeric order of an offset bin name (``"-2"`` ... ``"other"``), ``other`` last."""
+    return 10_000 if offset == "other" else int(offset)
+
+
+def offset_histogram(stats: pd.DataFrame, layer: int, head: int) -> pd.DataFrame:
+    """Share of a head's query tokens/words whose attention argmax is at each relative offset.
+
+    ``stats``: the ``head_stats`` table (``layer, head, statistic, value``), whose
+    ``token_offset_<k>`` (sub-word tokens, special tokens in place; Voita et al.) and
+    ``argmax_offset_<k>`` (words; Clark et al.) rows are these shares. Returns ``level, offset,
+    share`` with ``offset`` a string (``"-2"`` ... ``"other"``), sorted numerically, other last."""
+    part = stats[(stats["layer"] == layer) & (stats["head"] == head)]
+    rows = []
+    for name, value in zip(part["statistic"], part["value"]):
+        m = _OFFSET.match(str(name))
+        if m:
+            rows.append({"level": "token" if m.group(1) == "token" else "word", "offset": m.group(2),
+                         "share": float(value)})
+    out = pd.DataFrame(rows, columns=["level", "offset", "share"])
+    key = out["offset"].map(offset_sort_key)
+    return out.assign(_k=key).sort_values(["level", "_k"]).drop(columns="_k").reset_index(drop=True)
+
+
+def relation_table(dependency: pd.DataFrame, layer: int, head: int, min_count: int = 20, top: int = 6) -> pd.DataFrame:
+    """The relations head ``(layer, head)`` tracks best (Clark et al. 2019): its accuracy at finding the
+    other end of each relation (``head_dependency`` rows with ``n >= min_count``) against the best
+    fixed-offset baseline, sorted by the gain over that baseline, ``top`` rows.
+
+    ``dependency``: the ``head_dependency`` table (``layer, head, relation, direction, n, accuracy,
+    baseline_offset, baseline_accuracy, gain``); the summary row ``relation == "all"`` is left out
+    unless it is all there is."""
+    part = dependency[(dependency["layer"] == layer) & (dependency["head"] == head) & (dependency["n"] >= min_count)]
+    part = part[part["relation"] != "all"] if (part["relation"] != "all").any() else part
+    cols = ["relation", "direction", "n", "accuracy", "baseline_offset", "baseline_accuracy", "gain"]
+    return part.sort_values("gain", ascending=False)[cols].head(top).reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- pruning
+
+def pruning_means(curves: pd.DataFrame) -> pd.DataFrame:
+    """The ``pruning_curves`` table (``method, share_removed, value``), mean over seeds per method
+    and share of heads removed: ``method, share_removed, mean, sd, n, ci95``."""
+    return mean_ci(curves, ["method", "share_removed"])
+
+
+def pruning_metric(curves: pd.DataFrame) -> str:
+    """The name of the metric a ``pruning_curves`` table measures (its ``metric`` column), else ``"metric"``."""
+    return str(curves["metric"].iloc[0]) if "metric" in curves else "metric"
+
+
+def importance_grid(importance: pd.DataFrame) -> pd.DataFrame:
+    """Head importance as a ``[layers, heads]`` grid (mean over seeds and methods).
+    ``importance``: ``layer, head, importance``."""
+    return importance.groupby(["layer", "head"])["importance"].mean().unstack()
+
+
+# --------------------------------------------------------------------------- embeddings
+
+def word_occurrences(clusters: pd.DataFrame, word: str) -> pd.DataFrame:
+    """The rows of a ``sense_clusters`` table (``word, x, y``...) for one word."""
+    return clusters[clusters["word"].astype(str) == word]
+
+
+def clusters_layer(occurrences: pd.DataFrame) -> Any:
+    """The layer whose vectors a word's sense clusters come from (its ``layer`` column), or None."""
+    return occurrences["layer"].iloc[0] if "layer" in occurrences else None
+
+
+# --------------------------------------------------------------------------- pretraining
+
+def loss_rows(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Training and held-out loss rows of a ``training_metrics`` table (``step, metric, value``)."""
+    return metrics[metrics["metric"].isin(["loss", "eval_loss"])]
+
+
+def perplexity_rows(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Held-out perplexity rows of a ``training_metrics`` table (``step, metric, value``)."""
+    return metrics[metrics["metric"] == "perplexity"]
+
+
+def checkpoint_steps(by_step: pd.DataFrame) -> list[int]:
+    """The checkpoint steps of a table with a ``step`` column, ascending."""
+    return sorted(int(s) for s in by_step["step"].unique())
+
+
+def start_step(steps: list[int], wanted: str | None) -> int:
+    """The step a checkpoint slider starts at: ``wanted`` (a deep link's ``?step=``) when it is one
+    of ``steps``, else the last one."""
+    return int(wanted) if wanted and wanted.lstrip("-").isdigit() and int(wanted) in steps else steps[-1]
+
+
+def at_step(table: pd.DataFrame, step: int) -> pd.DataFrame:
+    """The rows of one checkpoint step."""
+    return table[table["step"] == step]
+
+
+def best_layer_by_step(probes: pd.DataFrame) -> pd.DataFrame:
+    """Per checkpoint step and task, the best layer's probe accuracy (mean over seeds first):
+    ``step, task, value``. ``probes``: the ``probe_scores`` table (``step, task, layer, value``)."""
+    return probes.groupby(["step", "task", "layer"], as_index=False)["value"].mean() \
+        .groupby(["step", "task"], as_index=False)["value"].max()
+
+
+def cloze_accuracy_line(accuracy: pd.DataFrame) -> str:
+    """``"top-1 / top-5 accuracy per step: 0: 0% / 5%, ..."`` from a ``cloze_accuracy`` table
+    (``step, top1, top5``)."""
+    return "top-1 / top-5 accuracy per step: " + ", ".join(
+        f"{int(r.step)}: {r.top1:.0%} / {r.top5:.0%}" for r in accuracy.itertuples())
+
+
+def cloze_guesses(cloze: pd.DataFrame, step: Any) -> pd.DataFrame:
+    """What the checkpoint at ``step`` predicts for each masked word: ``sentence, masked word, top
+    predictions`` (``"guess (12.5%), ..."`` in rank order), one row per masked sentence.
+    ``cloze``: the ``cloze_predictions`` table (``step, text, masked, rank, prediction, probability``)."""
+    shown = cloze[cloze["step"] == step]
+    table = (shown.assign(guess=shown["prediction"].astype(str) + " ("
+                          + (shown["probability"] * 100).round(1).astype(str) + "%)")
+             .groupby(["text", "masked"], sort=False)["guess"].apply(lambda g: ", ".join(g)).reset_index())
+    return table.rename(columns={"text": "sentence", "masked": "masked word", "guess": "top predictions"})

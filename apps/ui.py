@@ -1,0 +1,116 @@
+"""Streamlit pieces every page uses: run pickers, tables read with a message instead of a traceback,
+a guard around each section, and deep-link parameters.
+
+A broken result file never takes a page down: a missing or corrupt table is a warning naming the
+run and the table, a malformed one an error for its section, and the page goes on.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+import streamlit as st
+
+from bertology.apps.locations import clean, clean_json, describe, find_runs, run_label, shown_root
+from bertology.results import ResultError, read_extra, read_manifest, read_table
+
+PROVENANCE = ("study", "run_id", "seed", "config", "model", "corpus", "wall_seconds", "git_commit", "packages")
+
+
+def load_table(run: Path, name: str) -> pd.DataFrame | None:
+    """A run's table, or None with a warning when it is missing or corrupt."""
+    try:
+        return read_table(run, name)
+    except ResultError as exc:
+        st.warning(clean(exc))
+        return None
+
+
+def optional_table(run: Path, name: str) -> pd.DataFrame | None:
+    """A table only some configurations write (MDL, L0 gates, translations, dependencies...): None,
+    silently, when the run has no such file; a corrupt one still gets its warning."""
+    return load_table(run, name) if (run / f"{name}.parquet").is_file() else None
+
+
+def load_extra(run: Path, name: str) -> Any:
+    """A run's JSON extra (``<name>.json``), or None with a note when it is missing or corrupt."""
+    try:
+        return read_extra(run, name)
+    except ResultError as exc:
+        st.info(clean(exc))
+        return None
+
+
+def has_columns_or_explain(df: pd.DataFrame | None, columns: list[str], what: str, run: Path | None = None) -> bool:
+    """True when the table is there, has ``columns`` and rows. Otherwise False, and the page says
+    why (a warning for missing columns, a note for an empty table), naming run and table; for a
+    missing table (None) the reader has already said so."""
+    if df is None:
+        return False
+    where = f"{run_label(run)}: " if run is not None else ""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        st.warning(f"{where}{what}: table lacks columns {missing}")
+        return False
+    if df.empty:
+        st.info(f"{where}{what}: the table is empty")
+        return False
+    return True
+
+
+@contextmanager
+def guard(what: str, run: Path | None = None) -> Iterator[None]:
+    """Show an error for one section of one run (a malformed table) and go on with the page."""
+    try:
+        yield
+    except Exception as exc:  # a broken result file must not take the page down
+        where = f"{run_label(run)}: " if run is not None else ""
+        st.error(f"{where}cannot show {what}: {type(exc).__name__}: {clean(exc)}")
+
+
+def query(name: str) -> str | None:
+    """A deep-link parameter of the URL (``?head=1-0``), or None when absent or empty."""
+    value = st.query_params.get(name)
+    return value if isinstance(value, str) and value else None
+
+
+def pick_run(study: str, key: str, label: str = "run") -> Path | None:
+    """A run of ``study`` picked in a select box (newest first) with its provenance below; None,
+    with a message saying how to make one, when there is none or its manifest is unreadable."""
+    runs = find_runs(study)
+    if not runs:
+        st.info(f"No `{study}` runs under {shown_root()}. Run `bertology study run {study}` "
+                f"(or `bertology study run quickstart`).")
+        return None
+    choice = st.selectbox(label, runs, key=key, format_func=describe)
+    try:
+        manifest = read_manifest(choice)
+    except ResultError as exc:
+        st.error(clean(exc))
+        return None
+    with st.expander("provenance"):
+        st.json(clean_json({k: manifest.get(k) for k in PROVENANCE if k in manifest}))
+    return choice
+
+
+def pick_other(study: str, run: Path, key: str) -> Path | None:
+    """A second run of ``study`` to show beside ``run`` (None = no comparison); the deep link
+    ``?compare=<study>/<run>`` preselects it."""
+    others = [r for r in find_runs(study) if r != run]
+    if not others:
+        return None
+    options: list[Path | None] = [None, *others]
+    wanted = query("compare")
+    index = next((k for k, r in enumerate(options) if r is not None and run_label(r) == wanted), 0)
+    choice = st.selectbox("compare with", options, index=index, key=key,
+                          format_func=lambda r: "nothing (one run)" if r is None else describe(r))
+    if choice is not None:
+        try:
+            read_manifest(choice)
+        except ResultError as exc:
+            st.error(clean(exc))
+            return None
+    return choice
