@@ -61,14 +61,14 @@ CURRENT_MLP = "joint MLP, batch 128, auto precision, fused Adam (the quickstart)
 @contextlib.contextmanager
 def _previous_adam():
     """The MLP probes as they trained before fused Adam: torch's per-tensor Adam loop."""
-    from bertology.probes.probing import edge
+    from bertology.probes.probing import _training
 
-    fused = edge._fused
-    edge._fused = lambda device: {}
+    fused = _training._fused
+    _training._fused = lambda device: {}
     try:
         yield
     finally:
-        edge._fused = fused
+        _training._fused = fused
 
 
 def _best_of(fn, repeat: int):
@@ -97,7 +97,7 @@ def main() -> None:
     from threadpoolctl import threadpool_limits
 
     from bertology.probes.probing.edge import (ProbeConfig, SpanFeatures, classification_metrics, fit_joint,
-                                     predict_logits, span_index)
+                                               predict_logits, span_index)
     from bertology.probes.probing.tasks import split_by_sentence
 
     feats, offsets, task, what = _data(args)

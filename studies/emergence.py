@@ -20,6 +20,7 @@ from bertology.pretraining import load_config, read_metrics, run_pretraining
 from bertology.probes.heads.head_types import analyse_store
 from bertology.probes.probing.cloze import cloze_accuracy, cloze_predictions
 from bertology.probes.probing.edge import probe_layers
+from bertology.runs import StudyContext
 from bertology.store import extract
 
 DESCRIPTION = "Emergence during pretraining: loss curves, head types, probe accuracy and MLM predictions per checkpoint"
@@ -57,7 +58,7 @@ def _checkpoints(cfg) -> tuple[str, Path, list[tuple[int, str]], str]:
     return name, run_dir, [(s, f"{name}@{s}") for s, _ in found], "project pretraining run"
 
 
-def run(ctx) -> None:
+def run(ctx: StudyContext) -> None:
     cfg = ctx.config
     name, folder, checkpoints, kind = _checkpoints(cfg)
     corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])

@@ -177,3 +177,17 @@ def test_quickstart_probe_batch_size_reaches_the_probes():
     assert ProbeConfig(**settings).batch_size == 128
     with pytest.raises(Exception, match="batch_size"):
         validate_config(analysis.EDGE_PROBING_DEFAULTS, {"batch_size": "big"}, "x.yaml")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"seeds": "0,x"}, "--seeds must be comma-separated integers"),
+    ({"seeds": ","}, "--seeds: give at least one seed"),
+    ({"seeds": "0,-1"}, "--seeds must be integers >= 0"),
+    ({"mode": "sideways"}, "--mode must be one of"),
+])
+def test_bad_probe_options_are_config_errors(options, message):
+    from bertology.cli.probe import probe_overrides
+    from bertology.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        probe_overrides(**options)

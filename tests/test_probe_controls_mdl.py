@@ -3,12 +3,13 @@
 import numpy as np
 import pytest
 
+from bertology.errors import ConfigError
 from bertology.probes.probing.baselines import compare_probe_families
 from bertology.probes.probing.controls import control_key_seen_share, control_keys, control_task, selectivity
 from bertology.probes.probing.edge import ProbeConfig, probe_arrays, probe_layers
 from bertology.probes.probing.mdl import block_boundaries, online_codelength
 from bertology.probes.probing.synthetic import planted_task
-from bertology.probes.probing.tasks import EdgeExample, EdgeTask, TaskError, label_distribution, split_by_sentence
+from bertology.probes.probing.tasks import EdgeExample, EdgeTask, label_distribution, split_by_sentence
 
 SMALL = dict(proj_dim=32, hidden_dim=32, max_epochs=15, patience=3)
 
@@ -70,7 +71,7 @@ def test_control_key_is_the_dependent_word_by_default_hand_computed():
         assert len(by_type) == 4 and "key span1" in ctrl.source
     # the pair key: 6 types (the cat, cat sat, the dog, dog ran, a cat, cat ran)
     assert len(set(control_keys(task, words, "pair"))) == 6
-    with pytest.raises(TaskError, match="control key"):
+    with pytest.raises(ConfigError, match="control key"):
         control_task(task, words, key="head")
 
 

@@ -183,3 +183,21 @@ def test_float32_mlp_probes_repeat_exactly(planted):
             for _ in range(2)]
     scores = [r[r.metric != "seconds"]["value"].to_numpy() for r in runs]
     np.testing.assert_array_equal(scores[0], scores[1])
+
+
+def test_bad_settings_are_config_errors_bad_tasks_task_errors(planted):
+    from bertology.errors import ConfigError
+    from bertology.probes.probing.edge import mixing_spec
+    from bertology.probes.probing.tasks import TaskError
+
+    with pytest.raises(ConfigError, match="probe must be 'mlp' or 'linear'"):
+        ProbeConfig(probe="tree")
+    with pytest.raises(ConfigError, match="mode must be one of"):
+        mixing_spec("diagonal", 3)
+    with pytest.raises(ConfigError, match="needs weights"):
+        mixing_spec("fixed", 3, np.ones((1, 2)))
+    with pytest.raises(ConfigError, match="layer_ids has 2 entries"):
+        probe_arrays(planted.features, planted.sentence_offsets, planted.task, layer_ids=[0, 1])
+    # a task that does not fit the features is the task's problem
+    with pytest.raises(TaskError, match="refers to sentence"):
+        span_index(planted.task, planted.sentence_offsets[:3])

@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 import torch
 
+from bertology.errors import ConfigError
+from bertology.probes.probing._lbfgs import _LinearObjective
 from bertology.probes.probing.edge import (ProbeConfig, SpanFeatures, fit_joint, predict_logits, probe_arrays,
-                                 span_index)
+                                           span_index)
 from bertology.probes.probing.synthetic import planted_task
-from bertology.probes.probing.tasks import TaskError, split_by_sentence
+from bertology.probes.probing.tasks import split_by_sentence
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -56,14 +58,14 @@ def test_lbfgs_recovers_planted_layer(planted, precision):
 
 
 def test_solver_choice_and_validation(planted):
-    with pytest.raises(TaskError):
+    with pytest.raises(ConfigError, match="solver must be"):
         ProbeConfig(solver="newton")
-    with pytest.raises(TaskError):
+    with pytest.raises(ConfigError, match="precision must be"):
         ProbeConfig(precision="half")
     tokens, mask = span_index(planted.task, planted.sentence_offsets)
     data = SpanFeatures(planted.features, tokens, mask, True, "cpu")
     split = split_by_sentence(planted.task, seed=0)
-    with pytest.raises(TaskError, match="lbfgs"):            # an MLP cannot use L-BFGS
+    with pytest.raises(ConfigError, match="lbfgs"):            # an MLP cannot use L-BFGS
         fit_joint(data, planted.task.label_ids(), split["train"], split["dev"], n_labels=4,
                   mixing=np.eye(3, dtype=bool), learned_mix=False,
                   config=ProbeConfig(probe="mlp", solver="lbfgs"), seed=0)
@@ -73,8 +75,6 @@ def test_solver_choice_and_validation(planted):
 def test_linear_objective_matches_autograd(multilabel):
     """The hand-written loss and gradients (transposed weights, dev rows scored but not trained
     on) equal autograd on the textbook formulation."""
-    from bertology.probes.probing.edge import _LinearObjective
-
     gen = torch.Generator().manual_seed(0)
     P, n_train, n_dev, F_, K, C = 3, 40, 9, 6, 5, 2.0
     X = torch.randn(P, n_train + n_dev, F_, generator=gen)

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from bertology.testing import make_tiny_bert
-from bertology.combinations import COMBINATIONS, all_combinations, combine
 from bertology.corpus import Corpus, Sentence, load_corpus
 from bertology.errors import StoreError
 from bertology.features import segment_sentence
@@ -214,19 +213,6 @@ def test_nan_weights_are_caught(minilm_tokenizer, tmp_path):
     lm = from_modules("nan-bert", model, minilm_tokenizer)
     with pytest.raises(StoreError, match="non-finite values"):
         extract(lm, Corpus("c", [Sentence("a", ["a", "cat"])]), root=tmp_path, progress=False)
-
-
-def test_feature_combinations_match_the_bert_paper_definitions(tiny_lm, small_corpus, tmp_path):
-    store = extract(tiny_lm, small_corpus, root=tmp_path, attentions=False, progress=False)
-    layers = store.layers()  # [3, n_words, 32]: embeddings + 2 layers
-    combos = all_combinations(store)
-    assert set(combos) == set(COMBINATIONS)
-    np.testing.assert_array_equal(combos["first_layer"], layers[0])
-    np.testing.assert_array_equal(combos["last_hidden"], layers[2])
-    np.testing.assert_array_equal(combos["second_to_last"], layers[1])
-    np.testing.assert_allclose(combos["sum_all"], layers[1] + layers[2], rtol=1e-6)
-    assert combos["concat_last_four"].shape == (store.n_words, 64)  # only 2 transformer layers exist
-    np.testing.assert_array_equal(combine(store, "last_hidden"), layers[2])
 
 
 def test_word_without_pieces_gets_the_unknown_token(minilm_tokenizer, tmp_path):

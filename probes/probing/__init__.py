@@ -1,12 +1,19 @@
 """Edge probing (Tenney et al. 2019): span tasks, joint per-layer / scalar-mix / cumulative probes,
 expected layer, Hewitt & Liang control tasks and selectivity, Voita & Titov MDL, a random-encoder
-baseline and a scikit-learn estimator. The analyses as whole runs (a config, a seed, tables, one
-manifest schema) are in :mod:`bertology.probes.probing.analysis`."""
+baseline, a scikit-learn estimator and the BERT paper's layer combinations (Devlin et al. 2019,
+Table 7).
+
+Every public name is importable from here. They live in :mod:`.edge` (joint probes, runners,
+summaries; implemented in the private ``_*`` modules it lists), :mod:`.tasks`, :mod:`.controls`,
+:mod:`.mdl`, :mod:`.baselines` and :mod:`.combinations`. The analyses as whole runs (a config, a
+seed, tables, one manifest schema) are in :mod:`bertology.probes.probing.analysis`."""
 
 from bertology.probes.probing.analysis import (EDGE_PROBING_DEFAULTS, FEATURE_COMBINATIONS_DEFAULTS,
                                                corpus_for_task_file, edge_probing_analysis,
                                                feature_combinations_analysis, probe_settings)
 from bertology.probes.probing.baselines import compare_probe_families, random_init_baseline
+from bertology.probes.probing.combinations import (COMBINATIONS, all_combinations, combination_layers, combine,
+                                                   combine_layers)
 from bertology.probes.probing.controls import (CONTROL_KEYS, control_key_seen_share, control_keys, control_task,
                                                selectivity)
 from bertology.probes.probing.edge import (EdgeProbe, JointFit, JointProbes, ProbeConfig, SpanFeatures,
@@ -29,6 +36,7 @@ __all__ = [
     "confidence_intervals", "summarise", "pooled_features",
     "control_task", "control_keys", "control_key_seen_share", "CONTROL_KEYS", "selectivity",
     "compare_probe_families", "random_init_baseline",
+    "COMBINATIONS", "combination_layers", "combine_layers", "combine", "all_combinations",
     "online_codelength", "mdl_layers", "block_boundaries", "PlantedData", "planted_task",
     "EDGE_PROBING_DEFAULTS", "edge_probing_analysis", "FEATURE_COMBINATIONS_DEFAULTS",
     "feature_combinations_analysis", "probe_settings", "corpus_for_task_file",

@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from bertology.combinations import COMBINATIONS, combine_layers
 from bertology.errors import ConfigError
 from bertology.probes.probing.baselines import random_init_baseline
+from bertology.probes.probing.combinations import COMBINATIONS, combine_layers
 from bertology.probes.probing.controls import CONTROL_KEYS, control_keys
 from bertology.probes.probing.edge import ProbeConfig, probe_arrays, probe_layers, summarise
 from bertology.probes.probing.mdl import online_codelength

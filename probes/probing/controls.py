@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from bertology.errors import ConfigError
 from bertology.probes.probing.tasks import EdgeTask, TaskError, label_distribution
 
 CONTROL_KEYS = ("span1", "pair")
@@ -37,7 +38,7 @@ def _type_key(words: Sequence[str], span: tuple[int, int]) -> str:
 
 def _check_key(key: str) -> None:
     if key not in CONTROL_KEYS:
-        raise TaskError(f"control key must be one of {', '.join(CONTROL_KEYS)}, got {key!r}")
+        raise ConfigError(f"control key must be one of {', '.join(CONTROL_KEYS)}, got {key!r}")
 
 
 def control_keys(task: EdgeTask, words: Sequence[Sequence[str]], key: str = "span1") -> list[str]:

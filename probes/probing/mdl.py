@@ -17,8 +17,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from bertology.probes.probing.edge import (ProbeConfig, SpanFeatures, label_matrix, fit_joint, mixing_spec,
-                                 predict_logits, span_index)
+from bertology.probes.probing.edge import (ProbeConfig, SpanFeatures, fit_joint, label_matrix, mixing_spec,
+                                           predict_logits, span_index)
 from bertology.probes.probing.tasks import EdgeTask, TaskError
 
 BLOCK_PERCENTS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.25, 12.5, 25.0, 50.0, 100.0)

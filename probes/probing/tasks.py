@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from bertology.atomic import write_text
-from bertology.errors import WorkbenchError
+from bertology.errors import ConfigError, WorkbenchError
 
 Span = tuple[int, int]
 BUILTIN_TASKS = ("pos", "xpos", "deps", "entities")
@@ -278,7 +278,7 @@ def split_by_sentence(task: EdgeTask, fractions: tuple[float, float, float] = (0
     Returns ``{"train": idx, "dev": idx, "test": idx}`` (int64 arrays of example indices).
     """
     if len(fractions) != 3 or min(fractions) < 0 or abs(sum(fractions) - 1) > 1e-6:
-        raise TaskError(f"split fractions must be three non-negative numbers summing to 1, got {fractions}")
+        raise ConfigError(f"split fractions must be three non-negative numbers summing to 1, got {fractions}")
     sent = task.sentence_ids()
     unique = np.unique(sent)
     if len(unique) < 3:

@@ -10,16 +10,17 @@ import typer
 
 
 def _seeds(text: str) -> list[int]:
-    from bertology.probes.probing.tasks import TaskError
+    """``--seeds`` ("0,1,2") as a list of integers >= 0 (:class:`ConfigError` otherwise)."""
+    from bertology.errors import ConfigError
 
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise TaskError(f"--seeds must be comma-separated integers, got {text!r}") from None
+        raise ConfigError(f"--seeds must be comma-separated integers, got {text!r}") from None
     if not seeds:
-        raise TaskError("--seeds: give at least one seed")
+        raise ConfigError("--seeds: give at least one seed")
     if any(s < 0 for s in seeds):
-        raise TaskError(f"--seeds must be integers >= 0, got {text!r}")
+        raise ConfigError(f"--seeds must be integers >= 0, got {text!r}")
     return seeds
 
 
@@ -32,9 +33,8 @@ def probe_overrides(*, task: str | None = None, model: str | None = None, corpus
                     random_baseline: bool | None = None, seeds: str | None = None, max_epochs: int | None = None,
                     device: str | None = None) -> dict[str, Any]:
     """The ``edge_probing`` config fields for the options given (``None`` = not given)."""
-    from bertology.probes.probing.tasks import BUILTIN_TASKS, TaskError
-
     from bertology.errors import ConfigError
+    from bertology.probes.probing.tasks import BUILTIN_TASKS
 
     if limit is not None and limit < 0:
         raise ConfigError(f"--limit must be >= 0 (the first N sentences; 0 = the whole corpus), got {limit}")
@@ -57,7 +57,7 @@ def probe_overrides(*, task: str | None = None, model: str | None = None, corpus
         overrides["limit"] = limit or None          # 0 = the whole corpus
     if mode is not None:
         if mode != "all" and mode not in MODES:
-            raise TaskError(f"--mode must be one of {', '.join(MODES)} or all, not {mode!r}")
+            raise ConfigError(f"--mode must be one of {', '.join(MODES)} or all, not {mode!r}")
         overrides["modes"] = list(MODES) if mode == "all" else [mode]
     if seeds is not None:
         overrides["seeds"] = _seeds(seeds)

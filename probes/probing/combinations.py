@@ -1,15 +1,15 @@
 """The BERT paper's feature-based comparison (Devlin et al. 2019, Table 7): which layers to feed a probe.
 
 Each combination turns the store's word vectors ``[n_layers, n_words, dim]`` (index 0 =
-embeddings) into one matrix ``[n_words, dim']`` ready for a probe.
+embeddings) into one matrix ``[n_words, dim']`` ready for a probe (the ``feature_combinations``
+analysis, :func:`bertology.probes.probing.analysis.feature_combinations_analysis`).
 """
 
 from __future__ import annotations
 
-
 import numpy as np
 
-from bertology.errors import WorkbenchError
+from bertology.errors import ConfigError
 from bertology.store import FeatureStore
 
 # name -> (layers relative to the number of transformer layers L, how to combine them)
@@ -35,7 +35,7 @@ def combination_layers(name: str, n_layers: int) -> list[int]:
         "concat_last_four": list(range(max(1, L - 3), L + 1)),
     }
     if name not in table:
-        raise WorkbenchError(f"unknown feature combination {name!r}; choose from {', '.join(COMBINATIONS)}")
+        raise ConfigError(f"unknown feature combination {name!r}; choose from {', '.join(COMBINATIONS)}")
     return table[name]
 
 
@@ -60,3 +60,6 @@ def all_combinations(store: FeatureStore) -> dict[str, np.ndarray]:
     """Every combination at once, reading the store once: ``{name: [n_words, dim']}``."""
     layers = store.layers()
     return {name: combine_layers(layers, name) for name in COMBINATIONS}
+
+
+__all__ = ["COMBINATIONS", "combination_layers", "combine_layers", "combine", "all_combinations"]

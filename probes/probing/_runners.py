@@ -1,0 +1,159 @@
+"""The study-level runners: probe every layer of a store (per layer, scalar mix, cumulative or
+fixed mixing) over seeds, with controls, into one tidy DataFrame of scores.
+
+:func:`probe_arrays` probes features ``[L, n_words, D]`` (one vectorised training pass per seed);
+:func:`probe_layers` resolves a store (or a model, extracted on the spot) and adds the Hewitt &
+Liang control task and selectivity.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertology.errors import ConfigError
+from bertology.probes.probing._config import ProbeConfig
+from bertology.probes.probing._model import mixing_spec
+from bertology.probes.probing._scores import classification_metrics
+from bertology.probes.probing._spans import SpanFeatures, span_index
+from bertology.probes.probing._training import JointFit, _loss, fit_joint, predict_logits
+from bertology.probes.probing.tasks import EdgeTask, build_task, split_by_sentence
+
+SCORE_COLUMNS = ["task", "mode", "probe", "pooling", "control", "layer", "seed", "split", "metric", "value"]
+
+
+def label_matrix(task: EdgeTask) -> np.ndarray:
+    """The task's targets: ``[n]`` label ids, or ``[n, K]`` 0/1 for a multi-label task."""
+    return task.label_matrix() if task.multilabel else task.label_ids()
+
+
+def probe_arrays(features: np.ndarray | torch.Tensor, sentence_offsets: np.ndarray, task: EdgeTask,
+                 *, mode: str = "per_layer", seeds: Sequence[int] = (0, 1, 2),
+                 layer_ids: Sequence[int] | None = None, config: ProbeConfig = ProbeConfig(),
+                 split_seed: int | None = 0, fixed_weights: np.ndarray | None = None,
+                 control: bool = False) -> pd.DataFrame:
+    """Probe features ``[L, n_words, D]`` for ``task``; one vectorised training pass per seed.
+
+    ``layer_ids`` names the ``L`` layers (default ``0..L-1``). ``split_seed``: the sentence split
+    (``None``: a new split per seed). Returns a tidy DataFrame with columns
+    ``task, mode, probe, pooling, control, layer, seed, split, metric, value`` where ``split`` is
+    ``dev``/``test`` for scores (``accuracy``, ``micro_f1``, ``macro_f1``, ``loss``) and ``param``
+    for ``mix_weight`` (per layer), ``gamma`` and ``epochs``/``seconds`` (layer -1 = the mix).
+    """
+    L = features.shape[0]
+    layer_ids = list(range(L)) if layer_ids is None else list(layer_ids)
+    if len(layer_ids) != L:
+        raise ConfigError(f"layer_ids has {len(layer_ids)} entries for {L} feature layers")
+    mixing, learned, probe_layer = mixing_spec(mode, L, fixed_weights)
+    # the layer each probe's rows name (-1: a mix of several layers)
+    probe_layer_ids = [layer_ids[p] if p >= 0 else -1 for p in probe_layer]
+    tokens, mask = span_index(task, sentence_offsets)
+    data = SpanFeatures(features, tokens, mask, config.standardize, config.device)
+    y = label_matrix(task)
+    rows: list[dict[str, Any]] = []
+    base = {"task": task.name, "mode": mode, "probe": config.probe, "pooling": config.pooling,
+            "control": control}
+    for seed in seeds:
+        split = split_by_sentence(task, seed=seed if split_seed is None else split_seed)
+        fit = fit_joint(data, y, split["train"], split["dev"], n_labels=len(task.labels),
+                        mixing=mixing, learned_mix=learned, config=config, seed=seed,
+                        multilabel=task.multilabel)
+        for part in ("dev", "test"):
+            for metric, values in _split_scores(fit, data, y, split[part], task.multilabel).items():
+                for layer, value in zip(probe_layer_ids, values):
+                    rows.append({**base, "layer": layer, "seed": seed, "split": part,
+                                 "metric": metric, "value": float(value)})
+        rows.extend({**base, "seed": seed, "split": "param", **row}
+                    for row in _param_rows(fit, layer_ids, mode))
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+
+
+def _split_scores(fit: JointFit, data: SpanFeatures, y: np.ndarray, examples: np.ndarray,
+                  multilabel: bool) -> dict[str, np.ndarray]:
+    """``accuracy``, ``micro_f1``, ``macro_f1`` and ``loss`` (each ``[P]``) of the fitted probes on
+    ``examples``."""
+    logits = predict_logits(fit.model, data, examples)
+    scores = classification_metrics(logits, y[examples], multilabel)
+    gold = torch.as_tensor(y[examples], device=logits.device)
+    scores["loss"] = _loss(logits, gold.float() if multilabel else gold, multilabel).cpu().numpy()
+    return scores
+
+
+def _param_rows(fit: JointFit, layer_ids: list[int], mode: str) -> list[dict[str, Any]]:
+    """The ``param`` rows of one fit (``layer``, ``metric``, ``value``): the scalar mix's weight per
+    layer and gamma (mode ``mix``), then the epochs and seconds it took (layer -1)."""
+    rows = []
+    if mode == "mix":
+        rows += [{"layer": layer_ids[l], "metric": "mix_weight", "value": float(w)}
+                 for l, w in enumerate(fit.mix_weights[0])]
+        rows.append({"layer": -1, "metric": "gamma", "value": float(fit.gamma[0])})
+    rows.append({"layer": -1, "metric": "epochs", "value": float(fit.epochs)})
+    rows.append({"layer": -1, "metric": "seconds", "value": float(fit.seconds)})
+    return rows
+
+
+def layer_features(store_or_model: Any, corpus: Any, layers: Any) -> tuple[np.ndarray, np.ndarray, list[int], dict]:
+    """Resolve a FeatureStore (anything with ``layers``) or a LoadedModel (extracted with the store).
+
+    Returns features ``[len(layer_ids), n_words, D]``, ``sentence_offsets [n_sentences + 1]``, the
+    layer ids (``layers``: ``"all"``/None or a list of store layers) and ``{"store", "manifest"}``.
+    """
+    store = store_or_model
+    if not hasattr(store, "layers"):
+        from bertology.store import extract  # the store owns caching; import late
+
+        store = extract(store_or_model, corpus, attentions=False, progress=False)
+    n_layers = store.n_layers
+    layer_ids = list(range(n_layers)) if layers in ("all", None) else [int(l) for l in layers]
+    bad = [l for l in layer_ids if not 0 <= l < n_layers]
+    if bad:
+        raise ConfigError(f"layers {bad} outside 0..{n_layers - 1}")
+    meta = {"store": str(getattr(store, "path", "")), "manifest": getattr(store, "manifest", {})}
+    return store.layers(layer_ids), np.asarray(store.sentence_offsets), layer_ids, meta
+
+
+def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, layers: Any = "all",
+                 mode: str = "per_layer", seeds: Sequence[int] = (0, 1, 2), probe: str = "mlp",
+                 pooling: str = "attention", control: bool = False, control_key: str = "span1",
+                 split_seed: int | None = 0, fixed_weights: np.ndarray | None = None,
+                 **config: Any) -> pd.DataFrame:
+    """Probe every requested layer of a store (or a model, extracted over ``corpus``).
+
+    ``task``: an :class:`EdgeTask` or a name/JSONL path for :func:`bertology.probes.probing.tasks.build_task`.
+    ``control=True`` also trains on the Hewitt & Liang control task (same seeds), its word type
+    given by ``control_key`` (``"span1"``: span 1's text, the paper's word type; ``"pair"``: the
+    (span 1, span 2) texts, see :mod:`bertology.probes.probing.controls`), and adds ``selectivity``
+    rows (task accuracy - control accuracy) and, per seed, a ``control_key_seen_share`` row
+    (``control`` True, layer -1, split ``param``: the share of test examples whose key occurs
+    among the training examples). Extra keyword arguments go to :class:`ProbeConfig`. Returns the DataFrame of
+    :func:`probe_arrays` (several modes can be concatenated and passed to :func:`summarise`).
+    """
+    if isinstance(task, str):
+        task = build_task(corpus, task)
+    cfg = ProbeConfig(probe=probe, pooling=pooling, **config)
+    feats, offsets, layer_ids, _ = layer_features(store_or_model, corpus, layers)
+    df = probe_arrays(feats, offsets, task, mode=mode, seeds=seeds, layer_ids=layer_ids, config=cfg,
+                      split_seed=split_seed, fixed_weights=fixed_weights)
+    if not control:
+        return df
+    from bertology.probes.probing.controls import control_key_seen_share, control_task, selectivity
+
+    words = task.words or [list(s.words) for s in corpus.sentences]
+    frames = [df]
+    seen = []
+    for seed in seeds:
+        ctask = control_task(task, words, seed=seed, key=control_key)
+        frames.append(probe_arrays(feats, offsets, ctask, mode=mode, seeds=[seed],
+                                   layer_ids=layer_ids, config=cfg, split_seed=split_seed,
+                                   fixed_weights=fixed_weights, control=True))
+        split = split_by_sentence(task, seed=seed if split_seed is None else split_seed)
+        seen.append({"task": task.name, "mode": mode, "probe": cfg.probe, "pooling": cfg.pooling,
+                     "control": True, "layer": -1, "seed": seed, "split": "param",
+                     "metric": "control_key_seen_share",
+                     "value": control_key_seen_share(task, words, split, key=control_key)})
+    out = pd.concat(frames, ignore_index=True)
+    out["task"] = task.name  # control rows carry the task's name, flagged by `control`
+    return pd.concat([out, selectivity(out), pd.DataFrame(seen, columns=SCORE_COLUMNS)], ignore_index=True)

@@ -1,0 +1,40 @@
+"""The BERT paper's feature combinations (Devlin et al. 2019, Table 7) read from a feature store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bertology.errors import ConfigError
+from bertology.probes.probing.combinations import (COMBINATIONS, all_combinations, combination_layers, combine,
+                                                   combine_layers)
+from bertology.store import extract
+
+
+def test_feature_combinations_match_the_bert_paper_definitions(tiny_lm, small_corpus, tmp_path):
+    store = extract(tiny_lm, small_corpus, root=tmp_path, attentions=False, progress=False)
+    layers = store.layers()  # [3, n_words, 32]: embeddings + 2 layers
+    combos = all_combinations(store)
+    assert set(combos) == set(COMBINATIONS)
+    np.testing.assert_array_equal(combos["first_layer"], layers[0])
+    np.testing.assert_array_equal(combos["last_hidden"], layers[2])
+    np.testing.assert_array_equal(combos["second_to_last"], layers[1])
+    np.testing.assert_allclose(combos["sum_all"], layers[1] + layers[2], rtol=1e-6)
+    assert combos["concat_last_four"].shape == (store.n_words, 64)  # only 2 transformer layers exist
+    np.testing.assert_array_equal(combine(store, "last_hidden"), layers[2])
+
+
+def test_combination_layers_of_a_twelve_layer_model():
+    """BERT-base: 13 store layers (embeddings + 12); the last four are 9..12."""
+    assert combination_layers("first_layer", 13) == [0]
+    assert combination_layers("second_to_last", 13) == [11]
+    assert combination_layers("sum_all", 13) == list(range(1, 13))
+    assert combination_layers("sum_last_four", 13) == combination_layers("concat_last_four", 13) == [9, 10, 11, 12]
+    layers = np.arange(13 * 2 * 3, dtype=np.float32).reshape(13, 2, 3)
+    np.testing.assert_array_equal(combine_layers(layers, "sum_last_four"), layers[9:].sum(0))
+    assert combine_layers(layers, "concat_last_four").shape == (2, 12)
+
+
+def test_unknown_combination_is_a_config_error():
+    with pytest.raises(ConfigError, match="unknown feature combination 'last_two'"):
+        combination_layers("last_two", 13)
