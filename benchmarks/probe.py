@@ -32,6 +32,7 @@ import time
 import warnings
 
 import numpy as np
+import torch
 
 from common import print_table
 
@@ -60,15 +61,18 @@ CURRENT_MLP = "joint MLP, batch 128, auto precision, fused Adam (the quickstart)
 
 @contextlib.contextmanager
 def _previous_adam():
-    """The MLP probes as they trained before fused Adam: torch's per-tensor Adam loop."""
-    from bertology.probes.probing import _training
+    """The MLP probes as they trained before fused Adam: torch's per-tensor Adam loop (Adam is
+    swapped for one that drops ``fused=``, so the workbench's own code runs unchanged)."""
+    adam = torch.optim.Adam
 
-    fused = _training._fused
-    _training._fused = lambda device: {}
+    def per_tensor_adam(*args, fused=None, **kwargs):
+        return adam(*args, **kwargs)
+
+    torch.optim.Adam = per_tensor_adam
     try:
         yield
     finally:
-        _training._fused = fused
+        torch.optim.Adam = adam
 
 
 def _best_of(fn, repeat: int):
