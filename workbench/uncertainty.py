@@ -1,0 +1,198 @@
+"""How sure a reported number is: intervals, paired comparisons and small-sample flags.
+
+Every interval the workbench prints comes from here, so one page of docs/METHODS.md ("Intervals,
+selection and comparisons") describes them all:
+
+- :func:`t_interval`: the mean of a few seeds with Student's t quantile (n-1 degrees of freedom),
+  never 1.96 with n = 2; one value gives an interval of NaNs (shown as "n=1"), never ± 0.
+- :func:`ratio_bootstrap`: a statistic that is a ratio of per-item sums (accuracy = correct / items,
+  micro-F1 = 2tp / (2tp + fp + fn)) with a percentile interval from resampling whole sentences
+  (items of one sentence are not independent), Efron & Tibshirani 1993; Koehn 2004.
+- :func:`paired_bootstrap`: the difference of two such statistics on the same items (two layers,
+  two runs, two methods), resampled together, with a two-sided bootstrap p-value.
+- :func:`mcnemar_p`: the exact McNemar test for two classifiers' per-item correctness.
+- :func:`wilson_interval`: a test accuracy's own binomial sampling error (the floor no reported
+  interval may go below).
+- :data:`MIN_TEST_ITEMS`: below it a result is flagged as a small sample.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+from bertology.errors import ConfigError
+
+MIN_TEST_ITEMS = 100
+"""Fewer test items than this and a table row carries ``small_sample = True`` (the dashboard warns)."""
+
+DEFAULT_RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with its two-sided interval. ``low``/``high`` are NaN when ``n`` is too small for
+    one (a single seed); ``method`` names how it was computed (``"t"``, ``"bootstrap"``, ``"wilson"``)."""
+
+    estimate: float
+    low: float
+    high: float
+    n: int
+    method: str
+    confidence: float = 0.95
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    def as_dict(self, prefix: str = "") -> dict[str, float | int | str]:
+        return {f"{prefix}{k}": v for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """``a - b`` on the same items: the difference, its interval, a two-sided p-value for "no
+    difference", the number of resampling units (sentences) and items."""
+
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    n_groups: int
+    n_items: int
+    method: str
+    confidence: float = 0.95
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return asdict(self)
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ConfigError(f"confidence must be between 0 and 1, got {confidence!r}")
+
+
+def t_interval(values, confidence: float = 0.95) -> Interval:
+    """Mean of ``values`` (e.g. one score per seed) with a Student-t interval:
+    ``mean ± t_{(1+c)/2, n-1} · sd / √n``. One value: low/high are NaN (an interval from one seed
+    does not exist); NaN values are dropped."""
+    _check_confidence(confidence)
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
+    n = int(x.size)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0, "t", confidence)
+    mean = float(x.mean())
+    if n == 1:
+        return Interval(mean, math.nan, math.nan, 1, "t", confidence)
+    half = float(stats.t.ppf((1 + confidence) / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return Interval(mean, mean - half, mean + half, n, "t", confidence)
+
+
+def wilson_interval(correct: int, n: int, confidence: float = 0.95) -> Interval:
+    """Wilson score interval of a proportion ``correct / n``: the sampling error of a test accuracy
+    measured on ``n`` independent items."""
+    _check_confidence(confidence)
+    if n <= 0:
+        return Interval(math.nan, math.nan, math.nan, 0, "wilson", confidence)
+    z = float(stats.norm.ppf((1 + confidence) / 2))
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, "wilson", confidence)
+
+
+def _group_sums(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Per-group sums of ``values`` [items] -> [n_groups] (groups relabelled 0..G-1)."""
+    _, codes = np.unique(groups, return_inverse=True)
+    return np.bincount(codes, weights=values.astype(float))
+
+
+def _resample_weights(n_groups: int, n_resamples: int, seed: int) -> np.ndarray:
+    """[n_resamples, n_groups] how often each group is drawn in each bootstrap sample."""
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n_groups, np.full(n_groups, 1.0 / n_groups), size=n_resamples).astype(float)
+
+
+def _as_items(numerator, denominator, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    num = np.asarray(numerator, dtype=float)
+    den = np.ones_like(num) if denominator is None else np.asarray(denominator, dtype=float)
+    grp = np.arange(num.size) if groups is None else np.asarray(groups)
+    if not (num.shape == den.shape == grp.shape) or num.ndim != 1:
+        raise ValueError(f"numerator {num.shape}, denominator {den.shape} and groups {grp.shape} "
+                         "must be 1-D arrays of one length")
+    return num, den, grp
+
+
+def ratio_bootstrap(numerator, denominator=None, groups=None, *, confidence: float = 0.95,
+                    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
+    """``sum(numerator) / sum(denominator)`` over items with a percentile bootstrap interval that
+    resamples whole ``groups`` (sentence ids; default: every item its own group).
+
+    numerator, denominator, groups: [n_items]. Accuracy: numerator = 1 if correct, denominator = 1
+    (the default). Micro-F1: numerator = 2·tp, denominator = 2·tp + fp + fn per item.
+    """
+    _check_confidence(confidence)
+    num, den, grp = _as_items(numerator, denominator, groups)
+    if num.size == 0 or den.sum() == 0:
+        return Interval(math.nan, math.nan, math.nan, int(num.size), "bootstrap", confidence)
+    estimate = float(num.sum() / den.sum())
+    num_g, den_g = _group_sums(num, grp), _group_sums(den, grp)
+    if num_g.size < 2:
+        return Interval(estimate, math.nan, math.nan, int(num.size), "bootstrap", confidence)
+    w = _resample_weights(num_g.size, n_resamples, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        samples = (w @ num_g) / (w @ den_g)
+    low, high = np.nanquantile(samples, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return Interval(estimate, float(low), float(high), int(num.size), "bootstrap", confidence)
+
+
+def paired_bootstrap(numerator_a, numerator_b, denominator_a=None, denominator_b=None, groups=None, *,
+                     confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
+                     seed: int = 0) -> PairedComparison:
+    """Statistic(a) - statistic(b) on the same items (each a ratio of sums as in
+    :func:`ratio_bootstrap`), both resampled with the same sentences. The p-value is two-sided:
+    twice the smaller share of resampled differences on either side of zero (floored at
+    1 / n_resamples)."""
+    _check_confidence(confidence)
+    num_a, den_a, grp = _as_items(numerator_a, denominator_a, groups)
+    num_b, den_b, _ = _as_items(numerator_b, denominator_b, grp)
+    diff = float(num_a.sum() / den_a.sum() - num_b.sum() / den_b.sum())
+    sums = [_group_sums(v, grp) for v in (num_a, den_a, num_b, den_b)]
+    n_groups = sums[0].size
+    if n_groups < 2:
+        return PairedComparison(diff, math.nan, math.nan, math.nan, n_groups, int(num_a.size), "paired bootstrap",
+                                confidence)
+    w = _resample_weights(n_groups, n_resamples, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        samples = (w @ sums[0]) / (w @ sums[1]) - (w @ sums[2]) / (w @ sums[3])
+    samples = samples[~np.isnan(samples)]
+    low, high = np.quantile(samples, [(1 - confidence) / 2, (1 + confidence) / 2])
+    if np.all(samples == 0):
+        p = 1.0
+    else:
+        p = min(1.0, 2 * min(np.mean(samples <= 0), np.mean(samples >= 0)))
+        p = max(p, 1.0 / samples.size)
+    return PairedComparison(diff, float(low), float(high), float(p), n_groups, int(num_a.size),
+                            "paired bootstrap", confidence)
+
+
+def mcnemar_p(correct_a, correct_b) -> float:
+    """Exact two-sided McNemar p-value for two classifiers scored on the same items
+    (binomial test on the discordant pairs)."""
+    a = np.asarray(correct_a, dtype=bool)
+    b = np.asarray(correct_b, dtype=bool)
+    if a.shape != b.shape:
+        raise ValueError(f"correct_a {a.shape} and correct_b {b.shape} must have one shape")
+    only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
+    if only_a + only_b == 0:
+        return 1.0
+    return float(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue)
+
+
+def is_small_sample(n_items: int, minimum: int = MIN_TEST_ITEMS) -> bool:
+    """True when ``n_items`` test items are fewer than ``minimum`` (default :data:`MIN_TEST_ITEMS`)."""
+    return int(n_items) < minimum
