@@ -446,6 +446,13 @@ def compare_page(page: Page) -> None:
     a = c1.selectbox("run A", runs, index=0, format_func=describe)
     b = c2.selectbox("run B", runs, index=min(1, len(runs) - 1), format_func=describe)
     table = tables_of[study]
+    try:
+        mismatches = tables.comparison_mismatches(read_manifest(a), read_manifest(b))
+    except ResultError:
+        mismatches = []  # the side that cannot be read says so below
+    if mismatches:
+        st.warning("These two runs differ in more than the model or seed, so their numbers measure different "
+                   "things; compare them only with that in mind: " + "; ".join(clean(m) for m in mismatches))
     for side, col, run in (("A", c1, a), ("B", c2, b)):
         with col, guard(f"table {table}", run):
             df = load_table(run, table)

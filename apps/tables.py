@@ -253,3 +253,33 @@ def cloze_guesses(cloze: pd.DataFrame, step: Any) -> pd.DataFrame:
                           + (shown["probability"] * 100).round(1).astype(str) + "%)")
              .groupby(["text", "masked"], sort=False)["guess"].apply(lambda g: ", ".join(g)).reset_index())
     return table.rename(columns={"text": "sentence", "masked": "masked word", "guess": "top predictions"})
+
+
+# What a comparison of two runs may differ in: the thing compared (model, seed) and how it was
+# computed on this machine; anything else (task, probe, corpus, split, sizes) makes the two numbers
+# measure different things.
+COMPARED = frozenset({"model", "seed", "seeds", "device", "precision", "amp_dtype", "storage", "threads"})
+DEFINING = ("corpus", "limit", "tasks", "task", "probe", "pooling", "span_pooling", "split", "test_fraction",
+            "dev_fraction", "metric", "modes")
+
+
+def comparison_mismatches(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) -> list[str]:
+    """What makes two runs' numbers incomparable: differing config fields outside :data:`COMPARED`
+    (the fields of :data:`DEFINING` first: task, probe, corpus, split...), a different corpus content
+    or a different study. Returns one human-readable line per difference; [] when only the compared
+    things (model, seed, device...) differ."""
+    problems = []
+    if manifest_a.get("study") != manifest_b.get("study"):
+        problems.append(f"study: {manifest_a.get('study')} vs {manifest_b.get('study')}")
+    config_a, config_b = manifest_a.get("config") or {}, manifest_b.get("config") or {}
+    keys = sorted(set(config_a) | set(config_b), key=lambda k: (k not in DEFINING, k))
+    for key in keys:
+        if key in COMPARED:
+            continue
+        if config_a.get(key) != config_b.get(key):
+            problems.append(f"{key}: {config_a.get(key)!r} vs {config_b.get(key)!r}")
+    corpus_a = (manifest_a.get("corpus") or {}).get("fingerprint")
+    corpus_b = (manifest_b.get("corpus") or {}).get("fingerprint")
+    if corpus_a and corpus_b and corpus_a != corpus_b:
+        problems.append("corpus content differs (another file or another subset)")
+    return problems

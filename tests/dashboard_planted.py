@@ -83,15 +83,16 @@ def head_types_run(root: Path, run_id: str = "planted", model: str = "planted-be
                                                                         "attention": att.round(4).tolist()}]}})
 
 
-def probing_run(root: Path, run_id: str, model: str, scale: float = 1.0) -> Path:
+def probing_run(root: Path, run_id: str, model: str, scale: float = 1.0, config: dict | None = None) -> Path:
     """An edge_probing run: accuracy ``scale * (0.5 + 0.1 * layer)`` for task pos, layers 0..2, two
-    seeds, and its summary (best layer 2)."""
+    seeds, and its summary (best layer 2); ``config`` goes into its manifest."""
     rows = [{"task": "pos", "layer": l, "metric": "accuracy", "value": scale * (0.5 + 0.1 * l), "seed": s,
              "split": "test", "mode": "per_layer", "control": False} for l in range(3) for s in (0, 1)]
     summary = pd.DataFrame({"task": ["pos"], "best_layer": [2], "best_layer_score": [scale * 0.7],
                             "best_layer_ci95": [0.0]})
     return write_results(root / "edge_probing" / run_id, {"layer_scores": pd.DataFrame(rows), "summary": summary},
-                         {"study": "edge_probing", "run_id": run_id, "seed": 0, "model": {"name": model}})
+                         {"study": "edge_probing", "run_id": run_id, "seed": 0, "model": {"name": model},
+                          "config": {"model": model, "probe": "mlp", "corpus": "brown-sample", **(config or {})}})
 
 
 def contextuality_run(root: Path, run_id: str, model: str, shift: float = 0.0) -> Path:

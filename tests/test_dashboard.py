@@ -208,3 +208,31 @@ def test_missing_and_corrupt_results_show_messages(quickstart_results, tmp_path,
     assert any("corrupt manifest" in e.value for e in at.error)
     at = open_page("Alignment", tmp_path / "nothing-here", monkeypatch)
     assert any("No `alignment` runs" in i.value for i in at.info)
+
+
+def test_compare_page_warns_when_two_runs_measure_different_things(planted_results, monkeypatch):
+    age(probing_run(planted_results, "other-model", "model-b", scale=0.5), 100)
+    at = open_page("Compare runs", planted_results, monkeypatch)
+    at.selectbox[0].set_value("edge_probing").run()
+    assert not at.warning, [w.value for w in at.warning]  # only the model differs: a fair comparison
+    age(probing_run(planted_results, "linear-other-corpus", "model-c", scale=0.5,
+                    config={"probe": "linear", "corpus": "my.conllu"}), 50)
+    at = open_page("Compare runs", planted_results, monkeypatch)
+    at.selectbox[0].set_value("edge_probing").run()
+    warning = " ".join(w.value for w in at.warning)
+    assert "differ in more than the model or seed" in warning
+    assert "probe: 'mlp' vs 'linear'" in warning or "probe: 'linear' vs 'mlp'" in warning
+    assert "corpus:" in warning
+
+
+def test_comparison_mismatches_names_what_differs():
+    from bertology.apps.tables import comparison_mismatches
+
+    base = {"study": "edge_probing", "config": {"model": "a", "seed": 0, "probe": "mlp", "tasks": ["pos"]},
+            "corpus": {"fingerprint": "c1"}}
+    other_model = {**base, "config": {**base["config"], "model": "b", "seed": 3}}
+    assert comparison_mismatches(base, other_model) == []
+    changed = {"study": "edge_probing", "config": {**base["config"], "probe": "linear", "tasks": ["deps"]},
+               "corpus": {"fingerprint": "c2"}}
+    assert comparison_mismatches(base, changed) == ["probe: 'mlp' vs 'linear'", "tasks: ['pos'] vs ['deps']",
+                                                   "corpus content differs (another file or another subset)"]
