@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 
 from bertology.pretraining.masking import (
     IGNORE_INDEX, MaskingConfig, choose_positions, corrupt, encode_pair, expected_span_length, make_sentence_pairs,
-    mask_batch, random_token_pool, special_tokens_mask,
+    mask_batch, ngram_length_probabilities, random_token_pool, sample_ngrams, span_ids, special_tokens_mask,
 )
 from bertology.pretraining.text_corpus import TokenizedDocument
 
@@ -104,7 +104,7 @@ def test_random_replacements_follow_the_pool_and_80_10_10(pool):
 def test_special_tokens_and_padding_never_masked():
     ids, words = _batch(200)
     special = special_tokens_mask(ids, SPECIALS)
-    for strategy in ("token", "whole_word", "span"):
+    for strategy in ("token", "whole_word", "span", "ngram"):
         masked, labels = _mask(ids, words, strategy)
         assert (labels[special] == IGNORE_INDEX).all()
         assert torch.equal(masked[special], ids[special])
@@ -112,7 +112,7 @@ def test_special_tokens_and_padding_never_masked():
 
 def test_whole_word_masking_never_splits_a_word():
     ids, words = _batch(300)
-    for strategy in ("whole_word", "span"):
+    for strategy in ("whole_word", "span", "ngram"):
         _, labels = _mask(ids, words, strategy)
         chosen = labels != IGNORE_INDEX
         for r in range(len(ids)):
@@ -138,6 +138,111 @@ def test_span_lengths_follow_truncated_geometric():
         assert int(chosen.sum()) == round(0.15 * T)
     # adjacent spans merge and the last span is trimmed to the budget, so the mean runs a bit above/below 3.8
     assert 3.0 < sum(lengths) / len(lengths) < 5.5
+
+
+# --------------------------------------------------------------------------- 80/10/10 per span (SpanBERT)
+
+def _planted_spans(n_rows: int = 300, T: int = 120, seed: int = 0):
+    """Rows of ids 5..99 with planted spans (lengths 1-6, at least one unchosen token between two):
+    ``(ids [B, T], chosen [B, T], spans [(row, start, end)])``, ends exclusive."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 100, (n_rows, T), generator=g)
+    chosen = torch.zeros(n_rows, T, dtype=torch.bool)
+    spans = []
+    for r in range(n_rows):
+        pos = int(torch.randint(0, 4, (1,), generator=g))
+        while True:
+            length = int(torch.randint(1, 7, (1,), generator=g))
+            if pos + length > T:
+                break
+            chosen[r, pos:pos + length] = True
+            spans.append((r, pos, pos + length))
+            pos += length + int(torch.randint(1, 6, (1,), generator=g))
+    return ids, chosen, spans
+
+
+def _span_cases(unit: str | None, strategy: str = "span"):
+    """The case of every planted span after :func:`corrupt`: mask / random / kept / mixed."""
+    ids, chosen, spans = _planted_spans()
+    pool = torch.arange(500, 1000)  # disjoint from the planted ids: a random draw never equals the original
+    config = MaskingConfig(strategy=strategy, replacement_unit=unit)
+    out = torch.empty_like(ids)
+    for r in range(len(ids)):
+        out[r], labels = corrupt(ids[r], chosen[r], torch.Generator().manual_seed(r), mask_token_id=MASK,
+                                 random_token_ids=pool, config=config)
+        assert torch.equal(labels[chosen[r]], ids[r][chosen[r]]) and (labels[~chosen[r]] == IGNORE_INDEX).all()
+        assert torch.equal(out[r][~chosen[r]], ids[r][~chosen[r]])
+    cases = []
+    for r, a, b in spans:
+        got, orig = out[r, a:b], ids[r, a:b]
+        if (got == MASK).all():
+            cases.append("mask")
+        elif (got >= 500).all():
+            cases.append("random")
+        elif torch.equal(got, orig):
+            cases.append("kept")
+        else:
+            cases.append("mixed")
+    return cases
+
+
+def test_span_masking_replaces_whole_spans_80_10_10():
+    assert MaskingConfig(strategy="span").unit == "span"                     # SpanBERT's default
+    assert all(MaskingConfig(strategy=s).unit == "token" for s in ("token", "whole_word", "ngram"))
+    cases = _span_cases(None)
+    n = len(cases)
+    assert n > 5000 and "mixed" not in cases                                 # every span wholly one case
+    share = {c: cases.count(c) / n for c in ("mask", "random", "kept")}
+    assert abs(share["mask"] - 0.8) < 4 * (0.8 * 0.2 / n) ** 0.5, share     # 4 binomial s.d.
+    assert abs(share["random"] - 0.1) < 4 * (0.1 * 0.9 / n) ** 0.5, share
+    assert abs(share["kept"] - 0.1) < 4 * (0.1 * 0.9 / n) ** 0.5, share
+    random_spans = _span_cases("span", "token")                              # the unit works for any strategy
+    assert "mixed" not in random_spans
+
+
+def test_per_token_replacement_stays_reachable_for_span_masking():
+    cases = _span_cases("token")
+    assert cases.count("mixed") / len(cases) > 0.2                           # spans of 2+ tokens get mixed
+
+
+def test_span_ids_number_maximal_runs():
+    chosen = torch.tensor([0, 1, 1, 0, 1, 0, 0, 1, 1, 1], dtype=torch.bool)
+    assert span_ids(chosen)[chosen].tolist() == [0, 0, 1, 2, 2, 2]
+
+
+# --------------------------------------------------------------------------- n-gram masking (ALBERT)
+
+def test_ngram_length_distribution_on_planted_words():
+    probs = ngram_length_probabilities(3)
+    assert torch.allclose(probs, torch.tensor([6 / 11, 3 / 11, 2 / 11], dtype=torch.float64))
+    g = torch.Generator().manual_seed(0)
+    first, every = [0, 0, 0], [0, 0, 0]
+    tokens_per_word = [1, 2, 1, 3] * 30                                      # planted words of 1-3 pieces
+    for _ in range(3000):
+        ngrams = sample_ngrams(tokens_per_word, budget=30, generator=g)
+        # disjoint n-grams of 1-3 whole words, within the token budget
+        words = [w for start, n in ngrams for w in range(start, start + n)]
+        assert len(words) == len(set(words)) and sum(tokens_per_word[w] for w in words) <= 30
+        start, n = ngrams[0]
+        if start + 3 <= len(tokens_per_word):
+            first[n - 1] += 1     # the first draw: no overlap, no budget yet, every length fits -> exactly p(n)
+        for _, n in ngrams:
+            every[n - 1] += 1
+    assert chisquare(first, probs.numpy() * sum(first)).pvalue > 1e-3, first
+    # over all n-grams, overlaps and the budget's end favour the short ones, as in ALBERT's algorithm
+    share = np.array(every) / sum(every)
+    assert share[0] > probs[0] and share[2] < probs[2] and np.abs(share - probs.numpy()).max() < 0.08, share
+
+
+def test_ngram_masking_chooses_whole_words_to_the_token_budget():
+    g = torch.Generator().manual_seed(1)
+    word_ids = torch.repeat_interleave(torch.arange(60), torch.tensor([1, 2, 3] * 20))   # 120 tokens
+    maskable = torch.ones(120, dtype=torch.bool)
+    for _ in range(50):
+        chosen = choose_positions(maskable, g, MaskingConfig(strategy="ngram"), word_ids)
+        assert 15 <= int(chosen.sum()) <= 18                                 # round(0.15 * 120) = 18 at most
+        for w in range(60):
+            assert chosen[word_ids == w].all() or not chosen[word_ids == w].any()
 
 
 def test_static_vs_dynamic_masking():

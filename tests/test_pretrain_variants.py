@@ -20,7 +20,8 @@ from safetensors.torch import load_file
 from bertology.errors import ConfigError
 from bertology.pretraining.flops import analytic_step_flops, measure_step_flops, parameter_counts, steps_for_budget
 from bertology.pretraining.objectives import (
-    DistillationLoss, ElectraLoss, SpanBoundaryLoss, build_model, distillation_kl, span_boundaries,
+    DistillationLoss, ElectraLoss, SpanBoundaryLoss, build_model, distillation_kl, every_other_layer,
+    init_student_from_teacher, span_boundaries,
 )
 from bertology.checkpoints import list_checkpoints
 from bertology.pretraining import PretrainConfig, read_metrics, run_pretraining
@@ -30,7 +31,7 @@ from test_pretrain_trainer import corpus_and_tokenizer, run_killed_after  # noqa
 VARIANTS = {  # name -> config fields
     "sbo": dict(objective="mlm+sbo", masking="span"),
     "electra": dict(objective="electra", generator_size=0.5),
-    "albert": dict(architecture="albert", objective="mlm+sop", embedding_size=16),
+    "albert": dict(architecture="albert", objective="mlm+sop", embedding_size=16, masking="ngram"),
     "distill": dict(objective="distill", hidden_size=32, num_hidden_layers=1, distill_mlm_weight=0.5,
                     distill_cosine_weight=1.0),
 }
@@ -81,6 +82,13 @@ def test_variant_fields_are_validated():
         _tiny(architecture="gpt")
     with pytest.raises(ConfigError, match="'distill_positions'"):
         _tiny("distill", teacher="x", distill_positions="some")
+    with pytest.raises(ConfigError, match="'distill_init'"):
+        _tiny("distill", teacher="x", distill_init="copy")
+    with pytest.raises(ConfigError, match="'distill_init'.*objective distill"):
+        _tiny("mlm", distill_init="every_other")
+    with pytest.raises(ConfigError, match="'replacement_unit'"):
+        _tiny(masking="span", replacement_unit="word")
+    assert _tiny("distill", teacher="x").distill_positions == "all"          # DistilBERT's default
     assert _tiny("electra", generator_size=0.25).generator_size == 0.25
 
 
@@ -196,6 +204,86 @@ def test_a_student_equal_to_its_teacher_has_zero_loss():
         assert abs(float(ex["kl"].detach())) < 1e-5 and abs(float(ex["cosine_loss"].detach())) < 1e-5
     assert not any(n.startswith("_teacher") for n, _ in objective.named_parameters())   # not trained, not saved
     assert set(dict(objective.named_parameters())) == {f"model.{n}" for n, _ in student.named_parameters()}
+
+
+def _student_and_teacher(seed: int = 0):
+    """A 1-layer student and a different 2-layer teacher of the same width (random weights), eval mode."""
+    torch.manual_seed(seed)
+    student = build_model(_tiny(num_hidden_layers=1), vocab_size=40, pad_token_id=0).eval()
+    teacher = build_model(_tiny(), vocab_size=40, pad_token_id=0).eval()
+    return student, teacher
+
+
+def test_all_token_kl_is_the_default_and_equals_a_hand_computation():
+    student, teacher = _student_and_teacher()
+    ids = torch.randint(5, 40, (2, 9))
+    attention = torch.ones_like(ids)
+    attention[1, 6:] = 0                                                   # row 1: 3 padding tokens
+    labels = torch.full_like(ids, -100)
+    labels[:, [2, 4]] = ids[:, [2, 4]]
+    types = torch.zeros_like(ids)
+    T = 2.0
+    default = DistillationLoss(student, teacher, temperature=T)
+    assert default.positions == "all"
+    kl_all = float(default(ids, attention, types, labels)[2]["kl"].detach())
+    kl_masked = float(DistillationLoss(student, teacher, temperature=T, positions="masked")(
+        ids, attention, types, labels)[2]["kl"].detach())
+    with torch.no_grad():                                                  # by hand, token by token, float64
+        s_logits = student(input_ids=ids, attention_mask=attention, token_type_ids=types).logits.double()
+        t_logits = teacher(input_ids=ids, attention_mask=attention, token_type_ids=types).logits.double()
+    def kl_at(b: int, i: int) -> float:
+        p, q = torch.softmax(t_logits[b, i] / T, -1), torch.softmax(s_logits[b, i] / T, -1)
+        return T * T * float((p * (p / q).log()).sum())
+    every = [kl_at(b, i) for b in range(2) for i in range(9) if attention[b, i]]
+    masked = [kl_at(b, i) for b in range(2) for i in (2, 4)]
+    assert len(every) == 15
+    assert kl_all == pytest.approx(sum(every) / len(every), rel=1e-5)
+    assert kl_masked == pytest.approx(sum(masked) / len(masked), rel=1e-5)
+    assert abs(kl_all - kl_masked) > 1e-4
+
+
+def test_student_initialised_from_every_other_teacher_layer():
+    torch.manual_seed(0)
+    teacher = build_model(_tiny(num_hidden_layers=5), vocab_size=40, pad_token_id=0)
+    student = build_model(_tiny(num_hidden_layers=3), vocab_size=40, pad_token_id=0)
+    assert every_other_layer(3) == [0, 2, 4]
+    init_student_from_teacher(student, teacher, every_other_layer(3))
+    s, t = student.state_dict(), teacher.state_dict()
+    for i, j in enumerate([0, 2, 4]):
+        layer = {k: v for k, v in s.items() if k.startswith(f"bert.encoder.layer.{i}.")}
+        assert layer and all(torch.equal(v, t[k.replace(f"layer.{i}.", f"layer.{j}.", 1)]) for k, v in layer.items())
+    rest = [k for k in s if not k.startswith("bert.encoder.layer.")]
+    assert any(k.startswith("bert.embeddings.") for k in rest) and any(k.startswith("cls.") for k in rest)
+    assert all(torch.equal(s[k], t[k]) for k in rest)                       # embeddings and MLM head
+    assert student.cls.predictions.decoder.weight is student.bert.embeddings.word_embeddings.weight   # still tied
+    with pytest.raises(ConfigError, match="'distill_init'.*teacher has 5"):
+        init_student_from_teacher(build_model(_tiny(num_hidden_layers=4), vocab_size=40, pad_token_id=0),
+                                  teacher, every_other_layer(4))
+    with pytest.raises(ConfigError, match="'distill_init'.*widths"):
+        init_student_from_teacher(build_model(_tiny(num_hidden_layers=1, hidden_size=16), vocab_size=40,
+                                              pad_token_id=0), teacher, [0])
+
+
+def test_build_model_copies_the_teacher_when_asked(teacher, corpus_and_tokenizer, tmp_path):
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(teacher).vocab_size
+    weights = load_file(str(teacher / "model.safetensors"))
+    run = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="init", objective="distill", teacher=str(teacher),
+                               num_hidden_layers=1, distill_init="every_other", max_steps=1, keep_steps=[0]))
+    start = load_file(str(run / "checkpoint-0" / "model.safetensors"))   # what the trainer starts from
+    assert all(torch.equal(v, weights[k]) for k, v in start.items() if k in weights)
+    assert start.keys() <= weights.keys()
+    copied = build_model(_tiny("distill", teacher=str(teacher), num_hidden_layers=1, distill_init="every_other"),
+                         vocab_size=vocab, pad_token_id=0).state_dict()
+    assert torch.equal(copied["bert.encoder.layer.0.attention.self.query.weight"],
+                       weights["bert.encoder.layer.0.attention.self.query.weight"])
+    assert torch.equal(copied["bert.embeddings.word_embeddings.weight"], weights["bert.embeddings.word_embeddings.weight"])
+    torch.manual_seed(0)
+    fresh = build_model(_tiny("distill", teacher=str(teacher), num_hidden_layers=1), vocab_size=vocab,
+                        pad_token_id=0).state_dict()                       # random init stays available
+    assert not torch.equal(fresh["bert.encoder.layer.0.attention.self.query.weight"],
+                           weights["bert.encoder.layer.0.attention.self.query.weight"])
 
 
 # --------------------------------------------------------------------------- ALBERT and compute

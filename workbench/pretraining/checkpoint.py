@@ -45,7 +45,7 @@ RESUMABLE_CHANGES = {"progress", "eval_every", "log_every", "save_every", "keep_
 _OBJECTIVE_FIELD_DEFAULTS = {"architecture": "bert", "embedding_size": None, "num_hidden_groups": 1,
                              "generator_size": 0.25, "rtd_weight": 50.0, "sbo_weight": 1.0, "teacher": None,
                              "distill_temperature": 2.0, "distill_kl_weight": 1.0, "distill_mlm_weight": 0.0,
-                             "distill_cosine_weight": 0.0, "distill_positions": "masked"}
+                             "distill_cosine_weight": 0.0, "distill_positions": "all", "distill_init": "random"}
 
 
 # --------------------------------------------------------------------------- saving and pruning

@@ -65,8 +65,12 @@ class PretrainConfig:
     distill_kl_weight: float = 1.0        # distill: weight of T^2 KL(teacher || student)
     distill_mlm_weight: float = 0.0       # distill: weight of the student's own MLM loss on the gold tokens
     distill_cosine_weight: float = 0.0    # distill: weight of 1 - cos(student, teacher) last hidden states
-    distill_positions: str = "masked"     # distill: KL over the masked positions (DistilBERT) or all tokens
-    masking: str = "token"                # token | whole_word | span
+    distill_positions: str = "all"        # distill: KL over every token (DistilBERT, Hinton) or "masked" only
+    distill_init: str = "random"          # distill: "random" (HF's init) or "every_other" (DistilBERT: student
+                                          # layer i <- teacher layer 2i, + embeddings and MLM head)
+    masking: str = "token"                # token | whole_word | span (SpanBERT) | ngram (ALBERT, n <= 3)
+    replacement_unit: str | None = None   # 80/10/10 drawn per "token" or per "span"; None = the masking's
+                                          # paper (per span for span masking, per token otherwise)
     mlm_probability: float = 0.15
     dynamic_masking: bool = True          # RoBERTa dynamic (True) or static per-sequence masks
     random_token_pool: str = "vocab"      # the 10% random replacements: "vocab" (BERT: whole vocabulary)
@@ -133,7 +137,10 @@ _AT_LEAST_ONE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "int
 FIELD_CHECKS: tuple[FieldCheck, ...] = (
     FieldCheck("run_name", lambda c: _is_folder_name(c.run_name), "a non-empty folder name without '/', '@'"),
     FieldCheck("tokenizer_kind", lambda c: c.tokenizer_kind in ("wordpiece", "bpe"), "must be wordpiece or bpe"),
-    FieldCheck("masking", lambda c: c.masking in ("token", "whole_word", "span"), "must be token, whole_word or span"),
+    FieldCheck("masking", lambda c: c.masking in ("token", "whole_word", "span", "ngram"),
+               "must be token, whole_word, span or ngram"),
+    FieldCheck("replacement_unit", lambda c: c.replacement_unit in (None, "token", "span"),
+               "must be token, span or null (the masking strategy's paper)"),
     FieldCheck("random_token_pool", lambda c: c.random_token_pool in ("vocab", "non_special"),
                "must be vocab or non_special"),
     FieldCheck("device", lambda c: c.device in ("auto", "cpu", "cuda"), "must be auto, cpu or cuda"),

@@ -224,7 +224,8 @@ class Masker:
         self.special = list(tokenizer.all_special_ids)
         self.mask_id = tokenizer.mask_token_id
         self.pool = random_token_pool(len(tokenizer), self.special, pool=cfg.random_token_pool)
-        self.mcfg = MaskingConfig(probability=cfg.mlm_probability, strategy=cfg.masking)
+        self.mcfg = MaskingConfig(probability=cfg.mlm_probability, strategy=cfg.masking,
+                                  replacement_unit=cfg.replacement_unit)
 
     def __call__(self, batch: dict[str, torch.Tensor], rows: list[int], epoch: int, seed: int,
                  dynamic: bool) -> tuple[torch.Tensor, torch.Tensor]:

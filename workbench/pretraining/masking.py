@@ -7,11 +7,18 @@ original id at chosen positions and -100 elsewhere. Strategies for choosing:
 - ``"token"``: every maskable token independently with probability ``probability``;
 - ``"whole_word"``: every word independently, then all of its pieces (a word is never split);
 - ``"span"`` (SpanBERT, Joshi et al. 2020): spans of whole words with lengths drawn from a
-  geometric distribution (p = 0.2) truncated at 10, until 15% of the words are covered.
+  geometric distribution (p = 0.2) truncated at 10, until 15% of the words are covered;
+- ``"ngram"`` (ALBERT, Lan et al. 2020): n-grams of whole words, ``n`` in ``1 .. max_ngram`` (3)
+  with ``p(n) = (1/n) / sum_k (1/k)``, at start words taken in random order, until 15% of the
+  maskable tokens are covered (:func:`sample_ngrams`).
 
-The 80/10/10 decision is drawn per token, as in the original BERT data pipeline. A random
-replacement is drawn uniformly from :func:`random_token_pool`: by default the whole vocabulary,
-special tokens included, as BERT's ``create_pretraining_data.py`` draws
+The 80/10/10 decision (``replacement_unit``) is drawn per token (BERT's data pipeline; ALBERT's
+code does the same for its n-grams) or per span (SpanBERT: "we perform this replacement at the span
+level and not for each token individually"): one draw per maximal run of chosen positions, so the
+whole span becomes ``[MASK]``, or random tokens (one draw per position), or stays unchanged. The
+default (``replacement_unit=None``) follows the strategy's paper: per span for ``"span"``, per
+token for the others. A random replacement is drawn uniformly from :func:`random_token_pool`: by
+default the whole vocabulary, special tokens included, as BERT's ``create_pretraining_data.py`` draws
 ``vocab_words[randint(0, len(vocab_words) - 1)]`` (and Hugging Face's MLM collator
 ``randint(len(tokenizer))``); ``pool="non_special"`` leaves the special tokens out (the workbench's
 earlier default). A draw may equal the original token (probability ``1 / pool size``), so the
@@ -36,7 +43,10 @@ from typing import Literal, Sequence
 import torch
 
 IGNORE_INDEX = -100
-Strategy = Literal["token", "whole_word", "span"]
+Strategy = Literal["token", "whole_word", "span", "ngram"]
+STRATEGIES = ("token", "whole_word", "span", "ngram")
+ReplacementUnit = Literal["token", "span"]
+REPLACEMENT_UNITS = ("token", "span")
 _MASK64 = (1 << 63) - 1
 
 
@@ -50,14 +60,27 @@ class MaskingConfig:
     strategy: Strategy = "token"
     span_geometric_p: float = 0.2
     max_span: int = 10
+    max_ngram: int = 3
+    replacement_unit: ReplacementUnit | None = None   # None: per span for "span" masking, else per token
 
     def __post_init__(self) -> None:
         if not 0.0 < self.probability < 1.0:
             raise ValueError(f"probability must be in (0, 1), got {self.probability}")
         if self.mask_fraction < 0 or self.random_fraction < 0 or self.mask_fraction + self.random_fraction > 1:
             raise ValueError("mask_fraction and random_fraction must be >= 0 and sum to <= 1")
-        if self.strategy not in ("token", "whole_word", "span"):
-            raise ValueError(f"strategy must be token, whole_word or span, got {self.strategy!r}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+        if self.replacement_unit is not None and self.replacement_unit not in REPLACEMENT_UNITS:
+            raise ValueError(f"replacement_unit must be token, span or None, got {self.replacement_unit!r}")
+        if self.max_ngram < 1:
+            raise ValueError(f"max_ngram must be >= 1, got {self.max_ngram}")
+
+    @property
+    def unit(self) -> ReplacementUnit:
+        """The unit of the 80/10/10 decision: ``replacement_unit``, or the strategy's paper's."""
+        if self.replacement_unit is not None:
+            return self.replacement_unit
+        return "span" if self.strategy == "span" else "token"
 
 
 def mix_seed(*parts: int) -> int:
@@ -89,6 +112,44 @@ def _truncated_geometric(p: float, max_len: int) -> torch.Tensor:
     return probs / probs.sum()
 
 
+def ngram_length_probabilities(max_ngram: int = 3) -> torch.Tensor:
+    """ALBERT's n-gram lengths: float64 [max_ngram], ``p(n) = (1/n) / sum_{k<=max_ngram} 1/k``."""
+    inverse = 1.0 / torch.arange(1, max_ngram + 1, dtype=torch.float64)
+    return inverse / inverse.sum()
+
+
+def sample_ngrams(tokens_per_word: Sequence[int], budget: int, generator: torch.Generator,
+                  max_ngram: int = 3) -> list[tuple[int, int]]:
+    """ALBERT's n-gram choice over the words of one sequence: ``[(first word, n), ...]`` in the
+    order chosen, n-grams disjoint, covering at most ``budget`` tokens.
+
+    ``tokens_per_word`` [n_words]: the number of tokens of each word, in order. The start words are
+    visited in a random order; at each, ``n`` is drawn from :func:`ngram_length_probabilities`
+    (restricted to the n-grams that fit before the last word, renormalised); while the n-gram would
+    overrun the token budget ``n`` is shortened; it is skipped if even one word overruns it or if it
+    touches a word already chosen. Stops once the budget is covered.
+    """
+    n_words = len(tokens_per_word)
+    probs = ngram_length_probabilities(max_ngram)
+    taken = [False] * n_words
+    chosen: list[tuple[int, int]] = []
+    covered = 0
+    for start in torch.randperm(n_words, generator=generator).tolist():
+        if covered >= budget:
+            break
+        fits = min(max_ngram, n_words - start)
+        n = int(torch.multinomial(probs[:fits], 1, generator=generator)) + 1
+        while n > 1 and covered + sum(tokens_per_word[start:start + n]) > budget:
+            n -= 1
+        size = sum(tokens_per_word[start:start + n])
+        if covered + size > budget or any(taken[start:start + n]):
+            continue
+        taken[start:start + n] = [True] * n
+        chosen.append((start, n))
+        covered += size
+    return chosen
+
+
 def choose_positions(
     maskable: torch.Tensor,
     generator: torch.Generator,
@@ -98,8 +159,8 @@ def choose_positions(
     """Bool [T]: the positions chosen as MLM targets in one sequence.
 
     ``maskable``: bool [T], False for special tokens and padding. ``word_ids``: long [T] (word
-    index per token, any value at unmaskable positions); needed for whole-word and span masking
-    (without it each token counts as a word).
+    index per token, any value at unmaskable positions); needed for whole-word, span and n-gram
+    masking (without it each token counts as a word).
     """
     (T,) = maskable.shape
     if config.strategy == "token":
@@ -112,6 +173,11 @@ def choose_positions(
         return torch.zeros(T, dtype=torch.bool)
     if config.strategy == "whole_word":
         chosen_words = words[torch.rand(n_words, generator=generator) < config.probability]
+    elif config.strategy == "ngram":  # ALBERT: the budget counts tokens
+        tokens_per_word = torch.unique(word_ids[maskable], return_counts=True)[1].tolist()
+        budget = max(1, round(config.probability * int(maskable.sum())))
+        ngrams = sample_ngrams(tokens_per_word, budget, generator, config.max_ngram)
+        chosen_words = words[[w for start, n in ngrams for w in range(start, start + n)]]
     else:  # span: contiguous runs of words until the budget is covered
         budget = max(1, round(config.probability * n_words))
         probs = _truncated_geometric(config.span_geometric_p, config.max_span)
@@ -139,10 +205,16 @@ def corrupt(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply 80/10/10 to the chosen positions of one sequence: ``(masked_ids [T], labels [T])``.
 
-    Per position one uniform ``r``: ``r < mask_fraction`` -> ``mask_token_id``; then up to
-    ``mask_fraction + random_fraction`` -> a uniform draw from ``random_token_ids``; else unchanged.
+    One uniform ``r`` per position (``config.unit == "token"``) or per span, a maximal run of chosen
+    positions (``"span"``; every position of the span shares its span's ``r``): ``r <
+    mask_fraction`` -> ``mask_token_id``; then up to ``mask_fraction + random_fraction`` -> a
+    uniform draw from ``random_token_ids`` (one per position); else unchanged.
     """
-    r = torch.rand(input_ids.shape, generator=generator)
+    if config.unit == "span":
+        span_index = span_ids(chosen)
+        r = torch.rand(int(span_index.max()) + 1, generator=generator)[span_index]
+    else:
+        r = torch.rand(input_ids.shape, generator=generator)
     to_mask = chosen & (r < config.mask_fraction)
     to_random = chosen & (r >= config.mask_fraction) & (r < config.mask_fraction + config.random_fraction)
     picks = torch.randint(0, len(random_token_ids), input_ids.shape, generator=generator)
@@ -151,6 +223,15 @@ def corrupt(
     out[to_random] = random_token_ids[picks[to_random]]
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
     return out, labels
+
+
+def span_ids(chosen: torch.Tensor) -> torch.Tensor:
+    """Long [T]: for each position the index (0, 1, ...) of the maximal run of chosen positions it
+    lies in, counted from the left; unchosen positions get the index of the run before them (0 if
+    none), which no caller reads."""
+    starts = chosen.clone()
+    starts[1:] &= ~chosen[:-1]
+    return (torch.cumsum(starts.long(), 0) - 1).clamp(min=0)
 
 
 RANDOM_POOLS = ("vocab", "non_special")
@@ -354,7 +435,8 @@ def expected_span_length(p: float = 0.2, max_span: int = 10) -> float:
 
 
 __all__ = [
-    "IGNORE_INDEX", "MaskingConfig", "RANDOM_POOLS", "SentencePair", "choose_positions", "corrupt", "encode_pair",
-    "expected_span_length", "make_sentence_pairs", "mask_batch", "mix_seed", "random_token_pool",
-    "sequence_generator", "special_tokens_mask",
+    "IGNORE_INDEX", "MaskingConfig", "RANDOM_POOLS", "REPLACEMENT_UNITS", "STRATEGIES", "SentencePair",
+    "choose_positions", "corrupt", "encode_pair", "expected_span_length", "make_sentence_pairs", "mask_batch",
+    "mix_seed", "ngram_length_probabilities", "random_token_pool", "sample_ngrams", "sequence_generator",
+    "span_ids", "special_tokens_mask",
 ]

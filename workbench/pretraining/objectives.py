@@ -28,7 +28,7 @@ import inspect
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,7 @@ from bertology.pretraining.masking import IGNORE_INDEX
 __all__ = ["OBJECTIVES", "ARCHITECTURES", "pair_task", "OBJECTIVE_CHECKS", "build_model", "make_loss",
            "PretrainingLoss", "ElectraLoss", "SpanBoundaryLoss", "DistillationLoss", "ElectraPretrainingModel",
            "BertForSpanBoundary", "SpanBoundaryHead", "span_boundaries", "distillation_kl", "tied_parameter_names",
+           "DISTILL_INITS", "every_other_layer", "init_student_from_teacher",
            "save_unique_state", "evaluate_variant", "generator_config", "teacher_directory", "OWN_EVALUATION"]
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "mlm+sbo", "electra", "distill")
@@ -72,6 +73,7 @@ def _generator_width_message(cfg: Any) -> str:
     return f"gives a generator of width {hidden} not divisible by its {heads} heads"
 
 
+DISTILL_INITS = ("random", "every_other")
 _DISTILL_WEIGHTS = ("distill_kl_weight", "distill_mlm_weight", "distill_cosine_weight")
 
 # The checks of a PretrainConfig's objective and architecture fields, run in this order by
@@ -103,7 +105,10 @@ OBJECTIVE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str | Callable[[Any], 
     *((name, lambda c, name=name: getattr(c, name) >= 0, "must be >= 0") for name in _DISTILL_WEIGHTS),
     ("distill_kl_weight", lambda c: sum(getattr(c, name) for name in _DISTILL_WEIGHTS) > 0,
      "the distillation weights (kl, mlm, cosine) must not all be 0"),
-    ("distill_positions", lambda c: c.distill_positions in ("masked", "all"), "must be masked or all"),
+    ("distill_positions", lambda c: c.distill_positions in ("masked", "all"), "must be all or masked"),
+    ("distill_init", lambda c: c.distill_init in DISTILL_INITS, f"must be one of {', '.join(DISTILL_INITS)}"),
+    ("distill_init", lambda c: c.distill_init == "random" or (c.objective == "distill" and c.architecture == "bert"),
+     "every_other copies BERT teacher layers into a BERT student: it needs objective distill, architecture bert"),
 )
 
 
@@ -438,18 +443,70 @@ def load_teacher(cfg: Any, vocab_size: int, hidden_size: int, device: torch.devi
     return teacher
 
 
+def every_other_layer(n_student_layers: int) -> list[int]:
+    """DistilBERT's choice of teacher layers ("one layer out of two"): student layer i <- teacher
+    layer 2i, i.e. ``[0, 2, 4, ...]``."""
+    return [2 * i for i in range(n_student_layers)]
+
+
+def init_student_from_teacher(student: nn.Module, teacher: nn.Module, teacher_layers: Sequence[int]) -> None:
+    """Overwrite a BERT student's weights in place with its teacher's (DistilBERT's initialisation):
+    encoder layer i <- teacher layer ``teacher_layers[i]``; the embeddings and the MLM head
+    (transform, LayerNorm, output bias; the decoder is tied to the word embeddings) <- the
+    teacher's. Both must be BERT with equal widths (hidden, heads, FFN), vocabulary and positions;
+    ``ConfigError`` naming ``distill_init`` otherwise."""
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"config field 'distill_init': every_other {why}")
+
+    if teacher.config.model_type != "bert" or student.config.model_type != "bert":
+        raise refuse(f"needs a BERT teacher and student, got {teacher.config.model_type} -> "
+                     f"{student.config.model_type}")
+    if len(teacher_layers) != student.config.num_hidden_layers:
+        raise refuse(f"needs one teacher layer per student layer ({student.config.num_hidden_layers}), "
+                     f"got {list(teacher_layers)}")
+    if max(teacher_layers, default=0) >= teacher.config.num_hidden_layers:
+        raise refuse(f"needs teacher layers {list(teacher_layers)}, the teacher has "
+                     f"{teacher.config.num_hidden_layers}: use at most {(teacher.config.num_hidden_layers + 1) // 2} "
+                     "student layers")
+    source = teacher.state_dict()
+    state = {}
+    for name, tensor in student.state_dict().items():
+        parts = name.split(".")
+        if name.startswith("bert.encoder.layer."):
+            parts[3] = str(teacher_layers[int(parts[3])])
+        origin = ".".join(parts)
+        if origin not in source or source[origin].shape != tensor.shape:
+            found = tuple(source[origin].shape) if origin in source else "absent"
+            raise refuse(f"needs the teacher's {origin} shaped {tuple(tensor.shape)} (student {name}), "
+                         f"the teacher's is {found}: the widths, vocabulary and positions must match")
+        state[name] = source[origin]
+    student.load_state_dict(state)
+
+
+def _init_student(cfg: Any, student: nn.Module) -> None:
+    """``cfg.distill_init == "every_other"``: copy every other teacher layer into ``student``."""
+    from bertology.models import load_model
+
+    try:
+        teacher = load_model(cfg.teacher, attentions=True, mlm_head=True).model
+    except ModelError as exc:
+        raise ConfigError(f"config field 'teacher': {exc}") from None
+    init_student_from_teacher(student, teacher, every_other_layer(cfg.num_hidden_layers))
+
+
 class DistillationLoss(nn.Module):
     """Knowledge distillation (Hinton et al. 2015; DistilBERT, Sanh et al. 2019) of a student MLM
     model from a frozen MLM teacher reading the same masked input:
     ``kl_weight * T^2 KL(p_teacher^T || p_student^T) + mlm_weight * CE(student, gold)
-    + cosine_weight * (1 - cos(h_student, h_teacher))``. The KL runs over the masked positions
-    (``positions="masked"``, DistilBERT) or every non-padding token (``"all"``, Hinton); the cosine
-    over the last hidden states of every non-padding token. The teacher is held outside the
+    + cosine_weight * (1 - cos(h_student, h_teacher))``. The KL runs over every non-padding token
+    (``positions="all"``, the default: DistilBERT's distillation loss, as Hinton's) or over the
+    masked positions only (``"masked"``, an option of ours); the cosine over the last hidden states
+    of every non-padding token. The teacher is held outside the
     module's parameters: it is neither trained, nor saved, nor synchronised by DDP.
     """
 
     def __init__(self, student: nn.Module, teacher: nn.Module, temperature: float = 2.0, kl_weight: float = 1.0,
-                 mlm_weight: float = 0.0, cosine_weight: float = 0.0, positions: str = "masked"):
+                 mlm_weight: float = 0.0, cosine_weight: float = 0.0, positions: str = "all"):
         super().__init__()
         self.model = student
         self._teacher = (teacher,)  # a tuple: not registered as a submodule
@@ -498,7 +555,9 @@ def build_model(cfg: Any, vocab_size: int, pad_token_id: int) -> nn.Module:
     """A freshly initialised model for ``cfg`` (from the global RNG, as HF does):
     ``BertForMaskedLM`` / ``BertForPreTraining`` (pairs), ``AlbertForMaskedLM`` /
     ``AlbertForPreTraining``, :class:`BertForSpanBoundary` or :class:`ElectraPretrainingModel`.
-    A distillation student is the BERT / ALBERT MLM model of the config's sizes."""
+    A distillation student is the BERT / ALBERT MLM model of the config's sizes; with
+    ``distill_init: every_other`` its weights are then copied from the teacher
+    (:func:`init_student_from_teacher`)."""
     pairs = pair_task(cfg.objective) is not None
     common = dict(vocab_size=vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
                   num_attention_heads=cfg.num_attention_heads, intermediate_size=cfg.intermediate_size,
@@ -526,7 +585,10 @@ def build_model(cfg: Any, vocab_size: int, pad_token_id: int) -> nn.Module:
     bert_cfg = BertConfig(**common)
     if cfg.objective == "mlm+sbo":
         return BertForSpanBoundary(bert_cfg, max_positions=cfg.max_seq_len)
-    return (BertForPreTraining if pairs else BertForMaskedLM)(bert_cfg)
+    model = (BertForPreTraining if pairs else BertForMaskedLM)(bert_cfg)
+    if cfg.objective == "distill" and cfg.distill_init == "every_other":
+        _init_student(cfg, model)   # after the random init: the global RNG stream is the same either way
+    return model
 
 
 def make_loss(cfg: Any, model: nn.Module, device: torch.device | str = "cpu") -> nn.Module:
