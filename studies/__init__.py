@@ -8,7 +8,8 @@ overrides the defaults; unknown or mistyped fields are refused with the field na
 manifest schema shared with the CLI's analysis commands.
 
 The default run id hashes the config, the seed, the content of every model, corpus and file the
-config names and the workbench version (:func:`bertology.runs.config_hash`): identical inputs
+config names, the content of what the analysis declares it reads (:func:`bertology.runs.reads_inputs`:
+vector packages, dictionaries) and the workbench version (:func:`bertology.runs.config_hash`): identical inputs
 resume the same run, an edited corpus or model starts a new one. Study names and run ids are plain
 names (no path separators), so a run never writes outside ``<results>/<study>/``.
 """
@@ -25,7 +26,7 @@ from typing import Any, Callable
 from bertology import paths
 from bertology.errors import WorkbenchError
 from bertology.fingerprints import input_fingerprints
-from bertology.runs import config_hash, read_config_file, run_analysis, validate_config
+from bertology.runs import analysis_inputs, config_hash, read_config_file, run_analysis, validate_config
 
 __all__ = ["list_studies", "load_study", "run_study", "config_dir", "default_config_file"]
 
@@ -79,7 +80,9 @@ def run_study(name: str, *, config_file: str | Path | None = None, overrides: di
     config = validate_config(module.DEFAULTS, file_cfg, f"{name}: {source}")
     config = validate_config(module.DEFAULTS, {**config, **(overrides or {})}, f"{name}: command line")
     seed = int(config.get("seed", 0) if seed is None else seed)
-    inputs = input_fingerprints(config)
+    # what the config names (models, corpora, files) and what the analysis declares it reads
+    # (vector packages, dictionaries: bertology.runs.reads_inputs)
+    inputs = {**input_fingerprints(config), **analysis_inputs(module.run, config)}
     run_id = run_id or f"{config_hash(config, seed, inputs)[:10]}-seed{seed}"
     run_dir = paths.run_dir(results_root or paths.results_dir(), name, run_id)
     return run_analysis(name, module.DESCRIPTION, module.run, config, seed=seed, run_dir=run_dir,

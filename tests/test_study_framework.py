@@ -246,3 +246,32 @@ def test_a_manifest_that_is_not_an_object_is_a_clear_error(tmp_path, text):
     (tmp_path / "manifest.json").write_text(text)
     with pytest.raises(ResultError, match=r"manifest.json: corrupt manifest: holds (null|a list|a string|a number) .*not a JSON object"):
         read_manifest(tmp_path)
+
+
+def test_declared_inputs_join_the_run_id_without_their_paths(tmp_path):
+    from bertology.fingerprints import files_input_digest
+    from bertology.runs import analysis_inputs, config_hash, reads_inputs
+
+    table = tmp_path / "a" / "vectors"
+    table.parent.mkdir()
+    table.write_bytes(b"\x00" * 64)
+    moved = tmp_path / "b" / "vectors"
+    moved.parent.mkdir()
+    moved.write_bytes(b"\x00" * 64)
+
+    def declared(folder, version="1.0"):
+        return lambda config: {"vectors": files_input_digest("vector package", [folder / "vectors"],
+                                                             name="pkg", version=version)}
+
+    @reads_inputs(declared(table.parent))
+    def analysis(ctx) -> None:
+        pass
+
+    inputs = analysis_inputs(analysis, {})
+    assert inputs["vectors"]["kind"] == "vector package" and inputs["vectors"]["version"] == "1.0"
+    assert analysis_inputs(toy_analysis, {}) == {}                     # nothing declared
+    run_id = config_hash({}, 0, inputs)
+    assert config_hash({}, 0, declared(moved.parent)({})) == run_id      # same bytes elsewhere: same run
+    assert config_hash({}, 0, declared(table.parent, "1.1")({})) != run_id   # another package version
+    table.write_bytes(b"\x01" * 64)
+    assert config_hash({}, 0, declared(table.parent)({})) != run_id      # other vectors: another run

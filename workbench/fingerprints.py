@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from bertology import atomic, paths
 
@@ -123,6 +123,24 @@ _TOKENIZER_FINGERPRINTS: dict[str, str] = {}  # digest of (settings, raw definit
 
 
 # --------------------------------------------------------------------------- inputs named by a config
+
+def files_input_digest(kind: str, files: Sequence[str | os.PathLike], **info: str) -> dict[str, str]:
+    """``{"kind", "path", "sha256", **info}`` of an input made of named files (a vector package's
+    vector table, a dictionary's index and data files).
+
+    ``sha256`` covers each file's name and content digest (:func:`file_digest`, cached by path, size,
+    mtime and inode) and ``info`` (e.g. a package's ``name`` and ``version``); ``path`` is the
+    files' common folder, recorded but left out of a run id. A missing file is an error of the
+    analysis that reads it, so it raises ``FileNotFoundError`` here too.
+    """
+    paths_ = [Path(f).resolve() for f in files]
+    if not paths_:
+        raise ValueError(f"files_input_digest({kind!r}): no files")
+    root = Path(os.path.commonpath([str(f.parent) for f in paths_]))
+    h = hashlib.sha256(json.dumps(info, sort_keys=True).encode())
+    h.update(files_digest(paths_, root).encode())
+    return {"kind": kind, "path": str(root), "sha256": h.hexdigest(), **info}
+
 
 def input_digest(value: str) -> dict[str, str] | None:
     """``{"kind", "path", "sha256"}`` of what a config string names, or None when it names no file.

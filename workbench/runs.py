@@ -123,10 +123,34 @@ class StudyContext:
         self.provenance.update(provenance)
 
 
+InputsFn = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def reads_inputs(fingerprint: InputsFn) -> Callable[[Callable], Callable]:
+    """Mark an analysis whose config names inputs that :func:`bertology.fingerprints.input_fingerprints`
+    cannot see (a spaCy vector package by language, a FreeDict dictionary by language pair).
+
+    ``fingerprint(config) -> {name: digest}`` (digests as
+    :func:`bertology.fingerprints.files_input_digest` makes them) is called before the run starts;
+    its digests join the run id and the manifest's ``inputs`` (:func:`analysis_inputs`).
+    """
+    def mark(analysis: Callable) -> Callable:
+        analysis.fingerprint_inputs = fingerprint
+        return analysis
+    return mark
+
+
+def analysis_inputs(analysis: Callable, config: dict[str, Any]) -> dict[str, Any]:
+    """Digests of the inputs ``analysis`` declared with :func:`reads_inputs` (``{}`` when none)."""
+    fingerprint = getattr(analysis, "fingerprint_inputs", None)
+    return dict(fingerprint(config)) if fingerprint is not None else {}
+
+
 def _content_only(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Input digests without their paths: moving a model or corpus does not change a run."""
+    """Input digests without their paths: moving a model, corpus or dictionary does not change a run
+    (everything else a digest holds -- kind, sha256, a package's name and version -- does)."""
     def strip(d):
-        return None if d is None else {"kind": d["kind"], "sha256": d["sha256"]}
+        return None if d is None else {k: v for k, v in d.items() if k != "path"}
     return {k: [strip(d) for d in v] if isinstance(v, list) else strip(v) for k, v in inputs.items()}
 
 

@@ -20,12 +20,13 @@ from bertology.errors import ConfigError, WorkbenchError
 from bertology.probes.embeddings.alignment import align, identical_pairs, most_moved_words
 from bertology.probes.embeddings.contextuality import MEV_CENTERINGS, contextuality, contextuality_by_word
 from bertology.probes.embeddings.crosslingual import crosslingual_experiment
-from bertology.probes.embeddings.dictionaries import bilingual_pairs, filter_to_vocab, split_dictionary
+from bertology.probes.embeddings.dictionaries import bilingual_files, bilingual_pairs, filter_to_vocab, split_dictionary
 from bertology.probes.embeddings.drift import compare_corpora, compare_spaces
 from bertology.probes.embeddings.neighbours import sense_clusters, static_vs_contextual_neighbours
-from bertology.probes.embeddings.static_vectors import (StaticVectors, distill_static, load_spacy_vectors,
-                                                        read_word2vec, train_word2vec, word_vectors_from_pieces)
-from bertology.runs import StudyContext, model_corpus_store
+from bertology.probes.embeddings.static_vectors import (SPACY_PACKAGES, StaticVectors, distill_static,
+                                                        load_spacy_vectors, read_word2vec, spacy_vocab_dir,
+                                                        train_word2vec, word_vectors_from_pieces)
+from bertology.runs import StudyContext, model_corpus_store, reads_inputs
 from bertology.corpus.plain_text import load_text
 
 CONTEXTUALITY_DEFAULTS: dict[str, Any] = {
@@ -55,6 +56,7 @@ ALIGNMENT_DEFAULTS: dict[str, Any] = {
     "source": "en",
     "target": "fr",
     "dictionary": ["eng", "fra"],
+    "dictd_dir": "",                # folder of the FreeDict dictd files ("" = $BERTOLOGY_DICTD_DIR or /usr/share/dictd)
     "methods": ["procrustes", "lstsq", "self-learning:identical", "self-learning:numerals"],
     "n_train": 5000,
     "n_test_sources": 1500,
@@ -78,6 +80,7 @@ ALIGN_SPACES_DEFAULTS: dict[str, Any] = {
     # FreeDict pair (eng-fra, eng-spa, eng-deu) or "identical" (same vocabulary: two layers,
     # corpora or models)
     "dictionary": "eng-fra",
+    "dictd_dir": "",                # folder of the FreeDict dictd files ("" = $BERTOLOGY_DICTD_DIR or /usr/share/dictd)
     "method": "procrustes",         # procrustes | lstsq | self-learning
     "retrieval": "csls",            # nn | csls (csls also reports nn)
     "seed_dictionary": "identical",  # self-learning seed: identical | numerals
@@ -87,6 +90,69 @@ ALIGN_SPACES_DEFAULTS: dict[str, Any] = {
     "top": 20,                      # most-moved words listed ("identical" dictionary)
     "seed": 0,
 }
+
+
+# --- what an alignment run reads (its run id hashes it) -----------------------------------------
+
+SPACY_VECTOR_FILES = ("vectors", "key2row", "strings.json")  # what load_spacy_vectors reads
+
+
+def spacy_vectors_digest(lang_or_path: str) -> dict[str, str]:
+    """Fingerprint of a spaCy vector table (``en``, ``fr`` or a pipeline folder): the package's name
+    and version and the sha256 of the files :func:`load_spacy_vectors` reads (cached by path, size,
+    mtime: a 40 MB table is read once)."""
+    from importlib import metadata
+
+    from bertology.fingerprints import files_input_digest
+
+    vocab = spacy_vocab_dir(lang_or_path)
+    package = SPACY_PACKAGES[lang_or_path][0] if lang_or_path in SPACY_PACKAGES else Path(lang_or_path).name
+    try:
+        version = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        version = ""  # a pipeline folder outside any installed package: its files decide
+    return files_input_digest("vector package", [vocab / f for f in SPACY_VECTOR_FILES],
+                              name=package, version=version)
+
+
+def dictionary_digest(source_lang: str, target_lang: str, directory: str | None) -> dict[str, str]:
+    """Fingerprint of the FreeDict files :func:`bilingual_pairs` reads for a language pair (and its
+    reverse when installed)."""
+    from bertology.fingerprints import files_input_digest
+
+    return files_input_digest("dictionary", bilingual_files(source_lang, target_lang, directory=directory or None),
+                              name=f"freedict {source_lang}-{target_lang}")
+
+
+def space_digest(spec: str) -> dict[str, str] | None:
+    """Fingerprint of a :func:`load_space` spec that names no file itself: ``spacy:<lang>`` (the
+    vector package) and ``store:<dir>:<layer>`` (the store's manifest, which holds a sha256 per
+    shard and the corpus fingerprint). A word2vec file is hashed by the generic config fingerprints."""
+    from bertology.fingerprints import files_input_digest
+
+    if spec.startswith("spacy:"):
+        return spacy_vectors_digest(spec.split(":", 1)[1])
+    if spec.startswith("store:"):
+        store_dir = spec[len("store:"):].rpartition(":")[0]
+        return files_input_digest("feature store", [Path(store_dir) / "manifest.json"])
+    return None
+
+
+def alignment_inputs(config: dict[str, Any]) -> dict[str, Any]:
+    """Vector packages and dictionaries of the ``alignment`` study's cross-lingual experiment."""
+    if not config["crosslingual"]:
+        return {}
+    source, target = config["source"], config["target"]
+    return {"source_vectors": spacy_vectors_digest(source), "target_vectors": spacy_vectors_digest(target),
+            "dictionary_files": dictionary_digest(*config["dictionary"], config["dictd_dir"])}
+
+
+def align_spaces_inputs(config: dict[str, Any]) -> dict[str, Any]:
+    """Vector packages / stores and the dictionary of an ``align_spaces`` run."""
+    out = {f"{side}_vectors": space_digest(config[side]) for side in ("source", "target")}
+    if config["dictionary"] != "identical" and config["dictionary"].count("-") == 1:
+        out["dictionary_files"] = dictionary_digest(*config["dictionary"].split("-"), config["dictd_dir"])
+    return {k: v for k, v in out.items() if v is not None}
 
 
 # --- spaces -------------------------------------------------------------------------------------
@@ -197,6 +263,7 @@ def contextuality_analysis(ctx: StudyContext) -> None:
 
 # --- the alignment study's experiments ----------------------------------------------------------
 
+@reads_inputs(alignment_inputs)
 def alignment_analysis(ctx: StudyContext) -> None:
     """Rotation alignment "solved exactly with SVD": English→French static vectors with FreeDict
     dictionaries (Procrustes, least squares, self-learning; NN vs CSLS), two layers of one model,
@@ -213,7 +280,7 @@ def alignment_analysis(ctx: StudyContext) -> None:
             tables = crosslingual_experiment(cfg["source"], cfg["target"], tuple(cfg["dictionary"]),
                                              methods=cfg["methods"], n_train=cfg["n_train"],
                                              n_test_sources=cfg["n_test_sources"], vocab_cutoff=cfg["vocab_cutoff"],
-                                             max_iter=cfg["max_iter"], seed=ctx.seed)
+                                             max_iter=cfg["max_iter"], seed=ctx.seed, dictd_dir=cfg["dictd_dir"])
             experiment = f"{cfg['source']}→{cfg['target']}"
             return {"precision_crosslingual": tables["precision"].assign(experiment=experiment),
                     **{name: tables[name].assign(experiment=experiment)
@@ -263,6 +330,7 @@ def alignment_analysis(ctx: StudyContext) -> None:
 
 # --- any two spaces -----------------------------------------------------------------------------
 
+@reads_inputs(align_spaces_inputs)
 def align_spaces_analysis(ctx: StudyContext) -> None:
     """Align two vector spaces (``source`` → ``target``, see :func:`load_space`) with a rotation,
     least squares or self-learning, and score word translation P@1/5/10 on held-out source words
@@ -290,7 +358,7 @@ def align_spaces_analysis(ctx: StudyContext) -> None:
             pairs = identical_pairs(src, tgt)
         else:
             a, b = dictionary.split("-")
-            pairs = filter_to_vocab(bilingual_pairs(a, b), src.words, tgt.words)
+            pairs = filter_to_vocab(bilingual_pairs(a, b, directory=cfg["dictd_dir"] or None), src.words, tgt.words)
         train, test = split_dictionary(pairs, n_test_sources=min(cfg["n_test"], pairs["source"].nunique() // 2),
                                        n_train=cfg["n_train"], seed=ctx.seed)
         held_out = set(test["source"])
@@ -314,4 +382,5 @@ def align_spaces_analysis(ctx: StudyContext) -> None:
 
 
 __all__ = ["CONTEXTUALITY_DEFAULTS", "ALIGNMENT_DEFAULTS", "ALIGN_SPACES_DEFAULTS", "contextuality_analysis",
-           "alignment_analysis", "align_spaces_analysis", "load_space"]
+           "alignment_analysis", "align_spaces_analysis", "load_space", "alignment_inputs", "align_spaces_inputs",
+           "spacy_vectors_digest", "dictionary_digest", "space_digest"]

@@ -49,8 +49,7 @@ def crosslingual_experiment(
     """
     src = load_spacy_vectors(source) if isinstance(source, str) else source
     tgt = load_spacy_vectors(target) if isinstance(target, str) else target
-    kwargs = {} if dictd_dir is None else {"directory": dictd_dir}
-    all_pairs = bilingual_pairs(dictionary[0], dictionary[1], **kwargs)
+    all_pairs = bilingual_pairs(dictionary[0], dictionary[1], directory=dictd_dir or None)
     pairs = filter_to_vocab(all_pairs, src.words, tgt.words)
     train, test = split_dictionary(pairs, n_test_sources=n_test_sources, n_train=n_train, seed=seed)
     held_out = set(test["source"])

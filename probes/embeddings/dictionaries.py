@@ -11,6 +11,7 @@ split on ``,`` and ``;``; multi-word entries and capitalised proper nouns are dr
 from __future__ import annotations
 
 import gzip
+import os
 import re
 from pathlib import Path
 from typing import Iterable
@@ -21,6 +22,7 @@ import pandas as pd
 from bertology.errors import WorkbenchError
 
 DICTD_DIR = Path("/usr/share/dictd")
+DICTD_DIR_ENV = "BERTOLOGY_DICTD_DIR"  # another folder of dictd files (tests, a private FreeDict copy)
 LICENCE = "GPL-2.0-or-later (FreeDict)"
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _B64_VALUE = {c: i for i, c in enumerate(_B64)}
@@ -98,9 +100,15 @@ def parse_dictd(index_text: str, dict_bytes: bytes, source_name: str = "dictd",
     return pd.DataFrame(pairs, columns=["source", "target"]).drop_duplicates().reset_index(drop=True)
 
 
-def dictd_files(pair: str, directory: str | Path = DICTD_DIR) -> tuple[Path, Path]:
+def dictd_dir(directory: str | Path | None = None) -> Path:
+    """The folder of dictd files: ``directory`` when given (not empty), else ``$BERTOLOGY_DICTD_DIR``,
+    else Debian's ``/usr/share/dictd``."""
+    return Path(directory or os.environ.get(DICTD_DIR_ENV) or DICTD_DIR)
+
+
+def dictd_files(pair: str, directory: str | Path | None = None) -> tuple[Path, Path]:
     """``(index, dict.dz)`` of ``freedict-<pair>``; a clear error names the apt package if absent."""
-    directory = Path(directory)
+    directory = dictd_dir(directory)
     index, data = directory / f"freedict-{pair}.index", directory / f"freedict-{pair}.dict.dz"
     if not index.exists() or not data.exists():
         raise DictionaryError(
@@ -110,7 +118,18 @@ def dictd_files(pair: str, directory: str | Path = DICTD_DIR) -> tuple[Path, Pat
     return index, data
 
 
-def read_freedict(pair: str = "eng-fra", directory: str | Path = DICTD_DIR) -> pd.DataFrame:
+def bilingual_files(source_lang: str, target_lang: str, include_reverse: bool = True,
+                    directory: str | Path | None = None) -> list[Path]:
+    """The dictd files :func:`bilingual_pairs` reads with the same arguments: ``<src>-<tgt>``'s index
+    and data, and the reversed pair's when installed and asked (what a run's fingerprint hashes)."""
+    files = list(dictd_files(f"{source_lang}-{target_lang}", directory))
+    reverse = f"{target_lang}-{source_lang}"
+    if include_reverse and (dictd_dir(directory) / f"freedict-{reverse}.index").exists():
+        files += dictd_files(reverse, directory)
+    return files
+
+
+def read_freedict(pair: str = "eng-fra", directory: str | Path | None = None) -> pd.DataFrame:
     """Pairs of one FreeDict database -> ``(source, target, source_lang, target_lang, dictionary, licence)``."""
     index, data = dictd_files(pair, directory)
     src_lang, tgt_lang = pair.split("-")
@@ -122,14 +141,14 @@ def read_freedict(pair: str = "eng-fra", directory: str | Path = DICTD_DIR) -> p
 
 
 def bilingual_pairs(source_lang: str = "eng", target_lang: str = "fra", include_reverse: bool = True,
-                    directory: str | Path = DICTD_DIR, lower: bool = True) -> pd.DataFrame:
+                    directory: str | Path | None = None, lower: bool = True) -> pd.DataFrame:
     """Union of ``<src>-<tgt>`` and (when installed and asked) the reversed ``<tgt>-<src>`` pairs.
 
     Columns ``(source, target, dictionary, licence)``; lower-cased when ``lower``.
     """
     frames = [read_freedict(f"{source_lang}-{target_lang}", directory)]
     reverse = f"{target_lang}-{source_lang}"
-    if include_reverse and (Path(directory) / f"freedict-{reverse}.index").exists():
+    if include_reverse and (dictd_dir(directory) / f"freedict-{reverse}.index").exists():
         rev = read_freedict(reverse, directory)
         frames.append(rev.rename(columns={"source": "target", "target": "source"}))
     df = pd.concat(frames, ignore_index=True)

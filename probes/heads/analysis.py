@@ -24,10 +24,12 @@ from bertology.probes.heads.attention_probe import attention_probe, best_heads
 from bertology.probes.heads.head_types import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
                                                dependency_scores, type_matrix)
 from bertology.probes.heads.importance import importance_scores
-from bertology.probes.heads.pruning import (heads_dict, heads_pruned_at, measure_pruning, pos_task, pruning_curve,
-                                            removable_shares, train_l0_gates)
+from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, heads_dict, heads_pruned_at,
+                                            measure_pruning, pruning_curve, pruning_task, removable_shares,
+                                            train_l0_gates)
 from bertology.probes.heads.stats import SPECIAL_TOKENS, corpus_frequencies, head_statistics
 from bertology.runs import StudyContext, model_corpus_store
+from bertology.uncertainty import is_small_sample
 
 __all__ = ["CURVE_METHODS", "HEAD_TYPES_DEFAULTS", "PRUNING_DEFAULTS", "PRUNING_METHODS", "head_types_analysis",
            "pruning_analysis"]
@@ -66,11 +68,16 @@ PRUNING_DEFAULTS: dict[str, Any] = {
     "metric": "auto",       # auto: MLM loss if the weights carry an MLM head, else a POS head | mlm | pos
     "methods": ["importance", "random", "type", "l0"],   # pruning curves by these orders; l0 = L0 gates
     "step": 0.1,
-    "max_share": 0.9,
+    "max_share": 1.0,        # curves run until every head is removed (below 1: thresholds may be "≥")
     "random_seeds": 3,
     "l0_lambdas": [0.01, 0.1],
     "l0_steps": 150,
     "tolerances": [0.01, 0.05],   # relative worsening of the metric for the removable-share table
+    # thresholds to one head: none (the step grid only) | bracket (single heads between the last grid
+    # point within each tolerance and the first beyond it) | all (every head count)
+    "refine": "bracket",
+    "test_share": 0.5,       # of the held-out sentences: test (reported); the rest: dev (thresholds chosen)
+    "compare_shares": [0.3, 0.5],  # pruning orders compared pairwise at these shares, on test sentences
     "seed": 0,
 }
 
@@ -183,6 +190,19 @@ def _check_methods(methods: Any, l0_lambdas: Any) -> list[str]:
     return methods
 
 
+def _check_pruning_options(cfg: dict[str, Any]) -> None:
+    """Refuse an unknown refinement, split or comparison share before any work."""
+    if cfg["metric"] not in ("auto", "mlm", "pos"):
+        raise ConfigError(f"pruning: metric must be auto, mlm or pos, not {cfg['metric']!r}")
+    if cfg["refine"] not in REFINE_MODES:
+        raise ConfigError(f"pruning: refine must be one of {', '.join(REFINE_MODES)}, not {cfg['refine']!r}")
+    if not 0 < float(cfg["test_share"]) < 1:
+        raise ConfigError(f"pruning: test_share must be between 0 and 1 (exclusive), not {cfg['test_share']!r}")
+    bad = [x for x in cfg["compare_shares"] or [] if not 0 <= float(x) <= 1]
+    if bad:
+        raise ConfigError(f"pruning: compare_shares must lie in [0, 1], got {bad}")
+
+
 def pruning_analysis(ctx: StudyContext) -> None:
     """Head importance and pruning curves (Michel et al. 2019, "Are Sixteen Heads Really Better than
     One?") with real head removal, and Hard Concrete L0 head gates (Voita et al. 2019, "Analyzing
@@ -195,23 +215,37 @@ def pruning_analysis(ctx: StudyContext) -> None:
     Config (:data:`PRUNING_DEFAULTS`): ``model``, ``corpus``, ``limit``, ``pooling``; ``methods``:
     any of ``importance`` (re-scored after each step), ``random``, ``type`` (unspecialised head types
     first) for pruning curves, and ``l0`` for L0 gates; ``step`` (share of all heads removed per
-    step), ``max_share`` (where the curves stop), ``random_seeds`` (curves of method ``random``:
-    seeds ``seed .. seed + random_seeds - 1``), ``l0_lambdas`` (one gate run per penalty λ),
-    ``l0_steps`` (gate training steps) and ``seed`` (the run's seed is used).
+    step), ``max_share`` (where the curves stop; 1 = every head removed), ``refine`` (``bracket``:
+    single heads between the last grid point within each tolerance and the first beyond it; ``all``;
+    ``none``), ``test_share`` (held-out sentences: this share is test, the rest dev), ``random_seeds``
+    (curves of method ``random``: seeds ``seed .. seed + random_seeds - 1``), ``compare_shares``
+    (shares at which every pair of orders is compared), ``l0_lambdas`` (one gate run per penalty λ;
+    none is chosen), ``l0_steps`` (gate training steps) and ``seed`` (the run's seed: the sentence
+    split, the task head, random orders).
+
+    Sentences: ``1 - 0.3`` train (importance, the POS head, L0 gates), the held-out 30% split by
+    sentence into dev (thresholds are selected on it) and test (every reported value).
 
     Tables:
 
     - ``importance``: ``layer, head, importance, importance_raw, method`` (gradient importance,
       normalised per layer; :func:`~bertology.probes.heads.importance.importance_scores`).
     - ``pruning_curves`` (curve methods only): ``method, seed, n_pruned, share_removed, value, pruned,
-      metric`` (``value``: the metric with those heads gated off; ``metric``: its description).
+      metric, value_dev, split, refined, n_heads`` (``value``: the metric on test with those heads
+      gated off; ``value_dev``: on dev; ``split``: ``test``, the split of ``value``; ``metric``: its
+      description; ``refined``: a single-head point added near a threshold, off the ``step`` grid).
     - ``pruning_cost`` (curve methods only; rows only with ``importance``): the heads of the
       importance curve at 30% and 50% really removed: ``share_removed, metric_value, heads_pruned,
       params_full, params_pruned, params_saved_share, seconds_full, seconds_pruned, time_saved_share``.
     - ``pruning_thresholds`` (curve methods only): ``method, seed, tolerance, removable_share,
-      n_removable, base, value``: the share of heads removed before the metric first worsens by more
-      than each relative tolerance (``tolerances``; for MLM: the held-out loss rising by 1%, 5%;
-      :func:`~bertology.probes.heads.pruning.removable_shares`).
+      n_removable, base, value, next_n_pruned, resolution_heads, threshold_is_lower_bound, base_test,
+      value_test, drop_test, selected_on, reported_on, n_dev_items, n_test_items, small_sample``: the
+      share of heads removed before the dev metric first worsens by more than each relative
+      tolerance (``tolerances``; for MLM: the held-out loss rising by 1%, 5%; ``base``/``value`` on
+      dev, ``*_test`` the same heads on test; :func:`~bertology.probes.heads.pruning.removable_shares`).
+    - ``pruning_order_comparison`` (two or more curve methods, ``compare_shares``): every pair of
+      orders at each share, paired bootstrap over test sentences
+      (:func:`~bertology.probes.heads.pruning.compare_orders`).
     - ``l0_gates`` (method ``l0``): ``layer, head, log_alpha, p_open, gate, kept, lam, seed`` per λ.
 
     ``metric``: ``auto`` (the MLM loss when the weights carry an MLM head: the model is loaded with
@@ -219,53 +253,77 @@ def pruning_analysis(ctx: StudyContext) -> None:
     """
     cfg = ctx.config
     methods = _check_methods(cfg["methods"], cfg["l0_lambdas"])
-    if cfg["metric"] not in ("auto", "mlm", "pos"):
-        raise ConfigError(f"pruning: metric must be auto, mlm or pos, not {cfg['metric']!r}")
+    _check_pruning_options(cfg)
     curve_methods = [m for m in methods if m in CURVE_METHODS]
     lm, corpus, store = model_corpus_store(ctx, attentions=True)
     if cfg["metric"] == "mlm" and not lm.has_mlm_head:
         raise ConfigError(f"pruning: metric mlm, but the weights of {lm.name} carry no MLM head")
     if lm.has_mlm_head and cfg["metric"] in ("auto", "mlm"):
         lm = load_model(cfg["model"], attentions=True, mlm_head=True)  # Michel's metric: the model's own loss
-    # else lm is the base encoder: pos_task trains a POS head on it
-    train, evals, loss_fn, metric_fn, description = pos_task(lm, corpus, seed=ctx.seed)
-    ctx.record(pruning_metric=description)
+    # else lm is the base encoder: pruning_task trains a POS head on it
+    task = pruning_task(lm, corpus, test_share=cfg["test_share"], seed=ctx.seed)
+    train, loss_fn, description = task.train, task.loss_fn, task.description
+    ctx.record(pruning_metric=description, pruning_split={"sentences": task.n_sentences, "items": task.n_items,
+                                                          "selected_on": "dev", "reported_on": "test"})
 
     ctx.step("importance", lambda: importance_scores(lm.model, train, loss_fn, normalise=True))
-
-    def curves() -> pd.DataFrame:
-        frames = []
-        head_types = analyse_store(store, corpus)["head_types"] if "type" in curve_methods else None
-        for method in curve_methods:
-            ctx.log(f"    pruning by {method}")
-            seeds = [ctx.seed + k for k in range(cfg["random_seeds"])] if method == "random" else [ctx.seed]
-            frames.append(pruning_curve(lm.model, metric_fn, method=method, batches=train, loss_fn=loss_fn,
-                                        step=cfg["step"], seeds=seeds, head_types=head_types,
-                                        max_share=cfg["max_share"]))
-        out = pd.concat(frames, ignore_index=True).rename(columns={"share_pruned": "share_removed", "metric": "value"})
-        out["metric"] = description
-        return out
-
     if curve_methods:
-        curve = ctx.step("pruning_curves", curves)
-
-        def cost() -> pd.DataFrame:
-            rows = []
-            imp = curve[curve["method"] == "importance"]
-            for share in (0.3, 0.5):
-                if imp.empty:
-                    break
-                row, removed = heads_pruned_at(imp, share, share_column="share_removed")
-                if removed:
-                    report = measure_pruning(lm.model, heads_dict(removed), evals)
-                    rows.append({"share_removed": float(row["share_removed"]), "metric_value": float(row["value"]),
-                                 **{k: v for k, v in report.items() if not isinstance(v, (list, dict))}})
-            return pd.DataFrame(rows)
-
-        ctx.step("pruning_cost", cost)
-        ctx.step("pruning_thresholds", lambda: removable_shares(
-            curve, cfg["tolerances"], share_column="share_removed", value_column="value"))
+        curve = ctx.step("pruning_curves", lambda: _pruning_curves(ctx, lm, corpus, store, task, curve_methods))
+        _pruning_cost(ctx, lm, curve, task)
+        ctx.step("pruning_thresholds", lambda: _thresholds_table(curve, cfg["tolerances"], task))
+        if cfg["compare_shares"] and len(curve_methods) > 1:
+            ctx.step("pruning_order_comparison", lambda: compare_orders(
+                lm.model, curve, task.sentence_scores, task.test, cfg["compare_shares"], seed=ctx.seed,
+                share_column="share_removed").assign(metric=description))
     if "l0" in methods:
         ctx.step("l0_gates", lambda: pd.concat(
             [train_l0_gates(lm.model, train, loss_fn, float(lam), steps=cfg["l0_steps"], seed=ctx.seed)
              for lam in cfg["l0_lambdas"]], ignore_index=True))
+
+
+def _pruning_curves(ctx: StudyContext, lm, corpus, store, task, curve_methods: list[str]) -> pd.DataFrame:
+    """Every curve of the run: selection metric on dev (``value_dev``), reported on test (``value``)."""
+    cfg = ctx.config
+    frames = []
+    head_types = analyse_store(store, corpus)["head_types"] if "type" in curve_methods else None
+    for method in curve_methods:
+        ctx.log(f"    pruning by {method}")
+        seeds = [ctx.seed + k for k in range(cfg["random_seeds"])] if method == "random" else [ctx.seed]
+        frames.append(pruning_curve(lm.model, task.metric("dev"), method=method, batches=task.train,
+                                    loss_fn=task.loss_fn, step=cfg["step"], seeds=seeds, head_types=head_types,
+                                    max_share=cfg["max_share"], refine=cfg["refine"], tolerances=cfg["tolerances"],
+                                    report_metrics={"test": task.metric("test")}))
+    out = pd.concat(frames, ignore_index=True).rename(
+        columns={"share_pruned": "share_removed", "metric": "value_dev", "metric_test": "value"})
+    out["metric"] = task.description
+    out["split"] = "test"  # the split of ``value``; ``value_dev`` is what thresholds are chosen on
+    return out[["method", "seed", "n_pruned", "share_removed", "value", "pruned", "metric", "value_dev", "split",
+                "refined", "n_heads"]]
+
+
+def _pruning_cost(ctx: StudyContext, lm, curve: pd.DataFrame, task) -> None:
+    """The heads of the importance curve at 30% and 50% really removed (parameters, forward time)."""
+    def cost() -> pd.DataFrame:
+        rows = []
+        imp = curve[(curve["method"] == "importance") & ~curve["refined"]]
+        for share in (0.3, 0.5):
+            if imp.empty:
+                break
+            row, removed = heads_pruned_at(imp, share, share_column="share_removed")
+            if removed:
+                report = measure_pruning(lm.model, heads_dict(removed), task.dev + task.test)
+                rows.append({"share_removed": float(row["share_removed"]), "metric_value": float(row["value"]),
+                             **{k: v for k, v in report.items() if not isinstance(v, (list, dict))}})
+        return pd.DataFrame(rows)
+
+    ctx.step("pruning_cost", cost)
+
+
+def _thresholds_table(curve: pd.DataFrame, tolerances, task) -> pd.DataFrame:
+    """:func:`removable_shares` chosen on dev, read on test, with the split sizes and a small-sample flag."""
+    out = removable_shares(curve, tolerances, share_column="share_removed", value_column="value_dev",
+                           report_column="value")
+    out = out.rename(columns={"base_report": "base_test", "value_report": "value_test", "drop_report": "drop_test"})
+    n_test = int(task.n_items.get("test", 0))
+    return out.assign(selected_on="dev", reported_on="test", n_dev_items=int(task.n_items.get("dev", 0)),
+                      n_test_items=n_test, small_sample=is_small_sample(n_test))

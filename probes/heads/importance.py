@@ -258,6 +258,20 @@ class TaggingHead(nn.Module):
                 total += int(scored.sum())
         return correct / max(total, 1)
 
+    @torch.no_grad()
+    def sentence_scores(self, model: nn.Module, batches: Iterable[Batch],
+                        gates: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(correct, scored)`` per sentence ``[sentences]``, in batch order: accuracy is
+        ``correct.sum() / scored.sum()``, and a bootstrap over sentences resamples these pairs."""
+        correct, scored_n = [], []
+        with HeadGates(model, gates) if gates is not None else _null():
+            for batch in batches:
+                pred = self(encoder_output(model, batch)).argmax(-1)
+                scored = batch["labels"] != -100
+                correct.append(((pred == batch["labels"]) & scored).sum(-1).numpy())
+                scored_n.append(scored.sum(-1).numpy())
+        return np.concatenate(correct).astype(float), np.concatenate(scored_n).astype(float)
+
 
 def train_tagging_head(model: nn.Module, batches: Sequence[Batch], n_labels: int, *, epochs: int = 30,
                        lr: float = 1e-2, seed: int = 0) -> TaggingHead:

@@ -1,9 +1,14 @@
 """Head pruning: curves (Michel et al. 2019), real removal, and L0 / Hard Concrete gates (Voita et al.
 2019, Louizos et al. 2018).
 
+- :func:`pruning_task`: the task (MLM loss or a POS head) with a train / dev / test split by sentence.
 - :func:`pruning_curve`: metric vs share of heads removed, ``step`` (10%) of all heads at a time, in
   order of gradient importance (re-scored after each step), random order (per seed) or head type
-  (unspecialised heads first, specialised last). Heads are switched off with gates.
+  (unspecialised heads first, specialised last), refined to single heads near each tolerance's
+  crossing. Heads are switched off with gates.
+- :func:`removable_shares`: the share removable before the metric drops by a tolerance (chosen on
+  one metric column, read on another; ``threshold_is_lower_bound`` when only "≥" is known).
+- :func:`compare_orders`: two pruning orders at one share, paired bootstrap over sentences.
 - :func:`measure_pruning`: really remove heads; report parameters and measured inference time.
 - :class:`HardConcreteGates` / :func:`train_l0_gates`: stochastic gates per head with
   loss = task loss + λ Σ P(gate ≠ 0); the encoder stays frozen, only ``log_alpha`` is learned.
@@ -16,6 +21,7 @@ import ast
 import copy
 import math
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -26,9 +32,13 @@ from torch import nn
 from bertology.probes.heads.gates import HeadGates, count_parameters, head_shape, prune_heads
 from bertology.probes.heads.importance import Batch, LossFn, frozen, importance_scores, model_inputs
 from bertology.errors import WorkbenchError
+from bertology.uncertainty import DEFAULT_RESAMPLES, is_small_sample, paired_bootstrap
 
 MetricFn = Callable[[nn.Module, torch.Tensor], float]  # (model, gates [L, H]) -> metric
 TYPE_PRUNE_ORDER = ("other", "broad", "special", "rare-token", "syntactic", "positional")
+
+
+REFINE_MODES = ("none", "bracket", "all")
 
 
 def _steps(n_heads: int, step: float) -> list[int]:
@@ -36,56 +46,116 @@ def _steps(n_heads: int, step: float) -> list[int]:
     return list(range(0, n_heads + 1, per)) + ([n_heads] if n_heads % per else [])
 
 
-def pruning_curve(model: nn.Module, metric_fn: MetricFn, *, method: str = "importance",
+def removal_order(model: nn.Module, method: str, counts: Sequence[int], *, seed: int = 0,
                   batches: Sequence[Batch] | None = None, loss_fn: LossFn | None = None,
-                  step: float = 0.1, seeds: Sequence[int] = (0,), head_types: pd.DataFrame | None = None,
-                  max_share: float = 1.0) -> pd.DataFrame:
-    """Metric as heads are removed ``step`` × all heads at a time.
+                  head_types: pd.DataFrame | None = None) -> list[tuple[int, int]]:
+    """The ``(layer, head)`` removal order of one pruning curve, ``counts[-1]`` heads long.
 
-    method: ``importance`` (needs ``batches`` and ``loss_fn``; importance re-scored with the
-    current gates after each step), ``random`` (one curve per seed) or ``type`` (needs
-    ``head_types`` from :func:`bertology.probes.heads.head_types.classify_heads`; within a type, lowest confidence first,
-    ties by seed). Returns ``method, seed, n_pruned, share_pruned, metric, pruned`` (``pruned``: the
-    ``(layer, head)`` list removed so far, as a string).
+    ``importance``: at each count of ``counts`` (the coarse grid) importance is re-scored with the
+    heads removed so far gated off (Michel et al.), and the next heads up to that count are the least
+    important ones, least important first; ``random``: a permutation drawn with ``seed``; ``type``:
+    unspecialised types first (:data:`TYPE_PRUNE_ORDER`), lowest confidence first, ties by ``seed``.
+    Evaluating the first ``k`` heads of the order for any ``k`` between two grid counts is the curve
+    at single-head resolution (what threshold refinement does).
     """
     n_layers, n_heads = head_shape(model)
     total = n_layers * n_heads
-    counts = [c for c in _steps(total, step) if c <= max_share * total + 1e-9]
+    if method == "random":
+        perm = np.random.default_rng(seed).permutation(total)
+        return [(int(i) // n_heads, int(i) % n_heads) for i in perm][:counts[-1]]
+    if method == "type":
+        if head_types is None:
+            raise WorkbenchError("pruning_curve(method='type') needs head_types")
+        rng = np.random.default_rng(seed)
+        t = head_types.assign(_tie=rng.random(len(head_types)),
+                              _rank=head_types["type"].map({k: i for i, k in enumerate(TYPE_PRUNE_ORDER)}))
+        t = t.sort_values(["_rank", "confidence", "_tie"])
+        return [(int(r.layer), int(r.head)) for r in t.itertuples()][:counts[-1]]
+    if method != "importance":
+        raise WorkbenchError(f"pruning_curve: unknown method {method!r} (importance, random, type)")
+    if batches is None or loss_fn is None:
+        raise WorkbenchError("pruning_curve(method='importance') needs batches and loss_fn")
+    gates = torch.ones(n_layers, n_heads)
+    order: list[tuple[int, int]] = []
+    for count in counts:
+        if len(order) >= count:
+            continue
+        scores = importance_scores(model, batches, loss_fn, normalise=True, base_gates=gates)
+        removed = set(order)
+        scores = scores[[(int(l), int(h)) not in removed for l, h in zip(scores["layer"], scores["head"])]]
+        chosen = scores.sort_values("importance", kind="stable").head(count - len(order))
+        for layer, head in zip(chosen["layer"], chosen["head"]):
+            gates[int(layer), int(head)] = 0.0
+            order.append((int(layer), int(head)))
+    return order
+
+
+def _degradation(base: float, values: np.ndarray) -> np.ndarray:
+    """Relative worsening ``(base - value) / |base|`` (higher metric = better)."""
+    return (base - values) / max(abs(base), 1e-12)
+
+
+def _refine_counts(points: dict[int, float], tolerances: Sequence[float]) -> set[int]:
+    """Counts between the last evaluated count within each tolerance and the first beyond it that
+    are not evaluated yet (``points``: ``{n_pruned: metric}``, count 0 included)."""
+    counts = sorted(points)
+    degradation = _degradation(points[0], np.array([points[c] for c in counts]))
+    wanted: set[int] = set()
+    for tol in tolerances:
+        over = np.flatnonzero(degradation > tol)
+        if len(over) and over[0] > 0:
+            wanted |= set(range(counts[over[0] - 1] + 1, counts[over[0]]))
+    return wanted - set(points)
+
+
+def pruning_curve(model: nn.Module, metric_fn: MetricFn, *, method: str = "importance",
+                  batches: Sequence[Batch] | None = None, loss_fn: LossFn | None = None,
+                  step: float = 0.1, seeds: Sequence[int] = (0,), head_types: pd.DataFrame | None = None,
+                  max_share: float = 1.0, refine: str = "none", tolerances: Sequence[float] = (),
+                  report_metrics: dict[str, MetricFn] | None = None) -> pd.DataFrame:
+    """Metric as heads are removed ``step`` × all heads at a time, refined near thresholds.
+
+    method: ``importance`` (needs ``batches`` and ``loss_fn``; importance re-scored with the
+    current gates after each step), ``random`` (one curve per seed) or ``type`` (needs
+    ``head_types`` from :func:`bertology.probes.heads.head_types.classify_heads`; within a type, lowest
+    confidence first, ties by seed); see :func:`removal_order`.
+
+    ``metric_fn`` is the selection metric (evaluated on dev by the pruning analysis). ``refine``:
+    ``none`` (the coarse grid only), ``bracket`` (for each relative tolerance of ``tolerances``, every
+    single-head count between the last grid point within it and the first beyond it, so the first
+    crossing is found to one head) or ``all`` (every count up to ``max_share``). ``report_metrics``
+    (``{name: metric}``, e.g. the test split's) are evaluated at every point as ``metric_<name>``.
+
+    Returns ``method, seed, n_pruned, share_pruned, metric, pruned, n_heads, refined`` (+ one
+    ``metric_<name>`` per report metric); ``pruned``: the ``(layer, head)`` list removed so far, as a
+    string; ``refined``: the point was added by refinement, not on the ``step`` grid.
+    """
+    if refine not in REFINE_MODES:
+        raise WorkbenchError(f"pruning_curve: refine must be one of {', '.join(REFINE_MODES)}, not {refine!r}")
+    n_layers, n_heads = head_shape(model)
+    total = n_layers * n_heads
+    grid = [c for c in _steps(total, step) if c <= max_share * total + 1e-9]
     rows = []
     for seed in (seeds if method in ("random", "type") else seeds[:1]):
-        gates = torch.ones(n_layers, n_heads)
-        pruned: list[tuple[int, int]] = []
-        order: list[tuple[int, int]] = []
-        if method == "random":
-            perm = np.random.default_rng(seed).permutation(total)
-            order = [(int(i) // n_heads, int(i) % n_heads) for i in perm]
-        elif method == "type":
-            if head_types is None:
-                raise WorkbenchError("pruning_curve(method='type') needs head_types")
-            rng = np.random.default_rng(seed)
-            t = head_types.assign(_tie=rng.random(len(head_types)),
-                                  _rank=head_types["type"].map({k: i for i, k in enumerate(TYPE_PRUNE_ORDER)}))
-            t = t.sort_values(["_rank", "confidence", "_tie"])
-            order = [(int(r.layer), int(r.head)) for r in t.itertuples()]
-        elif method != "importance":
-            raise WorkbenchError(f"pruning_curve: unknown method {method!r} (importance, random, type)")
-        elif batches is None or loss_fn is None:
-            raise WorkbenchError("pruning_curve(method='importance') needs batches and loss_fn")
-        for count in counts:
-            while len(pruned) < count:
-                if method == "importance":
-                    scores = importance_scores(model, batches, loss_fn, normalise=True, base_gates=gates)
-                    scores = scores[[(int(l), int(h)) not in set(pruned)
-                                     for l, h in zip(scores["layer"], scores["head"])]]
-                    chosen = scores.sort_values("importance").head(count - len(pruned))
-                    new = [(int(l), int(h)) for l, h in zip(chosen["layer"], chosen["head"])]
-                else:
-                    new = order[len(pruned):count]
-                for layer, head in new:
-                    gates[layer, head] = 0.0
-                pruned.extend(new)
-            rows.append({"method": method, "seed": seed, "n_pruned": count, "share_pruned": count / total,
-                         "metric": float(metric_fn(model, gates.clone())), "pruned": str(sorted(pruned))})
+        order = removal_order(model, method, grid, seed=seed, batches=batches, loss_fn=loss_fn, head_types=head_types)
+
+        def gates_for(count: int) -> torch.Tensor:
+            gates = torch.ones(n_layers, n_heads)
+            for layer, head in order[:count]:
+                gates[layer, head] = 0.0
+            return gates
+
+        points = {count: float(metric_fn(model, gates_for(count))) for count in grid}
+        extra = set(range(grid[-1] + 1)) - set(points) if refine == "all" else (
+            _refine_counts(points, tolerances) if refine == "bracket" else set())
+        points |= {count: float(metric_fn(model, gates_for(count))) for count in sorted(extra)}
+        for count in sorted(points):
+            row = {"method": method, "seed": seed, "n_pruned": count, "share_pruned": count / total,
+                   "metric": points[count], "pruned": str(sorted(order[:count])), "n_heads": total,
+                   "refined": count not in grid}
+            for name, fn in (report_metrics or {}).items():
+                row[f"metric_{name}"] = float(fn(model, gates_for(count)))
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -97,16 +167,25 @@ def heads_pruned_at(curve: pd.DataFrame, share: float, share_column: str = "shar
 
 
 def removable_shares(curve: pd.DataFrame, tolerances: Sequence[float] = (0.01, 0.05), *,
-                     share_column: str = "share_pruned", value_column: str = "metric") -> pd.DataFrame:
+                     share_column: str = "share_pruned", value_column: str = "metric",
+                     report_column: str | None = None, n_heads: int | None = None) -> pd.DataFrame:
     """How many heads can go before the metric worsens by each relative ``tolerance`` (Michel et al.'s
     question: "what share of heads can be removed before a noticeable drop?").
 
     ``curve``: rows of :func:`pruning_curve` (higher metric = better; for a loss the metric is minus
     the loss, so a 1% rise of the loss is a 1% relative drop of the metric). Per ``method, seed``:
-    the relative degradation at each step is ``(base - value) / |base|`` with ``base`` the metric with
-    no head removed; the removable share is the largest share reached before the degradation first
-    exceeds the tolerance. Returns ``method, seed, tolerance, removable_share, n_removable, base, value``
-    (``value``: the metric at that share).
+    the relative degradation at each evaluated point is ``(base - value) / |base|`` with ``base`` the
+    ``value_column`` with no head removed; the removable share is the largest share reached before
+    the degradation first exceeds the tolerance (selection on ``value_column``: dev in the pruning
+    analysis). ``report_column`` (test) is read at the chosen point, with its own base.
+
+    Returns ``method, seed, tolerance, removable_share, n_removable, base, value, next_n_pruned,
+    resolution_heads, threshold_is_lower_bound`` (+ ``base_report, value_report, drop_report`` with a
+    ``report_column``). ``next_n_pruned``: the first evaluated count beyond the tolerance (-1 when
+    none); ``resolution_heads``: heads between the threshold and that count (1 = measured to one
+    head); ``threshold_is_lower_bound``: the threshold is only "≥": the curve was not evaluated at the
+    next head (a coarse grid) or stopped before every head (``n_heads``, or the curve's ``n_heads``
+    column) was removed without crossing the tolerance.
     """
     rows = []
     for (method, seed), g in curve.sort_values(share_column).groupby(["method", "seed"], sort=False):
@@ -114,16 +193,77 @@ def removable_shares(curve: pd.DataFrame, tolerances: Sequence[float] = (0.01, 0
         if start.empty:
             raise WorkbenchError(f"pruning curve {method}/{seed}: no point with no head removed")
         base = float(start[value_column].iloc[0])
-        degradation = (base - g[value_column].to_numpy()) / max(abs(base), 1e-12)
+        total = n_heads if n_heads is not None else (int(g["n_heads"].iloc[0]) if "n_heads" in g else None)
+        degradation = _degradation(base, g[value_column].to_numpy())
         for tol in tolerances:
             over = np.flatnonzero(degradation > tol)
             last = (over[0] - 1) if len(over) else len(g) - 1
             row = g.iloc[max(int(last), 0)]
-            rows.append({"method": method, "seed": int(seed), "tolerance": float(tol),
-                         "removable_share": float(row[share_column]), "n_removable": int(row["n_pruned"]),
-                         "base": base, "value": float(row[value_column])})
-    return pd.DataFrame(rows, columns=["method", "seed", "tolerance", "removable_share", "n_removable", "base",
-                                       "value"])
+            n_removable = int(row["n_pruned"])
+            next_n = int(g["n_pruned"].iloc[over[0]]) if len(over) else -1
+            ran_to_end = total is not None and int(g["n_pruned"].max()) >= total
+            lower_bound = (next_n - n_removable > 1) if len(over) else not ran_to_end
+            out = {"method": method, "seed": int(seed), "tolerance": float(tol),
+                   "removable_share": float(row[share_column]), "n_removable": n_removable,
+                   "base": base, "value": float(row[value_column]), "next_n_pruned": next_n,
+                   "resolution_heads": (next_n - n_removable) if len(over) else -1,
+                   "threshold_is_lower_bound": bool(lower_bound)}
+            if report_column is not None:
+                base_report = float(start[report_column].iloc[0])
+                out |= {"base_report": base_report, "value_report": float(row[report_column]),
+                        "drop_report": float(_degradation(base_report, np.array([row[report_column]]))[0])}
+            rows.append(out)
+    columns = ["method", "seed", "tolerance", "removable_share", "n_removable", "base", "value", "next_n_pruned",
+               "resolution_heads", "threshold_is_lower_bound"]
+    return pd.DataFrame(rows, columns=columns + (["base_report", "value_report", "drop_report"] if report_column else []))
+
+
+def compare_orders(model: nn.Module, curve: pd.DataFrame, sentence_scores: "SentenceScoresFn",
+                   batches: Sequence[Batch], shares: Sequence[float], *, seed: int = 0,
+                   share_column: str = "share_pruned", n_resamples: int = DEFAULT_RESAMPLES) -> pd.DataFrame:
+    """Every pair of pruning orders (``method`` of ``curve``) at each share of heads removed, on the
+    same sentences: difference of the metric with a paired bootstrap interval and p-value.
+
+    At each share the count is the curve's evaluated count nearest ``share``; each order's heads at
+    that count are re-applied and scored per sentence on ``batches`` (the test split) with
+    ``sentence_scores``; an order with several seeds (random) is the mean over its seeds of the
+    per-sentence scores. Returns ``share_removed, n_pruned, method_a, method_b, n_seeds_a,
+    n_seeds_b, value_a, value_b, difference, low, high, p_value, n_sentences, n_items, comparison,
+    split, small_sample`` (``n_items``: the metric's denominator summed, e.g. scored words).
+    """
+    columns = ["share_removed", "n_pruned", "method_a", "method_b", "n_seeds_a", "n_seeds_b", "value_a", "value_b",
+               "difference", "low", "high", "p_value", "n_sentences", "n_items", "comparison", "split", "small_sample"]
+    methods = list(dict.fromkeys(curve["method"]))
+    rows = []
+    n_layers, n_heads = head_shape(model)
+    for share in shares:
+        count = int(curve.iloc[(curve[share_column] - share).abs().argmin()]["n_pruned"])
+        scores = {}
+        for method in methods:
+            at = curve[(curve["method"] == method) & (curve["n_pruned"] == count)]
+            per_seed = []
+            for pruned in at["pruned"]:
+                gates = torch.ones(n_layers, n_heads)
+                for layer, head in ast.literal_eval(pruned):
+                    gates[int(layer), int(head)] = 0.0
+                per_seed.append(sentence_scores(model, gates, batches))
+            if per_seed:
+                scores[method] = (np.mean([n for n, _ in per_seed], axis=0), per_seed[0][1], len(per_seed))
+        for i, a in enumerate(methods):
+            for b in methods[i + 1:]:
+                if a not in scores or b not in scores:
+                    continue
+                (num_a, den, k_a), (num_b, _, k_b) = scores[a], scores[b]
+                cmp = paired_bootstrap(num_a, num_b, den, den, n_resamples=n_resamples, seed=seed)
+                n_items = int(den.sum())
+                rows.append({"share_removed": count / (n_layers * n_heads), "n_pruned": count, "method_a": a,
+                             "method_b": b, "n_seeds_a": k_a, "n_seeds_b": k_b,
+                             "value_a": float(num_a.sum() / den.sum()), "value_b": float(num_b.sum() / den.sum()),
+                             "difference": cmp.difference, "low": cmp.low, "high": cmp.high, "p_value": cmp.p_value,
+                             "n_sentences": cmp.n_groups, "n_items": n_items,
+                             "comparison": "paired bootstrap over test sentences", "split": "test",
+                             "small_sample": is_small_sample(n_items)})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def heads_dict(pairs: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
@@ -222,21 +362,60 @@ def train_l0_gates(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, 
                          "gate": z.numpy().ravel(), "kept": (z.numpy() > 0).ravel(), "lam": lam, "seed": seed})
 
 
-def pos_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, epochs: int = 30, seed: int = 0):
+SentenceScoresFn = Callable[[nn.Module, torch.Tensor, Sequence[Batch]], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class PruningTask:
+    """The task behind importance and pruning, with a train / dev / test split by sentence.
+
+    ``train``: batches importance, gates and the POS head learn from; ``dev``: where thresholds are
+    selected; ``test``: where the selected points are reported. ``sentence_scores(model, gates,
+    batches) -> (numerator, denominator)`` per sentence ``[sentences]``: the metric is
+    ``numerator.sum() / denominator.sum()`` (POS: correct / scored words; MLM: minus the sentence's
+    loss / 1), so a paired bootstrap over sentences compares two pruned models on the same sentences.
+    """
+
+    train: list[Batch]
+    dev: list[Batch]
+    test: list[Batch]
+    loss_fn: LossFn
+    sentence_scores: SentenceScoresFn
+    description: str
+    n_sentences: dict[str, int] = field(default_factory=dict)  # {"train", "dev", "test"}: sentences per split
+    n_items: dict[str, int] = field(default_factory=dict)      # scored words (POS) or sentences (MLM) per split
+
+    def metric(self, split: str) -> MetricFn:
+        """``metric(model, gates) -> float`` on ``dev``, ``test`` or ``heldout`` (dev + test)."""
+        batches = {"dev": self.dev, "test": self.test, "heldout": self.dev + self.test}[split]
+
+        def value(model: nn.Module, gates: torch.Tensor) -> float:
+            numerator, denominator = self.sentence_scores(model, gates, batches)
+            return float(numerator.sum() / max(denominator.sum(), 1e-12))
+        return value
+
+
+def pruning_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, test_share: float = 0.5,
+                 epochs: int = 30, seed: int = 0) -> PruningTask:
     """The task behind importance and pruning for an encoder: MLM loss when the model has an MLM
     head, else a POS tagging head (linear probe on the last layer, encoder frozen) on ``corpus.upos``.
 
-    Returns ``(train_batches, eval_batches, loss_fn, metric_fn, description)``; ``metric_fn(model,
-    gates)`` is eval accuracy (POS) or minus the eval MLM loss.
+    Sentences are shuffled with ``seed``; ``eval_share`` of them are held out and split again by
+    sentence into dev (``1 - test_share`` of them) and test (``test_share``; at least one sentence
+    each when two or more are held out).
     """
-    from bertology.probes.heads.importance import mask_batches, mlm_loss, tagging_batches, train_tagging_head, mean_loss
+    from bertology.probes.heads.importance import example_losses, mask_batches, mlm_loss, tagging_batches, train_tagging_head
 
     sentences = list(corpus)
     order = np.random.default_rng(seed).permutation(len(sentences))
     n_eval = max(1, int(round(eval_share * len(sentences))))
-    eval_s, train_s = [sentences[i] for i in order[:n_eval]], [sentences[i] for i in order[n_eval:]]
+    n_test = min(n_eval - 1, max(1, int(round(test_share * n_eval)))) if n_eval > 1 else 0
+    split = {"test": [sentences[i] for i in order[:n_test]], "dev": [sentences[i] for i in order[n_test:n_eval]],
+             "train": [sentences[i] for i in order[n_eval:]]}
+    counts = {name: len(ss) for name, ss in split.items()}
     if lm.has_mlm_head and lm.model is not getattr(lm.model, "base_model", lm.model):
         tok = lm.tokenizer
+
         def enc(ss):
             out = []
             for start in range(0, len(ss), batch_size):
@@ -245,16 +424,30 @@ def pos_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, epoch
                 out.append({k: v for k, v in e.items() if k in ("input_ids", "attention_mask", "token_type_ids")})
             return out
         special = list(tok.all_special_ids)
-        train = mask_batches(enc(train_s), tok.mask_token_id, len(tok), special, seed=seed)
-        evals = mask_batches(enc(eval_s), tok.mask_token_id, len(tok), special, seed=seed + 1)
-        metric = lambda model, gates: -mean_loss(model, evals, mlm_loss, gates)
-        return train, evals, mlm_loss, metric, "MLM loss (metric: minus eval loss)"
+        batches = {name: mask_batches(enc(split[name]), tok.mask_token_id, len(tok), special, seed=seed + k)
+                   for k, name in enumerate(("train", "dev", "test"))}
+
+        def mlm_scores(model, gates, bs):
+            losses = example_losses(model, bs, mlm_loss, gates).numpy().astype(float)
+            return -losses, np.ones_like(losses)
+        return PruningTask(batches["train"], batches["dev"], batches["test"], mlm_loss, mlm_scores,
+                           "MLM loss (metric: minus eval loss)", counts, dict(counts))
     if any(s.upos is None for s in sentences):
         raise WorkbenchError(f"corpus {corpus.name}: no UPOS tags for the POS task head")
     labels = sorted({t for s in sentences for t in s.upos})
     index = {t: i for i, t in enumerate(labels)}
-    train = tagging_batches(lm.tokenizer, train_s, [s.upos for s in train_s], index, batch_size)
-    evals = tagging_batches(lm.tokenizer, eval_s, [s.upos for s in eval_s], index, batch_size)
-    head = train_tagging_head(lm.model, train, len(labels), epochs=epochs, seed=seed)
-    metric = lambda model, gates: head.accuracy(model, evals, gates)
-    return train, evals, head.loss, metric, f"POS tagging head ({corpus.sources.get('upos', 'upos')}), metric: accuracy"
+    batches = {name: tagging_batches(lm.tokenizer, ss, [s.upos for s in ss], index, batch_size)
+               for name, ss in split.items()}
+    head = train_tagging_head(lm.model, batches["train"], len(labels), epochs=epochs, seed=seed)
+    words = {name: sum(len(s.words) for s in ss) for name, ss in split.items()}
+    return PruningTask(batches["train"], batches["dev"], batches["test"], head.loss,
+                       lambda model, gates, bs: head.sentence_scores(model, bs, gates),
+                       f"POS tagging head ({corpus.sources.get('upos', 'upos')}), metric: accuracy", counts, words)
+
+
+def pos_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, epochs: int = 30, seed: int = 0):
+    """:func:`pruning_task` as ``(train_batches, eval_batches, loss_fn, metric_fn, description)``,
+    the held-out batches being dev and test together; ``metric_fn(model, gates)`` is their accuracy
+    (POS) or minus their MLM loss."""
+    task = pruning_task(lm, corpus, batch_size=batch_size, eval_share=eval_share, epochs=epochs, seed=seed)
+    return task.train, task.dev + task.test, task.loss_fn, task.metric("heldout"), task.description
