@@ -173,10 +173,16 @@ def relation_table(dependency: pd.DataFrame, layer: int, head: int, min_count: i
 
 # --------------------------------------------------------------------------- pruning
 
+def grid_points(curves: pd.DataFrame) -> pd.DataFrame:
+    """The ``pruning_curves`` rows on the shared grid of shares: the single-head points added near a
+    threshold (``refined``) exist for some methods and seeds only, so they stay out of means."""
+    return curves[~curves["refined"].astype(bool)] if "refined" in curves else curves
+
+
 def pruning_means(curves: pd.DataFrame) -> pd.DataFrame:
     """The ``pruning_curves`` table (``method, share_removed, value``), mean over seeds per method
-    and share of heads removed: ``method, share_removed, mean, sd, n, ci95``."""
-    return mean_ci(curves, ["method", "share_removed"])
+    and share of heads removed, grid points only: ``method, share_removed, mean, sd, n, ci95``."""
+    return mean_ci(grid_points(curves), ["method", "share_removed"])
 
 
 def pruning_metric(curves: pd.DataFrame) -> str:

@@ -89,7 +89,12 @@ def register(app: typer.Typer) -> None:
         tables = read_manifest(run_dir)["tables"]
         if "pruning_curves" in tables:
             curves = read_table(run_dir, "pruning_curves")
+            if "refined" in curves:  # single-head points near a threshold: not on every method's grid
+                curves = curves[~curves["refined"].astype(bool)]
             typer.echo(curves.groupby(["method", "share_removed"])["value"].mean().unstack(0).round(4).to_string())
+        if "pruning_thresholds" in tables:
+            thresholds = read_table(run_dir, "pruning_thresholds")
+            typer.echo(thresholds.to_string(index=False))
         if "l0_gates" in tables:
             gates = read_table(run_dir, "l0_gates")
             for lam_value, g in gates.groupby("lam"):
