@@ -176,7 +176,8 @@ def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, laye
     (span 1, span 2) texts, see :mod:`bertology.probes.probing.controls`), and adds ``selectivity``
     rows (task accuracy - control accuracy) and, per seed, a ``control_key_seen_share`` row
     (``control`` True, layer -1, split ``param``: the share of test examples whose key occurs
-    among the training examples). Extra keyword arguments go to :class:`ProbeConfig`. Returns the DataFrame of
+    among the training examples). ``split_seed``: as :func:`probe_arrays` (one shared split drawn
+    with it; ``None``: a split per probe seed). Extra keyword arguments go to :class:`ProbeConfig`. Returns the DataFrame of
     :func:`probe_arrays` (several modes can be concatenated and passed to :func:`summarise`).
     """
     if isinstance(task, str):

@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from bertology.errors import ConfigError
 from bertology.uncertainty import is_small_sample, ratio_bootstrap, t_interval, wilson_interval
 
 INTERVAL_METRICS = ("accuracy", "micro_f1")
@@ -205,7 +206,8 @@ def layer_intervals(df: pd.DataFrame, metrics: Sequence[str] = INTERVAL_METRICS)
         out.append({**dict(zip(keys, task_key)), "metric": metric, "dev_score": row["dev_score"],
                     "score": row["score"], "low": low, "high": high, "n_seeds": n_seeds, "n_test": n_test,
                     "small_sample": small, "interval": method})
-    return pd.DataFrame(out).reindex(columns=[c for c in LAYER_INTERVAL_COLUMNS if c in keys or c not in INTERVAL_KEYS])
+    return _typed(pd.DataFrame(out).reindex(columns=[c for c in LAYER_INTERVAL_COLUMNS
+                                                     if c in keys or c not in INTERVAL_KEYS]))
 
 
 SUMMARY_COLUMNS = ["task", "selected_on", "best_layer", "best_layer_dev_score", "best_layer_score", "best_layer_low",
@@ -227,6 +229,9 @@ def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test", s
     differentials); ``n_seeds``, ``n_test`` (test examples) and ``small_sample`` (fewer than
     :data:`bertology.uncertainty.MIN_TEST_ITEMS`). Missing modes give NaN. Control rows are ignored.
     """
+    if split != "test" or select_on not in ("dev", "test"):
+        raise ConfigError(f"summarise reports the test split chosen on dev or test, got split={split!r}, "
+                          f"select_on={select_on!r}")
     d = df[~df["control"].astype(bool)] if "control" in df else df
     rows = []
     for task, t in d.groupby("task"):
@@ -256,4 +261,14 @@ def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test", s
             row["expected_layer_cumulative"] = cumulative_expected_layer(cum.values, cum.index.values,
                                                                          clip_negative=clip_negative)
         rows.append(row)
-    return pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
+    return _typed(pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS))
+
+
+def _typed(table: pd.DataFrame) -> pd.DataFrame:
+    """Counts as nullable integers and the small-sample flag as a nullable boolean (NA = unknown)."""
+    for column in ("n_seeds", "n_test", "best_layer"):
+        if column in table:
+            table[column] = pd.to_numeric(table[column]).round().astype("Int64")
+    if "small_sample" in table:
+        table["small_sample"] = table["small_sample"].astype("boolean")
+    return table
