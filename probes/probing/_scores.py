@@ -23,6 +23,10 @@ INTERVAL_METRICS = ("accuracy", "micro_f1")
 SELECTED_ON = "dev"
 """The split every reported argmax (best layer, best combination) is chosen on."""
 
+SHARED_TEST_INTERVAL = "t over seeds (+) sentence bootstrap"
+PER_SEED_TEST_INTERVAL = "max(t over seeds, sentence bootstrap)"
+"""The names of the two ways :func:`seed_and_sentence_interval` combines its parts (the ``interval`` column)."""
+
 
 def _decisions(logits: torch.Tensor, y: np.ndarray, multilabel: bool) -> tuple[np.ndarray, np.ndarray]:
     """Predicted and gold label decisions, each ``[P, n, K]`` bool, from logits ``[P, n, K]``."""
@@ -114,10 +118,10 @@ def seed_and_sentence_interval(seed_scores: Sequence[float], test_sums: Sequence
     half_t = t.half_width
     if shared:
         low, high = t.estimate - math.hypot(below, half_t), t.estimate + math.hypot(above, half_t)
-        method = "t over seeds (+) sentence bootstrap"
+        method = SHARED_TEST_INTERVAL
     else:
         low, high = min(t.low, t.estimate - below), max(t.high, t.estimate + above)
-        method = "max(t over seeds, sentence bootstrap)"
+        method = PER_SEED_TEST_INTERVAL
     if n_items:
         floor = wilson_interval(int(round(t.estimate * n_items)), int(n_items), confidence)
         low, high = min(low, floor.low), max(high, floor.high)
@@ -195,10 +199,8 @@ def layer_intervals(df: pd.DataFrame, metrics: Sequence[str] = INTERVAL_METRICS)
         if f"{metric}_low" in mine.index:
             low, high = mine[f"{metric}_low"], mine[f"{metric}_high"]
             n_seeds, n_test = int(mine["n_seeds"]), int(mine["n_test"])
-            method = "t over seeds (+) sentence bootstrap" if mine.get("shared_test", 1.0) else \
-                "max(t over seeds, sentence bootstrap)"
-            if n_seeds < 2:
-                method = "n=1"
+            method = "n=1" if n_seeds < 2 else \
+                SHARED_TEST_INTERVAL if mine.get("shared_test", 1.0) else PER_SEED_TEST_INTERVAL
         else:
             t = t_interval(test.values)
             low, high, n_seeds, n_test, method = t.low, t.high, t.n, math.nan, "t over seeds"

@@ -78,9 +78,16 @@ def print_summary(run_dir: Path) -> None:
     for info in manifest.get("tasks", {}).values():
         typer.echo(f"{info['name']}: {info['examples']} examples, {info['labels']} labels ({info['source']})")
     tables = set(manifest.get("tables", []))
-    df = read_table(run_dir, "layer_scores")
-    acc = df[(df["metric"] == "accuracy") & (df["split"] == "test") & (~df["control"].astype(bool))]
-    typer.echo(acc.groupby(["task", "mode", "layer"])["value"].agg(["mean", "std"]).round(4).to_string())
+    if "layer_intervals" in tables:
+        intervals = read_table(run_dir, "layer_intervals")
+        acc = intervals[intervals["metric"] == "accuracy"]
+        typer.echo("accuracy per layer (mean over seeds; 95% interval of the test score):\n"
+                   + acc[["task", "mode", "layer", "dev_score", "score", "low", "high", "n_seeds", "n_test"]]
+                   .round(4).to_string(index=False))
+    else:                                   # a run made before intervals existed
+        df = read_table(run_dir, "layer_scores")
+        acc = df[(df["metric"] == "accuracy") & (df["split"] == "test") & (~df["control"].astype(bool))]
+        typer.echo(acc.groupby(["task", "mode", "layer"])["value"].agg(["mean", "std"]).round(4).to_string())
     summary = read_table(run_dir, "summary")
     typer.echo(summary.round(3).to_string(index=False))
     for line in small_sample_warnings(summary):
