@@ -19,7 +19,8 @@ from bertology.models import load_model, shipped_releases
 from bertology.pretraining import load_config, read_metrics, run_pretraining
 from bertology.probes.heads.head_types import analyse_store
 from bertology.probes.probing.cloze import cloze_accuracy, cloze_predictions
-from bertology.probes.probing.edge import probe_layers
+from bertology.probes.probing.analysis import split_seed
+from bertology.probes.probing.edge import probe_layers, summarise
 from bertology.runs import StudyContext
 from bertology.store import extract
 
@@ -32,6 +33,7 @@ DEFAULTS = {
     "limit": 400,
     "tasks": ["pos", "deps"],
     "seeds": [0],
+    "split": "fixed",               # the probes' sentence split, as edge_probing's `split`
     "max_epochs": 20,
     "batch_size": 512,              # probe minibatch; 128 reaches 512's accuracy in half the epochs
     "cloze_sentences": 12,          # sentences with one word masked, per checkpoint (0 = none)
@@ -60,6 +62,7 @@ def _checkpoints(cfg) -> tuple[str, Path, list[tuple[int, str]], str]:
 
 def run(ctx: StudyContext) -> None:
     cfg = ctx.config
+    splits = split_seed(cfg, ctx.seed)
     name, folder, checkpoints, kind = _checkpoints(cfg)
     corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])
     ctx.record(pretraining_run=str(folder), checkpoints=[n for _, n in checkpoints],
@@ -69,15 +72,16 @@ def run(ctx: StudyContext) -> None:
     ctx.step("training_metrics", lambda: read_metrics(folder))
 
     def per_checkpoint() -> dict[str, pd.DataFrame]:
-        types, scores, cloze, cloze_summary = [], [], [], []
+        types, scores, best, cloze, cloze_summary = [], [], [], [], []
         for step, ckpt in checkpoints:
             ctx.log(f"    checkpoint {ckpt}")
             lm = load_model(ckpt, attentions=True)
             store = extract(lm, corpus, attentions=True, progress=False)
             types.append(analyse_store(store, corpus)["head_types"].assign(step=step, model=ckpt))
             for task in cfg["tasks"]:
-                df = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]],
+                df = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]], split_seed=splits,
                                   max_epochs=cfg["max_epochs"], batch_size=int(cfg["batch_size"]))
+                best.append(summarise(df).assign(step=step, model=ckpt))
                 df = df[(df["metric"] == "accuracy") & (df["split"] == "test")]
                 scores.append(df.assign(step=step, model=ckpt))
             if cfg["cloze_sentences"] and lm.has_mlm_head:
@@ -87,11 +91,14 @@ def run(ctx: StudyContext) -> None:
                 cloze_summary.append({"step": step, "model": ckpt, **cloze_accuracy(pred)})
         out = {"head_types_by_step": pd.concat(types, ignore_index=True),
                "probe_scores": pd.concat(scores, ignore_index=True),
+               "best_layers": pd.concat(best, ignore_index=True),
                "cloze_predictions": pd.concat(cloze, ignore_index=True) if cloze else pd.DataFrame(),
                "cloze_accuracy": pd.DataFrame(cloze_summary)}
         return out
 
-    tables = ctx.steps(["head_types_by_step", "probe_scores", "cloze_predictions", "cloze_accuracy"],
+    # probe_scores: test accuracy per layer and seed; best_layers: per step and task the layer chosen
+    # on dev with its test accuracy and interval (summarise)
+    tables = ctx.steps(["head_types_by_step", "probe_scores", "best_layers", "cloze_predictions", "cloze_accuracy"],
                        per_checkpoint)
     types = tables["head_types_by_step"]
     ctx.step("head_counts", lambda: types.groupby(["step", "type"]).size().rename("count").reset_index())

@@ -49,7 +49,13 @@ def test_probe_command_writes_results(tiny_dir, tmp_path):
     assert summary["task"].tolist() == ["pos"] and 0 <= summary["expected_layer_mix"].iloc[0] <= 2
     manifest = read_manifest(run)
     # the study config's random_baseline_tasks include pos: the baseline runs too
-    assert manifest["tables"] == ["controls", "layer_scores", "mdl", "mix_weights", "random_baseline", "summary"]
+    assert manifest["tables"] == ["controls", "layer_intervals", "layer_scores", "mdl", "mix_weights",
+                                  "random_baseline", "summary"]
+    # one seed: no interval; the test set's size and its small-sample flag are in the tables
+    row = summary.iloc[0]
+    assert row["selected_on"] == "dev" and row["n_seeds"] == 1 and pd.isna(row["best_layer_low"])
+    assert bool(row["small_sample"]) == (row["n_test"] < 100)
+    assert (read_table(run, "controls")["small_sample"] == row["small_sample"]).all()
     assert manifest["tasks"]["pos"]["source"].startswith("gold") and manifest["model"]["fingerprint"]
     assert manifest["config"]["tasks"] == ["pos"] and manifest["config"]["mdl_tasks"] == ["pos"]
     # a second call finds the complete run; --force recomputes it
@@ -77,7 +83,11 @@ def test_cli_probe_run_is_a_study_run(tiny_dir, tmp_path):
     for key in ("study", "run_id", "config", "seed", "tables", "model", "corpus", "tasks", "description"):
         assert a[key] == b[key], key
     assert a["study"] == "edge_probing" and a["config"]["control"] is True  # not given: the study config's
-    assert a["tables"] == ["controls", "layer_scores", "mdl", "mix_weights", "summary"]
+    assert a["tables"] == ["controls", "layer_intervals", "layer_scores", "mdl", "mix_weights", "summary"]
+    # 40 sentences hold a handful of entity mentions: flagged in the summary and on the terminal
+    summary = read_table(cli_run, "summary").iloc[0]
+    assert summary["small_sample"] and summary["n_test"] < 100 and summary["n_seeds"] == 2
+    assert f"warning: entities: only {summary['n_test']} test examples (< 100)" in result.output
     for name in a["tables"]:
         x, y = read_table(cli_run, name), read_table(study_run, name)
         if "metric" in x:  # fitting times differ from run to run
@@ -184,6 +194,7 @@ def test_quickstart_probe_batch_size_reaches_the_probes():
     ({"seeds": ","}, "--seeds: give at least one seed"),
     ({"seeds": "0,-1"}, "--seeds must be integers >= 0"),
     ({"mode": "sideways"}, "--mode must be one of"),
+    ({"split": "random"}, "--split must be fixed or per_seed"),
 ])
 def test_bad_probe_options_are_config_errors(options, message):
     from bertology.cli.probe import probe_overrides
@@ -191,3 +202,15 @@ def test_bad_probe_options_are_config_errors(options, message):
 
     with pytest.raises(ConfigError, match=message):
         probe_overrides(**options)
+
+
+def test_the_split_follows_the_run_seed():
+    """split fixed: the run's seed draws the one split; per_seed: none (each probe seed its own);
+    anything else is a config error."""
+    from bertology.errors import ConfigError
+    from bertology.probes.probing.analysis import split_seed
+
+    assert split_seed({"split": "fixed"}, 7) == 7 and split_seed({}, 3) == 3
+    assert split_seed({"split": "per_seed"}, 7) is None
+    with pytest.raises(ConfigError, match="split must be one of"):
+        split_seed({"split": "sometimes"}, 0)

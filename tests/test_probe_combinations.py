@@ -38,3 +38,23 @@ def test_combination_layers_of_a_twelve_layer_model():
 def test_unknown_combination_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown feature combination 'last_two'"):
         combination_layers("last_two", 13)
+
+
+def test_combination_summary_chooses_on_dev_and_reports_test_with_intervals():
+    """Two 'combinations' of planted layers: the one carrying the label is selected on dev; every
+    row has its test score inside its interval, n_test and the small-sample flag."""
+    import pandas as pd
+
+    from bertology.probes.probing.analysis import combination_summary
+    from bertology.probes.probing.edge import ProbeConfig, probe_arrays
+    from bertology.probes.probing.synthetic import planted_task
+
+    data = planted_task(n_layers=2, n_words=600, dim=8, signal_layers={1: 2.0}, seed=1)
+    frames = [probe_arrays(data.features[[layer]], data.sentence_offsets, data.task, seeds=[0, 1],
+                           config=ProbeConfig(probe="linear", max_epochs=20))
+              .assign(combination=name, description=name) for layer, name in ((0, "noise"), (1, "signal"))]
+    table = combination_summary(pd.concat(frames, ignore_index=True))
+    assert table.loc[table["selected"], "combination"].tolist() == ["signal"]
+    assert (table["selected_on"] == "dev").all()
+    assert ((table["low"] <= table["score"]) & (table["score"] <= table["high"])).all()
+    assert (table["n_test"] < 100).all() and table["small_sample"].all()     # ~60 test words

@@ -4,11 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from scipy import stats
+
 from bertology.probes.probing.edge import (ProbeConfig, confidence_intervals, cumulative_deltas,
-                                           cumulative_expected_layer, expected_layer, probe_arrays, span_index,
-                                           summarise)
+                                           cumulative_expected_layer, expected_layer, layer_intervals, probe_arrays,
+                                           seed_and_sentence_interval, sentence_sums, span_index, summarise)
 from bertology.probes.probing.synthetic import planted_task
-from bertology.probes.probing.tasks import EdgeExample, EdgeTask
+from bertology.probes.probing.tasks import EdgeExample, EdgeTask, split_by_sentence
+from bertology.uncertainty import wilson_interval
 
 SMALL = dict(proj_dim=32, hidden_dim=32, max_epochs=15, patience=3)
 K_LAYER = 2
@@ -55,23 +58,31 @@ def test_cumulative_expected_layer(all_modes):
     assert abs(cumulative_expected_layer(acc.values) - K_LAYER) < 0.5
 
 
-def test_summary_table_and_intervals(all_modes):
+def test_summary_table_and_intervals(all_modes, planted):
     table = summarise(all_modes)
-    assert list(table.columns) == ["task", "best_layer", "best_layer_score", "best_layer_ci95", "expected_layer_mix",
-                                   "mix_score", "mix_ci95", "expected_layer_cumulative"]
+    assert list(table.columns) == ["task", "selected_on", "best_layer", "best_layer_dev_score", "best_layer_score",
+                                   "best_layer_low", "best_layer_high", "expected_layer_mix", "mix_score", "mix_low",
+                                   "mix_high", "expected_layer_cumulative", "n_seeds", "n_test", "small_sample"]
     assert len(table) == 1
     row = table.iloc[0]
-    assert row.task == "planted" and row.best_layer == K_LAYER
+    assert row.task == "planted" and row.best_layer == K_LAYER and row.selected_on == "dev"
     assert abs(row.expected_layer_mix - K_LAYER) < 0.5
     assert abs(row.expected_layer_cumulative - K_LAYER) < 0.5
     assert row.mix_score > 0.9 and row.best_layer_score > 0.9
-    # the table's numbers are the score rows' means over the 2 seeds with 1.96 * sd / sqrt(2) intervals
+    # the table's numbers are the score rows' means over the 2 seeds; the best layer is the dev argmax
     acc = all_modes[(all_modes.metric == "accuracy") & (all_modes.split == "test")]
+    dev = all_modes[(all_modes.metric == "accuracy") & (all_modes.split == "dev") & (all_modes["mode"] == "per_layer")]
+    assert dev.groupby("layer")["value"].mean().idxmax() == row.best_layer
     per = acc[acc["mode"] == "per_layer"].groupby("layer")["value"]
     assert row.best_layer_score == pytest.approx(per.mean()[K_LAYER])
-    assert row.best_layer_ci95 == pytest.approx(1.96 * per.std()[K_LAYER] / np.sqrt(2))
+    assert row.best_layer_low <= row.best_layer_score <= row.best_layer_high
+    # never narrower than the test set's own sampling error (Wilson interval of n_test examples)
+    wilson = wilson_interval(round(row.best_layer_score * row.n_test), int(row.n_test))
+    assert row.best_layer_high - row.best_layer_low >= wilson.high - wilson.low - 1e-9
+    assert row.n_seeds == 2 and row.n_test == len(split_by_sentence(planted.task, seed=0)["test"])
+    assert not row.small_sample
     mix = acc[acc["mode"] == "mix"]["value"]
-    assert row.mix_score == pytest.approx(mix.mean()) and row.mix_ci95 == pytest.approx(1.96 * mix.std() / np.sqrt(2))
+    assert row.mix_score == pytest.approx(mix.mean()) and row.mix_low <= row.mix_score <= row.mix_high
     weights = all_modes[all_modes.metric == "mix_weight"].groupby("layer")["value"].mean()
     assert row.expected_layer_mix == pytest.approx(expected_layer(weights.values))
     cumulative = acc[acc["mode"] == "cumulative"].groupby("layer")["value"].mean().sort_index()
@@ -79,16 +90,83 @@ def test_summary_table_and_intervals(all_modes):
 
     ci = confidence_intervals(acc)
     assert list(ci.columns) == ["task", "mode", "probe", "pooling", "control", "layer", "split", "metric",
-                                "mean", "sd", "n", "ci95"]
+                                "mean", "sd", "n", "ci95", "low", "high"]
     # one row per (mode, layer): 5 per-layer probes, the mix (layer -1) and 5 cumulative prefixes
     assert sorted(ci.groupby("mode")["layer"].apply(list).items()) == [
         ("cumulative", [0, 1, 2, 3, 4]), ("mix", [-1]), ("per_layer", [0, 1, 2, 3, 4])]
     assert (ci["n"] == 2).all()
-    np.testing.assert_allclose(ci["ci95"], 1.96 * ci["sd"] / np.sqrt(2))
-    best = ci[(ci["mode"] == "per_layer") & (ci["layer"] == K_LAYER)].iloc[0]
-    assert best["mean"] == pytest.approx(row.best_layer_score) and best["ci95"] == pytest.approx(row.best_layer_ci95)
-    mixed = ci[ci["mode"] == "mix"].iloc[0]
-    assert mixed["mean"] == pytest.approx(row.mix_score) and mixed["ci95"] == pytest.approx(row.mix_ci95)
+    # Student's t with 1 degree of freedom, not 1.96
+    np.testing.assert_allclose(ci["ci95"], stats.t.ppf(0.975, 1) * ci["sd"] / np.sqrt(2))
+
+    intervals = layer_intervals(all_modes)
+    assert set(intervals["metric"]) == {"accuracy", "micro_f1"}
+    best = intervals[(intervals["mode"] == "per_layer") & (intervals["layer"] == K_LAYER)
+                     & (intervals["metric"] == "accuracy")].iloc[0]
+    assert best["score"] == pytest.approx(row.best_layer_score) and best["low"] == pytest.approx(row.best_layer_low)
+    assert best["interval"] == "t over seeds (+) sentence bootstrap"
+
+
+def test_best_layer_is_chosen_on_dev_not_test():
+    """Layer 1 wins on test, layer 2 on dev: the summary reports layer 2 with its (lower) test score."""
+    rows = [dict(task="t", mode="per_layer", probe="mlp", pooling="attention", control=False, layer=layer, seed=seed,
+                 split=split, metric="accuracy", value=value)
+            for layer, dev, test in ((0, 0.5, 0.5), (1, 0.70, 0.80), (2, 0.75, 0.72))
+            for seed in (0, 1) for split, value in (("dev", dev), ("test", test + 0.01 * seed))]
+    row = summarise(pd.DataFrame(rows)).iloc[0]
+    assert row.best_layer == 2 and row.selected_on == "dev"
+    assert row.best_layer_dev_score == pytest.approx(0.75) and row.best_layer_score == pytest.approx(0.725)
+    # rows without dev scores: chosen on test, and the table says so
+    test_only = pd.DataFrame([r for r in rows if r["split"] == "test"])
+    row = summarise(test_only).iloc[0]
+    assert row.best_layer == 1 and row.selected_on == "test"
+
+
+def test_deterministic_linear_probe_interval_is_not_zero_width():
+    """A full-batch linear probe gives the same accuracy for every seed on one split; the interval
+    still holds the test set's sampling error (and one seed gives no interval at all)."""
+    data = planted_task(n_layers=2, n_words=1200, dim=8, signal_layers={1: 0.6}, seed=3)
+    config = ProbeConfig(probe="linear", max_epochs=30)
+    df = probe_arrays(data.features, data.sentence_offsets, data.task, seeds=[0, 1, 2], config=config)
+    test = df[(df.split == "test") & (df.metric == "accuracy") & (df.layer == 1)]["value"]
+    assert test.std() < 1e-6                                # deterministic: every seed agrees
+    row = summarise(df).iloc[0]
+    assert row.best_layer == 1 and row.n_seeds == 3
+    assert row.best_layer_high - row.best_layer_low > 0.05   # ~100 test examples: several points wide
+    one = summarise(probe_arrays(data.features, data.sentence_offsets, data.task, seeds=[0], config=config)).iloc[0]
+    assert one.n_seeds == 1 and np.isnan(one.best_layer_low) and np.isnan(one.best_layer_high)
+    # per_seed splits: each seed draws its own sentences, the intervals say so
+    own = probe_arrays(data.features, data.sentence_offsets, data.task, seeds=[0, 1, 2], config=config,
+                       split_seed=None)
+    assert layer_intervals(own)["interval"].eq("max(t over seeds, sentence bootstrap)").all()
+
+
+def _planted_correctness(rng, p_true, n_sentences, seed_sd, n_seeds):
+    """Per seed (sentence ids, correct [n_items]) of a probe whose expected accuracy is ``p_true``:
+    sentence difficulty ~ Beta with mean p_true, one shared item draw for every seed (seeds agree on
+    most items, as real probes do) shifted by a seed effect of sd ``seed_sd``."""
+    lengths = rng.integers(3, 12, size=n_sentences)
+    sentence = np.repeat(np.arange(n_sentences), lengths)
+    difficulty = rng.beta(8 * p_true, 8 * (1 - p_true), size=n_sentences)[sentence]
+    uniform = rng.random(sentence.size)
+    return sentence, [uniform < np.clip(difficulty + rng.normal(0, seed_sd), 0, 1) for _ in range(n_seeds)]
+
+
+@pytest.mark.parametrize("seed_sd", [0.0, 0.02])
+def test_intervals_cover_a_planted_true_accuracy(seed_sd):
+    """Over many resampled test sets (and seed effects) the 95% interval of the mean test accuracy
+    holds the planted true accuracy about 95% of the time."""
+    rng = np.random.default_rng(7)
+    p_true, trials, hits = 0.8, 300, 0
+    for trial in range(trials):
+        sentence, correct = _planted_correctness(rng, p_true, n_sentences=60, seed_sd=seed_sd, n_seeds=3)
+        sums = []
+        for c in correct:
+            ids, num = sentence_sums(c[None].astype(float), sentence)
+            sums.append((ids, num[0], sentence_sums(np.ones((1, c.size)), sentence)[1][0]))
+        interval = seed_and_sentence_interval([c.mean() for c in correct], sums, n_items=sentence.size,
+                                              n_resamples=500, bootstrap_seed=trial)
+        hits += interval["low"] <= p_true <= interval["high"]
+    assert 0.90 <= hits / trials <= 0.995, hits / trials
 
 
 def test_expected_layer_formulas():

@@ -70,11 +70,19 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
 
 
 def mean_ci(df: pd.DataFrame, by: list[str], value: str = "value") -> pd.DataFrame:
-    """Mean over seeds with a 95% normal interval, per group ``by``: columns ``[*by], mean, sd, n,
-    ci95`` with ``ci95 = 1.96 * sd / sqrt(n)`` (``sd`` of a single seed is 0)."""
+    """Mean over seeds with a Student-t 95% interval, per group ``by``: columns ``[*by], mean, sd,
+    n, ci95, low, high`` with ``ci95 = t_{0.975, n-1} * sd / sqrt(n)`` (a half width) and
+    ``low``/``high = mean ∓ ci95``. One seed: ``sd``, ``ci95``, ``low``, ``high`` are NaN (no
+    interval from one value), never 0. Seed variation only: a test score's sampling error is not
+    in it (docs/METHODS.md, "Intervals, selection and comparisons")."""
+    from scipy import stats
+
     out = df.groupby(by, dropna=False)[value].agg(mean="mean", sd="std", n="count").reset_index()
-    out["sd"] = out["sd"].fillna(0.0)
-    out["ci95"] = 1.96 * out["sd"] / out["n"].clip(lower=1) ** 0.5
+    n = out["n"].astype(float)
+    quantile = pd.Series(stats.t.ppf(0.975, (n - 1).where(n > 1)), index=out.index)
+    out["ci95"] = quantile * out["sd"] / n.clip(lower=1) ** 0.5
+    out["low"] = out["mean"] - out["ci95"]
+    out["high"] = out["mean"] + out["ci95"]
     return out
 
 

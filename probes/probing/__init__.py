@@ -9,18 +9,19 @@ summaries; implemented in the private ``_*`` modules it lists), :mod:`.tasks`, :
 seed, tables, one manifest schema) are in :mod:`bertology.probes.probing.analysis`."""
 
 from bertology.probes.probing.analysis import (EDGE_PROBING_DEFAULTS, FEATURE_COMBINATIONS_DEFAULTS,
-                                               corpus_for_task_file, edge_probing_analysis,
+                                               combination_summary, corpus_for_task_file, edge_probing_analysis,
                                                feature_combinations_analysis, probe_settings)
 from bertology.probes.probing.baselines import compare_probe_families, random_init_baseline
 from bertology.probes.probing.combinations import (COMBINATIONS, all_combinations, combination_layers, combine,
                                                    combine_layers)
 from bertology.probes.probing.controls import (CONTROL_KEYS, control_key_seen_share, control_keys, control_task,
                                                selectivity)
-from bertology.probes.probing.edge import (EdgeProbe, JointFit, JointProbes, ProbeConfig, SpanFeatures,
-                                           classification_metrics, confidence_intervals, cumulative_deltas,
-                                           cumulative_expected_layer, expected_layer, fit_joint, label_matrix,
-                                           layer_features, mixing_spec, pooled_features, predict_logits,
-                                           probe_arrays, probe_layers, span_index, summarise)
+from bertology.probes.probing.edge import (INTERVAL_METRICS, SELECTED_ON, EdgeProbe, JointFit, JointProbes,
+                                           ProbeConfig, SpanFeatures, classification_metrics, confidence_intervals,
+                                           cumulative_deltas, cumulative_expected_layer, expected_layer, fit_joint,
+                                           item_statistics, label_matrix, layer_features, layer_intervals,
+                                           mixing_spec, pooled_features, predict_logits, probe_arrays, probe_layers,
+                                           seed_and_sentence_interval, sentence_sums, span_index, summarise)
 from bertology.probes.probing.mdl import block_boundaries, mdl_layers, online_codelength
 from bertology.probes.probing.synthetic import PlantedData, planted_task
 from bertology.probes.probing.tasks import (EdgeExample, EdgeTask, TaskError, build_task, deps_task, entities_task,
@@ -33,11 +34,12 @@ __all__ = [
     "ProbeConfig", "SpanFeatures", "JointProbes", "JointFit", "EdgeProbe", "fit_joint", "predict_logits",
     "probe_arrays", "probe_layers", "layer_features", "label_matrix", "span_index", "mixing_spec",
     "classification_metrics", "expected_layer", "cumulative_deltas", "cumulative_expected_layer",
-    "confidence_intervals", "summarise", "pooled_features",
+    "confidence_intervals", "summarise", "pooled_features", "INTERVAL_METRICS", "SELECTED_ON", "item_statistics",
+    "layer_intervals", "seed_and_sentence_interval", "sentence_sums",
     "control_task", "control_keys", "control_key_seen_share", "CONTROL_KEYS", "selectivity",
     "compare_probe_families", "random_init_baseline",
     "COMBINATIONS", "combination_layers", "combine_layers", "combine", "all_combinations",
     "online_codelength", "mdl_layers", "block_boundaries", "PlantedData", "planted_task",
     "EDGE_PROBING_DEFAULTS", "edge_probing_analysis", "FEATURE_COMBINATIONS_DEFAULTS",
-    "feature_combinations_analysis", "probe_settings", "corpus_for_task_file",
+    "feature_combinations_analysis", "probe_settings", "corpus_for_task_file", "combination_summary",
 ]

@@ -17,7 +17,8 @@ import torch
 from bertology.errors import ConfigError
 from bertology.probes.probing._config import ProbeConfig
 from bertology.probes.probing._model import mixing_spec
-from bertology.probes.probing._scores import classification_metrics
+from bertology.probes.probing._scores import (INTERVAL_METRICS, classification_metrics, item_statistics,
+                                              seed_and_sentence_interval, sentence_sums)
 from bertology.probes.probing._spans import SpanFeatures, span_index
 from bertology.probes.probing._training import JointFit, _loss, fit_joint, predict_logits
 from bertology.probes.probing.tasks import EdgeTask, build_task, split_by_sentence
@@ -37,11 +38,17 @@ def probe_arrays(features: np.ndarray | torch.Tensor, sentence_offsets: np.ndarr
                  control: bool = False) -> pd.DataFrame:
     """Probe features ``[L, n_words, D]`` for ``task``; one vectorised training pass per seed.
 
-    ``layer_ids`` names the ``L`` layers (default ``0..L-1``). ``split_seed``: the sentence split
-    (``None``: a new split per seed). Returns a tidy DataFrame with columns
-    ``task, mode, probe, pooling, control, layer, seed, split, metric, value`` where ``split`` is
-    ``dev``/``test`` for scores (``accuracy``, ``micro_f1``, ``macro_f1``, ``loss``) and ``param``
-    for ``mix_weight`` (per layer), ``gamma`` and ``epochs``/``seconds`` (layer -1 = the mix).
+    ``layer_ids`` names the ``L`` layers (default ``0..L-1``). ``split_seed``: the seed of the one
+    sentence split every probe seed shares (the paper's fixed split; the studies pass the run's
+    seed), or ``None``: each probe seed ``s`` draws its own split with seed ``s``. Returns a tidy
+    DataFrame with columns ``task, mode, probe, pooling, control, layer, seed, split, metric, value``
+    where ``split`` is ``dev``/``test`` for scores (``accuracy``, ``micro_f1``, ``macro_f1``,
+    ``loss``), ``param`` for ``mix_weight`` (per layer), ``gamma`` and ``epochs``/``seconds``
+    (layer -1 = the mix), and ``interval`` (seed -1, one set per layer, over all seeds) for the 95%
+    interval of the mean test score: ``accuracy_low``, ``accuracy_high``, ``micro_f1_low``,
+    ``micro_f1_high`` (:func:`bertology.probes.probing._scores.seed_and_sentence_interval`; NaN with
+    one seed), ``n_seeds``, ``n_test`` (test examples, the smallest over seeds) and ``shared_test``
+    (1 when every seed had the same test sentences).
     """
     L = features.shape[0]
     layer_ids = list(range(L)) if layer_ids is None else list(layer_ids)
@@ -56,30 +63,71 @@ def probe_arrays(features: np.ndarray | torch.Tensor, sentence_offsets: np.ndarr
     rows: list[dict[str, Any]] = []
     base = {"task": task.name, "mode": mode, "probe": config.probe, "pooling": config.pooling,
             "control": control}
+    sentence_of = task.sentence_ids()
+    test_sums: list[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] = []   # per seed
+    n_test: list[int] = []
+    test_scores: list[dict[str, np.ndarray]] = []   # per seed: metric -> [P]
     for seed in seeds:
         split = split_by_sentence(task, seed=seed if split_seed is None else split_seed)
         fit = fit_joint(data, y, split["train"], split["dev"], n_labels=len(task.labels),
                         mixing=mixing, learned_mix=learned, config=config, seed=seed,
                         multilabel=task.multilabel)
         for part in ("dev", "test"):
-            for metric, values in _split_scores(fit, data, y, split[part], task.multilabel).items():
+            scores, items = _split_scores(fit, data, y, split[part], task.multilabel)
+            for metric, values in scores.items():
                 for layer, value in zip(probe_layer_ids, values):
                     rows.append({**base, "layer": layer, "seed": seed, "split": part,
                                  "metric": metric, "value": float(value)})
+        test_scores.append(scores)
+        test_sums.append(_sentence_sums(items, sentence_of[split["test"]]))
+        n_test.append(len(split["test"]))
         rows.extend({**base, "seed": seed, "split": "param", **row}
                     for row in _param_rows(fit, layer_ids, mode))
+    rows.extend({**base, "seed": -1, "split": "interval", **row}
+                for row in _interval_rows(test_scores, test_sums, n_test, probe_layer_ids))
     return pd.DataFrame(rows, columns=SCORE_COLUMNS)
 
 
 def _split_scores(fit: JointFit, data: SpanFeatures, y: np.ndarray, examples: np.ndarray,
-                  multilabel: bool) -> dict[str, np.ndarray]:
+                  multilabel: bool) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """``accuracy``, ``micro_f1``, ``macro_f1`` and ``loss`` (each ``[P]``) of the fitted probes on
-    ``examples``."""
+    ``examples``, and the per-example statistics of :func:`item_statistics` (``[P, n]`` each)."""
     logits = predict_logits(fit.model, data, examples)
     scores = classification_metrics(logits, y[examples], multilabel)
     gold = torch.as_tensor(y[examples], device=logits.device)
     scores["loss"] = _loss(logits, gold.float() if multilabel else gold, multilabel).cpu().numpy()
-    return scores
+    return scores, item_statistics(logits, y[examples], multilabel)
+
+
+def _sentence_sums(items: dict[str, tuple[np.ndarray, np.ndarray]], sentences: np.ndarray,
+                   ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per metric: (test sentences ``[G]``, numerator sums ``[P, G]``, denominator sums ``[P, G]``)."""
+    out = {}
+    for metric, (num, den) in items.items():
+        ids, num_sums = sentence_sums(num, sentences)
+        out[metric] = (ids, num_sums, sentence_sums(den, sentences)[1])
+    return out
+
+
+def _interval_rows(test_scores: list[dict[str, np.ndarray]], test_sums: list[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]],
+                   n_test: list[int], probe_layer_ids: list[int]) -> list[dict[str, Any]]:
+    """The ``interval`` rows (``layer``, ``metric``, ``value``): per probe, the 95% interval of each
+    of :data:`INTERVAL_METRICS` over the seeds' test scores and test sentences, and ``n_seeds``,
+    ``n_test``, ``shared_test``."""
+    shared = all(np.array_equal(s["accuracy"][0], test_sums[0]["accuracy"][0]) for s in test_sums)
+    out = []
+    for p, layer in enumerate(probe_layer_ids):
+        for metric in INTERVAL_METRICS:
+            seed_scores = [scores[metric][p] for scores in test_scores]
+            sums = [(s[metric][0], s[metric][1][p], s[metric][2][p]) for s in test_sums]
+            interval = seed_and_sentence_interval(seed_scores, sums,
+                                                  n_items=min(n_test) if shared else sum(n_test))
+            out += [{"layer": layer, "metric": f"{metric}_low", "value": interval["low"]},
+                    {"layer": layer, "metric": f"{metric}_high", "value": interval["high"]}]
+        out += [{"layer": layer, "metric": "n_seeds", "value": float(len(test_sums))},
+                {"layer": layer, "metric": "n_test", "value": float(min(n_test))},
+                {"layer": layer, "metric": "shared_test", "value": float(shared)}]
+    return out
 
 
 def _param_rows(fit: JointFit, layer_ids: list[int], mode: str) -> list[dict[str, Any]]:
@@ -128,7 +176,8 @@ def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, laye
     (span 1, span 2) texts, see :mod:`bertology.probes.probing.controls`), and adds ``selectivity``
     rows (task accuracy - control accuracy) and, per seed, a ``control_key_seen_share`` row
     (``control`` True, layer -1, split ``param``: the share of test examples whose key occurs
-    among the training examples). Extra keyword arguments go to :class:`ProbeConfig`. Returns the DataFrame of
+    among the training examples). ``split_seed``: as :func:`probe_arrays` (one shared split drawn
+    with it; ``None``: a split per probe seed). Extra keyword arguments go to :class:`ProbeConfig`. Returns the DataFrame of
     :func:`probe_arrays` (several modes can be concatenated and passed to :func:`summarise`).
     """
     if isinstance(task, str):

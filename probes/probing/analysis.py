@@ -17,10 +17,11 @@ from bertology.errors import ConfigError
 from bertology.probes.probing.baselines import random_init_baseline
 from bertology.probes.probing.combinations import COMBINATIONS, combine_layers
 from bertology.probes.probing.controls import CONTROL_KEYS, control_keys
-from bertology.probes.probing.edge import ProbeConfig, probe_arrays, probe_layers, summarise
+from bertology.probes.probing.edge import SELECTED_ON, ProbeConfig, layer_intervals, probe_arrays, probe_layers, summarise
 from bertology.probes.probing.mdl import online_codelength
 from bertology.probes.probing.tasks import EdgeTask, build_task, read_jsonl
 from bertology.runs import StudyContext, model_corpus_store
+from bertology.uncertainty import is_small_sample
 
 EDGE_PROBING_DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6",
@@ -32,6 +33,11 @@ EDGE_PROBING_DEFAULTS: dict[str, Any] = {
     "tasks": ["pos", "deps", "entities"],
     "modes": ["per_layer", "mix", "cumulative"],
     "seeds": [0, 1, 2],
+    # the train/dev/test sentence split: "fixed" = one split drawn with the run's `seed`, shared by
+    # every probe seed (the paper's fixed split; intervals add a bootstrap over test sentences to the
+    # seed variation); "per_seed" = probe seed s draws its own split with seed s (intervals over seeds
+    # then hold the variation of the split too)
+    "split": "fixed",
     "probe": "mlp",
     "span_pooling": "attention",
     "max_epochs": 40,
@@ -56,6 +62,7 @@ FEATURE_COMBINATIONS_DEFAULTS: dict[str, Any] = {
     "pooling": "first",
     "tasks": ["entities", "pos"],
     "seeds": [0, 1, 2],
+    "split": "fixed",               # as edge_probing's `split`
     "probe": "mlp",
     "span_pooling": "attention",
     "max_epochs": 40,
@@ -73,6 +80,19 @@ def probe_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg.get("device") is not None:
         settings["device"] = cfg["device"]
     return settings
+
+
+SPLITS = ("fixed", "per_seed")
+
+
+def split_seed(cfg: dict[str, Any], run_seed: int) -> int | None:
+    """The ``split_seed`` of :func:`bertology.probes.probing.edge.probe_arrays` for a config's
+    ``split``: ``"fixed"`` -> the run's seed (one split for every probe seed), ``"per_seed"`` ->
+    ``None`` (probe seed s draws its own split with seed s)."""
+    split = cfg.get("split", "fixed")
+    if split not in SPLITS:
+        raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return int(run_seed) if split == "fixed" else None
 
 
 def is_task_file(task: str) -> bool:
@@ -141,8 +161,11 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
     """Edge probing of every layer (Tenney 2019): per layer, scalar mix and cumulative probes of
     each task with Hewitt & Liang controls, Voita & Titov MDL and a random-encoder baseline.
 
-    Tables: ``layer_scores`` (:func:`probe_layers` rows of every task and mode), ``summary``
-    (:func:`summarise`, E_Delta per ``expected_layer_clip_negative``), ``mix_weights``, ``controls``
+    Tables: ``layer_scores`` (:func:`probe_layers` rows of every task and mode, dev, test and
+    ``interval`` rows), ``layer_intervals`` (:func:`layer_intervals`: per task, mode, layer and
+    metric the dev and test score with the test score's 95% interval, ``n_seeds``, ``n_test``,
+    ``small_sample``), ``summary`` (:func:`summarise`: best layer chosen on dev, reported on test;
+    E_Delta per ``expected_layer_clip_negative``), ``mix_weights``, ``controls``
     (if ``control``: per task, layer and control flag the mean test accuracy and selectivity over
     seeds, with the columns ``control_key``, ``control_key_types`` (distinct keys in the task) and
     ``control_key_seen_share`` (mean over seeds of the share of test examples whose key occurs in
@@ -155,6 +178,7 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
         raise ConfigError("seeds: give at least one seed")
     if cfg["control_key"] not in CONTROL_KEYS:
         raise ConfigError(f"control_key must be one of {', '.join(CONTROL_KEYS)}, got {cfg['control_key']!r}")
+    splits = split_seed(cfg, ctx.seed)
     lm, inputs = task_inputs(ctx)
     settings = probe_settings(cfg)
 
@@ -163,12 +187,13 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
         for name, (task, corpus, store) in inputs.items():
             for mode in cfg["modes"]:
                 ctx.log(f"    {task.name} / {mode}")
-                frames.append(probe_layers(store, corpus, task, mode=mode, seeds=seeds,
+                frames.append(probe_layers(store, corpus, task, mode=mode, seeds=seeds, split_seed=splits,
                                            control=cfg["control"] and mode == "per_layer",
                                            control_key=cfg["control_key"], **settings))
         return pd.concat(frames, ignore_index=True)
 
     df = ctx.step("layer_scores", scores)
+    ctx.step("layer_intervals", lambda: layer_intervals(df[~df["control"].astype(bool)]))
     ctx.step("summary", lambda: summarise(df, clip_negative=cfg["expected_layer_clip_negative"]))
     ctx.step("mix_weights", lambda: df[df["metric"] == "mix_weight"].rename(columns={"value": "weight"})
              [["task", "layer", "seed", "weight"]].reset_index(drop=True))
@@ -192,18 +217,22 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
     baseline_tasks = [t for t in cfg["random_baseline_tasks"] if t in inputs]
     if baseline_tasks:
         ctx.step("random_baseline", lambda: pd.concat(
-            [random_init_baseline(lm, inputs[t][1], inputs[t][0], seed=ctx.seed, seeds=seeds[:1], **settings)
+            [random_init_baseline(lm, inputs[t][1], inputs[t][0], seed=ctx.seed, seeds=seeds[:1],
+                                  split_seed=splits, **settings)
              for t in baseline_tasks],
             ignore_index=True))
 
 
 def controls_table(df: pd.DataFrame, inputs: dict[str, tuple[EdgeTask, Any, Any]], key: str) -> pd.DataFrame:
     """The ``controls`` table from ``layer_scores`` rows: mean over seeds of per-layer test accuracy
-    (task and control) and selectivity per ``(task, layer, control, metric)``, plus the columns
-    ``control_key``, ``control_key_types`` and ``control_key_seen_share`` of each task."""
-    out = (df[(df["metric"] == "selectivity") |
-              ((df["metric"] == "accuracy") & (df["split"] == "test") & (df["mode"] == "per_layer"))]
+    (task and control) and test selectivity per ``(task, layer, control, metric)``, plus the columns
+    ``control_key``, ``control_key_types`` and ``control_key_seen_share`` of each task, and
+    ``n_test``, ``small_sample`` (the task's test examples, :func:`bertology.uncertainty.is_small_sample`)."""
+    test = df[(df["split"] == "test") & (df["mode"] == "per_layer")]
+    out = (test[test["metric"].isin(["selectivity", "accuracy"])]
            .groupby(["task", "layer", "control", "metric"], as_index=False)["value"].mean())
+    n_test = df[(df["split"] == "interval") & (df["metric"] == "n_test") & ~df["control"].astype(bool)
+                & (df["mode"] == "per_layer")].groupby("task")["value"].min()
     seen = df[df["metric"] == "control_key_seen_share"].groupby("task")["value"].mean()
     types = {}
     for task, corpus, _ in inputs.values():
@@ -212,17 +241,23 @@ def controls_table(df: pd.DataFrame, inputs: dict[str, tuple[EdgeTask, Any, Any]
     out["control_key"] = key
     out["control_key_types"] = out["task"].map(types).astype("Int64")
     out["control_key_seen_share"] = out["task"].map(seen).astype(float)
+    out["n_test"] = out["task"].map(n_test).astype("Int64")
+    out["small_sample"] = out["n_test"].map(lambda n: pd.NA if pd.isna(n) else is_small_sample(int(n))).astype("boolean")
     return out
 
 
 def feature_combinations_analysis(ctx: StudyContext) -> None:
     """Which layers to use as features (Devlin 2019, Table 7): first layer, last hidden, sum of all,
     second-to-last, sum of the last four, concatenation of the last four, each scored with the same
-    probe on the same task. Table ``combinations`` (combination, description, task, seed, metric, value)."""
+    probe on the same task. Tables ``combinations`` (combination, description, task, seed, metric,
+    value: test scores per seed) and ``combination_summary`` (:func:`combination_summary`: per task
+    and combination the dev and test accuracy with the test score's 95% interval, and the best
+    combination chosen on dev)."""
     cfg = ctx.config
+    splits = split_seed(cfg, ctx.seed)
     _, corpus, store = model_corpus_store(ctx)
 
-    def combos() -> pd.DataFrame:
+    def combos() -> dict[str, pd.DataFrame]:
         layers = store.layers()
         frames = []
         for name in COMBINATIONS:
@@ -230,16 +265,38 @@ def feature_combinations_analysis(ctx: StudyContext) -> None:
             for task_name in cfg["tasks"]:
                 task = build_task(corpus, task_name)
                 df = probe_arrays(feats, store.sentence_offsets, task, seeds=[int(s) for s in cfg["seeds"]],
+                                  split_seed=splits,
                                   config=ProbeConfig(probe=cfg["probe"], pooling=cfg["span_pooling"],
                                                      max_epochs=cfg["max_epochs"],
                                                      batch_size=int(cfg["batch_size"])))
-                df = df[(df["split"] == "test") & df["metric"].isin(["accuracy", "micro_f1", "macro_f1"])]
                 frames.append(df.assign(combination=name, description=COMBINATIONS[name]))
-        return pd.concat(frames, ignore_index=True)[["combination", "description", "task", "seed", "metric", "value"]]
+        df = pd.concat(frames, ignore_index=True)
+        test = df[(df["split"] == "test") & df["metric"].isin(["accuracy", "micro_f1", "macro_f1"])]
+        return {"combinations": test[["combination", "description", "task", "seed", "metric", "value"]]
+                .reset_index(drop=True), "combination_summary": combination_summary(df)}
 
-    ctx.step("combinations", combos)
+    ctx.steps(["combinations", "combination_summary"], combos)
+
+
+def combination_summary(df: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
+    """Per task and combination (from :func:`probe_arrays` rows with ``combination`` and
+    ``description`` columns): ``dev_score``, ``score`` (test) with ``low``/``high`` (95%),
+    ``n_seeds``, ``n_test``, ``small_sample``, ``interval`` (:func:`layer_intervals`), and
+    ``selected`` (True for the combination with the highest mean dev score of its task;
+    ``selected_on = "dev"``)."""
+    parts = []
+    for (name, description), part in df.groupby(["combination", "description"], sort=False):
+        table = layer_intervals(part, [metric]).drop(columns=["mode", "probe", "pooling", "control", "layer"])
+        parts.append(table.assign(combination=name, description=description))
+    out = pd.concat(parts, ignore_index=True)
+    best = out.groupby("task")["dev_score"].idxmax()
+    out["selected"] = out.index.isin(best.values)
+    out["selected_on"] = SELECTED_ON
+    first = ["task", "combination", "description", "selected", "selected_on"]
+    return out[first + [c for c in out.columns if c not in first]]
 
 
 __all__ = ["EDGE_PROBING_DEFAULTS", "FEATURE_COMBINATIONS_DEFAULTS", "edge_probing_analysis", "controls_table",
+           "combination_summary", "split_seed", "SPLITS",
            "feature_combinations_analysis", "probe_settings", "corpus_for_task_file", "is_task_file",
            "task_inputs"]

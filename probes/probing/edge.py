@@ -10,7 +10,9 @@ one concept each:
   projection, span pooling, classifier) and :func:`mixing_spec` (which layers each probe reads);
 * :mod:`._training` -- :func:`fit_joint`: minibatch Adam, or (:mod:`._lbfgs`) full-batch L-BFGS
   for linear probes on fixed pooled inputs; :func:`predict_logits`;
-* :mod:`._scores` -- :func:`classification_metrics`, expected layers, :func:`summarise`;
+* :mod:`._scores` -- :func:`classification_metrics`, expected layers, the intervals of test scores
+  (:func:`seed_and_sentence_interval`, :func:`layer_intervals`), :func:`summarise` (best layer
+  chosen on dev, reported on test);
 * :mod:`._runners` -- :func:`probe_arrays` and :func:`probe_layers`, the study-level entry points
   returning a tidy DataFrame;
 * :mod:`._estimator` -- :class:`EdgeProbe`, the scikit-learn estimator on already pooled features.
@@ -48,12 +50,16 @@ from bertology.probes.probing._estimator import EdgeProbe, pooled_features
 from bertology.probes.probing._model import MODES, JointProbes, mixing_spec
 from bertology.probes.probing._runners import (SCORE_COLUMNS, label_matrix, layer_features, probe_arrays,
                                                probe_layers)
-from bertology.probes.probing._scores import (classification_metrics, confidence_intervals, cumulative_deltas,
-                                              cumulative_expected_layer, expected_layer, summarise)
+from bertology.probes.probing._scores import (INTERVAL_METRICS, SELECTED_ON, classification_metrics,
+                                              confidence_intervals, cumulative_deltas, cumulative_expected_layer,
+                                              expected_layer, item_statistics, layer_intervals,
+                                              seed_and_sentence_interval, sentence_sums, summarise)
 from bertology.probes.probing._spans import SpanFeatures, span_index
 from bertology.probes.probing._training import JointFit, fit_joint, predict_logits
 
 __all__ = ["ProbeConfig", "SpanFeatures", "JointProbes", "JointFit", "EdgeProbe", "fit_joint", "predict_logits",
            "span_index", "mixing_spec", "MODES", "classification_metrics", "label_matrix", "layer_features",
            "probe_arrays", "probe_layers", "SCORE_COLUMNS", "expected_layer", "cumulative_deltas",
-           "cumulative_expected_layer", "confidence_intervals", "summarise", "pooled_features"]
+           "cumulative_expected_layer", "confidence_intervals", "summarise", "pooled_features",
+           "INTERVAL_METRICS", "SELECTED_ON", "item_statistics", "layer_intervals", "seed_and_sentence_interval",
+           "sentence_sums"]

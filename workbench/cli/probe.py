@@ -31,7 +31,7 @@ def probe_overrides(*, task: str | None = None, model: str | None = None, corpus
                     limit: int | None = None, mode: str | None = None, probe: str | None = None,
                     pooling: str | None = None, control: bool | None = None, mdl: bool | None = None,
                     random_baseline: bool | None = None, seeds: str | None = None, max_epochs: int | None = None,
-                    device: str | None = None) -> dict[str, Any]:
+                    device: str | None = None, split: str | None = None) -> dict[str, Any]:
     """The ``edge_probing`` config fields for the options given (``None`` = not given)."""
     from bertology.errors import ConfigError
     from bertology.probes.probing.tasks import BUILTIN_TASKS
@@ -49,8 +49,10 @@ def probe_overrides(*, task: str | None = None, model: str | None = None, corpus
     overrides: dict[str, Any] = {}
     if task is not None:
         overrides["tasks"] = [task]
+    if split is not None and split not in ("fixed", "per_seed"):
+        raise ConfigError(f"--split must be fixed or per_seed, got {split!r}")
     for key, value in (("model", model), ("corpus", corpus), ("probe", probe), ("span_pooling", pooling),
-                       ("control", control), ("max_epochs", max_epochs), ("device", device)):
+                       ("control", control), ("max_epochs", max_epochs), ("device", device), ("split", split)):
         if value is not None:
             overrides[key] = value
     if limit is not None:
@@ -76,10 +78,20 @@ def print_summary(run_dir: Path) -> None:
     for info in manifest.get("tasks", {}).values():
         typer.echo(f"{info['name']}: {info['examples']} examples, {info['labels']} labels ({info['source']})")
     tables = set(manifest.get("tables", []))
-    df = read_table(run_dir, "layer_scores")
-    acc = df[(df["metric"] == "accuracy") & (df["split"] == "test") & (~df["control"].astype(bool))]
-    typer.echo(acc.groupby(["task", "mode", "layer"])["value"].agg(["mean", "std"]).round(4).to_string())
-    typer.echo(read_table(run_dir, "summary").round(3).to_string(index=False))
+    if "layer_intervals" in tables:
+        intervals = read_table(run_dir, "layer_intervals")
+        acc = intervals[intervals["metric"] == "accuracy"]
+        typer.echo("accuracy per layer (mean over seeds; 95% interval of the test score):\n"
+                   + acc[["task", "mode", "layer", "dev_score", "score", "low", "high", "n_seeds", "n_test"]]
+                   .round(4).to_string(index=False))
+    else:                                   # a run made before intervals existed
+        df = read_table(run_dir, "layer_scores")
+        acc = df[(df["metric"] == "accuracy") & (df["split"] == "test") & (~df["control"].astype(bool))]
+        typer.echo(acc.groupby(["task", "mode", "layer"])["value"].agg(["mean", "std"]).round(4).to_string())
+    summary = read_table(run_dir, "summary")
+    typer.echo(summary.round(3).to_string(index=False))
+    for line in small_sample_warnings(summary):
+        typer.echo(line)
     if "controls" in tables:
         sel = read_table(run_dir, "controls")
         sel = sel[sel["metric"] == "selectivity"]
@@ -96,6 +108,19 @@ def print_summary(run_dir: Path) -> None:
         typer.echo("random-init encoder (test accuracy):\n"
                    + rb.pivot_table(index="layer", columns="task", values="value").round(4).to_string())
     typer.echo(f"wrote {run_dir}")
+
+
+def small_sample_warnings(summary: Any) -> list[str]:
+    """One warning line per task of a ``summary`` table flagged ``small_sample`` (fewer test
+    examples than :data:`bertology.uncertainty.MIN_TEST_ITEMS`)."""
+    from bertology.uncertainty import MIN_TEST_ITEMS
+
+    if "small_sample" not in summary.columns:
+        return []
+    flagged = summary[summary["small_sample"].fillna(False).astype(bool)]
+    return [f"warning: {row.task}: only {int(row.n_test)} test examples (< {MIN_TEST_ITEMS}): its scores and "
+            "best layer are uncertain; read the intervals (best_layer_low/high), not the ranking"
+            for row in flagged.itertuples()]
 
 
 def register(app: typer.Typer) -> None:
@@ -116,9 +141,12 @@ def register(app: typer.Typer) -> None:
         random_baseline: Optional[bool] = typer.Option(None, "--random-baseline/--no-random-baseline",
                                                        help="also probe a randomly initialised copy of the model"),
         seeds: Optional[str] = typer.Option(None, help="probe seeds, comma-separated"),
+        split: Optional[str] = typer.Option(None, help="sentence split: fixed (one split drawn with --seed, shared "
+                                                       "by every probe seed) or per_seed (each probe seed its own)"),
         max_epochs: Optional[int] = typer.Option(None, help="most training epochs per probe (early stopping on dev)"),
         device: Optional[str] = typer.Option(None, help="where probes train: cpu or cuda"),
-        seed: Optional[int] = typer.Option(None, help="the run's seed (random-encoder baseline)"),
+        seed: Optional[int] = typer.Option(None, help="the run's seed (the fixed sentence split, random-encoder "
+                                                      "baseline)"),
         out: Optional[Path] = typer.Option(None, help="results root (default results/); the run goes to "
                                                       "OUT/edge_probing/<run id>"),
         force: bool = typer.Option(False, help="recompute even if a complete run exists"),
@@ -129,7 +157,7 @@ def register(app: typer.Typer) -> None:
 
         overrides = probe_overrides(task=task, model=model, corpus=corpus, limit=limit, mode=mode, probe=probe,
                                     pooling=pooling, control=control, mdl=mdl, random_baseline=random_baseline,
-                                    seeds=seeds, max_epochs=max_epochs, device=device)
+                                    seeds=seeds, max_epochs=max_epochs, device=device, split=split)
         run_dir = run_study("edge_probing", overrides=overrides, results_root=out, seed=seed, force=force,
                             log=typer.echo)
         print_summary(run_dir)
