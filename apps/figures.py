@@ -292,14 +292,17 @@ def type_counts_figure(counts: pd.DataFrame) -> go.Figure:
 def line_with_band(df: pd.DataFrame, x: str, color: str, title: str, y_title: str) -> go.Figure:
     """One line per value of ``color`` over ``x`` with a shaded 95% band.
 
-    ``df``: ``[x], [color], mean, ci95`` (a :func:`bertology.results.mean_ci` table)."""
+    ``df``: ``[x], [color], mean`` and the band as ``low, high`` (or, without them, ``mean ± ci95``):
+    a :func:`bertology.results.mean_ci` or :func:`bertology.apps.tables.interval_bands` table."""
     fig = go.Figure()
     palette = px.colors.qualitative.Plotly
     for k, (name, part) in enumerate(df.groupby(color)):
         part = part.sort_values(x)
         c = palette[k % len(palette)]
+        high = part["high"] if "high" in part else part["mean"] + part["ci95"]
+        low = part["low"] if "low" in part else part["mean"] - part["ci95"]
         fig.add_trace(go.Scatter(x=list(part[x]) + list(part[x])[::-1],
-                                 y=list(part["mean"] + part["ci95"]) + list(part["mean"] - part["ci95"])[::-1],
+                                 y=list(high) + list(low)[::-1],
                                  fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0),
                                  hoverinfo="skip", showlegend=False))
         fig.add_trace(go.Scatter(x=part[x], y=part["mean"], mode="lines+markers", name=esc(name),

@@ -25,6 +25,7 @@ from bertology.apps.locations import clean, describe, find_runs, model_name, run
 from bertology.apps.ui import (guard, has_columns_or_explain, load_extra, load_table, optional_table, pick_other,
                                pick_run, query)
 from bertology.results import ResultError, read_manifest, read_table
+from bertology.uncertainty import MIN_TEST_ITEMS
 
 
 @dataclass(frozen=True)
@@ -73,16 +74,25 @@ def probing_page(page: Page) -> None:
     scores = load_table(run, "layer_scores")
     if has_columns_or_explain(scores, ["task", "layer", "metric", "value", "seed"], "layer_scores", run):
         with guard("the layer curves", run):
-            metrics, start = tables.options_and_default(scores["metric"], "accuracy")
+            metrics, start = tables.options_and_default(tables.probe_metrics(scores), "accuracy")
             metric = st.selectbox("metric", metrics, index=start)
             mode = None
             if "mode" in scores.columns:
                 modes, start = tables.options_and_default(scores["mode"], "per_layer")
                 mode = st.selectbox("probe input", modes, index=start)
-            means = tables.layer_means(tables.probe_part(scores, metric, mode))
+            intervals = optional_table(run, "layer_intervals")
+            bands = None if intervals is None else tables.interval_bands(intervals, metric, mode)
+            if bands is not None and not bands.empty:
+                means, band = bands, "95% interval over seeds and test sentences"
+            else:
+                means, band = tables.layer_means(tables.probe_part(scores, metric, mode)), "mean ± 95% CI over seeds"
+            small = [] if intervals is None else tables.small_sample_tasks(intervals)
+            if small:
+                st.warning(f"Small sample: {', '.join(small)} scored on fewer than {MIN_TEST_ITEMS} test items; "
+                           "its best layer and differences between layers are not reliable.")
             if other is None:
                 st.plotly_chart(figures.line_with_band(means, "layer", "task",
-                                                       f"{metric} per layer (mean ± 95% CI over seeds)", metric),
+                                                       f"{metric} per layer ({band})", metric),
                                 width="stretch")
             else:
                 means_b = tables.layer_means(tables.probe_part(read_table(other, "layer_scores"), metric, mode))
@@ -421,7 +431,8 @@ def pretraining_page(page: Page) -> None:
     if has_columns_or_explain(probes, ["step", "task", "layer", "value"], "probe_scores", run):
         with guard("the probe accuracy", run):
             st.plotly_chart(figures.probe_by_step(probes), width="stretch")
-            st.plotly_chart(figures.best_layer_figure(tables.best_layer_by_step(probes)), width="stretch")
+            best = tables.best_layer_by_step(probes, optional_table(run, "best_layers"))
+            st.plotly_chart(figures.best_layer_figure(best), width="stretch")
     cloze_section(run)
 
 

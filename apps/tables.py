@@ -45,6 +45,35 @@ def probe_part(scores: pd.DataFrame, metric: str | None, mode: str | None) -> pd
     return part
 
 
+def probe_metrics(scores: pd.DataFrame) -> list[str]:
+    """The metrics a ``layer_scores`` table scores on test (not the ``split = interval`` rows that
+    hold interval bounds and counts)."""
+    if "split" in scores.columns:
+        scores = scores[scores["split"] == "test"]
+    return sorted(scores["metric"].astype(str).unique())
+
+
+def interval_bands(intervals: pd.DataFrame, metric: str | None, mode: str | None) -> pd.DataFrame:
+    """Per task and layer, the test score with the run's own 95% interval (seeds and test sentences,
+    see docs/METHODS.md): ``task, layer, mean, low, high, n, small_sample``. ``intervals``: the
+    ``layer_intervals`` table (``task, mode, control, layer, metric, score, low, high, n_seeds``)."""
+    part = intervals[(intervals["metric"] == metric) & ~intervals["control"].astype(bool)]
+    if mode is not None and "mode" in part.columns:
+        part = part[part["mode"] == mode]
+    out = part.rename(columns={"score": "mean", "n_seeds": "n"})
+    keep = [c for c in ("task", "layer", "mean", "low", "high", "n", "n_test", "small_sample") if c in out.columns]
+    return out[keep].reset_index(drop=True)
+
+
+def small_sample_tasks(table: pd.DataFrame) -> list[str]:
+    """Tasks a table flags as measured on fewer test items than ``bertology.uncertainty.MIN_TEST_ITEMS``
+    (rows with ``small_sample`` true)."""
+    if "small_sample" not in table.columns or "task" not in table.columns:
+        return []
+    flagged = table[table["small_sample"].fillna(False).astype(bool)]
+    return sorted(flagged["task"].astype(str).unique())
+
+
 def layer_means(scores: pd.DataFrame) -> pd.DataFrame:
     """Mean over seeds per task and layer with its 95% interval: ``task, layer, mean, sd, n, ci95``.
     ``scores``: ``task, layer, value`` (one row per seed)."""
@@ -236,9 +265,13 @@ def at_step(table: pd.DataFrame, step: int) -> pd.DataFrame:
     return table[table["step"] == step]
 
 
-def best_layer_by_step(probes: pd.DataFrame) -> pd.DataFrame:
-    """Per checkpoint step and task, the best layer's probe accuracy (mean over seeds first):
-    ``step, task, value``. ``probes``: the ``probe_scores`` table (``step, task, layer, value``)."""
+def best_layer_by_step(probes: pd.DataFrame, best_layers: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per checkpoint step and task, the best layer's test accuracy: ``step, task, value``.
+    With emergence's ``best_layers`` table (``step, task, best_layer_score``: the layer chosen on
+    dev, its test score), that; else (older runs) the maximum over layers of the ``probe_scores``
+    test means (``step, task, layer, value``), which picks the layer on test and reads high."""
+    if best_layers is not None and {"step", "task", "best_layer_score"} <= set(best_layers.columns):
+        return best_layers.rename(columns={"best_layer_score": "value"})[["step", "task", "value"]]
     return probes.groupby(["step", "task", "layer"], as_index=False)["value"].mean() \
         .groupby(["step", "task"], as_index=False)["value"].max()
 

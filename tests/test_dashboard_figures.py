@@ -229,3 +229,37 @@ def test_pretraining_shaping_and_figures():
         {"sentence": "a ___ b", "masked word": "x", "top predictions": "y (50.0%), x (12.5%)"}]
     accuracy = pd.DataFrame({"step": [0, 5], "top1": [0.0, 0.5], "top5": [0.25, 1.0]})
     assert tables.cloze_accuracy_line(accuracy) == "top-1 / top-5 accuracy per step: 0: 0% / 25%, 5: 50% / 100%"
+
+
+def test_probing_bands_come_from_the_runs_own_intervals_and_small_samples_are_named():
+    from bertology.apps import tables
+
+    intervals = pd.DataFrame({
+        "task": ["pos", "pos", "entities", "pos"], "mode": ["per_layer"] * 3 + ["mix"],
+        "control": [False, False, False, False], "layer": [0, 1, 0, -1], "metric": ["accuracy"] * 4,
+        "dev_score": [0.5, 0.7, 0.4, 0.8], "score": [0.52, 0.71, 0.42, 0.8], "low": [0.48, 0.67, 0.30, 0.77],
+        "high": [0.56, 0.75, 0.55, 0.83], "n_seeds": [2, 2, 2, 2], "n_test": [800, 800, 62, 800],
+        "small_sample": [False, False, True, False]})
+    bands = tables.interval_bands(intervals, "accuracy", "per_layer")
+    assert list(bands["mean"]) == [0.52, 0.71, 0.42] and list(bands["low"]) == [0.48, 0.67, 0.30]
+    assert tables.small_sample_tasks(intervals) == ["entities"]
+    fig = figures.line_with_band(bands, "layer", "task", "t", "accuracy")
+    band = next(t for t in fig.data if t.fill == "toself" and t.x[0] == 0 and len(t.x) == 4)  # pos: layers 0, 1
+    assert list(band.y) == [0.56, 0.75, 0.67, 0.48]  # high along, low back: asymmetric bounds kept
+
+
+def test_probing_metric_choices_leave_out_interval_rows():
+    from bertology.apps import tables
+
+    scores = pd.DataFrame({"metric": ["accuracy", "accuracy", "accuracy_low", "n_test"],
+                           "split": ["test", "dev", "interval", "interval"]})
+    assert tables.probe_metrics(scores) == ["accuracy"]
+
+
+def test_best_layer_per_checkpoint_is_the_dev_chosen_one_when_the_run_has_it():
+    from bertology.apps import tables
+
+    probes = pd.DataFrame({"step": [0, 0], "task": ["pos", "pos"], "layer": [0, 1], "value": [0.6, 0.9]})
+    assert list(tables.best_layer_by_step(probes)["value"]) == [0.9]  # old runs: max over test
+    best = pd.DataFrame({"step": [0], "task": ["pos"], "best_layer": [0], "best_layer_score": [0.6]})
+    assert list(tables.best_layer_by_step(probes, best)["value"]) == [0.6]
