@@ -139,12 +139,19 @@ def space_digest(spec: str) -> dict[str, str] | None:
 
 
 def alignment_inputs(config: dict[str, Any]) -> dict[str, Any]:
-    """Vector packages and dictionaries of the ``alignment`` study's cross-lingual experiment."""
-    if not config["crosslingual"]:
-        return {}
-    source, target = config["source"], config["target"]
-    return {"source_vectors": spacy_vectors_digest(source), "target_vectors": spacy_vectors_digest(target),
-            "dictionary_files": dictionary_digest(*config["dictionary"], config["dictd_dir"])}
+    """Vector packages and dictionaries of the ``alignment`` study's cross-lingual experiment, and
+    the plain-text corpora its drift experiment reads."""
+    from bertology.corpus.plain_text import text_files
+    from bertology.fingerprints import files_input_digest
+
+    out: dict[str, Any] = {}
+    if config["crosslingual"]:
+        source, target = config["source"], config["target"]
+        out.update(source_vectors=spacy_vectors_digest(source), target_vectors=spacy_vectors_digest(target),
+                   dictionary_files=dictionary_digest(*config["dictionary"], config["dictd_dir"]))
+    for name in config.get("corpora") or []:
+        out[f"text_{name}"] = files_input_digest("plain text", text_files(name), name=name)
+    return out
 
 
 def align_spaces_inputs(config: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, heads_
                                             measure_pruning, pruning_curve, pruning_task, removable_shares,
                                             train_l0_gates)
 from bertology.probes.heads.stats import SPECIAL_TOKENS, corpus_frequencies, head_statistics
-from bertology.runs import StudyContext, model_corpus_store
+from bertology.runs import StudyContext, model_corpus_store, reads_inputs
 from bertology.uncertainty import is_small_sample
 
 __all__ = ["CURVE_METHODS", "HEAD_TYPES_DEFAULTS", "PRUNING_DEFAULTS", "PRUNING_METHODS", "head_types_analysis",
@@ -82,6 +82,16 @@ PRUNING_DEFAULTS: dict[str, Any] = {
 }
 
 
+def head_types_inputs(config: dict[str, Any]) -> dict[str, Any]:
+    """The spaCy vector package the attention-and-words probe reads (``word_vectors``), fingerprinted."""
+    if config.get("word_vectors", "none") == "none":
+        return {}
+    from bertology.probes.embeddings.analysis import spacy_vectors_digest
+
+    return {"word_vectors": spacy_vectors_digest(config["word_vectors"])}
+
+
+@reads_inputs(head_types_inputs)
 def head_types_analysis(ctx: StudyContext) -> None:
     """Head statistics and types (Voita et al. 2019, "Analyzing Multi-Head Self-Attention"; Clark et
     al. 2019, "What Does BERT Look At?") and the attention-based dependency probe, on word-level

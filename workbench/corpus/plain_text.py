@@ -10,6 +10,7 @@ import gzip
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 from bertology import paths
 from bertology.errors import CorpusError
@@ -47,6 +48,19 @@ def kjv_sentences(lower: bool = True) -> list[list[str]]:
 
 
 TEXTS = {"brown": brown_sentences, "kjv": kjv_sentences}
+KJV_DATA_FILES = ("/usr/lib/bible.data", "/usr/lib/bible.data.conc")  # what `bible` reads (bible-kjv-text)
+
+
+def text_files(name: str) -> list[Path]:
+    """The files a plain-text corpus is read from (what a run that reads it must fingerprint)."""
+    if name == "brown":
+        return [paths.package_data() / "brown.txt.gz"]
+    if name == "kjv":
+        missing = [f for f in KJV_DATA_FILES if not Path(f).is_file()]
+        if missing:
+            raise CorpusError(f"{missing[0]}: the KJV text is missing (apt-get install bible-kjv bible-kjv-text)")
+        return [Path(f) for f in KJV_DATA_FILES]
+    raise CorpusError(f"unknown text corpus {name!r}; available: {', '.join(TEXTS)}")
 
 
 def load_text(name: str, lower: bool = True) -> list[list[str]]:
