@@ -201,3 +201,23 @@ def test_bfloat16_screening_gives_the_float32_neighbours():
     # the pool given as the queries themselves takes the one-pass path: same numbers
     assert np.allclose(retrieve(q, t, 5, "csls", source_pool=q, precision="float32")[0],
                        retrieve(q, t, 5, "csls", precision="float32")[0], atol=1e-6)
+
+
+def test_methods_are_compared_word_by_word_with_a_paired_interval():
+    from bertology.probes.embeddings.alignment import compare_methods
+
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(400)]
+    base = (rng.random(400) < 0.5).astype(int)  # 0 = first-rank hit, 1 = missed at k=1
+    better = np.where(rng.random(400) < 0.4, 0, base)  # fixes ~40% of the misses
+    hits = pd.concat([pd.DataFrame({"method": m, "retrieval": "csls", "source": words, "first_hit": h})
+                      for m, h in (("procrustes", better), ("lstsq", base), ("copy", base))])
+    table = compare_methods(hits, ks=(1,))
+    assert list(zip(table["method_a"], table["method_b"])) == [("procrustes", "lstsq"), ("procrustes", "copy"),
+                                                                ("lstsq", "copy")]
+    first = table.iloc[0]
+    assert first["difference"] == pytest.approx((better == 0).mean() - (base == 0).mean())
+    assert first["low"] > 0 and first["p_value"] < 0.01 and first["mcnemar_p"] < 0.01
+    tie = table.iloc[2]  # identical hits: no difference, p = 1
+    assert tie["difference"] == 0 and tie["p_value"] == 1.0 and tie["mcnemar_p"] == 1.0
+    assert not table["small_sample"].any()

@@ -335,8 +335,8 @@ class AlignmentResult:
 
     def evaluate(self, source: StaticVectors, target: StaticVectors, test_pairs: pd.DataFrame,
                  retrieval: Sequence[str] = ("nn", "csls"), ks: Sequence[int] = (1, 5, 10),
-                 csls_k: int = 10, batch_size: int = 4096) -> pd.DataFrame:
-        return evaluate_alignment(self, source, target, test_pairs, retrieval, ks, csls_k, batch_size)
+                 csls_k: int = 10, batch_size: int = 4096, hits: list[pd.DataFrame] | None = None) -> pd.DataFrame:
+        return evaluate_alignment(self, source, target, test_pairs, retrieval, ks, csls_k, batch_size, hits=hits)
 
 
 def align(
@@ -458,14 +458,21 @@ def evaluate_alignment(
     ks: Sequence[int] = (1, 5, 10),
     csls_k: int = 10,
     batch_size: int = 4096,
+    hits: list[pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """Precision@k of translating held-out source words over the WHOLE target vocabulary.
 
     A source word with several gold translations is a hit when any is in the top k. Source words
     absent from the source space, or with no gold word in the target space, are not queried
     (``coverage`` = queried / distinct test source words). Returns one row per
-    ``(retrieval, k)``: ``retrieval, k, metric ("precision"), value, n_queries, coverage``.
+    ``(retrieval, k)``: ``retrieval, k, metric ("precision"), value, n_queries, coverage, low, high``
+    (``low``/``high``: 95% bootstrap interval over the queried words,
+    :func:`bertology.uncertainty.ratio_bootstrap`). ``hits``, when given, receives one frame per
+    retrieval method: ``retrieval, source, first_hit`` (rank of the first gold word, ``max(ks)``
+    when none is in the top ``max(ks)``), so methods can be compared word by word.
     """
+    from bertology.uncertainty import ratio_bootstrap
+
     pairs = as_pairs(test_pairs)
     n_sources = pairs["source"].nunique()
     pairs = pairs[pairs["source"].map(source.__contains__) & pairs["target"].map(target.__contains__)]
@@ -482,11 +489,45 @@ def evaluate_alignment(
         r_source = mean_topk_cosine(tgt, mapped_all, csls_k, batch_size) if method == "csls" else None
         _, idx = retrieve(q, tgt, kmax, method, csls_k, r_source=r_source, batch_size=batch_size)
         first_hit = np.array([next((r for r, j in enumerate(row) if j in g), kmax) for row, g in zip(idx, gold)])
+        if hits is not None:
+            hits.append(pd.DataFrame({"retrieval": method, "source": queries, "first_hit": first_hit}))
         for k in ks:
+            interval = ratio_bootstrap((first_hit < k).astype(float))
             rows.append({"retrieval": method, "k": int(k), "metric": "precision",
                          "value": float(np.mean(first_hit < k)), "n_queries": len(queries),
-                         "coverage": len(queries) / max(n_sources, 1)})
+                         "coverage": len(queries) / max(n_sources, 1), "low": interval.low, "high": interval.high})
     return pd.DataFrame(rows)
+
+
+def compare_methods(hits: pd.DataFrame, ks: Sequence[int] = (1,)) -> pd.DataFrame:
+    """Every pair of alignment methods scored on the same held-out words: per retrieval and k, the
+    precision of each, their difference with a paired bootstrap interval over words
+    (:func:`bertology.uncertainty.paired_bootstrap`) and the exact McNemar p-value.
+
+    ``hits``: ``method, retrieval, source, first_hit`` (:func:`evaluate_alignment`'s ``hits``).
+    Returns ``retrieval, k, method_a, method_b, precision_a, precision_b, difference, low, high,
+    p_value, mcnemar_p, n_queries, small_sample``.
+    """
+    from itertools import combinations
+
+    from bertology.uncertainty import is_small_sample, mcnemar_p, paired_bootstrap
+
+    rows = []
+    for retrieval, part in hits.groupby("retrieval", sort=False):
+        wide = part.pivot(index="source", columns="method", values="first_hit").dropna()
+        methods = list(dict.fromkeys(part["method"]))
+        for k in ks:
+            for a, b in combinations(methods, 2):
+                hit_a, hit_b = (wide[a] < k).to_numpy(float), (wide[b] < k).to_numpy(float)
+                diff = paired_bootstrap(hit_a, hit_b)
+                rows.append({"retrieval": retrieval, "k": int(k), "method_a": a, "method_b": b,
+                             "precision_a": float(hit_a.mean()), "precision_b": float(hit_b.mean()),
+                             "difference": diff.difference, "low": diff.low, "high": diff.high,
+                             "p_value": diff.p_value, "mcnemar_p": mcnemar_p(hit_a, hit_b),
+                             "n_queries": len(wide), "small_sample": is_small_sample(len(wide))})
+    return pd.DataFrame(rows, columns=["retrieval", "k", "method_a", "method_b", "precision_a", "precision_b",
+                                       "difference", "low", "high", "p_value", "mcnemar_p", "n_queries",
+                                       "small_sample"])
 
 
 def most_moved_words(

@@ -276,8 +276,8 @@ def alignment_analysis(ctx: StudyContext) -> None:
     dictionaries (Procrustes, least squares, self-learning; NN vs CSLS), two layers of one model,
     two models, and one language in two eras.
 
-    Tables: ``precision_crosslingual``, ``translations``, ``history``, ``dictionary`` (if
-    ``crosslingual``), ``moved_layers``, ``moved_models`` (if ``other_model``), ``moved_corpora``
+    Tables: ``precision_crosslingual``, ``translations``, ``history``, ``dictionary``,
+    ``method_comparison`` (if ``crosslingual``), ``moved_layers``, ``moved_models`` (if ``other_model``), ``moved_corpora``
     (if ``corpora``), and the combined ``precision`` and ``most_moved``.
     """
     cfg = ctx.config
@@ -291,8 +291,9 @@ def alignment_analysis(ctx: StudyContext) -> None:
             experiment = f"{cfg['source']}→{cfg['target']}"
             return {"precision_crosslingual": tables["precision"].assign(experiment=experiment),
                     **{name: tables[name].assign(experiment=experiment)
-                       for name in ("translations", "history", "dictionary")}}
-        made = ctx.steps(["precision_crosslingual", "translations", "history", "dictionary"], cross)
+                       for name in ("translations", "history", "dictionary", "method_comparison")}}
+        made = ctx.steps(["precision_crosslingual", "translations", "history", "dictionary", "method_comparison"],
+                         cross)
         precision.append(made["precision_crosslingual"])
 
     _, corpus, store = model_corpus_store(ctx)

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from bertology.probes.embeddings.alignment import align, identical_pairs
+from bertology.probes.embeddings.alignment import align, compare_methods, identical_pairs
 from bertology.probes.embeddings.dictionaries import LICENCE, bilingual_pairs, filter_to_vocab, split_dictionary
 from bertology.probes.embeddings.static_vectors import StaticVectors, load_spacy_vectors
 
@@ -45,7 +45,9 @@ def crosslingual_experiment(
       n_train_pairs, iterations, seconds, seed``;
     - ``history``: self-learning iterations ``method, iteration, n_pairs, objective, improvement``;
     - ``dictionary``: one row of counts and the licence;
-    - ``translations``: top-5 CSLS translations of 25 test words under the first method.
+    - ``translations``: top-5 CSLS translations of 25 test words under the first method;
+    - ``method_comparison``: every pair of methods on the same test words at P@1
+      (:func:`~bertology.probes.embeddings.alignment.compare_methods`: paired bootstrap, McNemar).
     """
     src = load_spacy_vectors(source) if isinstance(source, str) else source
     tgt = load_spacy_vectors(target) if isinstance(target, str) else target
@@ -53,7 +55,7 @@ def crosslingual_experiment(
     pairs = filter_to_vocab(all_pairs, src.words, tgt.words)
     train, test = split_dictionary(pairs, n_test_sources=n_test_sources, n_train=n_train, seed=seed)
     held_out = set(test["source"])
-    precision, history = [], []
+    precision, history, hits = [], [], []
     first = None
     for spec in methods:
         method, _, seed_kind = spec.partition(":")
@@ -71,11 +73,13 @@ def crosslingual_experiment(
             n_seed = len(res.train_pairs)
         seconds = time.perf_counter() - t0
         first = first or res
-        ev = res.evaluate(src, tgt, test, retrieval=retrieval, ks=ks)
+        method_hits: list[pd.DataFrame] = []
+        ev = res.evaluate(src, tgt, test, retrieval=retrieval, ks=ks, hits=method_hits)
+        hits.extend(h.assign(method=spec) for h in method_hits)
         precision.append(ev.assign(method=spec, seed_dictionary=n_seed, n_train_pairs=len(res.train_pairs),
                                    iterations=len(res.history), seconds=seconds, seed=seed))
-    cols = ["method", "seed_dictionary", "retrieval", "k", "metric", "value", "n_queries", "coverage",
-            "n_train_pairs", "iterations", "seconds", "seed"]
+    cols = ["method", "seed_dictionary", "retrieval", "k", "metric", "value", "low", "high", "n_queries",
+            "coverage", "n_train_pairs", "iterations", "seconds", "seed"]
     precision_df = pd.concat(precision, ignore_index=True)[cols]
     history_df = (pd.concat(history, ignore_index=True)[["method", "iteration", "n_pairs", "objective", "improvement"]]
                   if history else pd.DataFrame(columns=["method", "iteration", "n_pairs", "objective", "improvement"]))
@@ -90,4 +94,6 @@ def crosslingual_experiment(
     if len(translations):
         gold = test.groupby("source")["target"].agg(set)
         translations["correct"] = [t in gold.get(s, set()) for s, t in zip(translations["source"], translations["target"])]
-    return {"precision": precision_df, "history": history_df, "dictionary": dictionary_df, "translations": translations}
+    comparison = compare_methods(pd.concat(hits, ignore_index=True), ks=(1,)).assign(seed=seed)
+    return {"precision": precision_df, "history": history_df, "dictionary": dictionary_df, "translations": translations,
+            "method_comparison": comparison}
