@@ -3,7 +3,6 @@ kill-and-resume byte identity, content addressing, long-sentence policy, bad inp
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -15,30 +14,7 @@ from bertology.errors import StoreError
 from bertology.features import segment_sentence
 from bertology.models import from_modules
 from bertology.store import FeatureStore, extract
-from bertology.store import compute as store_compute
-
-
-class Interrupted(Exception):
-    """Stands in for a kill between two shard writes."""
-
-
-@contextmanager
-def interrupted_after(n_shards: int):
-    """``extract`` inside the block writes ``n_shards`` shards and is then stopped as a kill would
-    stop it, without a manifest: the next shard write raises :class:`Interrupted` (which the
-    block expects)."""
-    real_write = store_compute.write_shard
-    written = []
-
-    def write_or_stop(path, tensors):
-        if len(written) == n_shards:
-            raise Interrupted(path.name)
-        real_write(path, tensors)
-        written.append(path.name)
-
-    with pytest.MonkeyPatch.context() as patch, pytest.raises(Interrupted):
-        patch.setattr(store_compute, "write_shard", write_or_stop)
-        yield
+from store_interrupt import interrupted_after
 
 
 def hf_reference(lm, words):

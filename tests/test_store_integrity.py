@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -23,31 +22,9 @@ from bertology.errors import StoreError
 from bertology.fingerprints import tokenizer_fingerprint
 from bertology.models import load_model
 from bertology.store import FeatureStore, extract, verify_store
-from bertology.store import compute as store_compute, write as store_write
+from bertology.store import write as store_write
 from bertology.testing import save_tiny_model_dir, tiny_tokenizer
-
-
-class Interrupted(Exception):
-    """Stands in for a kill between two shard writes."""
-
-
-@contextmanager
-def interrupted_after(n_shards: int):
-    """``extract`` inside the block writes ``n_shards`` shards and is then stopped as a kill would
-    stop it, without a manifest: the next shard write raises :class:`Interrupted` (which the
-    block expects)."""
-    real_write = store_compute.write_shard
-    written = []
-
-    def write_or_stop(path, tensors):
-        if len(written) == n_shards:
-            raise Interrupted(path.name)
-        real_write(path, tensors)
-        written.append(path.name)
-
-    with pytest.MonkeyPatch.context() as patch, pytest.raises(Interrupted):
-        patch.setattr(store_compute, "write_shard", write_or_stop)
-        yield
+from store_interrupt import interrupted_after
 
 
 def _shards(store_dir):
