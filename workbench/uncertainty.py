@@ -105,10 +105,13 @@ def wilson_interval(correct: int, n: int, confidence: float = 0.95) -> Interval:
     return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, "wilson", confidence)
 
 
-def _group_sums(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Per-group sums of ``values`` [items] -> [n_groups] (groups relabelled 0..G-1)."""
-    _, codes = np.unique(groups, return_inverse=True)
-    return np.bincount(codes, weights=values.astype(float))
+def group_sums(values, groups) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group sums of per-item ``values`` ``[n_items]`` or ``[P, n_items]``:
+    ``(groups [G] sorted, sums [G] or [P, G])`` -- what a bootstrap over groups (sentences) resamples."""
+    labels, codes = np.unique(np.asarray(groups), return_inverse=True)
+    values = np.asarray(values, dtype=float)
+    sums = np.stack([np.bincount(codes, weights=v, minlength=len(labels)) for v in np.atleast_2d(values)])
+    return labels, sums if values.ndim > 1 else sums[0]
 
 
 def _resample_weights(n_groups: int, n_resamples: int, seed: int) -> np.ndarray:
@@ -140,7 +143,7 @@ def ratio_bootstrap(numerator, denominator=None, groups=None, *, confidence: flo
     if num.size == 0 or den.sum() == 0:
         return Interval(math.nan, math.nan, math.nan, int(num.size), "bootstrap", confidence)
     estimate = float(num.sum() / den.sum())
-    num_g, den_g = _group_sums(num, grp), _group_sums(den, grp)
+    num_g, den_g = group_sums(num, grp)[1], group_sums(den, grp)[1]
     if num_g.size < 2:
         return Interval(estimate, math.nan, math.nan, int(num.size), "bootstrap", confidence)
     w = _resample_weights(num_g.size, n_resamples, seed)
@@ -161,7 +164,7 @@ def paired_bootstrap(numerator_a, numerator_b, denominator_a=None, denominator_b
     num_a, den_a, grp = _as_items(numerator_a, denominator_a, groups)
     num_b, den_b, _ = _as_items(numerator_b, denominator_b, grp)
     diff = float(num_a.sum() / den_a.sum() - num_b.sum() / den_b.sum())
-    sums = [_group_sums(v, grp) for v in (num_a, den_a, num_b, den_b)]
+    sums = [group_sums(v, grp)[1] for v in (num_a, den_a, num_b, den_b)]
     n_groups = sums[0].size
     if n_groups < 2:
         return PairedComparison(diff, math.nan, math.nan, math.nan, n_groups, int(num_a.size), "paired bootstrap",

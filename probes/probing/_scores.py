@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from bertology.errors import ConfigError
-from bertology.uncertainty import is_small_sample, ratio_bootstrap, t_interval, wilson_interval
+from bertology.uncertainty import group_sums, is_small_sample, ratio_bootstrap, t_interval, wilson_interval
 
 INTERVAL_METRICS = ("accuracy", "micro_f1")
 """The scores that get an interval: both are ratios of per-item sums, so a sentence bootstrap applies."""
@@ -74,8 +74,7 @@ def item_statistics(logits: torch.Tensor, y: np.ndarray, multilabel: bool) -> di
 
 def sentence_sums(values: np.ndarray, sentence_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-sentence sums of per-example ``values [P, n]``: ``(sentences [G] sorted, sums [P, G])``."""
-    sentences, codes = np.unique(np.asarray(sentence_ids), return_inverse=True)
-    sums = np.stack([np.bincount(codes, weights=v, minlength=len(sentences)) for v in np.atleast_2d(values)])
+    sentences, sums = group_sums(np.atleast_2d(values), sentence_ids)
     return sentences, sums
 
 
