@@ -82,6 +82,7 @@ FIELD_RULES: dict[str, Rule] = {
     "l0_steps": POSITIVE_INT,
     "tolerances": Rule("a list of numbers >= 0", NON_NEGATIVE.ok, each=True),
     "test_share": Rule("a number in (0, 1)", lambda v: _number(v) and 0 < v < 1),
+    "best_head_dev_share": Rule("a number in (0, 1)", lambda v: _number(v) and 0 < v < 1),
     "compare_shares": Rule("a list of numbers in [0, 1]", PROBABILITY.ok, each=True, optional=True),
     # contextuality
     "min_occurrences": POSITIVE_INT,

@@ -19,7 +19,8 @@ from bertology.probes.heads.importance import (TaggingHead, ablation_importance,
                                                mlm_loss, model_inputs, normalise_per_layer, tagging_batches,
                                                train_tagging_head)
 from bertology.probes.heads.pruning import (HardConcreteGates, heads_dict, heads_pruned_at, measure_pruning,
-                                            pos_task, pruning_curve, removable_shares, train_l0_gates)
+                                            pos_task, pruning_curve, removable_shares, train_l0_gates,
+                                            evaluate_l0_gates)
 from bertology.probes.heads.stats import (HeadStatistics, corpus_frequencies, head_statistics, statistic_matrix,
                                           wordfreq_frequency)
 
@@ -33,6 +34,6 @@ __all__ = [
     "load_pruned", "describe_pruning", "iter_heads", "importance_scores", "ablation_importance",
     "normalise_per_layer", "model_inputs", "mask_batches", "mlm_loss", "tagging_batches", "TaggingHead",
     "train_tagging_head", "pruning_curve", "heads_pruned_at", "heads_dict", "measure_pruning",
-    "HardConcreteGates", "train_l0_gates", "pos_task", "removable_shares",
+    "HardConcreteGates", "train_l0_gates", "evaluate_l0_gates", "pos_task", "removable_shares",
     "HEAD_TYPES_DEFAULTS", "head_types_analysis", "PRUNING_DEFAULTS", "pruning_analysis",
 ]

@@ -20,12 +20,12 @@ import pandas as pd
 
 from bertology.errors import ConfigError
 from bertology.models import load_model
-from bertology.probes.heads.attention_probe import attention_probe, best_heads
+from bertology.probes.heads.attention_probe import attention_probe
 from bertology.probes.heads.head_types import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
-                                               dependency_scores, type_matrix)
+                                               dependency_scores, held_out_best_heads, type_matrix)
 from bertology.probes.heads.importance import importance_scores
-from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, heads_dict, heads_pruned_at,
-                                            measure_pruning, pruning_curve, pruning_task, removable_shares,
+from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, evaluate_l0_gates, heads_dict,
+                                            heads_pruned_at, measure_pruning, pruning_curve, pruning_task, removable_shares,
                                             train_l0_gates)
 from bertology.probes.heads.stats import SPECIAL_TOKENS, corpus_frequencies, head_statistics
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
@@ -48,6 +48,7 @@ HEAD_TYPES_DEFAULTS: dict[str, Any] = {
     "positional_threshold": 0.9,
     "syntactic_margin": 0.10,
     "min_count": 20,
+    "best_head_dev_share": 0.5,     # head_best: the head and the offset baseline chosen on this share, reported on the rest
     "rare_threshold": 0.5,
     "special_threshold": 0.5,
     "broad_entropy": 0.8,
@@ -128,8 +129,13 @@ def head_types_analysis(ctx: StudyContext) -> None:
       is_rare_token, is_special, is_broad, positional_level, token_offset, token_share, word_offset,
       word_share, special_argmax_share``.
     - ``head_type_matrix``: ``layer`` and one column per head (``"0"``, ``"1"``...) holding its type.
-    - ``head_best``: ``relation, direction, layer, head, n, accuracy, baseline_offset,
-      baseline_accuracy, gain`` (the best head per relation and direction).
+    - ``head_best``: the best head and the best fixed-offset baseline per relation and direction,
+      both chosen on a dev half of the sentences (``best_head_dev_share``, split with the run's seed)
+      and reported on the other half with intervals and a paired test of the gain
+      (:func:`~bertology.probes.heads.head_types.held_out_best_heads`: ``relation, direction, layer,
+      head, selected_on, n_dev, dev_accuracy, baseline_offset, dev_baseline_accuracy, n,
+      n_sentences, accuracy, accuracy_low, accuracy_high, baseline_accuracy, gain, gain_low,
+      gain_high, gain_p_value, small_sample``).
     - ``attention_probe``: ``method, layer, head, offset, n_train, n_test, uas, seed``.
 
     ``head_best`` and ``attention_probe`` need dependencies and are skipped without them. Extra
@@ -158,7 +164,9 @@ def head_types_analysis(ctx: StudyContext) -> None:
         relations=cfg["syntactic_relations"], positional_level=cfg["positional_level"]))
     ctx.step("head_type_matrix", lambda: type_matrix(types).reset_index())
     if has_deps:
-        ctx.step("head_best", lambda: best_heads(deps, min_count=cfg["min_count"]))
+        ctx.step("head_best", lambda: held_out_best_heads(
+            (store.attention(i, normalise=False) for i in range(n)), sentences, dev_share=cfg["best_head_dev_share"],
+            seed=ctx.seed, min_count=cfg["min_count"], exclude_self=cfg["exclude_self"]))
         vectors = None
         if cfg["word_vectors"] != "none":
             from bertology.probes.embeddings.static_vectors import load_spacy_vectors
@@ -257,6 +265,9 @@ def pruning_analysis(ctx: StudyContext) -> None:
       orders at each share, paired bootstrap over test sentences
       (:func:`~bertology.probes.heads.pruning.compare_orders`).
     - ``l0_gates`` (method ``l0``): ``layer, head, log_alpha, p_open, gate, kept, lam, seed`` per λ.
+    - ``l0_evaluation`` (method ``l0``): per λ the heads its gates keep and the metric with the others
+      off, on dev and on test with a 95% interval; no λ is selected
+      (:func:`~bertology.probes.heads.pruning.evaluate_l0_gates`).
 
     ``metric``: ``auto`` (the MLM loss when the weights carry an MLM head: the model is loaded with
     it; else the POS head), ``mlm`` (refused without an MLM head) or ``pos``.
@@ -286,9 +297,10 @@ def pruning_analysis(ctx: StudyContext) -> None:
                 lm.model, curve, task.sentence_scores, task.test, cfg["compare_shares"], seed=ctx.seed,
                 share_column="share_removed").assign(metric=description))
     if "l0" in methods:
-        ctx.step("l0_gates", lambda: pd.concat(
+        gates = ctx.step("l0_gates", lambda: pd.concat(
             [train_l0_gates(lm.model, train, loss_fn, float(lam), steps=cfg["l0_steps"], seed=ctx.seed)
              for lam in cfg["l0_lambdas"]], ignore_index=True))
+        ctx.step("l0_evaluation", lambda: evaluate_l0_gates(lm.model, gates, task, seed=ctx.seed))
 
 
 def _pruning_curves(ctx: StudyContext, lm, corpus, store, task, curve_methods: list[str]) -> pd.DataFrame:
