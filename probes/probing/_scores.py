@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from bertology.errors import ConfigError
-from bertology.uncertainty import (Interval, group_sums, is_small_sample, paired_bootstrap, ratio_bootstrap, t_interval,
-                                   wilson_interval)
+from bertology.uncertainty import (Interval, group_sums, is_small_sample, paired_bootstrap, paired_on_shared_groups,
+                                   ratio_bootstrap, t_interval, wilson_interval)
 
 INTERVAL_METRICS = ("accuracy", "micro_f1")
 """The scores that get an interval: both are ratios of per-item sums, so a sentence bootstrap applies."""
@@ -274,6 +274,47 @@ def layer_differences(sentences: pd.DataFrame, intervals: pd.DataFrame, metric: 
                          "significant": bool(low > 0 or high < 0), "n_sentences": paired.n_groups,
                          "n_seeds": int(seed_scores.shape[1]), "interval": method})
     return pd.DataFrame(rows, columns=LAYER_DIFFERENCE_COLUMNS)
+
+
+BEST_LAYER_COMPARISON_COLUMNS = ["task", "a", "b", "layer_a", "layer_b", "selected_on", "score_a", "score_b",
+                                 "difference", "low", "high", "p_value", "significant", "n_sentences",
+                                 "unmatched_sentences", "n_items", "small_sample", "comparison"]
+
+
+def compare_best_layers(sentences: pd.DataFrame, summary: pd.DataFrame, by: str, metric: str = "accuracy", *,
+                        confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Every pair of runs (models, variants: the values of column ``by``) on each task, each at its
+    own best layer chosen on dev, paired on the test sentences both were scored on.
+
+    ``sentences``: per-layer test sums with a ``by`` column (:data:`~bertology.probes.probing._runners.SENTENCE_COLUMNS`);
+    ``summary``: :func:`summarise` rows with a ``by`` column (``best_layer`` per run and task).
+    ``difference`` = score(a) - score(b) (pooled over seeds), with a paired bootstrap over the
+    shared test sentences (:func:`bertology.uncertainty.paired_on_shared_groups`; test sampling
+    only: with one probe seed per run the seeds' own variation is not in it). ``unmatched_sentences``
+    > 0 means the two were not tested on the same sentences. Returns :data:`BEST_LAYER_COMPARISON_COLUMNS`.
+    """
+    part = sentences[(sentences["metric"] == metric) & (sentences["mode"] == "per_layer")
+                     & ~sentences["control"].astype(bool)]
+    rows = []
+    for task, group in part.groupby("task", sort=False):
+        chosen = summary[(summary["task"] == task) & summary["best_layer"].notna()].set_index(by)["best_layer"]
+        runs = [r for r in dict.fromkeys(group[by]) if r in chosen.index]
+        at_best = {r: group[(group[by] == r) & (group["layer"] == int(chosen[r]))] for r in runs}
+        for i, a in enumerate(runs):
+            for b in runs[i + 1:]:
+                sa, sb = at_best[a], at_best[b]
+                cmp, unmatched = paired_on_shared_groups(sa["sentence"], sa["numerator"], sa["denominator"],
+                                                         sb["sentence"], sb["numerator"], sb["denominator"],
+                                                         confidence=confidence, n_resamples=n_resamples, seed=seed)
+                n_items = int(sa[sa["sentence"].isin(sb["sentence"])]["denominator"].sum())
+                rows.append({"task": task, "a": a, "b": b, "layer_a": int(chosen[a]), "layer_b": int(chosen[b]),
+                             "selected_on": SELECTED_ON, "score_a": sa["numerator"].sum() / sa["denominator"].sum(),
+                             "score_b": sb["numerator"].sum() / sb["denominator"].sum(),
+                             "difference": cmp.difference, "low": cmp.low, "high": cmp.high, "p_value": cmp.p_value,
+                             "significant": bool(cmp.low > 0 or cmp.high < 0), "n_sentences": cmp.n_groups,
+                             "unmatched_sentences": unmatched, "n_items": n_items,
+                             "small_sample": is_small_sample(n_items), "comparison": "paired sentence bootstrap"})
+    return pd.DataFrame(rows, columns=BEST_LAYER_COMPARISON_COLUMNS)
 
 
 SUMMARY_COLUMNS = ["task", "selected_on", "best_layer", "best_layer_dev_score", "best_layer_score", "best_layer_low",
