@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from bertology.corpus.plain_text import tokenize
+from bertology.corpus.plain_text import split_sentences, tokenize
 from bertology.errors import CorpusError
 
 SOTU_ENV = "BERTOLOGY_SOTU"
@@ -144,9 +144,7 @@ def select_documents(docs: Iterable[MetadataDocument], spec: SliceSpec) -> list[
 def document_sentences(doc: MetadataDocument, lower: bool = True) -> list[list[str]]:
     """A document's sentences as word tokens (letters, digits, inner apostrophes): lines split by
     the pretraining corpus's rule-based splitter (``.!?`` before a capital, not after "Mr." or an
-    initial; :func:`bertology.pretraining.text_corpus.split_sentences`)."""
-    from bertology.pretraining.text_corpus import split_sentences
-
+    initial; :func:`bertology.corpus.plain_text.split_sentences`)."""
     out = []
     for line in doc.text.splitlines():
         for sentence in split_sentences(line):
