@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
