@@ -133,7 +133,7 @@ def test_bitfit_changes_only_biases(planted, tmp_path):
     assert "encoder.layer.0.attention.self.query.bias" in changed
 
 
-def test_adapters_near_identity_then_only_adapters_and_layer_norms_train(planted, tmp_path):
+def test_adapters_near_identity_then_only_adapters_and_layer_norms_train(planted, tmp_path, monkeypatch):
     from bertology.finetuning.heads import load_classifier
 
     model = load_classifier(planted["model"], "token", ["A", "B"]).eval()
@@ -151,6 +151,22 @@ def test_adapters_near_identity_then_only_adapters_and_layer_norms_train(planted
     changed = {name for name, value in before.items() if not torch.equal(value, after[f"bert.{name}"])}
     assert changed and all(".LayerNorm." in name and name.startswith("encoder.layer.") for name in changed)
     assert any(".attention.output.adapter.down.weight" in k for k in after)  # adapters are saved
+    # the registry puts the trained adapters back: analyses see the encoder as it was trained
+    from transformers import AutoModel
+
+    from bertology.adapters import adapter_count
+    from bertology.models import load_model
+
+    monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "models"))
+    lm = load_model("ft")
+    assert adapter_count(lm.model) == 4
+    for name, value in lm.encoder.named_parameters():
+        assert torch.equal(value, after[f"bert.{name}"]), name
+    (_, path), = list_checkpoints(run)
+    without = AutoModel.from_pretrained(path, attn_implementation="eager").eval()  # adapters dropped
+    with torch.no_grad():
+        ours, plain = lm.encoder(input_ids=ids).last_hidden_state, without(input_ids=ids).last_hidden_state
+    assert not torch.allclose(ours, plain)
 
 
 # --------------------------------------------------------------------------- resume and DDP

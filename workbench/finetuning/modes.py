@@ -12,80 +12,20 @@ The *encoder* is the base model (embeddings and transformer layers) without its 
   (``f`` = GELU, width ``adapter_size``) right after the attention output projection and after the
   FFN output projection, before each residual sum and LayerNorm; near-identity at the start (both
   matrices drawn with std 1e-3, zero biases). Adapters, the layers' LayerNorms and the head
-  train; everything else stays bit-identical. The adapters are submodules ``adapter`` of the two
-  output blocks (``...attention.output.adapter``, ``...output.adapter``), applied by forward hooks
-  on their ``dense`` projections, so the pretrained weight names are unchanged.
+  train; everything else stays bit-identical. The adapters live in core (:mod:`bertology.adapters`)
+  so that the registry re-attaches them when it loads a fine-tuned model.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
+from bertology.adapters import Adapter, adapter_count, attach_adapters
 from bertology.errors import ConfigError
 
 __all__ = ["Adapter", "attach_adapters", "adapter_count", "apply_mode", "encoder_parameter_names"]
-
-ADAPTER_INIT_STD = 1e-3
-
-
-class Adapter(nn.Module):
-    """Houlsby bottleneck: ``h + up(gelu(down(h)))``; ``h`` ``[..., hidden]``."""
-
-    def __init__(self, hidden: int, size: int):
-        super().__init__()
-        self.down = nn.Linear(hidden, size)
-        self.up = nn.Linear(size, hidden)
-        for layer in (self.down, self.up):
-            nn.init.normal_(layer.weight, std=ADAPTER_INIT_STD)
-            nn.init.zeros_(layer.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden + self.up(nn.functional.gelu(self.down(hidden)))
-
-
-def _apply_adapter(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
-    """Forward hook of an output block's ``dense``: its output through the block's adapter."""
-    return module._bertology_adapter(output)
-
-
-def _output_blocks(model: nn.Module) -> list[nn.Module]:
-    """The attention-output and FFN-output blocks (each with ``dense`` + ``LayerNorm``) of every layer."""
-    base = getattr(model, "base_model", model)
-    layers = getattr(getattr(base, "encoder", None), "layer", None)
-    if layers is None:
-        raise ConfigError(f"config field 'mode': adapters need BERT-style layers (encoder.layer.N.attention.output."
-                          f"dense, .output.dense); {type(base).__name__} has none")
-    blocks = []
-    for layer in layers:
-        for block in (getattr(getattr(layer, "attention", None), "output", None), getattr(layer, "output", None)):
-            if block is None or not isinstance(getattr(block, "dense", None), nn.Linear):
-                raise ConfigError(f"config field 'mode': adapters need BERT-style output blocks; "
-                                  f"{type(layer).__name__} has none")
-            blocks.append(block)
-    return blocks
-
-
-def attach_adapters(model: nn.Module, size: int) -> int:
-    """Add a Houlsby adapter after both output projections of every layer; returns how many.
-    Idempotent: blocks that already hold one keep it."""
-    count = 0
-    for block in _output_blocks(model):
-        if not hasattr(block, "adapter"):
-            dense = block.dense
-            block.adapter = Adapter(dense.out_features, size).to(dense.weight.device, dense.weight.dtype)
-            object.__setattr__(dense, "_bertology_adapter", block.adapter)  # plain attribute: no second registration
-            dense.register_forward_hook(_apply_adapter)
-        count += 1
-    return count
-
-
-def adapter_count(model: nn.Module) -> int:
-    """How many adapters ``model`` holds."""
-    return sum(isinstance(m, Adapter) for m in model.modules())
-
 
 def encoder_parameter_names(model: nn.Module) -> set[str]:
     """Names (in ``model.named_parameters()``) of the encoder's pretrained parameters: the base
