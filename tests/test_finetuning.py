@@ -105,6 +105,22 @@ def test_planted_sentence_task_is_learnt(planted, tmp_path):
     assert "bert.pooler.dense.weight" in _final_weights(run)  # [CLS] -> pooler -> classifier
 
 
+def test_pair_task_runs_with_two_segments(planted, tmp_path):
+    rng = random.Random(1)
+    lines = []
+    for i in range(60):
+        label = rng.choice("AB")
+        lines.append({"text_a": " ".join(rng.choice(SET_A + SET_B) for _ in range(3)),
+                      "text_b": " ".join(rng.choice(SET_A if label == "A" else SET_B) for _ in range(3)),
+                      "label": label, "split": "train" if i < 40 else ("dev" if i < 50 else "test")})
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    run = run_finetuning(_cfg(planted, tmp_path, task=str(path), max_steps=4))
+    info = json.loads((run / "run.json").read_text())
+    assert info["task"]["kind"] == "pair" and (info["task"]["n_train"], info["task"]["n_test"]) == (40, 10)
+    assert info["result"]["test_items"] == 10
+
+
 # --------------------------------------------------------------------------- modes
 
 def test_frozen_mode_leaves_the_encoder_bit_identical(planted, tmp_path):

@@ -141,6 +141,7 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
         metrics.truncate_after(start_step)
     else:
         start_step = 0
+        metrics.truncate_after(0)  # events of an attempt killed before its first checkpoint
         if rt.is_main:
             write_json(run_dir / "run.json", {
                 "kind": "finetune", "config": cfg.to_dict(), "seed": cfg.seed, "task": task.summary(),

@@ -6,7 +6,8 @@ checkpoint. What is specific to an objective comes from :mod:`bertology.pretrain
 through one interface -- ``build_model(cfg, ...)``, ``make_loss(cfg, model)`` and a loss module
 called as ``loss, mlm_loss, extras = loss_module(input_ids, attention_mask, token_type_ids, labels,
 pair_labels)`` -- and the held-out metrics of :mod:`bertology.pretraining.evaluation`. The pieces
-the loop names live beside it: ``config`` (``PretrainConfig``), ``data``, ``runtime`` (device, DDP),
+the loop names live beside it: ``loop`` (the optimizer-step loop itself, shared with fine-tuning),
+``config`` (``PretrainConfig``), ``data``, ``runtime`` (device, DDP),
 ``optimization``, ``checkpoint`` (save, prune, restore, resume plan, ``run.json``), ``metrics``.
 
 Run layout (``paths.models_dir() / <run_name>``)::
