@@ -297,3 +297,11 @@ def test_cli_finetune_reports_bad_input_with_exit_2(planted, tmp_path):
                                "--output-root", str(tmp_path), *args], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert named in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_divergence_stops_the_run_before_saving(planted, tmp_path):
+    from bertology.pretraining.loop import TrainingDivergedError
+
+    with pytest.raises(TrainingDivergedError, match=r"diverged at step \d+|non-finite weights"):
+        run_finetuning(_cfg(planted, tmp_path, run_name="boom", learning_rate=1e30, max_steps=6, eval_every=6))
+    assert list_checkpoints(tmp_path / "models" / "boom") == []

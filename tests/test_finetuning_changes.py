@@ -72,3 +72,36 @@ def test_relative_weight_change_is_the_groups_norm_ratio():
     assert table.loc[(0, "ffn"), "relative_change"] == 0.0
     assert table.loc[(-1, "embeddings"), "relative_change"] == 0.0
     assert len(table) == 3
+
+
+def test_layer_cka_is_one_after_a_frozen_fine_tune_and_falls_after_a_full_one(tmp_path):
+    import json
+    import random
+
+    from bertology.checkpoints import list_checkpoints
+    from bertology.corpus import Corpus, Sentence
+    from bertology.finetuning import FinetuneConfig, run_finetuning
+    from bertology.finetuning.changes import layer_cka
+    from bertology.models import load_model
+    from bertology.testing import TINY_WORDS, save_tiny_model_dir
+
+    model_dir = save_tiny_model_dir("bert", tmp_path / "tiny-bert")
+    rng = random.Random(0)
+    sentences = [[rng.choice(TINY_WORDS[:40]) for _ in range(6)] for _ in range(60)]
+    task = tmp_path / "words.jsonl"
+    task.write_text("".join(json.dumps({"words": w, "labels": ["A" if x in TINY_WORDS[:20] else "B" for x in w]})
+                            + "\n" for w in sentences))
+    held_out = Corpus("held-out", [Sentence(f"h{i}", [rng.choice(TINY_WORDS[:40]) for _ in range(5)])
+                                   for i in range(20)])
+    pretrained = load_model(model_dir)
+    table = {}
+    for mode in ("frozen", "full"):
+        run = run_finetuning(FinetuneConfig(run_name=mode, model=str(model_dir), task=str(task), mode=mode,
+                                            max_steps=6, batch_size=8, learning_rate=3e-3,
+                                            output_root=str(tmp_path / "models"), progress=False))
+        (_, path), = list_checkpoints(run)
+        table[mode] = layer_cka(pretrained, load_model(path), held_out, root=tmp_path / "stores")
+    frozen, full = table["frozen"], table["full"]
+    assert list(frozen.layer) == [0, 1, 2] and (frozen.n_words == 100).all()
+    assert frozen.cka.to_numpy() == pytest.approx(1.0, abs=1e-9)  # the encoder did not move
+    assert full.cka.iloc[-1] < 1 - 1e-6 and ((full.cka > 0) & (full.cka <= 1 + 1e-9)).all()

@@ -1,5 +1,7 @@
-"""What fine-tuning changed in the weights: per-layer relative weight change ``||ΔW|| / ||W||`` per
-module (attention, FFN, LayerNorm, embeddings).
+"""What fine-tuning changed: per-layer relative weight change ``||ΔW|| / ||W||`` per module
+(attention, FFN, LayerNorm, embeddings), and per-layer representation similarity (linear CKA,
+:func:`bertology.similarity.linear_cka`) between the pretrained and the fine-tuned encoder on the
+same words (:func:`layer_cka`).
 
 For a group of tensors ``G`` (one module kind of one layer) the change is
 ``sqrt(sum_{W in G} ||W_after - W_before||_F^2) / sqrt(sum_{W in G} ||W_before||_F^2)``: the
@@ -16,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-__all__ = ["module_kind", "relative_weight_change", "weight_change_between"]
+__all__ = ["module_kind", "relative_weight_change", "weight_change_between", "layer_cka"]
 
 _ENCODER_NAME = re.compile(r"^(?:[A-Za-z_]+\.)?((?:embeddings|encoder)\..*)$")
 _LAYER = re.compile(r"\blayer\.(\d+)\.")
@@ -94,3 +96,23 @@ def weight_change_between(pretrained: str | Path, finetuned: str | Path) -> pd.D
         return state
 
     return relative_weight_change(weights(pretrained), weights(finetuned))
+
+
+def layer_cka(before, after, corpus, *, root: str | Path | None = None, progress: bool = False) -> pd.DataFrame:
+    """Linear CKA per hidden-state layer between two encoders (``LoadedModel``: e.g. pretrained and
+    fine-tuned) over the words of ``corpus`` (first sub-word vectors from the feature store, which
+    caches them under ``root``): columns ``layer`` (0 = embeddings), ``cka``, ``n_words``.
+    ``ConfigError`` when the two models have different layer counts or word counts."""
+    from bertology.errors import ConfigError
+    from bertology.similarity import linear_cka
+    from bertology.store import extract
+
+    stores = [extract(lm, corpus, pooling="first", attentions=False, root=root, progress=progress)
+              for lm in (before, after)]
+    if stores[0].n_layers != stores[1].n_layers or stores[0].n_words != stores[1].n_words:
+        raise ConfigError(f"layer_cka: {before.name} and {after.name} differ in layers "
+                          f"({stores[0].n_layers} vs {stores[1].n_layers}) or words "
+                          f"({stores[0].n_words} vs {stores[1].n_words}) over {corpus.name}")
+    return pd.DataFrame([{"layer": layer, "cka": linear_cka(stores[0].layer(layer), stores[1].layer(layer)),
+                          "n_words": stores[0].n_words} for layer in range(stores[0].n_layers)],
+                        columns=["layer", "cka", "n_words"])
