@@ -284,6 +284,8 @@ def load_model(
             f"{path}: weights missing for {len(missing)} parameters (e.g. {', '.join(missing[:3])}); "
             "they would be randomly initialised"
         )
+    if any(".adapter." in k for k in keys):  # a fine-tune with Houlsby adapters: put them back
+        _restore_adapters(model, files)
     tok_kwargs: dict[str, Any] = {"use_fast": True, "trust_remote_code": False}
     if arch.prefix_space:
         tok_kwargs["add_prefix_space"] = True
@@ -298,6 +300,22 @@ def load_model(
     config_hash = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
     fingerprint = hashlib.sha256((_fingerprint(files) + config_hash).encode()).hexdigest()
     return LoadedModel(name, path, model, tokenizer, model.config, fingerprint, has_mlm)
+
+
+def _restore_adapters(model: Any, files: list[Path]) -> None:
+    """Attach and load the adapters saved in ``files`` (:mod:`bertology.adapters`)."""
+    from safetensors import safe_open
+
+    from bertology.adapters import restore_adapters
+
+    weights = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as sf:
+            weights.update({k: sf.get_tensor(k) for k in sf.keys() if ".adapter." in k})
+    try:
+        restore_adapters(model, weights)
+    except ModelError as exc:
+        raise ModelError(f"{files[0].parent}: {exc}") from None
 
 
 def random_init_like(lm: LoadedModel, seed: int = 0) -> LoadedModel:
