@@ -94,6 +94,10 @@ class PretrainConfig:
     save_every: int = 100
     keep_steps: list[int] = field(default_factory=lambda: [0])
     keep_last: int = 1                    # rolling checkpoints kept besides keep_steps and final
+    # divergence (docs/pretraining.md "When training goes wrong"): stop when the training loss stays
+    # above divergence_factor x max(ln V, the first loss) for divergence_window consecutive steps
+    divergence_factor: float = 1.5
+    divergence_window: int = 20           # 0 = only NaN/inf losses stop a run
     # runtime
     device: str = "auto"                  # auto | cpu | cuda
     bf16: bool | None = None              # None = bf16 autocast on CUDA only
@@ -160,6 +164,8 @@ FIELD_CHECKS: tuple[FieldCheck, ...] = (
     FieldCheck("max_grad_norm", lambda c: c.max_grad_norm >= 0, "must be >= 0 (0 = no clipping)"),
     FieldCheck("warmup_steps", lambda c: c.warmup_steps >= 0, "must be >= 0"),
     FieldCheck("keep_last", lambda c: c.keep_last >= 0, "must be >= 0"),
+    FieldCheck("divergence_factor", lambda c: c.divergence_factor > 1, "must be > 1"),
+    FieldCheck("divergence_window", lambda c: c.divergence_window >= 0, "must be >= 0 (0 = off)"),
     FieldCheck("keep_steps", lambda c: all(s >= 0 for s in c.keep_steps), "steps must be >= 0"),
     FieldCheck("max_documents", lambda c: c.max_documents is None or c.max_documents >= 1, "must be >= 1"),
     FieldCheck("eval_batches", lambda c: c.eval_batches is None or c.eval_batches >= 1, "must be >= 1"),

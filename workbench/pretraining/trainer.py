@@ -24,8 +24,11 @@ changes the learning-rate schedule, so it is refused unless asked for as a new *
 (``new_phase=True``, recorded in ``run.json``; every checkpoint kept so far stays).
 
 A non-finite training loss (or gradient norm) stops the run at once with
-``TrainingDivergedError``, before the optimizer step, so no NaN weights reach a checkpoint; under
-DDP the processes agree on the stop through an all-reduce.
+``TrainingDivergedError``, before the optimizer step, so no NaN weights reach a checkpoint. So does
+a finite loss that stays far up (:class:`~bertology.pretraining.metrics.DivergenceMonitor`: above
+``divergence_factor`` x max(ln V, the first loss) for ``divergence_window`` steps); the checkpoints
+saved during that streak are set aside as ``diverged-checkpoint-<step>``, so the last one left is
+the last good one. Under DDP the processes agree on the stop through an all-reduce.
 
 Launched by ``bertology pretrain --config FILE``, or for DDP (gloo on CPU, nccl on GPU) by the same
 command under torchrun: ``torchrun --nproc_per_node N -m bertology.pretraining --config FILE``.
@@ -47,7 +50,7 @@ from bertology.checkpoints import latest_resumable, list_checkpoints, remove_par
 from bertology.errors import CheckpointError, WorkbenchError
 from bertology.pretraining.checkpoint import (
     plan_resume, prune_checkpoints, record_phase, record_replica_digests, restore_checkpoint, save_checkpoint,
-    write_run_record,
+    set_aside_checkpoints, write_run_record,
 )
 from bertology.pretraining.config import PretrainConfig
 from bertology.pretraining.data import (
@@ -55,7 +58,7 @@ from bertology.pretraining.data import (
 )
 from bertology.pretraining.evaluation import evaluate
 from bertology.pretraining.masking import mix_seed
-from bertology.pretraining.metrics import MetricsLog
+from bertology.pretraining.metrics import DivergenceMonitor, MetricsLog
 from bertology.pretraining.objectives import build_model, make_loss, pair_task
 from bertology.pretraining.optimization import make_optimizer, make_scheduler
 from bertology.pretraining.runtime import Runtime, setup_runtime
@@ -65,7 +68,8 @@ __all__ = ["run_pretraining", "TrainingDivergedError"]
 
 
 class TrainingDivergedError(WorkbenchError):
-    """The training loss (or gradient norm) became NaN or infinite; the run stopped before saving it."""
+    """The training loss (or gradient norm) became NaN or infinite, or stayed far above where it
+    started (:class:`~bertology.pretraining.metrics.DivergenceMonitor`); the run stopped before saving it."""
 
 
 def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: bool = False) -> Path:
@@ -184,19 +188,21 @@ def _train(t: _Training, start_step: int) -> None:
     bar = tqdm(total=cfg.max_steps, initial=start_step, disable=not (cfg.progress and rt.is_main),
                desc=cfg.run_name, dynamic_ncols=True, file=sys.stderr)
     window = _LogWindow()
+    monitor = DivergenceMonitor(len(t.tokenizer), cfg.divergence_factor, cfg.divergence_window)
     for step in range(start_step, cfg.max_steps):
         # data, forward, backward: the step's micro-batches, gradients accumulated
         loss, tokens = _accumulate_gradients(t, step)
         window.tokens += tokens
 
-        # step: clip; stop on a non-finite loss before the weights change; update
+        # step: clip; stop on a non-finite or diverged loss before the weights change; update
         grad_norm = 0.0
         if cfg.max_grad_norm > 0:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(t.model.parameters(), cfg.max_grad_norm))
         lr = t.scheduler.get_last_lr()[0]
-        if not rt.all_finite(loss + grad_norm):
+        diverged = monitor.update(step, loss, final=step + 1 == cfg.max_steps)
+        if not rt.all_finite(loss + grad_norm + (math.inf if diverged else 0.0)):
             bar.close()
-            _stop_diverged(t, step, loss, grad_norm, lr)
+            _stop_diverged(t, step, loss, grad_norm, lr, monitor)
         t.optimizer.step()
         t.scheduler.step()
         t.optimizer.zero_grad(set_to_none=True)
@@ -279,16 +285,25 @@ def _checkpoint(t: _Training, step: int) -> None:
     rt.barrier()
 
 
-def _stop_diverged(t: _Training, step: int, loss: float, grad_norm: float, lr: float) -> None:
+def _stop_diverged(t: _Training, step: int, loss: float, grad_norm: float, lr: float,
+                   monitor: DivergenceMonitor) -> None:
     """Raise ``TrainingDivergedError`` for step ``step + 1`` (nothing of it saved), naming the last
-    checkpoint, whose weights are finite."""
-    last = [s for s, _ in list_checkpoints(t.cfg.run_dir)]
-    t.rt.close()
+    checkpoint: its weights are finite, and for a finite divergence the checkpoints saved since the
+    loss went up are first set aside (``diverged-checkpoint-<step>``), so it is the last good one."""
+    cfg, rt = t.cfg, t.rt
+    if math.isfinite(loss + grad_norm) and monitor.streak_start is not None:
+        why = f"loss {loss:.4g} stayed {monitor.describe()}"
+        if rt.is_main:
+            set_aside_checkpoints(cfg.run_dir, monitor.streak_start)
+    else:
+        why = f"loss {loss} (gradient norm {grad_norm}) on at least one process"
+    rt.barrier()
+    last = [s for s, _ in list_checkpoints(cfg.run_dir)]
+    rt.close()
     raise TrainingDivergedError(
-        f"{t.cfg.run_dir}: training diverged at step {step + 1}: loss {loss} (gradient norm {grad_norm}) "
-        f"on at least one process, learning rate {lr:.3g}. Stopped without saving this step; the last "
-        f"checkpoint (finite weights) is step {max(last) if last else 'none'}. Lower learning_rate (or raise "
-        f"warmup_steps) and start a new run_name")
+        f"{cfg.run_dir}: training diverged at step {step + 1}: {why}, learning rate {lr:.3g}. Stopped without "
+        f"saving this step; the last good checkpoint is step {max(last) if last else 'none'}. Lower "
+        f"learning_rate (or raise warmup_steps) and start a new run_name")
 
 
 def _end_of_step(step: int) -> None:
