@@ -22,6 +22,7 @@ from typing import Any, Callable, Union
 
 from bertology import paths
 from bertology.errors import ConfigError
+from bertology.validation import as_float, as_int, load_yaml
 
 __all__ = ["PretrainConfig", "FieldCheck", "FIELD_CHECKS", "validate_config", "shipped_configs", "resolve_config",
            "load_config", "BUNDLED_CORPUS"]
@@ -174,8 +175,9 @@ FIELD_CHECKS: tuple[FieldCheck, ...] = (
 
 
 def _coerce_field(name: str, value: Any, hint: Any) -> Any:
-    """``value`` checked against the type hint of field ``name`` (ints become floats where a float
-    is expected); ``ConfigError`` naming the field otherwise."""
+    """``value`` checked against the type hint of field ``name``, numbers read as people write them
+    (:func:`bertology.validation.as_float` / ``as_int``: ints become floats where a float is
+    expected, ``"5e-4"`` a float, ``1e3`` an int); ``ConfigError`` naming the field otherwise."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (Union, types.UnionType):
@@ -192,13 +194,15 @@ def _coerce_field(name: str, value: Any, hint: Any) -> Any:
             raise ConfigError(f"config field '{name}': expected true/false, got {value!r}")
         return value
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
+        number = as_int(value)  # 1000, 1e3, "1_000"
+        if number is None:
             raise ConfigError(f"config field '{name}': expected an integer, got {value!r}")
-        return value
+        return number
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"config field '{name}': expected a number, got {value!r}")
-        return float(value)
+        number = as_float(value)  # 5e-4, 5E-4, .5, 1, "5e-4"
+        if number is None:
+            raise ConfigError(f"config field '{name}': expected a finite number (e.g. 0.1, 5e-4), got {value!r}")
+        return number
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"config field '{name}': expected a string, got {value!r}")
@@ -252,8 +256,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
         else:
-            import yaml
-            data = yaml.safe_load(text) or {}
+            data = load_yaml(text) or {}  # 5e-4 is a number here, as in YAML 1.2
     except Exception as exc:  # yaml.YAMLError / tomllib.TOMLDecodeError
         raise ConfigError(f"{path}: cannot parse config ({exc})") from exc
     if not isinstance(data, dict):
