@@ -70,6 +70,13 @@ def test_1_a_model_folder_without_tokenizer_files_is_refused(tiny_dir, tmp_path)
              "found: config.json, model.safetensors")
     assert not (Path(os.environ["BERTOLOGY_HOME"]) / "stores").exists()  # nothing extracted
     assert load_model(tiny_dir).tokenizer.is_fast  # the complete folder still loads
+    from bertology.models import embedded_models
+
+    foreign = _copy_model(tiny_dir, tmp_path / "foreign", drop=("tokenizer.json", "tokenizer_config.json"))
+    for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):  # MiniLM's 30,522-token tokenizer
+        (foreign / f).write_bytes((embedded_models()["minilm-l6"]["path"] / f).read_bytes())
+    with pytest.raises(ModelError, match="foreign: the tokenizer has 30522 tokens but config.json's vocab_size is"):
+        load_model(foreign)
 
 
 # --------------------------------------------------------------------------- 2. diverged but finite
@@ -92,12 +99,12 @@ def test_2_the_divergence_monitor_on_planted_losses():
     assert not any(start_high.update(s, x) for s, x in enumerate([40.0, 70.0, 79.0]))
     assert start_high.update(3, 81.0) is False and start_high.update(4, 85.0) is True
 
-    short = DivergenceMonitor(1000, factor=1.5, window=20)  # the last step of a run shorter than the window
+    short = DivergenceMonitor(1000, factor=1.5, window=20)  # the last step of a run shorter than the window:
     assert not short.update(0, ln_v) and not short.update(1, 50.0)
-    assert short.update(2, 60.0, final=True) is False  # 2 of the 3 steps trained: not every one
-    every = DivergenceMonitor(1000, factor=1.5, window=20)
-    every.update(0, ln_v)
-    assert every.update(1, 50.0) is False and every.update(2, 60.0, final=True) is False
+    assert short.update(2, 60.0, final=True) is True  # every step after the first was above
+    broken = DivergenceMonitor(1000, factor=1.5, window=20)
+    assert not any(broken.update(s, x) for s, x in enumerate([ln_v, 50.0, 5.0]))
+    assert broken.update(3, 60.0, final=True) is False  # one step above at the end is not sustained
     assert DivergenceMonitor(1000, 1.5, 0).update(5, 1e9) is False  # window 0: off
     with pytest.raises(ConfigError, match="'divergence_factor': must be > 1"):
         _cfg(("x", "y"), Path("/tmp"), divergence_factor=1.0)

@@ -354,6 +354,10 @@ def load_model(
         raise ModelError(f"{path}: cannot load tokenizer: {exc}") from exc
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"{path}: a fast tokenizer (tokenizer.json) is needed for word alignment")
+    vocab_size = getattr(config, "vocab_size", None)
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise ModelError(f"{path}: the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size is "
+                         f"{vocab_size}: it belongs to another model (its ids would index past the embeddings)")
     model.eval()
     model.to(torch.device(device))
     config_hash = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()

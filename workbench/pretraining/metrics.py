@@ -46,7 +46,8 @@ class DivergenceMonitor:
     ln V is the loss of predicting uniformly over a V-token vocabulary (where an MLM from scratch
     starts); the first loss covers objectives on another scale (ELECTRA's weighted sum, resumed runs).
     ``window`` 0 turns the check off. :meth:`update` returns whether the run must stop; ``final``
-    (the run's last step) asks only for the steps this process trained, when fewer than ``window``.
+    (the run's last step) asks, when this process trained fewer steps than ``window``, only for
+    every step after its first (which sets the scale) -- a short run that ends diverged is not final.
     ``streak_start``: the step whose weights first gave a loss above the threshold in the streak.
     """
 
@@ -71,7 +72,7 @@ class DivergenceMonitor:
             self.streak += 1
         else:
             self.streak, self.streak_start = 0, None
-        needed = min(self.window, self.steps_seen) if final else self.window
+        needed = min(self.window, max(self.steps_seen - 1, 1)) if final else self.window
         return self.streak > 0 and self.streak >= needed
 
     def describe(self) -> str:
