@@ -25,14 +25,16 @@ import torch
 
 from bertology.checkpoints import list_checkpoints
 from bertology.errors import WorkbenchError
-from bertology.pretraining.metrics import MetricsLog
+from bertology.pretraining.checkpoint import set_aside_checkpoints
+from bertology.pretraining.metrics import DivergenceMonitor, MetricsLog
 from bertology.pretraining.runtime import Runtime
 
 __all__ = ["StepLoop", "run_steps", "TrainingDivergedError"]
 
 
 class TrainingDivergedError(WorkbenchError):
-    """The training loss (or gradient norm) became NaN or infinite; the run stopped before saving it."""
+    """The training loss (or gradient norm) became NaN or infinite, or stayed far above where it
+    started (:class:`~bertology.pretraining.metrics.DivergenceMonitor`); the run stopped before saving it."""
 
 
 @dataclass
@@ -46,7 +48,8 @@ class StepLoop:
     the device (with an ``attention_mask`` ``[batch, tokens]`` for the token count);
     ``forward(batch)`` returns the scalar training loss; ``evaluate()`` the held-out metrics (None:
     no held-out set), ``eval_key`` the one shown on the progress bar; ``save(step)`` writes
-    checkpoint ``step`` on the main process; ``end_of_step(step)`` is called after each step.
+    checkpoint ``step`` on the main process; ``end_of_step(step)`` is called after each step;
+    ``divergence`` (None: off) stops a run whose finite loss stays far above where it started.
     """
 
     run_name: str
@@ -71,6 +74,7 @@ class StepLoop:
     end_of_step: Callable[[int], None]
     evaluate: Callable[[], dict[str, float]] | None = None
     eval_key: str = "eval_loss"
+    divergence: DivergenceMonitor | None = None
 
 
 @dataclass
@@ -110,7 +114,9 @@ def run_steps(loop: StepLoop, start_step: int) -> None:
         if loop.max_grad_norm > 0:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(loop.model.parameters(), loop.max_grad_norm))
         lr = loop.scheduler.get_last_lr()[0]
-        if not rt.all_finite(loss + grad_norm):
+        diverged = loop.divergence is not None and loop.divergence.update(step, loss,
+                                                                           final=step + 1 == loop.max_steps)
+        if not rt.all_finite(loss + grad_norm + (math.inf if diverged else 0.0)):
             bar.close()
             _stop_diverged(loop, step, loss, grad_norm, lr)
         loop.optimizer.step()
@@ -173,11 +179,19 @@ def checkpoint(loop: StepLoop, step: int) -> None:
 
 def _stop_diverged(loop: StepLoop, step: int, loss: float, grad_norm: float, lr: float) -> None:
     """Raise ``TrainingDivergedError`` for step ``step + 1`` (nothing of it saved), naming the last
-    checkpoint, whose weights are finite."""
+    checkpoint: its weights are finite, and for a finite divergence the checkpoints saved since the
+    loss went up are first set aside (``diverged-checkpoint-<step>``), so it is the last good one."""
+    rt, monitor = loop.rt, loop.divergence
+    if math.isfinite(loss + grad_norm) and monitor is not None and monitor.streak_start is not None:
+        why = f"loss {loss:.4g} stayed {monitor.describe()}"
+        if rt.is_main:
+            set_aside_checkpoints(loop.run_dir, monitor.streak_start)
+    else:
+        why = f"loss {loss} (gradient norm {grad_norm}) on at least one process"
+    rt.barrier()
     last = [s for s, _ in list_checkpoints(loop.run_dir)]
-    loop.rt.close()
+    rt.close()
     raise TrainingDivergedError(
-        f"{loop.run_dir}: training diverged at step {step + 1}: loss {loss} (gradient norm {grad_norm}) "
-        f"on at least one process, learning rate {lr:.3g}. Stopped without saving this step; the last "
-        f"checkpoint (finite weights) is step {max(last) if last else 'none'}. Lower learning_rate (or raise "
-        f"warmup_steps) and start a new run_name")
+        f"{loop.run_dir}: training diverged at step {step + 1}: {why}, learning rate {lr:.3g}. Stopped without "
+        f"saving this step; the last good checkpoint is step {max(last) if last else 'none'}. Lower "
+        f"learning_rate (or raise warmup_steps) and start a new run_name")

@@ -25,8 +25,12 @@ changes the learning-rate schedule, so it is refused unless asked for as a new *
 (``new_phase=True``, recorded in ``run.json``; every checkpoint kept so far stays).
 
 A non-finite training loss (or gradient norm) stops the run at once with
-``TrainingDivergedError``, before the optimizer step, so no NaN weights reach a checkpoint; under
-DDP the processes agree on the stop through an all-reduce.
+``TrainingDivergedError``, before the optimizer step, so no NaN weights reach a checkpoint. So does
+a finite loss that stays far up (:class:`~bertology.pretraining.metrics.DivergenceMonitor`: above
+``divergence_factor`` x max(ln V, the first loss) for ``divergence_window`` steps); the checkpoints
+saved during that streak are set aside as ``diverged-checkpoint-<step>``, so the last one left is
+the last good one. Under DDP the processes agree on the stop through an all-reduce (both checks
+live in the shared loop, :func:`bertology.pretraining.loop.run_steps`).
 
 Launched by ``bertology pretrain --config FILE``, or for DDP (gloo on CPU, nccl on GPU) by the same
 command under torchrun: ``torchrun --nproc_per_node N -m bertology.pretraining --config FILE``.
@@ -54,7 +58,7 @@ from bertology.pretraining.data import (
 from bertology.pretraining.evaluation import evaluate as _evaluate
 from bertology.pretraining.loop import StepLoop, TrainingDivergedError, run_steps
 from bertology.pretraining.masking import mix_seed
-from bertology.pretraining.metrics import MetricsLog
+from bertology.pretraining.metrics import DivergenceMonitor, MetricsLog
 from bertology.pretraining.objectives import build_model, make_loss, pair_task
 from bertology.pretraining.optimization import make_optimizer, make_scheduler
 from bertology.pretraining.runtime import Runtime, setup_runtime
@@ -169,7 +173,8 @@ def _train(t: _Training, start_step: int) -> None:
         train_module=t.loss_module, optimizer=t.optimizer, scheduler=t.scheduler, metrics=t.metrics,
         micro_batch=lambda step, micro: _train_batch(t, step, micro), forward=lambda batch: _forward(t, batch),
         save=lambda step: _save(t, step), end_of_step=lambda step: _end_of_step(step), evaluate=evaluate,
-        eval_key="eval_loss"), start_step)
+        eval_key="eval_loss",
+        divergence=DivergenceMonitor(len(t.tokenizer), cfg.divergence_factor, cfg.divergence_window)), start_step)
 
 
 def _train_batch(t: _Training, step: int, micro: int) -> dict[str, torch.Tensor]:
