@@ -141,3 +141,33 @@ def test_contextual_type_vectors_find_the_planted_words_reproducibly():
                .head(2)) == {"v3", "v7"}
     with pytest.raises(WorkbenchError, match="min_count"):
         semantic_change(build_a, build_b, total_a, total_b, (24, 24), ChangeSettings(min_count=10 ** 6))
+
+
+def test_semantic_change_study_on_a_planted_document_folder(tmp_path):
+    """The study on a folder of planted documents with year metadata: the swapped words top the
+    comparison, the slices' sizes are reported, and the documents are an input of the run id."""
+    from bertology.results import read_manifest, read_table
+    from bertology.studies import run_study
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    a, b = planted_slices()
+    letters = str.maketrans("0123456789", "abcdefghij")   # the tokenizer keeps words of letters whole
+    for year0, docs in ((1900, a), (1990, b)):
+        for i, doc in enumerate(docs):
+            text = "\n".join(" ".join(w.translate(letters) for w in s) + "." for s in doc)
+            (folder / f"{year0 + i}_doc.txt").write_text(text, "utf-8")
+            (folder / f"{year0 + i}_doc.json").write_text(json.dumps({"year": year0 + i}))
+    overrides = {"documents": str(folder), "comparisons": {"planted": {"a": {"years": [1900, 1929]},
+                                                                       "b": {"years": [1990, 2019]}}},
+                 "replicates": 3, "control_replicates": 1, "vector_dim": 16, "min_count": 20, "anchors": 500}
+    run = run_study("semantic_change", overrides=overrides, results_root=tmp_path / "res", log=lambda m: None)
+    slices = read_table(run, "slices")
+    assert slices["documents"].tolist() == [30, 30] and (slices["words"] > 15000).all()
+    change = read_table(run, "word_change")
+    assert set(change["word"].head(3)) == {w.translate(letters) for w in SWAPPED} and change.head(3)["moved"].all()
+    assert read_manifest(run)["inputs"]["documents"]["sha256"]
+    (folder / "1905_doc.txt").write_text("a changed address.", "utf-8")       # another input: another run
+    again = run_study("semantic_change", overrides={**overrides, "replicates": 1}, results_root=tmp_path / "res2",
+                      log=lambda m: None)
+    assert read_manifest(again)["inputs"]["documents"]["sha256"] != read_manifest(run)["inputs"]["documents"]["sha256"]

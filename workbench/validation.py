@@ -184,6 +184,18 @@ FIELD_RULES: dict[str, Rule] = {
     "top": NON_NEGATIVE_INT,
     "top_moved": NON_NEGATIVE_INT,
     "drift_min_count": POSITIVE_INT,
+    # semantic change between slices of documents
+    "replicates": POSITIVE_INT,
+    "control_replicates": POSITIVE_INT,
+    "anchors": POSITIVE_INT,
+    "vector_dim": POSITIVE_INT,
+    "vector_window": POSITIVE_INT,
+    "vector_epochs": POSITIVE_INT,
+    "neighbourhood_k": POSITIVE_INT,
+    "frequency_bins": POSITIVE_INT,
+    "contextual_layer": LAYER,
+    "contextual_max_sentences": POSITIVE_INT,
+    "control_quantile": Rule("a number in (0, 1)", lambda v: _number(v) and 0 < v < 1),
     # emergence
     "cloze_sentences": NON_NEGATIVE_INT,
     # pretraining variants at equal compute
