@@ -291,6 +291,8 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(path, **tok_kwargs)
     except Exception as exc:
         raise ModelError(f"{path}: cannot load tokenizer: {exc}") from exc
+    if arch.prefix_space:  # generic byte-level tokenizer.json files ignore add_prefix_space
+        architectures.ensure_prefix_space(tokenizer)
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"{path}: a fast tokenizer (tokenizer.json) is needed for word alignment")
     model.eval()
