@@ -130,3 +130,32 @@ def test_generic_byte_level_tokenizer_gets_a_prefix_space_once(model_type, tmp_p
     assert again(["dog"], is_split_into_words=True, add_special_tokens=False).tokens() == ["\u0120dog"]
     assert not ensure_prefix_space(again)                          # already has it
     assert not ensure_prefix_space(tiny_tokenizer("bert"))          # WordPiece: nothing to do
+
+
+def test_head_types_run_records_the_local_windows(tmp_path, one_torch_thread):
+    """A head-types run over a tiny ModernBERT (layer 1 local, 2 tokens each side) records the
+    window per layer in the manifest and per head in head_stats and head_types; global = <NA>."""
+    from bertology.results import read_manifest, read_table
+    from bertology.studies import run_study
+
+    directory = save_tiny_model_dir("modernbert", tmp_path / "modernbert")
+    run = run_study("head_types", overrides={"model": str(directory), "limit": 6, "word_vectors": "none"},
+                    results_root=tmp_path / "results", log=lambda _m: None)
+    assert read_manifest(run)["attention_windows"] == [None, 2]
+    for name in ("head_stats", "head_types"):
+        table = read_table(run, name)
+        by_layer = table.groupby("layer")["attention_window"]
+        assert by_layer.apply(lambda w: w.isna().all()).tolist() == [True, False], name
+        assert (table.loc[table["layer"] == 1, "attention_window"] == 2).all(), name
+
+
+def test_window_column_refuses_a_table_of_other_layers():
+    import pandas as pd
+
+    from bertology.errors import WorkbenchError
+    from bertology.probes.heads.stats import with_attention_windows
+
+    table = pd.DataFrame({"layer": [0, 1, 1], "head": [0, 0, 1]})
+    assert with_attention_windows(table, [None, 3])["attention_window"].tolist() == [pd.NA, 3, 3]
+    with pytest.raises(WorkbenchError, match="windows for 1 layers"):
+        with_attention_windows(table, [None])

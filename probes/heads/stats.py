@@ -282,6 +282,26 @@ def head_statistics(attentions: Iterable[np.ndarray], sentences: Iterable | None
     return stats.table()
 
 
+def with_attention_windows(table: pd.DataFrame, windows: Sequence[int | None]) -> pd.DataFrame:
+    """A copy of a per-head table (a ``layer`` column) with ``attention_window``: how many tokens
+    each side the layer's heads can see (``|query - key| <= window``, ModernBERT's local layers;
+    :func:`bertology.architectures.attention_windows`), ``<NA>`` where attention is global.
+
+    A local head's statistics are bounded by its window: it cannot put weight on ``[CLS]`` / ``[SEP]``
+    or on a word farther than ``window`` tokens away, so ``attn_cls`` / ``attn_special``,
+    ``entropy_norm`` (normalised by the whole row) and relations between distant words read low by
+    construction, not by what the head learned (docs/METHODS.md, "Local attention windows")."""
+    if "layer" not in table.columns:
+        raise WorkbenchError(f"with_attention_windows: the table has no layer column ({list(table.columns)})")
+    layers = table["layer"].astype(int).to_numpy()
+    if len(layers) and (layers.min() < 0 or layers.max() >= len(windows)):
+        raise WorkbenchError(f"with_attention_windows: layers {layers.min()}..{layers.max()} but windows for "
+                             f"{len(windows)} layers")
+    out = table.copy()
+    out["attention_window"] = pd.array([windows[layer] for layer in layers], dtype="Int64")
+    return out
+
+
 def statistic_matrix(table: pd.DataFrame, statistic: str) -> pd.DataFrame:
     """``[layer x head]`` matrix of one statistic from a :func:`head_statistics` table."""
     sub = table[table["statistic"] == statistic]
