@@ -159,3 +159,25 @@ def test_window_column_refuses_a_table_of_other_layers():
     assert with_attention_windows(table, [None, 3])["attention_window"].tolist() == [pd.NA, 3, 3]
     with pytest.raises(WorkbenchError, match="windows for 1 layers"):
         with_attention_windows(table, [None])
+
+
+@pytest.mark.parametrize("model_type, config", [("modernbert", {}), ("eurobert", {"num_key_value_heads": 2})])
+def test_pruning_study_runs_and_skips_real_removal_only_where_refused(model_type, config, tmp_path,
+                                                                      one_torch_thread):
+    """The pruning study on a tiny MLM model: importance and curves through gates for both; the
+    real-removal cost table for ModernBERT, none (reason recorded) under grouped-query attention."""
+    from bertology.results import read_manifest, read_table
+    from bertology.studies import run_study
+
+    directory = save_tiny_model_dir(model_type, tmp_path / model_type, mlm=True, **config)
+    run = run_study("pruning", overrides={"model": str(directory), "limit": 12, "methods": ["importance"],
+                                          "step": 0.5, "l0_lambdas": []}, results_root=tmp_path / "res",
+                    log=lambda _m: None)
+    manifest = read_manifest(run)
+    assert manifest["pruning_metric"].startswith("MLM loss")
+    assert len(read_table(run, "importance")) == 8
+    if config:
+        assert "pruning_cost" not in manifest["tables"]
+        assert "grouped-query attention (num_key_value_heads=2" in manifest["pruning_cost_skipped"]
+    else:
+        assert "pruning_cost" in manifest["tables"] and "pruning_cost_skipped" not in manifest

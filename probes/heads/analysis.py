@@ -22,6 +22,7 @@ from bertology.architectures import attention_windows
 from bertology.errors import ConfigError
 from bertology.models import load_model
 from bertology.probes.heads.attention_probe import attention_probe
+from bertology.probes.heads.gates import real_pruning_refusal
 from bertology.probes.heads.head_types import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
                                                dependency_scores, held_out_best_heads, type_matrix)
 from bertology.probes.heads.importance import importance_scores
@@ -330,7 +331,15 @@ def _pruning_curves(ctx: StudyContext, lm, corpus, store, task, curve_methods: l
 
 
 def _pruning_cost(ctx: StudyContext, lm, curve: pd.DataFrame, task) -> None:
-    """The heads of the importance curve at 30% and 50% really removed (parameters, forward time)."""
+    """The heads of the importance curve at 30% and 50% really removed (parameters, forward time);
+    skipped, with the reason logged and recorded, where real pruning is refused (ALBERT's shared
+    layers, grouped-query attention)."""
+    refusal = real_pruning_refusal(lm.model)
+    if refusal:
+        ctx.log(f"  no pruning_cost: {refusal}")
+        ctx.record(pruning_cost_skipped=refusal)
+        return
+
     def cost() -> pd.DataFrame:
         rows = []
         imp = curve[(curve["method"] == "importance") & ~curve["refined"]]

@@ -295,25 +295,33 @@ def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Mo
     return model
 
 
-def _refuse_pruning(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> None:
-    """Raise :class:`ModelError` naming the model type and the reason when real pruning of this
-    model cannot equal switching the heads off."""
+def real_pruning_refusal(model: nn.Module) -> str | None:
+    """Why real pruning of this model cannot equal switching its heads off, or None when it can:
+    layers sharing parameters (ALBERT) or grouped-query attention (EuroBERT with fewer key / value
+    heads than query heads). Gates (:class:`HeadGates`) work in both cases."""
     arch = architecture_for(model)
-    if not any(len(heads) for heads in heads_to_prune.values()):
-        return
     if arch.shares_layers:
-        raise ModelError(
-            f"prune_heads: {arch.model_type} layers share their parameters ({arch.groups_field}="
-            f"{getattr(model.config, arch.groups_field)} for {num_layers(model.config)} layers), so removing a "
-            "head would remove it at every layer position; real pruning is not supported for "
-            f"{arch.model_type} — switch heads off per position with HeadGates instead")
+        return (f"{arch.model_type} layers share their parameters ({arch.groups_field}="
+                f"{getattr(model.config, arch.groups_field)} for {num_layers(model.config)} layers), so removing a "
+                "head would remove it at every layer position; real pruning is not supported for "
+                f"{arch.model_type} — switch heads off per position with HeadGates instead")
     n_heads, n_kv = num_heads(model.config), key_value_heads(model.config)
     if n_kv != n_heads:
-        raise ModelError(
-            f"prune_heads: {arch.model_type} uses grouped-query attention ({arch.kv_heads_field}={n_kv} key / value "
-            f"heads for {n_heads} query heads), so each key / value head serves {n_heads // n_kv} query heads and "
-            f"a query head cannot be removed with its own key and value rows; real pruning is not supported "
-            f"for this {arch.model_type} model — switch query heads off with HeadGates instead")
+        return (f"{arch.model_type} uses grouped-query attention ({arch.kv_heads_field}={n_kv} key / value heads "
+                f"for {n_heads} query heads), so each key / value head serves {n_heads // n_kv} query heads and a "
+                "query head cannot be removed with its own key and value rows; real pruning is not supported for "
+                f"this {arch.model_type} model — switch query heads off with HeadGates instead")
+    return None
+
+
+def _refuse_pruning(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> None:
+    """Raise :class:`ModelError` naming the model type and the reason (:func:`real_pruning_refusal`)
+    when heads are to be removed from a model that cannot lose them for real."""
+    if not any(len(heads) for heads in heads_to_prune.values()):
+        return
+    reason = real_pruning_refusal(model)
+    if reason:
+        raise ModelError(f"prune_heads: {reason}")
 
 
 def count_parameters(model: nn.Module) -> int:
