@@ -57,6 +57,8 @@ def test_unknown_layer_types_are_refused():
     config.layer_types = ["full_attention", "chunked_attention"]
     with pytest.raises(ModelError, match="modernbert.*chunked_attention"):
         attention_windows(config)
+    with pytest.raises(ModelError, match="modernbert.*chunked_attention"):
+        architecture_for(config)  # what load_model asks first
 
 
 def test_fused_qkv_pruning_keeps_the_right_rows():
@@ -181,3 +183,11 @@ def test_pruning_study_runs_and_skips_real_removal_only_where_refused(model_type
         assert "grouped-query attention (num_key_value_heads=2" in manifest["pruning_cost_skipped"]
     else:
         assert "pruning_cost" in manifest["tables"] and "pruning_cost_skipped" not in manifest
+
+
+def test_in_memory_models_get_the_prefix_space_too():
+    from bertology.models import from_modules
+
+    lm = from_modules("tiny-modernbert", tiny_model("modernbert"), tiny_tokenizer("modernbert"))
+    assert lm.tokenizer(["it", "dog"], is_split_into_words=True, add_special_tokens=False).tokens() == \
+        ["\u0120it", "\u0120dog"]

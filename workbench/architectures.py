@@ -205,6 +205,7 @@ def architecture_for(config_or_model: Any) -> Architecture:
                          f"(supported: {', '.join(supported_types())})")
     if config is not None:
         arch.check(config)
+        _layer_windows(config, arch.num_layers(config))  # local / global layers the workbench can describe
     return arch
 
 
@@ -246,7 +247,12 @@ def attention_windows(config_or_model: Any) -> list[int | None]:
     Every other type of the table attends globally everywhere.
     """
     config = _config_of(config_or_model)
-    n = architecture_for(config).num_layers(config)
+    return _layer_windows(config, architecture_for(config).num_layers(config))
+
+
+def _layer_windows(config: Any, n: int) -> list[int | None]:
+    """:func:`attention_windows` for a config already matched to the table (``n`` layers);
+    :class:`~bertology.errors.ModelError` for layer types the workbench does not understand."""
     kinds = getattr(config, "layer_types", None)
     if not kinds:
         return [None] * n

@@ -317,10 +317,13 @@ def random_init_like(lm: LoadedModel, seed: int = 0) -> LoadedModel:
 
 
 def from_modules(name: str, model: Any, tokenizer: Any) -> LoadedModel:
-    """Wrap an in-memory model + tokenizer (tests, notebooks); fingerprint from its parameters."""
+    """Wrap an in-memory model + tokenizer (tests, notebooks); fingerprint from its parameters.
+    A byte-level tokenizer of a type that needs it is given the prefix space, as by :func:`load_model`."""
     import torch
 
-    architecture_for(model.config)  # refuse an unsupported type here, not in a later analysis
+    arch = architecture_for(model.config)  # refuse an unsupported type here, not in a later analysis
+    if arch.prefix_space and tokenizer is not None:
+        architectures.ensure_prefix_space(tokenizer)
     h = hashlib.sha256()
     with torch.no_grad():
         for k, v in sorted(model.state_dict().items()):
