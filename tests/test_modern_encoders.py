@@ -149,6 +149,9 @@ def test_head_types_run_records_the_local_windows(tmp_path, one_torch_thread):
         by_layer = table.groupby("layer")["attention_window"]
         assert by_layer.apply(lambda w: w.isna().all()).tolist() == [True, False], name
         assert (table.loc[table["layer"] == 1, "attention_window"] == 2).all(), name
+    reach = read_table(run, "window_reach")
+    assert set(reach["layer"]) == {1} and set(reach["statistic"]) >= {"word_pairs_in_reach", "cls_in_reach"}
+    assert ((reach["value"] > 0) & (reach["value"] < 1)).all()
 
 
 def test_window_column_refuses_a_table_of_other_layers():
@@ -191,3 +194,55 @@ def test_in_memory_models_get_the_prefix_space_too():
     lm = from_modules("tiny-modernbert", tiny_model("modernbert"), tiny_tokenizer("modernbert"))
     assert lm.tokenizer(["it", "dog"], is_split_into_words=True, add_special_tokens=False).tokens() == \
         ["\u0120it", "\u0120dog"]
+
+
+def test_reachable_words_by_hand():
+    from bertology.probes.heads.stats import reachable_words, special_reach
+
+    word_ids = [-1, 0, 0, 1, 2, 2, 2, 3, -1]   # [CLS] w0 w0 w1 w2 w2 w2 w3 [SEP]
+    expected = [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]]
+    assert reachable_words(word_ids, 1, 4).astype(int).tolist() == expected
+    assert reachable_words(word_ids, None, 4).all()
+    assert special_reach(word_ids, 1, 4).astype(int).tolist() == [[1, 0], [0, 0], [0, 0], [0, 1]]
+    assert special_reach([0, 1], 1, 2).tolist() == [[False, False], [False, False]]  # no special tokens
+
+
+def test_stored_maps_of_a_local_layer_are_zero_exactly_out_of_reach(tmp_path):
+    """End to end through extraction and word pooling: in ModernBERT's local layer every word pair
+    out of reach (reachable_words with the recorded window) has no attention, every pair in reach
+    has some; the same for the special tokens."""
+    from bertology.corpus import load_corpus
+    from bertology.features import tokenize_sentences
+    from bertology.probes.heads.stats import reachable_words, special_reach
+    from bertology.store import extract
+
+    lm = load_model(save_tiny_model_dir("modernbert", tmp_path / "m"))
+    corpus = load_corpus("brown-sample", limit=4)
+    store = extract(lm, corpus, root=tmp_path / "store", progress=False)
+    (window_global, window_local) = attention_windows(lm.model)
+    encoded = tokenize_sentences(lm.tokenizer, [s.words for s in corpus])
+    for i, (_, word_ids) in enumerate(encoded):
+        n = len(corpus[i].words)
+        reach, special = reachable_words(word_ids, window_local, n), special_reach(word_ids, window_local, n)
+        assert not reach.all()                                          # long enough to leave the window
+        local = store.attention(i, normalise=False)[1]                  # [H, W, W]
+        assert (local[:, ~reach] == 0).all() and (local[:, reach] > 0).all()
+        local_special = store.special_attention(i)[1]                   # [H, W, 2]
+        assert (local_special[:, ~special] == 0).all() and (local_special[:, special] > 0).all()
+        assert (store.attention(i, normalise=False)[0] > 0).all() and window_global is None
+
+
+def test_window_reach_counts_pairs_arcs_and_special_tokens():
+    from bertology.corpus import Sentence
+    from bertology.probes.heads.stats import window_reach
+
+    tok = tiny_tokenizer("bert")                       # WordPiece: one piece per known word
+    sentence = Sentence("s1", ["the", "dog", "said", "the", "jury"], heads=[2, 3, 0, 5, 3],
+                        deprels=["det", "nsubj", "root", "det", "obj"], upos=None, xpos=None, entities=None)
+    table = window_reach(tok, [sentence], [None, 1])
+    values = table.set_index("statistic")["value"]
+    assert set(table["layer"]) == {1} and set(table["attention_window"]) == {1}
+    assert values["word_pairs_in_reach"] == pytest.approx(8 / 20)      # neighbours only
+    assert values["arcs_in_reach"] == pytest.approx(3 / 4)             # jury -> said is 2 words away
+    assert values["cls_in_reach"] == pytest.approx(1 / 5) and values["sep_in_reach"] == pytest.approx(1 / 5)
+    assert window_reach(tok, [sentence], [None, None]).empty

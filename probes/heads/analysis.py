@@ -29,7 +29,8 @@ from bertology.probes.heads.importance import importance_scores
 from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, evaluate_l0_gates, heads_dict,
                                             heads_pruned_at, measure_pruning, pruning_curve, pruning_task, removable_shares,
                                             train_l0_gates)
-from bertology.probes.heads.stats import SPECIAL_TOKENS, corpus_frequencies, head_statistics, with_attention_windows
+from bertology.probes.heads.stats import (SPECIAL_TOKENS, corpus_frequencies, head_statistics, window_reach,
+                                          with_attention_windows)
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
 from bertology.uncertainty import is_small_sample
 
@@ -133,6 +134,9 @@ def head_types_analysis(ctx: StudyContext) -> None:
       is_rare_token, is_special, is_broad, positional_level, token_offset, token_share, word_offset,
       word_share, special_argmax_share, attention_window``.
     - ``head_type_matrix``: ``layer`` and one column per head (``"0"``, ``"1"``...) holding its type.
+    - ``window_reach`` (only for models with local attention layers, ModernBERT): per local layer,
+      the share of word pairs, gold dependency arcs and words within reach of its window and of the
+      special tokens (:func:`~bertology.probes.heads.stats.window_reach`).
     - ``head_best``: the best head and the best fixed-offset baseline per relation and direction,
       both chosen on a dev half of the sentences (``best_head_dev_share``, split with the run's seed)
       and reported on the other half with intervals and a paired test of the gain
@@ -170,6 +174,8 @@ def head_types_analysis(ctx: StudyContext) -> None:
         special_threshold=cfg["special_threshold"], broad_entropy=cfg["broad_entropy"],
         relations=cfg["syntactic_relations"], positional_level=cfg["positional_level"]), windows))
     ctx.step("head_type_matrix", lambda: type_matrix(types).reset_index())
+    if any(window is not None for window in windows):  # local layers: what their heads can reach at all
+        ctx.step("window_reach", lambda: window_reach(lm.tokenizer, sentences, windows))
     if has_deps:
         ctx.step("head_best", lambda: held_out_best_heads(
             (store.attention(i, normalise=False) for i in range(n)), sentences, dev_share=cfg["best_head_dev_share"],
