@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from bertology.architectures import attention_windows
-from bertology.errors import ConfigError
+from bertology.errors import ConfigError, WorkbenchError
 from bertology.models import load_model
 from bertology.probes.heads.attention_probe import attention_probe
 from bertology.probes.heads.gates import real_pruning_refusal
@@ -92,7 +92,10 @@ def head_types_inputs(config: dict[str, Any]) -> dict[str, Any]:
         return {}
     from bertology.probes.embeddings.analysis import spacy_vectors_digest
 
-    return {"word_vectors": spacy_vectors_digest(config["word_vectors"])}
+    try:
+        return {"word_vectors": spacy_vectors_digest(config["word_vectors"])}
+    except (WorkbenchError, OSError) as exc:  # checked before any step runs, naming the field
+        raise ConfigError(f"field 'word_vectors': {exc} (use none, en, fr or a spaCy pipeline folder)") from None
 
 
 @reads_inputs(head_types_inputs)

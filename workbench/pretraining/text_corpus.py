@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from bertology.corpus.plain_text import split_sentences
 from bertology.errors import CorpusError
 
 BINARY_SNIFF_BYTES = 8192
 
-# Abbreviations after which a full stop does not end a sentence (lower-cased, without the dot).
-_ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof st jr sr vs etc e.g i.e u.s a.m p.m no fig gen gov sen rep rev col lt capt "
-    "co corp inc ltd mt ft jan feb mar apr jun jul aug sep sept oct nov dec".split()
-)
-_BOUNDARY = re.compile(r"([.!?]+[\"')\]]*)(\s+)(?=[\"'(\[]?[A-Z0-9])")
 
 
 def text_files(path: str | Path) -> list[Path]:
@@ -65,28 +59,6 @@ def _open_text(path: Path) -> Iterator[str]:
                 yield raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise CorpusError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from exc
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split a paragraph into sentences at ``.!?`` followed by space and a capital/digit/quote.
-
-    A full stop after a known abbreviation or a single capital letter (an initial) is no boundary.
-    """
-    text = " ".join(text.split())
-    if not text:
-        return []
-    sentences, start = [], 0
-    for match in _BOUNDARY.finditer(text):
-        end = match.end(1)
-        prev_word = text[start:match.start(1)].rsplit(" ", 1)[-1].lower()
-        if match.group(1).startswith(".") and (
-            prev_word in _ABBREVIATIONS or (len(prev_word) == 1 and prev_word.isalpha())
-        ):
-            continue
-        sentences.append(text[start:end])
-        start = match.end()
-    sentences.append(text[start:])
-    return [s for s in sentences if s]
 
 
 def read_documents(path: str | Path) -> Iterator[list[str]]:
