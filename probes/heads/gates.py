@@ -6,7 +6,9 @@ architecture of :mod:`bertology.architectures` (the table says where each layer'
 
 - :class:`HeadGates` installs a forward pre-hook on each layer's attention output projection
   (``attention.output.dense`` for BERT / RoBERTa / ELECTRA / DeBERTa-v2, ``attention.out_lin`` for
-  DistilBERT, ``attention.attn.o`` for MPNet, ``attention.dense`` for ALBERT) that multiplies the
+  DistilBERT, ``attention.attn.o`` for MPNet, ``attention.dense`` for ALBERT, ``attn.Wo`` for
+  ModernBERT, ``self_attn.o_proj`` for EuroBERT / NomicBERT: one slice per *query* head, also under
+  grouped-query attention) that multiplies the
   per-head slices of its input ``[batch, tokens, heads * head_dim]`` by a gate ``ξ[layer, head]``
   (or per example, ``ξ[batch, layer, head]``). Gates may require grad (Michel et al. 2019
   importance, Voita et al. 2019 L0 gates). Where layers share parameters (ALBERT) the gates still
