@@ -354,6 +354,8 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(path, **tok_kwargs)
     except Exception as exc:
         raise ModelError(f"{path}: cannot load tokenizer: {exc}") from exc
+    if arch.prefix_space:  # generic byte-level tokenizer.json files ignore add_prefix_space
+        architectures.ensure_prefix_space(tokenizer)
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"{path}: a fast tokenizer (tokenizer.json) is needed for word alignment")
     vocab_size = getattr(config, "vocab_size", None)
@@ -398,10 +400,13 @@ def random_init_like(lm: LoadedModel, seed: int = 0) -> LoadedModel:
 
 
 def from_modules(name: str, model: Any, tokenizer: Any) -> LoadedModel:
-    """Wrap an in-memory model + tokenizer (tests, notebooks); fingerprint from its parameters."""
+    """Wrap an in-memory model + tokenizer (tests, notebooks); fingerprint from its parameters.
+    A byte-level tokenizer of a type that needs it is given the prefix space, as by :func:`load_model`."""
     import torch
 
     check_config_sizes(model.config, f"{name} (in-memory model config)")  # an unsupported type or size, here
+    if tokenizer is not None and architecture_for(model.config).prefix_space:
+        architectures.ensure_prefix_space(tokenizer)
     h = hashlib.sha256()
     with torch.no_grad():
         for k, v in sorted(model.state_dict().items()):

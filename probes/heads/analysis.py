@@ -18,16 +18,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bertology.architectures import attention_windows
 from bertology.errors import ConfigError, WorkbenchError
 from bertology.models import load_model
 from bertology.probes.heads.attention_probe import attention_probe
+from bertology.probes.heads.gates import real_pruning_refusal
 from bertology.probes.heads.head_types import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
                                                dependency_scores, held_out_best_heads, type_matrix)
 from bertology.probes.heads.importance import importance_scores
 from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, evaluate_l0_gates, heads_dict,
                                             heads_pruned_at, measure_pruning, pruning_curve, pruning_task, removable_shares,
                                             train_l0_gates)
-from bertology.probes.heads.stats import SPECIAL_TOKENS, corpus_frequencies, head_statistics
+from bertology.probes.heads.stats import (SPECIAL_TOKENS, corpus_frequencies, head_statistics, window_reach,
+                                          with_attention_windows)
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
 from bertology.uncertainty import is_small_sample
 
@@ -120,9 +123,11 @@ def head_types_analysis(ctx: StudyContext) -> None:
 
     Tables:
 
-    - ``head_stats``: ``layer, head, statistic, value, n`` (long: token- and word-level argmax
-      offsets, entropy, confidence, attention to rare words and to special tokens;
-      :func:`~bertology.probes.heads.stats.head_statistics`).
+    - ``head_stats``: ``layer, head, statistic, value, n, attention_window`` (long: token- and
+      word-level argmax offsets, entropy, confidence, attention to rare words and to special tokens;
+      :func:`~bertology.probes.heads.stats.head_statistics`; ``attention_window``: tokens each side
+      a local layer's heads can see, ``<NA>`` for global attention, also in ``head_types`` and, per
+      layer, in the manifest's ``attention_windows``).
     - ``head_dependency``: ``layer, head, relation, direction, n, correct, accuracy, baseline_offset,
       baseline_accuracy, gain`` (direction ``dependent_attends_to_head`` or
       ``head_attends_to_dependent``; empty when the corpus has no dependencies).
@@ -130,8 +135,11 @@ def head_types_analysis(ctx: StudyContext) -> None:
       special_share, entropy_norm, confidence, syntactic_relation, syntactic_direction,
       syntactic_accuracy, syntactic_baseline, syntactic_gain, is_positional, is_syntactic,
       is_rare_token, is_special, is_broad, positional_level, token_offset, token_share, word_offset,
-      word_share, special_argmax_share``.
+      word_share, special_argmax_share, attention_window``.
     - ``head_type_matrix``: ``layer`` and one column per head (``"0"``, ``"1"``...) holding its type.
+    - ``window_reach`` (only for models with local attention layers, ModernBERT): per local layer,
+      the share of word pairs, gold dependency arcs and words within reach of its window and of the
+      special tokens (:func:`~bertology.probes.heads.stats.window_reach`).
     - ``head_best``: the best head and the best fixed-offset baseline per relation and direction,
       both chosen on a dev half of the sentences (``best_head_dev_share``, split with the run's seed)
       and reported on the other half with intervals and a paired test of the gain
@@ -146,26 +154,31 @@ def head_types_analysis(ctx: StudyContext) -> None:
     """
     cfg = ctx.config
     _check_head_type_options(cfg)
-    _, corpus, store = model_corpus_store(ctx, attentions=True)
+    lm, corpus, store = model_corpus_store(ctx, attentions=True)
+    windows = attention_windows(lm.config)  # local (sliding-window) layers: tokens seen each side
+    ctx.record(attention_windows=windows)
     sentences = list(corpus)
     n = len(corpus)
     has_deps = all(s.heads is not None and s.deprels is not None for s in sentences)
     freqs = corpus_frequencies(sentences) if cfg["frequencies"] == "corpus" else None
 
-    stats = ctx.step("head_stats", lambda: head_statistics(
+    stats = ctx.step("head_stats", lambda: with_attention_windows(head_statistics(
         (store.attention(i, normalise=False) for i in range(n)), sentences,
         special_attention=(store.special_attention(i) for i in range(n)), frequencies=freqs,
         token_offsets=(store.token_offsets(i, queries=cfg["positional_queries"]) for i in range(n)),
-        special_tokens=cfg["special_tokens"]))
+        special_tokens=cfg["special_tokens"]), windows))
     deps = ctx.step("head_dependency", lambda: dependency_scores(
         (store.attention(i, normalise=False) for i in range(n)), sentences,
         exclude_self=cfg["exclude_self"]) if has_deps else pd.DataFrame())
-    types = ctx.step("head_types", lambda: classify_heads(
-        stats, deps if has_deps else None, positional_threshold=cfg["positional_threshold"],
+    types = ctx.step("head_types", lambda: with_attention_windows(classify_heads(
+        stats.drop(columns="attention_window", errors="ignore"), deps if has_deps else None,
+        positional_threshold=cfg["positional_threshold"],
         syntactic_margin=cfg["syntactic_margin"], min_count=cfg["min_count"], rare_threshold=cfg["rare_threshold"],
         special_threshold=cfg["special_threshold"], broad_entropy=cfg["broad_entropy"],
-        relations=cfg["syntactic_relations"], positional_level=cfg["positional_level"]))
+        relations=cfg["syntactic_relations"], positional_level=cfg["positional_level"]), windows))
     ctx.step("head_type_matrix", lambda: type_matrix(types).reset_index())
+    if any(window is not None for window in windows):  # local layers: what their heads can reach at all
+        ctx.step("window_reach", lambda: window_reach(lm.tokenizer, sentences, windows))
     if has_deps:
         ctx.step("head_best", lambda: held_out_best_heads(
             (store.attention(i, normalise=False) for i in range(n)), sentences, dev_share=cfg["best_head_dev_share"],
@@ -327,7 +340,15 @@ def _pruning_curves(ctx: StudyContext, lm, corpus, store, task, curve_methods: l
 
 
 def _pruning_cost(ctx: StudyContext, lm, curve: pd.DataFrame, task) -> None:
-    """The heads of the importance curve at 30% and 50% really removed (parameters, forward time)."""
+    """The heads of the importance curve at 30% and 50% really removed (parameters, forward time);
+    skipped, with the reason logged and recorded, where real pruning is refused (ALBERT's shared
+    layers, grouped-query attention)."""
+    refusal = real_pruning_refusal(lm.model)
+    if refusal:
+        ctx.log(f"  no pruning_cost: {refusal}")
+        ctx.record(pruning_cost_skipped=refusal)
+        return
+
     def cost() -> pd.DataFrame:
         rows = []
         imp = curve[(curve["method"] == "importance") & ~curve["refined"]]
