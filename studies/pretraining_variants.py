@@ -6,9 +6,10 @@ comparable, edge-probing accuracy per layer, head types.
 The budget is ``budget_steps`` optimizer steps of ``budget_variant``, in FLOPs measured on one step
 of each variant's real loss module (:func:`bertology.pretraining.flops.measure_step_flops`); every
 variant gets ``floor(budget / its FLOPs per step)`` steps, the same batch and sequence length.
-Single-segment variants pack across documents (``packing: full_sentences``, RoBERTa's FULL-SENTENCES)
-so their sequences are about as full as ALBERT's sentence pairs; the ``variants`` table reports each
-one's ``real_token_share``, real tokens and FLOPs per real token beside the FLOPs. A distilled
+Single-segment variants are packed in full token blocks (``packing: token_blocks``; whole-sentence
+packing, RoBERTa's DOC- or FULL-SENTENCES, fills only 77% of 64 positions on Brown) so their
+sequences are about as full as ALBERT's sentence pairs; the ``variants`` table reports each one's
+``real_token_share``, real tokens and FLOPs per real token beside the FLOPs. A distilled
 student's budget counts its teacher's forward passes; ``teacher_flops`` /
 ``flops_total_with_teacher`` add the teacher's own training. The encoders are compared by probing
 (``probe_best_layers``: best layer chosen on dev, reported on test; ``encoder_comparison``: every
@@ -58,8 +59,9 @@ DEFAULTS = {
     "budget_steps": 1000,
     "teacher_variant": "mlm",       # a distill variant without a teacher learns from this variant's final model
     "warmup_fraction": 0.06,        # warm-up steps as a share of each variant's steps
-    "packing": "full_sentences",    # single-segment variants: RoBERTa's FULL-SENTENCES, so their sequences are
-                                    # as full as ALBERT's sentence pairs (doc_sentences: within one document)
+    "packing": "token_blocks",      # single-segment variants: full blocks of the token stream, so their sequences
+                                    # are as full as ALBERT's sentence pairs (measured: whole-sentence packing,
+                                    # doc_ or full_sentences, fills 77% of 64 positions on Brown)
     "corpus": "brown-sample",       # analyses: the annotated corpus
     "limit": 400,
     "tasks": ["pos", "deps"],

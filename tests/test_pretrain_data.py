@@ -170,7 +170,7 @@ def test_full_sentences_packing_crosses_documents_with_a_separator():
         sentences = [[100 * (d + 1) + 5 * s + t for t in range(5)] for s in range(3)]
         docs.append(TokenizedDocument(sentences, [[5 * s + t for t in range(5)] for s in range(3)]))
     max_len = 13        # 11 positions a sequence: two sentences, or a sentence, a [SEP] and a sentence
-    full, full_words = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP, across_documents=True)
+    full, full_words = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP, packing="full_sentences")
     own, _ = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP)
     real = lambda seqs: [t for x in seqs for t in x if t > 2]   # noqa: E731
     assert real(full) == real(own) == [t for d in docs for s in d.sentences for t in s]
@@ -185,3 +185,25 @@ def test_full_sentences_packing_crosses_documents_with_a_separator():
     share = lambda seqs: real_token_share([len(x) for x in seqs], max_len)   # noqa: E731
     assert share(full) > share(own)
     assert share(own) == pytest.approx(sum(len(x) for x in own) / (len(own) * max_len))
+
+
+def test_token_blocks_fill_every_sequence_but_the_last():
+    """The token stream cut into full blocks: every token once, in order, every sequence but the last
+    exactly max_seq_len long, documents kept apart by a [SEP], word ids rising within a sequence."""
+    from bertology.pretraining.text_corpus import TokenizedDocument, real_token_share
+
+    CLS, SEP = 1, 2
+    docs = [TokenizedDocument([[100 * (d + 1) + 7 * s + t for t in range(7)] for s in range(3)],
+                              [[3 * s + t // 3 for t in range(7)] for s in range(3)]) for d in range(5)]
+    max_len = 12
+    blocks, words = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP, packing="token_blocks")
+    real = [t for x in blocks for t in x if t > 2]
+    assert real == [t for d in docs for s in d.sentences for t in s]
+    assert all(len(x) == max_len for x in blocks[:-1]) and all(x[0] == CLS and x[-1] == SEP for x in blocks)
+    assert any(SEP in x[1:-1] for x in blocks)
+    for x, w in zip(blocks, words):
+        ws = [v for v in w if v >= 0]
+        assert ws[0] == 0 and ws == sorted(ws) and [t <= 2 for t in x] == [v == -1 for v in w]
+    own, _ = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP)
+    share = lambda seqs: real_token_share([len(x) for x in seqs], max_len)   # noqa: E731
+    assert share(blocks) > 0.95 > share(own)

@@ -43,7 +43,8 @@ class PretrainConfig:
                                           # ``corpus`` trains and heldout_fraction is not used)
     packing: str = "doc_sentences"        # single-segment objectives: doc_sentences (sequences stay within one
                                           # document) | full_sentences (RoBERTa: across documents, an extra
-                                          # [SEP] between them, so sequences are nearly full)
+                                          # [SEP] between them) | token_blocks (the token stream cut into
+                                          # full blocks, sentences split at block ends)
     # tokenizer
     tokenizer: str | None = None          # an existing tokenizer directory; None = train one
     tokenizer_kind: str = "wordpiece"     # wordpiece | bpe
@@ -152,8 +153,8 @@ FIELD_CHECKS: tuple[FieldCheck, ...] = (
     FieldCheck("random_token_pool", lambda c: c.random_token_pool in ("vocab", "non_special"),
                "must be vocab or non_special"),
     FieldCheck("device", lambda c: c.device in ("auto", "cpu", "cuda"), "must be auto, cpu or cuda"),
-    FieldCheck("packing", lambda c: c.packing in ("doc_sentences", "full_sentences"),
-               "must be doc_sentences or full_sentences"),
+    FieldCheck("packing", lambda c: c.packing in ("doc_sentences", "full_sentences", "token_blocks"),
+               "must be doc_sentences, full_sentences or token_blocks"),
     FieldCheck("mlm_probability", lambda c: 0.0 < c.mlm_probability < 1.0, "must be in (0, 1)"),
     FieldCheck("heldout_fraction", lambda c: 0.0 <= c.heldout_fraction < 1.0, "must be in [0, 1)"),
     FieldCheck("dropout", lambda c: 0.0 <= c.dropout < 1.0, "must be in [0, 1)"),

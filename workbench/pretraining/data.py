@@ -141,7 +141,7 @@ def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[Seque
         if pair_task(cfg.objective) is None:
             ids, words = pack_documents(part, max_seq_len=cfg.max_seq_len,
                                         cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
-                                        across_documents=cfg.packing == "full_sentences")
+                                        packing=cfg.packing)
             out.append(SequenceSet.from_lists(ids, words, None, None))
         else:
             pairs = make_sentence_pairs(part, objective=pair_task(cfg.objective), max_seq_len=cfg.max_seq_len,

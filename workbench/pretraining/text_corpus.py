@@ -7,7 +7,8 @@ sentences by a small rule-based splitter (one sentence per line input stays as i
 Packing follows BERT/RoBERTa "DOC-SENTENCES" by default: whole sentences of one document are
 concatenated up to ``max_seq_len - 2`` tokens, then wrapped as ``[CLS] ... [SEP]``; a sentence longer
 than that is cut into pieces. ``packing: full_sentences`` (RoBERTa's FULL-SENTENCES) lets a sequence
-run on into the next document with an extra ``[SEP]`` between them. Word ids (for whole-word
+run on into the next document with an extra ``[SEP]`` between them; ``packing: token_blocks`` cuts
+the token stream into full blocks (:func:`pack_documents`). Word ids (for whole-word
 masking) are kept alongside token ids.
 """
 
@@ -131,19 +132,31 @@ def tokenize_documents(
     return out
 
 
+PACKINGS = ("doc_sentences", "full_sentences", "token_blocks")
+"""How single-segment sequences are packed: see :func:`pack_documents`."""
+
+
 def pack_documents(
     docs: Iterable[TokenizedDocument], *, max_seq_len: int, cls_id: int, sep_id: int,
-    across_documents: bool = False,
+    packing: str = "doc_sentences",
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Pack whole sentences into ``[CLS] ... [SEP]`` sequences of <= max_seq_len.
+    """Pack documents into ``[CLS] ... [SEP]`` sequences of <= max_seq_len.
 
-    ``across_documents=False`` (BERT/RoBERTa DOC-SENTENCES): a sequence holds sentences of one
-    document; each document's last sequence is usually short. ``True`` (RoBERTa FULL-SENTENCES):
-    a sequence goes on into the next document, with an extra ``[SEP]`` between the two, so nearly
-    every sequence is full.
+    ``packing``:
+    - ``doc_sentences`` (BERT/RoBERTa DOC-SENTENCES, default): whole sentences of one document; each
+      document's last sequence is usually short;
+    - ``full_sentences`` (RoBERTa FULL-SENTENCES): whole sentences, a sequence runs on into the next
+      document with an extra ``[SEP]`` between the two. With short sequences the whole-sentence rule
+      still leaves about half a sentence empty at the end of each;
+    - ``token_blocks`` (ours; the "concatenate and chunk" of many MLM scripts): the token stream of
+      all documents (an extra ``[SEP]`` between documents) cut into full blocks of
+      ``max_seq_len - 2`` tokens, sentences and words split at block ends: every sequence but the
+      last is full.
     Returns ``(input_ids, word_ids)``: lists of per-sequence lists; word id -1 marks special tokens,
     other word ids number the words within a sequence from 0.
     """
+    if packing not in PACKINGS:
+        raise ValueError(f"packing must be one of {', '.join(PACKINGS)}, got {packing!r}")
     budget = max_seq_len - 2
     if budget < 1:
         raise ValueError("max_seq_len must be >= 3")
@@ -153,7 +166,7 @@ def pack_documents(
     cur_w: list[int] = []
 
     def flush() -> None:
-        if cur and cur_w[-1] == -1:     # a document separator with nothing after it in this sequence
+        while cur and cur_w[-1] == -1:   # a document separator with nothing after it in this sequence
             cur.pop()
             cur_w.pop()
         if cur:
@@ -164,17 +177,27 @@ def pack_documents(
         cur_w.clear()
 
     for doc in docs:
-        if not across_documents:
+        if packing == "doc_sentences":
             flush()
         elif cur:
             if len(cur) + 1 >= budget:      # no room for the separator and a token of the next document
                 flush()
-            else:                           # FULL-SENTENCES: a separator between documents
+            else:                           # a separator between documents
                 cur.append(sep_id)
                 cur_w.append(-1)
         shift = max(cur_w, default=-1) + 1  # the next document's words after this sequence's words
         for sent, wids in zip(doc.sentences, doc.words):
             wids = [w + shift for w in wids]
+            if packing == "token_blocks":
+                while len(cur) + len(sent) > budget:   # fill the block, carry the rest over
+                    room = budget - len(cur)
+                    cur.extend(sent[:room])
+                    cur_w.extend(wids[:room])
+                    sent, wids = sent[room:], wids[room:]
+                    flush()
+                cur.extend(sent)
+                cur_w.extend(wids)
+                continue
             if cur and len(cur) + len(sent) > budget:
                 flush()
             while len(sent) > budget:  # an over-long sentence: cut into full pieces
