@@ -1,5 +1,6 @@
-"""BERTology dashboard: browse study runs. It only reads result files (parquet + JSON) — it never
-loads a model or computes what a study should have saved.
+"""BERTology dashboard: browse study runs. Its study pages only read result files (parquet + JSON) —
+they never load a model or compute what a study should have saved; the Live page is the one that
+loads a model, to show any typed sentence (:mod:`bertology.apps.live`).
 
 Run with ``bertology dashboard`` (binds to 127.0.0.1) or
 ``streamlit run $(python -c "import bertology.apps as a; print(a.__path__[0])")/dashboard.py --server.address 127.0.0.1``.
@@ -8,7 +9,8 @@ The pages are the entries of :data:`bertology.apps.pages.PAGES`. Deep links (use
 screenshot script and the browser tests): ``?page=Heads``, plus ``&compare=<study>/<run>`` (a
 second run beside the first on the pages that compare runs: Probing, Heads, Embeddings),
 ``&head=<layer>-<head>`` (the head whose detail the Heads page opens) and ``&step=<n>`` (the
-checkpoint of the Pretraining page's head map).
+checkpoint of the Pretraining page's head map); the Live page takes ``&model=<name or folder>`` and
+``&text=<sentence>``.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import pandas as pd
 import streamlit as st
 
 from bertology.apps import figures, tables
+from bertology.apps.live import live_page
 from bertology.apps.figures import esc
 from bertology.apps.locations import clean, describe, find_runs, model_name, run_label, runs_overview, shown_root
 from bertology.apps.ui import (guard, has_columns_or_explain, load_extra, load_table, optional_table, pick_other,
@@ -487,6 +488,12 @@ PAGES: tuple[Page, ...] = (
          intro="Every study run under the results folder, newest first: its seed, model and tables. "
                "A run whose manifest cannot be read says why; the other runs still show.",
          render=runs_page, min_tables=1),
+    Page(key="Live", title="Live: any sentence through any model",
+         intro="Type a sentence (or pick one from the corpus) and see what a model does with it, computed now: "
+               "every head of every layer at once and one head in detail (as bertviz's model and head views; "
+               "Vig 2019), how a head's query and key neurons make its scores (neuron view), attention rollout "
+               "across layers (Abnar & Zuidema 2020), and an MLM's guesses for a masked word.",
+         render=live_page, min_charts=4),
     Page(key="Probing", title="Edge probing (Tenney et al. 2019)",
          intro="A small classifier per layer predicts each word's label (part of speech, entity...) from that "
                "layer's frozen vectors: where the curve rises is where the information becomes linearly readable. "

@@ -18,6 +18,7 @@ from bertology.results import write_results
 # registry entry fails the tests instead of being compared with itself.
 PAGE_TITLES = {
     "Runs": "Runs",
+    "Live": "Live: any sentence through any model",
     "Probing": "Edge probing (Tenney et al. 2019)",
     "Feature combinations": "Feature-based combinations (Devlin et al. 2019, Table 7)",
     "Heads": "Attention heads (Voita et al. 2019, Clark et al. 2019)",
@@ -29,7 +30,7 @@ PAGE_TITLES = {
 }
 # A phrase each page's "what am I looking at" line must hold (the papers it cites).
 INTRO_PHRASES = {
-    "Runs": "newest first", "Probing": "Hewitt & Liang 2019", "Feature combinations": "Devlin et al. 2019",
+    "Runs": "newest first", "Live": "Abnar & Zuidema 2020", "Probing": "Hewitt & Liang 2019", "Feature combinations": "Devlin et al. 2019",
     "Heads": "*What Does BERT Look At?*", "Pruning": "*Are Sixteen Heads Really Better than One?*",
     "Embeddings": "Ethayarajh 2019", "Alignment": "Conneau et al. 2018", "Pretraining": "masked-language-model",
     "Compare runs": "side by side",
