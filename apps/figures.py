@@ -437,6 +437,7 @@ def predictions_figure(top: pd.DataFrame, word: str) -> go.Figure:
                            text=[f"{p:.1%}" for p in top["probability"]], textposition="outside",
                            hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
     fig.update_layout(title=f"what the MLM head puts in place of '{esc(word)}'", height=120 + 28 * len(labels),
-                      xaxis=dict(title="probability", range=[0, 1.1]), yaxis=dict(autorange="reversed"),
+                      xaxis=dict(title="probability", range=[0, min(1.0, 1.3 * float(top["probability"].max()))]),
+                      yaxis=dict(autorange="reversed"),
                       margin=dict(t=50))
     return fig

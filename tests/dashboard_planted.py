@@ -209,3 +209,23 @@ def every_study_run(root: Path, model: str = "planted-bert") -> dict[str, Path]:
             "contextuality": contextuality_run(root, "planted", model), "alignment": alignment_run(root),
             "emergence": emergence_run(root)}
     return runs
+
+
+PLANTED_GUESS = "cat"  # the token the planted MLM puts first in place of any masked word
+
+
+def planted_mlm_dir(path: Path) -> Path:
+    """A tiny random BERT with an MLM head (2 layers x 4 heads, the tiny WordPiece tokenizer) saved
+    as a model folder, its output bias raised for :data:`PLANTED_GUESS` so that it ranks first
+    for any masked word."""
+    import torch
+
+    from bertology.testing import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer("bert")
+    model = tiny_model("bert", mlm=True)
+    with torch.no_grad():
+        model.cls.predictions.bias[tok.convert_tokens_to_ids(PLANTED_GUESS)] += 50.0
+    model.save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    return path
