@@ -337,12 +337,32 @@ def mix_weights_figure(weights: pd.DataFrame) -> go.Figure:
                   barmode="group", title="scalar-mix weights")
 
 
+def zoomed_range(low: Any, high: Any, pad: float = 0.15) -> list[float]:
+    """An axis range around the values from ``low`` to ``high`` (arrays), padded by ``pad`` of their
+    span, so that differences between close scores are visible (the axis need not start at 0)."""
+    lo, hi = float(np.nanmin(low)), float(np.nanmax(high))
+    span = hi - lo or max(abs(hi), 1e-3) * 0.1
+    lo, hi = lo - pad * span, hi + pad * span
+    if float(np.nanmin(low)) >= 0 and float(np.nanmax(high)) <= 1:  # shares and scores stay in [0, 1]
+        lo, hi = max(lo, 0.0), min(hi, 1.0)
+    return [lo, hi]
+
+
 def combinations_figure(means: pd.DataFrame, metric: str) -> go.Figure:
-    """Grouped bars with 95% error bars: the score of each feature combination, one colour per task.
-    ``means``: ``task, combination, mean, ci95`` (:func:`tables.combination_means`)."""
-    return px.bar(means.assign(task=means["task"].map(esc), combination=means["combination"].map(esc)),
-                  x="combination", y="mean", error_y="ci95", color="task", barmode="group",
-                  title=f"{esc(metric)} by feature combination")
+    """Horizontal bars with 95% error bars: the score of each feature combination, one colour per
+    task, best combination (mean over tasks) on top; the axis covers the scores' range, not 0..1,
+    and says where it starts. ``means``: ``task, combination, mean, ci95`` (:func:`tables.combination_means`)."""
+    shown = means.assign(task=means["task"].map(esc), combination=means["combination"].map(esc))
+    order = list(shown.groupby("combination")["mean"].mean().sort_values(ascending=False).index)
+    ci = shown["ci95"].fillna(0) if "ci95" in shown else 0
+    axis = zoomed_range((shown["mean"] - ci).clip(lower=0) if shown["mean"].min() >= 0 else shown["mean"] - ci,
+                        shown["mean"] + ci)
+    fig = px.bar(shown, y="combination", x="mean", error_x="ci95" if "ci95" in shown else None, color="task",
+                 barmode="group", orientation="h", text=shown["mean"].map(lambda v: f"{v:.3f}"),
+                 category_orders={"combination": order}, title=f"{esc(metric)} by feature combination (best on top)")
+    fig.update_layout(xaxis=dict(range=axis, title=f"{esc(metric)} (axis starts at {axis[0]:.3f}, not 0)"),
+                      yaxis_title="", height=160 + 34 * len(order) * max(1, shown["task"].nunique()))
+    return fig
 
 
 def importance_figure(grid: pd.DataFrame) -> go.Figure:

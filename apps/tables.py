@@ -97,8 +97,10 @@ def mean_mix_weights(weights: pd.DataFrame) -> pd.DataFrame:
 
 def combination_means(combinations: pd.DataFrame, metric: str) -> pd.DataFrame:
     """One metric of the ``combinations`` table (``combination, task, metric, value``), mean over
-    seeds per task and combination: ``task, combination, mean, sd, n, ci95``."""
-    return mean_ci(combinations[combinations["metric"] == metric], ["task", "combination"])
+    seeds per task and combination: ``task, combination, mean, sd, n, ci95``, best first within
+    each task."""
+    means = mean_ci(combinations[combinations["metric"] == metric], ["task", "combination"])
+    return means.sort_values(["task", "mean"], ascending=[True, False], kind="stable").reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- heads
