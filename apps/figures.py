@@ -318,6 +318,18 @@ def line_with_band(df: pd.DataFrame, x: str, color: str, title: str, y_title: st
     return fig
 
 
+def add_baseline_lines(fig: go.Figure, means: pd.DataFrame, color: str, label: str) -> go.Figure:
+    """Dashed lines of a baseline over ``fig``'s curves (:func:`line_with_band`), one per value of
+    ``color``, in the colour of the curve of the same name (grey when there is none), named
+    ``"<name> · <label>"``. ``means``: ``layer, [color], mean``."""
+    colours = {t.name: t.line.color for t in fig.data if t.mode == "lines+markers"}
+    for name, part in means.groupby(color):
+        part = part.sort_values("layer")
+        fig.add_trace(go.Scatter(x=part["layer"], y=part["mean"], mode="lines", name=f"{esc(name)} · {esc(label)}",
+                                 line=dict(color=colours.get(esc(name), "#7f7f7f"), dash="dash", width=2)))
+    return fig
+
+
 def layer_curves_two_runs(both: pd.DataFrame, metric: str) -> go.Figure:
     """Probe score per layer of two runs, one panel per task, one colour per run, error bars = 95%
     interval. ``both``: ``run, task, layer, mean, ci95`` (:func:`tables.stack_runs` of two

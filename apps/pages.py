@@ -92,9 +92,16 @@ def probing_page(page: Page) -> None:
                 st.warning(f"Small sample: {', '.join(small)} scored on fewer than {MIN_TEST_ITEMS} test items; "
                            "its best layer and differences between layers are not reliable.")
             if other is None:
-                st.plotly_chart(figures.line_with_band(means, "layer", "task",
-                                                       f"{metric} per layer ({band})", metric),
-                                width="stretch")
+                fig = figures.line_with_band(means, "layer", "task", f"{metric} per layer ({band})", metric)
+                baseline = optional_table(run, "random_baseline")
+                random_means = None if baseline is None else tables.random_baseline_means(baseline, metric, mode)
+                if random_means is not None:
+                    figures.add_baseline_lines(fig, random_means, "task", "random-init encoder")
+                st.plotly_chart(fig, width="stretch")
+                if random_means is not None:
+                    st.caption("Dashed: the same probe on a randomly initialised copy of the model (same architecture "
+                               "and tokenizer): what the probe reads from the input words and the architecture alone. "
+                               "The distance between a solid curve and its dashed one is what pretraining added.")
             else:
                 means_b = tables.layer_means(tables.probe_part(read_table(other, "layer_scores"), metric, mode))
                 both = tables.stack_runs([(describe(run), means), (describe(other), means_b)])

@@ -80,6 +80,14 @@ def layer_means(scores: pd.DataFrame) -> pd.DataFrame:
     return mean_ci(scores, ["task", "layer"])
 
 
+def random_baseline_means(baseline: pd.DataFrame, metric: str | None, mode: str | None) -> pd.DataFrame | None:
+    """Per task and layer, the mean test score of the same probe on a randomly initialised copy of
+    the model (the ``random_baseline`` table, rows as ``layer_scores``): ``task, layer, mean, sd,
+    n, ci95``; None when it has no test rows of this metric and probe input."""
+    part = probe_part(baseline, metric, mode)
+    return None if part.empty else layer_means(part)
+
+
 def accuracy_per_layer(scores: pd.DataFrame) -> pd.DataFrame:
     """The rows of a ``layer_scores`` table a two-run comparison draws: accuracy where the table has
     it (else every metric) and per-layer probes where it has a ``mode`` column with them."""

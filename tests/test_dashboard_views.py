@@ -1,0 +1,56 @@
+"""Results shown as a paper would (issue 27, item 2), on planted runs: the random-init baseline on
+the probing curves, and the shaping behind it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from bertology.apps import figures, tables
+from dashboard_planted import MARKUP, chart_specs, probing_run
+
+APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
+
+
+def baseline_rows(task: str = "pos", value: float = 0.3) -> pd.DataFrame:
+    """``random_baseline`` rows (as ``layer_scores``): accuracy ``value`` at layers 0..2, one seed,
+    plus a dev row and a control row that must not be drawn."""
+    rows = [{"task": task, "layer": l, "metric": "accuracy", "value": value, "seed": 0, "split": "test",
+             "mode": "per_layer", "control": False, "model": "random-init"} for l in range(3)]
+    rows.append({**rows[0], "split": "dev", "value": 0.99})
+    rows.append({**rows[0], "control": True, "value": 0.01})
+    return pd.DataFrame(rows)
+
+
+def test_random_baseline_means_take_test_rows_of_the_metric_and_input():
+    means = tables.random_baseline_means(baseline_rows(), "accuracy", "per_layer")
+    assert means["mean"].tolist() == pytest.approx([0.3, 0.3, 0.3]) and means["layer"].tolist() == [0, 1, 2]
+    assert tables.random_baseline_means(baseline_rows(), "accuracy", "cumulative") is None
+    assert tables.random_baseline_means(baseline_rows(), "macro_f1", "per_layer") is None
+
+
+def test_baseline_lines_are_dashed_in_their_tasks_colour():
+    curve = pd.DataFrame({"task": [MARKUP] * 3, "layer": [0, 1, 2], "mean": [0.5, 0.6, 0.7], "ci95": 0.01})
+    fig = figures.line_with_band(curve, "layer", "task", "t", "accuracy")
+    figures.add_baseline_lines(fig, tables.random_baseline_means(baseline_rows(MARKUP), "accuracy", "per_layer"),
+                               "task", "random-init encoder")
+    solid, dashed = fig.data[1], fig.data[-1]
+    assert dashed.name == "&lt;b&gt;x&lt;/b&gt; · random-init encoder" and dashed.line.dash == "dash"
+    assert dashed.line.color == solid.line.color and list(dashed.y) == pytest.approx([0.3, 0.3, 0.3])
+
+
+def test_probing_page_draws_the_random_baseline(tmp_path, monkeypatch):
+    run = probing_run(tmp_path / "results", "p", "m")
+    baseline_rows().to_parquet(run / "random_baseline.parquet")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Probing"
+    at.run()
+    assert not at.exception and not at.error
+    traces = chart_specs(at)[0]["data"]
+    dashed = [t for t in traces if t.get("name") == "pos · random-init encoder"]
+    assert len(dashed) == 1 and dashed[0]["y"] == pytest.approx([0.3, 0.3, 0.3])
+    assert any("randomly initialised copy" in c.value for c in at.caption)
