@@ -24,7 +24,7 @@ from bertology.apps.live import live_page
 from bertology.apps.figures import esc
 from bertology.apps.locations import clean, describe, find_runs, model_name, run_label, runs_overview, shown_root
 from bertology.apps.ui import (guard, has_columns_or_explain, load_extra, load_table, optional_table, pick_other,
-                               pick_run, query)
+                               pick_run, query, searchable_table)
 from bertology.results import ResultError, read_manifest, read_table
 from bertology.uncertainty import MIN_TEST_ITEMS
 
@@ -352,7 +352,7 @@ def embeddings_page(page: Page) -> None:
     neighbours = optional_table(run, "neighbours")
     if neighbours is not None:
         st.subheader("Static vs contextual neighbours")
-        st.dataframe(neighbours, width="stretch")
+        searchable_table(neighbours, "ctx_neighbour_search", "neighbours")
 
 
 # --------------------------------------------------------------------------- Alignment
@@ -371,11 +371,11 @@ def alignment_page(page: Page) -> None:
     translations = optional_table(run, "translations")
     if translations is not None:
         st.subheader("Translations")
-        st.dataframe(translations.head(TRANSLATIONS_SHOWN), width="stretch")
+        searchable_table(translations, "align_translation_search", "translations", shown=TRANSLATIONS_SHOWN)
     moved = optional_table(run, "most_moved")
     if moved is not None:
         st.subheader("Words that move most between the two spaces")
-        st.dataframe(moved, width="stretch")
+        searchable_table(moved, "align_moved_search", "moved words")
 
 
 # --------------------------------------------------------------------------- Pretraining

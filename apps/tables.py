@@ -332,3 +332,21 @@ def comparison_mismatches(manifest_a: dict[str, Any], manifest_b: dict[str, Any]
     if corpus_a and corpus_b and corpus_a != corpus_b:
         problems.append("corpus content differs (another file or another subset)")
     return problems
+
+
+# --------------------------------------------------------------------------- search
+
+def search_rows(df: pd.DataFrame, text: str | None) -> pd.DataFrame:
+    """The rows of ``df`` where any text column contains ``text`` (case-insensitive, taken
+    literally: no pattern syntax); every row when ``text`` is empty."""
+    text = (text or "").strip()
+    if not text:
+        return df
+    columns = [c for c in df.columns if pd.api.types.is_string_dtype(df[c]) or pd.api.types.is_object_dtype(df[c])
+               or isinstance(df[c].dtype, pd.CategoricalDtype)]
+    if not columns:
+        return df.iloc[0:0]
+    hit = pd.Series(False, index=df.index)
+    for c in columns:
+        hit |= df[c].astype(str).str.contains(text, case=False, regex=False, na=False)
+    return df[hit]

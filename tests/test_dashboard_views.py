@@ -54,3 +54,30 @@ def test_probing_page_draws_the_random_baseline(tmp_path, monkeypatch):
     dashed = [t for t in traces if t.get("name") == "pos · random-init encoder"]
     assert len(dashed) == 1 and dashed[0]["y"] == pytest.approx([0.3, 0.3, 0.3])
     assert any("randomly initialised copy" in c.value for c in at.caption)
+
+
+def test_search_rows_matches_any_text_column_literally():
+    df = pd.DataFrame({"source": ["dog", "cat", "a.b"], "target": ["chien", "chat", "x"], "rank": [1, 2, 3]})
+    assert tables.search_rows(df, "CH")["source"].tolist() == ["dog", "cat"]
+    assert tables.search_rows(df, ".")["source"].tolist() == ["a.b"]  # not a pattern: "." is a dot
+    assert tables.search_rows(df, "  ").equals(df) and tables.search_rows(df, None).equals(df)
+    assert tables.search_rows(df, "zebra").empty
+
+
+def test_neighbour_table_is_searchable(tmp_path, monkeypatch):
+    from dashboard_planted import contextuality_run
+    from bertology.results import read_table
+
+    run = contextuality_run(tmp_path / "results", "c", "m")
+    neighbours = pd.concat([read_table(run, "neighbours"),
+                            pd.DataFrame({"word": ["bank"], "static_space": ["input embeddings"], "neighbour": ["river"]})])
+    neighbours.to_parquet(run / "neighbours.parquet")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Embeddings"
+    at.run()
+    assert len(at.dataframe[-1].value) == 2 and any(c.value == "2 of 2 rows" for c in at.caption)
+    at.text_input(key="ctx_neighbour_search").set_value("RIVER").run()
+    assert not at.exception
+    assert at.dataframe[-1].value["word"].tolist() == ["bank"]
+    assert any(c.value == "1 of 2 rows match the search" for c in at.caption)
