@@ -330,6 +330,25 @@ def add_baseline_lines(fig: go.Figure, means: pd.DataFrame, color: str, label: s
     return fig
 
 
+def add_threshold_marks(fig: go.Figure, marks: pd.DataFrame) -> go.Figure:
+    """Each order's pruning thresholds as markers on its curve (:func:`line_with_band` by method),
+    in the curve's colour, one symbol per tolerance. ``marks``: ``method, tolerance, share_removed,
+    value`` (:func:`tables.threshold_marks`)."""
+    colours = {t.name: t.line.color for t in fig.data if t.mode == "lines+markers"}
+    symbols = ["diamond", "x", "star", "triangle-up", "square"]
+    for k, tolerance in enumerate(sorted(marks["tolerance"].unique())):
+        part = marks[marks["tolerance"] == tolerance]
+        for _, row in part.iterrows():
+            name = esc(row["method"])
+            fig.add_trace(go.Scatter(
+                x=[row["share_removed"]], y=[row["value"]], mode="markers", name=f"{name}: {tolerance:.0%} threshold",
+                marker=dict(symbol=symbols[k % len(symbols)], size=13, color=colours.get(name, "#000000"),
+                            line=dict(width=1, color="black")),
+                hovertemplate=f"{name}: %{{x:.0%}} of heads removable before the dev metric worsens by more than "
+                              f"{tolerance:.0%}<br>test value there %{{y:.4g}}<extra></extra>"))
+    return fig
+
+
 def layer_curves_two_runs(both: pd.DataFrame, metric: str) -> go.Figure:
     """Probe score per layer of two runs, one panel per task, one colour per run, error bars = 95%
     interval. ``both``: ``run, task, layer, mean, ci95`` (:func:`tables.stack_runs` of two

@@ -310,11 +310,21 @@ def pruning_page(page: Page) -> None:
     if run is None:
         return
     curves = load_table(run, "pruning_curves")
+    thresholds = optional_table(run, "pruning_thresholds")
     if has_columns_or_explain(curves, ["method", "share_removed", "value"], "pruning_curves", run):
         with guard("the pruning curves", run):
-            st.plotly_chart(figures.line_with_band(tables.pruning_means(curves), "share_removed", "method",
-                                                   "metric vs share of heads removed", tables.pruning_metric(curves)),
-                            width="stretch")
+            sign, y_title = tables.pruning_scale(curves)
+            fig = figures.line_with_band(tables.on_own_scale(tables.pruning_means(curves), sign), "share_removed",
+                                         "method", "test metric vs share of heads removed", y_title)
+            if thresholds is not None and {"method", "tolerance", "removable_share"} <= set(thresholds.columns):
+                figures.add_threshold_marks(fig, tables.threshold_marks(thresholds, sign))
+            fig.update_xaxes(tickformat=".0%", title="share of heads removed")
+            st.plotly_chart(fig, width="stretch")
+            st.caption("Markers: how many heads each order removes before the metric on dev worsens by more than "
+                       "the tolerance (thresholds chosen on dev, the curve and the markers' height read on test).")
+    if thresholds is not None:
+        st.subheader("Thresholds")
+        st.dataframe(thresholds, width="stretch", hide_index=True)
     imp = load_table(run, "importance")
     if has_columns_or_explain(imp, ["layer", "head", "importance"], "importance", run):
         with guard("the importance map", run):

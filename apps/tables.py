@@ -229,6 +229,38 @@ def pruning_metric(curves: pd.DataFrame) -> str:
     return str(curves["metric"].iloc[0]) if "metric" in curves else "metric"
 
 
+def pruning_scale(curves: pd.DataFrame) -> tuple[float, str]:
+    """``(sign, axis title)`` putting a ``pruning_curves`` table on its metric's own scale: the
+    analysis maximises, so an MLM loss is stored as minus the loss (sign -1: the page shows the
+    loss, lower is better); any other metric is shown as stored (higher is better)."""
+    name = pruning_metric(curves)
+    if "minus eval loss" in name or name.lower().startswith("mlm loss"):
+        return -1.0, "held-out MLM loss (nats/token; lower is better)"
+    return 1.0, f"{name.replace(', metric: ', ': ')} (higher is better)"
+
+
+def on_own_scale(means: pd.DataFrame, sign: float) -> pd.DataFrame:
+    """:func:`pruning_means` rows multiplied by ``sign`` (``mean``, ``low``, ``high``; the interval's
+    ends swap when the sign is negative)."""
+    if sign >= 0:
+        return means
+    out = means.assign(mean=-means["mean"])
+    if {"low", "high"} <= set(means.columns):
+        out["low"], out["high"] = -means["high"], -means["low"]
+    return out
+
+
+def threshold_marks(thresholds: pd.DataFrame, sign: float) -> pd.DataFrame:
+    """Where each order's thresholds fall on its curve: ``method, tolerance, share_removed, value``
+    (means over seeds of ``removable_share`` and of the test metric with those heads removed,
+    ``value_test``, times ``sign``). ``thresholds``: the ``pruning_thresholds`` table."""
+    value = "value_test" if "value_test" in thresholds.columns else "value"
+    marks = thresholds.groupby(["method", "tolerance"], as_index=False).agg(
+        share_removed=("removable_share", "mean"), value=(value, "mean"))
+    marks["value"] = sign * marks["value"]
+    return marks
+
+
 def importance_grid(importance: pd.DataFrame) -> pd.DataFrame:
     """Head importance as a ``[layers, heads]`` grid (mean over seeds and methods).
     ``importance``: ``layer, head, importance``."""

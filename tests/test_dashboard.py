@@ -117,7 +117,7 @@ def test_pruning_page_draws_the_planted_curve_and_importance(planted_results, mo
     assert at.header[0].value == "Head importance and pruning (Michel et al. 2019, Voita et al. 2019)"
     curves, importance = chart_specs(at)
     assert line(curves, "least_important") == pytest.approx([0.8, 0.6, 0.3])
-    assert curves["layout"]["yaxis"]["title"]["text"] == "accuracy"
+    assert curves["layout"]["yaxis"]["title"]["text"] == "accuracy (higher is better)"
     np.testing.assert_allclose(importance["data"][0]["z"], PLANTED_IMPORTANCE)
 
 

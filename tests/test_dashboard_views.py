@@ -81,3 +81,28 @@ def test_neighbour_table_is_searchable(tmp_path, monkeypatch):
     assert not at.exception
     assert at.dataframe[-1].value["word"].tolist() == ["bank"]
     assert any(c.value == "1 of 2 rows match the search" for c in at.caption)
+
+
+def test_pruning_of_an_mlm_loss_is_drawn_as_the_loss_with_its_thresholds(tmp_path, monkeypatch):
+    from bertology.results import write_results
+
+    metric = "MLM loss (metric: minus eval loss)"
+    curves = pd.DataFrame({"method": "importance", "seed": 0, "n_pruned": [0, 2, 4], "share_removed": [0.0, 0.5, 1.0],
+                           "value": [-6.2, -6.3, -6.5], "metric": metric})
+    thresholds = pd.DataFrame({"method": ["importance", "importance"], "seed": [0, 0], "tolerance": [0.01, 0.05],
+                               "removable_share": [0.5, 1.0], "value_test": [-6.3, -6.5]})
+    write_results(tmp_path / "results" / "pruning" / "mlm", {"pruning_curves": curves, "pruning_thresholds": thresholds},
+                  {"study": "pruning", "run_id": "mlm", "seed": 0, "model": {"name": "m"}})
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Pruning"
+    at.run()
+    assert not at.exception and not at.error
+    spec = chart_specs(at)[0]
+    curve = [t for t in spec["data"] if t.get("name") == "importance" and t.get("mode") == "lines+markers"][0]
+    assert curve["y"] == pytest.approx([6.2, 6.3, 6.5])  # the loss itself, rising as heads go
+    assert spec["layout"]["yaxis"]["title"]["text"] == "held-out MLM loss (nats/token; lower is better)"
+    marks = {t["name"]: (t["x"][0], t["y"][0]) for t in spec["data"] if "threshold" in str(t.get("name"))}
+    assert marks == {"importance: 1% threshold": pytest.approx((0.5, 6.3)),
+                     "importance: 5% threshold": pytest.approx((1.0, 6.5))}
+    assert at.dataframe[0].value["removable_share"].tolist() == [0.5, 1.0]  # the thresholds table is shown
