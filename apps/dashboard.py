@@ -19,6 +19,7 @@ import streamlit as st
 
 from bertology.apps.locations import shown_root
 from bertology.apps.pages import PAGE_BY_KEY, PAGES
+from bertology.apps.tables import measure_lines
 
 # Streamlit's toolbar (Deploy button, menu) is hidden by `--client.toolbarMode viewer`, which the
 # CLI and the screenshot script pass; this keeps the chrome clean when the file is run directly.
@@ -38,6 +39,10 @@ def main() -> None:
     page = PAGE_BY_KEY[st.sidebar.radio("page", keys, index=index, key="page")]
     st.header(page.title)
     st.caption(page.intro)
+    definitions = measure_lines(page.key)
+    if definitions:
+        with st.expander("what the measures on this page mean"):
+            st.markdown("\n".join(f"- {line}" for line in definitions))
     page.render(page)
 
 

@@ -382,3 +382,54 @@ def search_rows(df: pd.DataFrame, text: str | None) -> pd.DataFrame:
     for c in columns:
         hit |= df[c].astype(str).str.contains(text, case=False, regex=False, na=False)
     return df[hit]
+
+
+# --------------------------------------------------------------------------- what the measures mean
+
+MEASURES: dict[str, str] = {
+    "accuracy": "**accuracy**: share of held-out test items (words, spans or word pairs) whose label the probe "
+                "predicts; **macro F1**: the F1 of each label, averaged with equal weight.",
+    "random_init": "**random-init baseline**: the same probe on a randomly initialised copy of the model (same "
+                   "architecture and tokenizer); the gap to it is what pretraining added.",
+    "E_s": "**E_s** (expected layer, scalar mix): E_s = Σ_l l·s_l with s_l the probe's learned softmax weight of "
+           "layer l (layer 0 = embeddings): the layer the probe draws on, on average.",
+    "E_delta": "**E_Δ** (cumulative expected layer): E_Δ = Σ_l l·Δ_l / Σ_l Δ_l with Δ_l = score(layers 0..l) − "
+               "score(layers 0..l−1): the layer where the score is gained, on average. Below 1 means most of the "
+               "gain comes with layer 1 and some later layers lose score (negative Δ_l are kept).",
+    "selectivity": "**selectivity** (Hewitt & Liang 2019): task accuracy − accuracy on a control task that gives "
+                   "each word type a fixed random label; high = the probe reads the representation rather than "
+                   "memorising words.",
+    "mdl": "**MDL compression** (Voita & Titov 2020): bits to send the labels uniformly ÷ bits with the online "
+           "code (a probe trained on growing blocks of data); higher = the labels are easier to extract.",
+    "head_types": "**positional share**: share of a head's queries whose attention peak is at one relative offset; "
+                  "**normalised entropy**: entropy of its attention ÷ log of the positions it can attend to (1 = uniform); "
+                  "**special share**: its attention mass on [CLS]/[SEP].",
+    "syntactic": "**relation accuracy** (Clark et al. 2019): share of a relation's word pairs where the head's most "
+                 "attended other word is the partner; the **offset baseline** always picks the best fixed "
+                 "relative position. **UAS**: share of words whose predicted syntactic head is right.",
+    "importance": "**importance** (Michel et al. 2019): E_x |∂L/∂ξ_h|, how much the loss changes when a gate ξ_h "
+                  "on head h's output moves, normalised per layer.",
+    "threshold": "**threshold**: the share of heads an order removes before the metric on dev worsens by more than "
+                 "the tolerance (relative: 1% = the loss up by 1% or the accuracy down by 1%).",
+    "contextuality": "**self-similarity**: mean cosine between a word's vectors in its different contexts; "
+                     "**intra-sentence similarity**: mean cosine between each word and its sentence's mean "
+                     "vector; **MEV**: share of a word's variance its first principal component explains; "
+                     "**anisotropy baseline**: the same measure on random words; adjusted = raw − baseline.",
+    "alignment": "**P@k**: share of held-out source words whose dictionary translation is among the k nearest "
+                 "target words after the mapping; **CSLS**: 2·cosine minus each of the two words' mean cosine to "
+                 "its 10 nearest neighbours in the other space (penalises hubs).",
+}
+
+PAGE_MEASURES: dict[str, tuple[str, ...]] = {
+    "Probing": ("accuracy", "random_init", "E_s", "E_delta", "selectivity", "mdl"),
+    "Feature combinations": ("accuracy",),
+    "Heads": ("head_types", "syntactic"),
+    "Pruning": ("importance", "threshold"),
+    "Embeddings": ("contextuality",),
+    "Alignment": ("alignment",),
+}
+
+
+def measure_lines(page: str) -> list[str]:
+    """The one-line definitions (markdown) of the measures the page ``page`` shows."""
+    return [MEASURES[name] for name in PAGE_MEASURES.get(page, ())]

@@ -106,3 +106,18 @@ def test_pruning_of_an_mlm_loss_is_drawn_as_the_loss_with_its_thresholds(tmp_pat
     assert marks == {"importance: 1% threshold": pytest.approx((0.5, 6.3)),
                      "importance: 5% threshold": pytest.approx((1.0, 6.5))}
     assert at.dataframe[0].value["removable_share"].tolist() == [0.5, 1.0]  # the thresholds table is shown
+
+
+def test_every_measure_page_defines_its_measures(tmp_path, monkeypatch):
+    assert any("E_Δ" in line and "Σ_l l·Δ_l" in line for line in tables.measure_lines("Probing"))
+    assert any("selectivity" in line for line in tables.measure_lines("Probing"))
+    assert tables.measure_lines("Runs") == [] and tables.measure_lines("Live") == []
+    probing_run(tmp_path / "results", "p", "m")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Probing"
+    at.run()
+    assert at.expander[0].label == "what the measures on this page mean"
+    shown = " ".join(m.value for m in at.expander[0].markdown)
+    for name in ("E_s", "E_Δ", "selectivity", "MDL compression", "random-init baseline"):
+        assert name in shown, name
