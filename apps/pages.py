@@ -106,6 +106,14 @@ def probing_page(page: Page) -> None:
                 means_b = tables.layer_means(tables.probe_part(read_table(other, "layer_scores"), metric, mode))
                 both = tables.stack_runs([(describe(run), means), (describe(other), means_b)])
                 st.plotly_chart(figures.layer_curves_two_runs(both, metric), width="stretch")
+        if other is not None:
+            paired_difference(run, other)
+    differences = optional_table(run, "layer_differences")
+    if differences is not None and not differences.empty:
+        st.subheader("Each layer against the best layer (chosen on dev), paired on the same test sentences")
+        st.caption("difference = layer − best layer on test; low/high: 95% interval (paired sentence bootstrap, "
+                   "widened by the seeds' spread); significant: the interval excludes 0.")
+        st.dataframe(differences, width="stretch", hide_index=True)
     summary = load_table(run, "summary")
     if summary is not None:
         st.subheader("Expected layers (Table 1 style)")
@@ -121,6 +129,28 @@ def probing_page(page: Page) -> None:
     mdl = optional_table(run, "mdl")
     if mdl is not None:
         st.dataframe(mdl, width="stretch")
+
+
+def paired_difference(run: Path, other: Path) -> None:
+    """Run A − run B at each one's dev-chosen best layer, paired on their shared test sentences, or
+    why no paired difference can be shown."""
+    parts = [optional_table(r, name) for r in (run, other) for name in ("summary", "test_sentences")]
+    st.subheader(f"{run_label(run)} − {run_label(other)}: best layers, paired on the same test sentences")
+    if any(p is None for p in parts):
+        st.info("No paired difference: a run without per-sentence test scores (`test_sentences`, written by "
+                "runs of this version). The curves above are two measurements side by side, not a difference.")
+        return
+    with guard("the paired difference", run):
+        diff = tables.best_layer_difference(*parts)
+        if diff.empty:
+            st.info("No task probed by both runs.")
+            return
+        if (diff["unpaired sentences"] > 0).any():
+            st.warning("The two runs were not tested on the same sentences (another corpus, limit or split): "
+                       "the difference is over the sentences they share only.")
+        st.caption("A − B on test with a 95% paired bootstrap interval over the shared test sentences and its "
+                   "two-sided p-value; each run at its own best layer chosen on dev.")
+        st.dataframe(diff, width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- Feature combinations
@@ -496,6 +526,8 @@ def compare_page(page: Page) -> None:
                     st.plotly_chart(figures.line_with_band(means, "layer", "task", run_label(run), "score"),
                                     width="stretch", key=f"cmp-{side}-{run_label(run)}")  # A and B may be one run
                 st.dataframe(df, width="stretch")
+    if study == "edge_probing" and a != b:
+        paired_difference(a, b)
 
 
 # --------------------------------------------------------------------------- the registry

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from bertology.results import ResultError, mean_ci
+from bertology.uncertainty import is_small_sample, paired_on_shared_groups
 
 
 def options_and_default(values: Sequence[Any], preferred: str) -> tuple[list[str], int]:
@@ -433,3 +434,35 @@ PAGE_MEASURES: dict[str, tuple[str, ...]] = {
 def measure_lines(page: str) -> list[str]:
     """The one-line definitions (markdown) of the measures the page ``page`` shows."""
     return [MEASURES[name] for name in PAGE_MEASURES.get(page, ())]
+
+
+def best_layer_difference(summary_a: pd.DataFrame, sentences_a: pd.DataFrame, summary_b: pd.DataFrame,
+                          sentences_b: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
+    """Run A minus run B per task, each at its own best layer (chosen on dev: ``summary``'s
+    ``best_layer``), paired on the test sentences both runs scored (``test_sentences`` tables:
+    ``task, mode, control, layer, sentence, metric, numerator, denominator``). Returns ``task,
+    layer A, layer B, A, B, A − B, low, high, p, shared sentences, unpaired sentences, small sample``
+    (95% paired sentence bootstrap, :func:`bertology.uncertainty.paired_on_shared_groups`); a task
+    whose runs share no test sentence has NaN difference and says so by its unpaired count."""
+    def at_best(summary: pd.DataFrame, sentences: pd.DataFrame) -> dict[str, pd.DataFrame]:
+        keep = (sentences["metric"] == metric) & (sentences["mode"] == "per_layer") & ~sentences["control"].astype(bool)
+        rows = sentences[keep]
+        out = {}
+        for r in summary.dropna(subset=["best_layer"]).itertuples():
+            out[r.task] = (int(r.best_layer), rows[(rows["task"] == r.task) & (rows["layer"] == int(r.best_layer))])
+        return out
+
+    a, b = at_best(summary_a, sentences_a), at_best(summary_b, sentences_b)
+    rows = []
+    for task in [t for t in a if t in b]:
+        (layer_a, sa), (layer_b, sb) = a[task], b[task]
+        cmp, unmatched = paired_on_shared_groups(sa["sentence"], sa["numerator"], sa["denominator"],
+                                                 sb["sentence"], sb["numerator"], sb["denominator"])
+        n_items = int(sa[sa["sentence"].isin(sb["sentence"])]["denominator"].sum())
+        rows.append({"task": task, "layer A": layer_a, "layer B": layer_b,
+                     "A": sa["numerator"].sum() / sa["denominator"].sum(),
+                     "B": sb["numerator"].sum() / sb["denominator"].sum(), "A − B": cmp.difference,
+                     "low": cmp.low, "high": cmp.high, "p": cmp.p_value, "shared sentences": cmp.n_groups,
+                     "unpaired sentences": unmatched, "small sample": is_small_sample(n_items)})
+    return pd.DataFrame(rows, columns=["task", "layer A", "layer B", "A", "B", "A − B", "low", "high", "p",
+                                       "shared sentences", "unpaired sentences", "small sample"])

@@ -82,7 +82,7 @@ def run_study(name: str, *, config_file: str | Path | None = None, overrides: di
     seed = int(config.get("seed", 0) if seed is None else seed)
     # what the config names (models, corpora, files) and what the analysis declares it reads
     # (vector packages, dictionaries: bertology.runs.reads_inputs)
-    inputs = {**input_fingerprints(config), **analysis_inputs(module.run, config)}
+    inputs = {**input_fingerprints(config), **analysis_inputs(module.run, config, f"{name}: {source}")}
     run_id = run_id or f"{config_hash(config, seed, inputs)[:10]}-seed{seed}"
     run_dir = paths.run_dir(results_root or paths.results_dir(), name, run_id)
     return run_analysis(name, module.DESCRIPTION, module.run, config, seed=seed, run_dir=run_dir,

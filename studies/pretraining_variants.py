@@ -5,9 +5,16 @@ comparable, edge-probing accuracy per layer, head types.
 
 The budget is ``budget_steps`` optimizer steps of ``budget_variant``, in FLOPs measured on one step
 of each variant's real loss module (:func:`bertology.pretraining.flops.measure_step_flops`); every
-variant gets ``floor(budget / its FLOPs per step)`` steps, the same batch and sequence length. A
-distilled student is charged for its teacher's forward passes, not for the teacher's own training
-(printed beside it). ELECTRA's claim (Clark et al. 2020) is that replaced token detection learns
+variant gets ``floor(budget / its FLOPs per step)`` steps, the same batch and sequence length.
+Single-segment variants pack across documents (``packing: full_sentences``, RoBERTa's FULL-SENTENCES)
+so their sequences are about as full as ALBERT's sentence pairs; the ``variants`` table reports each
+one's ``real_token_share``, real tokens and FLOPs per real token beside the FLOPs. A distilled
+student's budget counts its teacher's forward passes; ``teacher_flops`` /
+``flops_total_with_teacher`` add the teacher's own training. The encoders are compared by probing
+(``probe_best_layers``: best layer chosen on dev, reported on test; ``encoder_comparison``: every
+pair of variants on the same test sentences, a paired bootstrap), not by a held-out MLM loss that
+for ELECTRA is its generator's (``heldout``'s ``measures_encoder`` says which rows measure the
+analysed encoder). ELECTRA's claim (Clark et al. 2020) is that replaced token detection learns
 better representations than MLM "given the same model size, data, and compute": the ``probe_scores``
 and ``head_type_counts`` tables are where this study measures it.
 
@@ -28,12 +35,13 @@ from bertology.checkpoints import atomic_dir, list_checkpoints
 from bertology.corpus import load_corpus
 from bertology.errors import ConfigError
 from bertology.models import load_model, random_init_like
-from bertology.pretraining.text_corpus import corpus_hash
-from bertology.pretraining.flops import analytic_step_flops, measure_step_flops, steps_for_budget
 from bertology.pretraining import heldout_loss, load_config, read_metrics, run_pretraining, unigram_baseline
-from bertology.pretraining.data import corpus_path
+from bertology.pretraining.data import corpus_path, read_run_data
+from bertology.pretraining.flops import analytic_step_flops, measure_step_flops, steps_for_budget
+from bertology.pretraining.objectives import pair_task
+from bertology.pretraining.text_corpus import corpus_hash, real_token_share
 from bertology.probes.heads.head_types import analyse_store
-from bertology.probes.probing.edge import probe_layers
+from bertology.probes.probing.edge import compare_best_layers, probe_layers, summarise
 from bertology.store import extract
 
 DESCRIPTION = "MLM vs ELECTRA vs ALBERT (+ distilled student) pretrained at equal FLOPs; loss, probes, head types"
@@ -50,6 +58,8 @@ DEFAULTS = {
     "budget_steps": 1000,
     "teacher_variant": "mlm",       # a distill variant without a teacher learns from this variant's final model
     "warmup_fraction": 0.06,        # warm-up steps as a share of each variant's steps
+    "packing": "full_sentences",    # single-segment variants: RoBERTa's FULL-SENTENCES, so their sequences are
+                                    # as full as ALBERT's sentence pairs (doc_sentences: within one document)
     "corpus": "brown-sample",       # analyses: the annotated corpus
     "limit": 400,
     "tasks": ["pos", "deps"],
@@ -94,8 +104,8 @@ def _fitting_sentences(corpus, tokenizer, limit: int | None):
 
 
 def _variant_config(cfg: dict, name: str, fields: dict, tok_dir: Path, steps: int | None = None, teacher=None):
-    overrides = {**cfg["base"], **fields, "run_name": f"{cfg['run_prefix']}-{name}", "tokenizer": str(tok_dir),
-                 "progress": False, "seed": cfg["seed"]}
+    overrides = {"packing": cfg["packing"], **cfg["base"], **fields, "run_name": f"{cfg['run_prefix']}-{name}",
+                 "tokenizer": str(tok_dir), "progress": False, "seed": cfg["seed"]}
     if teacher is not None and overrides.get("objective") == "distill" and not overrides.get("teacher"):
         overrides["teacher"] = str(teacher)
     if steps is not None:
@@ -105,6 +115,28 @@ def _variant_config(cfg: dict, name: str, fields: dict, tok_dir: Path, steps: in
         return load_config(None, **overrides)
     except ConfigError as exc:
         raise ConfigError(f"variants.{name}: {exc}") from None
+
+
+def _real_tokens(run_dir: Path, measured: dict, steps: int) -> dict[str, float]:
+    """What a variant's FLOPs bought: the share of its training sequences' ``max_seq_len``
+    positions holding real tokens (the budget charges every position), real tokens per step and in
+    all, and FLOPs per real token."""
+    cfg, _, train, _ = read_run_data(run_dir)
+    share = real_token_share((train.offsets[1:] - train.offsets[:-1]).tolist(), cfg.max_seq_len)
+    real_per_step = measured["tokens_per_step"] * share
+    return {"real_token_share": share, "real_tokens_per_step": real_per_step,
+            "real_tokens_total": real_per_step * steps, "flops_per_real_token": measured["flops_per_step"] / real_per_step}
+
+
+def _with_teacher_cost(table: pd.DataFrame, teacher_variant: str) -> pd.DataFrame:
+    """``teacher_flops``: a distilled student's teacher's own training FLOPs (0 for the others);
+    ``flops_total_with_teacher``: what the student cost from scratch (its budget share counts the
+    teacher's forward passes only)."""
+    teacher_cost = float(table.loc[table["variant"] == teacher_variant, "flops_total"].iloc[0])
+    students = table["objective"] == "distill"
+    table["teacher_flops"] = students * teacher_cost
+    table["flops_total_with_teacher"] = table["flops_total"] + table["teacher_flops"]
+    return table
 
 
 def run(ctx) -> None:
@@ -150,11 +182,14 @@ def run(ctx) -> None:
             run_dir = run_pretraining(run_cfg)
             rows.append({"variant": name, "objective": run_cfg.objective, "architecture": run_cfg.architecture,
                          "model": run_dir.name, "teacher": str(teacher) if teacher else None,
+                         "packing": run_cfg.packing if pair_task(run_cfg.objective) is None else "sentence_pairs",
                          **{k: v for k, v in measured.items()}, "flops_per_step_analytic": analytic,
                          "steps": steps, "flops_total": steps * measured["flops_per_step"], "budget_flops": budget,
+                         **_real_tokens(run_dir, measured, steps),
                          "train_seconds": round(time.perf_counter() - started, 1)})
             curves.append(read_metrics(run_dir).assign(variant=name))
-        return {"variants": pd.DataFrame(rows), "training_metrics": pd.concat(curves, ignore_index=True)}
+        return {"variants": _with_teacher_cost(pd.DataFrame(rows), cfg["teacher_variant"]),
+                "training_metrics": pd.concat(curves, ignore_index=True)}
 
     trained = ctx.steps(["variants", "training_metrics"], train_all)
     table = trained["variants"]
@@ -172,25 +207,26 @@ def run(ctx) -> None:
 
         hf_logging.set_verbosity_error()  # the pair head / pooler a MLM-only load leaves out is expected
         rows = [{"variant": "unigram", "scored": "training-set token frequencies", "metric": "heldout_mlm_loss",
-                 "value": unigram_baseline(reference)["unigram_eval_loss"]}]
+                 "value": unigram_baseline(reference)["unigram_eval_loss"], "measures_encoder": False}]
         for r in table.itertuples():
             final = list_checkpoints(paths.models_dir() / r.model)[-1][1]
             if r.objective == "electra":   # the discriminator has no MLM head: its generator's loss
                 rows.append({"variant": r.variant, "scored": "generator (not the analysed encoder)",
-                             "metric": "heldout_mlm_loss", "value": heldout_loss(reference, final / "generator")})
+                             "metric": "heldout_mlm_loss", "value": heldout_loss(reference, final / "generator"),
+                             "measures_encoder": False})
             else:
                 rows.append({"variant": r.variant, "scored": "encoder + MLM head", "metric": "heldout_mlm_loss",
-                             "value": heldout_loss(reference, final)})
+                             "value": heldout_loss(reference, final), "measures_encoder": True})
             own = trained["training_metrics"].query("variant == @r.variant and metric.str.startswith('eval_')")
             last = own[own.step == own.step.max()]
             rows.extend({"variant": r.variant, "scored": "own held-out set and objective", "metric": m.metric,
-                         "value": m.value} for m in last.itertuples())
+                         "value": m.value, "measures_encoder": False} for m in last.itertuples())
         return pd.DataFrame(rows)
 
     ctx.step("heldout", heldout)
 
     def analyses() -> dict[str, pd.DataFrame]:
-        scores, types = [], []
+        scores, sentences, types = [], [], []
         models = [(r.variant, r.model) for r in table.itertuples()]
         if cfg["random_baseline"]:
             models.append(("random-init", None))
@@ -199,16 +235,24 @@ def run(ctx) -> None:
             lm = random_init_like(load_model(reference.name), seed=cfg["seed"]) if model is None else load_model(model)
             store = extract(lm, corpus, attentions=True, progress=False)
             types.append(analyse_store(store, corpus)["head_types"].assign(variant=variant))
-            for task in cfg["tasks"]:
-                df = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]],
-                                  max_epochs=cfg["max_epochs"])
+            for task in cfg["tasks"]:   # one split (the run's seed) for every variant: paired comparisons
+                df, per_sentence = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]],
+                                                split_seed=cfg["seed"], max_epochs=cfg["max_epochs"],
+                                                test_sentences=True)
                 scores.append(df.assign(variant=variant))
-        return {"probe_scores": pd.concat(scores, ignore_index=True), "head_types": pd.concat(types, ignore_index=True)}
+                sentences.append(per_sentence.assign(variant=variant))
+        return {"probe_scores": pd.concat(scores, ignore_index=True), "head_types": pd.concat(types, ignore_index=True),
+                "probe_sentences": pd.concat(sentences, ignore_index=True)}
 
-    tables = ctx.steps(["probe_scores", "head_types"], analyses)
+    tables = ctx.steps(["probe_scores", "head_types", "probe_sentences"], analyses)
     acc = tables["probe_scores"].query("metric == 'accuracy' and split == 'test'")
     ctx.step("probe_accuracy", lambda: acc.groupby(["variant", "task", "layer"], as_index=False)["value"].mean()
              .rename(columns={"value": "accuracy"}))
+    best = ctx.step("probe_best_layers", lambda: pd.concat(
+        [summarise(part).assign(variant=variant) for variant, part in tables["probe_scores"].groupby("variant")],
+        ignore_index=True))
+    ctx.step("encoder_comparison", lambda: compare_best_layers(tables["probe_sentences"], best, by="variant",
+                                                               seed=cfg["seed"]))
     ctx.step("head_type_counts", lambda: tables["head_types"].groupby(["variant", "type"]).size()
              .rename("count").reset_index())
     _print_summary(ctx)
@@ -217,11 +261,22 @@ def run(ctx) -> None:
 def _print_summary(ctx) -> None:
     t = ctx.tables
     v = t["variants"].set_index("variant")
-    ctx.log("\nequal compute:")
-    ctx.log(v[["objective", "architecture", "params_encoder", "params_trained", "flops_per_step", "steps",
-               "flops_total"]].to_string())
-    ctx.log("\nheld-out MLM loss (nats / masked token, the budget variant's held-out set and masks):")
-    ctx.log(t["heldout"].query("metric == 'heldout_mlm_loss'")[["variant", "scored", "value"]].to_string(index=False))
+    ctx.log("\nequal compute (FLOPs charged at full sequence length; real tokens = what they bought):")
+    columns = ["objective", "architecture", "packing", "params_encoder", "params_trained", "flops_per_step", "steps",
+               "flops_total", "real_token_share", "real_tokens_total", "flops_per_real_token", "teacher_flops",
+               "flops_total_with_teacher"]
+    ctx.log(v[[c for c in columns if c in v.columns]].to_string())
+    if "encoder_comparison" in t:
+        ctx.log("\nencoders compared by probing (best layer chosen on dev, test accuracy, paired over the same "
+                "test sentences):")
+        ctx.log(t["probe_best_layers"][["variant", "task", "best_layer", "best_layer_score", "n_test",
+                                        "small_sample"]].to_string(index=False))
+        ctx.log(t["encoder_comparison"][["task", "a", "b", "difference", "low", "high", "p_value",
+                                         "significant"]].round(4).to_string(index=False))
+    ctx.log("\nheld-out MLM loss (nats / masked token, the budget variant's held-out set and masks; "
+            "measures_encoder False: not a measure of the analysed encoder):")
+    held = t["heldout"].query("metric == 'heldout_mlm_loss'")
+    ctx.log(held[[c for c in ("variant", "scored", "value", "measures_encoder") if c in held]].to_string(index=False))
     ctx.log("\nprobe accuracy (test) per layer:")
     ctx.log(t["probe_accuracy"].pivot_table(index=["task", "variant"], columns="layer", values="accuracy")
             .round(3).to_string())

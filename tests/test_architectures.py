@@ -63,7 +63,10 @@ def test_table_entries_are_consistent():
         assert len(layers) == 2
         for at in layers:
             d = int(getattr(at.attention, arch.head_size_attr))
-            assert getattr(at.attention, arch.heads_attr) * d == at.query.out_features == at.output.in_features
+            heads = getattr(at.attention, arch.heads_attr) if arch.heads_attr else at.output.in_features // d
+            rows = at.qkv.out_features // 3 if arch.qkv else at.query.out_features
+            assert heads == 4 and heads * d == rows == at.output.in_features, model_type
+            assert (at.qkv is None) == (arch.qkv is None) and (at.query is None) == (arch.qkv is not None)
         # pooler: the base class adds one exactly when the table says so
         assert ("add_pooling_layer" in inspect.signature(type(model).__init__).parameters) == arch.pooler, model_type
         # MLM head keys: present in an MLM model's weights, absent from the base encoder's

@@ -268,3 +268,26 @@ def test_best_layer_per_checkpoint_is_the_dev_chosen_one_when_the_run_has_it():
     assert list(tables.best_layer_by_step(probes)["value"]) == [0.9]  # old runs: max over test
     best = pd.DataFrame({"step": [0], "task": ["pos"], "best_layer": [0], "best_layer_score": [0.6]})
     assert list(tables.best_layer_by_step(probes, best)["value"]) == [0.6]
+
+
+def test_best_layer_difference_pairs_two_runs_on_their_shared_sentences():
+    """Run A gets every test item right at its best layer, run B every other sentence: A − B = the
+    share B misses, with a paired interval; a sentence only one run scored is counted as unpaired."""
+    import pandas as pd
+
+    from bertology.apps.tables import best_layer_difference
+
+    def sentences(correct_of, best, extra=()):
+        rows = [{"task": "pos", "mode": "per_layer", "control": False, "layer": layer, "sentence": s,
+                 "metric": "accuracy", "numerator": correct_of(s) if layer == best else 0.0, "denominator": 5.0}
+                for layer in (0, 1) for s in [*range(200), *extra]]
+        return pd.DataFrame(rows)
+
+    summary_a = pd.DataFrame({"task": ["pos"], "best_layer": [1]})
+    summary_b = pd.DataFrame({"task": ["pos"], "best_layer": [0]})
+    a = sentences(lambda s: 5.0, best=1)
+    b = sentences(lambda s: 5.0 if s % 2 else 0.0, best=0, extra=(999,))
+    row = best_layer_difference(summary_a, a, summary_b, b).iloc[0]
+    assert (row["layer A"], row["layer B"]) == (1, 0)
+    assert row["A − B"] == pytest.approx(0.5, abs=0.01) and row["low"] < 0.5 < row["high"] and row["p"] < 0.01
+    assert row["shared sentences"] == 200 and row["unpaired sentences"] == 1 and not row["small sample"]

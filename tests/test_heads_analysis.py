@@ -76,12 +76,18 @@ def test_prune_cli_maps_options_onto_the_pruning_config(tmp_path, one_torch_thre
     assert cfg["methods"] == ["random", "l0"] and cfg["step"] == 0.5 and cfg["limit"] == 20
     assert cfg["l0_lambdas"] == [0.1, 0.5] and cfg["l0_steps"] == 3
     assert cfg["max_share"] == PRUNING_DEFAULTS["max_share"]  # not given: from the study config
-    assert manifest["tables"] == ["importance", "l0_gates", "pruning_cost", "pruning_curves", "pruning_thresholds"]
+    assert manifest["tables"] == ["importance", "l0_evaluation", "l0_gates", "pruning_cost", "pruning_curves",
+                                  "pruning_thresholds"]
     curves = read_table(run_dir, "pruning_curves")
     assert set(curves["method"]) == {"random"} and set(curves["seed"]) == {1, 2, 3}
     assert read_table(run_dir, "pruning_cost").empty  # real removal follows the importance curve
     gates = read_table(run_dir, "l0_gates")
     assert sorted(set(gates["lam"])) == [0.1, 0.5] and set(gates["seed"]) == {1}
+    l0 = read_table(run_dir, "l0_evaluation").set_index("lam")
+    for lam, part in gates.groupby("lam"):   # each λ's kept heads, evaluated on dev and test
+        assert l0.loc[lam, "heads_kept"] == part["kept"].sum() and l0.loc[lam, "n_heads"] == len(part)
+    assert (l0["selected_on"] == "none").all() and (l0["value_low"] <= l0["value"]).all()
+    assert (l0["value"] <= l0["value_high"]).all() and l0["value_dev"].notna().all()
     assert "L0 λ=0.1: kept" in result.output and f"wrote {run_dir}" in result.output
 
 

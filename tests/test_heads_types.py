@@ -261,3 +261,25 @@ def test_syntactic_relations_default_to_voita():
     assert not voita.loc[1, "is_syntactic"] and voita.loc[1, "syntactic_relation"] != "det"
     every = classify_heads(stats, dep, positional_level="word", min_count=10, relations="all").set_index("head")
     assert every.loc[1, "is_syntactic"] and every.loc[1, "syntactic_relation"] == "det"
+
+
+def test_held_out_best_head_is_chosen_on_dev_and_reported_on_test():
+    """The planted syntactic head wins every relation's dependent-to-head direction on dev; on test it
+    is reported with an interval holding its accuracy and a significant gain over the offset baseline.
+    Sentences are split by sentence: dev and test cases add up to all cases."""
+    from bertology.probes.heads.head_types import held_out_best_heads
+
+    sentences, attentions, _, _ = planted_corpus(n_sentences=80)
+    best = held_out_best_heads(attentions, sentences, dev_share=0.5, seed=3, min_count=5)
+    d2h = best[best.direction == DEPENDENT_TO_HEAD].set_index("relation")
+    assert (d2h[["layer", "head"]].apply(tuple, axis=1) == SYNTACTIC).all()
+    assert (best.selected_on == "dev").all()
+    row = d2h.loc["all"]
+    everything = dependency_scores(attentions, sentences)
+    total = everything[(everything.relation == "all") & (everything.direction == DEPENDENT_TO_HEAD)]["n"].iloc[0]
+    assert row.n_dev + row.n == total                                          # a split of the cases
+    assert row.accuracy == pytest.approx(1.0) and row.accuracy_low < 1.0      # never a zero-width interval
+    assert row.gain > 0.5 and row.gain_low > 0 and row.gain_p_value < 0.01
+    assert not row.small_sample and d2h.loc["amod"].small_sample == (d2h.loc["amod"].n < 100)
+    with pytest.raises(WorkbenchError, match="min_count"):
+        held_out_best_heads(attentions, sentences, min_count=10 ** 6)

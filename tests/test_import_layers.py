@@ -21,14 +21,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # The rooms of docs/ARCHITECTURE.md: `bertology.<room>...` for these, core for every other module.
-ROOMS = ("pretraining", "probes", "studies", "cli", "apps")
+ROOMS = ("pretraining", "finetuning", "probes", "studies", "cli", "apps")
 # Which rooms a module of each room may import (its own room included).
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "core": frozenset({"core"}),
     "pretraining": frozenset({"core", "pretraining"}),
+    "finetuning": frozenset({"core", "pretraining", "finetuning"}),  # runs on pretraining's loop
     "probes": frozenset({"core", "probes"}),
-    "studies": frozenset({"core", "probes", "pretraining", "studies"}),
-    "cli": frozenset({"core", "probes", "pretraining", "studies", "cli"}),
+    "studies": frozenset({"core", "probes", "pretraining", "finetuning", "studies"}),
+    "cli": frozenset({"core", "probes", "pretraining", "finetuning", "studies", "cli"}),
     "apps": frozenset({"core", "apps"}),  # the dashboard reads result files through core
 }
 

@@ -156,3 +156,32 @@ def test_bom_is_not_part_of_the_first_sentence(brown_slice, tmp_path):
     marked.write_text("\ufeff" + text, encoding="utf-8")
     first = next(read_documents(marked))
     assert first == next(read_documents(plain)) and not first[0].startswith("\ufeff")
+
+
+def test_full_sentences_packing_crosses_documents_with_a_separator():
+    """RoBERTa's FULL-SENTENCES on planted documents: every token packed once, a [SEP] between two
+    documents inside a sequence, every sequence but the last full; DOC-SENTENCES never mixes
+    documents (each document's last sequence short), so it fills fewer positions."""
+    from bertology.pretraining.text_corpus import TokenizedDocument, real_token_share
+
+    CLS, SEP = 1, 2
+    docs = []
+    for d in range(6):   # documents of 3 sentences of 5 tokens: token ids 100 * (d + 1) + position
+        sentences = [[100 * (d + 1) + 5 * s + t for t in range(5)] for s in range(3)]
+        docs.append(TokenizedDocument(sentences, [[5 * s + t for t in range(5)] for s in range(3)]))
+    max_len = 13        # 11 positions a sequence: two sentences, or a sentence, a [SEP] and a sentence
+    full, full_words = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP, across_documents=True)
+    own, _ = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP)
+    real = lambda seqs: [t for x in seqs for t in x if t > 2]   # noqa: E731
+    assert real(full) == real(own) == [t for d in docs for s in d.sentences for t in s]
+    assert all(len(x) <= max_len and x[0] == CLS and x[-1] == SEP and x[-2] != SEP for x in full)
+    crossing = [x for x in full if len({t // 100 for t in x if t > 2}) == 2]
+    assert crossing and all(SEP in x[1:-1] for x in crossing)           # documents kept apart by a [SEP]
+    assert all(len({t // 100 for t in x if t > 2}) == 1 for x in own)   # DOC-SENTENCES never mixes
+    for x, w in zip(full, full_words):                                  # word ids: specials -1, words rising
+        assert [t <= 2 for t in x] == [v == -1 for v in w]
+        words = [v for v in w if v >= 0]
+        assert words[0] == 0 and words == sorted(words)
+    share = lambda seqs: real_token_share([len(x) for x in seqs], max_len)   # noqa: E731
+    assert share(full) > share(own)
+    assert share(own) == pytest.approx(sum(len(x) for x in own) / (len(own) * max_len))

@@ -432,3 +432,16 @@ def test_equal_compute_study_end_to_end(corpus_and_tokenizer, tmp_path):
     assert sorted(acc.query("variant == 'distilled'")["layer"]) == [0, 1]
     counts = read_table(out, "head_type_counts").groupby("variant")["count"].sum()
     assert counts.to_dict() == {"albert": 8, "distilled": 4, "electra": 8, "mlm": 8}   # layers x 4 heads
+    # like with like: single-segment variants packed across documents, real tokens and teacher cost reported
+    assert v.loc["mlm", "packing"] == "full_sentences" and v.loc["albert", "packing"] == "sentence_pairs"
+    assert (v["real_token_share"] > 0.5).all() and (v["real_token_share"] <= 1).all()
+    assert v["flops_per_real_token"].mul(v["real_tokens_total"]).div(v["flops_total"]).round(6).eq(1).all()
+    assert v.loc["distilled", "teacher_flops"] == v.loc["mlm", "flops_total"] and v.loc["mlm", "teacher_flops"] == 0
+    assert not held.loc["electra", "measures_encoder"] and held.loc["mlm", "measures_encoder"]
+    # encoders compared by probes, every pair on the same test sentences
+    best = read_table(out, "probe_best_layers")
+    assert (best["selected_on"] == "dev").all() and set(best["variant"]) == {"mlm", "electra", "albert", "distilled"}
+    comparison = read_table(out, "encoder_comparison")
+    assert len(comparison) == 6 and (comparison["unmatched_sentences"] == 0).all()
+    row = comparison.iloc[0]
+    assert row.difference == pytest.approx(row.score_a - row.score_b) and row.low <= row.difference <= row.high

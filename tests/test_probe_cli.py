@@ -49,8 +49,10 @@ def test_probe_command_writes_results(tiny_dir, tmp_path):
     assert summary["task"].tolist() == ["pos"] and 0 <= summary["expected_layer_mix"].iloc[0] <= 2
     manifest = read_manifest(run)
     # the study config's random_baseline_tasks include pos: the baseline runs too
-    assert manifest["tables"] == ["controls", "layer_intervals", "layer_scores", "mdl", "mix_weights",
-                                  "random_baseline", "summary"]
+    assert manifest["tables"] == ["controls", "layer_differences", "layer_intervals", "layer_scores", "mdl",
+                                  "mix_weights", "random_baseline", "summary", "test_sentences"]
+    differences = read_table(run, "layer_differences")   # the other two layers against the dev-chosen best
+    assert len(differences) == 2 and (differences["reference_layer"] == summary["best_layer"].iloc[0]).all()
     # one seed: no interval; the test set's size and its small-sample flag are in the tables
     row = summary.iloc[0]
     assert row["selected_on"] == "dev" and row["n_seeds"] == 1 and pd.isna(row["best_layer_low"])
@@ -83,7 +85,8 @@ def test_cli_probe_run_is_a_study_run(tiny_dir, tmp_path):
     for key in ("study", "run_id", "config", "seed", "tables", "model", "corpus", "tasks", "description"):
         assert a[key] == b[key], key
     assert a["study"] == "edge_probing" and a["config"]["control"] is True  # not given: the study config's
-    assert a["tables"] == ["controls", "layer_intervals", "layer_scores", "mdl", "mix_weights", "summary"]
+    assert a["tables"] == ["controls", "layer_differences", "layer_intervals", "layer_scores", "mdl", "mix_weights",
+                           "summary", "test_sentences"]
     # 40 sentences hold a handful of entity mentions: flagged in the summary and on the terminal
     summary = read_table(cli_run, "summary").iloc[0]
     assert summary["small_sample"] and summary["n_test"] < 100 and summary["n_seeds"] == 2

@@ -7,7 +7,8 @@ import pytest
 from scipy import stats
 
 from bertology.probes.probing.edge import (ProbeConfig, confidence_intervals, cumulative_deltas,
-                                           cumulative_expected_layer, expected_layer, layer_intervals, probe_arrays,
+                                           cumulative_expected_layer, expected_layer, layer_differences, layer_intervals,
+                                           probe_arrays,
                                            seed_and_sentence_interval, sentence_sums, span_index, summarise)
 from bertology.probes.probing.synthetic import planted_task
 from bertology.probes.probing.tasks import EdgeExample, EdgeTask, split_by_sentence
@@ -279,3 +280,49 @@ def test_bad_settings_are_config_errors_bad_tasks_task_errors(planted):
     # a task that does not fit the features is the task's problem
     with pytest.raises(TaskError, match="refers to sentence"):
         span_index(planted.task, planted.sentence_offsets[:3])
+
+
+def test_layer_differences_pair_layers_on_the_same_sentences():
+    """Layer 0 carries nothing, layers 1 and 2 the same planted signal: against the dev-chosen best
+    layer, layer 0 is clearly worse and the other signal layer is not distinguishable from it; the
+    per-sentence sums add up to the reported test scores."""
+    data = planted_task(n_layers=3, n_words=1500, dim=8, signal_layers={1: 1.0, 2: 1.0}, seed=5)
+    config = ProbeConfig(probe="linear", max_epochs=30)
+    scores, sentences = probe_arrays(data.features, data.sentence_offsets, data.task, seeds=[0, 1], config=config,
+                                     test_sentences=True)
+    acc = sentences[sentences.metric == "accuracy"]
+    per_seed = acc.groupby(["layer", "seed"]).apply(lambda g: g.numerator.sum() / g.denominator.sum())
+    reported = scores[(scores.split == "test") & (scores.metric == "accuracy")].set_index(["layer", "seed"])["value"]
+    assert np.allclose(per_seed.sort_index().values, reported.sort_index().values)
+    diffs = layer_differences(sentences, layer_intervals(scores)).set_index("layer")
+    best = int(diffs["reference_layer"].iloc[0])
+    assert best in (1, 2) and set(diffs.index) == {0, 1, 2} - {best}
+    assert diffs.loc[0, "difference"] < -0.3 and diffs.loc[0, "significant"] and diffs.loc[0, "p_value"] < 0.01
+    other = 3 - best
+    assert diffs.loc[other, "low"] < 0 < diffs.loc[other, "high"] or abs(diffs.loc[other, "difference"]) < 0.05
+    assert (diffs["selected_on"] == "dev").all() and (diffs["n_seeds"] == 2).all()
+
+
+def test_layer_difference_intervals_cover_a_planted_difference():
+    """Two layers whose true accuracies differ by 0.05 on correlated items: over many resampled
+    test sets the paired 95% interval holds 0.05 about 95% of the time."""
+    rng = np.random.default_rng(11)
+    trials, hits = 200, 0
+    for trial in range(trials):
+        lengths = rng.integers(3, 12, size=80)
+        sentence = np.repeat(np.arange(80), lengths)
+        u = rng.random(sentence.size)                      # one item draw for both layers: paired
+        correct = {0: u < 0.75, 1: u < 0.80}
+        rows = []
+        for layer, c in correct.items():
+            ids, num = sentence_sums(c[None].astype(float), sentence)
+            _, den = sentence_sums(np.ones((1, c.size)), sentence)
+            rows.append(pd.DataFrame({"task": "t", "mode": "per_layer", "probe": "linear", "pooling": "mean",
+                                      "control": False, "layer": layer, "seed": 0, "sentence": ids,
+                                      "metric": "accuracy", "numerator": num[0], "denominator": den[0]}))
+        intervals = pd.DataFrame({"task": "t", "mode": "per_layer", "probe": "linear", "pooling": "mean",
+                                  "control": False, "layer": [0, 1], "metric": "accuracy", "dev_score": [0.7, 0.9]})
+        row = layer_differences(pd.concat(rows), intervals, n_resamples=500, bootstrap_seed=trial).iloc[0]
+        assert row.layer == 0 and row.reference_layer == 1
+        hits += row.low <= -0.05 <= row.high
+    assert 0.90 <= hits / trials <= 0.995, hits / trials

@@ -138,3 +138,29 @@ def test_orders_compared_on_the_same_sentences(model):
     # random's mean over its two seeds loses 0.5 * 8 / 2 / 10 = 0.2 accuracy on every sentence
     assert row["difference"] == pytest.approx(0.2) and row["low"] == pytest.approx(0.2)
     assert row["p_value"] <= 1 / 500 + 1e-12 and row["n_sentences"] == n_sentences and not row["small_sample"]
+
+
+def test_l0_evaluation_scores_exactly_the_heads_the_gates_keep():
+    """Known answer: with a planted per-sentence metric, each λ's row equals the metric with exactly
+    its closed heads off, on dev and on test; all gates open gives the unpruned base."""
+    from bertology.probes.heads.pruning import evaluate_l0_gates
+
+    model = tiny_bert(layers=2, heads=4)
+
+    def sentence_scores(m, gates, batches):
+        value = planted_metric(gates)
+        n = len(batches)
+        return np.full(n, value), np.ones(n)
+
+    task = SimpleNamespace(dev=list(range(40)), test=list(range(60)), sentence_scores=sentence_scores,
+                           description="planted", metric=lambda split: (lambda m, g: planted_metric(g)))
+    layers, heads = np.indices((2, 4))
+    gates = pd.concat([pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "kept": kept, "lam": lam,
+                                     "seed": 0})
+                       for lam, kept in ((0.0, [True] * 8), (1.0, [False, True] * 4))], ignore_index=True)
+    rows = evaluate_l0_gates(model, gates, task, n_resamples=200).set_index("lam")
+    assert rows.loc[0.0, "heads_kept"] == 8 and rows.loc[0.0, "value"] == pytest.approx(rows.loc[0.0, "base"])
+    assert rows.loc[1.0, "heads_kept"] == 4 and rows.loc[1.0, "share_removed"] == 0.5
+    assert rows.loc[1.0, "value"] == pytest.approx(planted_metric(torch.tensor([0.0] * 4 + [1.0] * 4)))
+    assert rows.loc[1.0, "value_dev"] == pytest.approx(rows.loc[1.0, "value"])
+    assert (rows["selected_on"] == "none").all() and rows["small_sample"].all()   # 60 test items < 100

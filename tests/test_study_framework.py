@@ -39,9 +39,9 @@ def test_validate_config_names_the_field():
     assert validate_config(defaults, {"rate": 1}, "f.yaml")["rate"] == 1
     with pytest.raises(ConfigError, match="f.yaml: unknown field 'nn'"):
         validate_config(defaults, {"nn": 1}, "f.yaml")
-    with pytest.raises(ConfigError, match="field 'n' must be int"):
+    with pytest.raises(ConfigError, match="field 'n' must be an integer"):
         validate_config(defaults, {"n": "three"}, "f.yaml")
-    with pytest.raises(ConfigError, match="field 'n' must be int"):
+    with pytest.raises(ConfigError, match="field 'n' must be an integer"):
         validate_config(defaults, {"n": True}, "f.yaml")
 
 

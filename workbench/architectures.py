@@ -11,6 +11,14 @@ load, extraction equal to a plain forward pass, head gates equal to real pruning
 reload) are listed. Not listed: ``deberta`` (v1: query / key / value fused in one ``in_proj`` with a
 per-head interleaved layout and separate ``q_bias`` / ``v_bias``, so heads cannot be gated or
 pruned through separate projections).
+
+The modern encoders (``modernbert``, ``eurobert``, ``nomic_bert``) differ from BERT in ways the
+table records rather than hides: rotary positions (no position embeddings, so no position offset),
+gated feed-forward blocks (not touched by head gates or pruning), a fused query / key / value
+projection (ModernBERT ``Wqkv``: rows ``[q | k | v]``, each heads-major; see ``qkv``), grouped-query
+attention (EuroBERT with ``num_key_value_heads < num_attention_heads``: query heads can be gated, real
+pruning is refused; see ``kv_heads_field``) and layers whose heads see only a local window
+(ModernBERT: :func:`attention_windows`).
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from typing import Any
 from bertology.errors import ModelError
 
 __all__ = ["Architecture", "ARCHITECTURES", "SUPPORTED_TYPES", "AttentionLayer", "architecture_for",
-           "supported_types", "num_layers", "num_heads", "hidden_size", "attention_layers", "get_module", "mlm_parts"]
+           "supported_types", "num_layers", "num_heads", "hidden_size", "attention_layers", "get_module", "mlm_parts",
+           "attention_windows", "key_value_heads", "ensure_prefix_space"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +41,11 @@ class Architecture:
 
     - ``attention``: the module computing attention; it holds ``head_size_attr`` (size of one head)
       and ``heads_attr`` (number of heads, updated by pruning).
-    - ``query`` / ``key`` / ``value``: the projections whose output rows are per head.
+    - ``query`` / ``key`` / ``value``: the projections whose output rows are per head (empty
+      strings when ``qkv`` is set).
+    - ``qkv``: one fused projection computing query, key and value (ModernBERT ``attn.Wqkv``); its
+      output rows are ``[q | k | v]``, each block heads-major (``view(..., 3, heads, head_dim)``), so
+      pruning head ``h`` removes rows ``part * heads * d + h * d + [0, d)`` for each part.
     - ``output``: the projection whose *input* is the concatenation of the heads' outputs: the hook
       point of head gates; pruning slices its input columns. When it sits inside ``attention``
       (DistilBERT, MPNet, ALBERT), the attention module applies it itself.
@@ -43,6 +56,12 @@ class Architecture:
       bias ``[batch, heads, T, T]`` computed once for all heads (MPNet ``position_bias``); a pruned
       layer keeps only its heads' slice.
     - ``layers_field`` / ``heads_field`` / ``hidden_field``: config fields of the sizes.
+    - ``heads_attr``: None when the attention module keeps no head count and derives it from the
+      projections' width at each forward (rotary encoders: ``view(..., -1, head_dim)``).
+    - ``kv_heads_field``: config field of the number of key / value heads (grouped-query attention);
+      when it is smaller than the number of query heads, each key / value head serves several query
+      heads: query heads can still be gated (the gate acts on the output projection's input, one
+      slice per query head), but real pruning is refused.
     - ``prefix_space``: load the tokenizer with ``add_prefix_space=True`` so that every pre-split
       word is tokenised as a word start (byte-level BPE and SentencePiece tokenizers).
     - ``pooler``: the base model class adds a pooler (``add_pooling_layer``); an MLM checkpoint
@@ -70,7 +89,9 @@ class Architecture:
     heads_field: str = "num_attention_heads"
     hidden_field: str = "hidden_size"
     head_size_attr: str = "attention_head_size"
-    heads_attr: str = "num_attention_heads"
+    heads_attr: str | None = "num_attention_heads"
+    qkv: str | None = None
+    kv_heads_field: str | None = None
     extra_head_projections: tuple[str, ...] = ()
     head_bias_argument: str | None = None
     prefix_space: bool = False
@@ -89,6 +110,11 @@ class Architecture:
     def output_inside_attention(self) -> bool:
         """Whether the attention module applies the output projection itself."""
         return self.output.startswith(self.attention + ".")
+
+    @property
+    def projection_roles(self) -> tuple[str, ...]:
+        """The table roles of the per-head input projections: ``("qkv",)`` or query, key, value."""
+        return ("qkv",) if self.qkv else ("query", "key", "value")
 
     def num_layers(self, config: Any) -> int:
         return int(getattr(config, self.layers_field))
@@ -134,6 +160,16 @@ ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in (
     Architecture("mpnet", layers="encoder.layer", attention="attention.attn", query="attention.attn.q",
                  key="attention.attn.k", value="attention.attn.v", output="attention.attn.o",
                  head_bias_argument="position_bias", pooler=True, mlm_keys=("lm_head",), position_offset=2),
+    # rotary encoders: no position embeddings (offset 0), gated FFN, head count from the projections
+    Architecture("modernbert", layers="layers", attention="attn", query="", key="", value="", qkv="attn.Wqkv",
+                 output="attn.Wo", head_size_attr="head_dim", heads_attr=None, prefix_space=True,
+                 mlm_keys=("head.dense", "decoder.")),
+    Architecture("eurobert", layers="layers", attention="self_attn", query="self_attn.q_proj",
+                 key="self_attn.k_proj", value="self_attn.v_proj", output="self_attn.o_proj", head_size_attr="head_dim",
+                 heads_attr=None, kv_heads_field="num_key_value_heads", prefix_space=True, mlm_keys=("lm_head",)),
+    Architecture("nomic_bert", layers="layers", attention="self_attn", query="self_attn.q_proj",
+                 key="self_attn.k_proj", value="self_attn.v_proj", output="self_attn.o_proj", head_size_attr="head_dim",
+                 heads_attr=None, pooler=True, mlm_keys=("cls.predictions",)),
 )}
 
 SUPPORTED_TYPES = frozenset(ARCHITECTURES)
@@ -169,6 +205,7 @@ def architecture_for(config_or_model: Any) -> Architecture:
                          f"(supported: {', '.join(supported_types())})")
     if config is not None:
         arch.check(config)
+        _layer_windows(config, arch.num_layers(config))  # local / global layers the workbench can describe
     return arch
 
 
@@ -188,6 +225,81 @@ def hidden_size(config_or_model: Any) -> int:
     """Width of the hidden states."""
     config = _config_of(config_or_model)
     return architecture_for(config).hidden_size(config)
+
+
+def key_value_heads(config_or_model: Any) -> int:
+    """Key / value heads per layer: fewer than :func:`num_heads` under grouped-query attention
+    (EuroBERT ``num_key_value_heads``), else equal to it."""
+    config = _config_of(config_or_model)
+    arch = architecture_for(config)
+    value = getattr(config, arch.kv_heads_field, None) if arch.kv_heads_field else None
+    return arch.num_heads(config) if value is None else int(value)
+
+
+def attention_windows(config_or_model: Any) -> list[int | None]:
+    """Per layer position, the farthest token a query may attend to (``|query - key| <= window``),
+    or None where attention is global.
+
+    ModernBERT alternates global layers with local ones (``config.layer_types``: every
+    ``global_attn_every_n_layers``-th layer is ``"full_attention"``, the others
+    ``"sliding_attention"``); a local layer's heads see ``local_attention // 2`` tokens on each side
+    (``config.sliding_window``, the bidirectional sliding-window mask of transformers, inclusive).
+    Every other type of the table attends globally everywhere.
+    """
+    config = _config_of(config_or_model)
+    return _layer_windows(config, architecture_for(config).num_layers(config))
+
+
+def _layer_windows(config: Any, n: int) -> list[int | None]:
+    """:func:`attention_windows` for a config already matched to the table (``n`` layers);
+    :class:`~bertology.errors.ModelError` for layer types the workbench does not understand."""
+    kinds = getattr(config, "layer_types", None)
+    if not kinds:
+        return [None] * n
+    if len(kinds) != n:
+        raise ModelError(f"model_type {config.model_type!r}: {len(kinds)} layer_types for {n} layers")
+    unknown = sorted(set(kinds) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise ModelError(f"model_type {config.model_type!r}: layer type(s) {unknown} are not understood by the "
+                         "workbench (known: full_attention, sliding_attention)")
+    window = getattr(config, "sliding_window", None)
+    if "sliding_attention" in kinds and not isinstance(window, int):
+        raise ModelError(f"model_type {config.model_type!r}: sliding_attention layers without an integer "
+                         f"sliding_window ({window!r})")
+    return [window if kind == "sliding_attention" else None for kind in kinds]
+
+
+def ensure_prefix_space(tokenizer: Any) -> bool:
+    """Make a byte-level BPE tokenizer cut every pre-split word as a word start (``Ġword``), as
+    running text after a space is cut; returns whether the tokenizer was changed.
+
+    ``add_prefix_space=True`` reaches the pre-tokenizer only in tokenizer classes that rebuild it
+    (RoBERTa's); the generic ``tokenizer.json`` of ModernBERT and EuroBERT checkpoints keeps a
+    byte-level pre-tokenizer without the prefix space, so a pre-split word would be cut as if it
+    began the text. Then a normaliser prepending one space is added (applied to each pre-split word,
+    and once at the start of running text). Tokenizers that are not byte-level (WordPiece,
+    SentencePiece's ``▁``), that add the space already, or were fixed before are left alone.
+    """
+    import json
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    state = json.loads(backend.to_str())
+    pre = state.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    byte_level = [p for p in parts if p.get("type") == "ByteLevel"]
+    if not byte_level or any(p.get("add_prefix_space") for p in byte_level):
+        return False
+    normalizer = state.get("normalizer") or {}
+    steps = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else [normalizer]
+    if any(step.get("type") == "Prepend" and step.get("prepend") == " " for step in steps):
+        return False
+    from tokenizers import normalizers
+
+    prepend = normalizers.Prepend(" ")
+    backend.normalizer = prepend if backend.normalizer is None else normalizers.Sequence([backend.normalizer, prepend])
+    return True
 
 
 def get_module(root: Any, path: str) -> Any:
@@ -214,10 +326,11 @@ class AttentionLayer:
     position: int
     module: Any          # the layer module (entry of the layer list)
     attention: Any
-    query: Any
+    query: Any           # None when the architecture fuses query / key / value (then ``qkv``)
     key: Any
     value: Any
     output: Any
+    qkv: Any = None
 
 
 def attention_layers(model: Any) -> list[AttentionLayer]:
@@ -238,11 +351,13 @@ def attention_layers(model: Any) -> list[AttentionLayer]:
                          f"config {arch.layers_field}={n}")
     out = []
     for position, layer in enumerate(modules):
-        parts = {role: get_module(layer, getattr(arch, role)) for role in ("attention", "query", "key", "value", "output")}
+        roles = ("attention", *arch.projection_roles, "output")
+        parts = {role: get_module(layer, getattr(arch, role)) for role in roles}
         absent = [f"{role} ({getattr(arch, role)})" for role, m in parts.items() if m is None]
         if absent:
             raise ModelError(f"{type(model).__name__} ({arch.model_type}) layer {position}: no {', '.join(absent)}")
-        out.append(AttentionLayer(position, layer, **parts))
+        out.append(AttentionLayer(position, layer, parts["attention"], parts.get("query"), parts.get("key"),
+                                  parts.get("value"), parts["output"], parts.get("qkv")))
     return out
 
 
@@ -262,6 +377,13 @@ def mlm_parts(model: Any) -> tuple[Any, Any, Any]:
         return model.base_model, model.lm_head, None
     if hasattr(model, "deberta") and getattr(model, "legacy", True) and hasattr(model, "cls"):
         return model.deberta, model.cls, None
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type == "modernbert" and hasattr(model, "decoder") and hasattr(model, "head"):
+        return model.model, lambda h: model.decoder(model.head(h)), None
+    if model_type == "eurobert" and hasattr(model, "lm_head"):
+        return model.model, model.lm_head, None
+    if model_type == "nomic_bert" and hasattr(model, "cls"):
+        return model.nomic_bert, model.cls, None
     if hasattr(model, "distilbert") and hasattr(model, "vocab_projector"):
         return model.distilbert, lambda h: model.vocab_projector(
             model.vocab_layer_norm(model.activation(model.vocab_transform(h)))), None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -113,6 +114,10 @@ def init_from_env(device: str | None = None) -> tuple[Group, str]:
     device: ``"cpu"`` -> gloo; ``None`` or ``"cuda"`` with GPUs present -> NCCL on ``cuda:LOCAL_RANK``.
     Outside torchrun (or with one process) nothing is initialised: ``(Group(), device or "cpu")``.
     """
+    if device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise WorkbenchError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+    if device is not None and device.startswith("cuda") and not torch.cuda.is_available():
+        raise WorkbenchError(f"--device {device}: no CUDA device is available here (use --device cpu)")
     if not launched_by_torchrun():
         return Group(), device or "cpu"
     dist = torch.distributed
@@ -120,8 +125,6 @@ def init_from_env(device: str | None = None) -> tuple[Group, str]:
         raise WorkbenchError("this torch build has no torch.distributed; run extract without torchrun")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
-    if device is not None and device.startswith("cuda") and not torch.cuda.is_available():
-        raise WorkbenchError(f"--device {device}: no CUDA device here; use --device cpu (gloo)")
     if use_cuda:
         torch.cuda.set_device(local_rank)
         device = f"cuda:{local_rank}"

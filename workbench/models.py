@@ -174,15 +174,74 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[str, Path]:
 
 # --------------------------------------------------------------------------- loading
 
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")  # a folder needs one: without them transformers makes a near-empty tokenizer
+
+
+def _check_tokenizer_files(path: Path) -> None:
+    """Refuse a model folder with no tokenizer vocabulary file (:data:`TOKENIZER_FILES`): transformers
+    would otherwise build a default tokenizer of a handful of tokens and every word would become
+    [UNK] -- a silently wrong extraction."""
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
+        raise ModelError(f"{path}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}; found: {present}); "
+                         "copy the tokenizer the model was trained with into this folder")
+
+
+def _shard_file(path: Path, name: Any, index: Path) -> Path:
+    """The shard ``name`` of a sharded checkpoint's index, refused unless it is a plain relative file
+    name inside the model folder ``path`` (no absolute path, no ``..``, no symlink leading out)."""
+    if not isinstance(name, str) or not name or "\\" in name or Path(name).is_absolute() \
+            or ".." in Path(name).parts:
+        raise ModelError(f"{index}: weight_map names {name!r}; shard files must be relative names inside {path}")
+    shard = path / name
+    if not shard.resolve().is_relative_to(path.resolve()):
+        raise ModelError(f"{index}: shard {name!r} resolves to {shard.resolve()}, outside the model folder {path}; "
+                         "copy the file into the folder")
+    return shard
+
+
 def _weight_files(path: Path) -> list[Path]:
+    """The safetensors files of a model folder: ``model.safetensors`` or the shards its
+    ``model.safetensors.index.json`` names (each checked by :func:`_shard_file`); ``[]`` when none."""
     single = path / "model.safetensors"
     if single.is_file():
         return [single]
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / s for s in shards]
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            names = set(weight_map.values())
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ModelError(f"{index}: not a safetensors index (a JSON object with a 'weight_map'): {exc}") from None
+        shards = sorted({_shard_file(path, name, index) for name in names})
+        missing = [s.name for s in shards if not s.is_file()]
+        if missing:
+            raise ModelError(f"{index}: shard file(s) missing: {', '.join(missing)}")
+        return shards
     return []
+
+
+SIZE_FIELDS = ("vocab_size", "intermediate_size", "max_position_embeddings")  # besides the architecture's
+
+
+def check_config_sizes(config: Any, where: str | os.PathLike) -> None:
+    """Refuse a config whose sizes cannot make a model: the layer, head and hidden-size fields of its
+    architecture (and ``vocab_size``, ``intermediate_size``, ``max_position_embeddings`` when present)
+    must be integers >= 1, the hidden size a multiple of the head count. ``where`` names the file."""
+    arch = architecture_for(config)
+    fields = (arch.layers_field, arch.heads_field, arch.hidden_field, *filter(None, [arch.groups_field]),
+              *SIZE_FIELDS)
+    for field in fields:
+        if field not in (arch.layers_field, arch.heads_field, arch.hidden_field) and not hasattr(config, field):
+            continue
+        value = getattr(config, field, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ModelError(f"{where}: field {field!r} must be an integer >= 1, got {value!r}")
+    heads, hidden = arch.num_heads(config), arch.hidden_size(config)
+    if hidden % heads:
+        raise ModelError(f"{where}: field {arch.hidden_field!r} ({hidden}) must be a multiple of "
+                         f"{arch.heads_field!r} ({heads})")
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -257,6 +316,8 @@ def load_model(
         arch = architecture_for(config)
     except ModelError as exc:
         raise ModelError(f"{path}: {exc}") from None
+    check_config_sizes(config, path / "config.json")
+    _check_tokenizer_files(path)
     keys = _weight_keys(files)
     has_mlm = _has_mlm_weights(keys, arch)
     if mlm_head and not has_mlm:
@@ -284,6 +345,8 @@ def load_model(
             f"{path}: weights missing for {len(missing)} parameters (e.g. {', '.join(missing[:3])}); "
             "they would be randomly initialised"
         )
+    if any(".adapter." in k for k in keys):  # a fine-tune with Houlsby adapters: put them back
+        _restore_adapters(model, files)
     tok_kwargs: dict[str, Any] = {"use_fast": True, "trust_remote_code": False}
     if arch.prefix_space:
         tok_kwargs["add_prefix_space"] = True
@@ -291,13 +354,35 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(path, **tok_kwargs)
     except Exception as exc:
         raise ModelError(f"{path}: cannot load tokenizer: {exc}") from exc
+    if arch.prefix_space:  # generic byte-level tokenizer.json files ignore add_prefix_space
+        architectures.ensure_prefix_space(tokenizer)
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"{path}: a fast tokenizer (tokenizer.json) is needed for word alignment")
+    vocab_size = getattr(config, "vocab_size", None)
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise ModelError(f"{path}: the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size is "
+                         f"{vocab_size}: it belongs to another model (its ids would index past the embeddings)")
     model.eval()
     model.to(torch.device(device))
     config_hash = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
     fingerprint = hashlib.sha256((_fingerprint(files) + config_hash).encode()).hexdigest()
     return LoadedModel(name, path, model, tokenizer, model.config, fingerprint, has_mlm)
+
+
+def _restore_adapters(model: Any, files: list[Path]) -> None:
+    """Attach and load the adapters saved in ``files`` (:mod:`bertology.adapters`)."""
+    from safetensors import safe_open
+
+    from bertology.adapters import restore_adapters
+
+    weights = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as sf:
+            weights.update({k: sf.get_tensor(k) for k in sf.keys() if ".adapter." in k})
+    try:
+        restore_adapters(model, weights)
+    except ModelError as exc:
+        raise ModelError(f"{files[0].parent}: {exc}") from None
 
 
 def random_init_like(lm: LoadedModel, seed: int = 0) -> LoadedModel:
@@ -315,10 +400,13 @@ def random_init_like(lm: LoadedModel, seed: int = 0) -> LoadedModel:
 
 
 def from_modules(name: str, model: Any, tokenizer: Any) -> LoadedModel:
-    """Wrap an in-memory model + tokenizer (tests, notebooks); fingerprint from its parameters."""
+    """Wrap an in-memory model + tokenizer (tests, notebooks); fingerprint from its parameters.
+    A byte-level tokenizer of a type that needs it is given the prefix space, as by :func:`load_model`."""
     import torch
 
-    architecture_for(model.config)  # refuse an unsupported type here, not in a later analysis
+    check_config_sizes(model.config, f"{name} (in-memory model config)")  # an unsupported type or size, here
+    if tokenizer is not None and architecture_for(model.config).prefix_space:
+        architectures.ensure_prefix_space(tokenizer)
     h = hashlib.sha256()
     with torch.no_grad():
         for k, v in sorted(model.state_dict().items()):

@@ -26,7 +26,7 @@ import yaml
 
 from bertology import __version__, atomic, paths, results
 from bertology.errors import ConfigError, WorkbenchError
-from bertology.validation import check_values
+from bertology.validation import as_float, as_int, check_values, load_yaml
 
 INPUTS_FILE = "inputs.json"
 
@@ -38,6 +38,7 @@ def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source:
         if key not in defaults:
             raise ConfigError(f"{source}: unknown field {key!r}; known fields: {', '.join(sorted(defaults))}")
         default = defaults[key]
+        value = _as_default_number(default, value)
         if default is not None and value is not None:
             ok_types: tuple[type, ...] = (type(default),)
             if isinstance(default, float):
@@ -45,10 +46,28 @@ def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source:
             if isinstance(default, (list, tuple)):
                 ok_types = (list, tuple)
             if isinstance(default, bool) != isinstance(value, bool) or not isinstance(value, ok_types):
-                raise ConfigError(f"{source}: field {key!r} must be {type(default).__name__}, got {value!r}")
+                what = {"float": "a number (e.g. 0.5, 5e-4)", "int": "an integer"}.get(
+                    type(default).__name__, type(default).__name__)
+                raise ConfigError(f"{source}: field {key!r} must be {what}, got {value!r}")
         config[key] = value
     check_values(config, source)  # value ranges, per field (bertology.validation)
     return config
+
+
+def _as_default_number(default: Any, value: Any) -> Any:
+    """``value`` read as a number where the field's default is one (:func:`bertology.validation.as_float`
+    for a float, :func:`~bertology.validation.as_int` for an int, item by item for a list of numbers):
+    ``"5e-4"`` -> 0.0005, ``1e3`` -> 1000 for an int field. Anything else is returned unchanged (and
+    refused by the type check, naming the field)."""
+    def one(default_item: Any, item: Any) -> Any:
+        if isinstance(default_item, bool) or isinstance(item, bool) or isinstance(item, int):
+            return item  # an int stays an int (a float field takes it as it is)
+        number = as_float(item) if isinstance(default_item, float) else \
+            as_int(item) if isinstance(default_item, int) else None
+        return item if number is None else number
+    if isinstance(default, (list, tuple)) and default and isinstance(value, (list, tuple)):
+        return [one(default[0], item) for item in value]
+    return one(default, value)
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -56,7 +75,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
     if not isinstance(data, dict):
@@ -140,10 +159,18 @@ def reads_inputs(fingerprint: InputsFn) -> Callable[[Callable], Callable]:
     return mark
 
 
-def analysis_inputs(analysis: Callable, config: dict[str, Any]) -> dict[str, Any]:
-    """Digests of the inputs ``analysis`` declared with :func:`reads_inputs` (``{}`` when none)."""
+def analysis_inputs(analysis: Callable, config: dict[str, Any], source: str | None = None) -> dict[str, Any]:
+    """Digests of the inputs ``analysis`` declared with :func:`reads_inputs` (``{}`` when none).
+
+    An input that cannot be read (a vector package that is not installed) is a ``ConfigError``
+    here, before any run folder exists, prefixed with ``source`` (the config's study and file)."""
     fingerprint = getattr(analysis, "fingerprint_inputs", None)
-    return dict(fingerprint(config)) if fingerprint is not None else {}
+    if fingerprint is None:
+        return {}
+    try:
+        return dict(fingerprint(config))
+    except (WorkbenchError, OSError) as exc:
+        raise ConfigError(f"{source}: {exc}" if source else str(exc)) from None
 
 
 def _content_only(inputs: dict[str, Any]) -> dict[str, Any]:

@@ -112,6 +112,12 @@ _TOKENIZERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "camembert": ("CamembertTokenizer", "unigram", _ROBERTA_SPECIALS),
     "albert": ("AlbertTokenizer", "unigram", ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]")),
     "deberta-v2": ("DebertaV2Tokenizer", "unigram", ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")),
+    "nomic_bert": ("BertTokenizer", "wordpiece", _BERT_SPECIALS),
+    # generic tokenizer.json without a prefix-space option, as the real checkpoints ship them:
+    # ModernBERT (byte-level BPE, [CLS] ... [SEP]), EuroBERT (Llama-3 style: regex split, then
+    # byte-level without its own regex; <|begin_of_text|> ... <|end_of_text|>)
+    "modernbert": ("TokenizersBackend", "bpe-plain", ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")),
+    "eurobert": ("TokenizersBackend", "bpe-split", ("<|begin_of_text|>", "<|end_of_text|>", "<|mask|>", "<|pad|>")),
 }
 _CHARS = "abcdefghijklmnopqrstuvwxyz0123456789.,;:!?'\"`()-&$%/*"
 
@@ -151,12 +157,57 @@ def tiny_tokenizer(model_type: str = "bert") -> Any:
                 tokens.append(current)
         merges = list(dict.fromkeys(merges))
         return cls(vocab={t: i for i, t in enumerate(dict.fromkeys(tokens))}, merges=merges)
+    if kind in ("bpe-plain", "bpe-split"):
+        return _generic_byte_level(kind, specials)
     if kind == "unigram":
         pieces = [(t, 0.0) for t in specials] + [("\u2581", -3.0)]
         pieces += [(f"\u2581{w}", -5.0) for w in TINY_WORDS]
         pieces += [(c, -10.0) for c in _CHARS + _CHARS[:26].upper()]
         return cls(vocab=pieces)
     raise ValueError(f"unknown tokenizer kind {kind!r}")
+
+
+def _byte_level_vocab(specials: tuple[str, ...]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Every byte plus merges spelling ``Ġ`` + each word of :data:`TINY_WORDS` (and each bare word)."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    tokens = list(specials) + sorted(ByteLevel.alphabet())
+    merges: list[tuple[str, str]] = []
+    for word in TINY_WORDS:
+        for current in ("\u0120", word[0]):  # Ġ: the byte-level space
+            for ch in (word if current == "\u0120" else word[1:]):
+                merges.append((current, ch))
+                current += ch
+                tokens.append(current)
+    return {t: i for i, t in enumerate(dict.fromkeys(tokens))}, list(dict.fromkeys(merges))
+
+
+def _generic_byte_level(kind: str, specials: tuple[str, ...]) -> Any:
+    """A generic fast tokenizer (``TokenizersBackend``) as ModernBERT / EuroBERT checkpoints ship:
+    byte-level BPE whose pre-tokenizer adds no prefix space (so a pre-split word is a word start
+    only if :func:`bertology.models.load_model` makes it one)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import TokenizersBackend
+
+    vocab, merges = _byte_level_vocab(specials)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    if kind == "bpe-plain":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        pad, unk, cls, sep, mask = specials
+        names = {"cls_token": cls, "sep_token": sep, "pad_token": pad, "unk_token": unk, "mask_token": mask}
+    else:
+        split = Regex(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                      r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(split, behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        cls, sep, mask, pad = specials
+        names = {"bos_token": cls, "eos_token": sep, "pad_token": pad, "mask_token": mask}
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B {sep}",
+        special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
+    return TokenizersBackend(tokenizer_object=tok, **names)
 
 
 def _tiny_config(model_type: str, *, vocab_size: int, layers: int, heads: int, hidden: int,
@@ -173,6 +224,9 @@ def _tiny_config(model_type: str, *, vocab_size: int, layers: int, heads: int, h
                    "electra": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
                    "albert": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
                    # DeBERTa-v3 style: relative positions (shared key projections), no absolute ones
+                   # alternate global / local layers with a window of 2 tokens each side (tests see it)
+                   "modernbert": {"intermediate_size": 2 * hidden, "global_attn_every_n_layers": 2,
+                                  "local_attention": 4, "max_position_embeddings": 512},
                    "deberta-v2": {"intermediate_size": 2 * hidden, "relative_attention": True,
                                   "pos_att_type": ["p2c", "c2p"], "position_buckets": 16,
                                   "max_relative_positions": -1, "position_biased_input": False,
@@ -194,6 +248,9 @@ def tiny_model(model_type: str = "bert", *, mlm: bool = False, seed: int = 0, vo
     tok = tiny_tokenizer(model_type)
     ids = {f"{name}_token_id": getattr(tok, f"{name}_token_id") for name in ("pad", "bos", "eos")
            if getattr(tok, f"{name}_token_id", None) is not None}
+    if model_type == "modernbert":  # its configs name [CLS] / [SEP] as begin / end too
+        ids.update(bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id, cls_token_id=tok.cls_token_id,
+                   sep_token_id=tok.sep_token_id)
     cfg = _tiny_config(model_type, vocab_size=vocab_size or len(tok), layers=layers, heads=heads, hidden=hidden,
                        special_ids=ids)
     for key, value in config.items():

@@ -10,6 +10,8 @@ selection and comparisons") describes them all:
   (items of one sentence are not independent), Efron & Tibshirani 1993; Koehn 2004.
 - :func:`paired_bootstrap`: the difference of two such statistics on the same items (two layers,
   two runs, two methods), resampled together, with a two-sided bootstrap p-value.
+- :func:`paired_on_shared_groups`: the same, for two tables of per-sentence sums (two runs),
+  paired on the sentences both hold.
 - :func:`mcnemar_p`: the exact McNemar test for two classifiers' per-item correctness.
 - :func:`wilson_interval`: a test accuracy's own binomial sampling error (the floor no reported
   interval may go below).
@@ -22,6 +24,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from bertology.errors import ConfigError
@@ -181,6 +184,25 @@ def paired_bootstrap(numerator_a, numerator_b, denominator_a=None, denominator_b
         p = max(p, 1.0 / samples.size)
     return PairedComparison(diff, float(low), float(high), float(p), n_groups, int(num_a.size),
                             "paired bootstrap", confidence)
+
+
+def paired_on_shared_groups(groups_a, numerator_a, denominator_a, groups_b, numerator_b, denominator_b, *,
+                           confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
+                           seed: int = 0) -> tuple[PairedComparison, int]:
+    """:func:`paired_bootstrap` of two ratio statistics measured on two tables of per-group sums
+    (e.g. two runs' per-sentence correct / scored counts, ``[G_a]`` and ``[G_b]``), paired on the
+    groups both hold. Returns the comparison on the shared groups and how many groups of either
+    side had no partner (0 when the two ran on the same test sentences)."""
+    a = pd.DataFrame({"g": np.asarray(groups_a), "na": np.asarray(numerator_a, dtype=float),
+                      "da": np.asarray(denominator_a, dtype=float)}).groupby("g").sum()
+    b = pd.DataFrame({"g": np.asarray(groups_b), "nb": np.asarray(numerator_b, dtype=float),
+                      "db": np.asarray(denominator_b, dtype=float)}).groupby("g").sum()
+    both = a.join(b, how="inner")
+    unmatched = len(a) + len(b) - 2 * len(both)
+    if both.empty:
+        return PairedComparison(math.nan, math.nan, math.nan, math.nan, 0, 0, "paired bootstrap", confidence), unmatched
+    return paired_bootstrap(both["na"], both["nb"], both["da"], both["db"], confidence=confidence,
+                            n_resamples=n_resamples, seed=seed), unmatched
 
 
 def mcnemar_p(correct_a, correct_b) -> float:

@@ -7,18 +7,84 @@ an analysis. Field names mean one thing across the workbench (``limit`` is alway
 sentences"), so the table is keyed by field name; :data:`STUDY_FIELD_RULES` holds a study's own
 meaning where one ever differs. ``tests/test_validation.py`` fails when a study gains a numeric
 field without a rule here.
+
+Numbers are read the way people write them, once for every config: :func:`load_yaml` reads
+``5e-4``, ``5E-4``, ``1e3`` and ``.5`` as floats (plain YAML 1.1 leaves an exponent without a dot
+as a string), and :func:`as_float` / :func:`as_int` turn what a field of that type may hold -- an
+int for a float, a number written as a string (``"5e-4"``, ``"1_000"``), a float with no fraction
+for an int (``1e3``) -- into the number, or ``None`` when it is not one.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from bertology.errors import ConfigError
 
 __all__ = ["Rule", "FIELD_RULES", "STUDY_FIELD_RULES", "CROSS_FIELD_RULES", "rule_for", "check_values",
-           "study_from_source"]
+           "study_from_source", "load_yaml", "as_float", "as_int"]
+
+
+# --------------------------------------------------------------------------- numbers as people write them
+
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+# YAML 1.1's floats, with the exponent's sign optional and an exponent allowed without a dot (YAML 1.2)
+_YAML_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X)
+_NUMBER_TEXT = re.compile(r"[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?")
+
+
+def _number_loader() -> type:
+    """A ``yaml.SafeLoader`` whose float resolver is :data:`_YAML_FLOAT` (made once, on first use)."""
+    import yaml
+
+    class NumberLoader(yaml.SafeLoader):
+        pass
+
+    NumberLoader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != _FLOAT_TAG]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    NumberLoader.add_implicit_resolver(_FLOAT_TAG, _YAML_FLOAT, list("-+0123456789."))
+    return NumberLoader
+
+
+_LOADER: list[type] = []
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that reads ``5e-4``, ``5E-4``, ``1e3`` and ``.5`` as floats."""
+    import yaml
+
+    if not _LOADER:
+        _LOADER.append(_number_loader())
+    return yaml.load(text, Loader=_LOADER[0])  # noqa: S506 -- a SafeLoader subclass
+
+
+def as_float(value: Any) -> float | None:
+    """``value`` as a finite float: a float, an int, or a number written as a string (``"5e-4"``,
+    ``" 1_000 "``); ``None`` for anything else (text, ``True``, NaN, infinity)."""
+    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value.strip()):
+        value = float(value.strip().replace("_", ""))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` as an int: an int, a float with no fraction (``1e3``, ``1000.0``) or such a number
+    written as a string; ``None`` for anything else (``2.5``, text, ``True``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    number = as_float(value)
+    return int(number) if number is not None and number.is_integer() and abs(number) < 2 ** 53 else None
 
 
 @dataclass(frozen=True)
@@ -49,6 +115,20 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _model_resolves(v: Any) -> bool:
+    """Whether ``v`` names a model :func:`bertology.models.resolve` finds (a registry name or a folder)."""
+    from bertology.errors import ModelError
+    from bertology.models import resolve
+
+    if not isinstance(v, str):
+        return False
+    try:
+        resolve(v)
+    except (ModelError, OSError, ValueError):
+        return False
+    return True
+
+
 POSITIVE_INT = Rule("an integer >= 1", lambda v: _int(v) and v >= 1)
 NON_NEGATIVE_INT = Rule("an integer >= 0", lambda v: _int(v) and v >= 0)
 SEED = Rule("an integer in [0, 2**32 - 1]", lambda v: _int(v) and 0 <= v < 2 ** 32)
@@ -58,6 +138,8 @@ SHARE_STEP = Rule("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1)
 NON_NEGATIVE = Rule("a number >= 0", lambda v: _number(v) and v >= 0)
 
 FIELD_RULES: dict[str, Rule] = {
+    # the model, checked before a run folder is made (`bertology models` lists the names)
+    "model": Rule("a registry name or a model directory (`bertology models` lists them)", _model_resolves),
     # corpus and sizes
     "limit": Rule("an integer >= 1 (the first N sentences) or null (the whole corpus)",
                   POSITIVE_INT.ok, optional=True),
@@ -82,6 +164,7 @@ FIELD_RULES: dict[str, Rule] = {
     "l0_steps": POSITIVE_INT,
     "tolerances": Rule("a list of numbers >= 0", NON_NEGATIVE.ok, each=True),
     "test_share": Rule("a number in (0, 1)", lambda v: _number(v) and 0 < v < 1),
+    "best_head_dev_share": Rule("a number in (0, 1)", lambda v: _number(v) and 0 < v < 1),
     "compare_shares": Rule("a list of numbers in [0, 1]", PROBABILITY.ok, each=True, optional=True),
     # contextuality
     "min_occurrences": POSITIVE_INT,
@@ -101,6 +184,18 @@ FIELD_RULES: dict[str, Rule] = {
     "top": NON_NEGATIVE_INT,
     "top_moved": NON_NEGATIVE_INT,
     "drift_min_count": POSITIVE_INT,
+    # semantic change between slices of documents
+    "replicates": POSITIVE_INT,
+    "control_replicates": POSITIVE_INT,
+    "anchors": POSITIVE_INT,
+    "vector_dim": POSITIVE_INT,
+    "vector_window": POSITIVE_INT,
+    "vector_epochs": POSITIVE_INT,
+    "neighbourhood_k": POSITIVE_INT,
+    "frequency_bins": POSITIVE_INT,
+    "contextual_layer": LAYER,
+    "contextual_max_sentences": POSITIVE_INT,
+    "control_quantile": Rule("a number in (0, 1)", lambda v: _number(v) and 0 < v < 1),
     # emergence
     "cloze_sentences": NON_NEGATIVE_INT,
     # pretraining variants at equal compute

@@ -391,4 +391,153 @@ def align_spaces_analysis(ctx: StudyContext) -> None:
 
 __all__ = ["CONTEXTUALITY_DEFAULTS", "ALIGNMENT_DEFAULTS", "ALIGN_SPACES_DEFAULTS", "contextuality_analysis",
            "alignment_analysis", "align_spaces_analysis", "load_space", "alignment_inputs", "align_spaces_inputs",
-           "spacy_vectors_digest", "dictionary_digest", "space_digest"]
+           "spacy_vectors_digest", "dictionary_digest", "space_digest", "SEMANTIC_CHANGE_DEFAULTS",
+           "semantic_change_analysis", "semantic_change_inputs"]
+
+
+# --- semantic change between slices of documents ------------------------------------------------
+
+SEMANTIC_CHANGE_DEFAULTS: dict[str, Any] = {
+    "documents": "sotu",            # sotu (State of the Union, scripts/setup.sh --with-pretraining-corpus) | a folder
+    "comparisons": {                # name -> {a: slice, b: slice}; a slice: years [first, last] and/or field values
+        "1900s_vs_1990s": {"a": {"years": [1900, 1929]}, "b": {"years": [1990, 2021]}},
+        "democratic_vs_republican": {"a": {"years": [1950, 2021], "party": "Democratic"},
+                                     "b": {"years": [1950, 2021], "party": "Republican"}},
+    },
+    "space": "word2vec",            # word2vec | contextual (mean contextual vector of a word per slice)
+    "model": "minilm-l6",           # contextual: the encoder
+    "contextual_layer": -1,
+    "contextual_max_sentences": 40,  # contextual: the first N sentences of each document
+    "vector_dim": 100,              # word2vec (skip-gram)
+    "vector_window": 5,
+    "vector_epochs": 5,
+    "replicates": 10,               # document bootstraps (word2vec: each with its own seed)
+    "control_replicates": 3,        # random halves of each slice
+    "min_count": 20,                # scored words: at least this often in both slices
+    "anchors": 2000,                # Procrustes anchors: the most frequent shared words
+    "tested": [],                   # words under test (always scored; with exclude_tested not anchors)
+    "exclude_tested": False,
+    "neighbourhood_k": 10,          # Hamilton et al. (2016b) second-order measure
+    "frequency_bins": 5,
+    "control_quantile": 0.95,       # family-wise within a frequency bin
+    "top": 30,                      # most moved / most stable words printed per comparison
+    "seed": 0,
+}
+
+
+def semantic_change_inputs(config: dict[str, Any]) -> dict[str, Any]:
+    """The documents folder's files (texts and metadata sidecars): a changed address is a new run."""
+    from bertology.corpus.documents import sotu_folder
+    from bertology.fingerprints import files_input_digest
+
+    folder = sotu_folder() if config["documents"] == "sotu" else Path(config["documents"]).expanduser()
+    files = sorted(p for p in folder.glob("*") if p.suffix in (".txt", ".json")) if folder.is_dir() else []
+    if not files:
+        raise ConfigError(f"documents: {folder} holds no .txt documents")
+    return {"documents": files_input_digest("documents", files, name=config["documents"])}
+
+
+def _slice_builder(ctx: StudyContext, docs: list, name: str, lm: Any = None):
+    """``(builder, word counts, sentences)`` of one slice in the configured kind of space."""
+    from collections import Counter
+
+    from bertology.corpus.documents import slice_sentences
+    from bertology.probes.embeddings.semantic_change import contextual_builder, word2vec_builder, word_counts
+
+    cfg = ctx.config
+    sentences = slice_sentences(docs)
+    if cfg["space"] == "word2vec":
+        return (word2vec_builder(sentences, dim=cfg["vector_dim"], window=cfg["vector_window"],
+                                 epochs=cfg["vector_epochs"], min_count=5, name=name),
+                word_counts(sentences), sentences)
+    kept = [doc[:cfg["contextual_max_sentences"]] for doc in sentences]
+    sums, counts = _document_sums(lm, kept, cfg["contextual_layer"], name)
+    return contextual_builder(sums, counts, min_count=5, name=name), sum(counts, Counter()), kept
+
+
+def _document_sums(lm: Any, sentences: list, layer: int, name: str):
+    """Per document, the sum of each word's contextual vectors at ``layer`` and its occurrences
+    (one extraction of the slice's sentences through the feature store)."""
+    from collections import Counter
+
+    from bertology.corpus import Corpus, Sentence
+    from bertology.store import extract
+
+    flat = [Sentence(f"{name}-{d}-{i}", list(s)) for d, doc in enumerate(sentences) for i, s in enumerate(doc)]
+    store = extract(lm, Corpus(name, flat), attentions=False, progress=True)
+    vectors = store.layer(layer)
+    sums: list[dict[str, np.ndarray]] = [dict() for _ in sentences]
+    counts: list[Counter] = [Counter() for _ in sentences]
+    row = 0
+    for sentence in flat:
+        doc = int(sentence.sent_id.rsplit("-", 2)[1])
+        for word in sentence.words:
+            v = vectors[row].astype(np.float64)
+            sums[doc][word] = sums[doc][word] + v if word in sums[doc] else v
+            counts[doc][word] += 1
+            row += 1
+    return sums, counts
+
+
+@reads_inputs(semantic_change_inputs)
+def semantic_change_analysis(ctx: StudyContext) -> None:
+    """Words that moved between two slices of documents ("1900 vs 1990", "left vs right"): per
+    comparison, word2vec (or type-level contextual) spaces of each slice, Procrustes cosine distance
+    and Hamilton et al.'s neighbourhood measure over document-bootstrap replicates, and a
+    frequency-matched control from random halves of each slice
+    (:func:`bertology.probes.embeddings.semantic_change.semantic_change`; docs/METHODS.md,
+    "Semantic change").
+
+    Tables: ``slices`` (``comparison, side, slice, documents, sentences, words, vocabulary``),
+    ``word_change`` (every scored word of every comparison: :data:`~bertology.probes.embeddings.semantic_change.CHANGE_COLUMNS`,
+    most moved first), ``control`` (per comparison and frequency bin: the control's threshold,
+    level and median) and ``replicates`` (every replicate's score per word).
+    """
+    from bertology.corpus.documents import SliceSpec, load_documents, select_documents
+    from bertology.models import load_model
+    from bertology.probes.embeddings.semantic_change import ChangeSettings, semantic_change
+
+    cfg = ctx.config
+    if cfg["space"] not in ("word2vec", "contextual"):
+        raise ConfigError(f"space must be word2vec or contextual, got {cfg['space']!r}")
+    comparisons = cfg["comparisons"]
+    if not isinstance(comparisons, dict) or not comparisons or not all(
+            isinstance(c, dict) and set(c) == {"a", "b"} for c in comparisons.values()):
+        raise ConfigError("comparisons: a mapping of name -> {a: slice, b: slice}")
+    docs = load_documents(cfg["documents"])
+    specs = {name: (SliceSpec.from_config(f"{name}.a", c["a"]), SliceSpec.from_config(f"{name}.b", c["b"]))
+             for name, c in comparisons.items()}
+    chosen = {name: (select_documents(docs, a), select_documents(docs, b)) for name, (a, b) in specs.items()}
+    lm = load_model(cfg["model"]) if cfg["space"] == "contextual" else None
+    settings = ChangeSettings(replicates=cfg["replicates"], control_replicates=cfg["control_replicates"],
+                              min_count=cfg["min_count"], anchors=cfg["anchors"],
+                              exclude_tested=bool(cfg["exclude_tested"]), tested=tuple(cfg["tested"]),
+                              k=cfg["neighbourhood_k"], frequency_bins=cfg["frequency_bins"],
+                              control_quantile=cfg["control_quantile"], seed=ctx.seed)
+
+    def run_all() -> dict[str, pd.DataFrame]:
+        slices, changes, controls, replicates = [], [], [], []
+        for name, (docs_a, docs_b) in chosen.items():
+            ctx.log(f"  {name}: {specs[name][0].describe()} ({len(docs_a)} documents) vs "
+                    f"{specs[name][1].describe()} ({len(docs_b)} documents)")
+            built = [_slice_builder(ctx, d, f"{name}.{side}", lm) for d, side in ((docs_a, "a"), (docs_b, "b"))]
+            for (_, counts, sentences), side, d in zip(built, "ab", (docs_a, docs_b)):
+                slices.append({"comparison": name, "side": side, "slice": specs[name]["ab".index(side)].describe(),
+                               "documents": len(d), "sentences": sum(len(x) for x in sentences),
+                               "words": sum(counts.values()), "vocabulary": len(counts)})
+            result = semantic_change(built[0][0], built[1][0], built[0][1], built[1][1], (len(docs_a), len(docs_b)),
+                                     settings, comparison=name, progress=ctx.log)
+            changes.append(result["word_change"])
+            controls.append(result["control"])
+            replicates.append(result["replicates"])
+        return {"slices": pd.DataFrame(slices), "word_change": pd.concat(changes, ignore_index=True),
+                "control": pd.concat(controls, ignore_index=True),
+                "replicates": pd.concat(replicates, ignore_index=True)}
+
+    tables = ctx.steps(["slices", "word_change", "control", "replicates"], run_all)
+    ctx.record(slices=tables["slices"].to_dict("records"), space=cfg["space"])
+    shown = ["word", "count_a", "count_b", "cosine_distance", "low", "high", "control_threshold", "moved",
+             "neighbours_a", "neighbours_b"]
+    for name, part in tables["word_change"].groupby("comparison", sort=False):
+        ctx.log(f"\n{name}: {int(part['moved'].sum())} of {len(part)} words moved beyond the control; most moved:")
+        ctx.log(part.head(cfg["top"])[shown].round(3).to_string(index=False))

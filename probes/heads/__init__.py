@@ -11,7 +11,7 @@ from bertology.probes.heads.attention_probe import (AttentionDependencyProbe, Wo
                                                     attention_probe, best_heads, distance_features)
 from bertology.probes.heads.gates import (AttentionBlock, HeadGates, attention_blocks, count_parameters,
                                           describe_pruning, gates_from_heads, head_shape, iter_heads, kept_heads,
-                                          load_pruned, prune_heads, save_pruned)
+                                          load_pruned, prune_heads, real_pruning_refusal, save_pruned)
 from bertology.probes.heads.head_types import (DEPENDENT_TO_HEAD, HEAD_TO_DEPENDENT, VOITA_RELATIONS, analyse_store,
                                                argmax_other_word, canonical_relation, classify_heads,
                                                dependency_scores, heads_across_checkpoints, type_matrix)
@@ -19,7 +19,8 @@ from bertology.probes.heads.importance import (TaggingHead, ablation_importance,
                                                mlm_loss, model_inputs, normalise_per_layer, tagging_batches,
                                                train_tagging_head)
 from bertology.probes.heads.pruning import (HardConcreteGates, heads_dict, heads_pruned_at, measure_pruning,
-                                            pos_task, pruning_curve, removable_shares, train_l0_gates)
+                                            pos_task, pruning_curve, removable_shares, train_l0_gates,
+                                            evaluate_l0_gates)
 from bertology.probes.heads.stats import (HeadStatistics, corpus_frequencies, head_statistics, statistic_matrix,
                                           wordfreq_frequency)
 
@@ -30,9 +31,9 @@ __all__ = [
     "attention_probe", "best_heads", "AttentionDependencyProbe",
     "WordAwareDependencyProbe", "distance_features", "HeadGates", "AttentionBlock", "attention_blocks",
     "head_shape", "kept_heads", "gates_from_heads", "prune_heads", "count_parameters", "save_pruned",
-    "load_pruned", "describe_pruning", "iter_heads", "importance_scores", "ablation_importance",
+    "load_pruned", "real_pruning_refusal", "describe_pruning", "iter_heads", "importance_scores", "ablation_importance",
     "normalise_per_layer", "model_inputs", "mask_batches", "mlm_loss", "tagging_batches", "TaggingHead",
     "train_tagging_head", "pruning_curve", "heads_pruned_at", "heads_dict", "measure_pruning",
-    "HardConcreteGates", "train_l0_gates", "pos_task", "removable_shares",
+    "HardConcreteGates", "train_l0_gates", "evaluate_l0_gates", "pos_task", "removable_shares",
     "HEAD_TYPES_DEFAULTS", "head_types_analysis", "PRUNING_DEFAULTS", "pruning_analysis",
 ]

@@ -18,16 +18,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bertology.errors import ConfigError
+from bertology.architectures import attention_windows
+from bertology.errors import ConfigError, WorkbenchError
 from bertology.models import load_model
-from bertology.probes.heads.attention_probe import attention_probe, best_heads
+from bertology.probes.heads.attention_probe import attention_probe
+from bertology.probes.heads.gates import real_pruning_refusal
 from bertology.probes.heads.head_types import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
-                                               dependency_scores, type_matrix)
+                                               dependency_scores, held_out_best_heads, type_matrix)
 from bertology.probes.heads.importance import importance_scores
-from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, heads_dict, heads_pruned_at,
-                                            measure_pruning, pruning_curve, pruning_task, removable_shares,
+from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, evaluate_l0_gates, heads_dict,
+                                            heads_pruned_at, measure_pruning, pruning_curve, pruning_task, removable_shares,
                                             train_l0_gates)
-from bertology.probes.heads.stats import SPECIAL_TOKENS, corpus_frequencies, head_statistics
+from bertology.probes.heads.stats import (SPECIAL_TOKENS, corpus_frequencies, head_statistics, window_reach,
+                                          with_attention_windows)
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
 from bertology.uncertainty import is_small_sample
 
@@ -48,6 +51,7 @@ HEAD_TYPES_DEFAULTS: dict[str, Any] = {
     "positional_threshold": 0.9,
     "syntactic_margin": 0.10,
     "min_count": 20,
+    "best_head_dev_share": 0.5,     # head_best: the head and the offset baseline chosen on this share, reported on the rest
     "rare_threshold": 0.5,
     "special_threshold": 0.5,
     "broad_entropy": 0.8,
@@ -88,7 +92,10 @@ def head_types_inputs(config: dict[str, Any]) -> dict[str, Any]:
         return {}
     from bertology.probes.embeddings.analysis import spacy_vectors_digest
 
-    return {"word_vectors": spacy_vectors_digest(config["word_vectors"])}
+    try:
+        return {"word_vectors": spacy_vectors_digest(config["word_vectors"])}
+    except (WorkbenchError, OSError) as exc:  # checked before any step runs, naming the field
+        raise ConfigError(f"field 'word_vectors': {exc} (use none, en, fr or a spaCy pipeline folder)") from None
 
 
 @reads_inputs(head_types_inputs)
@@ -116,9 +123,11 @@ def head_types_analysis(ctx: StudyContext) -> None:
 
     Tables:
 
-    - ``head_stats``: ``layer, head, statistic, value, n`` (long: token- and word-level argmax
-      offsets, entropy, confidence, attention to rare words and to special tokens;
-      :func:`~bertology.probes.heads.stats.head_statistics`).
+    - ``head_stats``: ``layer, head, statistic, value, n, attention_window`` (long: token- and
+      word-level argmax offsets, entropy, confidence, attention to rare words and to special tokens;
+      :func:`~bertology.probes.heads.stats.head_statistics`; ``attention_window``: tokens each side
+      a local layer's heads can see, ``<NA>`` for global attention, also in ``head_types`` and, per
+      layer, in the manifest's ``attention_windows``).
     - ``head_dependency``: ``layer, head, relation, direction, n, correct, accuracy, baseline_offset,
       baseline_accuracy, gain`` (direction ``dependent_attends_to_head`` or
       ``head_attends_to_dependent``; empty when the corpus has no dependencies).
@@ -126,10 +135,18 @@ def head_types_analysis(ctx: StudyContext) -> None:
       special_share, entropy_norm, confidence, syntactic_relation, syntactic_direction,
       syntactic_accuracy, syntactic_baseline, syntactic_gain, is_positional, is_syntactic,
       is_rare_token, is_special, is_broad, positional_level, token_offset, token_share, word_offset,
-      word_share, special_argmax_share``.
+      word_share, special_argmax_share, attention_window``.
     - ``head_type_matrix``: ``layer`` and one column per head (``"0"``, ``"1"``...) holding its type.
-    - ``head_best``: ``relation, direction, layer, head, n, accuracy, baseline_offset,
-      baseline_accuracy, gain`` (the best head per relation and direction).
+    - ``window_reach`` (only for models with local attention layers, ModernBERT): per local layer,
+      the share of word pairs, gold dependency arcs and words within reach of its window and of the
+      special tokens (:func:`~bertology.probes.heads.stats.window_reach`).
+    - ``head_best``: the best head and the best fixed-offset baseline per relation and direction,
+      both chosen on a dev half of the sentences (``best_head_dev_share``, split with the run's seed)
+      and reported on the other half with intervals and a paired test of the gain
+      (:func:`~bertology.probes.heads.head_types.held_out_best_heads`: ``relation, direction, layer,
+      head, selected_on, n_dev, dev_accuracy, baseline_offset, dev_baseline_accuracy, n,
+      n_sentences, accuracy, accuracy_low, accuracy_high, baseline_accuracy, gain, gain_low,
+      gain_high, gain_p_value, small_sample``).
     - ``attention_probe``: ``method, layer, head, offset, n_train, n_test, uas, seed``.
 
     ``head_best`` and ``attention_probe`` need dependencies and are skipped without them. Extra
@@ -137,28 +154,35 @@ def head_types_analysis(ctx: StudyContext) -> None:
     """
     cfg = ctx.config
     _check_head_type_options(cfg)
-    _, corpus, store = model_corpus_store(ctx, attentions=True)
+    lm, corpus, store = model_corpus_store(ctx, attentions=True)
+    windows = attention_windows(lm.config)  # local (sliding-window) layers: tokens seen each side
+    ctx.record(attention_windows=windows)
     sentences = list(corpus)
     n = len(corpus)
     has_deps = all(s.heads is not None and s.deprels is not None for s in sentences)
     freqs = corpus_frequencies(sentences) if cfg["frequencies"] == "corpus" else None
 
-    stats = ctx.step("head_stats", lambda: head_statistics(
+    stats = ctx.step("head_stats", lambda: with_attention_windows(head_statistics(
         (store.attention(i, normalise=False) for i in range(n)), sentences,
         special_attention=(store.special_attention(i) for i in range(n)), frequencies=freqs,
         token_offsets=(store.token_offsets(i, queries=cfg["positional_queries"]) for i in range(n)),
-        special_tokens=cfg["special_tokens"]))
+        special_tokens=cfg["special_tokens"]), windows))
     deps = ctx.step("head_dependency", lambda: dependency_scores(
         (store.attention(i, normalise=False) for i in range(n)), sentences,
         exclude_self=cfg["exclude_self"]) if has_deps else pd.DataFrame())
-    types = ctx.step("head_types", lambda: classify_heads(
-        stats, deps if has_deps else None, positional_threshold=cfg["positional_threshold"],
+    types = ctx.step("head_types", lambda: with_attention_windows(classify_heads(
+        stats.drop(columns="attention_window", errors="ignore"), deps if has_deps else None,
+        positional_threshold=cfg["positional_threshold"],
         syntactic_margin=cfg["syntactic_margin"], min_count=cfg["min_count"], rare_threshold=cfg["rare_threshold"],
         special_threshold=cfg["special_threshold"], broad_entropy=cfg["broad_entropy"],
-        relations=cfg["syntactic_relations"], positional_level=cfg["positional_level"]))
+        relations=cfg["syntactic_relations"], positional_level=cfg["positional_level"]), windows))
     ctx.step("head_type_matrix", lambda: type_matrix(types).reset_index())
+    if any(window is not None for window in windows):  # local layers: what their heads can reach at all
+        ctx.step("window_reach", lambda: window_reach(lm.tokenizer, sentences, windows))
     if has_deps:
-        ctx.step("head_best", lambda: best_heads(deps, min_count=cfg["min_count"]))
+        ctx.step("head_best", lambda: held_out_best_heads(
+            (store.attention(i, normalise=False) for i in range(n)), sentences, dev_share=cfg["best_head_dev_share"],
+            seed=ctx.seed, min_count=cfg["min_count"], exclude_self=cfg["exclude_self"]))
         vectors = None
         if cfg["word_vectors"] != "none":
             from bertology.probes.embeddings.static_vectors import load_spacy_vectors
@@ -257,6 +281,9 @@ def pruning_analysis(ctx: StudyContext) -> None:
       orders at each share, paired bootstrap over test sentences
       (:func:`~bertology.probes.heads.pruning.compare_orders`).
     - ``l0_gates`` (method ``l0``): ``layer, head, log_alpha, p_open, gate, kept, lam, seed`` per λ.
+    - ``l0_evaluation`` (method ``l0``): per λ the heads its gates keep and the metric with the others
+      off, on dev and on test with a 95% interval; no λ is selected
+      (:func:`~bertology.probes.heads.pruning.evaluate_l0_gates`).
 
     ``metric``: ``auto`` (the MLM loss when the weights carry an MLM head: the model is loaded with
     it; else the POS head), ``mlm`` (refused without an MLM head) or ``pos``.
@@ -286,9 +313,10 @@ def pruning_analysis(ctx: StudyContext) -> None:
                 lm.model, curve, task.sentence_scores, task.test, cfg["compare_shares"], seed=ctx.seed,
                 share_column="share_removed").assign(metric=description))
     if "l0" in methods:
-        ctx.step("l0_gates", lambda: pd.concat(
+        gates = ctx.step("l0_gates", lambda: pd.concat(
             [train_l0_gates(lm.model, train, loss_fn, float(lam), steps=cfg["l0_steps"], seed=ctx.seed)
              for lam in cfg["l0_lambdas"]], ignore_index=True))
+        ctx.step("l0_evaluation", lambda: evaluate_l0_gates(lm.model, gates, task, seed=ctx.seed))
 
 
 def _pruning_curves(ctx: StudyContext, lm, corpus, store, task, curve_methods: list[str]) -> pd.DataFrame:
@@ -312,7 +340,15 @@ def _pruning_curves(ctx: StudyContext, lm, corpus, store, task, curve_methods: l
 
 
 def _pruning_cost(ctx: StudyContext, lm, curve: pd.DataFrame, task) -> None:
-    """The heads of the importance curve at 30% and 50% really removed (parameters, forward time)."""
+    """The heads of the importance curve at 30% and 50% really removed (parameters, forward time);
+    skipped, with the reason logged and recorded, where real pruning is refused (ALBERT's shared
+    layers, grouped-query attention)."""
+    refusal = real_pruning_refusal(lm.model)
+    if refusal:
+        ctx.log(f"  no pruning_cost: {refusal}")
+        ctx.record(pruning_cost_skipped=refusal)
+        return
+
     def cost() -> pd.DataFrame:
         rows = []
         imp = curve[(curve["method"] == "importance") & ~curve["refined"]]

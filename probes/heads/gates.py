@@ -6,15 +6,19 @@ architecture of :mod:`bertology.architectures` (the table says where each layer'
 
 - :class:`HeadGates` installs a forward pre-hook on each layer's attention output projection
   (``attention.output.dense`` for BERT / RoBERTa / ELECTRA / DeBERTa-v2, ``attention.out_lin`` for
-  DistilBERT, ``attention.attn.o`` for MPNet, ``attention.dense`` for ALBERT) that multiplies the
+  DistilBERT, ``attention.attn.o`` for MPNet, ``attention.dense`` for ALBERT, ``attn.Wo`` for
+  ModernBERT, ``self_attn.o_proj`` for EuroBERT / NomicBERT: one slice per *query* head, also under
+  grouped-query attention) that multiplies the
   per-head slices of its input ``[batch, tokens, heads * head_dim]`` by a gate ``ξ[layer, head]``
   (or per example, ``ξ[batch, layer, head]``). Gates may require grad (Michel et al. 2019
   importance, Voita et al. 2019 L0 gates). Where layers share parameters (ALBERT) the gates still
   act per layer position.
-- :func:`prune_heads` really removes heads: it slices the rows of query / key / value and the
-  columns of the output projection. The kept heads (original numbering) are recorded in
-  ``config.bertology_kept_heads`` so :func:`load_pruned` can rebuild the shapes before loading
-  the safetensors weights. Refused for shared-parameter layers.
+- :func:`prune_heads` really removes heads: it slices the rows of query / key / value (or of the
+  fused query-key-value projection, ModernBERT ``Wqkv``) and the columns of the output projection.
+  The kept heads (original numbering) are recorded in ``config.bertology_kept_heads`` so
+  :func:`load_pruned` can rebuild the shapes before loading the safetensors weights. Refused for
+  shared-parameter layers (ALBERT) and grouped-query attention (a key / value head serves several
+  query heads).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from bertology.architectures import Architecture, architecture_for, attention_layers, get_module, num_heads, num_layers
+from bertology.architectures import (Architecture, architecture_for, attention_layers, get_module, key_value_heads,
+                                     num_heads, num_layers)
 from bertology.errors import ModelError
 
 KEPT_HEADS_ATTR = "bertology_kept_heads"
@@ -41,17 +46,19 @@ class AttentionBlock:
     """Handles on one layer's self-attention: the projections a gate or a pruning touches."""
 
     self_attention: nn.Module  # the module computing attention (knows the head size)
-    query: nn.Linear
-    key: nn.Linear
-    value: nn.Linear
+    query: nn.Linear | None    # None when query / key / value are fused (``qkv``)
+    key: nn.Linear | None
+    value: nn.Linear | None
     output: nn.Linear  # the projection whose input is the concatenation of head outputs
     head_dim: int
     layer: nn.Module | None = None  # the layer module holding them (the table's paths start there)
     architecture: Architecture | None = None
+    qkv: nn.Linear | None = None  # fused projection, rows [q | k | v], each heads-major
 
     @property
     def n_heads(self) -> int:
-        return self.query.out_features // self.head_dim
+        """Heads present now (after any pruning): the output projection's input is one slice per head."""
+        return self.output.in_features // self.head_dim
 
 
 def attention_blocks(model: nn.Module) -> list[AttentionBlock]:
@@ -59,7 +66,7 @@ def attention_blocks(model: nn.Module) -> list[AttentionBlock]:
     layer position, in order (layers sharing parameters give the same modules at several positions)."""
     arch = architecture_for(model)
     return [AttentionBlock(at.attention, at.query, at.key, at.value, at.output,
-                           int(getattr(at.attention, arch.head_size_attr)), at.module, arch)
+                           int(getattr(at.attention, arch.head_size_attr)), at.module, arch, at.qkv)
             for at in attention_layers(model)]
 
 
@@ -242,16 +249,12 @@ def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Mo
     table names) and columns of the output projection; updates the head count / ``all_head_size``
     on the attention module and records the kept heads in ``config.bertology_kept_heads``
     (``{"layer": [original heads kept]}``). Pruning again composes. A layer with every head
-    removed keeps only the output bias. Refused for models whose layers share parameters (ALBERT):
-    use :class:`HeadGates` there, which act per layer position.
+    removed keeps only the output bias. Refused for models whose layers share parameters (ALBERT)
+    and for grouped-query attention (EuroBERT with fewer key / value heads than query heads): use
+    :class:`HeadGates` there, which act per layer position and per query head.
     """
+    _refuse_pruning(model, heads_to_prune)
     arch = architecture_for(model)
-    if arch.shares_layers and heads_to_prune:
-        raise ModelError(
-            f"prune_heads: {arch.model_type} layers share their parameters ({arch.groups_field}="
-            f"{getattr(model.config, arch.groups_field)} for {num_layers(model.config)} layers), so removing a "
-            "head would remove it at every layer position; real pruning is not supported for "
-            f"{arch.model_type} — switch heads off per position with HeadGates instead")
     blocks = attention_blocks(model)
     kept_all = kept_heads(model)
     for layer, heads in heads_to_prune.items():
@@ -266,16 +269,22 @@ def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Mo
         positions = [kept.index(h) for h in new_kept]  # positions in the current (maybe pruned) module
         d = block.head_dim
         index = torch.tensor([p * d + i for p in positions for i in range(d)], dtype=torch.long,
-                             device=block.query.weight.device)
+                             device=block.output.weight.device)
         sa = block.self_attention
-        for path, proj in ((arch.query, block.query), (arch.key, block.key), (arch.value, block.value)):
-            _replace(block.layer, path, _slice_linear(proj, index, 0))
+        if arch.qkv:  # fused rows [q | k | v] of the current heads, each heads-major
+            width = block.n_heads * d
+            fused = torch.cat([index + part * width for part in range(3)])
+            _replace(block.layer, arch.qkv, _slice_linear(block.qkv, fused, 0))
+        else:
+            for path, proj in ((arch.query, block.query), (arch.key, block.key), (arch.value, block.value)):
+                _replace(block.layer, path, _slice_linear(proj, index, 0))
         for name in arch.extra_head_projections:
             proj = get_module(sa, name)
             if proj is not None:
                 _replace(sa, name, _slice_linear(proj, index, 0))
         _replace(block.layer, arch.output, _slice_linear(block.output, index, 1))
-        setattr(sa, arch.heads_attr, len(new_kept))
+        if arch.heads_attr:
+            setattr(sa, arch.heads_attr, len(new_kept))
         if hasattr(sa, "all_head_size"):
             sa.all_head_size = len(new_kept) * d
         if arch.head_bias_argument:
@@ -288,14 +297,47 @@ def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Mo
     return model
 
 
+def real_pruning_refusal(model: nn.Module) -> str | None:
+    """Why real pruning of this model cannot equal switching its heads off, or None when it can:
+    layers sharing parameters (ALBERT) or grouped-query attention (EuroBERT with fewer key / value
+    heads than query heads). Gates (:class:`HeadGates`) work in both cases."""
+    arch = architecture_for(model)
+    if arch.shares_layers:
+        return (f"{arch.model_type} layers share their parameters ({arch.groups_field}="
+                f"{getattr(model.config, arch.groups_field)} for {num_layers(model.config)} layers), so removing a "
+                "head would remove it at every layer position; real pruning is not supported for "
+                f"{arch.model_type} — switch heads off per position with HeadGates instead")
+    n_heads, n_kv = num_heads(model.config), key_value_heads(model.config)
+    if n_kv != n_heads:
+        return (f"{arch.model_type} uses grouped-query attention ({arch.kv_heads_field}={n_kv} key / value heads "
+                f"for {n_heads} query heads), so each key / value head serves {n_heads // n_kv} query heads and a "
+                "query head cannot be removed with its own key and value rows; real pruning is not supported for "
+                f"this {arch.model_type} model — switch query heads off with HeadGates instead")
+    return None
+
+
+def _refuse_pruning(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> None:
+    """Raise :class:`ModelError` naming the model type and the reason (:func:`real_pruning_refusal`)
+    when heads are to be removed from a model that cannot lose them for real."""
+    if not any(len(heads) for heads in heads_to_prune.values()):
+        return
+    reason = real_pruning_refusal(model)
+    if reason:
+        raise ModelError(f"prune_heads: {reason}")
+
+
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
 def save_pruned(model: nn.Module, directory: str | Path, tokenizer=None) -> Path:
-    """``save_pretrained`` (safetensors) a pruned model; the kept heads travel in ``config.json``."""
+    """``save_pretrained`` (safetensors) a pruned model; the kept heads travel in ``config.json``.
+
+    The weights keep the model's own parameter names (``save_original_format=False``): transformers
+    would otherwise write some types in their hub layout (NomicBERT: fused ``Wqkv``, renamed norms),
+    which :func:`load_pruned` reads back into the pruned shapes without transformers' converters."""
     directory = Path(directory)
-    model.save_pretrained(directory, safe_serialization=True)
+    model.save_pretrained(directory, safe_serialization=True, save_original_format=False)
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
     return directory

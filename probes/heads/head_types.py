@@ -74,6 +74,79 @@ def argmax_other_word(attention: np.ndarray, exclude_self: bool = True) -> np.nd
     return a.argmax(-1)
 
 
+CaseCounts = dict[tuple[str, str], tuple[np.ndarray, int, np.ndarray]]
+"""Per (relation, direction): hits per head ``[L, H]``, cases, and hits per fixed offset ``[K]``."""
+
+
+def _sentence_cases(attention: np.ndarray, sentence, offsets: Sequence[int], exclude_self: bool) -> CaseCounts:
+    """One sentence's dependency cases (:func:`dependency_scores`' definitions) counted per head and
+    per fixed offset. attention: ``[L, H, w, w]`` word attention."""
+    if sentence.heads is None or sentence.deprels is None:
+        raise WorkbenchError(f"sentence {sentence.sent_id}: no dependency annotation (heads/deprels)")
+    a = np.asarray(attention)
+    if a.shape[-1] != len(sentence.words):
+        raise WorkbenchError(f"sentence {sentence.sent_id}: {len(sentence.words)} words but attention "
+                             f"over {a.shape[-1]}")
+    n_layers, n_heads, w = a.shape[0], a.shape[1], a.shape[-1]
+    argmax = argmax_other_word(a, exclude_self)  # [L, H, w]
+    dep_to_head, head_to_deps = _relation_cases(sentence.heads, sentence.deprels)
+    dep_to_head["all"] = [p for pairs in dep_to_head.values() for p in pairs]
+    out: CaseCounts = {}
+    for rel, pairs in dep_to_head.items():
+        if not pairs:
+            continue
+        src = np.array([p[0] for p in pairs])
+        tgt = np.array([p[1] for p in pairs])
+        hits = (argmax[:, :, src] == tgt).sum(-1)
+        offset_hits = np.array([int(((tgt - src) == k).sum()) for k in offsets])
+        out[(rel, DEPENDENT_TO_HEAD)] = (hits, len(pairs), offset_hits)
+    for rel, groups in head_to_deps.items():
+        src = np.array(list(groups))
+        member = np.zeros((len(src), w), dtype=bool)  # [cases, words]: is a dependent
+        for row, h in enumerate(src):
+            member[row, list(groups[h])] = True
+        chosen = argmax[:, :, src]  # [L, H, cases]
+        hits = member[np.arange(len(src))[None, None, :], chosen].sum(-1)
+        offset_hits = np.zeros(len(offsets), dtype=np.int64)
+        for i, k in enumerate(offsets):
+            target = src + k
+            ok = (target >= 0) & (target < w)
+            offset_hits[i] = int(member[np.nonzero(ok)[0], target[ok]].sum())
+        out[(rel, HEAD_TO_DEPENDENT)] = (hits, len(src), offset_hits)
+    return out
+
+
+def _sentence_case_counts(attentions: Iterable[np.ndarray], sentences: Iterable, offsets: Sequence[int],
+                          exclude_self: bool) -> tuple[list[CaseCounts], tuple[int, int]]:
+    """:func:`_sentence_cases` of every sentence, and the ``(layers, heads)`` shape."""
+    per_sentence, shape = [], None
+    for attention, sentence in zip(attentions, sentences):
+        a = np.asarray(attention)
+        shape = a.shape[:2]
+        per_sentence.append(_sentence_cases(a, sentence, offsets, exclude_self))
+    if shape is None:
+        raise WorkbenchError("dependency_scores: no sentences")
+    return per_sentence, shape
+
+
+def _pool(per_sentence: Sequence[CaseCounts]) -> CaseCounts:
+    """Sums of per-sentence counts per (relation, direction)."""
+    total: CaseCounts = {}
+    for cases in per_sentence:
+        for key, (hits, n, offset_hits) in cases.items():
+            if key in total:
+                h, m, o = total[key]
+                total[key] = (h + hits, m + n, o + offset_hits)
+            else:
+                total[key] = (hits.copy(), n, offset_hits.copy())
+    return total
+
+
+def _best_offset_index(offset_hits: np.ndarray, offsets: Sequence[int]) -> int:
+    """The offset with the most hits, ties to the smallest ``|k|``."""
+    return max(range(len(offsets)), key=lambda i: (offset_hits[i], -abs(offsets[i])))
+
+
 def dependency_scores(attentions: Iterable[np.ndarray], sentences: Iterable,
                       window: Sequence[int] = DEFAULT_WINDOW, *, exclude_self: bool = True) -> pd.DataFrame:
     """Per head, relation and direction, the share of cases whose argmax hits the gold partner.
@@ -87,67 +160,87 @@ def dependency_scores(attentions: Iterable[np.ndarray], sentences: Iterable,
     dependents of that relation: is its argmax one of them).
     Returns ``layer, head, relation, direction, n, correct, accuracy, baseline_offset,
     baseline_accuracy, gain`` (gain = accuracy - baseline_accuracy, the best fixed offset in
-    ``window``, 0 excluded, for that relation and direction).
+    ``window``, 0 excluded, for that relation and direction, on the same sentences: a description
+    of these sentences; :func:`held_out_best_heads` chooses on dev and reports on test).
     """
-    correct: dict[tuple[str, str], np.ndarray] = {}
-    counts: dict[tuple[str, str], int] = {}
-    offset_hits: dict[tuple[str, str], dict[int, int]] = {}
-    shape = None
     offsets = [k for k in window if k != 0]
-    for index, (attention, sentence) in enumerate(zip(attentions, sentences)):
-        if sentence.heads is None or sentence.deprels is None:
-            raise WorkbenchError(f"sentence {sentence.sent_id}: no dependency annotation (heads/deprels)")
-        a = np.asarray(attention)
-        if a.shape[-1] != len(sentence.words):
-            raise WorkbenchError(f"sentence {sentence.sent_id}: {len(sentence.words)} words but attention "
-                                 f"over {a.shape[-1]}")
-        shape = a.shape[:2]
-        argmax = argmax_other_word(a, exclude_self)  # [L, H, w]
-        dep_to_head, head_to_deps = _relation_cases(sentence.heads, sentence.deprels)
-        all_pairs = [p for pairs in dep_to_head.values() for p in pairs]
-        dep_to_head["all"] = all_pairs
-        for rel, pairs in dep_to_head.items():
-            if not pairs:
-                continue
-            key = (rel, DEPENDENT_TO_HEAD)
-            src = np.array([p[0] for p in pairs])
-            tgt = np.array([p[1] for p in pairs])
-            hits = (argmax[:, :, src] == tgt).sum(-1)
-            correct[key] = correct.get(key, 0) + hits
-            counts[key] = counts.get(key, 0) + len(pairs)
-            bucket = offset_hits.setdefault(key, {})
-            for k in offsets:
-                bucket[k] = bucket.get(k, 0) + int(((tgt - src) == k).sum())
-        for rel, groups in head_to_deps.items():
-            key = (rel, HEAD_TO_DEPENDENT)
-            src = np.array(list(groups))
-            member = np.zeros((len(src), a.shape[-1]), dtype=bool)  # [cases, words]: is a dependent
-            for row, h in enumerate(src):
-                member[row, list(groups[h])] = True
-            chosen = argmax[:, :, src]  # [L, H, cases]
-            hits = np.take_along_axis(member[None, None].repeat(shape[0], 0).repeat(shape[1], 1),
-                                      chosen[..., None], axis=-1)[..., 0].sum(-1)
-            correct[key] = correct.get(key, 0) + hits
-            counts[key] = counts.get(key, 0) + len(src)
-            bucket = offset_hits.setdefault(key, {})
-            for k in offsets:
-                target = src + k
-                ok = (target >= 0) & (target < a.shape[-1])
-                bucket[k] = bucket.get(k, 0) + int(member[np.nonzero(ok)[0], target[ok]].sum())
-    if shape is None:
-        raise WorkbenchError("dependency_scores: no sentences")
+    per_sentence, shape = _sentence_case_counts(attentions, sentences, offsets, exclude_self)
     frames = []
     layers, heads_ = np.indices(shape)
-    for key, total in correct.items():
-        n = counts[key]
-        best_k, best_hits = max(offset_hits[key].items(), key=lambda kv: (kv[1], -abs(kv[0])))
+    for key, (total, n, offset_hits) in _pool(per_sentence).items():
+        best = _best_offset_index(offset_hits, offsets)
         accuracy = np.asarray(total, dtype=np.float64) / n
         frames.append(pd.DataFrame({
             "layer": layers.ravel(), "head": heads_.ravel(), "relation": key[0], "direction": key[1],
             "n": n, "correct": np.asarray(total).ravel(), "accuracy": accuracy.ravel(),
-            "baseline_offset": best_k, "baseline_accuracy": best_hits / n,
-            "gain": accuracy.ravel() - best_hits / n}))
+            "baseline_offset": offsets[best], "baseline_accuracy": offset_hits[best] / n,
+            "gain": accuracy.ravel() - offset_hits[best] / n}))
     return pd.concat(frames, ignore_index=True)
+
+
+BEST_HEAD_COLUMNS = ["relation", "direction", "layer", "head", "selected_on", "n_dev", "dev_accuracy",
+                     "baseline_offset", "dev_baseline_accuracy", "n", "n_sentences", "accuracy", "accuracy_low",
+                     "accuracy_high", "baseline_accuracy", "gain", "gain_low", "gain_high", "gain_p_value",
+                     "small_sample"]
+
+
+def held_out_best_heads(attentions: Iterable[np.ndarray], sentences: Sequence, *, dev_share: float = 0.5,
+                        seed: int = 0, min_count: int = 1, window: Sequence[int] = DEFAULT_WINDOW,
+                        exclude_self: bool = True, relations: Sequence[str] | None = None,
+                        n_resamples: int = 2000) -> pd.DataFrame:
+    """The best head per relation and direction (Clark et al. 2019, Table / Fig. 5), chosen on dev
+    and reported on test, against the best fixed-offset baseline chosen the same way.
+
+    Sentences are split at random (``seed``) into dev (``dev_share``) and test. On dev, per
+    relation and direction with at least ``min_count`` dev cases: the head with the highest
+    accuracy (:func:`dependency_scores`' definitions) and the fixed offset in ``window`` with the
+    most hits. On test: the chosen head's ``accuracy`` with a 95% interval (a bootstrap over test
+    sentences, never narrower than the Wilson interval of ``n`` cases), the chosen offset's
+    ``baseline_accuracy``, and ``gain`` = accuracy - baseline_accuracy with a paired bootstrap
+    interval and p-value over the same test sentences (:func:`bertology.uncertainty.paired_bootstrap`).
+    ``small_sample``: fewer than :data:`bertology.uncertainty.MIN_TEST_ITEMS` test cases.
+    ``relations``: keep only these (``None``: all). Returns :data:`BEST_HEAD_COLUMNS`, most frequent
+    relations first.
+    """
+    from bertology.uncertainty import is_small_sample, paired_bootstrap, ratio_bootstrap, wilson_interval
+
+    if not 0 < dev_share < 1:
+        raise WorkbenchError(f"held_out_best_heads: dev_share must be in (0, 1), got {dev_share}")
+    offsets = [k for k in window if k != 0]
+    per_sentence, _ = _sentence_case_counts(attentions, sentences, offsets, exclude_self)
+    order = np.random.default_rng(seed).permutation(len(per_sentence))
+    n_dev = min(len(order) - 1, max(1, int(round(dev_share * len(order)))))
+    if n_dev < 1:
+        raise WorkbenchError("held_out_best_heads: needs at least two sentences (one dev, one test)")
+    dev, test = _pool([per_sentence[i] for i in order[:n_dev]]), [per_sentence[i] for i in order[n_dev:]]
+    rows = []
+    for key, (dev_hits, dev_n, dev_offsets) in dev.items():
+        if dev_n < min_count or (relations is not None and key[0] not in relations):
+            continue
+        layer, head = np.unravel_index(int(np.argmax(dev_hits)), dev_hits.shape)
+        k = _best_offset_index(dev_offsets, offsets)
+        cases = [c[key] for c in test if key in c]
+        if not cases:
+            continue
+        head_hits = np.array([float(h[layer, head]) for h, _, _ in cases])   # per test sentence
+        base_hits = np.array([float(o[k]) for _, _, o in cases])
+        n_cases = np.array([float(n) for _, n, _ in cases])
+        n = int(n_cases.sum())
+        boot = ratio_bootstrap(head_hits, n_cases, n_resamples=n_resamples, seed=seed)
+        floor = wilson_interval(int(head_hits.sum()), n)
+        gain = paired_bootstrap(head_hits, base_hits, n_cases, n_cases, n_resamples=n_resamples, seed=seed)
+        rows.append({"relation": key[0], "direction": key[1], "layer": int(layer), "head": int(head),
+                     "selected_on": "dev", "n_dev": dev_n, "dev_accuracy": dev_hits[layer, head] / dev_n,
+                     "baseline_offset": offsets[k], "dev_baseline_accuracy": dev_offsets[k] / dev_n, "n": n,
+                     "n_sentences": len(cases), "accuracy": boot.estimate,
+                     "accuracy_low": min(boot.low, floor.low), "accuracy_high": max(boot.high, floor.high),
+                     "baseline_accuracy": base_hits.sum() / n, "gain": gain.difference, "gain_low": gain.low,
+                     "gain_high": gain.high, "gain_p_value": gain.p_value, "small_sample": is_small_sample(n)})
+    if not rows:
+        raise WorkbenchError(f"held_out_best_heads: no relation with at least min_count={min_count} dev cases "
+                             f"and a test case (option min_count)")
+    out = pd.DataFrame(rows, columns=BEST_HEAD_COLUMNS)
+    return out.sort_values(["n", "relation", "direction"], ascending=[False, True, True]).reset_index(drop=True)
 
 
 def _wide(stats: pd.DataFrame) -> pd.DataFrame:

@@ -29,10 +29,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from bertology.probes.heads.gates import HeadGates, count_parameters, head_shape, prune_heads
+from bertology.probes.heads.gates import HeadGates, count_parameters, gates_from_heads, head_shape, prune_heads
 from bertology.probes.heads.importance import Batch, LossFn, frozen, importance_scores, model_inputs
 from bertology.errors import WorkbenchError
-from bertology.uncertainty import DEFAULT_RESAMPLES, is_small_sample, paired_bootstrap
+from bertology.uncertainty import DEFAULT_RESAMPLES, is_small_sample, paired_bootstrap, ratio_bootstrap
 
 MetricFn = Callable[[nn.Module, torch.Tensor], float]  # (model, gates [L, H]) -> metric
 TYPE_PRUNE_ORDER = ("other", "broad", "special", "rare-token", "syntactic", "positional")
@@ -360,6 +360,36 @@ def train_l0_gates(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, 
     return pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(),
                          "log_alpha": hard.log_alpha.detach().numpy().ravel(), "p_open": p.numpy().ravel(),
                          "gate": z.numpy().ravel(), "kept": (z.numpy() > 0).ravel(), "lam": lam, "seed": seed})
+
+
+def evaluate_l0_gates(model: nn.Module, gates: pd.DataFrame, task: "PruningTask", *, seed: int = 0,
+                      n_resamples: int = DEFAULT_RESAMPLES) -> pd.DataFrame:
+    """What each λ's learned gates cost: the heads whose deterministic gate is 0 (``kept`` False in
+    :func:`train_l0_gates`' table) switched off, the metric on dev and on test.
+
+    One row per ``lam, seed``: ``heads_kept, n_heads, share_removed, value_dev, value`` (test) with
+    ``value_low``/``value_high`` (95%, a bootstrap over test sentences of the metric's per-sentence
+    sums), ``base`` / ``base_dev`` (no head off), ``metric``, ``selected_on`` (``"none"``: every λ is
+    reported; a λ chosen for the reader would be chosen on ``value_dev``), ``split`` (``"test"``) and
+    ``n_test_items`` / ``small_sample``.
+    """
+    n_layers, n_heads = head_shape(model)
+    base_dev = task.metric("dev")(model, torch.ones(n_layers, n_heads))
+    base = task.metric("test")(model, torch.ones(n_layers, n_heads))
+    rows = []
+    for (lam, gate_seed), part in gates.groupby(["lam", "seed"], sort=False):
+        off = [(int(r.layer), int(r.head)) for r in part.itertuples() if not bool(r.kept)]
+        mask = gates_from_heads(model, off)
+        numerator, denominator = task.sentence_scores(model, mask, task.test)
+        boot = ratio_bootstrap(numerator, denominator, n_resamples=n_resamples, seed=seed)
+        n_items = int(np.sum(denominator))
+        rows.append({"lam": float(lam), "seed": int(gate_seed), "heads_kept": n_layers * n_heads - len(off),
+                     "n_heads": n_layers * n_heads, "share_removed": len(off) / (n_layers * n_heads),
+                     "value_dev": task.metric("dev")(model, mask), "value": boot.estimate, "value_low": boot.low,
+                     "value_high": boot.high, "base_dev": base_dev, "base": base, "metric": task.description,
+                     "selected_on": "none", "split": "test", "n_test_items": n_items,
+                     "small_sample": is_small_sample(n_items)})
+    return pd.DataFrame(rows)
 
 
 SentenceScoresFn = Callable[[nn.Module, torch.Tensor, Sequence[Batch]], tuple[np.ndarray, np.ndarray]]

@@ -282,6 +282,107 @@ def head_statistics(attentions: Iterable[np.ndarray], sentences: Iterable | None
     return stats.table()
 
 
+def with_attention_windows(table: pd.DataFrame, windows: Sequence[int | None]) -> pd.DataFrame:
+    """A copy of a per-head table (a ``layer`` column) with ``attention_window``: how many tokens
+    each side the layer's heads can see (``|query - key| <= window``, ModernBERT's local layers;
+    :func:`bertology.architectures.attention_windows`), ``<NA>`` where attention is global.
+
+    A local head's statistics are bounded by its window: it cannot put weight on ``[CLS]`` / ``[SEP]``
+    or on a word farther than ``window`` tokens away, so ``attn_cls`` / ``attn_special``,
+    ``entropy_norm`` (normalised by the whole row) and relations between distant words read low by
+    construction, not by what the head learned (docs/METHODS.md, "Local attention windows")."""
+    if "layer" not in table.columns:
+        raise WorkbenchError(f"with_attention_windows: the table has no layer column ({list(table.columns)})")
+    layers = table["layer"].astype(int).to_numpy()
+    if len(layers) and (layers.min() < 0 or layers.max() >= len(windows)):
+        raise WorkbenchError(f"with_attention_windows: layers {layers.min()}..{layers.max()} but windows for "
+                             f"{len(windows)} layers")
+    out = table.copy()
+    out["attention_window"] = pd.array([windows[layer] for layer in layers], dtype="Int64")
+    return out
+
+
+def reachable_words(word_ids: Sequence[int], window: int | None, n_words: int) -> np.ndarray:
+    """``[n_words, n_words]`` bool: where a head whose queries see at most ``window`` tokens each
+    side can put any weight from word i (rows) on word j -- some piece of i lies within ``window``
+    tokens of some piece of j (the word-level maps pool pieces). All True for global attention
+    (``window`` None). ``word_ids``: the word of each token, -1 for special tokens."""
+    if window is None:
+        return np.ones((n_words, n_words), dtype=bool)
+    ids = np.asarray(word_ids)
+    positions = np.arange(len(ids))
+    token_reach = np.abs(positions[:, None] - positions[None, :]) <= window          # [T, T]
+    pieces = (ids[None, :] == np.arange(n_words)[:, None]).astype(np.int64)          # [W, T]
+    return (pieces @ token_reach.astype(np.int64) @ pieces.T) > 0
+
+
+def special_reach(word_ids: Sequence[int], window: int | None, n_words: int) -> np.ndarray:
+    """``[n_words, 2]`` bool: whether some piece of each word is within ``window`` tokens of the
+    leading special token (``[CLS]``-like, column 0) and of the trailing one (``[SEP]``-like,
+    column 1); False where the input has no such token, all True for global attention."""
+    ids = np.asarray(word_ids)
+    out = np.zeros((n_words, 2), dtype=bool)
+    specials = [0 if len(ids) and ids[0] == -1 else None, len(ids) - 1 if len(ids) and ids[-1] == -1 else None]
+    for column, position in enumerate(specials):
+        if position is None:
+            continue
+        if window is None:
+            out[:, column] = True
+            continue
+        near = np.abs(np.arange(len(ids)) - position) <= window
+        out[:, column] = [bool(near[ids == word].any()) for word in range(n_words)]
+    return out
+
+
+def window_reach(tokenizer, sentences: Sequence, windows: Sequence[int | None]) -> pd.DataFrame:
+    """What local attention can reach in this corpus, per local layer: ``layer, attention_window,
+    statistic, value, n`` with statistics ``word_pairs_in_reach`` (share of ordered pairs of distinct
+    words, n pairs), ``arcs_in_reach`` (share of gold dependency arcs, n arcs; when the sentences have
+    heads), ``cls_in_reach`` / ``sep_in_reach`` (share of words within the window of the leading /
+    trailing special token, n words). Global layers get no rows (everything is in reach).
+
+    A local head's syntactic accuracy cannot exceed ``arcs_in_reach``, and its ``attn_cls`` /
+    ``attn_sep`` are zero for the other words. Sentences are tokenised whole, as extraction does
+    below the model's input limit."""
+    from bertology.features import tokenize_sentences
+
+    local = sorted({w for w in windows if w is not None})
+    if not local:
+        return pd.DataFrame(columns=["layer", "attention_window", "statistic", "value", "n"])
+    words = [_words(s) for s in sentences]
+    encoded = tokenize_sentences(tokenizer, words)
+    totals = {w: dict.fromkeys(("pairs", "pairs_in", "arcs", "arcs_in", "words", "cls_in", "sep_in"), 0)
+              for w in local}
+    for sentence, sentence_words, (_, word_ids) in zip(sentences, words, encoded):
+        n = len(sentence_words)
+        heads = getattr(sentence, "heads", None)
+        for window in local:
+            t = totals[window]
+            reach = reachable_words(word_ids, window, n)
+            off_diagonal = ~np.eye(n, dtype=bool)
+            t["pairs"] += int(off_diagonal.sum())
+            t["pairs_in"] += int(reach[off_diagonal].sum())
+            special = special_reach(word_ids, window, n)
+            t["words"] += n
+            t["cls_in"] += int(special[:, 0].sum())
+            t["sep_in"] += int(special[:, 1].sum())
+            if heads is not None:
+                arcs = [(d, h - 1) for d, h in enumerate(heads) if h > 0]
+                t["arcs"] += len(arcs)
+                t["arcs_in"] += sum(bool(reach[d, h]) for d, h in arcs)
+    rows = []
+    for layer, window in enumerate(windows):
+        if window is None:
+            continue
+        t = totals[window]
+        for statistic, hit, n in (("word_pairs_in_reach", "pairs_in", "pairs"), ("arcs_in_reach", "arcs_in", "arcs"),
+                                  ("cls_in_reach", "cls_in", "words"), ("sep_in_reach", "sep_in", "words")):
+            if t[n]:
+                rows.append({"layer": layer, "attention_window": window, "statistic": statistic,
+                             "value": t[hit] / t[n], "n": t[n]})
+    return pd.DataFrame(rows, columns=["layer", "attention_window", "statistic", "value", "n"])
+
+
 def statistic_matrix(table: pd.DataFrame, statistic: str) -> pd.DataFrame:
     """``[layer x head]`` matrix of one statistic from a :func:`head_statistics` table."""
     sub = table[table["statistic"] == statistic]

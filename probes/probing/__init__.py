@@ -19,7 +19,8 @@ from bertology.probes.probing.controls import (CONTROL_KEYS, control_key_seen_sh
 from bertology.probes.probing.edge import (INTERVAL_METRICS, SELECTED_ON, EdgeProbe, JointFit, JointProbes,
                                            ProbeConfig, SpanFeatures, classification_metrics, confidence_intervals,
                                            cumulative_deltas, cumulative_expected_layer, expected_layer, fit_joint,
-                                           item_statistics, label_matrix, layer_features, layer_intervals,
+                                           compare_best_layers, item_statistics, label_matrix, layer_differences,
+                                           layer_features, layer_intervals,
                                            mixing_spec, pooled_features, predict_logits, probe_arrays, probe_layers,
                                            seed_and_sentence_interval, sentence_sums, span_index, summarise)
 from bertology.probes.probing.mdl import block_boundaries, mdl_layers, online_codelength
@@ -35,7 +36,7 @@ __all__ = [
     "probe_arrays", "probe_layers", "layer_features", "label_matrix", "span_index", "mixing_spec",
     "classification_metrics", "expected_layer", "cumulative_deltas", "cumulative_expected_layer",
     "confidence_intervals", "summarise", "pooled_features", "INTERVAL_METRICS", "SELECTED_ON", "item_statistics",
-    "layer_intervals", "seed_and_sentence_interval", "sentence_sums",
+    "layer_intervals", "seed_and_sentence_interval", "sentence_sums", "layer_differences", "compare_best_layers",
     "control_task", "control_keys", "control_key_seen_share", "CONTROL_KEYS", "selectivity",
     "compare_probe_families", "random_init_baseline",
     "COMBINATIONS", "combination_layers", "combine_layers", "combine", "all_combinations",

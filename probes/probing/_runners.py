@@ -24,6 +24,12 @@ from bertology.probes.probing._training import JointFit, _loss, fit_joint, predi
 from bertology.probes.probing.tasks import EdgeTask, build_task, split_by_sentence
 
 SCORE_COLUMNS = ["task", "mode", "probe", "pooling", "control", "layer", "seed", "split", "metric", "value"]
+SENTENCE_COLUMNS = ["task", "mode", "probe", "pooling", "control", "layer", "seed", "sentence", "metric",
+                    "numerator", "denominator"]
+"""The per-sentence test sums ``probe_arrays(..., test_sentences=True)`` returns: per probe, seed, test
+sentence and metric of :data:`INTERVAL_METRICS` the sentence's numerator and denominator (the score
+over any set of sentences is ``sum(numerator) / sum(denominator)``), what paired comparisons of two
+layers, or of two runs on the same sentences, resample."""
 
 
 def label_matrix(task: EdgeTask) -> np.ndarray:
@@ -35,7 +41,7 @@ def probe_arrays(features: np.ndarray | torch.Tensor, sentence_offsets: np.ndarr
                  *, mode: str = "per_layer", seeds: Sequence[int] = (0, 1, 2),
                  layer_ids: Sequence[int] | None = None, config: ProbeConfig = ProbeConfig(),
                  split_seed: int | None = 0, fixed_weights: np.ndarray | None = None,
-                 control: bool = False) -> pd.DataFrame:
+                 control: bool = False, test_sentences: bool = False) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """Probe features ``[L, n_words, D]`` for ``task``; one vectorised training pass per seed.
 
     ``layer_ids`` names the ``L`` layers (default ``0..L-1``). ``split_seed``: the seed of the one
@@ -49,6 +55,8 @@ def probe_arrays(features: np.ndarray | torch.Tensor, sentence_offsets: np.ndarr
     ``micro_f1_high`` (:func:`bertology.probes.probing._scores.seed_and_sentence_interval`; NaN with
     one seed), ``n_seeds``, ``n_test`` (test examples, the smallest over seeds) and ``shared_test``
     (1 when every seed had the same test sentences).
+    ``test_sentences=True`` returns ``(scores, sentences)``, ``sentences`` with
+    :data:`SENTENCE_COLUMNS` (the per-sentence test sums behind the intervals).
     """
     L = features.shape[0]
     layer_ids = list(range(L)) if layer_ids is None else list(layer_ids)
@@ -85,7 +93,27 @@ def probe_arrays(features: np.ndarray | torch.Tensor, sentence_offsets: np.ndarr
                     for row in _param_rows(fit, layer_ids, mode))
     rows.extend({**base, "seed": -1, "split": "interval", **row}
                 for row in _interval_rows(test_scores, test_sums, n_test, probe_layer_ids))
-    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+    scores = pd.DataFrame(rows, columns=SCORE_COLUMNS)
+    if not test_sentences:
+        return scores
+    return scores, _sentence_frame(base, seeds, test_sums, probe_layer_ids)
+
+
+def _sentence_frame(base: dict[str, Any], seeds: Sequence[int],
+                    test_sums: list[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]],
+                    probe_layer_ids: list[int]) -> pd.DataFrame:
+    """The :data:`SENTENCE_COLUMNS` table from each seed's per-sentence sums ``[P, G]``."""
+    frames = []
+    for seed, sums in zip(seeds, test_sums):
+        for metric, (sentences, numerator, denominator) in sums.items():
+            P, G = numerator.shape
+            frames.append(pd.DataFrame({
+                "layer": np.repeat(probe_layer_ids, G), "seed": int(seed), "sentence": np.tile(sentences, P),
+                "metric": metric, "numerator": numerator.ravel(), "denominator": denominator.ravel()}))
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    for key, value in base.items():
+        out[key] = value
+    return out.reindex(columns=SENTENCE_COLUMNS)
 
 
 def _split_scores(fit: JointFit, data: SpanFeatures, y: np.ndarray, examples: np.ndarray,
@@ -167,7 +195,7 @@ def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, laye
                  mode: str = "per_layer", seeds: Sequence[int] = (0, 1, 2), probe: str = "mlp",
                  pooling: str = "attention", control: bool = False, control_key: str = "span1",
                  split_seed: int | None = 0, fixed_weights: np.ndarray | None = None,
-                 **config: Any) -> pd.DataFrame:
+                 test_sentences: bool = False, **config: Any) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """Probe every requested layer of a store (or a model, extracted over ``corpus``).
 
     ``task``: an :class:`EdgeTask` or a name/JSONL path for :func:`bertology.probes.probing.tasks.build_task`.
@@ -178,16 +206,18 @@ def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, laye
     (``control`` True, layer -1, split ``param``: the share of test examples whose key occurs
     among the training examples). ``split_seed``: as :func:`probe_arrays` (one shared split drawn
     with it; ``None``: a split per probe seed). Extra keyword arguments go to :class:`ProbeConfig`. Returns the DataFrame of
-    :func:`probe_arrays` (several modes can be concatenated and passed to :func:`summarise`).
+    :func:`probe_arrays` (several modes can be concatenated and passed to :func:`summarise`);
+    ``test_sentences=True``: ``(scores, sentences)`` as :func:`probe_arrays` (the task's probes only,
+    not the control's).
     """
     if isinstance(task, str):
         task = build_task(corpus, task)
     cfg = ProbeConfig(probe=probe, pooling=pooling, **config)
     feats, offsets, layer_ids, _ = layer_features(store_or_model, corpus, layers)
-    df = probe_arrays(feats, offsets, task, mode=mode, seeds=seeds, layer_ids=layer_ids, config=cfg,
-                      split_seed=split_seed, fixed_weights=fixed_weights)
+    df, sentences = probe_arrays(feats, offsets, task, mode=mode, seeds=seeds, layer_ids=layer_ids, config=cfg,
+                                 split_seed=split_seed, fixed_weights=fixed_weights, test_sentences=True)
     if not control:
-        return df
+        return (df, sentences) if test_sentences else df
     from bertology.probes.probing.controls import control_key_seen_share, control_task, selectivity
 
     words = task.words or [list(s.words) for s in corpus.sentences]
@@ -205,4 +235,5 @@ def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, laye
                      "value": control_key_seen_share(task, words, split, key=control_key)})
     out = pd.concat(frames, ignore_index=True)
     out["task"] = task.name  # control rows carry the task's name, flagged by `control`
-    return pd.concat([out, selectivity(out), pd.DataFrame(seen, columns=SCORE_COLUMNS)], ignore_index=True)
+    out = pd.concat([out, selectivity(out), pd.DataFrame(seen, columns=SCORE_COLUMNS)], ignore_index=True)
+    return (out, sentences) if test_sentences else out

@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from bertology.errors import ConfigError
-from bertology.uncertainty import group_sums, is_small_sample, ratio_bootstrap, t_interval, wilson_interval
+from bertology.uncertainty import (Interval, group_sums, is_small_sample, paired_bootstrap, paired_on_shared_groups,
+                                   ratio_bootstrap, t_interval, wilson_interval)
 
 INTERVAL_METRICS = ("accuracy", "micro_f1")
 """The scores that get an interval: both are ratios of per-item sums, so a sentence bootstrap applies."""
@@ -78,6 +79,18 @@ def sentence_sums(values: np.ndarray, sentence_ids: np.ndarray) -> tuple[np.ndar
     return sentences, sums
 
 
+def combine_seed_and_sentence(t: Interval, below: float, above: float, shared: bool) -> tuple[float, float, str]:
+    """One interval around ``t.estimate`` from the seeds' t interval ``t`` and a sentence bootstrap's
+    two sides (``below`` = estimate - low, ``above`` = high - estimate). Shared test set: the two
+    errors are independent, each side is ``sqrt(bootstrap² + t half width²)``; a test set per seed:
+    the t interval already holds the test sampling error and the bootstrap is a floor (each side
+    the wider). Returns ``(low, high, method name)``."""
+    if shared:
+        return (t.estimate - math.hypot(below, t.half_width), t.estimate + math.hypot(above, t.half_width),
+                SHARED_TEST_INTERVAL)
+    return min(t.low, t.estimate - below), max(t.high, t.estimate + above), PER_SEED_TEST_INTERVAL
+
+
 def seed_and_sentence_interval(seed_scores: Sequence[float], test_sums: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
                                *, n_items: int | None = None, confidence: float = 0.95,
                                n_resamples: int = 2000, bootstrap_seed: int = 0) -> dict[str, Any]:
@@ -113,14 +126,7 @@ def seed_and_sentence_interval(seed_scores: Sequence[float], test_sums: Sequence
     else:
         num, den = np.concatenate([s[1] for s in test_sums]), np.concatenate([s[2] for s in test_sums])
     boot = ratio_bootstrap(num, den, confidence=confidence, n_resamples=n_resamples, seed=bootstrap_seed)
-    below, above = boot.estimate - boot.low, boot.high - boot.estimate   # the bootstrap's own sides
-    half_t = t.half_width
-    if shared:
-        low, high = t.estimate - math.hypot(below, half_t), t.estimate + math.hypot(above, half_t)
-        method = SHARED_TEST_INTERVAL
-    else:
-        low, high = min(t.low, t.estimate - below), max(t.high, t.estimate + above)
-        method = PER_SEED_TEST_INTERVAL
+    low, high, method = combine_seed_and_sentence(t, boot.estimate - boot.low, boot.high - boot.estimate, shared)
     if n_items:
         floor = wilson_interval(int(round(t.estimate * n_items)), int(n_items), confidence)
         low, high = min(low, floor.low), max(high, floor.high)
@@ -209,6 +215,106 @@ def layer_intervals(df: pd.DataFrame, metrics: Sequence[str] = INTERVAL_METRICS)
                     "small_sample": small, "interval": method})
     return _typed(pd.DataFrame(out).reindex(columns=[c for c in LAYER_INTERVAL_COLUMNS
                                                      if c in keys or c not in INTERVAL_KEYS]))
+
+
+LAYER_DIFFERENCE_COLUMNS = ["task", "mode", "probe", "pooling", "metric", "layer", "reference_layer", "selected_on",
+                            "score", "reference_score", "difference", "low", "high", "p_value", "significant",
+                            "n_sentences", "n_seeds", "interval"]
+
+
+def layer_differences(sentences: pd.DataFrame, intervals: pd.DataFrame, metric: str = "accuracy", *,
+                      confidence: float = 0.95, n_resamples: int = 2000, bootstrap_seed: int = 0) -> pd.DataFrame:
+    """Every layer against the best layer chosen on dev, paired on the same test sentences.
+
+    ``sentences``: per-layer test sums (:data:`bertology.probes.probing._runners.SENTENCE_COLUMNS`,
+    ``probe_layers(..., test_sentences=True)``); ``intervals``: :func:`layer_intervals` of the same
+    runs (its ``dev_score`` picks ``reference_layer``, the dev-best per-layer probe). Per task,
+    probe and pooling (mode ``per_layer``, controls ignored) and every other layer:
+    ``difference`` = score(layer) - score(reference) on test, both pooled over seeds, with a paired
+    bootstrap over test sentences (each sentence's sums over the seeds whose test set held it,
+    :func:`bertology.uncertainty.paired_bootstrap`) whose interval is widened by the seeds' t
+    interval of the per-seed differences exactly as a single score's interval is
+    (:func:`combine_seed_and_sentence`); ``p_value``: the paired bootstrap's (test sampling only);
+    ``significant``: the interval excludes 0. One seed: the bootstrap alone.
+    """
+    keys = ["task", "mode", "probe", "pooling"]
+    part = sentences[(sentences["metric"] == metric) & (sentences["mode"] == "per_layer")
+                     & ~sentences["control"].astype(bool)]
+    ref = intervals[(intervals["metric"] == metric) & (intervals["mode"] == "per_layer")
+                    & ~intervals["control"].astype(bool)]
+    rows = []
+    for key, group in part.groupby(keys, sort=False):
+        mine = ref[(ref[keys] == pd.Series(key, index=keys)).all(axis=1)]
+        if mine.empty or mine["dev_score"].isna().all():
+            continue
+        best = int(mine.loc[mine["dev_score"].idxmax(), "layer"])
+        pooled = group.pivot_table(index="sentence", columns="layer", values=["numerator", "denominator"],
+                                   aggfunc="sum", fill_value=0.0)
+        by_seed = group.groupby(["layer", "seed"])[["numerator", "denominator"]].sum()
+        seed_scores = (by_seed["numerator"] / by_seed["denominator"]).unstack("seed")   # [layers, seeds]
+        shared = group.groupby("seed")["sentence"].apply(lambda s: tuple(sorted(set(s)))).nunique() == 1
+        for layer in sorted(group["layer"].unique()):
+            if layer == best:
+                continue
+            paired = paired_bootstrap(pooled["numerator"][layer], pooled["numerator"][best],
+                                      pooled["denominator"][layer], pooled["denominator"][best],
+                                      confidence=confidence, n_resamples=n_resamples, seed=bootstrap_seed)
+            low, high, method = paired.low, paired.high, "paired sentence bootstrap"
+            seed_diffs = (seed_scores.loc[layer] - seed_scores.loc[best]).dropna().to_numpy()
+            if seed_diffs.size >= 2 and not math.isnan(low):
+                t = t_interval(seed_diffs, confidence)
+                t = Interval(paired.difference, paired.difference - t.half_width, paired.difference + t.half_width,
+                             t.n, t.method, confidence)
+                low, high, method = combine_seed_and_sentence(t, paired.difference - paired.low,
+                                                              paired.high - paired.difference, shared)
+            score = pooled["numerator"][layer].sum() / pooled["denominator"][layer].sum()
+            rows.append({**dict(zip(keys, key)), "metric": metric, "layer": int(layer), "reference_layer": best,
+                         "selected_on": SELECTED_ON, "score": score, "reference_score": score - paired.difference,
+                         "difference": paired.difference, "low": low, "high": high, "p_value": paired.p_value,
+                         "significant": bool(low > 0 or high < 0), "n_sentences": paired.n_groups,
+                         "n_seeds": int(seed_scores.shape[1]), "interval": method})
+    return pd.DataFrame(rows, columns=LAYER_DIFFERENCE_COLUMNS)
+
+
+BEST_LAYER_COMPARISON_COLUMNS = ["task", "a", "b", "layer_a", "layer_b", "selected_on", "score_a", "score_b",
+                                 "difference", "low", "high", "p_value", "significant", "n_sentences",
+                                 "unmatched_sentences", "n_items", "small_sample", "comparison"]
+
+
+def compare_best_layers(sentences: pd.DataFrame, summary: pd.DataFrame, by: str, metric: str = "accuracy", *,
+                        confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Every pair of runs (models, variants: the values of column ``by``) on each task, each at its
+    own best layer chosen on dev, paired on the test sentences both were scored on.
+
+    ``sentences``: per-layer test sums with a ``by`` column (:data:`~bertology.probes.probing._runners.SENTENCE_COLUMNS`);
+    ``summary``: :func:`summarise` rows with a ``by`` column (``best_layer`` per run and task).
+    ``difference`` = score(a) - score(b) (pooled over seeds), with a paired bootstrap over the
+    shared test sentences (:func:`bertology.uncertainty.paired_on_shared_groups`; test sampling
+    only: with one probe seed per run the seeds' own variation is not in it). ``unmatched_sentences``
+    > 0 means the two were not tested on the same sentences. Returns :data:`BEST_LAYER_COMPARISON_COLUMNS`.
+    """
+    part = sentences[(sentences["metric"] == metric) & (sentences["mode"] == "per_layer")
+                     & ~sentences["control"].astype(bool)]
+    rows = []
+    for task, group in part.groupby("task", sort=False):
+        chosen = summary[(summary["task"] == task) & summary["best_layer"].notna()].set_index(by)["best_layer"]
+        runs = [r for r in dict.fromkeys(group[by]) if r in chosen.index]
+        at_best = {r: group[(group[by] == r) & (group["layer"] == int(chosen[r]))] for r in runs}
+        for i, a in enumerate(runs):
+            for b in runs[i + 1:]:
+                sa, sb = at_best[a], at_best[b]
+                cmp, unmatched = paired_on_shared_groups(sa["sentence"], sa["numerator"], sa["denominator"],
+                                                         sb["sentence"], sb["numerator"], sb["denominator"],
+                                                         confidence=confidence, n_resamples=n_resamples, seed=seed)
+                n_items = int(sa[sa["sentence"].isin(sb["sentence"])]["denominator"].sum())
+                rows.append({"task": task, "a": a, "b": b, "layer_a": int(chosen[a]), "layer_b": int(chosen[b]),
+                             "selected_on": SELECTED_ON, "score_a": sa["numerator"].sum() / sa["denominator"].sum(),
+                             "score_b": sb["numerator"].sum() / sb["denominator"].sum(),
+                             "difference": cmp.difference, "low": cmp.low, "high": cmp.high, "p_value": cmp.p_value,
+                             "significant": bool(cmp.low > 0 or cmp.high < 0), "n_sentences": cmp.n_groups,
+                             "unmatched_sentences": unmatched, "n_items": n_items,
+                             "small_sample": is_small_sample(n_items), "comparison": "paired sentence bootstrap"})
+    return pd.DataFrame(rows, columns=BEST_LAYER_COMPARISON_COLUMNS)
 
 
 SUMMARY_COLUMNS = ["task", "selected_on", "best_layer", "best_layer_dev_score", "best_layer_score", "best_layer_low",

@@ -17,7 +17,8 @@ from bertology.errors import ConfigError
 from bertology.probes.probing.baselines import random_init_baseline
 from bertology.probes.probing.combinations import COMBINATIONS, combine_layers
 from bertology.probes.probing.controls import CONTROL_KEYS, control_keys
-from bertology.probes.probing.edge import SELECTED_ON, ProbeConfig, layer_intervals, probe_arrays, probe_layers, summarise
+from bertology.probes.probing.edge import (SELECTED_ON, SENTENCE_COLUMNS, ProbeConfig, layer_differences,
+                                           layer_intervals, probe_arrays, probe_layers, summarise)
 from bertology.probes.probing.mdl import online_codelength
 from bertology.probes.probing.tasks import EdgeTask, build_task, read_jsonl
 from bertology.runs import StudyContext, model_corpus_store
@@ -164,7 +165,10 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
     Tables: ``layer_scores`` (:func:`probe_layers` rows of every task and mode, dev, test and
     ``interval`` rows), ``layer_intervals`` (:func:`layer_intervals`: per task, mode, layer and
     metric the dev and test score with the test score's 95% interval, ``n_seeds``, ``n_test``,
-    ``small_sample``), ``summary`` (:func:`summarise`: best layer chosen on dev, reported on test;
+    ``small_sample``), ``test_sentences`` (per-layer probes' per-sentence test sums,
+    :data:`~bertology.probes.probing.edge.SENTENCE_COLUMNS`: what paired comparisons resample),
+    ``layer_differences`` (:func:`layer_differences`: every layer minus the dev-chosen best layer on
+    the same test sentences, with a paired interval and p-value), ``summary`` (:func:`summarise`: best layer chosen on dev, reported on test;
     E_Delta per ``expected_layer_clip_negative``), ``mix_weights``, ``controls``
     (if ``control``: per task, layer and control flag the mean test accuracy and selectivity over
     seeds, with the columns ``control_key``, ``control_key_types`` (distinct keys in the task) and
@@ -182,18 +186,25 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
     lm, inputs = task_inputs(ctx)
     settings = probe_settings(cfg)
 
-    def scores() -> pd.DataFrame:
-        frames = []
+    def scores() -> dict[str, pd.DataFrame]:
+        frames, sentence_frames = [], []
         for name, (task, corpus, store) in inputs.items():
             for mode in cfg["modes"]:
                 ctx.log(f"    {task.name} / {mode}")
-                frames.append(probe_layers(store, corpus, task, mode=mode, seeds=seeds, split_seed=splits,
-                                           control=cfg["control"] and mode == "per_layer",
-                                           control_key=cfg["control_key"], **settings))
-        return pd.concat(frames, ignore_index=True)
+                scores_, sentences = probe_layers(store, corpus, task, mode=mode, seeds=seeds, split_seed=splits,
+                                                  control=cfg["control"] and mode == "per_layer",
+                                                  control_key=cfg["control_key"], test_sentences=True, **settings)
+                frames.append(scores_)
+                if mode == "per_layer":
+                    sentence_frames.append(sentences)
+        return {"layer_scores": pd.concat(frames, ignore_index=True),
+                "test_sentences": pd.concat(sentence_frames, ignore_index=True) if sentence_frames
+                else pd.DataFrame(columns=SENTENCE_COLUMNS)}
 
-    df = ctx.step("layer_scores", scores)
-    ctx.step("layer_intervals", lambda: layer_intervals(df[~df["control"].astype(bool)]))
+    tables = ctx.steps(["layer_scores", "test_sentences"], scores)
+    df = tables["layer_scores"]
+    intervals = ctx.step("layer_intervals", lambda: layer_intervals(df[~df["control"].astype(bool)]))
+    ctx.step("layer_differences", lambda: layer_differences(tables["test_sentences"], intervals))
     ctx.step("summary", lambda: summarise(df, clip_negative=cfg["expected_layer_clip_negative"]))
     ctx.step("mix_weights", lambda: df[df["metric"] == "mix_weight"].rename(columns={"value": "weight"})
              [["task", "layer", "seed", "weight"]].reset_index(drop=True))

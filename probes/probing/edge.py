@@ -12,7 +12,8 @@ one concept each:
   for linear probes on fixed pooled inputs; :func:`predict_logits`;
 * :mod:`._scores` -- :func:`classification_metrics`, expected layers, the intervals of test scores
   (:func:`seed_and_sentence_interval`, :func:`layer_intervals`), :func:`summarise` (best layer
-  chosen on dev, reported on test);
+  chosen on dev, reported on test), :func:`layer_differences` (every layer against that best layer,
+  paired on the same test sentences);
 * :mod:`._runners` -- :func:`probe_arrays` and :func:`probe_layers`, the study-level entry points
   returning a tidy DataFrame;
 * :mod:`._estimator` -- :class:`EdgeProbe`, the scikit-learn estimator on already pooled features.
@@ -48,12 +49,13 @@ from __future__ import annotations
 from bertology.probes.probing._config import ProbeConfig
 from bertology.probes.probing._estimator import EdgeProbe, pooled_features
 from bertology.probes.probing._model import MODES, JointProbes, mixing_spec
-from bertology.probes.probing._runners import (SCORE_COLUMNS, label_matrix, layer_features, probe_arrays,
-                                               probe_layers)
+from bertology.probes.probing._runners import (SCORE_COLUMNS, SENTENCE_COLUMNS, label_matrix, layer_features,
+                                               probe_arrays, probe_layers)
 from bertology.probes.probing._scores import (INTERVAL_METRICS, SELECTED_ON, classification_metrics,
-                                              confidence_intervals, cumulative_deltas, cumulative_expected_layer,
-                                              expected_layer, item_statistics, layer_intervals,
-                                              seed_and_sentence_interval, sentence_sums, summarise)
+                                              compare_best_layers, confidence_intervals, cumulative_deltas,
+                                              cumulative_expected_layer, expected_layer, item_statistics,
+                                              layer_differences, layer_intervals, seed_and_sentence_interval,
+                                              sentence_sums, summarise)
 from bertology.probes.probing._spans import SpanFeatures, span_index
 from bertology.probes.probing._training import JointFit, fit_joint, predict_logits
 
@@ -62,4 +64,4 @@ __all__ = ["ProbeConfig", "SpanFeatures", "JointProbes", "JointFit", "EdgeProbe"
            "probe_arrays", "probe_layers", "SCORE_COLUMNS", "expected_layer", "cumulative_deltas",
            "cumulative_expected_layer", "confidence_intervals", "summarise", "pooled_features",
            "INTERVAL_METRICS", "SELECTED_ON", "item_statistics", "layer_intervals", "seed_and_sentence_interval",
-           "sentence_sums"]
+           "sentence_sums", "layer_differences", "compare_best_layers", "SENTENCE_COLUMNS"]

@@ -47,7 +47,8 @@ def register(app: typer.Typer) -> None:
     def extract_cmd(
         model: str = typer.Option("minilm-l6", help="registry name or model directory"),
         corpus: str = typer.Option("brown-sample", help="bundled name or a .conllu/.bio/.txt file"),
-        limit: Optional[int] = typer.Option(None, help="first N sentences only"),
+        limit: Optional[int] = typer.Option(None, help="first N sentences only (0 = all, as for probe, heads "
+                                            "and embeddings)"),
         pooling: str = typer.Option("first", help="subword→word pooling: first, last or mean"),
         attentions: bool = typer.Option(True, help="also store word-level attention maps"),
         long_policy: str = typer.Option("error", help="sentences over the model's maximum: error or window"),
@@ -79,10 +80,14 @@ def register(app: typer.Typer) -> None:
         from bertology.models import load_model
         from bertology.store import extract
 
+        from bertology.errors import ConfigError
+
+        if limit is not None and limit < 0:
+            raise ConfigError(f"--limit must be >= 0 (the first N sentences; 0 = the whole corpus), got {limit}")
         group, dev = distributed.init_from_env(device)
         try:
             lm = load_model(model, attentions=attentions, device=dev)
-            c = load_corpus(corpus, limit=limit)
+            c = load_corpus(corpus, limit=limit or None)  # 0 = the whole corpus
             store = extract(lm, c, pooling=pooling, attentions=attentions, long_policy=long_policy,
                             batch_tokens=batch_tokens, shard_size=shard_size, amp_dtype=amp, storage=storage,
                             root=root, device=dev, progress=group.is_main, verify=verify, force=force, wait=wait)

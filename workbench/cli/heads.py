@@ -97,8 +97,14 @@ def register(app: typer.Typer) -> None:
             typer.echo(thresholds.to_string(index=False))
         if "l0_gates" in tables:
             gates = read_table(run_dir, "l0_gates")
+            scored = read_table(run_dir, "l0_evaluation").set_index("lam") if "l0_evaluation" in tables else None
             for lam_value, g in gates.groupby("lam"):
-                typer.echo(f"L0 λ={lam_value:g}: kept {int(g['kept'].sum())} of {len(g)} heads")
+                line = f"L0 λ={lam_value:g}: kept {int(g['kept'].sum())} of {len(g)} heads"
+                if scored is not None and lam_value in scored.index:
+                    r = scored.loc[lam_value]
+                    line += (f"; test {r['value']:.4f} [{r['value_low']:.4f}, {r['value_high']:.4f}]"
+                             f" (unpruned {r['base']:.4f}), dev {r['value_dev']:.4f}")
+                typer.echo(line)
         if "pruning_cost" in tables:
             cost = read_table(run_dir, "pruning_cost")
             if not cost.empty:

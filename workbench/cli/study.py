@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+FORWARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+
+
+def run_forwarding_signals(cmd: list[str], env: dict[str, str] | None = None) -> int:
+    """Run ``cmd`` as a child and wait for it; SIGTERM, SIGINT and SIGHUP sent to this process are
+    passed on to the child, and this process still waits for it to end, so stopping the command
+    never leaves the child (the dashboard's server) running. Returns the child's exit code."""
+    child = subprocess.Popen(cmd, env=env)
+
+    def forward(signum: int, frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def register(app: typer.Typer) -> None:
@@ -60,4 +81,6 @@ def register(app: typer.Typer) -> None:
                "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
                "--client.toolbarMode", "viewer"]
         typer.echo(f"dashboard on http://127.0.0.1:{port}  (Ctrl-C to stop)")
-        subprocess.run(cmd, env=env, check=False)
+        code = run_forwarding_signals(cmd, env)  # a stopped command stops its server too
+        if code not in (0, -signal.SIGTERM, -signal.SIGINT):
+            raise typer.Exit(code if code > 0 else 1)

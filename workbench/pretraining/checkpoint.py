@@ -33,14 +33,15 @@ from bertology.pretraining.objectives import tied_parameter_names
 from bertology.pretraining.optimization import linear_schedule
 from bertology.pretraining.runtime import Runtime
 
-__all__ = ["RESUMABLE_CHANGES", "save_checkpoint", "prune_checkpoints", "ResumePlan", "plan_resume",
+__all__ = ["RESUMABLE_CHANGES", "save_checkpoint", "prune_checkpoints", "set_aside_checkpoints", "ResumePlan", "plan_resume",
            "check_resumable", "phases", "restore_checkpoint", "write_run_record", "record_phase",
            "record_replica_digests", "weights_sha256"]
 
 # Fields that may change when resuming (they do not alter the optimisation trajectory).
 # (max_steps is checked on its own: a change is a new phase of the schedule, see check_resumable.)
 RESUMABLE_CHANGES = {"progress", "eval_every", "log_every", "save_every", "keep_steps", "keep_last",
-                     "device", "output_root", "num_threads", "max_steps"}
+                     "device", "output_root", "num_threads", "max_steps", "divergence_factor",
+                     "divergence_window"}
 # What runs made before the post-BERT objectives existed had, by their absence, in their run.json.
 _OBJECTIVE_FIELD_DEFAULTS = {"architecture": "bert", "embedding_size": None, "num_hidden_groups": 1,
                              "generator_size": 0.25, "rtd_weight": 50.0, "sbo_weight": 1.0, "teacher": None,
@@ -84,6 +85,19 @@ def prune_checkpoints(run_dir: Path, cfg: PretrainConfig, phase_start: int = 0) 
                if s not in cfg.keep_steps and s != cfg.max_steps and s > phase_start]
     for _, p in rolling[:max(0, len(rolling) - max(cfg.keep_last, 1))]:
         shutil.rmtree(p, ignore_errors=True)
+
+
+def set_aside_checkpoints(run_dir: Path, from_step: int) -> list[Path]:
+    """Rename the checkpoints of steps >= ``from_step`` to ``diverged-checkpoint-<step>`` (weights
+    of a diverged run: out of the registry and of resumption, kept for a look); returns the new paths."""
+    moved = []
+    for step, path in list_checkpoints(run_dir):
+        if step >= from_step:
+            target = run_dir / f"diverged-{path.name}"
+            shutil.rmtree(target, ignore_errors=True)
+            path.rename(target)
+            moved.append(target)
+    return moved
 
 
 # --------------------------------------------------------------------------- the resume plan

@@ -22,6 +22,7 @@ from typing import Any, Callable, Union
 
 from bertology import paths
 from bertology.errors import ConfigError
+from bertology.validation import as_float, as_int, load_yaml
 
 __all__ = ["PretrainConfig", "FieldCheck", "FIELD_CHECKS", "validate_config", "shipped_configs", "resolve_config",
            "load_config", "BUNDLED_CORPUS"]
@@ -40,6 +41,9 @@ class PretrainConfig:
     heldout_fraction: float = 0.02        # share of documents held out for eval loss
     heldout_corpus: str | None = None     # a separate held-out text file / directory (then the whole
                                           # ``corpus`` trains and heldout_fraction is not used)
+    packing: str = "doc_sentences"        # single-segment objectives: doc_sentences (sequences stay within one
+                                          # document) | full_sentences (RoBERTa: across documents, an extra
+                                          # [SEP] between them, so sequences are nearly full)
     # tokenizer
     tokenizer: str | None = None          # an existing tokenizer directory; None = train one
     tokenizer_kind: str = "wordpiece"     # wordpiece | bpe
@@ -94,6 +98,10 @@ class PretrainConfig:
     save_every: int = 100
     keep_steps: list[int] = field(default_factory=lambda: [0])
     keep_last: int = 1                    # rolling checkpoints kept besides keep_steps and final
+    # divergence (docs/pretraining.md "When training goes wrong"): stop when the training loss stays
+    # above divergence_factor x max(ln V, the first loss) for divergence_window consecutive steps
+    divergence_factor: float = 1.5
+    divergence_window: int = 20           # 0 = only NaN/inf losses stop a run
     # runtime
     device: str = "auto"                  # auto | cpu | cuda
     bf16: bool | None = None              # None = bf16 autocast on CUDA only
@@ -144,6 +152,8 @@ FIELD_CHECKS: tuple[FieldCheck, ...] = (
     FieldCheck("random_token_pool", lambda c: c.random_token_pool in ("vocab", "non_special"),
                "must be vocab or non_special"),
     FieldCheck("device", lambda c: c.device in ("auto", "cpu", "cuda"), "must be auto, cpu or cuda"),
+    FieldCheck("packing", lambda c: c.packing in ("doc_sentences", "full_sentences"),
+               "must be doc_sentences or full_sentences"),
     FieldCheck("mlm_probability", lambda c: 0.0 < c.mlm_probability < 1.0, "must be in (0, 1)"),
     FieldCheck("heldout_fraction", lambda c: 0.0 <= c.heldout_fraction < 1.0, "must be in [0, 1)"),
     FieldCheck("dropout", lambda c: 0.0 <= c.dropout < 1.0, "must be in [0, 1)"),
@@ -160,6 +170,8 @@ FIELD_CHECKS: tuple[FieldCheck, ...] = (
     FieldCheck("max_grad_norm", lambda c: c.max_grad_norm >= 0, "must be >= 0 (0 = no clipping)"),
     FieldCheck("warmup_steps", lambda c: c.warmup_steps >= 0, "must be >= 0"),
     FieldCheck("keep_last", lambda c: c.keep_last >= 0, "must be >= 0"),
+    FieldCheck("divergence_factor", lambda c: c.divergence_factor > 1, "must be > 1"),
+    FieldCheck("divergence_window", lambda c: c.divergence_window >= 0, "must be >= 0 (0 = off)"),
     FieldCheck("keep_steps", lambda c: all(s >= 0 for s in c.keep_steps), "steps must be >= 0"),
     FieldCheck("max_documents", lambda c: c.max_documents is None or c.max_documents >= 1, "must be >= 1"),
     FieldCheck("eval_batches", lambda c: c.eval_batches is None or c.eval_batches >= 1, "must be >= 1"),
@@ -168,8 +180,9 @@ FIELD_CHECKS: tuple[FieldCheck, ...] = (
 
 
 def _coerce_field(name: str, value: Any, hint: Any) -> Any:
-    """``value`` checked against the type hint of field ``name`` (ints become floats where a float
-    is expected); ``ConfigError`` naming the field otherwise."""
+    """``value`` checked against the type hint of field ``name``, numbers read as people write them
+    (:func:`bertology.validation.as_float` / ``as_int``: ints become floats where a float is
+    expected, ``"5e-4"`` a float, ``1e3`` an int); ``ConfigError`` naming the field otherwise."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (Union, types.UnionType):
@@ -186,13 +199,15 @@ def _coerce_field(name: str, value: Any, hint: Any) -> Any:
             raise ConfigError(f"config field '{name}': expected true/false, got {value!r}")
         return value
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
+        number = as_int(value)  # 1000, 1e3, "1_000"
+        if number is None:
             raise ConfigError(f"config field '{name}': expected an integer, got {value!r}")
-        return value
+        return number
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"config field '{name}': expected a number, got {value!r}")
-        return float(value)
+        number = as_float(value)  # 5e-4, 5E-4, .5, 1, "5e-4"
+        if number is None:
+            raise ConfigError(f"config field '{name}': expected a finite number (e.g. 0.1, 5e-4), got {value!r}")
+        return number
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"config field '{name}': expected a string, got {value!r}")
@@ -246,8 +261,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
         else:
-            import yaml
-            data = yaml.safe_load(text) or {}
+            data = load_yaml(text) or {}  # 5e-4 is a number here, as in YAML 1.2
     except Exception as exc:  # yaml.YAMLError / tomllib.TOMLDecodeError
         raise ConfigError(f"{path}: cannot parse config ({exc})") from exc
     if not isinstance(data, dict):

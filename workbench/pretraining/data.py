@@ -140,7 +140,8 @@ def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[Seque
     for k, part in enumerate(splits):
         if pair_task(cfg.objective) is None:
             ids, words = pack_documents(part, max_seq_len=cfg.max_seq_len,
-                                        cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id)
+                                        cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
+                                        across_documents=cfg.packing == "full_sentences")
             out.append(SequenceSet.from_lists(ids, words, None, None))
         else:
             pairs = make_sentence_pairs(part, objective=pair_task(cfg.objective), max_seq_len=cfg.max_seq_len,
@@ -187,7 +188,8 @@ def load_sequences(cfg: PretrainConfig, run_dir: Path, source: Path, tokenizer, 
     separate = heldout_path(cfg)
     heldout_key = corpus_hash(separate) if separate is not None else cfg.heldout_fraction
     key = hashlib.sha256(json.dumps([corpus_sha, tokenizer.backend_tokenizer.to_str(), cfg.max_documents,
-                                     heldout_key, cfg.max_seq_len, cfg.objective, cfg.seed]).encode()
+                                     heldout_key, cfg.max_seq_len, cfg.objective, cfg.seed,
+                                     *([cfg.packing] if cfg.packing != "doc_sentences" else [])]).encode()
                          ).hexdigest()[:16]
     cache = run_dir / "data" / f"sequences-{key}.safetensors"
     if rt.is_main and not cache.is_file():

@@ -4,6 +4,7 @@ evaluation event, appended as the run goes, and read back as a tidy table (:func
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from bertology.atomic import write_text
 from bertology.errors import CheckpointError
 
-__all__ = ["MetricsLog", "read_metric_events", "read_metrics"]
+__all__ = ["MetricsLog", "DivergenceMonitor", "read_metric_events", "read_metrics"]
 
 
 class MetricsLog:
@@ -36,6 +37,48 @@ class MetricsLog:
                 fh.write(json.dumps(event) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
+
+
+class DivergenceMonitor:
+    """Tells a diverged-but-finite run from a noisy one: the training loss stayed above ``factor`` x
+    max(ln V, the first loss this process saw) for ``window`` consecutive optimizer steps.
+
+    ln V is the loss of predicting uniformly over a V-token vocabulary (where an MLM from scratch
+    starts); the first loss covers objectives on another scale (ELECTRA's weighted sum, resumed runs).
+    ``window`` 0 turns the check off. :meth:`update` returns whether the run must stop; ``final``
+    (the run's last step) asks, when this process trained fewer steps than ``window``, only for
+    every step after its first (which sets the scale) -- a short run that ends diverged is not final.
+    ``streak_start``: the step whose weights first gave a loss above the threshold in the streak.
+    """
+
+    def __init__(self, vocab_size: int, factor: float, window: int):
+        self.uniform_loss = math.log(max(vocab_size, 2))
+        self.factor, self.window = factor, window
+        self.threshold: float | None = None
+        self.streak = 0
+        self.streak_start: int | None = None
+        self.steps_seen = 0
+
+    def update(self, step: int, loss: float, *, final: bool = False) -> bool:
+        """Record the training loss of optimizer step ``step`` (computed with the weights after
+        ``step`` updates); True when the run has diverged."""
+        if self.window == 0 or not math.isfinite(loss):
+            return False  # off, or a non-finite loss (stopped by the trainer's own check)
+        if self.threshold is None:
+            self.threshold = self.factor * max(self.uniform_loss, loss)
+        self.steps_seen += 1
+        if loss > self.threshold:
+            self.streak_start = step if self.streak == 0 else self.streak_start
+            self.streak += 1
+        else:
+            self.streak, self.streak_start = 0, None
+        needed = min(self.window, max(self.steps_seen - 1, 1)) if final else self.window
+        return self.streak > 0 and self.streak >= needed
+
+    def describe(self) -> str:
+        """The rule as the error message states it."""
+        return (f"above {self.threshold:.4g} = {self.factor:g} x max(ln V = {self.uniform_loss:.4g}, first loss) "
+                f"for {self.streak} consecutive steps (divergence_window {self.window})")
 
 
 def read_metric_events(path: Path) -> list[dict[str, Any]]:

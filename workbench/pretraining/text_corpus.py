@@ -4,30 +4,26 @@ Input format: plain UTF-8 text files (``.gz`` too), or a directory of them (read
 sorted order, hidden files skipped). A blank line ends a document; every other line is split into
 sentences by a small rule-based splitter (one sentence per line input stays as is).
 
-Packing follows BERT/RoBERTa "DOC-SENTENCES": whole sentences of one document are concatenated up
-to ``max_seq_len - 2`` tokens, then wrapped as ``[CLS] ... [SEP]``; a sentence longer than that is
-cut into pieces. Word ids (for whole-word masking) are kept alongside token ids.
+Packing follows BERT/RoBERTa "DOC-SENTENCES" by default: whole sentences of one document are
+concatenated up to ``max_seq_len - 2`` tokens, then wrapped as ``[CLS] ... [SEP]``; a sentence longer
+than that is cut into pieces. ``packing: full_sentences`` (RoBERTa's FULL-SENTENCES) lets a sequence
+run on into the next document with an extra ``[SEP]`` between them. Word ids (for whole-word
+masking) are kept alongside token ids.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from bertology.corpus.plain_text import split_sentences
 from bertology.errors import CorpusError
 
 BINARY_SNIFF_BYTES = 8192
 
-# Abbreviations after which a full stop does not end a sentence (lower-cased, without the dot).
-_ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof st jr sr vs etc e.g i.e u.s a.m p.m no fig gen gov sen rep rev col lt capt "
-    "co corp inc ltd mt ft jan feb mar apr jun jul aug sep sept oct nov dec".split()
-)
-_BOUNDARY = re.compile(r"([.!?]+[\"')\]]*)(\s+)(?=[\"'(\[]?[A-Z0-9])")
 
 
 def text_files(path: str | Path) -> list[Path]:
@@ -63,28 +59,6 @@ def _open_text(path: Path) -> Iterator[str]:
                 yield raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise CorpusError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from exc
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split a paragraph into sentences at ``.!?`` followed by space and a capital/digit/quote.
-
-    A full stop after a known abbreviation or a single capital letter (an initial) is no boundary.
-    """
-    text = " ".join(text.split())
-    if not text:
-        return []
-    sentences, start = [], 0
-    for match in _BOUNDARY.finditer(text):
-        end = match.end(1)
-        prev_word = text[start:match.start(1)].rsplit(" ", 1)[-1].lower()
-        if match.group(1).startswith(".") and (
-            prev_word in _ABBREVIATIONS or (len(prev_word) == 1 and prev_word.isalpha())
-        ):
-            continue
-        sentences.append(text[start:end])
-        start = match.end()
-    sentences.append(text[start:])
-    return [s for s in sentences if s]
 
 
 def read_documents(path: str | Path) -> Iterator[list[str]]:
@@ -158,10 +132,15 @@ def tokenize_documents(
 
 
 def pack_documents(
-    docs: Iterable[TokenizedDocument], *, max_seq_len: int, cls_id: int, sep_id: int
+    docs: Iterable[TokenizedDocument], *, max_seq_len: int, cls_id: int, sep_id: int,
+    across_documents: bool = False,
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Pack whole sentences of each document into ``[CLS] ... [SEP]`` sequences of <= max_seq_len.
+    """Pack whole sentences into ``[CLS] ... [SEP]`` sequences of <= max_seq_len.
 
+    ``across_documents=False`` (BERT/RoBERTa DOC-SENTENCES): a sequence holds sentences of one
+    document; each document's last sequence is usually short. ``True`` (RoBERTa FULL-SENTENCES):
+    a sequence goes on into the next document, with an extra ``[SEP]`` between the two, so nearly
+    every sequence is full.
     Returns ``(input_ids, word_ids)``: lists of per-sequence lists; word id -1 marks special tokens,
     other word ids number the words within a sequence from 0.
     """
@@ -170,22 +149,48 @@ def pack_documents(
         raise ValueError("max_seq_len must be >= 3")
     seqs: list[list[int]] = []
     seq_words: list[list[int]] = []
+    cur: list[int] = []
+    cur_w: list[int] = []
 
-    def flush(ids: list[int], wids: list[int]) -> None:
-        if ids:
-            base = wids[0]
-            seqs.append([cls_id, *ids, sep_id])
-            seq_words.append([-1, *[w - base for w in wids], -1])
+    def flush() -> None:
+        if cur and cur_w[-1] == -1:     # a document separator with nothing after it in this sequence
+            cur.pop()
+            cur_w.pop()
+        if cur:
+            base = next((w for w in cur_w if w >= 0), 0)
+            seqs.append([cls_id, *cur, sep_id])
+            seq_words.append([-1, *[w - base if w >= 0 else -1 for w in cur_w], -1])
+        cur.clear()
+        cur_w.clear()
 
     for doc in docs:
-        cur, cur_w = [], []
+        if not across_documents:
+            flush()
+        elif cur:
+            if len(cur) + 1 >= budget:      # no room for the separator and a token of the next document
+                flush()
+            else:                           # FULL-SENTENCES: a separator between documents
+                cur.append(sep_id)
+                cur_w.append(-1)
+        shift = max(cur_w, default=-1) + 1  # the next document's words after this sequence's words
         for sent, wids in zip(doc.sentences, doc.words):
+            wids = [w + shift for w in wids]
             if cur and len(cur) + len(sent) > budget:
-                flush(cur, cur_w)
-                cur, cur_w = [], []
+                flush()
             while len(sent) > budget:  # an over-long sentence: cut into full pieces
-                flush(sent[:budget], wids[:budget])
+                seqs.append([cls_id, *sent[:budget], sep_id])
+                seq_words.append([-1, *[w - wids[0] for w in wids[:budget]], -1])
                 sent, wids = sent[budget:], wids[budget:]
-            cur, cur_w = cur + sent, cur_w + wids
-        flush(cur, cur_w)
+            cur.extend(sent)
+            cur_w.extend(wids)
+    flush()
     return seqs, seq_words
+
+
+def real_token_share(sequence_lengths: Iterable[int], max_seq_len: int) -> float:
+    """Mean share of the ``max_seq_len`` positions a packed sequence fills with real (non-padding)
+    tokens, special tokens included: what a FLOPs budget charged at full length really trains on."""
+    lengths = list(sequence_lengths)
+    if not lengths:
+        return float("nan")
+    return sum(lengths) / (len(lengths) * max_seq_len)

@@ -6,7 +6,8 @@ checkpoint. What is specific to an objective comes from :mod:`bertology.pretrain
 through one interface -- ``build_model(cfg, ...)``, ``make_loss(cfg, model)`` and a loss module
 called as ``loss, mlm_loss, extras = loss_module(input_ids, attention_mask, token_type_ids, labels,
 pair_labels)`` -- and the held-out metrics of :mod:`bertology.pretraining.evaluation`. The pieces
-the loop names live beside it: ``config`` (``PretrainConfig``), ``data``, ``runtime`` (device, DDP),
+the loop names live beside it: ``loop`` (the optimizer-step loop itself, shared with fine-tuning),
+``config`` (``PretrainConfig``), ``data``, ``runtime`` (device, DDP),
 ``optimization``, ``checkpoint`` (save, prune, restore, resume plan, ``run.json``), ``metrics``.
 
 Run layout (``paths.models_dir() / <run_name>``)::
@@ -24,8 +25,12 @@ changes the learning-rate schedule, so it is refused unless asked for as a new *
 (``new_phase=True``, recorded in ``run.json``; every checkpoint kept so far stays).
 
 A non-finite training loss (or gradient norm) stops the run at once with
-``TrainingDivergedError``, before the optimizer step, so no NaN weights reach a checkpoint; under
-DDP the processes agree on the stop through an all-reduce.
+``TrainingDivergedError``, before the optimizer step, so no NaN weights reach a checkpoint. So does
+a finite loss that stays far up (:class:`~bertology.pretraining.metrics.DivergenceMonitor`: above
+``divergence_factor`` x max(ln V, the first loss) for ``divergence_window`` steps); the checkpoints
+saved during that streak are set aside as ``diverged-checkpoint-<step>``, so the last one left is
+the last good one. Under DDP the processes agree on the stop through an all-reduce (both checks
+live in the shared loop, :func:`bertology.pretraining.loop.run_steps`).
 
 Launched by ``bertology pretrain --config FILE``, or for DDP (gloo on CPU, nccl on GPU) by the same
 command under torchrun: ``torchrun --nproc_per_node N -m bertology.pretraining --config FILE``.
@@ -33,18 +38,15 @@ command under torchrun: ``torchrun --nproc_per_node N -m bertology.pretraining -
 
 from __future__ import annotations
 
-import contextlib
-import math
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bertology.checkpoints import latest_resumable, list_checkpoints, remove_partial_writes
-from bertology.errors import CheckpointError, WorkbenchError
+from bertology.errors import CheckpointError
 from bertology.pretraining.checkpoint import (
     plan_resume, prune_checkpoints, record_phase, record_replica_digests, restore_checkpoint, save_checkpoint,
     write_run_record,
@@ -53,19 +55,16 @@ from bertology.pretraining.config import PretrainConfig
 from bertology.pretraining.data import (
     Masker, SequenceSet, corpus_path, load_sequences, masked_batch, run_tokenizer, stream_indices,
 )
-from bertology.pretraining.evaluation import evaluate
+from bertology.pretraining.evaluation import evaluate as _evaluate
+from bertology.pretraining.loop import StepLoop, TrainingDivergedError, run_steps
 from bertology.pretraining.masking import mix_seed
-from bertology.pretraining.metrics import MetricsLog
+from bertology.pretraining.metrics import DivergenceMonitor, MetricsLog
 from bertology.pretraining.objectives import build_model, make_loss, pair_task
 from bertology.pretraining.optimization import make_optimizer, make_scheduler
 from bertology.pretraining.runtime import Runtime, setup_runtime
 from bertology.pretraining.text_corpus import corpus_hash
 
 __all__ = ["run_pretraining", "TrainingDivergedError"]
-
-
-class TrainingDivergedError(WorkbenchError):
-    """The training loss (or gradient norm) became NaN or infinite; the run stopped before saving it."""
 
 
 def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: bool = False) -> Path:
@@ -158,88 +157,24 @@ class _Training:
     phase_start: int                  # first step of the current schedule phase (checkpoints up to it stay)
 
 
-@dataclass
-class _LogWindow:
-    """Training loss and tokens (all processes) since the last log line, and the clock that times them."""
-
-    loss: float = 0.0
-    steps: int = 0
-    tokens: int = 0
-    started: float = field(default_factory=time.perf_counter)
-
-    def event(self, lr: float) -> dict[str, float]:
-        elapsed = time.perf_counter() - self.started
-        return {"loss": self.loss / self.steps, "lr": lr, "tokens_per_s": self.tokens / max(elapsed, 1e-9)}
-
-
 def _train(t: _Training, start_step: int) -> None:
-    """Optimizer steps ``start_step + 1`` .. ``max_steps``, each logged, evaluated and saved at the
+    """Optimizer steps ``start_step + 1`` .. ``max_steps`` through the shared loop
+    (:func:`bertology.pretraining.loop.run_steps`), each logged, evaluated and saved at the
     config's intervals (and at the end)."""
-    from tqdm.auto import tqdm
-
-    cfg, rt = t.cfg, t.rt
-    if start_step == 0 and 0 in cfg.keep_steps:
-        _checkpoint(t, 0)
-    t.model.train()
-    bar = tqdm(total=cfg.max_steps, initial=start_step, disable=not (cfg.progress and rt.is_main),
-               desc=cfg.run_name, dynamic_ncols=True, file=sys.stderr)
-    window = _LogWindow()
-    for step in range(start_step, cfg.max_steps):
-        # data, forward, backward: the step's micro-batches, gradients accumulated
-        loss, tokens = _accumulate_gradients(t, step)
-        window.tokens += tokens
-
-        # step: clip; stop on a non-finite loss before the weights change; update
-        grad_norm = 0.0
-        if cfg.max_grad_norm > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(t.model.parameters(), cfg.max_grad_norm))
-        lr = t.scheduler.get_last_lr()[0]
-        if not rt.all_finite(loss + grad_norm):
-            bar.close()
-            _stop_diverged(t, step, loss, grad_norm, lr)
-        t.optimizer.step()
-        t.scheduler.step()
-        t.optimizer.zero_grad(set_to_none=True)
-        done = step + 1
-        window.loss += loss
-        window.steps += 1
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
-
-        # log
-        if done % cfg.log_every == 0 or done == cfg.max_steps:
-            t.metrics.log(step=done, **window.event(lr))
-            window = _LogWindow()
-        # eval
-        if len(t.heldout) and (done % cfg.eval_every == 0 or done == cfg.max_steps):
-            scores = evaluate(t.model, t.heldout, t.masker, cfg, rt, t.tokenizer.pad_token_id)
-            t.metrics.log(step=done, **scores)
-            bar.set_postfix(loss=f"{loss:.3f}", eval_loss=f"{scores['eval_loss']:.3f}")
-            window.started = time.perf_counter()  # evaluation time does not count against training tokens/s
-        # checkpoint
-        if done % cfg.save_every == 0 or done in cfg.keep_steps or done == cfg.max_steps:
-            _checkpoint(t, done)
-            window.started = time.perf_counter()
-        _end_of_step(done)
-    bar.close()
-
-
-def _accumulate_gradients(t: _Training, step: int) -> tuple[float, int]:
-    """Forward and backward of this process's ``grad_accum_steps`` micro-batches of ``step``, each
-    loss scaled by ``1 / grad_accum_steps``; returns ``(the step's mean loss, tokens of all processes)``."""
-    cfg, rt = t.cfg, t.rt
-    loss_sum, tokens = 0.0, 0
-    for micro in range(cfg.grad_accum_steps):
-        batch = _train_batch(t, step, micro)
-        last = micro == cfg.grad_accum_steps - 1
-        # DDP all-reduces the gradients in backward: once per step, at its last micro-batch
-        deferred_grad_sync = contextlib.nullcontext() if last or rt.world_size == 1 else t.loss_module.no_sync()
-        with deferred_grad_sync:
-            loss = _forward(t, batch)
-            (loss / cfg.grad_accum_steps).backward()
-        loss_sum += float(loss.detach()) / cfg.grad_accum_steps
-        tokens += int(batch["attention_mask"].sum()) * rt.world_size
-    return loss_sum, tokens
+    cfg = t.cfg
+    evaluate = None
+    if len(t.heldout):
+        def evaluate() -> dict[str, float]:
+            return _evaluate(t.model, t.heldout, t.masker, cfg, t.rt, t.tokenizer.pad_token_id)
+    run_steps(StepLoop(
+        run_name=cfg.run_name, run_dir=cfg.run_dir, max_steps=cfg.max_steps, grad_accum_steps=cfg.grad_accum_steps,
+        max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every, eval_every=cfg.eval_every,
+        save_every=cfg.save_every, keep_steps=cfg.keep_steps, progress=cfg.progress, rt=t.rt, model=t.model,
+        train_module=t.loss_module, optimizer=t.optimizer, scheduler=t.scheduler, metrics=t.metrics,
+        micro_batch=lambda step, micro: _train_batch(t, step, micro), forward=lambda batch: _forward(t, batch),
+        save=lambda step: _save(t, step), end_of_step=lambda step: _end_of_step(step), evaluate=evaluate,
+        eval_key="eval_loss",
+        divergence=DivergenceMonitor(len(t.tokenizer), cfg.divergence_factor, cfg.divergence_window)), start_step)
 
 
 def _train_batch(t: _Training, step: int, micro: int) -> dict[str, torch.Tensor]:
@@ -262,33 +197,14 @@ def _forward(t: _Training, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return loss
 
 
-def _checkpoint(t: _Training, step: int) -> None:
-    """Save checkpoint ``step`` (rank 0) and prune the rolling ones; non-finite weights stop the run."""
+def _save(t: _Training, step: int) -> None:
+    """Write checkpoint ``step`` and prune the rolling ones (main process; the loop checks the weights)."""
     cfg, rt = t.cfg, t.rt
-    finite = all(bool(torch.isfinite(p).all()) for p in t.model.parameters())
-    if not rt.all_finite(0.0 if finite else math.inf):  # finite losses can still leave inf weights
-        rt.close()
-        raise TrainingDivergedError(f"{cfg.run_dir}: non-finite weights at step {step}; checkpoint not written. "
-                                    "Lower learning_rate and start a new run_name")
-    if rt.is_main:
-        sequences_per_step = cfg.batch_size * rt.world_size * cfg.grad_accum_steps
-        state = {"step": step, "sequences_seen": step * sequences_per_step, "world_size": rt.world_size,
-                 "batch_size": cfg.batch_size, "grad_accum_steps": cfg.grad_accum_steps, "max_steps": cfg.max_steps}
-        save_checkpoint(cfg.run_dir, step, t.model, t.tokenizer, t.optimizer, t.scheduler, state)
-        prune_checkpoints(cfg.run_dir, cfg, t.phase_start)
-    rt.barrier()
-
-
-def _stop_diverged(t: _Training, step: int, loss: float, grad_norm: float, lr: float) -> None:
-    """Raise ``TrainingDivergedError`` for step ``step + 1`` (nothing of it saved), naming the last
-    checkpoint, whose weights are finite."""
-    last = [s for s, _ in list_checkpoints(t.cfg.run_dir)]
-    t.rt.close()
-    raise TrainingDivergedError(
-        f"{t.cfg.run_dir}: training diverged at step {step + 1}: loss {loss} (gradient norm {grad_norm}) "
-        f"on at least one process, learning rate {lr:.3g}. Stopped without saving this step; the last "
-        f"checkpoint (finite weights) is step {max(last) if last else 'none'}. Lower learning_rate (or raise "
-        f"warmup_steps) and start a new run_name")
+    sequences_per_step = cfg.batch_size * rt.world_size * cfg.grad_accum_steps
+    state = {"step": step, "sequences_seen": step * sequences_per_step, "world_size": rt.world_size,
+             "batch_size": cfg.batch_size, "grad_accum_steps": cfg.grad_accum_steps, "max_steps": cfg.max_steps}
+    save_checkpoint(cfg.run_dir, step, t.model, t.tokenizer, t.optimizer, t.scheduler, state)
+    prune_checkpoints(cfg.run_dir, cfg, t.phase_start)
 
 
 def _end_of_step(step: int) -> None:

@@ -139,8 +139,14 @@ def damage_message(path: Path, problems: list[tuple[str, str]]) -> str:
 
 def verify_store(path: str | Path) -> list[tuple[str, str]]:
     """Check a store completely (manifest, then every shard's size and sha256); ``[(file, problem)]``,
-    empty when sound. Repair with :func:`~bertology.store.extract` (same model, corpus and settings)."""
+    empty when sound. Repair with :func:`~bertology.store.extract` (same model, corpus and settings).
+    A path that does not exist or is not a folder raises ``StoreError`` (nothing there to be damaged)."""
     path = Path(path)
+    if not path.exists():
+        raise StoreError(f"{path}: no such feature store (the folder does not exist; `bertology extract` "
+                         "prints a store's path)")
+    if not path.is_dir():
+        raise StoreError(f"{path}: not a feature store folder (a store is the folder `bertology extract` prints)")
     try:
         manifest = read_manifest(path)
     except StoreError as exc:
