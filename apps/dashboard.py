@@ -1,5 +1,6 @@
-"""BERTology dashboard: browse study runs. It only reads result files (parquet + JSON) — it never
-loads a model or computes what a study should have saved.
+"""BERTology dashboard: browse study runs. Its study pages only read result files (parquet + JSON) —
+they never load a model or compute what a study should have saved; the Live page is the one that
+loads a model, to show any typed sentence (:mod:`bertology.apps.live`).
 
 Run with ``bertology dashboard`` (binds to 127.0.0.1) or
 ``streamlit run $(python -c "import bertology.apps as a; print(a.__path__[0])")/dashboard.py --server.address 127.0.0.1``.
@@ -8,7 +9,8 @@ The pages are the entries of :data:`bertology.apps.pages.PAGES`. Deep links (use
 screenshot script and the browser tests): ``?page=Heads``, plus ``&compare=<study>/<run>`` (a
 second run beside the first on the pages that compare runs: Probing, Heads, Embeddings),
 ``&head=<layer>-<head>`` (the head whose detail the Heads page opens) and ``&step=<n>`` (the
-checkpoint of the Pretraining page's head map).
+checkpoint of the Pretraining page's head map); the Live page takes ``&model=<name or folder>`` and
+``&text=<sentence>``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import streamlit as st
 
 from bertology.apps.locations import shown_root
 from bertology.apps.pages import PAGE_BY_KEY, PAGES
+from bertology.apps.tables import measure_lines
 
 # Streamlit's toolbar (Deploy button, menu) is hidden by `--client.toolbarMode viewer`, which the
 # CLI and the screenshot script pass; this keeps the chrome clean when the file is run directly.
@@ -36,6 +39,10 @@ def main() -> None:
     page = PAGE_BY_KEY[st.sidebar.radio("page", keys, index=index, key="page")]
     st.header(page.title)
     st.caption(page.intro)
+    definitions = measure_lines(page.key)
+    if definitions:
+        with st.expander("what the measures on this page mean"):
+            st.markdown("\n".join(f"- {line}" for line in definitions))
     page.render(page)
 
 

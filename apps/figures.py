@@ -112,11 +112,14 @@ def word_labels(words: Sequence[str]) -> list[str]:
     return [f"{i}: {esc(w)}" for i, w in enumerate(words)]
 
 
-def attention_heatmap(words: Sequence[str], matrix: Any, title: str, height: int = 460) -> go.Figure:
-    """Heatmap of one head's attention on one sentence. ``matrix``: ``[words, words]``, row = the
-    attending word, column = the attended word."""
+def attention_heatmap(words: Sequence[str], matrix: Any, title: str, height: int = 460,
+                      columns: Sequence[str] | None = None) -> go.Figure:
+    """Heatmap of one head's attention on one sentence. ``matrix``: ``[words, columns]``, row = the
+    attending word, column = the attended word (``columns``: their labels when they differ from
+    ``words``, e.g. words with the special tokens)."""
     labels = word_labels(words)
-    fig = go.Figure(go.Heatmap(z=np.asarray(matrix, dtype=float), x=labels, y=labels, colorscale="Blues", zmin=0,
+    fig = go.Figure(go.Heatmap(z=np.asarray(matrix, dtype=float), x=labels if columns is None else word_labels(columns),
+                               y=labels, colorscale="Blues", zmin=0,
                                hovertemplate="%{y} → %{x}: %{z:.2f}<extra></extra>"))
     fig.update_layout(title=esc(title), yaxis_autorange="reversed", height=height, xaxis_title="attended word",
                       yaxis_title="attending word", margin=dict(t=50))
@@ -147,26 +150,30 @@ def attention_small_multiples(sentences: Sequence[dict], layer: int, head: int, 
     return fig
 
 
-def head_view(words: Sequence[str], matrix: Any, title: str, threshold: float = 0.05) -> go.Figure:
+def head_view(words: Sequence[str], matrix: Any, title: str, threshold: float = 0.05,
+              targets: Sequence[str] | None = None) -> go.Figure:
     """bertviz-style head view drawn offline: each attending word (left) is linked to the words it
     attends to (right), line width and opacity proportional to the weight (weights below
-    ``threshold`` are not drawn). ``matrix``: ``[words, words]``."""
+    ``threshold`` are not drawn). ``matrix``: ``[words, targets]`` (``targets``: the attended
+    units when they differ from ``words``, e.g. the words with the special tokens)."""
     matrix = np.asarray(matrix, dtype=float)
     shown = [esc(w) for w in words]
+    right = shown if targets is None else [esc(w) for w in targets]
     fig = go.Figure()
-    n = len(words)
+    n, m = len(shown), len(right)
     for i in range(n):
-        for j in range(n):
+        for j in range(m):
             w = matrix[i, j]
             if w > threshold:
                 fig.add_trace(go.Scatter(x=[0, 1], y=[-i, -j], mode="lines", hoverinfo="text",
-                                         hovertext=f"{shown[i]} → {shown[j]}: {w:.2f}",
+                                         hovertext=f"{shown[i]} → {right[j]}: {w:.2f}",
                                          line=dict(width=1 + 8 * w, color=f"rgba(31,119,180,{min(1.0, 0.1 + w):.2f})"),
                                          showlegend=False))
     fig.add_trace(go.Scatter(x=[0] * n, y=[-i for i in range(n)], mode="text", text=shown, textposition="middle left",
                              hoverinfo="skip", showlegend=False))
-    fig.add_trace(go.Scatter(x=[1] * n, y=[-i for i in range(n)], mode="text", text=shown,
+    fig.add_trace(go.Scatter(x=[1] * m, y=[-i for i in range(m)], mode="text", text=right,
                              textposition="middle right", hoverinfo="skip", showlegend=False))
+    n = max(n, m)
     fig.update_layout(title=esc(title), height=max(320, 26 * n + 80), plot_bgcolor="white",
                       xaxis=dict(visible=False, range=[-0.9, 1.9]), yaxis=dict(visible=False, range=[-n + 0.5, 0.7]),
                       annotations=[dict(x=0, y=0.9, text="attending", showarrow=False, xanchor="right"),
@@ -311,6 +318,37 @@ def line_with_band(df: pd.DataFrame, x: str, color: str, title: str, y_title: st
     return fig
 
 
+def add_baseline_lines(fig: go.Figure, means: pd.DataFrame, color: str, label: str) -> go.Figure:
+    """Dashed lines of a baseline over ``fig``'s curves (:func:`line_with_band`), one per value of
+    ``color``, in the colour of the curve of the same name (grey when there is none), named
+    ``"<name> · <label>"``. ``means``: ``layer, [color], mean``."""
+    colours = {t.name: t.line.color for t in fig.data if t.mode == "lines+markers"}
+    for name, part in means.groupby(color):
+        part = part.sort_values("layer")
+        fig.add_trace(go.Scatter(x=part["layer"], y=part["mean"], mode="lines", name=f"{esc(name)} · {esc(label)}",
+                                 line=dict(color=colours.get(esc(name), "#7f7f7f"), dash="dash", width=2)))
+    return fig
+
+
+def add_threshold_marks(fig: go.Figure, marks: pd.DataFrame) -> go.Figure:
+    """Each order's pruning thresholds as markers on its curve (:func:`line_with_band` by method),
+    in the curve's colour, one symbol per tolerance. ``marks``: ``method, tolerance, share_removed,
+    value`` (:func:`tables.threshold_marks`)."""
+    colours = {t.name: t.line.color for t in fig.data if t.mode == "lines+markers"}
+    symbols = ["diamond", "x", "star", "triangle-up", "square"]
+    for k, tolerance in enumerate(sorted(marks["tolerance"].unique())):
+        part = marks[marks["tolerance"] == tolerance]
+        for _, row in part.iterrows():
+            name = esc(row["method"])
+            fig.add_trace(go.Scatter(
+                x=[row["share_removed"]], y=[row["value"]], mode="markers", name=f"{name}: {tolerance:.0%} threshold",
+                marker=dict(symbol=symbols[k % len(symbols)], size=13, color=colours.get(name, "#000000"),
+                            line=dict(width=1, color="black")),
+                hovertemplate=f"{name}: %{{x:.0%}} of heads removable before the dev metric worsens by more than "
+                              f"{tolerance:.0%}<br>test value there %{{y:.4g}}<extra></extra>"))
+    return fig
+
+
 def layer_curves_two_runs(both: pd.DataFrame, metric: str) -> go.Figure:
     """Probe score per layer of two runs, one panel per task, one colour per run, error bars = 95%
     interval. ``both``: ``run, task, layer, mean, ci95`` (:func:`tables.stack_runs` of two
@@ -330,12 +368,32 @@ def mix_weights_figure(weights: pd.DataFrame) -> go.Figure:
                   barmode="group", title="scalar-mix weights")
 
 
+def zoomed_range(low: Any, high: Any, pad: float = 0.15) -> list[float]:
+    """An axis range around the values from ``low`` to ``high`` (arrays), padded by ``pad`` of their
+    span, so that differences between close scores are visible (the axis need not start at 0)."""
+    lo, hi = float(np.nanmin(low)), float(np.nanmax(high))
+    span = hi - lo or max(abs(hi), 1e-3) * 0.1
+    lo, hi = lo - pad * span, hi + pad * span
+    if float(np.nanmin(low)) >= 0 and float(np.nanmax(high)) <= 1:  # shares and scores stay in [0, 1]
+        lo, hi = max(lo, 0.0), min(hi, 1.0)
+    return [lo, hi]
+
+
 def combinations_figure(means: pd.DataFrame, metric: str) -> go.Figure:
-    """Grouped bars with 95% error bars: the score of each feature combination, one colour per task.
-    ``means``: ``task, combination, mean, ci95`` (:func:`tables.combination_means`)."""
-    return px.bar(means.assign(task=means["task"].map(esc), combination=means["combination"].map(esc)),
-                  x="combination", y="mean", error_y="ci95", color="task", barmode="group",
-                  title=f"{esc(metric)} by feature combination")
+    """Horizontal bars with 95% error bars: the score of each feature combination, one colour per
+    task, best combination (mean over tasks) on top; the axis covers the scores' range, not 0..1,
+    and says where it starts. ``means``: ``task, combination, mean, ci95`` (:func:`tables.combination_means`)."""
+    shown = means.assign(task=means["task"].map(esc), combination=means["combination"].map(esc))
+    order = list(shown.groupby("combination")["mean"].mean().sort_values(ascending=False).index)
+    ci = shown["ci95"].fillna(0) if "ci95" in shown else 0
+    axis = zoomed_range((shown["mean"] - ci).clip(lower=0) if shown["mean"].min() >= 0 else shown["mean"] - ci,
+                        shown["mean"] + ci)
+    fig = px.bar(shown, y="combination", x="mean", error_x="ci95" if "ci95" in shown else None, color="task",
+                 barmode="group", orientation="h", text=shown["mean"].map(lambda v: f"{v:.3f}"),
+                 category_orders={"combination": order}, title=f"{esc(metric)} by feature combination (best on top)")
+    fig.update_layout(xaxis=dict(range=axis, title=f"{esc(metric)} (axis starts at {axis[0]:.3f}, not 0)"),
+                      yaxis_title="", height=160 + 34 * len(order) * max(1, shown["task"].nunique()))
+    return fig
 
 
 def importance_figure(grid: pd.DataFrame) -> go.Figure:
@@ -361,3 +419,76 @@ def best_layer_figure(best: pd.DataFrame) -> go.Figure:
     ``best``: ``step, task, value`` (:func:`tables.best_layer_by_step`)."""
     return px.line(best.assign(task=best["task"].map(esc)), x="step", y="value", color="task", markers=True,
                    title="best-layer probe accuracy across checkpoints")
+
+
+# --------------------------------------------------------------------------- the Live page (one typed sentence)
+
+def model_view(maps: Any, title: str, width: int = 1100) -> go.Figure:
+    """bertviz's model view as one mosaic: the attention map of every head of every layer at once
+    (row = layer, layer 0 at the top; column = head), shared colour scale 0..1, maps separated by a
+    blank line. ``maps``: ``[layers, heads, rows, columns]`` (row = the attending unit)."""
+    maps = np.asarray(maps, dtype=float)
+    L, H, R, C = maps.shape
+    mosaic = np.full((L * (R + 1) - 1, H * (C + 1) - 1), np.nan)
+    for l in range(L):
+        for h in range(H):
+            mosaic[l * (R + 1): l * (R + 1) + R, h * (C + 1): h * (C + 1) + C] = maps[l, h]
+    fig = go.Figure(go.Heatmap(z=mosaic, colorscale="Blues", zmin=0, zmax=1, hoverongaps=False,
+                               colorbar=dict(title="attention"), hovertemplate="%{z:.2f}<extra></extra>"))
+    cell = max(2.0, min(12.0, (width - 160) / (H * (C + 1))))
+    fig.update_layout(
+        title=esc(title), height=int(min(2400, 120 + cell * L * (R + 1))), plot_bgcolor="white", margin=dict(t=60),
+        xaxis=dict(tickmode="array", tickvals=[h * (C + 1) + (C - 1) / 2 for h in range(H)],
+                   ticktext=[f"head {h}" for h in range(H)], side="top", showgrid=False, zeroline=False),
+        yaxis=dict(tickmode="array", tickvals=[l * (R + 1) + (R - 1) / 2 for l in range(L)],
+                   ticktext=[f"layer {l}" for l in range(L)], autorange="reversed", showgrid=False, zeroline=False,
+                   scaleanchor="x"))
+    return fig
+
+
+def neuron_view(tokens: Sequence[str], query_vector: Any, keys: Any, contributions: Any, attention_row: Any,
+                query: int, title: str) -> go.Figure:
+    """bertviz's neuron view of one head for one query token: its query vector ``q`` (``[d]``, top),
+    every token's key vector ``k_j`` (``[T, d]``), the elementwise products ``q ⊙ k_j`` (``[T, d]``;
+    their sum over ``d`` divided by ``sqrt(d)`` is the score) and the attention row it softmaxes
+    into (``[T]``, right). Diverging colours centred on 0."""
+    q = np.asarray(query_vector, dtype=float)[None, :]
+    keys, parts = np.asarray(keys, dtype=float), np.asarray(contributions, dtype=float)
+    labels = word_labels(tokens)
+    d = q.shape[1]
+    scale = lambda a: float(np.abs(a).max()) or 1.0  # noqa: E731
+    fig = make_subplots(rows=2, cols=3, column_widths=[0.38, 0.38, 0.24], row_heights=[0.1, 0.9],
+                        horizontal_spacing=0.04, vertical_spacing=0.06, shared_yaxes=False,
+                        specs=[[{"colspan": 2}, None, None], [{}, {}, {}]],
+                        subplot_titles=[f"query q of {labels[query]}", "keys k_j", "q ⊙ k_j (sum / √d = score)",
+                                        "attention"])
+    fig.add_trace(go.Heatmap(z=q, x=list(range(d)), y=[labels[query]], colorscale="RdBu", zmid=0,
+                             zmin=-scale(q), zmax=scale(q), showscale=False,
+                             hovertemplate="dim %{x}: %{z:.3f}<extra></extra>"), row=1, col=1)
+    for col, z in ((1, keys), (2, parts)):
+        fig.add_trace(go.Heatmap(z=z, x=list(range(d)), y=labels, colorscale="RdBu", zmid=0, zmin=-scale(z),
+                                 zmax=scale(z), showscale=False,
+                                 hovertemplate="%{y}, dim %{x}: %{z:.3f}<extra></extra>"), row=2, col=col)
+    fig.add_trace(go.Bar(x=np.asarray(attention_row, dtype=float), y=labels, orientation="h", marker_color="#1f77b4",
+                         hovertemplate="%{y}: %{x:.2f}<extra></extra>", showlegend=False), row=2, col=3)
+    for col in (1, 2, 3):
+        fig.update_yaxes(autorange="reversed", row=2, col=col, showticklabels=col == 1, tickfont=dict(size=10))
+    fig.update_xaxes(title_text="dimension of the head", row=2, col=1)
+    fig.update_xaxes(title_text="dimension of the head", row=2, col=2)
+    fig.update_xaxes(range=[0, 1], row=2, col=3)
+    fig.update_layout(title=esc(title), height=max(380, 22 * len(labels) + 170), margin=dict(t=90))
+    return fig
+
+
+def predictions_figure(top: pd.DataFrame, word: str) -> go.Figure:
+    """Horizontal bars: the MLM's top tokens for a masked word, best first, with their probability.
+    ``top``: ``rank, token, probability`` (:func:`bertology.inspection.masked_predictions`)."""
+    labels = [f"{int(r)}. {esc(t)}" for r, t in zip(top["rank"], top["token"])]
+    fig = go.Figure(go.Bar(x=top["probability"], y=labels, orientation="h", marker_color="#9467bd",
+                           text=[f"{p:.1%}" for p in top["probability"]], textposition="outside",
+                           hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
+    fig.update_layout(title=f"what the MLM head puts in place of '{esc(word)}'", height=120 + 28 * len(labels),
+                      xaxis=dict(title="probability", range=[0, min(1.0, 1.3 * float(top["probability"].max()))]),
+                      yaxis=dict(autorange="reversed"),
+                      margin=dict(t=50))
+    return fig

@@ -20,10 +20,11 @@ import pandas as pd
 import streamlit as st
 
 from bertology.apps import figures, tables
+from bertology.apps.live import live_page
 from bertology.apps.figures import esc
 from bertology.apps.locations import clean, describe, find_runs, model_name, run_label, runs_overview, shown_root
 from bertology.apps.ui import (guard, has_columns_or_explain, load_extra, load_table, optional_table, pick_other,
-                               pick_run, query)
+                               pick_run, query, searchable_table)
 from bertology.results import ResultError, read_manifest, read_table
 from bertology.uncertainty import MIN_TEST_ITEMS
 
@@ -91,9 +92,16 @@ def probing_page(page: Page) -> None:
                 st.warning(f"Small sample: {', '.join(small)} scored on fewer than {MIN_TEST_ITEMS} test items; "
                            "its best layer and differences between layers are not reliable.")
             if other is None:
-                st.plotly_chart(figures.line_with_band(means, "layer", "task",
-                                                       f"{metric} per layer ({band})", metric),
-                                width="stretch")
+                fig = figures.line_with_band(means, "layer", "task", f"{metric} per layer ({band})", metric)
+                baseline = optional_table(run, "random_baseline")
+                random_means = None if baseline is None else tables.random_baseline_means(baseline, metric, mode)
+                if random_means is not None:
+                    figures.add_baseline_lines(fig, random_means, "task", "random-init encoder")
+                st.plotly_chart(fig, width="stretch")
+                if random_means is not None:
+                    st.caption("Dashed: the same probe on a randomly initialised copy of the model (same architecture "
+                               "and tokenizer): what the probe reads from the input words and the architecture alone. "
+                               "The distance between a solid curve and its dashed one is what pretraining added.")
             else:
                 means_b = tables.layer_means(tables.probe_part(read_table(other, "layer_scores"), metric, mode))
                 both = tables.stack_runs([(describe(run), means), (describe(other), means_b)])
@@ -332,11 +340,21 @@ def pruning_page(page: Page) -> None:
     if run is None:
         return
     curves = load_table(run, "pruning_curves")
+    thresholds = optional_table(run, "pruning_thresholds")
     if has_columns_or_explain(curves, ["method", "share_removed", "value"], "pruning_curves", run):
         with guard("the pruning curves", run):
-            st.plotly_chart(figures.line_with_band(tables.pruning_means(curves), "share_removed", "method",
-                                                   "metric vs share of heads removed", tables.pruning_metric(curves)),
-                            width="stretch")
+            sign, y_title = tables.pruning_scale(curves)
+            fig = figures.line_with_band(tables.on_own_scale(tables.pruning_means(curves), sign), "share_removed",
+                                         "method", "test metric vs share of heads removed", y_title)
+            if thresholds is not None and {"method", "tolerance", "removable_share"} <= set(thresholds.columns):
+                figures.add_threshold_marks(fig, tables.threshold_marks(thresholds, sign))
+            fig.update_xaxes(tickformat=".0%", title="share of heads removed")
+            st.plotly_chart(fig, width="stretch")
+            st.caption("Markers: how many heads each order removes before the metric on dev worsens by more than "
+                       "the tolerance (thresholds chosen on dev, the curve and the markers' height read on test).")
+    if thresholds is not None:
+        st.subheader("Thresholds")
+        st.dataframe(thresholds, width="stretch", hide_index=True)
     imp = load_table(run, "importance")
     if has_columns_or_explain(imp, ["layer", "head", "importance"], "importance", run):
         with guard("the importance map", run):
@@ -374,7 +392,7 @@ def embeddings_page(page: Page) -> None:
     neighbours = optional_table(run, "neighbours")
     if neighbours is not None:
         st.subheader("Static vs contextual neighbours")
-        st.dataframe(neighbours, width="stretch")
+        searchable_table(neighbours, "ctx_neighbour_search", "neighbours")
 
 
 # --------------------------------------------------------------------------- Alignment
@@ -393,11 +411,11 @@ def alignment_page(page: Page) -> None:
     translations = optional_table(run, "translations")
     if translations is not None:
         st.subheader("Translations")
-        st.dataframe(translations.head(TRANSLATIONS_SHOWN), width="stretch")
+        searchable_table(translations, "align_translation_search", "translations", shown=TRANSLATIONS_SHOWN)
     moved = optional_table(run, "most_moved")
     if moved is not None:
         st.subheader("Words that move most between the two spaces")
-        st.dataframe(moved, width="stretch")
+        searchable_table(moved, "align_moved_search", "moved words")
 
 
 # --------------------------------------------------------------------------- Pretraining
@@ -519,6 +537,12 @@ PAGES: tuple[Page, ...] = (
          intro="Every study run under the results folder, newest first: its seed, model and tables. "
                "A run whose manifest cannot be read says why; the other runs still show.",
          render=runs_page, min_tables=1),
+    Page(key="Live", title="Live: any sentence through any model",
+         intro="Type a sentence (or pick one from the corpus) and see what a model does with it, computed now: "
+               "every head of every layer at once and one head in detail (as bertviz's model and head views; "
+               "Vig 2019), how a head's query and key neurons make its scores (neuron view), attention rollout "
+               "across layers (Abnar & Zuidema 2020), and an MLM's guesses for a masked word.",
+         render=live_page, min_charts=4),
     Page(key="Probing", title="Edge probing (Tenney et al. 2019)",
          intro="A small classifier per layer predicts each word's label (part of speech, entity...) from that "
                "layer's frozen vectors: where the curve rises is where the information becomes linearly readable. "

@@ -81,6 +81,14 @@ def layer_means(scores: pd.DataFrame) -> pd.DataFrame:
     return mean_ci(scores, ["task", "layer"])
 
 
+def random_baseline_means(baseline: pd.DataFrame, metric: str | None, mode: str | None) -> pd.DataFrame | None:
+    """Per task and layer, the mean test score of the same probe on a randomly initialised copy of
+    the model (the ``random_baseline`` table, rows as ``layer_scores``): ``task, layer, mean, sd,
+    n, ci95``; None when it has no test rows of this metric and probe input."""
+    part = probe_part(baseline, metric, mode)
+    return None if part.empty else layer_means(part)
+
+
 def accuracy_per_layer(scores: pd.DataFrame) -> pd.DataFrame:
     """The rows of a ``layer_scores`` table a two-run comparison draws: accuracy where the table has
     it (else every metric) and per-layer probes where it has a ``mode`` column with them."""
@@ -98,8 +106,10 @@ def mean_mix_weights(weights: pd.DataFrame) -> pd.DataFrame:
 
 def combination_means(combinations: pd.DataFrame, metric: str) -> pd.DataFrame:
     """One metric of the ``combinations`` table (``combination, task, metric, value``), mean over
-    seeds per task and combination: ``task, combination, mean, sd, n, ci95``."""
-    return mean_ci(combinations[combinations["metric"] == metric], ["task", "combination"])
+    seeds per task and combination: ``task, combination, mean, sd, n, ci95``, best first within
+    each task."""
+    means = mean_ci(combinations[combinations["metric"] == metric], ["task", "combination"])
+    return means.sort_values(["task", "mean"], ascending=[True, False], kind="stable").reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- heads
@@ -220,6 +230,38 @@ def pruning_metric(curves: pd.DataFrame) -> str:
     return str(curves["metric"].iloc[0]) if "metric" in curves else "metric"
 
 
+def pruning_scale(curves: pd.DataFrame) -> tuple[float, str]:
+    """``(sign, axis title)`` putting a ``pruning_curves`` table on its metric's own scale: the
+    analysis maximises, so an MLM loss is stored as minus the loss (sign -1: the page shows the
+    loss, lower is better); any other metric is shown as stored (higher is better)."""
+    name = pruning_metric(curves)
+    if "minus eval loss" in name or name.lower().startswith("mlm loss"):
+        return -1.0, "held-out MLM loss (nats/token; lower is better)"
+    return 1.0, f"{name.replace(', metric: ', ': ')} (higher is better)"
+
+
+def on_own_scale(means: pd.DataFrame, sign: float) -> pd.DataFrame:
+    """:func:`pruning_means` rows multiplied by ``sign`` (``mean``, ``low``, ``high``; the interval's
+    ends swap when the sign is negative)."""
+    if sign >= 0:
+        return means
+    out = means.assign(mean=-means["mean"])
+    if {"low", "high"} <= set(means.columns):
+        out["low"], out["high"] = -means["high"], -means["low"]
+    return out
+
+
+def threshold_marks(thresholds: pd.DataFrame, sign: float) -> pd.DataFrame:
+    """Where each order's thresholds fall on its curve: ``method, tolerance, share_removed, value``
+    (means over seeds of ``removable_share`` and of the test metric with those heads removed,
+    ``value_test``, times ``sign``). ``thresholds``: the ``pruning_thresholds`` table."""
+    value = "value_test" if "value_test" in thresholds.columns else "value"
+    marks = thresholds.groupby(["method", "tolerance"], as_index=False).agg(
+        share_removed=("removable_share", "mean"), value=(value, "mean"))
+    marks["value"] = sign * marks["value"]
+    return marks
+
+
 def importance_grid(importance: pd.DataFrame) -> pd.DataFrame:
     """Head importance as a ``[layers, heads]`` grid (mean over seeds and methods).
     ``importance``: ``layer, head, importance``."""
@@ -323,6 +365,75 @@ def comparison_mismatches(manifest_a: dict[str, Any], manifest_b: dict[str, Any]
     if corpus_a and corpus_b and corpus_a != corpus_b:
         problems.append("corpus content differs (another file or another subset)")
     return problems
+
+
+# --------------------------------------------------------------------------- search
+
+def search_rows(df: pd.DataFrame, text: str | None) -> pd.DataFrame:
+    """The rows of ``df`` where any text column contains ``text`` (case-insensitive, taken
+    literally: no pattern syntax); every row when ``text`` is empty."""
+    text = (text or "").strip()
+    if not text:
+        return df
+    columns = [c for c in df.columns if pd.api.types.is_string_dtype(df[c]) or pd.api.types.is_object_dtype(df[c])
+               or isinstance(df[c].dtype, pd.CategoricalDtype)]
+    if not columns:
+        return df.iloc[0:0]
+    hit = pd.Series(False, index=df.index)
+    for c in columns:
+        hit |= df[c].astype(str).str.contains(text, case=False, regex=False, na=False)
+    return df[hit]
+
+
+# --------------------------------------------------------------------------- what the measures mean
+
+MEASURES: dict[str, str] = {
+    "accuracy": "**accuracy**: share of held-out test items (words, spans or word pairs) whose label the probe "
+                "predicts; **macro F1**: the F1 of each label, averaged with equal weight.",
+    "random_init": "**random-init baseline**: the same probe on a randomly initialised copy of the model (same "
+                   "architecture and tokenizer); the gap to it is what pretraining added.",
+    "E_s": "**E_s** (expected layer, scalar mix): E_s = Σ_l l·s_l with s_l the probe's learned softmax weight of "
+           "layer l (layer 0 = embeddings): the layer the probe draws on, on average.",
+    "E_delta": "**E_Δ** (cumulative expected layer): E_Δ = Σ_l l·Δ_l / Σ_l Δ_l with Δ_l = score(layers 0..l) − "
+               "score(layers 0..l−1): the layer where the score is gained, on average. Below 1 means most of the "
+               "gain comes with layer 1 and some later layers lose score (negative Δ_l are kept).",
+    "selectivity": "**selectivity** (Hewitt & Liang 2019): task accuracy − accuracy on a control task that gives "
+                   "each word type a fixed random label; high = the probe reads the representation rather than "
+                   "memorising words.",
+    "mdl": "**MDL compression** (Voita & Titov 2020): bits to send the labels uniformly ÷ bits with the online "
+           "code (a probe trained on growing blocks of data); higher = the labels are easier to extract.",
+    "head_types": "**positional share**: share of a head's queries whose attention peak is at one relative offset; "
+                  "**normalised entropy**: entropy of its attention ÷ log of the positions it can attend to (1 = uniform); "
+                  "**special share**: its attention mass on [CLS]/[SEP].",
+    "syntactic": "**relation accuracy** (Clark et al. 2019): share of a relation's word pairs where the head's most "
+                 "attended other word is the partner; the **offset baseline** always picks the best fixed "
+                 "relative position. **UAS**: share of words whose predicted syntactic head is right.",
+    "importance": "**importance** (Michel et al. 2019): E_x |∂L/∂ξ_h|, how much the loss changes when a gate ξ_h "
+                  "on head h's output moves, normalised per layer.",
+    "threshold": "**threshold**: the share of heads an order removes before the metric on dev worsens by more than "
+                 "the tolerance (relative: 1% = the loss up by 1% or the accuracy down by 1%).",
+    "contextuality": "**self-similarity**: mean cosine between a word's vectors in its different contexts; "
+                     "**intra-sentence similarity**: mean cosine between each word and its sentence's mean "
+                     "vector; **MEV**: share of a word's variance its first principal component explains; "
+                     "**anisotropy baseline**: the same measure on random words; adjusted = raw − baseline.",
+    "alignment": "**P@k**: share of held-out source words whose dictionary translation is among the k nearest "
+                 "target words after the mapping; **CSLS**: 2·cosine minus each of the two words' mean cosine to "
+                 "its 10 nearest neighbours in the other space (penalises hubs).",
+}
+
+PAGE_MEASURES: dict[str, tuple[str, ...]] = {
+    "Probing": ("accuracy", "random_init", "E_s", "E_delta", "selectivity", "mdl"),
+    "Feature combinations": ("accuracy",),
+    "Heads": ("head_types", "syntactic"),
+    "Pruning": ("importance", "threshold"),
+    "Embeddings": ("contextuality",),
+    "Alignment": ("alignment",),
+}
+
+
+def measure_lines(page: str) -> list[str]:
+    """The one-line definitions (markdown) of the measures the page ``page`` shows."""
+    return [MEASURES[name] for name in PAGE_MEASURES.get(page, ())]
 
 
 def best_layer_difference(summary_a: pd.DataFrame, sentences_a: pd.DataFrame, summary_b: pd.DataFrame,

@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from bertology.apps.locations import clean, clean_json, describe, find_runs, run_label, shown_root
+from bertology.apps.tables import search_rows
 from bertology.results import ResultError, read_extra, read_manifest, read_table
 
 PROVENANCE = ("study", "run_id", "seed", "config", "model", "corpus", "wall_seconds", "git_commit", "packages")
@@ -114,3 +115,15 @@ def pick_other(study: str, run: Path, key: str) -> Path | None:
             st.error(clean(exc))
             return None
     return choice
+
+
+def searchable_table(df: pd.DataFrame, key: str, what: str, shown: int | None = None) -> None:
+    """A table with a search box above it (``tables.search_rows``: any text column contains the
+    typed text, case-insensitive) and a line saying how many rows match; ``shown``: at most that
+    many rows are drawn."""
+    text = st.text_input(f"search {what}", key=key, placeholder="a word (any column)")
+    found = search_rows(df, text)
+    drawn = found if shown is None else found.head(shown)
+    st.caption(f"{len(found)} of {len(df)} rows" + (" match the search" if text.strip() else "") +
+               (f"; the first {len(drawn)} shown" if len(drawn) < len(found) else ""))
+    st.dataframe(drawn, width="stretch", hide_index=True)

@@ -18,6 +18,7 @@ from bertology.results import write_results
 # registry entry fails the tests instead of being compared with itself.
 PAGE_TITLES = {
     "Runs": "Runs",
+    "Live": "Live: any sentence through any model",
     "Probing": "Edge probing (Tenney et al. 2019)",
     "Feature combinations": "Feature-based combinations (Devlin et al. 2019, Table 7)",
     "Heads": "Attention heads (Voita et al. 2019, Clark et al. 2019)",
@@ -29,7 +30,7 @@ PAGE_TITLES = {
 }
 # A phrase each page's "what am I looking at" line must hold (the papers it cites).
 INTRO_PHRASES = {
-    "Runs": "newest first", "Probing": "Hewitt & Liang 2019", "Feature combinations": "Devlin et al. 2019",
+    "Runs": "newest first", "Live": "Abnar & Zuidema 2020", "Probing": "Hewitt & Liang 2019", "Feature combinations": "Devlin et al. 2019",
     "Heads": "*What Does BERT Look At?*", "Pruning": "*Are Sixteen Heads Really Better than One?*",
     "Embeddings": "Ethayarajh 2019", "Alignment": "Conneau et al. 2018", "Pretraining": "masked-language-model",
     "Compare runs": "side by side",
@@ -208,3 +209,23 @@ def every_study_run(root: Path, model: str = "planted-bert") -> dict[str, Path]:
             "contextuality": contextuality_run(root, "planted", model), "alignment": alignment_run(root),
             "emergence": emergence_run(root)}
     return runs
+
+
+PLANTED_GUESS = "cat"  # the token the planted MLM puts first in place of any masked word
+
+
+def planted_mlm_dir(path: Path) -> Path:
+    """A tiny random BERT with an MLM head (2 layers x 4 heads, the tiny WordPiece tokenizer) saved
+    as a model folder, its output bias raised for :data:`PLANTED_GUESS` so that it ranks first
+    for any masked word."""
+    import torch
+
+    from bertology.testing import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer("bert")
+    model = tiny_model("bert", mlm=True)
+    with torch.no_grad():
+        model.cls.predictions.bias[tok.convert_tokens_to_ids(PLANTED_GUESS)] += 50.0
+    model.save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    return path

@@ -10,8 +10,8 @@ import pytest
 
 from bertology.apps import screenshots
 from bertology.apps.pages import PAGE_BY_KEY
-from dashboard_planted import (MARKUP, PAGE_TITLES, PLANTED_TYPES, age, contextuality_run, head_types_run,
-                               probing_run, write_manifest)
+from dashboard_planted import (MARKUP, PAGE_TITLES, PLANTED_GUESS, PLANTED_TYPES, age, contextuality_run,
+                               head_types_run, planted_mlm_dir, probing_run, write_manifest)
 
 pytestmark = [
     pytest.mark.slow,
@@ -114,3 +114,27 @@ def test_broken_runs_show_errors_not_exceptions(planted_results):
         exceptions, errors = screenshots.page_problems(tab)
         assert not exceptions
         assert any("head_types/run-a: cannot show the head map" in e for e in errors), errors
+
+
+def test_live_page_shows_a_typed_sentence_in_every_head_and_the_mlm_guess(tmp_path):
+    model = planted_mlm_dir(tmp_path / "planted-mlm")
+    results = tmp_path / "results"
+    results.mkdir()
+    title = '[data-testid="stPlotlyChart"] .gtitle'
+    with screenshots.serve(results) as base, screenshots.browser() as tab:
+        screenshots.open_page(tab, base, "Live", {"model": str(model)}, timeout_ms=WAIT_MS)
+        box = tab.get_by_label("sentence (press Enter)")
+        box.fill("the jury said nothing about the old house")  # "nothing": 5 pieces
+        box.press("Enter")
+        tab.get_by_text("planted-mlm: 2 layers × 4 heads, 14 tokens for 8 words").wait_for(timeout=WAIT_MS)
+        tab.locator(title, has_text="what the MLM head puts in place of 'jury'").wait_for(timeout=WAIT_MS)
+        screenshots.settle(tab, WAIT_MS)
+        view = tab.locator('[data-testid="stPlotlyChart"]', has=tab.locator(".gtitle", has_text="attention of every head"))
+        assert view.count() == 1
+        ticks = view.locator(".ytick text").all_text_contents()
+        assert ticks == ["layer 0", "layer 1"], ticks
+        assert view.locator(".xtick text").all_text_contents() == [f"head {h}" for h in range(4)]
+        guesses = tab.locator('[data-testid="stPlotlyChart"]', has=tab.locator(".gtitle", has_text="MLM head puts"))
+        assert f"1. {PLANTED_GUESS}" in guesses.locator(".ytick text").all_text_contents()
+        assert not any(screenshots.page_problems(tab))
+        assert str(tmp_path) not in tab.inner_text("body")

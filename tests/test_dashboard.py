@@ -100,7 +100,8 @@ def test_combinations_page_shows_the_planted_means(planted_results, monkeypatch)
     at = open_page("Feature combinations", planted_results, monkeypatch)
     assert at.header[0].value == "Feature-based combinations (Devlin et al. 2019, Table 7)"
     bars = chart_specs(at)[0]["data"][0]
-    assert list(bars["x"]) == ["last_layer", "sum_last_four"] and bars["y"] == pytest.approx([0.7, 0.9])
+    # horizontal bars, best combination first (sum of the last four: 0.9)
+    assert list(bars["y"]) == ["sum_last_four", "last_layer"] and bars["x"] == pytest.approx([0.9, 0.7])
     means = at.dataframe[0].value.set_index("combination")["mean"]
     assert means.to_dict() == pytest.approx({"last_layer": 0.7, "sum_last_four": 0.9})
 
@@ -117,7 +118,7 @@ def test_pruning_page_draws_the_planted_curve_and_importance(planted_results, mo
     assert at.header[0].value == "Head importance and pruning (Michel et al. 2019, Voita et al. 2019)"
     curves, importance = chart_specs(at)
     assert line(curves, "least_important") == pytest.approx([0.8, 0.6, 0.3])
-    assert curves["layout"]["yaxis"]["title"]["text"] == "accuracy"
+    assert curves["layout"]["yaxis"]["title"]["text"] == "accuracy (higher is better)"
     np.testing.assert_allclose(importance["data"][0]["z"], PLANTED_IMPORTANCE)
 
 

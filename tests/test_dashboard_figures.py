@@ -171,11 +171,16 @@ def test_bars_of_mix_weights_and_combinations():
     assert list(fig.data[0].y) == pytest.approx([0.3, 0.7]) and fig.data[0].name == "&lt;b&gt;x&lt;/b&gt;"
     combos = pd.DataFrame({"combination": ["last", "last", "sum4", "sum4", "last"], "task": "pos",
                            "metric": ["accuracy"] * 4 + ["macro_f1"], "seed": [0, 1, 0, 1, 0],
-                           "value": [0.6, 0.8, 0.9, 0.9, 0.1]})
+                           "value": [0.69, 0.71, 0.9, 0.9, 0.1]})
     means = tables.combination_means(combos, "accuracy")
     assert means.set_index("combination")["mean"].to_dict() == pytest.approx({"last": 0.7, "sum4": 0.9})
+    assert means["combination"].tolist() == ["sum4", "last"]  # best first
     fig = figures.combinations_figure(means, MARKUP)
-    assert list(fig.data[0].y) == pytest.approx([0.7, 0.9]) and fig.layout.title.text.startswith("&lt;b&gt;")
+    assert list(fig.data[0].x) == pytest.approx([0.9, 0.7]) and fig.layout.title.text.startswith("&lt;b&gt;")
+    # sorted by score, not by name: Plotly draws categories bottom-up, so the best is last = on top
+    assert list(fig.layout.yaxis.categoryarray) == ["last", "sum4"] and fig.layout.yaxis.autorange is None
+    low, high = fig.layout.xaxis.range  # the axis spans the scores and their intervals, not 0..1
+    assert 0.3 < low < 0.7 - 0.127 and 0.9 < high <= 1.0 and "not 0" in fig.layout.xaxis.title.text
 
 
 def test_pruning_shaping_and_importance_grid():

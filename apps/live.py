@@ -1,0 +1,190 @@
+"""The Live page: pick a model (a registry name or a model directory), type a sentence or pick one
+of the bundled corpus, and see what the model does with it: every head at once (model view), one
+head (head view, tokens or words), its query/key neurons (neuron view), attention rollout across
+layers, and, for a model with an MLM head, its guesses for a masked word.
+
+The one page that loads a model: the computation is :mod:`bertology.inspection` (core); the model
+is cached per process with ``st.cache_resource`` and each sentence's maps with ``st.cache_data``
+(in memory; nothing is written to disk). Every word typed reaches the figures through
+:func:`bertology.apps.figures.esc` and is never rendered as markdown. Deep links: ``?model=<name
+or folder>`` and ``?text=<sentence>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from bertology.apps import figures
+from bertology.apps.locations import clean
+from bertology.apps.ui import guard, query
+from bertology.errors import WorkbenchError
+from bertology.inspection import (Inspection, attention_rollout, inspect_sentence, masked_predictions,
+                                  qk_contributions, split_words)
+from bertology.models import DEFAULT_MODEL, LoadedModel, list_models, load_model
+
+DEFAULT_TEXT = "The old jury said the county election was conducted well, didn't it?"
+DIRECTORY = "a model directory…"
+CORPUS = "brown-sample"
+CORPUS_SENTENCES = 300  # the first sentences of the bundled corpus offered in the picker
+TOP_K = 10
+
+
+@st.cache_resource(max_entries=2, show_spinner="loading the model…")
+def cached_model(name_or_path: str) -> LoadedModel:
+    """The model with its MLM head when its weights carry one, else the encoder alone (eager
+    attention, float32, CPU). Kept for the life of the server process (two models at most)."""
+    try:
+        return load_model(name_or_path, mlm_head=True)
+    except WorkbenchError as exc:
+        if "carry no MLM head" not in str(exc):
+            raise
+    return load_model(name_or_path)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def cached_inspection(name_or_path: str, words: tuple[str, ...]) -> Inspection:
+    return inspect_sentence(cached_model(name_or_path), list(words))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def cached_predictions(name_or_path: str, words: tuple[str, ...], word: int) -> Any:
+    return masked_predictions(cached_model(name_or_path), list(words), word, k=TOP_K)
+
+
+@st.cache_data(show_spinner=False)
+def corpus_sentences() -> list[tuple[str, ...]]:
+    """Word lists of the first :data:`CORPUS_SENTENCES` sentences of the bundled corpus."""
+    from bertology.corpus import load_corpus
+
+    return [tuple(s.words) for s in load_corpus(CORPUS, limit=CORPUS_SENTENCES)]
+
+
+def registry_names() -> list[str]:
+    """Installed registry models, the default first."""
+    models = list_models()
+    names = [str(n) for n in models.loc[models["installed"].astype(bool), "name"]]
+    return sorted(dict.fromkeys(names), key=lambda n: (n != DEFAULT_MODEL, n))
+
+
+def pick_model() -> str | None:
+    """A registry name or a model folder (``?model=`` preselects either); None until a folder is typed."""
+    names = registry_names()
+    wanted = query("model")
+    options = [*names, DIRECTORY]
+    index = options.index(wanted) if wanted in names else (len(names) if wanted else 0)
+    choice = st.selectbox("model", options, index=index, key="live_model",
+                          help="a model of the registry (`bertology models`) or a local Hugging Face folder")
+    if choice != DIRECTORY:
+        return choice
+    folder = st.text_input("model directory (config.json + model.safetensors + tokenizer.json)",
+                           value=wanted if wanted and wanted not in names else "", key="live_dir")
+    return folder.strip() or None
+
+
+def pick_words() -> tuple[str, ...] | None:
+    """The sentence's words: typed (split into words and punctuation) or a corpus sentence as it is
+    tokenised there (``?text=`` fills the box)."""
+    source = st.radio("sentence", ["type one", f"from the {CORPUS} corpus"], horizontal=True, key="live_source")
+    if source == "type one":
+        text = st.text_input("sentence (press Enter)", value=query("text") or DEFAULT_TEXT, key="live_text",
+                             max_chars=1000)
+        try:
+            return tuple(split_words(text))
+        except WorkbenchError as exc:
+            st.warning(clean(exc))
+            return None
+    sentences = corpus_sentences()
+    pick = st.selectbox("corpus sentence", range(len(sentences)), key="live_corpus",
+                        format_func=lambda k: " ".join(sentences[k])[:120])
+    return sentences[pick]
+
+
+def head_section(ins: Inspection, level: str) -> tuple[int, int]:
+    """One head's map at the chosen level, as a heatmap and as bertviz-style lines; returns the head."""
+    st.subheader("Head view")
+    c1, c2 = st.columns(2)
+    layer = c1.selectbox("layer", range(ins.n_layers), key="live_layer")
+    head = c2.selectbox("head", range(ins.n_heads), key="live_head")
+    rows, columns, maps = ins.maps(level)
+    matrix = maps[layer, head]
+    left, right = st.columns(2)
+    left.plotly_chart(figures.attention_heatmap(rows, matrix, f"layer {layer}, head {head} ({level}s)",
+                                                columns=columns), width="stretch", key="live_head_map")
+    right.plotly_chart(figures.head_view(rows, matrix, f"layer {layer}, head {head}: lines ≥ 0.05",
+                                         targets=columns), width="stretch", key="live_head_lines")
+    return layer, head
+
+
+def neuron_section(ins: Inspection, layer: int, head: int) -> None:
+    st.subheader("Neuron view")
+    st.caption("How the head's score for one query token is built: its query vector q times each token's key "
+               "vector k, dimension by dimension; the sum of q ⊙ k over the head's dimensions divided by √d is "
+               "the score, and the row of scores softmaxes into the attention row (right).")
+    if not ins.exact_scores:
+        st.info(f"{ins.model_type} adds relative-position terms to the score: q·k/√d is only its content part.")
+    query_token = st.selectbox("query token", range(len(ins.tokens)), index=min(1, len(ins.tokens) - 1),
+                               key="live_query", format_func=lambda t: f"{t}: {ins.tokens[t]}")
+    q, k = ins.queries[layer, head], ins.keys[layer, head]
+    st.plotly_chart(figures.neuron_view(ins.tokens, q[query_token], k, qk_contributions(q, k, query_token),
+                                        ins.attentions[layer, head, query_token],
+                                        query_token, f"layer {layer}, head {head}, query {query_token}"),
+                    width="stretch", key="live_neurons")
+
+
+def rollout_section(ins: Inspection) -> None:
+    st.subheader("Attention rollout (Abnar & Zuidema 2020)")
+    st.caption("Per layer A′ = ½·(mean of the heads' maps) + ½·I (the residual connection), rows renormalised; "
+               "the rollout after layer l is A′ₗ·…·A′₀: how much of each token's representation there flows "
+               "from each input token.")
+    rollout = attention_rollout(ins.attentions)
+    layer = st.select_slider("after layer", options=list(range(ins.n_layers)), value=ins.n_layers - 1,
+                             key="live_rollout_layer")
+    st.plotly_chart(figures.attention_heatmap(ins.tokens, rollout[layer], f"rollout after layer {layer}"),
+                    width="stretch", key="live_rollout")
+
+
+def mlm_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
+    st.subheader("Masked-word predictions")
+    if not lm.has_mlm_head or lm.model is lm.encoder:
+        st.info(f"{name} has no MLM head (its weights carry none), so it cannot guess a masked word. Pick a "
+                "model with one, e.g. the workbench's own bert-mini-english.")
+        return
+    word = st.selectbox("word to mask", range(len(words)), index=min(1, len(words) - 1), key="live_mask",
+                        format_func=lambda w: f"{w}: {words[w]}")
+    top = cached_predictions(name, words, word)
+    left, right = st.columns([3, 2])
+    left.plotly_chart(figures.predictions_figure(top, words[word]), width="stretch", key="live_predictions")
+    right.dataframe(top, hide_index=True, width="stretch")
+
+
+def live_page(page: Any) -> None:
+    name = pick_model()
+    words = pick_words()
+    if name is None or words is None:
+        st.info("Pick a model and type a sentence.")
+        return
+    try:
+        lm = cached_model(name)
+        ins = cached_inspection(name, words)
+    except WorkbenchError as exc:
+        st.error(clean(exc))
+        return
+    st.caption(f"{lm.name}: {ins.n_layers} layers × {ins.n_heads} heads, {len(ins.tokens)} tokens for "
+               f"{len(ins.words)} words")
+    level = st.radio("units", ["token", "word"], horizontal=True, key="live_level",
+                     help="word: attention to a word summed over its pieces, from a word averaged over its pieces "
+                          "(Clark et al. 2019); the special tokens stay as columns")
+    rows, columns, maps = ins.maps(level)
+    with guard("the model view"):
+        st.subheader("Model view: every head of every layer")
+        st.plotly_chart(figures.model_view(maps, f"{lm.name}: attention of every head ({level}s; row attends to "
+                                                 "column)"), width="stretch", key="live_model_view")
+    with guard("the head view"):
+        layer, head = head_section(ins, level)
+        neuron_section(ins, layer, head)
+    with guard("the rollout"):
+        rollout_section(ins)
+    with guard("the masked-word predictions"):
+        mlm_section(name, lm, words)

@@ -1,0 +1,123 @@
+"""Results shown as a paper would (issue 27, item 2), on planted runs: the random-init baseline on
+the probing curves, and the shaping behind it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from bertology.apps import figures, tables
+from dashboard_planted import MARKUP, chart_specs, probing_run
+
+APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
+
+
+def baseline_rows(task: str = "pos", value: float = 0.3) -> pd.DataFrame:
+    """``random_baseline`` rows (as ``layer_scores``): accuracy ``value`` at layers 0..2, one seed,
+    plus a dev row and a control row that must not be drawn."""
+    rows = [{"task": task, "layer": l, "metric": "accuracy", "value": value, "seed": 0, "split": "test",
+             "mode": "per_layer", "control": False, "model": "random-init"} for l in range(3)]
+    rows.append({**rows[0], "split": "dev", "value": 0.99})
+    rows.append({**rows[0], "control": True, "value": 0.01})
+    return pd.DataFrame(rows)
+
+
+def test_random_baseline_means_take_test_rows_of_the_metric_and_input():
+    means = tables.random_baseline_means(baseline_rows(), "accuracy", "per_layer")
+    assert means["mean"].tolist() == pytest.approx([0.3, 0.3, 0.3]) and means["layer"].tolist() == [0, 1, 2]
+    assert tables.random_baseline_means(baseline_rows(), "accuracy", "cumulative") is None
+    assert tables.random_baseline_means(baseline_rows(), "macro_f1", "per_layer") is None
+
+
+def test_baseline_lines_are_dashed_in_their_tasks_colour():
+    curve = pd.DataFrame({"task": [MARKUP] * 3, "layer": [0, 1, 2], "mean": [0.5, 0.6, 0.7], "ci95": 0.01})
+    fig = figures.line_with_band(curve, "layer", "task", "t", "accuracy")
+    figures.add_baseline_lines(fig, tables.random_baseline_means(baseline_rows(MARKUP), "accuracy", "per_layer"),
+                               "task", "random-init encoder")
+    solid, dashed = fig.data[1], fig.data[-1]
+    assert dashed.name == "&lt;b&gt;x&lt;/b&gt; · random-init encoder" and dashed.line.dash == "dash"
+    assert dashed.line.color == solid.line.color and list(dashed.y) == pytest.approx([0.3, 0.3, 0.3])
+
+
+def test_probing_page_draws_the_random_baseline(tmp_path, monkeypatch):
+    run = probing_run(tmp_path / "results", "p", "m")
+    baseline_rows().to_parquet(run / "random_baseline.parquet")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Probing"
+    at.run()
+    assert not at.exception and not at.error
+    traces = chart_specs(at)[0]["data"]
+    dashed = [t for t in traces if t.get("name") == "pos · random-init encoder"]
+    assert len(dashed) == 1 and dashed[0]["y"] == pytest.approx([0.3, 0.3, 0.3])
+    assert any("randomly initialised copy" in c.value for c in at.caption)
+
+
+def test_search_rows_matches_any_text_column_literally():
+    df = pd.DataFrame({"source": ["dog", "cat", "a.b"], "target": ["chien", "chat", "x"], "rank": [1, 2, 3]})
+    assert tables.search_rows(df, "CH")["source"].tolist() == ["dog", "cat"]
+    assert tables.search_rows(df, ".")["source"].tolist() == ["a.b"]  # not a pattern: "." is a dot
+    assert tables.search_rows(df, "  ").equals(df) and tables.search_rows(df, None).equals(df)
+    assert tables.search_rows(df, "zebra").empty
+
+
+def test_neighbour_table_is_searchable(tmp_path, monkeypatch):
+    from dashboard_planted import contextuality_run
+    from bertology.results import read_table
+
+    run = contextuality_run(tmp_path / "results", "c", "m")
+    neighbours = pd.concat([read_table(run, "neighbours"),
+                            pd.DataFrame({"word": ["bank"], "static_space": ["input embeddings"], "neighbour": ["river"]})])
+    neighbours.to_parquet(run / "neighbours.parquet")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Embeddings"
+    at.run()
+    assert len(at.dataframe[-1].value) == 2 and any(c.value == "2 of 2 rows" for c in at.caption)
+    at.text_input(key="ctx_neighbour_search").set_value("RIVER").run()
+    assert not at.exception
+    assert at.dataframe[-1].value["word"].tolist() == ["bank"]
+    assert any(c.value == "1 of 2 rows match the search" for c in at.caption)
+
+
+def test_pruning_of_an_mlm_loss_is_drawn_as_the_loss_with_its_thresholds(tmp_path, monkeypatch):
+    from bertology.results import write_results
+
+    metric = "MLM loss (metric: minus eval loss)"
+    curves = pd.DataFrame({"method": "importance", "seed": 0, "n_pruned": [0, 2, 4], "share_removed": [0.0, 0.5, 1.0],
+                           "value": [-6.2, -6.3, -6.5], "metric": metric})
+    thresholds = pd.DataFrame({"method": ["importance", "importance"], "seed": [0, 0], "tolerance": [0.01, 0.05],
+                               "removable_share": [0.5, 1.0], "value_test": [-6.3, -6.5]})
+    write_results(tmp_path / "results" / "pruning" / "mlm", {"pruning_curves": curves, "pruning_thresholds": thresholds},
+                  {"study": "pruning", "run_id": "mlm", "seed": 0, "model": {"name": "m"}})
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Pruning"
+    at.run()
+    assert not at.exception and not at.error
+    spec = chart_specs(at)[0]
+    curve = [t for t in spec["data"] if t.get("name") == "importance" and t.get("mode") == "lines+markers"][0]
+    assert curve["y"] == pytest.approx([6.2, 6.3, 6.5])  # the loss itself, rising as heads go
+    assert spec["layout"]["yaxis"]["title"]["text"] == "held-out MLM loss (nats/token; lower is better)"
+    marks = {t["name"]: (t["x"][0], t["y"][0]) for t in spec["data"] if "threshold" in str(t.get("name"))}
+    assert marks == {"importance: 1% threshold": pytest.approx((0.5, 6.3)),
+                     "importance: 5% threshold": pytest.approx((1.0, 6.5))}
+    assert at.dataframe[0].value["removable_share"].tolist() == [0.5, 1.0]  # the thresholds table is shown
+
+
+def test_every_measure_page_defines_its_measures(tmp_path, monkeypatch):
+    assert any("E_Δ" in line and "Σ_l l·Δ_l" in line for line in tables.measure_lines("Probing"))
+    assert any("selectivity" in line for line in tables.measure_lines("Probing"))
+    assert tables.measure_lines("Runs") == [] and tables.measure_lines("Live") == []
+    probing_run(tmp_path / "results", "p", "m")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Probing"
+    at.run()
+    assert at.expander[0].label == "what the measures on this page mean"
+    shown = " ".join(m.value for m in at.expander[0].markdown)
+    for name in ("E_s", "E_Δ", "selectivity", "MDL compression", "random-init baseline"):
+        assert name in shown, name

@@ -1,0 +1,126 @@
+"""The Live page (Streamlit AppTest, tiny models built here): the maps it draws are the model's own
+(checked against bertology.inspection), a planted MLM's favourite shows first, typed markup stays
+text, a bad folder is an error box, and nothing is written to disk. Its figures are checked
+without Streamlit too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from bertology.apps import figures
+from bertology.inspection import inspect_sentence, split_words
+from bertology.models import load_model
+from dashboard_planted import MARKUP, PLANTED_GUESS, chart_specs, planted_mlm_dir
+
+APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
+SENTENCE = f"the old dog said {MARKUP} ."
+
+
+@pytest.fixture(scope="module")
+def mlm_dir(tmp_path_factory) -> Path:
+    return planted_mlm_dir(tmp_path_factory.mktemp("models") / "planted-mlm")
+
+
+def open_live(monkeypatch, tmp_path: Path, model: str, text: str | None = None) -> AppTest:
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params["page"] = "Live"
+    at.query_params["model"] = model
+    if text is not None:
+        at.query_params["text"] = text
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def files_under(*folders: Path) -> set[Path]:
+    return {p for folder in folders for p in folder.rglob("*") if p.is_file()}
+
+
+def figure_titled(at: AppTest, start: str) -> dict:
+    found = [s for s in chart_specs(at) if str(s["layout"]["title"]["text"]).startswith(start)]
+    assert found, [s["layout"]["title"]["text"] for s in chart_specs(at)]
+    return found[0]
+
+
+def test_live_page_draws_the_models_own_maps_and_the_planted_guess(mlm_dir, tmp_path, monkeypatch):
+    home = Path(__import__("os").environ["BERTOLOGY_HOME"])
+    before = files_under(home, tmp_path, mlm_dir)
+    at = open_live(monkeypatch, tmp_path, str(mlm_dir), SENTENCE)
+    assert not at.error, [e.value for e in at.error]
+    words = split_words(SENTENCE)
+    expected = inspect_sentence(load_model(mlm_dir), words)
+    # the model view: 2 layers x 4 heads of [T, T] maps in one mosaic, tile (1, 2) = layer 1 head 2
+    mosaic = np.asarray(figure_titled(at, "planted-mlm: attention of every head")["data"][0]["z"], dtype=float)
+    T = len(expected.tokens)
+    assert mosaic.shape == (2 * (T + 1) - 1, 4 * (T + 1) - 1)
+    np.testing.assert_allclose(mosaic[T + 1: 2 * T + 1, 2 * (T + 1): 2 * (T + 1) + T], expected.attentions[1, 2],
+                               atol=1e-6)
+    # masked-word predictions: the planted token first
+    table = at.dataframe[0].value
+    assert table["token"].iloc[0] == PLANTED_GUESS and table["rank"].iloc[0] == 1
+    # typed markup is split into its characters, each shown as text ("<" reaches Plotly as "&lt;")
+    assert words[4:7] == ["<", "b", ">"]
+    at.radio(key="live_level").set_value("word").run()
+    texts = [t for spec in chart_specs(at) for t in strings(spec)]
+    assert not [t for t in texts if "<b>" in t or "</b>" in t] and "4: &lt;" in texts
+    assert files_under(home, tmp_path, mlm_dir) == before, "the page wrote files"
+
+
+def strings(obj) -> list[str]:
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in strings(v)]
+    if isinstance(obj, (list, tuple)):
+        return [s for v in obj for s in strings(v)]
+    return []
+
+
+def test_word_units_keep_the_special_tokens_as_columns(mlm_dir, tmp_path, monkeypatch):
+    at = open_live(monkeypatch, tmp_path, str(mlm_dir), "the jury said nothing")
+    at.radio(key="live_level").set_value("word").run()
+    assert not at.exception
+    head = figure_titled(at, "layer 0, head 0 (words)")["data"][0]
+    assert list(head["x"]) == ["0: [CLS]", "1: the", "2: jury", "3: said", "4: nothing", "5: [SEP]"]
+    assert list(head["y"]) == ["0: the", "1: jury", "2: said", "3: nothing"]
+    np.testing.assert_allclose(np.asarray(head["z"], dtype=float).sum(1), 1.0, atol=1e-5)
+
+
+def test_a_model_without_mlm_head_and_a_bad_folder_say_so(tmp_path, monkeypatch):
+    from bertology.testing import save_tiny_model_dir
+
+    encoder = save_tiny_model_dir("bert", tmp_path / "encoder-only")
+    at = open_live(monkeypatch, tmp_path, str(encoder))
+    assert any("has no MLM head" in i.value for i in at.info)
+    assert len(at.get("plotly_chart")) == 5 and not at.error
+    at = open_live(monkeypatch, tmp_path, str(tmp_path / "no-such-folder"))
+    assert any("unknown model" in e.value for e in at.error)
+    assert str(tmp_path) not in " ".join(e.value for e in at.error)  # no absolute machine path
+
+
+def test_model_view_places_each_head_in_its_tile():
+    maps = np.arange(2 * 3 * 2 * 4, dtype=float).reshape(2, 3, 2, 4) / 100  # [L=2, H=3, R=2, C=4]
+    fig = figures.model_view(maps, MARKUP)
+    z = np.asarray(fig.data[0].z, dtype=float)
+    assert z.shape == (2 * 3 - 1, 3 * 5 - 1)
+    np.testing.assert_array_equal(z[3:5, 5:9], maps[1, 1])
+    assert np.isnan(z[2]).all() and np.isnan(z[:, 4]).all()  # blank lines between the maps
+    assert list(fig.layout.yaxis.ticktext) == ["layer 0", "layer 1"] and fig.layout.title.text == "&lt;b&gt;x&lt;/b&gt;"
+
+
+def test_neuron_view_shows_query_keys_products_and_the_attention_row():
+    tokens = ["[CLS]", MARKUP, "[SEP]"]
+    q = np.array([1.0, -2.0])
+    keys = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    row = np.array([0.2, 0.3, 0.5])
+    fig = figures.neuron_view(tokens, q, keys, q[None, :] * keys, row, 1, "head")
+    heat = [t for t in fig.data if t.type == "heatmap"]
+    assert np.asarray(heat[0].z).tolist() == [[1.0, -2.0]] and heat[0].y == ("1: &lt;b&gt;x&lt;/b&gt;",)
+    assert np.asarray(heat[2].z).tolist() == [[1.0, 0.0], [0.0, -2.0], [1.0, -2.0]]
+    assert list(fig.data[-1].x) == [0.2, 0.3, 0.5]
