@@ -492,3 +492,25 @@ def predictions_figure(top: pd.DataFrame, word: str) -> go.Figure:
                       yaxis=dict(autorange="reversed"),
                       margin=dict(t=50))
     return fig
+
+
+def change_figure(rows: pd.DataFrame, title: str) -> go.Figure:
+    """Horizontal bars: each word's change (cosine distance after alignment, mean over replicates)
+    with its replicate interval, and an ``x`` at its frequency bin's control threshold; moved words
+    in one colour, the rest in grey, top row first. ``rows``: ``word, cosine_distance, low, high,
+    control_threshold, moved`` (:func:`tables.change_rows`)."""
+    shown = rows.iloc[::-1]
+    words = [esc(w) for w in shown["word"]]
+    colour = np.where(shown["moved"].astype(bool), "#d62728", "#7f7f7f")
+    fig = go.Figure(go.Bar(
+        y=words, x=shown["cosine_distance"], orientation="h", marker_color=colour, name="change",
+        error_x=dict(type="data", symmetric=False, array=(shown["high"] - shown["cosine_distance"]).clip(lower=0),
+                     arrayminus=(shown["cosine_distance"] - shown["low"]).clip(lower=0)),
+        hovertext=[f"{w}: {m:.3f} [{lo:.3f}, {hi:.3f}], control {c:.3f}" for w, m, lo, hi, c in zip(
+            words, shown["cosine_distance"], shown["low"], shown["high"], shown["control_threshold"])],
+        hoverinfo="text"))
+    fig.add_trace(go.Scatter(y=words, x=shown["control_threshold"], mode="markers", name="control threshold",
+                             marker=dict(symbol="x", size=9, color="black")))
+    fig.update_layout(title=esc(title), xaxis_title="cosine distance after alignment (mean over replicates)",
+                      height=140 + 22 * len(shown), legend=dict(orientation="h"))
+    return fig

@@ -418,6 +418,38 @@ def alignment_page(page: Page) -> None:
         searchable_table(moved, "align_moved_search", "moved words")
 
 
+# --------------------------------------------------------------------------- Semantic change
+
+CHANGE_WORDS_SHOWN = 25  # words per most-moved / most-stable chart
+
+
+def semantic_change_page(page: Page) -> None:
+    run = pick_run(page.study, "change_run")
+    if run is None:
+        return
+    change = load_table(run, "word_change")
+    if not has_columns_or_explain(change, ["comparison", "word", "cosine_distance", "low", "high",
+                                           "control_threshold", "moved"], "word_change", run):
+        return
+    with guard("the semantic change", run):
+        comparison = st.selectbox("comparison", list(dict.fromkeys(change["comparison"].astype(str))))
+        slices = optional_table(run, "slices")
+        if slices is not None and "comparison" in slices:
+            st.dataframe(slices[slices["comparison"] == comparison], width="stretch", hide_index=True)
+        part = change[change["comparison"] == comparison]
+        st.caption(f"{int(part['moved'].sum())} of {len(part)} scored words moved beyond the frequency-matched "
+                   "control.")
+        for most in ("moved", "stable"):
+            rows = tables.change_rows(change, comparison, CHANGE_WORDS_SHOWN, most)
+            st.plotly_chart(figures.change_figure(rows, f"{comparison}: most {most} words"), width="stretch",
+                            key=f"change-{most}")
+        st.subheader("Any word: its change and its neighbours in each slice")
+        columns = [c for c in ("word", "count_a", "count_b", "cosine_distance", "low", "high",
+                               "neighbourhood_distance", "control_threshold", "moved", "stable", "neighbours_a",
+                               "neighbours_b") if c in part]
+        searchable_table(part[columns], "change_word_search", "words")
+
+
 # --------------------------------------------------------------------------- Pretraining
 
 def training_curves(run: Path) -> None:
@@ -577,6 +609,12 @@ PAGES: tuple[Page, ...] = (
                "scored by translation retrieval (P@k, CSLS). Mikolov et al. 2013; Conneau et al. 2018; "
                "Artetxe et al. 2017.",
          render=alignment_page, study="alignment", main_table="precision", min_tables=1),
+    Page(key="Semantic change", title="Semantic change between slices of documents",
+         intro="Which words moved between two slices of documents (1900 vs 1990, one party vs another): each "
+               "slice gets its own vectors, one is rotated onto the other, and a word's change is checked against "
+               "how far words of its frequency move between two random halves of one slice. Hamilton et al. "
+               "2016, *Diachronic Word Embeddings Reveal Statistical Laws of Semantic Change*.",
+         render=semantic_change_page, study="semantic_change", main_table="word_change", min_charts=2),
     Page(key="Pretraining", title="Pretraining and emergence",
          intro="The project's own BERT during masked-language-model pretraining (Devlin et al. 2019): loss, and at "
                "each saved checkpoint its head types, probe accuracy and masked-word guesses; Voita et al. 2019 "

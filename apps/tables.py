@@ -416,6 +416,12 @@ MEASURES: dict[str, str] = {
                      "**intra-sentence similarity**: mean cosine between each word and its sentence's mean "
                      "vector; **MEV**: share of a word's variance its first principal component explains; "
                      "**anisotropy baseline**: the same measure on random words; adjusted = raw − baseline.",
+    "semantic_change": "**change**: 1 − cosine between a word's vector in slice A, rotated onto slice B by "
+                       "Procrustes on frequent shared words, and its vector in B; mean over document-bootstrap "
+                       "replicates, with their 95% range. **neighbourhood change** (Hamilton et al. 2016): 1 − "
+                       "cosine of the word's similarities to its nearest neighbours in each slice. **control**: "
+                       "how far words of the same frequency move between two random halves of one slice; a word "
+                       "**moved** when its whole interval is above it.",
     "alignment": "**P@k**: share of held-out source words whose dictionary translation is among the k nearest "
                  "target words after the mapping; **CSLS**: 2·cosine minus each of the two words' mean cosine to "
                  "its 10 nearest neighbours in the other space (penalises hubs).",
@@ -428,6 +434,7 @@ PAGE_MEASURES: dict[str, tuple[str, ...]] = {
     "Pruning": ("importance", "threshold"),
     "Embeddings": ("contextuality",),
     "Alignment": ("alignment",),
+    "Semantic change": ("semantic_change",),
 }
 
 
@@ -466,3 +473,13 @@ def best_layer_difference(summary_a: pd.DataFrame, sentences_a: pd.DataFrame, su
                      "unpaired sentences": unmatched, "small sample": is_small_sample(n_items)})
     return pd.DataFrame(rows, columns=["task", "layer A", "layer B", "A", "B", "A − B", "low", "high", "p",
                                        "shared sentences", "unpaired sentences", "small sample"])
+
+
+def change_rows(word_change: pd.DataFrame, comparison: str, n: int, most: str = "moved") -> pd.DataFrame:
+    """The ``n`` most moved (highest ``cosine_distance``) or most stable (lowest upper end ``high``)
+    words of one comparison of a ``word_change`` table (columns ``comparison, word,
+    cosine_distance, low, high, control_threshold, moved, stable``)."""
+    part = word_change[word_change["comparison"] == comparison]
+    if most == "moved":
+        return part.sort_values(["cosine_distance", "word"], ascending=[False, True]).head(n)
+    return part.sort_values(["high", "word"]).head(n)

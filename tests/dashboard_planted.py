@@ -25,6 +25,7 @@ PAGE_TITLES = {
     "Pruning": "Head importance and pruning (Michel et al. 2019, Voita et al. 2019)",
     "Embeddings": "Static vs contextual embeddings (Ethayarajh 2019)",
     "Alignment": "Rotation alignment (Procrustes, self-learning, CSLS)",
+    "Semantic change": "Semantic change between slices of documents",
     "Pretraining": "Pretraining and emergence",
     "Compare runs": "Compare two runs",
 }
@@ -33,13 +34,14 @@ INTRO_PHRASES = {
     "Runs": "newest first", "Live": "Abnar & Zuidema 2020", "Probing": "Hewitt & Liang 2019", "Feature combinations": "Devlin et al. 2019",
     "Heads": "*What Does BERT Look At?*", "Pruning": "*Are Sixteen Heads Really Better than One?*",
     "Embeddings": "Ethayarajh 2019", "Alignment": "Conneau et al. 2018", "Pretraining": "masked-language-model",
+    "Semantic change": "Hamilton et al. 2016",
     "Compare runs": "side by side",
 }
 # The study whose runs each page shows, and that study's main table (what "Compare runs" puts side by side).
 PAGE_STUDIES = {"Probing": ("edge_probing", "layer_scores"), "Feature combinations": ("feature_combinations", "combinations"),
                 "Heads": ("head_types", "head_types"), "Pruning": ("pruning", "pruning_curves"),
                 "Embeddings": ("contextuality", "contextuality"), "Alignment": ("alignment", "precision"),
-                "Pretraining": ("emergence", "probe_scores")}
+                "Pretraining": ("emergence", "probe_scores"), "Semantic change": ("semantic_change", "word_change")}
 
 MARKUP = "<b>x</b>"
 ESCAPED = "&lt;b&gt;x&lt;/b&gt;"
@@ -207,8 +209,29 @@ def every_study_run(root: Path, model: str = "planted-bert") -> dict[str, Path]:
     runs = {"edge_probing": probing_run(root, "planted", model), "feature_combinations": combinations_run(root),
             "head_types": head_types_run(root), "pruning": pruning_run(root),
             "contextuality": contextuality_run(root, "planted", model), "alignment": alignment_run(root),
-            "emergence": emergence_run(root)}
+            "emergence": emergence_run(root), "semantic_change": semantic_change_run(root)}
     return runs
+
+
+PLANTED_MOVED = "broadcast"   # the word the planted semantic-change run finds moved
+
+
+def semantic_change_run(root: Path, run_id: str = "planted") -> Path:
+    """A semantic_change run: one comparison of 30 words; PLANTED_MOVED (and MARKUP) moved far
+    beyond the control, the others stayed below it."""
+    words = [PLANTED_MOVED, MARKUP] + [f"w{i}" for i in range(28)]
+    change = np.array([0.9, 0.8] + list(np.linspace(0.05, 0.2, 28)))
+    table = pd.DataFrame({"comparison": "1900s_vs_1990s", "word": words, "count_a": 50, "count_b": 60,
+                          "frequency_bin": 0, "cosine_distance": change, "low": change - 0.05, "high": change + 0.05,
+                          "neighbourhood_distance": change, "neighbourhood_low": change - 0.05,
+                          "neighbourhood_high": change + 0.05, "n_replicates": 10, "control_threshold": 0.4,
+                          "control_median": 0.15, "moved": change - 0.05 > 0.4, "stable": change + 0.05 < 0.15,
+                          "neighbours_a": "farm, seed, field", "neighbours_b": "radio, television, news"})
+    slices = pd.DataFrame({"comparison": "1900s_vs_1990s", "side": ["a", "b"], "slice": ["1900–1929", "1990–2021"],
+                           "documents": [30, 32], "sentences": [12000, 10800], "words": [357000, 199000],
+                           "vocabulary": [15000, 11000]})
+    return write_results(root / "semantic_change" / run_id, {"word_change": table, "slices": slices},
+                         {"study": "semantic_change", "run_id": run_id, "seed": 0})
 
 
 PLANTED_GUESS = "cat"  # the token the planted MLM puts first in place of any masked word

@@ -135,6 +135,23 @@ def test_alignment_page_shows_the_planted_precision(planted_results, monkeypatch
     pd.testing.assert_frame_equal(at.dataframe[0].value, PLANTED_PRECISION)
 
 
+def test_semantic_change_page_shows_the_planted_moved_word_and_searches(planted_results, monkeypatch):
+    from dashboard_planted import ESCAPED, MARKUP, PLANTED_MOVED
+
+    at = open_page("Semantic change", planted_results, monkeypatch)
+    assert at.header[0].value == "Semantic change between slices of documents" and not at.error
+    assert "2 of 30 scored words moved" in " ".join(c.value for c in at.caption)
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2
+    import json
+
+    words = json.loads(charts[0].proto.spec)["data"][0]["y"]
+    assert PLANTED_MOVED in words and ESCAPED in words and MARKUP not in words   # words escaped in the figure
+    at.text_input(key="change_word_search").set_value(PLANTED_MOVED).run()
+    found = at.dataframe[-1].value
+    assert found["word"].tolist() == [PLANTED_MOVED] and found["neighbours_b"].iloc[0].startswith("radio")
+
+
 def test_pretraining_page_follows_the_planted_checkpoints(planted_results, monkeypatch):
     at = open_page("Pretraining", planted_results, monkeypatch)
     assert at.header[0].value == "Pretraining and emergence"
