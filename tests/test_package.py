@@ -51,3 +51,27 @@ def test_version_and_commit_are_recorded():
     assert bertology.__version__ and bertology.__version__ != "0+unknown"
     commit = git_commit()
     assert commit is None or re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", commit)
+
+
+def test_notebook_objects_have_short_reprs():
+    """A model, a corpus, a store, vectors and an alignment print as one line each (issue 27.6)."""
+    import numpy as np
+
+    from bertology.corpus import Corpus, Sentence
+    from bertology.models import LoadedModel
+    from bertology.probes.embeddings.alignment import align
+    from bertology.probes.embeddings.static_vectors import StaticVectors
+    from bertology.testing import tiny_model, tiny_tokenizer
+
+    model = tiny_model("bert")
+    lm = LoadedModel("tiny", None, model, tiny_tokenizer("bert"), model.config, "0123456789abcdef", False)
+    corpus = Corpus("c", [Sentence("s1", ["a", "b"])], {"upos": "gold: planted"})
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(50)]
+    a = StaticVectors(words, rng.normal(size=(50, 8)), "a")
+    result = align(a, a, [(w, w) for w in words])
+    for obj in (lm, corpus, a, result):
+        text = repr(obj)
+        assert "\n" not in text and len(text) < 200, text
+    assert repr(corpus) == "Corpus('c': 1 sentences, 2 words; upos gold)"
+    assert "2 layers" in repr(lm) or "layers" in repr(lm)

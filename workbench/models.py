@@ -61,6 +61,11 @@ class LoadedModel:
     def hidden_size(self) -> int:
         return architectures.hidden_size(self.config)
 
+    def __repr__(self) -> str:
+        head = ", MLM head" if self.has_mlm_head else ""
+        return (f"LoadedModel({self.name!r}: {self.config.model_type}, {self.num_layers} layers × "
+                f"{self.num_heads} heads, hidden {self.hidden_size}{head}, fingerprint {self.fingerprint[:10]})")
+
 
 # --------------------------------------------------------------------------- registry
 

@@ -309,6 +309,11 @@ class AlignmentResult:
     train_pairs: pd.DataFrame
     info: dict = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        return (f"AlignmentResult({self.method}: W {self.W.shape[0]}×{self.W.shape[1]}, "
+                f"{len(self.train_pairs)} training pairs, normalisation {'-'.join(self.normalization) or 'none'}, "
+                f"{len(self.history)} iterations)")
+
     def map_source(self, x: StaticVectors | np.ndarray) -> np.ndarray:
         """Source vectors preprocessed then mapped: ``[n, d_t]``, unit rows."""
         m = x.matrix if isinstance(x, StaticVectors) else x

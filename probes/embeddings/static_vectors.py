@@ -47,6 +47,11 @@ class StaticVectors:
         for i, w in enumerate(self.words):
             self._index.setdefault(w, i)
 
+    def __repr__(self) -> str:
+        source = self.metadata.get("source", "")
+        return (f"StaticVectors({self.name!r}: {len(self.words)} words × {self.dim} dims"
+                f"{', ' + str(source) if source else ''})")
+
     # --- lookup -----------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.words)

@@ -57,6 +57,10 @@ class Corpus:
     def __len__(self) -> int:
         return len(self.sentences)
 
+    def __repr__(self) -> str:
+        layers = ", ".join(f"{k} {v.split(':')[0]}" for k, v in self.sources.items()) or "words only"
+        return f"Corpus({self.name!r}: {len(self.sentences)} sentences, {self.n_words} words; {layers})"
+
     def __getitem__(self, i: int) -> Sentence:
         return self.sentences[i]
 
