@@ -13,7 +13,8 @@ from torch import nn
 from bertology.errors import ConfigError
 from bertology.probes.compression import quantization as qz
 from bertology.probes.compression import (QuantSetting, compare_quantization, dynamic_int8, encoder_linear_names,
-                                          fake_quantize_weight, hidden_states, int8_engine, relative_changes,
+                                          fake_quantize_weight, hidden_states, int8_engine, pooled_cosines,
+                                          relative_changes,
                                           serialized_bytes, simulate_weight_quantization, theoretical_packed_bytes)
 from bertology.testing import pair_batches, tiny_bert
 
@@ -79,7 +80,10 @@ def test_bad_settings_are_refused():
         QuantSetting("int4")
     with pytest.raises(ConfigError, match="group_size"):
         QuantSetting("int8-dynamic", group_size=32)
+    with pytest.raises(ConfigError, match="per_channel"):
+        QuantSetting("simulated", 4, per_channel=True)
     assert QuantSetting("simulated", 4, 16).name == "simulated-4bit-g16"
+    assert QuantSetting("int8-dynamic", per_channel=True).name == "int8-dynamic-per-channel"
 
 
 def test_only_the_encoder_layers_linears_are_chosen():
@@ -116,6 +120,17 @@ def test_relative_changes_known_answer_ignores_padding():
     assert table["mean_relative_change"].tolist() == [0.0, 0.25]
 
 
+def test_pooled_cosines_known_answer():
+    ref = torch.zeros(2, 1, 3, 2)                                            # [layers + 1, batch, tokens, dim]
+    ref[-1, 0, 0] = torch.tensor([1.0, 0.0])
+    ref[-1, 0, 1] = torch.tensor([1.0, 0.0])
+    new = ref.clone()
+    new[-1, 0, 1] = torch.tensor([0.0, 2.0])                                 # pooled (0.5, 1) vs (1, 0)
+    new[-1, 0, 2] = torch.tensor([-9.0, 0.0])                                # padding: not pooled
+    cos = pooled_cosines([ref], [new], [{"attention_mask": torch.tensor([[1, 1, 0]])}])
+    torch.testing.assert_close(cos, torch.tensor([0.5 / math.sqrt(1.25)]))
+
+
 def test_theoretical_packed_size_known_answer():
     model = tiny_bert(mlm=True, layers=1, hidden=32)
     linears = {id(model.get_submodule(n).weight) for n in encoder_linear_names(model)}
@@ -145,6 +160,12 @@ def test_dynamic_int8_is_close_to_float32_and_smaller():
     change = relative_changes(hidden_states(model, batches), hidden_states(quantized, batches), batches)
     assert 0 < change["max_relative_change"].max() < 0.02
     assert serialized_bytes(quantized) < 0.6 * serialized_bytes(model)
+    per_channel, note = dynamic_int8(model, per_channel=True)
+    assert "per-channel" in note
+    packed = per_channel.get_submodule(names[0]).weight()                    # the int8 weight, as torch holds it
+    assert packed.qscheme() == torch.per_channel_affine and packed.q_per_channel_scales().shape == (64,)
+    change = relative_changes(hidden_states(model, batches), hidden_states(per_channel, batches), batches)
+    assert 0 < change["max_relative_change"].max() < 0.02
 
 
 def test_compare_quantization_table():
@@ -157,7 +178,8 @@ def test_compare_quantization_table():
     rows = summary.set_index("setting")
     assert list(rows.index) == ["float32", "int8-dynamic", "simulated-8bit", "simulated-2bit"]
     assert rows.loc["float32", "max_relative_change"] == 0 and rows.loc["float32", "speedup"] == 1
-    assert rows.loc["float32", "size_ratio"] == 1
+    assert rows.loc["float32", "size_ratio"] == 1 and rows.loc["float32", "pooled_cosine"] == pytest.approx(1)
+    assert rows.loc["simulated-2bit", "pooled_cosine"] < rows.loc["simulated-8bit", "pooled_cosine"] <= 1 + 1e-6
     assert rows.loc["simulated-8bit", "size_kind"] == "theoretical" and math.isnan(rows.loc["simulated-8bit", "speedup"])
     assert rows.loc["simulated-2bit", "note"] == qz.SIMULATED_NOTE and not rows.loc["simulated-2bit", "real_kernels"]
     assert rows.loc["simulated-2bit", "size_ratio"] < rows.loc["simulated-8bit", "size_ratio"] < 1

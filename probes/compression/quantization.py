@@ -4,8 +4,9 @@ Two kinds, and the difference matters when reading the numbers:
 
 - **real int8** (:func:`dynamic_int8`): ``torch.ao.quantization.quantize_dynamic`` replaces every
   ``nn.Linear`` inside the encoder's layer list with torch's dynamically quantized Linear: int8
-  weights (per-tensor scale), activations quantized per batch at run time, int8 GEMM kernels
-  (fbgemm / x86 / onednn / qnnpack). Its serialized size and its forward time are real.
+  weights (one scale per tensor, torch's default, or per output channel with ``per_channel``),
+  activations quantized per batch at run time, int8 GEMM kernels (fbgemm / x86 / onednn /
+  qnnpack). Its serialized size and its forward time are real.
 - **simulated b-bit** (:func:`simulate_weight_quantization`, b in 2..8): each Linear weight of the
   encoder layers is rounded to the nearest of ``2^(b-1) - 1`` symmetric levels per output channel
   (or per group of input columns) and *dequantized back to float32*; the model runs float32
@@ -48,12 +49,14 @@ SCALE_BYTES = 4  # one float32 scale per output channel (or per group) in the th
 @dataclass(frozen=True)
 class QuantSetting:
     """One way of running the encoder: ``kind`` is ``"float32"``, ``"int8-dynamic"`` (real int8
-    kernels) or ``"simulated"`` (``bits`` in 2..8, ``group_size`` input columns per scale, None =
-    one scale per output channel)."""
+    kernels; ``per_channel``: one weight scale per output channel instead of per tensor) or
+    ``"simulated"`` (``bits`` in 2..8, ``group_size`` input columns per scale, None = one scale per
+    output channel)."""
 
     kind: str
     bits: int = 32
     group_size: int | None = None
+    per_channel: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("float32", "int8-dynamic", "simulated"):
@@ -62,15 +65,20 @@ class QuantSetting:
             raise ConfigError(f"QuantSetting.bits: {self.bits} (simulated weights take 2..8 bits)")
         if self.group_size is not None and (self.kind != "simulated" or self.group_size < 1):
             raise ConfigError(f"QuantSetting.group_size: {self.group_size} (a positive size, simulated only)")
+        if self.per_channel and self.kind != "int8-dynamic":
+            raise ConfigError("QuantSetting.per_channel: for int8-dynamic only (simulated bits are per channel)")
 
     @property
     def name(self) -> str:
         if self.kind == "simulated":
             return f"simulated-{self.bits}bit" + (f"-g{self.group_size}" if self.group_size else "")
-        return self.kind
+        return self.kind + ("-per-channel" if self.per_channel else "")
 
 
 DEFAULT_SETTINGS = (QuantSetting("float32"), QuantSetting("int8-dynamic"), QuantSetting("simulated", 4))
+SUMMARY_COLUMNS = ["setting", "kind", "bits", "real_kernels", "size_bytes", "size_kind", "size_ratio", "mlm_loss",
+                   "max_relative_change", "mean_relative_change", "pooled_cosine", "seconds", "speedup", "threads",
+                   "note"]
 
 
 # ---------------------------------------------------------------- which layers
@@ -162,9 +170,10 @@ def int8_engine() -> tuple[str | None, str]:
     return (engine if engine in engines else engines[0]), f"quantized engine {engine} of {engines}"
 
 
-def dynamic_int8(model: nn.Module) -> tuple[nn.Module | None, str]:
+def dynamic_int8(model: nn.Module, per_channel: bool = False) -> tuple[nn.Module | None, str]:
     """``(quantized copy, note)``: ``torch.ao.quantization.quantize_dynamic`` (qint8) of the
-    encoder Linear layers of a CPU float32 copy of ``model``, checked with one forward pass; or
+    encoder Linear layers of a CPU float32 copy of ``model`` (weights: one scale per tensor, or per
+    output channel with ``per_channel``), checked with one forward pass; or
     ``(None, reason)`` when this torch / CPU cannot (no engine, or the call or the check raised).
     torch marks ``torch.ao.quantization`` deprecated; its warnings are silenced here and the note
     says which engine ran."""
@@ -175,15 +184,18 @@ def dynamic_int8(model: nn.Module) -> tuple[nn.Module | None, str]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*(deprecated|quantize_per).*")
             torch.backends.quantized.engine = engine
-            names = set(encoder_linear_names(model))
+            qconfig = (torch.ao.quantization.per_channel_dynamic_qconfig if per_channel
+                       else torch.ao.quantization.default_dynamic_qconfig)
+            spec = {name: qconfig for name in encoder_linear_names(model)}
             quantized = torch.ao.quantization.quantize_dynamic(
-                copy.deepcopy(model).float().cpu().eval(), names, dtype=torch.qint8)
+                copy.deepcopy(model).float().cpu().eval(), spec, dtype=torch.qint8)
             probe = torch.zeros(1, 4, dtype=torch.long)
             with torch.no_grad():
                 getattr(quantized, "base_model", quantized)(input_ids=probe)
     except (RuntimeError, NotImplementedError, AssertionError) as exc:
         return None, f"dynamic int8 failed on this CPU ({note}): {type(exc).__name__}: {exc}"
-    return quantized, f"real int8 kernels, {note}"
+    scales = "per-channel" if per_channel else "per-tensor"
+    return quantized, f"real int8 kernels ({scales} weight scales, activations per batch), {note}"
 
 
 def serialized_bytes(model: nn.Module) -> int:
@@ -234,6 +246,19 @@ def relative_changes(reference: Sequence[torch.Tensor], other: Sequence[torch.Te
                          "mean_relative_change": changes.mean(1).numpy()})
 
 
+def pooled_cosines(reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor],
+                   batches: Sequence[Batch]) -> torch.Tensor:
+    """Cosine ``[sentences]`` between the float32 and the quantized sentence vectors: the last
+    hidden layer mean-pooled over real tokens (how a sentence-embedding model such as MiniLM is
+    used). Inputs: per batch ``[layers + 1, batch, tokens, dim]``."""
+    out = []
+    for ref, new, batch in zip(reference, other, batches):
+        mask = batch.get("attention_mask", torch.ones(ref.shape[1:3])).float()[..., None]   # [batch, tokens, 1]
+        pool = [(h[-1] * mask).sum(1) / mask.sum(1).clamp(min=1) for h in (ref, new)]       # [batch, dim]
+        out.append(nn.functional.cosine_similarity(pool[0], pool[1], dim=-1))
+    return torch.cat(out)
+
+
 @torch.no_grad()
 def forward_seconds(model: nn.Module, batches: Sequence[Batch], repeat: int = 5) -> float:
     """Median wall seconds of one encoder forward pass over all ``batches`` (after one warm-up
@@ -254,7 +279,7 @@ def quantized_model(model: nn.Module, setting: QuantSetting) -> tuple[nn.Module 
     if setting.kind == "float32":
         return model, "reference"
     if setting.kind == "int8-dynamic":
-        return dynamic_int8(model)
+        return dynamic_int8(model, setting.per_channel)
     return simulate_weight_quantization(model, setting.bits, setting.group_size), SIMULATED_NOTE
 
 
@@ -278,7 +303,8 @@ def compare_quantization(model: nn.Module, batches: Sequence[Batch], *,
     :func:`~bertology.probes.heads.importance.mask_batches` output; else ``mlm_loss`` is NaN).
     Returns ``(summary, layers)``. ``summary``: one row per setting -- ``setting, kind, bits,
     real_kernels, size_bytes, size_kind, size_ratio, mlm_loss, max_relative_change,
-    mean_relative_change`` (over layers and tokens), ``seconds`` (median forward of the encoder
+    mean_relative_change`` (over layers and tokens), ``pooled_cosine`` (mean over sentences of
+    :func:`pooled_cosines`), ``seconds`` (median forward of the encoder
     over all batches), ``speedup`` (float32 seconds / seconds; real int8 only, NaN for simulated),
     ``threads, note``. ``layers``: ``setting, layer, max_relative_change, mean_relative_change``.
     A setting that cannot run here (no int8 engine) gets a row of NaNs whose note says why."""
@@ -289,26 +315,33 @@ def compare_quantization(model: nn.Module, batches: Sequence[Batch], *,
     rows, layer_tables = [], []
     for setting in settings:
         run, note = quantized_model(model, setting)
-        row = {"setting": setting.name, "kind": setting.kind, "bits": 8 if setting.kind == "int8-dynamic" else setting.bits,
-               "real_kernels": setting.kind != "simulated", "size_bytes": math.nan, "size_kind": "",
-               "size_ratio": math.nan, "mlm_loss": math.nan, "max_relative_change": math.nan,
-               "mean_relative_change": math.nan, "seconds": math.nan, "speedup": math.nan,
-               "threads": torch.get_num_threads(), "note": note}
-        if run is None:
-            rows.append(row)
-            continue
-        row["size_bytes"], row["size_kind"], row["size_ratio"] = setting_size(model, run, setting)
-        if mlm_batches is not None:
-            row["mlm_loss"] = mean_loss(run, list(mlm_batches), mlm_loss)
-        layers = relative_changes(reference, hidden_states(run, batches), batches)
-        row["max_relative_change"] = float(layers["max_relative_change"].max())
-        row["mean_relative_change"] = float(layers["mean_relative_change"].mean())
-        row["seconds"] = base_seconds if setting.kind == "float32" else forward_seconds(run, batches, repeat)
-        if setting.kind != "simulated":
-            row["speedup"] = base_seconds / row["seconds"]
+        row = {"setting": setting.name, "kind": setting.kind,
+               "bits": 8 if setting.kind == "int8-dynamic" else setting.bits,
+               "real_kernels": setting.kind != "simulated", "threads": torch.get_num_threads(), "note": note}
+        if run is not None:
+            measured, layers = _measure(model, run, setting, reference, batches, mlm_batches)
+            row |= measured
+            row["seconds"] = base_seconds if setting.kind == "float32" else forward_seconds(run, batches, repeat)
+            if setting.kind != "simulated":  # a speed-up only where real low-precision kernels ran
+                row["speedup"] = base_seconds / row["seconds"]
+            layer_tables.append(layers.assign(setting=setting.name))
         rows.append(row)
-        layer_tables.append(layers.assign(setting=setting.name))
-    layer_table = pd.concat(layer_tables, ignore_index=True) if layer_tables else pd.DataFrame()
-    if len(layer_table):
-        layer_table = layer_table[["setting", "layer", "max_relative_change", "mean_relative_change"]]
-    return pd.DataFrame(rows), layer_table
+    summary = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
+    columns = ["setting", "layer", "max_relative_change", "mean_relative_change"]
+    layer_table = pd.concat(layer_tables, ignore_index=True)[columns] if layer_tables else pd.DataFrame(columns=columns)
+    return summary, layer_table
+
+
+def _measure(model: nn.Module, run: nn.Module, setting: QuantSetting, reference: list[torch.Tensor],
+             batches: list[Batch], mlm_batches: Sequence[Batch] | None) -> tuple[dict, pd.DataFrame]:
+    """Size, MLM loss and hidden-state change of ``run`` (``model`` under ``setting``)."""
+    row: dict = {}
+    row["size_bytes"], row["size_kind"], row["size_ratio"] = setting_size(model, run, setting)
+    if mlm_batches is not None:
+        row["mlm_loss"] = mean_loss(run, list(mlm_batches), mlm_loss)
+    states = hidden_states(run, batches)
+    layers = relative_changes(reference, states, batches)
+    row["max_relative_change"] = float(layers["max_relative_change"].max())
+    row["mean_relative_change"] = float(layers["mean_relative_change"].mean())
+    row["pooled_cosine"] = float(pooled_cosines(reference, states, batches).double().mean())
+    return row, layers
