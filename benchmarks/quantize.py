@@ -10,7 +10,8 @@ so its MLM loss is n/a; ``--model bert-mini-english`` (the workbench's own MLM-h
     python benchmarks/quantize.py                         # MiniLM-L6, 48 sentences
     python benchmarks/quantize.py --bits 8 4 3 2 --group-size 32 --model bert-mini-english
 
-Time is the median of ``--repeat`` forward passes of the encoder over all batches (after a warm-up);
+Time is the median of ``--repeat`` forward passes of the encoder over all batches (wall and process
+CPU seconds; after a warm-up round; every setting takes its turn in each round);
 a speed-up is printed only for real int8 kernels. Quality: the relative change ``‖h' - h‖ / ‖h‖`` of
 each token's hidden state (max over layers and tokens, mean over tokens averaged over layers), and
 "sentence cos", the mean cosine of the mean-pooled last layer against float32.
@@ -69,12 +70,12 @@ def main() -> None:
              "MLM loss": "n/a (no MLM head)" if mlm_batches is None else f"{r.mlm_loss:.4f}",
              "max rel. change": r.max_relative_change, "mean rel. change": r.mean_relative_change,
              "sentence cos": r.pooled_cosine,
-             "forward s": r.seconds,
+             "forward s": r.seconds, "CPU s": r.cpu_seconds,
              "speed-up": speedup_text(r)}
             for r in summary.itertuples()]
     print_table(rows, f"Quantization of {lm.name}'s encoder Linear layers: {len(sentences)} Brown-sample sentences, "
                       f"{tokens} tokens in {len(batches)} batches, {torch.get_num_threads()} threads, "
-                      f"median of {args.repeat} forwards")
+                      f"median of {args.repeat} forwards, settings taking turns")
     for r in summary.itertuples():
         print(f"  {r.setting}: {r.note}")
     wide = layers.pivot(index="layer", columns="setting", values="max_relative_change")

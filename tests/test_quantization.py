@@ -13,7 +13,7 @@ from torch import nn
 from bertology.errors import ConfigError
 from bertology.probes.compression import quantization as qz
 from bertology.probes.compression import (QuantSetting, compare_quantization, dynamic_int8, encoder_linear_names,
-                                          fake_quantize_weight, hidden_states, int8_engine, pooled_cosines,
+                                          fake_quantize_weight, forward_seconds, hidden_states, int8_engine, pooled_cosines,
                                           relative_changes,
                                           serialized_bytes, simulate_weight_quantization, theoretical_packed_bytes)
 from bertology.testing import pair_batches, tiny_bert
@@ -168,6 +168,12 @@ def test_dynamic_int8_is_close_to_float32_and_smaller():
     assert 0 < change["max_relative_change"].max() < 0.02
 
 
+def test_forward_seconds_times_each_model_in_turns():
+    models = [tiny_bert(), tiny_bert(seed=1)]
+    timings = forward_seconds(models, inputs_only(pair_batches(1)), repeat=2)
+    assert len(timings) == 2 and all(wall > 0 and cpu >= 0 for wall, cpu in timings)
+
+
 def test_compare_quantization_table():
     model = tiny_bert(mlm=True, hidden=64)
     mlm_batches = pair_batches(2)
@@ -188,7 +194,7 @@ def test_compare_quantization_table():
     if int8_engine()[0] is not None:
         assert rows.loc["int8-dynamic", "size_kind"] == "serialized" and rows.loc["int8-dynamic", "size_ratio"] < 1
         assert rows.loc["int8-dynamic", "speedup"] > 0
-    assert (summary["seconds"] > 0).all()
+    assert (summary["seconds"] > 0).all() and (summary["cpu_seconds"] >= 0).all()
     assert set(layers["setting"]) == set(rows.index) and len(layers) == 4 * 3   # 2 layers + embeddings
     # a base model has no MLM head: no MLM loss
     base, _ = compare_quantization(tiny_bert(), inputs_only(mlm_batches)[:1], settings=settings[:1], repeat=1)
@@ -204,4 +210,5 @@ def test_missing_int8_engine_gives_a_row_that_says_why(monkeypatch):
     row = summary.set_index("setting").loc["int8-dynamic"]
     assert row["note"] == "torch was built without a quantized engine"
     assert math.isnan(row["size_bytes"]) and math.isnan(row["speedup"]) and math.isnan(row["seconds"])
+    assert summary.set_index("setting").loc["float32", "speedup"] == 1
     assert set(layers["setting"]) == {"float32"}

@@ -77,7 +77,8 @@ class QuantSetting:
 
 DEFAULT_SETTINGS = (QuantSetting("float32"), QuantSetting("int8-dynamic"), QuantSetting("simulated", 4))
 SUMMARY_COLUMNS = ["setting", "kind", "bits", "real_kernels", "size_bytes", "size_kind", "size_ratio", "mlm_loss",
-                   "max_relative_change", "mean_relative_change", "pooled_cosine", "seconds", "speedup", "threads",
+                   "max_relative_change", "mean_relative_change", "pooled_cosine", "seconds", "cpu_seconds", "speedup",
+                   "threads",
                    "note"]
 
 
@@ -260,18 +261,24 @@ def pooled_cosines(reference: Sequence[torch.Tensor], other: Sequence[torch.Tens
 
 
 @torch.no_grad()
-def forward_seconds(model: nn.Module, batches: Sequence[Batch], repeat: int = 5) -> float:
-    """Median wall seconds of one encoder forward pass over all ``batches`` (after one warm-up
-    pass), with torch's current thread count."""
-    encoder = getattr(model, "base_model", model)
-    times = []
-    for i in range(repeat + 1):
-        start = time.perf_counter()
-        for batch in batches:
-            encoder(**model_inputs(batch))
-        if i:  # the first pass warms thread pools and packed-weight caches
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def forward_seconds(models: Sequence[nn.Module], batches: Sequence[Batch], repeat: int = 5
+                    ) -> list[tuple[float, float]]:
+    """Per model, ``(median wall seconds, median CPU seconds of this process)`` of one encoder
+    forward pass over all ``batches``, with torch's current thread count. The models take turns
+    (one warm-up round, then ``repeat`` rounds of one pass each), so load from other processes on
+    a shared machine falls on all of them alike rather than on whichever ran last."""
+    encoders = [getattr(m, "base_model", m) for m in models]
+    wall: list[list[float]] = [[] for _ in encoders]
+    cpu: list[list[float]] = [[] for _ in encoders]
+    for round_ in range(repeat + 1):
+        for k, encoder in enumerate(encoders):
+            c0, t0 = time.process_time(), time.perf_counter()
+            for batch in batches:
+                encoder(**model_inputs(batch))
+            if round_:  # round 0 warms thread pools and packed-weight caches
+                wall[k].append(time.perf_counter() - t0)
+                cpu[k].append(time.process_time() - c0)
+    return [(statistics.median(w), statistics.median(c)) for w, c in zip(wall, cpu)]
 
 
 def quantized_model(model: nn.Module, setting: QuantSetting) -> tuple[nn.Module | None, str]:
@@ -304,15 +311,16 @@ def compare_quantization(model: nn.Module, batches: Sequence[Batch], *,
     Returns ``(summary, layers)``. ``summary``: one row per setting -- ``setting, kind, bits,
     real_kernels, size_bytes, size_kind, size_ratio, mlm_loss, max_relative_change,
     mean_relative_change`` (over layers and tokens), ``pooled_cosine`` (mean over sentences of
-    :func:`pooled_cosines`), ``seconds`` (median forward of the encoder
-    over all batches), ``speedup`` (float32 seconds / seconds; real int8 only, NaN for simulated),
+    :func:`pooled_cosines`), ``seconds`` / ``cpu_seconds`` (median wall / process CPU time of one
+    forward pass of the encoder over all batches, float32 and every setting taking turns:
+    :func:`forward_seconds`), ``speedup`` (float32 wall seconds / seconds; real int8 only, NaN for
+    simulated: its float32 kernels cost what float32 costs, any difference is noise),
     ``threads, note``. ``layers``: ``setting, layer, max_relative_change, mean_relative_change``.
     A setting that cannot run here (no int8 engine) gets a row of NaNs whose note says why."""
     model = model.eval()
     batches = list(batches)
     reference = hidden_states(model, batches)
-    base_seconds = forward_seconds(model, batches, repeat)
-    rows, layer_tables = [], []
+    rows, runs, layer_tables = [], [], []
     for setting in settings:
         run, note = quantized_model(model, setting)
         row = {"setting": setting.name, "kind": setting.kind,
@@ -321,11 +329,18 @@ def compare_quantization(model: nn.Module, batches: Sequence[Batch], *,
         if run is not None:
             measured, layers = _measure(model, run, setting, reference, batches, mlm_batches)
             row |= measured
-            row["seconds"] = base_seconds if setting.kind == "float32" else forward_seconds(run, batches, repeat)
-            if setting.kind != "simulated":  # a speed-up only where real low-precision kernels ran
-                row["speedup"] = base_seconds / row["seconds"]
+            runs.append((row, run))
             layer_tables.append(layers.assign(setting=setting.name))
         rows.append(row)
+    others = [(row, run) for row, run in runs if run is not model]           # float32 itself is the baseline
+    (base, *timings) = forward_seconds([model] + [run for _, run in others], batches, repeat)
+    for row, _ in runs:
+        if row["kind"] == "float32":
+            row["seconds"], row["cpu_seconds"], row["speedup"] = *base, 1.0
+    for (row, _), (seconds, cpu_seconds) in zip(others, timings):
+        row["seconds"], row["cpu_seconds"] = seconds, cpu_seconds
+        if row["real_kernels"]:  # a speed-up only where real low-precision kernels ran
+            row["speedup"] = base[0] / seconds
     summary = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
     columns = ["setting", "layer", "max_relative_change", "mean_relative_change"]
     layer_table = pd.concat(layer_tables, ignore_index=True)[columns] if layer_tables else pd.DataFrame(columns=columns)
