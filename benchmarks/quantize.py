@@ -12,7 +12,8 @@ so its MLM loss is n/a; ``--model bert-mini-english`` (the workbench's own MLM-h
 
 Time is the median of ``--repeat`` forward passes of the encoder over all batches (wall and process
 CPU seconds; after a warm-up round; every setting takes its turn in each round);
-a speed-up is printed only for real int8 kernels. Quality: the relative change ``‖h' - h‖ / ‖h‖`` of
+a speed-up (float32 wall / wall, and float32 CPU / CPU seconds, steadier on a shared machine) is
+printed only for real int8 kernels. Quality: the relative change ``‖h' - h‖ / ‖h‖`` of
 each token's hidden state (max over layers and tokens, mean over tokens averaged over layers), and
 "sentence cos", the mean cosine of the mean-pooled last layer against float32.
 """
@@ -65,13 +66,15 @@ def main() -> None:
     summary, layers = compare_quantization(lm.model, batches, settings=settings, mlm_batches=mlm_batches,
                                            repeat=args.repeat)
     tokens = int(sum(b["attention_mask"].sum() for b in batches))
+    base_cpu = float(summary.loc[summary["kind"] == "float32", "cpu_seconds"].iloc[0])
     rows = [{"setting": r.setting, "size MB": r.size_bytes / 1e6, "size": r.size_kind,
              "x float32": r.size_ratio,
              "MLM loss": "n/a (no MLM head)" if mlm_batches is None else f"{r.mlm_loss:.4f}",
              "max rel. change": r.max_relative_change, "mean rel. change": r.mean_relative_change,
              "sentence cos": r.pooled_cosine,
              "forward s": r.seconds, "CPU s": r.cpu_seconds,
-             "speed-up": speedup_text(r)}
+             "speed-up": speedup_text(r),
+             "CPU-time ratio": f"{base_cpu / r.cpu_seconds:.2f}x" if r.real_kernels and r.cpu_seconds > 0 else "-"}
             for r in summary.itertuples()]
     print_table(rows, f"Quantization of {lm.name}'s encoder Linear layers: {len(sentences)} Brown-sample sentences, "
                       f"{tokens} tokens in {len(batches)} batches, {torch.get_num_threads()} threads, "
