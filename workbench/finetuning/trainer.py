@@ -12,6 +12,7 @@ Run layout (``paths.models_dir() / <run_name>``)::
     metrics.jsonl                loss, lr, tokens_per_s per log window; dev_loss, dev_accuracy per evaluation
     checkpoint-<step>/           during the run: HF model + tokenizer + trainer state (resumable);
                                  at the end only the best on dev is kept, with README.md (model card)
+    test_predictions.json        at the end: per test example its id, document, correct and scored items
 
 The finished model is a registry model (``<run>@<step>``, or ``<run>``): every analysis of the
 workbench loads its encoder. Resumption is exact (same weights as an uninterrupted run): the data
