@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertology.errors import ConfigError, WorkbenchError
+from bertology.errors import ConfigError, CorpusError, WorkbenchError
 from bertology.finetuning.analysis import compare_with_reference, seeds_and_examples_interval
 from bertology.finetuning.changes import attention_change, js_divergence_rows
 from bertology.finetuning.trainer import read_test_predictions
@@ -34,7 +34,8 @@ def planted(tmp_path_factory) -> dict[str, Path]:
     lines = []
     for i in range(120):
         words = [rng.choice(SET_A + SET_B) for _ in range(6)]
-        lines.append({"words": words, "labels": ["A" if w in SET_A else "B" for w in words], "document": f"doc{i % 24}"})
+        lines.append({"words": words, "labels": ["A" if w in SET_A else "B" for w in words],
+                      "document": f"doc{i % 24}"})
     (root / "token.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return {"model": save_tiny_model_dir("bert", root / "tiny-bert"), "token": root / "token.jsonl", "root": root}
 
@@ -65,12 +66,14 @@ def test_study_runs_end_to_end_with_known_answers(planted, tmp_path):
     assert len(scores) == 4 and (scores["n_seeds"] == 2).all()
     assert ((scores["low"] <= scores["accuracy"]) & (scores["accuracy"] <= scores["high"])).all()
     assert (scores["low"] < scores["high"]).all()  # never ± 0
-    assert scores.set_index("mode").loc["frozen", "trainable_share"] < scores.set_index("mode").loc["full", "trainable_share"]
+    share = scores.set_index("mode")["trainable_share"]
+    assert share["frozen"] < share["bitfit"] < share["full"] == 1.0
 
     comparisons = _table(run_dir, "finetune_comparisons")
     assert sorted(comparisons["mode"]) == ["adapters", "bitfit", "frozen"]
     assert (comparisons["reference"] == "full").all() and comparisons["low"].notna().all()
-    assert (comparisons["low"] <= comparisons["difference"]).all() and (comparisons["difference"] <= comparisons["high"]).all()
+    assert ((comparisons["low"] <= comparisons["difference"])
+            & (comparisons["difference"] <= comparisons["high"])).all()
 
     weights = _table(run_dir, "weight_change")
     frozen = weights[weights["mode"] == "frozen"]
@@ -166,3 +169,41 @@ def test_attention_change_is_zero_for_identical_models_and_finds_a_forced_head(p
         handle.remove()
     assert changed.idxmax() == (1, 2) and changed[(1, 2)] > 0.1
     assert (changed.drop((1, 2)) == 0).all()  # the other heads of that layer and every earlier head
+
+
+# --------------------------------------------------------------------------- State of the Union tasks
+
+def test_sotu_tasks_label_passages_by_party_and_decade_split_by_address(tmp_path, monkeypatch):
+    """Six planted addresses (.txt + .json as the npm package has them): passages of three
+    sentences, Democratic/Republican only for the party task, decades from the year, round-robin
+    order over addresses, and no address in two splits."""
+    from bertology.finetuning import build_task
+    from bertology.finetuning.tasks import sotu_task
+
+    addresses = [(1851, "Whig"), (1913, "Democratic"), (1925, "Republican"), (1934, "Democratic"),
+                 (1961, "Democratic"), (1971, "Republican")]
+    for year, party in addresses:
+        name = f"{year}_someone"
+        sentences = " ".join(f"Sentence {i} of {year} is here." for i in range(7))  # 7 sentences -> passages 3, 3, 1
+        (tmp_path / f"{name}.txt").write_text(sentences)
+        (tmp_path / f"{name}.json").write_text(json.dumps({"year": year, "party": party, "text": sentences}))
+    monkeypatch.setenv("BERTOLOGY_SOTU", str(tmp_path))
+
+    party = sotu_task("party")
+    assert len(party) == 5 * 3 and {e.label for e in party} == {"Democratic", "Republican"}
+    assert [e.document for e in party[:5]] == ["1913_someone", "1925_someone", "1934_someone", "1961_someone",
+                                               "1971_someone"]  # every address's first passage first
+    assert party[0].words == tuple("Sentence 0 of 1913 is here Sentence 1 of 1913 is here Sentence 2 of 1913 is here"
+                                   .split())
+    assert party[-1].words == ("Sentence", "6", "of", "1971", "is", "here")  # the seventh sentence alone
+    decade = build_task("sotu-decade", dev_fraction=0.2, test_fraction=0.2, seed=1)
+    assert decade.kind == "sentence" and decade.labels == ["1850s", "1910s", "1920s", "1930s", "1960s", "1970s"]
+    assert decade.source.startswith("gold:")
+    documents = [{e.document for e in decade.split(s)} for s in ("train", "dev", "test")]
+    assert not (documents[0] & documents[1] or documents[0] & documents[2] or documents[1] & documents[2])
+    first_five = build_task("sotu-party", max_examples=5, dev_fraction=0.2, test_fraction=0.2)
+    kept = first_five.train + first_five.dev + first_five.test
+    assert len(kept) == 5 and len({e.document for e in kept}) == 5  # max_examples keeps every address
+    (tmp_path / "1971_someone.json").write_text(json.dumps({"party": "Republican"}))
+    with pytest.raises(CorpusError, match="1971_someone.*year"):
+        sotu_task("decade")

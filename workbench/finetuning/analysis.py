@@ -65,7 +65,8 @@ def finetuning_analysis(ctx: StudyContext) -> None:
       bootstrap ``test_low``/``test_high``, ``dev_accuracy``, ``best_step``, ``test_examples``,
       ``test_items``, ``trainable_parameters``, ``total_parameters``, ``learning_rate``, ``run``.
     - ``finetune_scores``: one row per ``task, mode``: ``accuracy`` (mean over seeds), ``low``,
-      ``high``, ``n_seeds``, ``n_test`` (scored test items, all seeds), ``small_sample``,
+      ``high``, ``n_seeds``, ``n_test`` (scored test items, all seeds), ``small_sample`` (a seed's
+      test set has fewer than 100 scored items),
       ``interval``, ``trainable_share``.
     - ``finetune_comparisons``: one row per task and mode other than full: ``difference`` = accuracy
       (mode) − accuracy (full) on the same test examples, ``low``, ``high``, ``p_value``,
@@ -208,7 +209,8 @@ def _scores_and_comparisons(ctx: StudyContext, runs: pd.DataFrame) -> dict[str, 
                     for s in group["seed"]]
         row = seeds_and_examples_interval(per_seed, bootstrap_seed=ctx.seed)
         share = float((group["trainable_parameters"] / group["total_parameters"]).mean())
-        score_rows.append({"task": task, "mode": mode, **row, "small_sample": is_small_sample(row["n_test"]),
+        smallest = min(int(n.sum()) for _, n in per_seed)  # as the probes' per-seed splits: the smallest test set
+        score_rows.append({"task": task, "mode": mode, **row, "small_sample": is_small_sample(smallest),
                            "trainable_share": share})
         if mode != REFERENCE_MODE:
             pairs = [(preds[(task, mode, s)], preds[(task, REFERENCE_MODE, s)]) for s in group["seed"]]
