@@ -90,6 +90,16 @@ def test_study_runs_end_to_end_with_known_answers(planted, tmp_path):
     assert (attention[attention["mode"] == "frozen"]["js_divergence"] == 0).all()
     assert (attention[attention["mode"] == "full"]["js_divergence"] > 0).any()
 
+    by_layer = _table(run_dir, "change_by_layer")
+    assert len(by_layer) == 4 * 3 and (by_layer["n_seeds"] == 2).all()  # modes x (embeddings + 2 layers)
+    frozen = by_layer[by_layer["mode"] == "frozen"].set_index("layer")
+    assert np.allclose(frozen["cka"], 1.0, atol=1e-9) and (frozen["weight_attention"].dropna() == 0).all()
+    assert np.isnan(frozen.loc[0, "weight_attention"]) and frozen.loc[0, "weight_embeddings"] == 0  # 0: embeddings
+    assert np.isnan(frozen.loc[0, "attention_js"]) and (frozen.loc[[1, 2], "attention_js"] == 0).all()
+    full = by_layer[by_layer["mode"] == "full"].set_index("layer")
+    expected = weights[(weights["mode"] == "full") & (weights["layer"] == 1) & (weights["module"] == "ffn")]
+    assert full.loc[2, "weight_ffn"] == pytest.approx(expected["relative_change"].mean())  # encoder layer 1 -> 2
+
 
 def test_one_seed_gives_an_interval_of_the_test_examples_never_zero_width(planted, tmp_path):
     run_dir = _run(planted, tmp_path, modes=["frozen", "full"], seeds=[3], epochs=1, attention_change=False)

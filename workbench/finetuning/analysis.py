@@ -33,7 +33,7 @@ from bertology.uncertainty import (is_small_sample, paired_bootstrap, ratio_boot
                                    wilson_interval)
 
 __all__ = ["FINETUNING_DEFAULTS", "finetuning_analysis", "seeds_and_examples_interval", "compare_with_reference",
-           "REFERENCE_MODE"]
+           "change_by_layer", "REFERENCE_MODE"]
 
 REFERENCE_MODE = "full"
 
@@ -74,6 +74,7 @@ def finetuning_analysis(ctx: StudyContext) -> None:
     - ``weight_change``: ``task, mode, seed, layer`` (-1 = embeddings), ``module``, ``relative_change``, ...
     - ``layer_cka``: ``task, mode, seed, layer`` (0 = embeddings), ``cka``, ``n_words``.
     - ``attention_change`` (``attention_change: true``): ``task, mode, seed, layer, head, js_divergence, n_rows``.
+    - ``change_by_layer``: the three on one depth axis, means over seeds (:func:`change_by_layer`).
     """
     cfg = ctx.config
     _check(cfg)
@@ -81,8 +82,11 @@ def finetuning_analysis(ctx: StudyContext) -> None:
     ctx.steps(["finetune_scores", "finetune_comparisons"], lambda: _scores_and_comparisons(ctx, runs))
     ctx.step("weight_change", lambda: _per_run(ctx, runs, _weight_change))
     ctx.step("layer_cka", lambda: _per_task_seed(ctx, runs, "cka"))
+    attention = None
     if cfg["attention_change"]:
-        ctx.step("attention_change", lambda: _per_task_seed(ctx, runs, "attention"))
+        attention = ctx.step("attention_change", lambda: _per_task_seed(ctx, runs, "attention"))
+    ctx.step("change_by_layer", lambda: change_by_layer(ctx.tables["weight_change"], ctx.tables["layer_cka"],
+                                                        attention))
 
 
 def _check(cfg: dict[str, Any]) -> None:
@@ -274,3 +278,28 @@ def _per_task_seed(ctx: StudyContext, runs: pd.DataFrame, what: str) -> pd.DataF
                 tables.append(table.assign(task=task, mode=r.mode, seed=r.seed))
     table = pd.concat(tables, ignore_index=True)
     return table[["task", "mode", "seed"] + [c for c in table.columns if c not in ("task", "mode", "seed")]]
+
+
+def change_by_layer(weight_change: pd.DataFrame, cka: pd.DataFrame, attention: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per ``task, mode, layer`` on the hidden-state axis (``layer`` 0 = the embeddings, ``l``
+    = the output of encoder layer ``l``), means over seeds: ``cka`` (with ``cka_min``/``cka_max``
+    over seeds), ``weight_<module>`` (relative weight change of the embeddings at layer 0, of
+    attention / ffn / layernorm of encoder layer ``l`` at ``l``), ``attention_js`` (mean over the
+    layer's heads; NaN at layer 0 and without the attention table) and ``n_seeds``: what a plot
+    of "does the change grow with depth" reads."""
+    keys = ["task", "mode", "layer"]
+    by_seed = cka.groupby(keys + ["seed"], sort=False)["cka"].mean().reset_index()
+    out = by_seed.groupby(keys, sort=False).agg(cka=("cka", "mean"), cka_min=("cka", "min"), cka_max=("cka", "max"),
+                                                n_seeds=("seed", "nunique")).reset_index()
+    weights = weight_change.assign(layer=weight_change["layer"] + 1)  # -1 (embeddings) -> 0, encoder layer l -> l + 1
+    weights = weights.pivot_table(index=keys, columns="module", values="relative_change", aggfunc="mean")
+    weights.columns = [f"weight_{c}" for c in weights.columns]
+    out = out.merge(weights.reset_index(), on=keys, how="left")
+    if attention is not None and len(attention):
+        js = (attention.groupby(["task", "mode", "seed", "layer"], sort=False)["js_divergence"].mean()
+              .groupby(["task", "mode", "layer"], sort=False).mean().reset_index())
+        out = out.merge(js.assign(layer=js["layer"] + 1).rename(columns={"js_divergence": "attention_js"}),
+                        on=keys, how="left")
+    else:
+        out["attention_js"] = np.nan
+    return out.sort_values(keys, kind="stable").reset_index(drop=True)
