@@ -66,8 +66,7 @@ def finetuning_analysis(ctx: StudyContext) -> None:
       ``test_items``, ``trainable_parameters``, ``total_parameters``, ``learning_rate``, ``run``.
     - ``finetune_scores``: one row per ``task, mode``: ``accuracy`` (mean over seeds), ``low``,
       ``high``, ``n_seeds``, ``n_test`` (scored test items, all seeds), ``small_sample`` (a seed's
-      test set has fewer than 100 scored items),
-      ``interval``, ``trainable_share``.
+      test set has fewer than 100 scored items), ``interval``, ``trainable_share``.
     - ``finetune_comparisons``: one row per task and mode other than full: ``difference`` = accuracy
       (mode) − accuracy (full) on the same test examples, ``low``, ``high``, ``p_value``,
       ``significant``, ``n_seeds``, ``n_examples``, ``interval``.
@@ -78,6 +77,7 @@ def finetuning_analysis(ctx: StudyContext) -> None:
     """
     cfg = ctx.config
     _check(cfg)
+    ctx.record(finetunes=str(ctx.run_dir / "finetunes"), reference_mode=REFERENCE_MODE)
     runs = ctx.step("finetune_runs", lambda: _train_all(ctx))
     ctx.steps(["finetune_scores", "finetune_comparisons"], lambda: _scores_and_comparisons(ctx, runs))
     ctx.step("weight_change", lambda: _per_run(ctx, runs, _weight_change))
@@ -133,7 +133,6 @@ def _train_all(ctx: StudyContext) -> pd.DataFrame:
                     "test_items")}, "trainable_parameters": info["trainable_parameters"],
                     "total_parameters": info["total_parameters"], "learning_rate": info["config"]["learning_rate"],
                     "run": str(run_dir.relative_to(ctx.run_dir))})
-    ctx.record(finetunes=str(root), reference_mode=REFERENCE_MODE)
     return pd.DataFrame(rows)
 
 
