@@ -198,6 +198,13 @@ FIELD_RULES: dict[str, Rule] = {
     "control_quantile": Rule("a number in (0, 1)", lambda v: _number(v) and 0 < v < 1),
     # emergence
     "cloze_sentences": NON_NEGATIVE_INT,
+    # fine-tuning (the finetuning study)
+    "max_examples": Rule("an integer >= 3 (the first N examples: train, dev and test) or null (all)",
+                         lambda v: _int(v) and v >= 3, optional=True),
+    "epochs": POSITIVE_INT,
+    "max_seq_len": Rule("an integer >= 8", lambda v: _int(v) and v >= 8),
+    "adapter_size": POSITIVE_INT,
+    "cka_sentences": Rule("an integer >= 2 (CKA needs two items)", lambda v: _int(v) and v >= 2),
     # pretraining variants at equal compute
     "budget_steps": POSITIVE_INT,
     "warmup_fraction": PROBABILITY,

@@ -14,8 +14,8 @@ def register(app: typer.Typer) -> None:
     def finetune(
         model: str = typer.Option("minilm-l6", "--model", help="registry name (see `bertology models`) or model dir"),
         task: str = typer.Option("pos", "--task",
-                                 help="pos (gold UPOS), ner (silver entities), genre (gold Brown genre), or a "
-                                      ".conllu / .jsonl / .csv file (docs/finetuning.md)"),
+                                 help="pos (gold UPOS), ner (silver entities), genre (gold Brown genre), sotu-party / "
+                                      "sotu-decade (gold), or a .conllu / .jsonl / .csv file (docs/finetuning.md)"),
         corpus: str = typer.Option("brown-sample", "--corpus", help="corpus of the built-in tasks"),
         mode: str = typer.Option("full", "--mode", help="full, frozen, bitfit or adapters"),
         output: Optional[str] = typer.Option(None, "--output", help="run name (default: <model>-<task>-<mode>)"),

@@ -6,7 +6,8 @@ under torchrun: the same command).
 
 Modules: ``config`` (``FinetuneConfig``), ``tasks`` (built-in and file tasks, split by document),
 ``data`` (sub-word encoding, first-sub-word labels, batches), ``heads`` (the classifier models),
-``modes`` (full / frozen / BitFit / adapters), ``trainer`` (``run_finetuning``).
+``modes`` (full / frozen / BitFit / adapters), ``trainer`` (``run_finetuning``), ``changes`` (weight
+change, layer CKA, attention change), ``analysis`` (the ``finetuning`` study: what fine-tuning changes).
 
 Public API (imported lazily so that ``import bertology.finetuning`` stays light)::
 

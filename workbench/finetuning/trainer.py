@@ -12,6 +12,7 @@ Run layout (``paths.models_dir() / <run_name>``)::
     metrics.jsonl                loss, lr, tokens_per_s per log window; dev_loss, dev_accuracy per evaluation
     checkpoint-<step>/           during the run: HF model + tokenizer + trainer state (resumable);
                                  at the end only the best on dev is kept, with README.md (model card)
+    test_predictions.json        at the end: per test example its id, document, correct and scored items
 
 The finished model is a registry model (``<run>@<step>``, or ``<run>``): every analysis of the
 workbench loads its encoder. Resumption is exact (same weights as an uninterrupted run): the data
@@ -40,7 +41,7 @@ from bertology.finetuning.config import RESUMABLE_CHANGES, FinetuneConfig
 from bertology.finetuning.data import IGNORE_INDEX, EncodedSplit, collate, encode_split
 from bertology.finetuning.heads import load_classifier, load_tokenizer
 from bertology.finetuning.modes import apply_mode
-from bertology.finetuning.tasks import FinetuneTask, build_task
+from bertology.finetuning.tasks import Example, FinetuneTask, build_task
 from bertology.pretraining.checkpoint import record_replica_digests, restore_checkpoint, save_checkpoint
 from bertology.pretraining.data import stream_indices
 from bertology.pretraining.loop import StepLoop, run_steps
@@ -50,7 +51,7 @@ from bertology.pretraining.optimization import linear_schedule, make_optimizer
 from bertology.pretraining.runtime import Runtime, setup_runtime
 from bertology.uncertainty import ratio_bootstrap
 
-__all__ = ["run_finetuning", "Schedule", "evaluate_split"]
+__all__ = ["run_finetuning", "Schedule", "evaluate_split", "read_test_predictions", "TEST_PREDICTIONS"]
 
 
 @dataclass(frozen=True)
@@ -299,10 +300,40 @@ def _finish(run: _Run) -> None:
             shutil.rmtree(path, ignore_errors=True)
     for name in ("optimizer.pt", "scheduler.pt", "rng.safetensors"):
         (best_dir / name).unlink(missing_ok=True)
+    write_test_predictions(run_dir, run.task.test, correct, scored, step)
     info = read_json_file(run_dir / "run.json", "run record")
     info["result"] = result
     write_text(best_dir / "README.md", model_card(info))
     write_json(run_dir / "run.json", info)
+
+
+TEST_PREDICTIONS = "test_predictions.json"
+
+
+def write_test_predictions(run_dir: Path, test: list[Example], correct: np.ndarray, scored: np.ndarray,
+                           step: int) -> None:
+    """``<run>/test_predictions.json`` (atomic): per test example (in the split's order) its id
+    (``test-<i>``), document, ``correct`` (right words, or 1/0 for a sentence) and ``scored``
+    (labelled words, or 1) -- what a paired comparison of two runs on the same test examples reads
+    (:func:`read_test_predictions`)."""
+    write_json(run_dir / TEST_PREDICTIONS, {
+        "step": step, "example": [f"test-{i}" for i in range(len(correct))], "document": [e.document for e in test],
+        "correct": [int(c) for c in correct], "scored": [int(n) for n in scored]})
+
+
+def read_test_predictions(run_dir: Path) -> dict[str, list]:
+    """The per-example test correctness a finished run saved (:func:`write_test_predictions`);
+    ``CheckpointError`` naming the file when it is missing or broken (a run finished before it existed)."""
+    path = Path(run_dir) / TEST_PREDICTIONS
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no per-example test predictions (the run finished before they were "
+                              "saved, or did not finish); re-run it under a new run_name")
+    data = read_json_file(path, "test predictions")
+    keys = ("example", "document", "correct", "scored")
+    if not isinstance(data, dict) or any(not isinstance(data.get(k), list) for k in keys) \
+            or len({len(data[k]) for k in keys}) != 1:
+        raise CheckpointError(f"{path}: broken test predictions (needs equal-length lists {', '.join(keys)})")
+    return data
 
 
 def _metric_at(run_dir: Path, step: int, metric: str) -> float | None:
