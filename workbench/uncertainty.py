@@ -108,6 +108,24 @@ def wilson_interval(correct: int, n: int, confidence: float = 0.95) -> Interval:
     return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, "wilson", confidence)
 
 
+SHARED_TEST_INTERVAL = "t over seeds (+) sentence bootstrap"
+PER_SEED_TEST_INTERVAL = "max(t over seeds, sentence bootstrap)"
+"""The names of the two ways :func:`combine_seed_and_sentence` joins its parts (an ``interval`` column)."""
+
+
+def combine_seed_and_sentence(t: Interval, below: float, above: float, shared: bool) -> tuple[float, float, str]:
+    """One interval around ``t.estimate`` from the seeds' t interval ``t`` and a sentence bootstrap's
+    two sides (``below`` = estimate - low, ``above`` = high - estimate). Shared test set: the two
+    errors are independent, each side is ``sqrt(bootstrap² + t half width²)``; a test set per seed:
+    the t interval already holds the test sampling error and the bootstrap is a floor (each side
+    the wider). Returns ``(low, high, method name)``."""
+    if shared:
+        return (t.estimate - math.hypot(below, t.half_width), t.estimate + math.hypot(above, t.half_width),
+                SHARED_TEST_INTERVAL)
+    return min(t.low, t.estimate - below), max(t.high, t.estimate + above), PER_SEED_TEST_INTERVAL
+
+
+
 def group_sums(values, groups) -> tuple[np.ndarray, np.ndarray]:
     """Per-group sums of per-item ``values`` ``[n_items]`` or ``[P, n_items]``:
     ``(groups [G] sorted, sums [G] or [P, G])`` -- what a bootstrap over groups (sentences) resamples."""

@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from bertology.errors import ConfigError
-from bertology.uncertainty import (Interval, group_sums, is_small_sample, paired_bootstrap, paired_on_shared_groups,
+from bertology.uncertainty import (PER_SEED_TEST_INTERVAL, SHARED_TEST_INTERVAL, Interval, combine_seed_and_sentence,
+                                   group_sums, is_small_sample, paired_bootstrap, paired_on_shared_groups,
                                    ratio_bootstrap, t_interval, wilson_interval)
 
 INTERVAL_METRICS = ("accuracy", "micro_f1")
@@ -24,9 +25,6 @@ INTERVAL_METRICS = ("accuracy", "micro_f1")
 SELECTED_ON = "dev"
 """The split every reported argmax (best layer, best combination) is chosen on."""
 
-SHARED_TEST_INTERVAL = "t over seeds (+) sentence bootstrap"
-PER_SEED_TEST_INTERVAL = "max(t over seeds, sentence bootstrap)"
-"""The names of the two ways :func:`seed_and_sentence_interval` combines its parts (the ``interval`` column)."""
 
 
 def _decisions(logits: torch.Tensor, y: np.ndarray, multilabel: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -77,18 +75,6 @@ def sentence_sums(values: np.ndarray, sentence_ids: np.ndarray) -> tuple[np.ndar
     """Per-sentence sums of per-example ``values [P, n]``: ``(sentences [G] sorted, sums [P, G])``."""
     sentences, sums = group_sums(np.atleast_2d(values), sentence_ids)
     return sentences, sums
-
-
-def combine_seed_and_sentence(t: Interval, below: float, above: float, shared: bool) -> tuple[float, float, str]:
-    """One interval around ``t.estimate`` from the seeds' t interval ``t`` and a sentence bootstrap's
-    two sides (``below`` = estimate - low, ``above`` = high - estimate). Shared test set: the two
-    errors are independent, each side is ``sqrt(bootstrap² + t half width²)``; a test set per seed:
-    the t interval already holds the test sampling error and the bootstrap is a floor (each side
-    the wider). Returns ``(low, high, method name)``."""
-    if shared:
-        return (t.estimate - math.hypot(below, t.half_width), t.estimate + math.hypot(above, t.half_width),
-                SHARED_TEST_INTERVAL)
-    return min(t.low, t.estimate - below), max(t.high, t.estimate + above), PER_SEED_TEST_INTERVAL
 
 
 def seed_and_sentence_interval(seed_scores: Sequence[float], test_sums: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],

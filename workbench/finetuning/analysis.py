@@ -29,8 +29,8 @@ import pandas as pd
 
 from bertology.errors import ConfigError, WorkbenchError
 from bertology.runs import StudyContext
-from bertology.uncertainty import (is_small_sample, paired_bootstrap, ratio_bootstrap, t_interval,
-                                   wilson_interval)
+from bertology.uncertainty import (combine_seed_and_sentence, is_small_sample, paired_bootstrap, ratio_bootstrap,
+                                   t_interval, wilson_interval)
 
 __all__ = ["FINETUNING_DEFAULTS", "finetuning_analysis", "seeds_and_examples_interval", "compare_with_reference",
            "change_by_layer", "REFERENCE_MODE"]
@@ -154,9 +154,8 @@ def seeds_and_examples_interval(per_seed: list[tuple[np.ndarray, np.ndarray]], *
     correct = np.concatenate([c for c, _ in per_seed]).astype(float)
     scored = np.concatenate([n for _, n in per_seed]).astype(float)
     boot = ratio_bootstrap(correct, scored, confidence=confidence, seed=bootstrap_seed)
-    if t.n >= 2:
-        low = min(t.low, t.estimate - (boot.estimate - boot.low))
-        high = max(t.high, t.estimate + (boot.high - boot.estimate))
+    if t.n >= 2:   # each seed its own test set: the per-seed rule of the probes' intervals
+        low, high, _ = combine_seed_and_sentence(t, boot.estimate - boot.low, boot.high - boot.estimate, shared=False)
         method = _PER_SEED_INTERVAL
     else:
         low, high, method = boot.low, boot.high, _ONE_SEED_INTERVAL
@@ -191,8 +190,8 @@ def compare_with_reference(pairs: list[tuple[dict[str, list], dict[str, list]]],
     t = t_interval(diffs, confidence)
     if t.n >= 2:
         estimate = t.estimate
-        low = min(t.low, estimate - (paired.difference - paired.low))
-        high = max(t.high, estimate + (paired.high - paired.difference))
+        low, high, _ = combine_seed_and_sentence(t, paired.difference - paired.low, paired.high - paired.difference,
+                                                 shared=False)
         method = "paired: t over seeds, paired example bootstrap as floor"
     else:
         estimate, low, high = paired.difference, paired.low, paired.high
