@@ -64,7 +64,7 @@ def test_jsonl_errors_name_file_and_line(tmp_path):
     with pytest.raises(WorkbenchError, match=r"bad.jsonl:2 target 0 span1"):
         read_jsonl(path)
     path.write_text('{"text": "a b", "targets": []}\nnot json\n')
-    with pytest.raises(TaskError, match=r"bad.jsonl:2: invalid JSON"):
+    with pytest.raises(TaskError, match=r"bad.jsonl:2: not JSON"):
         read_jsonl(path)
     path.write_text('{"text": "a b", "targets": [{"span1": [0, 1], "label": "x"}, '
                     '{"span1": [0, 1], "span2": [1, 2], "label": "x"}]}\n')

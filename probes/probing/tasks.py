@@ -203,43 +203,37 @@ def read_jsonl(path: str | Path, name: str | None = None, source: str = "gold: u
     path = Path(path)
     if not path.is_file():
         raise TaskError(f"{path}: task file not found")
+    from bertology.corpus.utf8 import jsonl_objects
+
     words: list[list[str]] = []
     examples: list[EdgeExample] = []
     two_spans: bool | None = None
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskError(f"{where}: invalid JSON ({exc.msg})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise TaskError(f"{where}: expected an object with a string field 'text'")
-            targets = record.get("targets")
-            if not isinstance(targets, list):
-                raise TaskError(f"{where}: expected a list field 'targets'")
-            sent_words = record["text"].split(" ")
-            s = len(words)
-            words.append(sent_words)
-            for t, target in enumerate(targets):
-                twhere = f"{where} target {t}"
-                if not isinstance(target, dict) or "span1" not in target or "label" not in target:
-                    raise TaskError(f"{twhere}: a target needs 'span1' and 'label'")
-                span1 = _span(target["span1"], len(sent_words), f"{twhere} span1")
-                has2 = target.get("span2") is not None
-                if two_spans is None:
-                    two_spans = has2
-                elif two_spans != has2:
-                    raise TaskError(f"{twhere}: 'span2' must be given in all targets or in none")
-                span2 = _span(target["span2"], len(sent_words), f"{twhere} span2") if has2 else None
-                label = target["label"]
-                labels = (label,) if isinstance(label, str) else label
-                if (not isinstance(labels, (list, tuple)) or not labels
-                        or not all(isinstance(lab, str) for lab in labels)):
-                    raise TaskError(f"{twhere}: 'label' must be a string or a non-empty list of strings")
-                examples.append(EdgeExample(s, span1, span2, tuple(labels)))
+    for where, record in jsonl_objects(path, TaskError):
+        if not isinstance(record.get("text"), str):
+            raise TaskError(f"{where}: expected an object with a string field 'text'")
+        targets = record.get("targets")
+        if not isinstance(targets, list):
+            raise TaskError(f"{where}: expected a list field 'targets'")
+        sent_words = record["text"].split(" ")
+        s = len(words)
+        words.append(sent_words)
+        for t, target in enumerate(targets):
+            twhere = f"{where} target {t}"
+            if not isinstance(target, dict) or "span1" not in target or "label" not in target:
+                raise TaskError(f"{twhere}: a target needs 'span1' and 'label'")
+            span1 = _span(target["span1"], len(sent_words), f"{twhere} span1")
+            has2 = target.get("span2") is not None
+            if two_spans is None:
+                two_spans = has2
+            elif two_spans != has2:
+                raise TaskError(f"{twhere}: 'span2' must be given in all targets or in none")
+            span2 = _span(target["span2"], len(sent_words), f"{twhere} span2") if has2 else None
+            label = target["label"]
+            labels = (label,) if isinstance(label, str) else label
+            if (not isinstance(labels, (list, tuple)) or not labels
+                    or not all(isinstance(lab, str) for lab in labels)):
+                raise TaskError(f"{twhere}: 'label' must be a string or a non-empty list of strings")
+            examples.append(EdgeExample(s, span1, span2, tuple(labels)))
     if not examples:
         raise TaskError(f"{path}: no targets")
     return _make(name or path.stem, examples, source, len(words), words)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import codecs
+import json
 from pathlib import Path
+from typing import Any, Iterator
 
 from bertology.errors import CorpusError
 
@@ -25,3 +27,20 @@ def read_utf8(path: str | Path) -> str:
         column = exc.start - data.rfind(b"\n", 0, exc.start)
         raise CorpusError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
                           "convert the file to UTF-8") from None
+
+
+def jsonl_objects(path: str | Path, error: type[Exception] = CorpusError) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, record)`` for each non-blank line of a UTF-8 JSON-lines file, ``where`` being
+    ``"file:line"``; a line that is not a JSON object raises ``error`` naming the file and line
+    (the file itself as :func:`read_utf8`)."""
+    for lineno, line in enumerate(read_utf8(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise error(f"{where}: expected a JSON object")
+        yield where, record

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,19 +279,10 @@ def _example(record: dict[str, Any], where: str, index: int) -> tuple[str, Examp
 
 
 def _read_jsonl(path: Path) -> tuple[str, list[Example]]:
-    from bertology.corpus.utf8 import read_utf8
+    from bertology.corpus.utf8 import jsonl_objects
 
     kinds, examples = set(), []
-    for lineno, line in enumerate(read_utf8(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CorpusError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise CorpusError(f"{where}: expected a JSON object")
+    for where, record in jsonl_objects(path):
         kind, ex = _example(record, where, len(examples))
         kinds.add(kind)
         if len(kinds) > 1:
