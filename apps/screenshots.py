@@ -215,7 +215,11 @@ def take_screenshots(results: Path, out: Path, pages: Sequence[str] | None = Non
             tab.set_viewport_size({"width": width, "height": 1000})
             entry = PAGE_BY_KEY[page]
             want_charts = entry.compare_charts if params and entry.compare_charts is not None else entry.min_charts
-            url, charts, tables = open_page(tab, base, page, params, timeout_ms=timeout_ms, charts=want_charts)
+            want_tables = None
+            if entry.study is not None and not any((results / entry.study).glob("*/manifest.json")):
+                want_charts = want_tables = 0   # no run of its study: the page says how to make one
+            url, charts, tables = open_page(tab, base, page, params, timeout_ms=timeout_ms, charts=want_charts,
+                                            tables=want_tables)
             exceptions, errors = page_problems(tab)
             reports.append(PageReport(page, url.replace(base, ""), save(tab, out / name, width), charts, tables,
                                       exceptions, errors, tab.inner_text("body")))
