@@ -561,17 +561,23 @@ def most_moved_words(
     sims = np.sum(xs_all[si] * zt_all[ti], axis=1)
     order = np.argsort(sims, kind="stable")[:k]
     sel = [common[i] for i in order]
-    xs_u, zt_u = source.unit(), target.unit()
-    _, ns = topk_cosine(xs_u[source.indices(sel)], xs_u, n_neighbours + 1)
-    _, nt = topk_cosine(zt_u[target.indices(sel)], zt_u, n_neighbours + 1)
-
-    def names(space: StaticVectors, row: np.ndarray, word: str) -> str:
-        return ", ".join([space.words[j] for j in row if space.words[j] != word][:n_neighbours])
-
     return pd.DataFrame({
         "rank": np.arange(1, len(sel) + 1),
         "word": sel,
         "similarity": sims[order].astype(float),
-        "source_neighbours": [names(source, ns[i], w) for i, w in enumerate(sel)],
-        "target_neighbours": [names(target, nt[i], w) for i, w in enumerate(sel)],
+        "source_neighbours": neighbour_names(source, sel, n_neighbours),
+        "target_neighbours": neighbour_names(target, sel, n_neighbours),
     })
+
+
+def neighbour_names(space: StaticVectors, words: Sequence[str], n: int) -> list[str]:
+    """The ``n`` nearest neighbours (cosine) of each of ``words`` in ``space``, the word itself left
+    out, as one comma-separated string per word (``""`` for a word the space lacks)."""
+    present = [w for w in words if w in space]
+    out = {w: "" for w in words}
+    if present:
+        unit = space.unit()
+        _, idx = topk_cosine(unit[space.indices(present)], unit, n + 1)
+        for row, w in enumerate(present):
+            out[w] = ", ".join([space.words[j] for j in idx[row] if space.words[j] != w][:n])
+    return [out[w] for w in words]

@@ -41,8 +41,8 @@ import numpy as np
 import pandas as pd
 
 from bertology.errors import WorkbenchError
-from bertology.probes.embeddings.alignment import procrustes, topk_cosine
-from bertology.probes.embeddings.static_vectors import StaticVectors, train_word2vec
+from bertology.probes.embeddings.alignment import neighbour_names, procrustes, topk_cosine
+from bertology.probes.embeddings.static_vectors import StaticVectors, train_word2vec, unit_rows
 
 SpaceBuilder = Callable[[np.ndarray, int], StaticVectors]
 """``build(document_indices [n] (repeats allowed), seed) -> StaticVectors`` of one slice."""
@@ -106,15 +106,11 @@ def contextual_builder(document_sums: Sequence[dict[str, np.ndarray]], document_
     return build
 
 
-def _unit(matrix: np.ndarray) -> np.ndarray:
-    return matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-
-
 def _centred_unit(space: StaticVectors, centre_words: Sequence[str]) -> np.ndarray:
     """Unit rows, centred on the mean of ``centre_words`` (the anchors: words under test left out of
     the anchors do not move the centre), unit rows again."""
-    x = _unit(space.matrix.astype(np.float64))
-    return _unit(x - x[space.indices(centre_words)].mean(0, keepdims=True))
+    x = unit_rows(space.matrix)
+    return unit_rows(x - x[space.indices(centre_words)].mean(0, keepdims=True))
 
 
 def change_scores(a: StaticVectors, b: StaticVectors, words: Sequence[str], anchor_words: Sequence[str],
@@ -128,7 +124,7 @@ def change_scores(a: StaticVectors, b: StaticVectors, words: Sequence[str], anch
     xa, xb = _centred_unit(a, anchors), _centred_unit(b, anchors)
     w = procrustes(xa[a.indices(anchors)], xb[b.indices(anchors)])
     ia, ib = a.indices(list(words)), b.indices(list(words))
-    mapped = _unit(xa[ia] @ w)
+    mapped = unit_rows(xa[ia] @ w)
     cosine = 1.0 - np.sum(mapped * xb[ib], axis=1)
     # second order: similarities to the union of both sides' k nearest neighbours, in each own space
     _, na = topk_cosine(xa[ia], xa, k + 1)
@@ -212,8 +208,8 @@ def semantic_change(build_a: SpaceBuilder, build_b: SpaceBuilder, counts_a: Coun
                         ignore_index=True)
     table, bins = _summarise(reps, control, counts_a, counts_b, shared, settings, comparison)
     final_a, final_b = build_a(np.arange(n_docs[0]), settings.seed), build_b(np.arange(n_docs[1]), settings.seed)
-    table["neighbours_a"] = _neighbours(final_a, table["word"], settings.n_neighbours)
-    table["neighbours_b"] = _neighbours(final_b, table["word"], settings.n_neighbours)
+    table["neighbours_a"] = neighbour_names(final_a, list(table["word"]), settings.n_neighbours)
+    table["neighbours_b"] = neighbour_names(final_b, list(table["word"]), settings.n_neighbours)
     return {"word_change": table[CHANGE_COLUMNS], "replicates": reps.assign(comparison=comparison),
             "control": bins.assign(comparison=comparison)}
 
@@ -254,15 +250,3 @@ def _summarise(reps: pd.DataFrame, control: pd.DataFrame, counts_a: Counter, cou
     table["stable"] = table["high"] < table["control_median"]
     table = table.sort_values(["cosine_distance", "word"], ascending=[False, True]).reset_index(drop=True)
     return table, thresholds.reset_index()
-
-
-def _neighbours(space: StaticVectors, words: pd.Series, n: int) -> list[str]:
-    """The ``n`` nearest neighbours of each word in ``space`` ("" when absent)."""
-    present = [w for w in words if w in space]
-    out = {w: "" for w in words}
-    if present:
-        unit = _unit(space.matrix.astype(np.float32))
-        _, idx = topk_cosine(unit[space.indices(present)], unit, n + 1)
-        for row, w in enumerate(present):
-            out[w] = ", ".join([space.words[j] for j in idx[row] if space.words[j] != w][:n])
-    return [out[w] for w in words]
