@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
-"""Package the English pretraining run as the model the workbench ships (`bert-mini-english`).
+"""Package an English pretraining run as a model the workbench ships (`bert-mini-english`,
+`minilm-english-mlm`).
 
     python scripts/release_english_model.py --run ~/.cache/bertology/models/bert-mini-english \
         --corpus ~/.cache/bertology/english-corpus --out workbench/data/models/bert-mini-english
+    python scripts/release_english_model.py --run ~/.cache/bertology/models/minilm-english-mlm \
+        --corpus ~/.cache/bertology/english-corpus --out workbench/data/models/minilm-english-mlm --config english_minilm_cpu
 
 Reads the run the trainer wrote (``bertology pretrain --config english_cpu``) and the corpus
 manifest ``scripts/build_english_corpus.py`` wrote, computes the unigram baseline on the same
 held-out targets as the run's evaluations, and calls
 :func:`bertology.pretraining.release.export_release` (float16 safetensors of the kept checkpoints,
 ``release.json``, ``metrics.jsonl`` and the model card). The weights are the trainer's, rounded to
-float16; nothing else is edited.
+float16; nothing else is edited. Every shipped checkpoint is also scored by pseudo-log-likelihood
+on 400 held-out sentences of ordinary English (the Brown and State of the Union documents the
+corpus builder held out; :func:`bertology.pretraining.evaluation.heldout_sentences`).
 """
 
 from __future__ import annotations
@@ -19,12 +24,25 @@ import json
 from pathlib import Path
 
 from bertology.pretraining.release import export_release
-from bertology.pretraining import unigram_baseline
+from bertology.pretraining import heldout_sentences, unigram_baseline
 
-REPRODUCE = """bash scripts/setup.sh --with-pretraining-corpus        # builds ~/.cache/bertology/english-corpus
-bertology pretrain --config english_cpu                  # ~1-2 h on 2 CPU cores; re-run to resume
-python scripts/release_english_model.py --run ~/.cache/bertology/models/bert-mini-english \\
-    --corpus ~/.cache/bertology/english-corpus --out workbench/data/models/bert-mini-english"""
+FROM_SCRATCH = ("A small English BERT with its MLM head, pretrained from scratch on CPU by the workbench's own trainer "
+                "on redistributable English text, with training-time checkpoints spaced about x4 apart for analyses "
+                "across training. Far smaller and less trained than BERT-base: a model to analyse, not a model to "
+                "build on.")
+CONTINUED = ("MiniLM-L6 (all-MiniLM-L6-v2: a 6-layer BERT distilled from a large model, then fine-tuned for "
+             "sentence embeddings; its package has no MLM head) with an MLM head, made by continued masked-language-"
+             "model pretraining of the whole model on the workbench's redistributable English corpus. Its knowledge of "
+             "English comes mostly from MiniLM's own pretraining (Wikipedia and books, then sentence pairs), not from "
+             "this corpus: analyses of it describe MiniLM adapted to masked-word prediction, not a model trained from "
+             "scratch, and it has no early training-time checkpoints (use bert-mini-english for emergence).")
+
+
+def reproduce(config: str, run: Path, out: Path) -> str:
+    return (f"bash scripts/setup.sh --with-pretraining-corpus        # builds ~/.cache/bertology/english-corpus\n"
+            f"bertology pretrain --config {config}    # on 2 CPU cores; re-run to resume\n"
+            f"python scripts/release_english_model.py --run ~/.cache/bertology/models/{run.name} \\\n"
+            f"    --corpus ~/.cache/bertology/english-corpus --out workbench/data/models/{out.name} --config {config}")
 
 
 def main() -> None:
@@ -36,6 +54,7 @@ def main() -> None:
     ap.add_argument("--recipe", default=None, help="the config the run ended with, when resumed with a changed "
                                                    "max_steps (a shipped recipe name or a file)")
     ap.add_argument("--notes", default="", help="what happened during the run, for the model card")
+    ap.add_argument("--config", default="english_cpu", help="the shipped recipe the run was made with (for the card)")
     args = ap.parse_args()
 
     run = json.loads((args.run / "run.json").read_text(encoding="utf-8"))
@@ -52,10 +71,7 @@ def main() -> None:
                f"{corpus['seed']}; licences per source in release.json)")
     baseline = unigram_baseline(args.run)
     card = {
-        "description": "A small English BERT with its MLM head, pretrained from scratch on CPU by the workbench's "
-                       "own trainer on redistributable English text, with training-time checkpoints spaced about "
-                       "x4 apart for analyses across training. Far smaller and less trained than BERT-base: a "
-                       "model to analyse, not a model to build on.",
+        "description": CONTINUED if run["config"].get("init_from") else FROM_SCRATCH,
         "unigram_baseline": baseline["unigram_eval_loss"],
         "unigram_details": baseline,
         "corpus": {"summary": summary, "sources": sources, "totals": totals, "split": corpus.get("split"),
@@ -63,7 +79,7 @@ def main() -> None:
         "licence": "weights: Apache-2.0, as the workbench; the training texts keep their own licences "
                    "(public domain, PDDL/CC0, MPL-2.0, GPL-2.0+ for GCIDE, the WordNet licence; listed per source "
                    "in release.json)",
-        "command": REPRODUCE,
+        "command": reproduce(args.config, args.run, args.out),
         "notes": args.notes,
     }
     recipe = None
@@ -72,7 +88,10 @@ def main() -> None:
 
         recipe = load_config(args.recipe).to_dict()
         recipe.pop("output_root", None)
-    out = export_release(args.run, args.out, steps=steps, name=args.out.name, card=card, recipe=recipe)
+    texts = heldout_sentences(args.corpus, n=400, seed=0)
+    out = export_release(args.run, args.out, steps=steps, name=args.out.name, card=card, recipe=recipe,
+                         pll_texts=texts, pll_source="400 lines of the held-out Brown and State of the Union "
+                         "documents with 5-60 words, 200 each, seed 0")
     print(f"wrote {out}")
     print((out / "README.md").read_text(encoding="utf-8"))
 

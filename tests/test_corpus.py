@@ -274,3 +274,36 @@ def test_brown_reader_bom_and_encoding(tmp_path):
     path.write_bytes("The/at\ncaf\xe9/nn\n".encode("latin-1"))
     with pytest.raises(CorpusError, match=r"ca01:2: not valid UTF-8"):
         read_brown_file(path)
+
+
+# --------------------------------------------------------------------------- .txt: one sentence per line
+
+def test_a_text_file_is_one_sentence_per_line_unless_spacy_is_asked(tmp_path):
+    text = tmp_path / "mine.txt"
+    text.write_text("Mr. Smith went to Washington. He said hi.\n\nThe old man saw the boat\nIt sank\n")
+    lines = load_corpus(text)
+    assert [s.text for s in lines.sentences] == ["Mr. Smith went to Washington. He said hi.",
+                                                 "The old man saw the boat", "It sank"]
+    assert all(sum(h == 0 for h in s.heads) == 1 for s in lines.sentences)      # one tree per line
+    assert lines.sources["upos"].startswith("silver") and lines.path == str(text.resolve())
+    # what a store records reloads the same sentences
+    assert load_corpus(lines.path).fingerprint == lines.fingerprint
+    split = load_corpus(f"{text}?sentences=spacy")
+    # spaCy cuts the first paragraph in two and reads the two lines of the second as one text
+    assert [s.words[0] for s in split.sentences] == ["Mr.", "He", "The"]
+    assert [s.words for s in load_corpus(text, sentences="spacy").sentences] == [s.words for s in split.sentences]
+    assert split.path.endswith("?sentences=spacy") and load_corpus(split.path).fingerprint == split.fingerprint
+    with pytest.raises(CorpusError, match="asks for sentences='spacy', the call for 'lines'"):
+        load_corpus(f"{text}?sentences=spacy", sentences="lines")
+    with pytest.raises(CorpusError, match="sentences: expected one of lines, spacy"):
+        load_corpus(text, sentences="nltk")
+
+
+def test_a_line_too_long_for_a_sentence_is_refused_by_number(tmp_path):
+    from bertology.corpus import read_text_lines
+    from bertology.corpus.silver import MAX_CHUNK_CHARS
+
+    text = tmp_path / "para.txt"
+    text.write_text("A short line.\n" + "word " * (MAX_CHUNK_CHARS // 5 + 10) + "\n")
+    with pytest.raises(CorpusError, match=r"para.txt:2: a line of .* characters is not one sentence.*sentences=spacy"):
+        read_text_lines(text)

@@ -171,3 +171,18 @@ def test_pruning_uses_the_mlm_loss_of_a_model_with_an_mlm_head(tmp_path, one_tor
                                           "random_seeds": 1, "metric": "pos"}, results_root=tmp_path / "res",
                     log=quiet)
     assert read_manifest(pos)["pruning_metric"].startswith("POS tagging head")
+
+
+def test_a_corpus_too_small_for_best_heads_is_refused_before_extraction(tmp_path, monkeypatch):
+    import bertology.store
+
+    def no_extraction(*args, **kwargs):
+        raise AssertionError("extracted before the corpus check")
+
+    monkeypatch.setattr(bertology.store, "extract", no_extraction)
+    ctx = StudyContext("head_types", {**HEAD_TYPES_DEFAULTS, "model": "minilm-l6", "limit": 2}, 0, tmp_path, log=quiet)
+    with pytest.raises(ConfigError, match=r"at most \d+ arcs of one relation .*needs about 40 \(min_count=20.*"
+                                          r"--min-count"):
+        head_types_analysis(ctx)
+    result = runner.invoke(app, ["heads", "--limit", "2", "--min-count", "2", "--help"])
+    assert "--min-count" in result.output

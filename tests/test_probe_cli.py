@@ -36,7 +36,7 @@ def test_probe_command_writes_results(tiny_dir, tmp_path):
     out = tmp_path / "results"
     result = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "pos", "--limit", "40",
                                  "--seeds", "0", "--mode", "all", "--control", "--mdl", "--probe", "linear",
-                                 "--max-epochs", "3", "--out", str(out)])
+                                 "--max-epochs", "3", "--full", "--out", str(out)])
     assert result.exit_code == 0, result.output
     run = _only_run(out)
     assert f"wrote {run}" in result.output
@@ -63,8 +63,33 @@ def test_probe_command_writes_results(tiny_dir, tmp_path):
     # a second call finds the complete run; --force recomputes it
     again = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "pos", "--limit", "40",
                                 "--seeds", "0", "--mode", "all", "--control", "--mdl", "--probe", "linear",
-                                "--max-epochs", "3", "--out", str(out)])
+                                "--max-epochs", "3", "--full", "--out", str(out)])
     assert again.exit_code == 0 and "complete run found" in again.output
+
+
+def test_probe_command_is_quick_unless_full(tiny_dir, tmp_path):
+    """Without --full: per_layer, one seed, no control task, no MDL, no random-init baseline; said on
+    the terminal and in --help, and an option given still wins."""
+    out = tmp_path / "results"
+    result = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "pos", "--limit", "40",
+                                 "--probe", "linear", "--max-epochs", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "quick run (per_layer, 1 seed, no control task, no MDL, no random-init baseline" in result.output
+    assert "add --full" in result.output and "pos / per_layer: 1 seed(s) x every layer" in result.output
+    manifest = read_manifest(_only_run(out))
+    config = manifest["config"]
+    assert config["modes"] == ["per_layer"] and config["seeds"] == [0] and config["control"] is False
+    assert config["mdl_tasks"] == [] and config["random_baseline_tasks"] == []
+    assert not {"controls", "mdl", "random_baseline"} & set(manifest["tables"])
+    given = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "pos", "--limit", "40", "--probe",
+                                "linear", "--max-epochs", "2", "--seeds", "0,1", "--control", "--out", str(tmp_path / "g")])
+    assert given.exit_code == 0, given.output
+    config = read_manifest(_only_run(tmp_path / "g"))["config"]
+    assert config["seeds"] == [0, 1] and config["control"] is True and config["modes"] == ["per_layer"]
+    import re
+
+    help_text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", runner.invoke(app, ["probe", "--help"]).output).split())
+    assert "--full" in help_text and "quick default: per_layer" in help_text
 
 
 def test_cli_probe_run_is_a_study_run(tiny_dir, tmp_path):
@@ -74,7 +99,7 @@ def test_cli_probe_run_is_a_study_run(tiny_dir, tmp_path):
     out = tmp_path / "cli"
     result = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "entities", "--limit", "40",
                                  "--mode", "per_layer", "--seeds", "0,1", "--probe", "linear", "--max-epochs", "2",
-                                 "--mdl", "--no-random-baseline", "--out", str(out)])
+                                 "--mdl", "--no-random-baseline", "--full", "--out", str(out)])
     assert result.exit_code == 0, result.output
     cli_run = _only_run(out)
     overrides = {"model": str(tiny_dir), "tasks": ["entities"], "limit": 40, "modes": ["per_layer"], "seeds": [0, 1],

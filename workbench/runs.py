@@ -291,9 +291,12 @@ def list_runs(results_root: str | Path | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["study", "run_id", "path", "complete"])
 
 
-def model_corpus_store(ctx: StudyContext, *, attentions: bool = False, limit_key: str = "limit"):
+def model_corpus_store(ctx: StudyContext, *, attentions: bool = False, limit_key: str = "limit",
+                       check_corpus: Callable[[Any], None] | None = None):
     """``(LoadedModel, Corpus, FeatureStore)`` for ``ctx.config['model' | 'corpus' | limit_key]``
-    (and ``'pooling'``), recorded in the run's provenance. The store is cached on disk."""
+    (and ``'pooling'``), recorded in the run's provenance. The store is cached on disk.
+    ``check_corpus(corpus)`` runs before anything is extracted: an analysis that needs a minimum
+    of cases refuses a corpus too small for it there (naming the option), not after computing."""
     from bertology.corpus import load_corpus
     from bertology.models import load_model
     from bertology.store import extract
@@ -301,11 +304,13 @@ def model_corpus_store(ctx: StudyContext, *, attentions: bool = False, limit_key
     cfg = ctx.config
     lm = load_model(cfg["model"], attentions=True)
     corpus = load_corpus(cfg["corpus"], limit=cfg.get(limit_key))
+    if check_corpus is not None:
+        check_corpus(corpus)
     store = extract(lm, corpus, attentions=attentions, pooling=cfg.get("pooling", "first"), verify=ctx.force)
     ctx.record(
         model={"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint,
                "tokenizer_fingerprint": store.manifest["model"].get("tokenizer_fingerprint")},
-        corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sentences": len(corpus),
+        corpus={"name": corpus.name, "path": corpus.path, "fingerprint": corpus.fingerprint, "sentences": len(corpus),
                 "words": corpus.n_words, "sources": corpus.sources, "licence": corpus.licence},
         store=str(store.path),
     )

@@ -154,7 +154,8 @@ def head_types_analysis(ctx: StudyContext) -> None:
     """
     cfg = ctx.config
     _check_head_type_options(cfg)
-    lm, corpus, store = model_corpus_store(ctx, attentions=True)
+    lm, corpus, store = model_corpus_store(ctx, attentions=True,
+                                           check_corpus=lambda c: check_dependency_cases(c, cfg))
     windows = attention_windows(lm.config)  # local (sliding-window) layers: tokens seen each side
     ctx.record(attention_windows=windows)
     sentences = list(corpus)
@@ -211,6 +212,28 @@ def _check_head_type_options(cfg: dict[str, Any]) -> None:
             raise ConfigError(f"head_types: {key} must be one of {', '.join(allowed)}, not {cfg[key]!r}")
     if not cfg["syntactic_relations"]:
         raise ConfigError("head_types: syntactic_relations is empty; give relations or [all]")
+
+
+def check_dependency_cases(corpus: Any, cfg: dict[str, Any]) -> None:
+    """Refuse, before any extraction, a corpus with dependencies too small for the best-head table:
+    held_out_best_heads chooses a head per relation on the dev share of the sentences only where
+    the relation has ``min_count`` dev cases, so the most frequent relation needs about
+    ``min_count / best_head_dev_share`` arcs. The error names the count and the options."""
+    from collections import Counter
+
+    sentences = list(corpus)
+    if not sentences or not all(s.heads is not None and s.deprels is not None for s in sentences):
+        return   # no dependencies: no best-head table, nothing to check
+    counts = Counter(rel for s in sentences for h, rel in zip(s.heads, s.deprels) if h != 0)
+    need = int(np.ceil(cfg["min_count"] / cfg["best_head_dev_share"]))
+    relation, most = counts.most_common(1)[0] if counts else ("none", 0)
+    if most < need:
+        raise ConfigError(
+            f"head_types: corpus {corpus.name!r} ({len(sentences)} sentences) has at most {most} arcs of one "
+            f"relation ({relation}); choosing the best head per relation on the dev share "
+            f"(best_head_dev_share={cfg['best_head_dev_share']}) needs about {need} (min_count={cfg['min_count']} "
+            "dev cases): use more sentences (--limit, a larger corpus) or lower min_count "
+            "(bertology heads --min-count N, or min_count in the study config)")
 
 
 def _check_methods(methods: Any, l0_lambdas: Any) -> list[str]:

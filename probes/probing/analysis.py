@@ -190,7 +190,8 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
         frames, sentence_frames = [], []
         for name, (task, corpus, store) in inputs.items():
             for mode in cfg["modes"]:
-                ctx.log(f"    {task.name} / {mode}")
+                ctx.log(f"    {task.name} / {mode}: {len(seeds)} seed(s) x every layer"
+                        + (" + control task" if cfg["control"] and mode == "per_layer" else ""))
                 scores_, sentences = probe_layers(store, corpus, task, mode=mode, seeds=seeds, split_seed=splits,
                                                   control=cfg["control"] and mode == "per_layer",
                                                   control_key=cfg["control_key"], test_sentences=True, **settings)
@@ -218,6 +219,7 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
             frames = []
             for t in mdl_tasks:
                 task, _, store = inputs[t]
+                ctx.log(f"    {task.name} / MDL online codelength (every layer)")
                 if id(store) not in feats:
                     feats[id(store)] = store.layers()
                 frames.append(online_codelength(feats[id(store)], store.sentence_offsets, task, seeds=seeds[:1],
@@ -227,6 +229,8 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
         ctx.step("mdl", mdl)
     baseline_tasks = [t for t in cfg["random_baseline_tasks"] if t in inputs]
     if baseline_tasks:
+        ctx.log(f"    random-init baseline: {', '.join(baseline_tasks)} (a fresh extraction of a randomly "
+                "initialised copy)")
         ctx.step("random_baseline", lambda: pd.concat(
             [random_init_baseline(lm, inputs[t][1], inputs[t][0], seed=ctx.seed, seeds=seeds[:1],
                                   split_seed=splits, **settings)

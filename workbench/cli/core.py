@@ -33,13 +33,15 @@ def register(app: typer.Typer) -> None:
 
     @app.command("annotate")
     def annotate_cmd(
-        input: Path = typer.Argument(..., help="UTF-8 text file (paragraphs separated by blank lines)"),
+        input: Path = typer.Argument(..., help="UTF-8 text file"),
         output: Path = typer.Option(..., "--output", "-o", help="CoNLL-U file to write"),
+        sentences: str = typer.Option("lines", help="lines: one sentence per line, as written; spacy: running "
+                                      "text (paragraphs separated by blank lines) that spaCy splits into sentences"),
     ) -> None:
         """Annotate raw text with spaCy (silver UPOS, dependencies, entities) and write CoNLL-U."""
-        from bertology.corpus import annotate_silver, read_text_file, write_conllu
+        from bertology.corpus import annotate_text_file, write_conllu
 
-        corpus = annotate_silver(read_text_file(input), name=input.stem)
+        corpus = annotate_text_file(input, sentences=sentences)
         write_conllu(corpus, output)
         typer.echo(f"wrote {output} ({len(corpus)} sentences, {corpus.n_words} words; all layers silver)")
 

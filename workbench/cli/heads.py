@@ -49,13 +49,15 @@ def register(app: typer.Typer) -> None:
         word_vectors: Optional[str] = typer.Option(None, "--word-vectors",
                                                    help="spaCy vectors for the attention-and-words probe (Clark's "
                                                         "GloVe probe): en, a pipeline folder, or none"),
+        min_count: Optional[int] = typer.Option(None, "--min-count", help="cases a relation needs before a head is "
+                                                "typed syntactic for it or chosen as its best head (default 20)"),
         force: bool = typer.Option(False, "--force", help="recompute even if a complete run exists"),
     ) -> None:
         """Attention-head statistics, head types and the attention-based dependency probe (study head_types)."""
         from bertology.results import read_manifest, read_table
 
-        run_dir = _run("head_types", _overrides(model=model, corpus=corpus, limit=limit, word_vectors=word_vectors),
-                       out, seed, force)
+        run_dir = _run("head_types", _overrides(model=model, corpus=corpus, limit=limit, word_vectors=word_vectors,
+                                                min_count=min_count), out, seed, force)
         tables = read_manifest(run_dir)["tables"]
         typer.echo(read_table(run_dir, "head_types")["type"].value_counts().to_string())
         if "attention_probe" in tables:

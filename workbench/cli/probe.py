@@ -26,13 +26,21 @@ def _seeds(text: str) -> list[int]:
 
 MODES = ("per_layer", "mix", "cumulative")
 
+# What `bertology probe` runs unless --full (or the option itself) is given: the papers' probe (MLP,
+# attention span pooling) on every layer, one seed, nothing else -- about a minute on 200 sentences
+# on 2 CPU cores. --full runs the edge_probing study as configured (3 seeds x 3 modes, controls,
+# MDL, the random-encoder baseline).
+QUICK = {"modes": ["per_layer"], "seeds": [0], "control": False, "mdl_tasks": [], "random_baseline_tasks": []}
+QUICK_TEXT = "per_layer, 1 seed, no control task, no MDL, no random-init baseline"
+
 
 def probe_overrides(*, task: str | None = None, model: str | None = None, corpus: str | None = None,
                     limit: int | None = None, mode: str | None = None, probe: str | None = None,
                     pooling: str | None = None, control: bool | None = None, mdl: bool | None = None,
                     random_baseline: bool | None = None, seeds: str | None = None, max_epochs: int | None = None,
-                    device: str | None = None, split: str | None = None) -> dict[str, Any]:
-    """The ``edge_probing`` config fields for the options given (``None`` = not given)."""
+                    device: str | None = None, split: str | None = None, full: bool = True) -> dict[str, Any]:
+    """The ``edge_probing`` config fields for the options given (``None`` = not given). ``full=False``:
+    the :data:`QUICK` fields first, the options given over them."""
     from bertology.errors import ConfigError
     from bertology.probes.probing.tasks import BUILTIN_TASKS
 
@@ -46,7 +54,7 @@ def probe_overrides(*, task: str | None = None, model: str | None = None, corpus
         import torch
         if device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("--device cuda: no CUDA device is available (use --device cpu)")
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = {} if full else {key: list(v) if isinstance(v, list) else v for key, v in QUICK.items()}
     if task is not None:
         overrides["tasks"] = [task]
     if split is not None and split not in ("fixed", "per_seed"):
@@ -131,16 +139,23 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(None, help="registry name or model directory"),
         corpus: Optional[str] = typer.Option(None, help="bundled name or .conllu/.bio/.txt (ignored for .jsonl tasks)"),
         limit: Optional[int] = typer.Option(None, help="first N sentences of the corpus (0 = all)"),
-        mode: Optional[str] = typer.Option(None, help="per_layer, mix, cumulative or all"),
+        mode: Optional[str] = typer.Option(None, help="per_layer, mix, cumulative or all (quick default: per_layer; "
+                                                      "--full: all)"),
         probe: Optional[str] = typer.Option(None, help="mlp or linear"),
         pooling: Optional[str] = typer.Option(None, help="span pooling: attention or mean"),
         control: Optional[bool] = typer.Option(None, "--control/--no-control",
-                                               help="also train on the Hewitt & Liang control task (selectivity)"),
+                                               help="also train on the Hewitt & Liang control task (selectivity) "
+                                                    "(quick default: no; --full: yes)"),
         mdl: Optional[bool] = typer.Option(None, "--mdl/--no-mdl",
-                                           help="also measure the online (MDL) codelength per layer"),
+                                           help="also measure the online (MDL) codelength per layer "
+                                                "(quick default: no; --full: every task)"),
         random_baseline: Optional[bool] = typer.Option(None, "--random-baseline/--no-random-baseline",
-                                                       help="also probe a randomly initialised copy of the model"),
-        seeds: Optional[str] = typer.Option(None, help="probe seeds, comma-separated"),
+                                                       help="also probe a randomly initialised copy of the model "
+                                                            "(quick default: no; --full: every task)"),
+        seeds: Optional[str] = typer.Option(None, help="probe seeds, comma-separated (quick default: 0; --full: 0,1,2)"),
+        full: bool = typer.Option(False, "--full", help="run the whole edge_probing study as configured (3 seeds "
+                                                        "x 3 modes, controls, MDL, random-init baseline: minutes to "
+                                                        "an hour) instead of the quick default"),
         split: Optional[str] = typer.Option(None, help="sentence split: fixed (one split drawn with --seed, shared "
                                                        "by every probe seed) or per_seed (each probe seed its own)"),
         max_epochs: Optional[int] = typer.Option(None, help="most training epochs per probe (early stopping on dev)"),
@@ -152,12 +167,17 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, help="recompute even if a complete run exists"),
     ) -> None:
         """Probe every layer of a model for span-labelling tasks: the edge_probing study with these
-        options (others from its config); writes layer_scores, summary, controls, mdl, ... tables."""
+        options (others from its config); writes layer_scores, summary, controls, mdl, ... tables.
+
+        Quick by default (per_layer, 1 seed, no control task, no MDL, no random-init baseline; the
+        papers' MLP probe); --full runs the study as configured."""
         from bertology.studies import run_study
 
         overrides = probe_overrides(task=task, model=model, corpus=corpus, limit=limit, mode=mode, probe=probe,
                                     pooling=pooling, control=control, mdl=mdl, random_baseline=random_baseline,
-                                    seeds=seeds, max_epochs=max_epochs, device=device, split=split)
+                                    seeds=seeds, max_epochs=max_epochs, device=device, split=split, full=full)
+        if not full:
+            typer.echo(f"quick run ({QUICK_TEXT}, unless given); the full study: add --full")
         run_dir = run_study("edge_probing", overrides=overrides, results_root=out, seed=seed, force=force,
                             log=typer.echo)
         print_summary(run_dir)

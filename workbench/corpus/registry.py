@@ -8,7 +8,7 @@ from pathlib import Path
 from bertology import paths
 from bertology.corpus.bio import read_bio
 from bertology.corpus.conllu import read_conllu
-from bertology.corpus.silver import annotate_silver, read_text_file
+from bertology.corpus.silver import SENTENCE_SPLITS, annotate_text_file
 from bertology.corpus.types import Corpus
 from bertology.errors import CorpusError
 
@@ -20,15 +20,33 @@ def bundled_corpora() -> dict[str, Path]:
     return {name: paths.package_data() / fname for name, fname in BUNDLED.items()}
 
 
-def load_corpus(name_or_path: str | Path = DEFAULT_CORPUS, *, limit: int | None = None) -> Corpus:
+SENTENCES_SUFFIX = "?sentences="
+
+
+def load_corpus(name_or_path: str | Path = DEFAULT_CORPUS, *, limit: int | None = None,
+                sentences: str | None = None) -> Corpus:
     """Load a bundled corpus by name (``brown-sample``) or a file: ``.conllu``, ``.bio``/``.conll``, ``.txt`` (silver).
 
-    ``limit`` keeps the first ``limit`` sentences (``CorpusError`` if negative).
+    A ``.txt`` file is read as one sentence per line (``sentences="lines"``, the default: what you
+    wrote is what is analysed) or as running text that spaCy splits into sentences
+    (``sentences="spacy"``; paragraphs are separated by blank lines). The choice can also ride on
+    the name, ``FILE.txt?sentences=spacy``, so that a store or study that records the name reloads
+    the same sentences. Either way spaCy annotates the sentences (silver UPOS, dependencies,
+    entities). ``limit`` keeps the first ``limit`` sentences (``CorpusError`` if negative).
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise CorpusError(f"limit: expected a number of sentences >= 0, got {limit!r}")
     bundled = bundled_corpora()
     key = str(name_or_path)
+    if SENTENCES_SUFFIX in key:
+        key, _, named = key.rpartition(SENTENCES_SUFFIX)
+        if sentences is not None and sentences != named:
+            raise CorpusError(f"{name_or_path}: the name asks for sentences={named!r}, the call for {sentences!r}")
+        sentences = named
+        name_or_path = key
+    sentences = sentences or "lines"
+    if sentences not in SENTENCE_SPLITS:
+        raise CorpusError(f"sentences: expected one of {', '.join(SENTENCE_SPLITS)}, got {sentences!r}")
     if key in bundled:
         corpus = read_conllu(bundled[key], name=key)
     else:
@@ -43,7 +61,9 @@ def load_corpus(name_or_path: str | Path = DEFAULT_CORPUS, *, limit: int | None 
         elif suffix in (".bio", ".conll", ".iob", ".tsv"):
             corpus = read_bio(path)
         elif suffix in (".txt", ".text", ".md"):
-            corpus = annotate_silver(read_text_file(path), name=path.stem)
+            corpus = annotate_text_file(path, sentences=sentences)
+            # the path reloads the same sentences from anywhere (stores and studies record it)
+            corpus.path = str(path.resolve()) + (f"{SENTENCES_SUFFIX}{sentences}" if sentences != "lines" else "")
         else:
             raise CorpusError(f"{path}: unknown corpus format {suffix!r} (use .conllu, .bio/.conll or .txt)")
     return corpus.subset(limit) if limit is not None else corpus

@@ -45,6 +45,10 @@ class PretrainConfig:
                                           # document) | full_sentences (RoBERTa: across documents, an extra
                                           # [SEP] between them) | token_blocks (the token stream cut into
                                           # full blocks, sentences split at block ends)
+    # continued pretraining ("don't stop pretraining", Gururangan et al. 2020)
+    init_from: str | None = None          # a registry name or directory of a BERT encoder: start from its weights
+                                          # and tokenizer (an MLM head it lacks is initialised as BERT's); the
+                                          # model-size fields must then equal that model's (the error names them)
     # tokenizer
     tokenizer: str | None = None          # an existing tokenizer directory; None = train one
     tokenizer_kind: str = "wordpiece"     # wordpiece | bpe

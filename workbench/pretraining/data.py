@@ -27,7 +27,7 @@ from bertology.pretraining.masking import (
     IGNORE_INDEX, MaskingConfig, encode_pair, make_sentence_pairs, mask_batch, mix_seed, random_token_pool,
     special_tokens_mask,
 )
-from bertology.pretraining.objectives import pair_task, teacher_directory
+from bertology.pretraining.objectives import initial_model_directory, pair_task, teacher_directory
 from bertology.pretraining.runtime import Runtime
 from bertology.pretraining.text_corpus import corpus_hash, pack_documents, read_documents, tokenize_documents
 
@@ -161,8 +161,9 @@ def run_tokenizer(cfg: PretrainConfig, run_dir: Path, source: Path, rt: Runtime)
     one trained on ``source`` into ``run_dir/tokenizer`` (by rank 0, once; the others wait)."""
     from transformers import AutoTokenizer
 
-    if cfg.tokenizer or cfg.objective == "distill":  # a student reads with its teacher's tokenizer
-        tok_dir = Path(cfg.tokenizer).expanduser() if cfg.tokenizer else teacher_directory(cfg)
+    if cfg.tokenizer or cfg.objective == "distill" or cfg.init_from:  # a student reads with its teacher's tokenizer
+        tok_dir = (Path(cfg.tokenizer).expanduser() if cfg.tokenizer
+                   else initial_model_directory(cfg) if cfg.init_from else teacher_directory(cfg))
         if not (tok_dir / "tokenizer.json").is_file():
             raise ConfigError(f"config field 'tokenizer': {tok_dir} holds no tokenizer.json")
     else:

@@ -20,7 +20,11 @@ from bertology.pretraining.masking import IGNORE_INDEX, mix_seed
 from bertology.pretraining.objectives import OWN_EVALUATION, PretrainingLoss, evaluate_variant, pair_task, perplexity
 from bertology.pretraining.runtime import Runtime
 
-__all__ = ["evaluate", "heldout_loss", "unigram_baseline"]
+__all__ = ["evaluate", "heldout_loss", "unigram_baseline", "heldout_sentences", "ORDINARY_ENGLISH"]
+
+# The held-out sources of scripts/build_english_corpus.py that are ordinary running prose (news,
+# fiction, essays; State of the Union addresses) -- not dictionary glosses, verse or manuals.
+ORDINARY_ENGLISH = ("brown", "sotu")
 
 
 @torch.no_grad()
@@ -102,3 +106,37 @@ def unigram_baseline(run_dir: str | Path) -> dict[str, float]:
     return {"unigram_eval_loss": total / n, "eval_targets": n,
             "unigram_loss_all_heldout_tokens": float(-logp[every].mean()), "heldout_tokens": int(every.numel()),
             "train_tokens": int(counts.sum())}
+
+
+def heldout_sentences(corpus_dir: str | Path, *, sources: tuple[str, ...] = ORDINARY_ENGLISH, n: int | None = 400,
+                      seed: int = 0, min_words: int = 5, max_words: int = 60) -> list[str]:
+    """Sentences of the held-out documents of a corpus made by ``scripts/build_english_corpus.py``
+    (``<corpus_dir>/heldout/<source>.txt.gz``, one sentence per line): the lines of ``sources`` with
+    ``min_words..max_words`` whitespace words, ``n`` of them drawn evenly across sources with a
+    seeded RNG (all when ``n`` is None), in corpus order. What pseudo-log-likelihood is scored on
+    (docs/pretraining.md, "An English model that knows English")."""
+    import gzip
+    import random
+
+    from bertology.errors import CorpusError
+
+    folder = Path(corpus_dir).expanduser() / "heldout"
+    per_source: list[list[str]] = []
+    for source in sources:
+        path = folder / f"{source}.txt.gz"
+        if not path.is_file():
+            raise CorpusError(f"{path}: no held-out file for source {source!r} (build the corpus with "
+                            "bash scripts/setup.sh --with-pretraining-corpus)")
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            lines = [ln.strip() for ln in fh if min_words <= len(ln.split()) <= max_words]
+        per_source.append(lines)
+    if n is None:
+        return [ln for lines in per_source for ln in lines]
+    rng = random.Random(seed)
+    share = [n // len(sources) + (1 if i < n % len(sources) else 0) for i in range(len(sources))]
+    chosen = []
+    for lines, k in zip(per_source, share):
+        if k > len(lines):
+            raise CorpusError(f"{folder}: asked for {k} sentences of one source, it has {len(lines)}")
+        chosen += [lines[i] for i in sorted(rng.sample(range(len(lines)), k))]
+    return chosen

@@ -42,7 +42,8 @@ __all__ = ["OBJECTIVES", "ARCHITECTURES", "pair_task", "OBJECTIVE_CHECKS", "buil
            "PretrainingLoss", "ElectraLoss", "SpanBoundaryLoss", "DistillationLoss", "ElectraPretrainingModel",
            "BertForSpanBoundary", "SpanBoundaryHead", "span_boundaries", "distillation_kl", "tied_parameter_names",
            "DISTILL_INITS", "every_other_layer", "init_student_from_teacher",
-           "save_unique_state", "evaluate_variant", "generator_config", "teacher_directory", "OWN_EVALUATION"]
+           "save_unique_state", "evaluate_variant", "generator_config", "teacher_directory", "OWN_EVALUATION",
+           "initial_model_directory", "load_initial_model"]
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "mlm+sbo", "electra", "distill")
 ARCHITECTURES = ("bert", "albert")
@@ -109,6 +110,10 @@ OBJECTIVE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str | Callable[[Any], 
     ("distill_init", lambda c: c.distill_init in DISTILL_INITS, f"must be one of {', '.join(DISTILL_INITS)}"),
     ("distill_init", lambda c: c.distill_init == "random" or (c.objective == "distill" and c.architecture == "bert"),
      "every_other copies BERT teacher layers into a BERT student: it needs objective distill, architecture bert"),
+    ("init_from", lambda c: c.init_from is None or (c.objective == "mlm" and c.architecture == "bert"),
+     "continued pretraining (init_from) needs objective mlm and architecture bert"),
+    ("tokenizer", lambda c: c.init_from is None or c.tokenizer is None,
+     "must be empty with init_from (the run reads with that model's tokenizer)"),
 )
 
 
@@ -422,6 +427,51 @@ def teacher_directory(cfg: Any) -> Path:
         raise ConfigError(f"config field 'teacher': {exc}") from None
 
 
+def initial_model_directory(cfg: Any) -> Path:
+    """The directory of ``cfg.init_from`` (a registry name or a path)."""
+    from bertology.models import resolve
+
+    try:
+        return resolve(cfg.init_from)[1]
+    except ModelError as exc:
+        raise ConfigError(f"config field 'init_from': {exc}") from None
+
+
+_SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+
+
+def load_initial_model(cfg: Any, vocab_size: int) -> nn.Module:
+    """Continued pretraining: ``BertForMaskedLM`` with the weights of ``cfg.init_from`` (its MLM
+    head when it has one; otherwise BERT's initialisation of the head from the global RNG, the
+    decoder tied to the word embeddings), dropout set to ``cfg.dropout``. The config's size fields
+    must equal the model's (``ConfigError`` naming each that differs)."""
+    import logging
+
+    from transformers import AutoConfig, BertForMaskedLM
+
+    folder = initial_model_directory(cfg)
+    config = AutoConfig.from_pretrained(str(folder))
+    if config.model_type != "bert":
+        raise ConfigError(f"config field 'init_from': {cfg.init_from} is a {config.model_type} model; "
+                          "continued pretraining takes a BERT encoder")
+    wrong = [f"{name} {getattr(cfg, name)} (the model has {getattr(config, name)})"
+             for name in _SIZE_FIELDS if getattr(cfg, name) != getattr(config, name)]
+    if config.vocab_size != vocab_size:
+        wrong.append(f"tokenizer of {vocab_size} tokens (the model's vocabulary has {config.vocab_size})")
+    if cfg.max_seq_len > config.max_position_embeddings:
+        wrong.append(f"max_seq_len {cfg.max_seq_len} (the model has {config.max_position_embeddings} positions)")
+    if wrong:
+        raise ConfigError(f"config field 'init_from': {cfg.init_from} does not match the config: {'; '.join(wrong)}")
+    quiet = logging.getLogger("transformers.modeling_utils")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)   # "newly initialized: cls.predictions..." is expected here
+    try:
+        return BertForMaskedLM.from_pretrained(str(folder), hidden_dropout_prob=cfg.dropout,
+                                               attention_probs_dropout_prob=cfg.dropout, use_safetensors=True)
+    finally:
+        quiet.setLevel(level)
+
+
 def load_teacher(cfg: Any, vocab_size: int, hidden_size: int, device: torch.device) -> nn.Module:
     """The frozen teacher: ``*ForMaskedLM`` from the registry, eval mode, on ``device``."""
     from bertology.models import load_model
@@ -582,6 +632,8 @@ def build_model(cfg: Any, vocab_size: int, pad_token_id: int) -> nn.Module:
         return (AlbertForPreTraining if pairs else AlbertForMaskedLM)(albert)
     from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
 
+    if cfg.init_from:
+        return load_initial_model(cfg, vocab_size)
     bert_cfg = BertConfig(**common)
     if cfg.objective == "mlm+sbo":
         return BertForSpanBoundary(bert_cfg, max_positions=cfg.max_seq_len)

@@ -64,7 +64,8 @@ def _eval_losses(run_dir: Path) -> dict[int, float]:
 
 def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[int] | None = None,
                    name: str | None = None, card: dict[str, Any] | None = None,
-                   recipe: dict[str, Any] | None = None, score: bool = True) -> Path:
+                   recipe: dict[str, Any] | None = None, score: bool = True,
+                   pll_texts: Sequence[str] | None = None, pll_source: str | None = None) -> Path:
     """Write the release folder ``out_dir`` from ``run_dir``; returns ``out_dir``.
 
     ``steps``: which checkpoints to ship (default: every checkpoint the run kept). ``card``: extra
@@ -74,8 +75,10 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
     which is kept as ``run_config_at_start`` either way. ``score``: measure every shipped checkpoint's
     held-out MLM loss as shipped (float16 weights, float32 compute) on the run's evaluation targets
     (:func:`~bertology.pretraining.evaluation.heldout_loss`): ``eval_loss``; the loss the trainer logged
-    at that step, if it evaluated there, stays as ``eval_loss_logged``. Written atomically: a killed export
-    leaves no folder.
+    at that step, if it evaluated there, stays as ``eval_loss_logged``. ``pll_texts``: sentences to
+    score every shipped checkpoint on by pseudo-log-likelihood (nats per piece and per word, bootstrap
+    intervals over sentences; :mod:`bertology.probes.probing.pseudo_likelihood`), as shipped;
+    ``pll_source`` says where they come from. Written atomically: a killed export leaves no folder.
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     run_info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
@@ -105,7 +108,10 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
                             "eval_loss": shipped_loss if shipped_loss is not None else losses.get(step),
                             "eval_perplexity": math.exp(shipped_loss if shipped_loss is not None else losses[step])
                             if (shipped_loss is not None or step in losses) else None,
-                            "n_parameters": n_params, "model_sha256": file_sha256(dst / "model.safetensors")})
+                            "n_parameters": n_params, "model_sha256": file_sha256(dst / "model.safetensors"),
+                            **(_pll_entry(dst, pll_texts) if pll_texts else {})})
+        if pll_texts:
+            card["pll_texts"] = {"source": pll_source, "sentences": len(pll_texts)}
         release = {"name": name or out_dir.name, "format": "float16 safetensors (trainer weights rounded)",
                    "checkpoints": entries, "final_step": steps[-1], "recipe": cfg,
                    "run_config_at_start": run_info["config"],
@@ -118,6 +124,19 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
         write_json(tmp / RELEASE_FILE, release)
         write_text(tmp / "README.md", model_card(release))
     return out_dir
+
+
+def _pll_entry(model_dir: Path, texts: Sequence[str]) -> dict[str, Any]:
+    """Pseudo-log-likelihood of the model in ``model_dir`` (float32 compute) on ``texts``."""
+    from bertology.models import load_model
+    from bertology.probes.probing.pseudo_likelihood import pll_summary, pseudo_log_likelihood
+
+    lm = load_model(model_dir, attentions=False, mlm_head=True, dtype=torch.float32)
+    summary = pll_summary(pseudo_log_likelihood(lm, texts, progress=True))
+    piece, word = summary["nats_per_piece"], summary["nats_per_word"]
+    return {"pll_nats_per_piece": piece.estimate, "pll_nats_per_piece_ci": [piece.low, piece.high],
+            "pll_nats_per_word": word.estimate, "pll_nats_per_word_ci": [word.low, word.high],
+            "pll_pieces": summary["pieces"], "pll_words": summary["words"]}
 
 
 def read_release(folder: str | Path) -> dict[str, Any]:
@@ -139,7 +158,9 @@ def model_card(release: dict[str, Any]) -> str:
              f"| architecture | BERT, {cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads, hidden "
              f"{cfg['hidden_size']}, FFN {cfg['intermediate_size']}, max length {cfg['max_seq_len']}, MLM head |",
              f"| parameters | {final['n_parameters']:,} (stored as {release['format']}) |",
-             f"| tokenizer | {cfg['tokenizer_kind']} {'uncased' if cfg['lowercase'] else 'cased'}, vocabulary {cfg['vocab_size']:,} |",
+             (f"| started from | `{cfg['init_from']}` (its weights and tokenizer; continued MLM pretraining) |"
+              if cfg.get("init_from") else
+              f"| tokenizer | {cfg['tokenizer_kind']} {'uncased' if cfg['lowercase'] else 'cased'}, vocabulary {cfg['vocab_size']:,} |"),
              f"| objective | {cfg['objective']}, {cfg['masking']} masking {cfg['mlm_probability']:.0%} (80/10/10), "
              f"{'dynamic' if cfg['dynamic_masking'] else 'static'} masks |",
              f"| optimisation | AdamW lr {cfg['learning_rate']}, warm-up {cfg['warmup_steps']} steps, linear decay, "
@@ -155,10 +176,23 @@ def model_card(release: dict[str, Any]) -> str:
         lines.append(f"| corpus | {release['corpus'].get('summary', '')} |")
     if "licence" in release:
         lines.append(f"| licence | {release['licence']} |")
-    lines += ["", "## Checkpoints", "", "| step | tokens seen (at most) | held-out loss | registry name |", "|---|---|---|---|"]
+    pll = "pll_texts" in release
+    lines += ["", "## Checkpoints", "",
+              "| step | tokens seen (at most) | held-out loss |" + (" PLL nats/piece [95%] | PLL nats/word [95%] |" if pll else "")
+              + " registry name |",
+              "|---|---|---|" + ("---|---|" if pll else "") + "---|"]
     for e in release["checkpoints"]:
         loss = f"{e['eval_loss']:.3f}" if e.get("eval_loss") is not None else "—"
-        lines.append(f"| {e['step']:,} | {e['tokens_seen_at_most']:,} | {loss} | `{release['name']}@{e['step']}` |")
+        scores = ""
+        if pll:
+            scores = "".join(f" {e[k]:.2f} [{e[k + '_ci'][0]:.2f}, {e[k + '_ci'][1]:.2f}] |" if k in e else " — |"
+                             for k in ("pll_nats_per_piece", "pll_nats_per_word"))
+        lines.append(f"| {e['step']:,} | {e['tokens_seen_at_most']:,} | {loss} |{scores} `{release['name']}@{e['step']}` |")
+    if pll:
+        texts = release["pll_texts"]
+        lines += ["", f"PLL: pseudo-log-likelihood (Salazar et al. 2020; every word piece masked in turn), nats per "
+                  f"piece and per whitespace word, on {texts['sentences']} held-out sentences ({texts['source']}); "
+                  "95% bootstrap intervals over sentences. Per word compares models with different tokenizers."]
     if "command" in release:
         lines += ["", "## Reproduce", "", "```bash", release["command"], "```"]
     if "notes" in release:

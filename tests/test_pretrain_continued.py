@@ -1,0 +1,83 @@
+"""Continued MLM pretraining (``init_from``, "don't stop pretraining"): the run starts from the
+named encoder's weights and tokenizer, adds BERT's MLM head where the encoder has none, trains and
+resumes exactly, and refuses configs that do not match the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertology.errors import ConfigError
+from bertology.pretraining import PretrainConfig, run_pretraining
+from bertology.pretraining.objectives import build_model
+
+from test_pretrain_trainer import corpus_and_tokenizer, run_killed_after  # noqa: F401  (the shared fixture)
+from test_pretrain_variants import _cfg
+
+
+@pytest.fixture(scope="module")
+def source_models(corpus_and_tokenizer, tmp_path_factory) -> tuple[Path, Path]:
+    """(an MLM checkpoint trained 4 steps, the same weights saved as a bare encoder without MLM head)."""
+    from transformers import AutoTokenizer, BertModel
+
+    root = tmp_path_factory.mktemp("continued")
+    mlm_dir = run_pretraining(_cfg(corpus_and_tokenizer, root, run_name="source", max_steps=4)) / "checkpoint-4"
+    bare = root / "bare-encoder"
+    BertModel.from_pretrained(str(mlm_dir)).save_pretrained(bare, safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(mlm_dir)).save_pretrained(bare)
+    return mlm_dir, bare
+
+
+def _continued(corpus_and_tokenizer, root: Path, init_from: Path, **kw) -> PretrainConfig:
+    return _cfg(corpus_and_tokenizer, root, run_name="continued", tokenizer=None, init_from=str(init_from),
+                dropout=0.0, **kw)
+
+
+def test_starts_from_the_encoder_and_adds_a_bert_head(corpus_and_tokenizer, source_models, tmp_path):
+    mlm_dir, bare = source_models
+    cfg = _continued(corpus_and_tokenizer, tmp_path, bare)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, vocab_size=300, pad_token_id=0)
+    source = load_file(str(bare / "model.safetensors"))
+    state = model.state_dict()
+    for name, tensor in source.items():
+        if name.startswith("pooler."):
+            continue                    # BertForMaskedLM has no pooler
+        key = name if name.startswith("bert.") else f"bert.{name}"
+        assert torch.equal(state[key], tensor), key
+    head = model.cls.predictions
+    assert head.decoder.weight.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()  # tied
+    assert torch.equal(head.bias, torch.zeros_like(head.bias))
+    assert model.config.hidden_dropout_prob == 0.0
+    # an encoder that has an MLM head keeps it
+    with_head = build_model(_continued(corpus_and_tokenizer, tmp_path, mlm_dir), vocab_size=300, pad_token_id=0)
+    trained = load_file(str(mlm_dir / "model.safetensors"))
+    assert torch.equal(with_head.cls.predictions.transform.dense.weight, trained["cls.predictions.transform.dense.weight"])
+
+
+def test_trains_and_resumes_exactly(corpus_and_tokenizer, source_models, tmp_path):
+    _, bare = source_models
+    whole = run_pretraining(_continued(corpus_and_tokenizer, tmp_path / "a", bare))
+    killed = run_killed_after(_continued(corpus_and_tokenizer, tmp_path / "b", bare), 4)
+    resumed = run_pretraining(_continued(corpus_and_tokenizer, tmp_path / "b", bare))
+    assert resumed == killed
+    a, b = (load_file(str(d / "checkpoint-6" / "model.safetensors")) for d in (whole, resumed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(str(bare / "model.safetensors"))
+    moved = a["bert.encoder.layer.0.attention.self.query.weight"]
+    assert not torch.equal(moved, start["encoder.layer.0.attention.self.query.weight"])   # it trained
+
+
+def test_configs_that_do_not_match_the_model_are_refused(corpus_and_tokenizer, source_models, tmp_path):
+    _, bare = source_models
+    with pytest.raises(ConfigError, match=r"'init_from'.*hidden_size 64 \(the model has 32\)"):
+        build_model(_continued(corpus_and_tokenizer, tmp_path, bare, hidden_size=64), vocab_size=300, pad_token_id=0)
+    with pytest.raises(ConfigError, match=r"'init_from'.*objective mlm"):
+        _continued(corpus_and_tokenizer, tmp_path, bare, objective="electra")
+    with pytest.raises(ConfigError, match=r"'tokenizer'.*init_from"):
+        _cfg(corpus_and_tokenizer, tmp_path, init_from=str(bare))      # _cfg names its own tokenizer
+    with pytest.raises(ConfigError, match=r"'init_from'.*unknown model"):
+        build_model(_continued(corpus_and_tokenizer, tmp_path, tmp_path / "nowhere"), vocab_size=300, pad_token_id=0)
