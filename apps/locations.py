@@ -65,11 +65,45 @@ def clean_json(obj: Any) -> Any:
     return clean(obj) if isinstance(obj, str) else obj
 
 
-def find_runs(study: str | None = None) -> list[Path]:
-    """Run folders of ``study`` (every study when None), newest first."""
+def find_runs(study: str | None = None, *, include_unfinished: bool = False) -> list[Path]:
+    """Complete run folders of ``study`` (every study when None), newest first; with
+    ``include_unfinished`` also those still running, stopped before their manifest, or with an
+    unreadable one (:func:`unfinished_runs` counts them)."""
     root = results_root()
     pattern = f"{study}/*" if study else "*/*"
-    return sorted((p for p in root.glob(pattern) if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    runs = sorted((p for p in root.glob(pattern) if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    return runs if include_unfinished else [r for r in runs if is_complete(r)]
+
+
+def is_complete(run: Path) -> bool:
+    """The run wrote a manifest that reads as a JSON object (what every page needs)."""
+    try:
+        read_manifest(run)
+        return True
+    except ResultError:
+        return False
+
+
+def unfinished_runs(study: str | None = None) -> list[Path]:
+    """Run folders :func:`find_runs` hides: no manifest yet (running or stopped) or an unreadable one."""
+    return [r for r in find_runs(study, include_unfinished=True) if not is_complete(r)]
+
+
+HIDDEN_HINT = "remove stopped ones with `bertology study clean --yes`"
+
+_QUICKSTART_MAIN = re.compile(r"quickstart-seed\d+")
+_QUICKSTART_SECOND = re.compile(r"quickstart-.+-seed\d+")
+
+
+def default_run_index(runs: list[Path]) -> int:
+    """Which of ``runs`` (newest first) a page opens on: the newest, except that the quickstart's
+    runs on its second model (``quickstart-<model>-seed<N>``, written after the main ones) give way
+    to the quickstart's main run (``quickstart-seed<N>``, the embedded default model)."""
+    if runs and _QUICKSTART_SECOND.fullmatch(runs[0].name):
+        for i, run in enumerate(runs):
+            if _QUICKSTART_MAIN.fullmatch(run.name):
+                return i
+    return 0
 
 
 def run_label(path: Path) -> str:
@@ -86,12 +120,23 @@ def model_name(manifest: dict[str, Any]) -> str | None:
 
 
 def describe(run: Path) -> str:
-    """``study/run · model`` for a run picker (the model only when its manifest says)."""
+    """``study/run · model · corpus · tasks · probe`` for a run picker: what tells two runs apart,
+    each part only when the manifest says it (``corpus`` without its ``[:N]`` limit suffix when the
+    config's ``limit`` says the same)."""
     try:
-        name = model_name(read_manifest(run))
+        manifest = read_manifest(run)
     except ResultError:
-        name = None
-    return run_label(run) + (f" · {name}" if name else "")
+        return run_label(run) + " · (unreadable)"
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    corpus = manifest.get("corpus")
+    corpus_name = corpus.get("name") if isinstance(corpus, dict) else config.get("corpus")
+    tasks = config.get("tasks") or config.get("task")
+    parts = [model_name(manifest) or (str(config["model"]) if config.get("model") else None),
+             clean(corpus_name) if corpus_name else None,
+             ",".join(map(str, tasks)) if isinstance(tasks, list) else (str(tasks) if tasks else None),
+             f"{config['probe']} probe" if config.get("probe") else None,
+             f"mode {config['mode']}" if isinstance(config.get("mode"), str) else None]
+    return " · ".join([run_label(run), *(p for p in parts if p)])
 
 
 def runs_overview(runs: list[Path]) -> pd.DataFrame:

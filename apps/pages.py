@@ -22,7 +22,8 @@ import streamlit as st
 from bertology.apps import figures, tables
 from bertology.apps.live import live_page
 from bertology.apps.figures import esc
-from bertology.apps.locations import clean, describe, find_runs, model_name, run_label, runs_overview, shown_root
+from bertology.apps.locations import (HIDDEN_HINT, clean, describe, find_runs, model_name, run_label, runs_overview,
+                                      shown_root, unfinished_runs)
 from bertology.apps.ui import (guard, has_columns_or_explain, load_extra, load_table, optional_table, pick_other,
                                pick_run, query, searchable_table)
 from bertology.results import ResultError, read_manifest, read_table
@@ -58,7 +59,11 @@ class Page:
 # --------------------------------------------------------------------------- Runs
 
 def runs_page(page: Page) -> None:
-    runs = find_runs()
+    hidden = unfinished_runs()
+    show_all = bool(hidden) and st.checkbox(f"show the {len(hidden)} incomplete or unreadable run(s)", value=False)
+    runs = find_runs(include_unfinished=show_all)
+    if hidden and not show_all:
+        st.caption(f"{len(hidden)} incomplete or unreadable run(s) hidden on every page; {HIDDEN_HINT}")
     if not runs:
         st.info(f"No results under {shown_root()}. Create some with `bertology study run quickstart`.")
         return
@@ -203,6 +208,10 @@ def selected_head(run: Path, types: pd.DataFrame, heads: list[str]) -> str:
     if st.session_state.get(pick_key) not in heads:
         wanted = query("head")
         st.session_state[pick_key] = wanted if wanted in heads else tables.default_head(types)
+        if wanted is not None and wanted not in heads:
+            n_layers, n_heads = int(types["layer"].max()) + 1, int(types["head"].max()) + 1
+            st.warning(f"?head={esc(wanted)}: no such head in this run (write it as layer-head, layers 0-{n_layers - 1}, "
+                       f"heads 0-{n_heads - 1}); showing {st.session_state[pick_key]}")
     click = clicked_head(st.session_state.get("head_map"))
     if click in heads and click != st.session_state.get("head_last_click"):
         st.session_state["head_last_click"] = click
@@ -249,6 +258,7 @@ def heads_page(page: Page) -> None:
             st.selectbox("head (or click one on the map)", heads, key=pick_key,
                          format_func=lambda k: f"layer {k.split('-')[0]}, head {k.split('-')[1]} — {labels.get(k, '?')}")
             layer, head = map(int, st.session_state[pick_key].split("-"))
+            st.query_params["head"] = st.session_state[pick_key]   # the URL follows clicks and picks
         head_detail(run, types, layer, head)
     probe = load_table(run, "attention_probe")
     if probe is not None:

@@ -14,7 +14,8 @@ from typing import Any, Iterator
 import pandas as pd
 import streamlit as st
 
-from bertology.apps.locations import clean, clean_json, describe, find_runs, run_label, shown_root
+from bertology.apps.locations import (HIDDEN_HINT, clean, clean_json, default_run_index, describe, find_runs,
+                                      run_label, shown_root, unfinished_runs)
 from bertology.apps.tables import search_rows
 from bertology.results import ResultError, read_extra, read_manifest, read_table
 
@@ -82,11 +83,15 @@ def pick_run(study: str, key: str, label: str = "run") -> Path | None:
     """A run of ``study`` picked in a select box (newest first) with its provenance below; None,
     with a message saying how to make one, when there is none or its manifest is unreadable."""
     runs = find_runs(study)
+    hidden = unfinished_runs(study)
+    if hidden:
+        st.caption(f"{len(hidden)} incomplete or unreadable `{study}` run(s) hidden (listed on the Runs page); "
+                   f"{HIDDEN_HINT}")
     if not runs:
-        st.info(f"No `{study}` runs under {shown_root()}. Run `bertology study run {study}` "
+        st.info(f"No complete `{study}` runs under {shown_root()}. Run `bertology study run {study}` "
                 f"(or `bertology study run quickstart`).")
         return None
-    choice = st.selectbox(label, runs, key=key, format_func=describe)
+    choice = st.selectbox(label, runs, key=key, format_func=describe, index=default_run_index(runs))
     try:
         manifest = read_manifest(choice)
     except ResultError as exc:

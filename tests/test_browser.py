@@ -93,7 +93,8 @@ def test_head_map_click_comparison_and_markup_words(planted_results, tmp_path):
 
         screenshots.open_page(tab, base, "Probing", {"compare": "edge_probing/p-b"}, timeout_ms=WAIT_MS)
         legend = tab.locator('[data-testid="stPlotlyChart"] .legendtext').all_text_contents()
-        assert {"edge_probing/p-a · model-a", "edge_probing/p-b · model-b"} <= set(legend)
+        assert {"edge_probing/p-a · model-a · brown-sample · mlp probe",
+                "edge_probing/p-b · model-b · brown-sample · mlp probe"} <= set(legend)
         assert not any(screenshots.page_problems(tab))
 
 

@@ -43,15 +43,23 @@ def test_runs_page_shows_a_non_object_manifest_and_goes_on(content, kind, tmp_pa
     good = head_types_run(root, "good")
     bad = head_types_run(root, "bad")
     write_manifest(bad, content)
+    stopped = root / "head_types" / "stopped"     # a run stopped before its manifest
+    stopped.mkdir()
     at = open_page("Runs", root, monkeypatch)
+    # hidden by default, with the command that removes them
+    assert list(at.dataframe[0].value["run"]) == ["good"]
+    assert any("2 incomplete or unreadable run(s) hidden" in c.value and "bertology study clean --yes" in c.value
+               for c in at.caption)
+    at.checkbox[0].check().run()
     table = at.dataframe[0].value.set_index("run")
     assert table.loc["good", "status"] == "complete" and table.loc["good", "model"] == "planted-bert"
     assert table.loc["bad", "status"].startswith("unreadable: ") and f"holds {kind}" in table.loc["bad", "status"]
-    assert "manifest.json" in table.loc["bad", "status"]
-    # the broken run picked on its own page: an error for it, no traceback
+    assert "manifest.json" in table.loc["bad", "status"] and table.loc["stopped", "status"].startswith("unreadable")
+    # the study's page offers only the good run and says that two are hidden
     age(good, 100)
     at = open_page("Heads", root, monkeypatch)
-    assert any(f"holds {kind}" in e.value for e in at.error)
+    assert not at.error and all("bad" not in o and "stopped" not in o for o in at.selectbox[0].options)
+    assert any("2 incomplete or unreadable `head_types` run(s) hidden" in c.value for c in at.caption)
 
 
 BREAKAGES = {
@@ -107,9 +115,16 @@ def test_head_detail_follows_the_selected_head(tmp_path, monkeypatch):
     pick.set_value("0-2").run()
     assert at.subheader[0].value == "Layer 0, head 2"
     assert any("type **special**" in m.value for m in at.markdown)
+    assert at.query_params["head"] in ("0-2", ["0-2"])   # the URL follows the pick
     # deep link: ?head=0-1
     at = open_page("Heads", root, monkeypatch, {"head": "0-1"})
-    assert at.subheader[0].value == "Layer 0, head 1"
+    assert at.subheader[0].value == "Layer 0, head 1" and not at.warning
+    # a head the run does not have: said, and the default shown
+    at = open_page("Heads", root, monkeypatch, {"head": "3-8"})
+    assert any("?head=3-8: no such head in this run" in w.value and "layers 0-1, heads 0-2" in w.value
+               for w in at.warning)
+    shown = at.subheader[0].value.replace("Layer ", "").replace(", head ", "-")
+    assert at.query_params["head"] in (shown, [shown])
 
 
 def test_words_with_markup_show_as_typed(tmp_path, monkeypatch):
@@ -145,8 +160,8 @@ def test_two_runs_side_by_side(tmp_path, monkeypatch):
     age(probing_run(root, "p-b", "model-b", scale=0.5), 100)
     at = open_page("Probing", root, monkeypatch, {"compare": "edge_probing/p-b"})
     lines = {t["name"]: t["y"] for t in chart_specs(at)[0]["data"]}
-    assert lines["edge_probing/p-a · model-a"] == pytest.approx([0.5, 0.6, 0.7])
-    assert lines["edge_probing/p-b · model-b"] == pytest.approx([0.25, 0.3, 0.35])
+    assert lines["edge_probing/p-a · model-a · brown-sample · mlp probe"] == pytest.approx([0.5, 0.6, 0.7])
+    assert lines["edge_probing/p-b · model-b · brown-sample · mlp probe"] == pytest.approx([0.25, 0.3, 0.35])
 
     contextuality_run(root, "c-a", "model-a")
     age(contextuality_run(root, "c-b", "model-b", shift=0.05), 100)
@@ -170,3 +185,20 @@ def test_chrome_names_the_paper_and_no_machine_path(page, tmp_path, monkeypatch)
     assert INTRO_PHRASES[page] in at.caption[0].value
     assert [c.value for c in at.sidebar.caption] == ["results: results"]
     assert str(tmp_path) not in all_text(at)
+
+
+def test_run_labels_tell_runs_apart(tmp_path, monkeypatch):
+    from bertology.apps.locations import describe
+    from bertology.results import write_results
+
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    run = tmp_path / "results" / "edge_probing" / "abc123-seed0"
+    run.mkdir(parents=True)
+    write_results(run, {}, {"study": "edge_probing", "model": {"name": "minilm-l6"},
+                            "corpus": {"name": "brown-sample[:400]"},
+                            "config": {"tasks": ["pos", "deps"], "probe": "mlp", "model": "minilm-l6"}})
+    assert describe(run) == "edge_probing/abc123-seed0 · minilm-l6 · brown-sample[:400] · pos,deps · mlp probe"
+    bare = tmp_path / "results" / "edge_probing" / "old"
+    bare.mkdir()
+    (bare / "manifest.json").write_text("{}")
+    assert describe(bare) == "edge_probing/old"

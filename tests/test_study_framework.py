@@ -275,3 +275,48 @@ def test_declared_inputs_join_the_run_id_without_their_paths(tmp_path):
     assert config_hash({}, 0, declared(table.parent, "1.1")({})) != run_id   # another package version
     table.write_bytes(b"\x01" * 64)
     assert config_hash({}, 0, declared(table.parent)({})) != run_id      # other vectors: another run
+
+
+def test_a_failed_start_leaves_no_run_folder_but_a_failure_after_a_step_keeps_it(tmp_path):
+    def fails_at_once(ctx) -> None:
+        raise ConfigError("unknown model 'nope'")
+
+    def fails_after_a_step(ctx) -> None:
+        ctx.step("numbers", lambda: pd.DataFrame({"i": [1]}))
+        raise WorkbenchError("later")
+
+    run_dir = tmp_path / "res" / "toy" / "typo"
+    with pytest.raises(ConfigError):
+        run_analysis("toy", "toy", fails_at_once, dict(DEFAULTS), seed=0, run_dir=run_dir, log=lambda m: None)
+    assert not run_dir.exists() and not run_dir.parent.exists()
+    with pytest.raises(WorkbenchError, match="later"):
+        run_analysis("toy", "toy", fails_after_a_step, dict(DEFAULTS), seed=0, run_dir=run_dir, log=lambda m: None)
+    assert (run_dir / "numbers.parquet").is_file()          # resumable: the saved step stays
+
+
+def test_study_clean_lists_then_removes_unfinished_runs_never_a_running_one(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from bertology import atomic
+    from bertology.cli import app
+    from bertology.runs import list_runs
+
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "res"))
+    complete = run_toy(tmp_path, {})
+    stopped = tmp_path / "res" / "toy" / "stopped"
+    stopped.mkdir()
+    broken = tmp_path / "res" / "toy" / "broken"
+    broken.mkdir()
+    (broken / "manifest.json").write_text("[]")
+    running = tmp_path / "res" / "toy" / "running"
+    runner = CliRunner()
+    with atomic.folder_lock(running):
+        statuses = list_runs().set_index("run_id")["status"]
+        assert statuses["run1"] == "complete" and statuses["stopped"] == "incomplete"
+        assert statuses["running"] == "running" and statuses["broken"].startswith("unreadable")
+        listed = runner.invoke(app, ["study", "clean"])
+        assert listed.exit_code == 0 and "2 run folder(s) would be removed: add --yes" in listed.output
+        assert stopped.is_dir() and broken.is_dir()
+        removed = runner.invoke(app, ["study", "clean", "--yes"])
+        assert removed.exit_code == 0 and "removed 2 run folder(s)" in removed.output
+        assert not stopped.exists() and not broken.exists() and running.is_dir() and complete.is_dir()

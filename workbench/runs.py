@@ -238,6 +238,29 @@ def run_analysis(name: str, description: str, run: Callable[[StudyContext], None
     """
     run_dir = Path(run_dir)
     record = {"study": name, **run_record(config, seed, inputs)}
+    fresh = not run_dir.exists()
+    failed_before_any_step = False
+    try:
+        return _run_locked(name, description, run, config, seed=seed, run_dir=run_dir, config_file=config_file,
+                           force=force, log=log, inputs=inputs, record=record)
+    except BaseException:
+        # a failed start (an unknown model, a corpus too small...) leaves no run folder behind
+        failed_before_any_step = fresh and run_dir.is_dir() and not any(
+            p.name not in (atomic.LOCK_NAME, INPUTS_FILE) for p in run_dir.iterdir())
+        raise
+    finally:
+        if failed_before_any_step:
+            import shutil
+
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if run_dir.parent.is_dir() and not any(run_dir.parent.iterdir()):
+                run_dir.parent.rmdir()
+
+
+def _run_locked(name: str, description: str, run: Callable[[StudyContext], None], config: dict[str, Any], *,
+                seed: int, run_dir: Path, config_file: str | None, force: bool, log: Callable[[str], None],
+                inputs: dict[str, Any] | None, record: dict[str, Any]) -> Path:
+    """:func:`run_analysis` under the run folder's lock."""
     with atomic.folder_lock(run_dir, on_wait=log):
         atomic.remove_stale_temporaries(run_dir)
         try:
@@ -281,14 +304,51 @@ def run_analysis(name: str, description: str, run: Callable[[StudyContext], None
 
 
 def list_runs(results_root: str | Path | None = None) -> pd.DataFrame:
-    """Every run directory under the results root: study, run_id, path, complete."""
+    """Every run directory under the results root: study, run_id, path, complete, status
+    (``complete``; ``running`` while a process holds its lock; ``incomplete``: stopped before its
+    manifest was written; ``unreadable: <why>``: a manifest that cannot be read)."""
     root = Path(results_root or paths.results_dir())
     rows = []
     for d in sorted(root.glob("*/*")):
         if d.is_dir():
-            rows.append({"study": d.parent.name, "run_id": d.name, "path": str(d),
-                         "complete": (d / "manifest.json").is_file()})
-    return pd.DataFrame(rows, columns=["study", "run_id", "path", "complete"])
+            status = run_status(d)
+            rows.append({"study": d.parent.name, "run_id": d.name, "path": str(d), "complete": status == "complete",
+                         "status": status})
+    return pd.DataFrame(rows, columns=["study", "run_id", "path", "complete", "status"])
+
+
+def run_status(run_dir: Path) -> str:
+    """``complete``, ``running``, ``incomplete`` or ``unreadable: <why>`` (see :func:`list_runs`)."""
+    if (run_dir / "manifest.json").is_file():
+        try:
+            results.read_manifest(run_dir)
+            return "complete"
+        except results.ResultError as exc:
+            return f"unreadable: {exc}"
+    try:
+        with atomic.folder_lock(run_dir, wait=False):
+            return "incomplete"
+    except atomic.LockHeld:
+        return "running"
+
+
+def remove_unfinished_runs(results_root: str | Path | None = None) -> list[Path]:
+    """Delete every incomplete or unreadable run folder under the results root (never a running
+    one: each is removed under its lock); returns the folders removed."""
+    import shutil
+
+    removed = []
+    for row in list_runs(results_root).itertuples():
+        if row.status in ("complete", "running"):
+            continue
+        path = Path(row.path)
+        try:
+            with atomic.folder_lock(path, wait=False):
+                shutil.rmtree(path)
+        except atomic.LockHeld:
+            continue
+        removed.append(path)
+    return removed
 
 
 def model_corpus_store(ctx: StudyContext, *, attentions: bool = False, limit_key: str = "limit",

@@ -47,7 +47,32 @@ def register(app: typer.Typer) -> None:
         if not runs.empty:
             typer.echo("\nruns:")
             for r in runs.itertuples():
-                typer.echo(f"  {r.study}/{r.run_id}{'' if r.complete else '  (incomplete)'}")
+                typer.echo(f"  {r.study}/{r.run_id}{'' if r.complete else f'  ({r.status})'}")
+            unfinished = runs[~runs["status"].isin(["complete", "running"])]
+            if not unfinished.empty:
+                typer.echo(f"\n{len(unfinished)} incomplete or unreadable run(s): the dashboard hides them; "
+                           "remove them with `bertology study clean --yes`")
+
+    @study.command("clean")
+    def clean_cmd(
+        yes: bool = typer.Option(False, "--yes", help="remove them (without it: only list what would go)"),
+    ) -> None:
+        """List (and with --yes remove) the incomplete and unreadable run folders in results/; a run
+        that is still running is never touched."""
+        from bertology.runs import list_runs, remove_unfinished_runs
+
+        runs = list_runs()
+        unfinished = runs[~runs["status"].isin(["complete", "running"])] if not runs.empty else runs
+        if unfinished.empty:
+            typer.echo("no incomplete or unreadable runs")
+            return
+        for r in unfinished.itertuples():
+            typer.echo(f"  {r.study}/{r.run_id}  ({r.status})")
+        if not yes:
+            typer.echo(f"{len(unfinished)} run folder(s) would be removed: add --yes")
+            return
+        removed = remove_unfinished_runs()
+        typer.echo(f"removed {len(removed)} run folder(s)")
 
     @study.command("run")
     def run_cmd(
