@@ -514,3 +514,40 @@ def change_figure(rows: pd.DataFrame, title: str) -> go.Figure:
     fig.update_layout(title=esc(title), xaxis_title="cosine distance after alignment (mean over replicates)",
                       height=140 + 22 * len(shown), legend=dict(orientation="h"))
     return fig
+
+
+def per_layer_lines(df: pd.DataFrame, y: str, title: str, y_title: str, *, zero_line: bool = False) -> go.Figure:
+    """One line per task over layers, with markers; ``df``: ``task, layer, <y>`` (one row each, e.g.
+    a mean over seeds). The y axis covers the values, not 0..1; ``zero_line`` marks 0 (selectivity)."""
+    shown = df.assign(task=df["task"].map(esc)).sort_values(["task", "layer"])
+    fig = px.line(shown, x="layer", y=y, color="task", markers=True, title=title)
+    fig.update_layout(xaxis=dict(dtick=1, title="layer (0 = embeddings)"), yaxis_title=y_title)
+    if zero_line:
+        fig.add_hline(y=0, line_dash="dot", line_color="grey")
+    return fig
+
+
+def l0_gates_figure(gates: pd.DataFrame) -> go.Figure:
+    """One panel per λ: each head's probability that its Hard Concrete gate is open (``p_open``),
+    a square per head (x = head, y = layer, layer 0 at the top), heads the deterministic gate removes
+    marked with an x. ``gates``: ``lam, layer, head, p_open, kept`` (:func:`train_l0_gates`; the first
+    seed of each λ)."""
+    lams = sorted(gates["lam"].unique())
+    fig = make_subplots(rows=1, cols=len(lams), subplot_titles=[f"λ = {lam:g}: {int(gates[gates['lam'] == lam]['kept'].sum())} "
+                                                               f"of {int((gates['lam'] == lam).sum())} heads kept"
+                                                               for lam in lams], shared_yaxes=True)
+    for c, lam in enumerate(lams, 1):
+        part = gates[gates["lam"] == lam]
+        grid = part.pivot_table(index="layer", columns="head", values="p_open", aggfunc="mean")
+        fig.add_trace(go.Heatmap(z=grid.to_numpy(), x=list(grid.columns), y=list(grid.index), zmin=0, zmax=1,
+                                 colorscale="Blues", colorbar=dict(title="P(open)"), showscale=c == 1,
+                                 hovertemplate="layer %{y}, head %{x}: P(open) %{z:.2f}<extra></extra>"), 1, c)
+        off = part[~part["kept"].astype(bool)]
+        fig.add_trace(go.Scatter(x=off["head"], y=off["layer"], mode="markers", name="removed" if c == 1 else None,
+                                 showlegend=c == 1, marker=dict(symbol="x", color="crimson", size=9)), 1, c)
+        fig.update_xaxes(title_text="head", dtick=1, row=1, col=c)
+    n_layers = int(gates["layer"].max()) + 1
+    fig.update_yaxes(autorange="reversed", dtick=1, title_text="layer", row=1, col=1)
+    fig.update_layout(title="L0 head gates (Voita et al. 2019): which heads each penalty keeps",
+                      height=180 + 34 * n_layers)
+    return fig

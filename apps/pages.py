@@ -128,12 +128,23 @@ def probing_page(page: Page) -> None:
         with guard("the scalar-mix weights", run):
             st.plotly_chart(figures.mix_weights_figure(tables.mean_mix_weights(weights)), width="stretch")
     controls = optional_table(run, "controls")
-    if controls is not None:
-        st.subheader("Control tasks (Hewitt & Liang 2019) and MDL (Voita & Titov 2020)")
-        st.dataframe(controls, width="stretch")
     mdl = optional_table(run, "mdl")
-    if mdl is not None:
-        st.dataframe(mdl, width="stretch")
+    if controls is not None or mdl is not None:
+        st.subheader("Control tasks (Hewitt & Liang 2019) and MDL (Voita & Titov 2020)")
+    if has_columns_or_explain(controls, ["task", "layer", "control", "metric", "value"], "controls", run):
+        with guard("the selectivity curves", run):
+            st.plotly_chart(figures.per_layer_lines(tables.selectivity_by_layer(controls), "selectivity",
+                                                    "selectivity per layer: task − control accuracy (test)",
+                                                    "selectivity", zero_line=True), width="stretch")
+        with st.expander("controls table"):
+            st.dataframe(controls, width="stretch")
+    if has_columns_or_explain(mdl, ["task", "layer", "metric", "value"], "mdl", run):
+        with guard("the MDL curves", run):
+            st.plotly_chart(figures.per_layer_lines(tables.mdl_by_layer(mdl), "compression",
+                                                    "MDL compression per layer: uniform ÷ online codelength",
+                                                    "compression (×)"), width="stretch")
+        with st.expander("MDL table"):
+            st.dataframe(mdl, width="stretch")
 
 
 def paired_difference(run: Path, other: Path) -> None:
@@ -369,11 +380,21 @@ def pruning_page(page: Page) -> None:
     if has_columns_or_explain(imp, ["layer", "head", "importance"], "importance", run):
         with guard("the importance map", run):
             st.plotly_chart(figures.importance_figure(tables.importance_grid(imp)), width="stretch")
-    for name in ("pruning_cost", "l0_gates"):
-        df = optional_table(run, name)
-        if df is not None:
-            st.subheader(name.replace("_", " "))
-            st.dataframe(df, width="stretch")
+    cost = optional_table(run, "pruning_cost")
+    if cost is not None:
+        st.subheader("pruning cost")
+        st.dataframe(cost, width="stretch")
+    gates = optional_table(run, "l0_gates")
+    if has_columns_or_explain(gates, ["lam", "layer", "head", "p_open", "kept"], "l0_gates", run):
+        st.subheader("L0 gates")
+        with guard("the L0 gates", run):
+            st.plotly_chart(figures.l0_gates_figure(tables.first_seed(gates)), width="stretch")
+        evaluation = optional_table(run, "l0_evaluation")
+        if evaluation is not None:
+            st.caption("what each λ's gates cost, on test with 95% intervals (dev alongside):")
+            st.dataframe(evaluation, width="stretch", hide_index=True)
+        with st.expander("gates table"):
+            st.dataframe(gates, width="stretch")
 
 
 # --------------------------------------------------------------------------- Embeddings

@@ -412,6 +412,9 @@ MEASURES: dict[str, str] = {
                   "on head h's output moves, normalised per layer.",
     "threshold": "**threshold**: the share of heads an order removes before the metric on dev worsens by more than "
                  "the tolerance (relative: 1% = the loss up by 1% or the accuracy down by 1%).",
+    "l0": "**L0 gates** (Voita et al. 2019; Louizos et al. 2018): a stochastic Hard Concrete gate per head, trained on "
+          "the task loss + λ·Σ_h P(gate_h open); a larger λ closes more heads. P(open) is the learned probability; "
+          "a head is removed when its deterministic test-time gate is 0.",
     "contextuality": "**self-similarity**: mean cosine between a word's vectors in its different contexts; "
                      "**intra-sentence similarity**: mean cosine between each word and its sentence's mean "
                      "vector; **MEV**: share of a word's variance its first principal component explains; "
@@ -431,11 +434,37 @@ PAGE_MEASURES: dict[str, tuple[str, ...]] = {
     "Probing": ("accuracy", "random_init", "E_s", "E_delta", "selectivity", "mdl"),
     "Feature combinations": ("accuracy",),
     "Heads": ("head_types", "syntactic"),
-    "Pruning": ("importance", "threshold"),
+    "Pruning": ("importance", "threshold", "l0"),
     "Embeddings": ("contextuality",),
     "Alignment": ("alignment",),
     "Semantic change": ("semantic_change",),
 }
+
+
+def selectivity_by_layer(controls: pd.DataFrame) -> pd.DataFrame:
+    """``task, layer, selectivity``: the test selectivity rows of a ``controls`` table (task rows,
+    already means over seeds), one per task and layer."""
+    rows = controls[(controls["metric"] == "selectivity") & ~controls["control"].astype(bool)]
+    if rows.empty:   # selectivity rows carry the control flag in some runs
+        rows = controls[controls["metric"] == "selectivity"]
+    return rows.groupby(["task", "layer"], as_index=False)["value"].mean().rename(columns={"value": "selectivity"})
+
+
+def mdl_by_layer(mdl: pd.DataFrame) -> pd.DataFrame:
+    """``task, layer, compression``: MDL compression (uniform ÷ online bits) per task and layer, the
+    mean over seeds, task probes only."""
+    rows = mdl[mdl["metric"] == "compression"]
+    if "control" in rows:
+        rows = rows[~rows["control"].astype(bool)]
+    return rows.groupby(["task", "layer"], as_index=False)["value"].mean().rename(columns={"value": "compression"})
+
+
+def first_seed(gates: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the first seed of each λ of an ``l0_gates`` table (a map shows one gate set)."""
+    if "seed" not in gates:
+        return gates
+    first = gates.groupby("lam")["seed"].transform("min")
+    return gates[gates["seed"] == first]
 
 
 def measure_lines(page: str) -> list[str]:

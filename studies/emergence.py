@@ -17,7 +17,7 @@ from bertology.corpus import load_corpus
 from bertology.errors import ConfigError
 from bertology.models import load_model, shipped_releases
 from bertology.pretraining import load_config, read_metrics, run_pretraining
-from bertology.probes.heads.head_types import analyse_store
+from bertology.probes.heads.classification import analyse_store
 from bertology.probes.probing.cloze import cloze_accuracy, cloze_predictions
 from bertology.probes.probing.analysis import split_seed
 from bertology.probes.probing.edge import probe_layers, summarise

@@ -41,7 +41,7 @@ from bertology.pretraining.data import corpus_path, read_run_data
 from bertology.pretraining.flops import analytic_step_flops, measure_step_flops, steps_for_budget
 from bertology.pretraining.objectives import pair_task
 from bertology.pretraining.text_corpus import corpus_hash, real_token_share
-from bertology.probes.heads.head_types import analyse_store
+from bertology.probes.heads.classification import analyse_store
 from bertology.probes.probing.edge import compare_best_layers, probe_layers, summarise
 from bertology.store import extract
 

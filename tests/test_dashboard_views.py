@@ -121,3 +121,48 @@ def test_every_measure_page_defines_its_measures(tmp_path, monkeypatch):
     shown = " ".join(m.value for m in at.expander[0].markdown)
     for name in ("E_s", "E_Δ", "selectivity", "MDL compression", "random-init baseline"):
         assert name in shown, name
+
+
+def test_selectivity_mdl_and_l0_gates_are_drawn_per_layer(tmp_path, monkeypatch):
+    """Planted controls (selectivity 0.1 / 0.3 / 0.2 over layers), MDL compression (2 / 4 / 3, mean
+    of two seeds) and L0 gates (λ 0.1 keeps 2 of 4 heads) come out as per-layer curves and a gate map."""
+    from bertology.results import write_results
+
+    run = probing_run(tmp_path / "results", "p", "m")
+    controls = pd.DataFrame(
+        [{"task": "pos", "layer": l, "control": False, "metric": "selectivity", "value": v}
+         for l, v in enumerate([0.1, 0.3, 0.2])]
+        + [{"task": "pos", "layer": l, "control": True, "metric": "accuracy", "value": 0.5} for l in range(3)])
+    controls.to_parquet(run / "controls.parquet")
+    mdl = pd.DataFrame([{"task": "pos", "mode": "per_layer", "probe": "mlp", "control": False, "layer": l, "seed": s,
+                         "metric": "compression", "value": v + (0.5 if s else -0.5)}
+                        for l, v in enumerate([2.0, 4.0, 3.0]) for s in (0, 1)]
+                       + [{"task": "pos", "mode": "per_layer", "probe": "mlp", "control": False, "layer": 0, "seed": 0,
+                           "metric": "online_bits", "value": 999.0}])
+    mdl.to_parquet(run / "mdl.parquet")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Probing"
+    at.run()
+    assert not at.exception and not at.error
+    specs = {s["layout"]["title"]["text"]: s for s in chart_specs(at)}
+    selectivity = specs["selectivity per layer: task − control accuracy (test)"]["data"][0]
+    assert selectivity["y"] == pytest.approx([0.1, 0.3, 0.2])
+    compression = specs["MDL compression per layer: uniform ÷ online codelength"]["data"][0]
+    assert compression["y"] == pytest.approx([2.0, 4.0, 3.0])
+
+    gates = pd.DataFrame({"lam": 0.1, "seed": 0, "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
+                          "log_alpha": 0.0, "p_open": [0.9, 0.1, 0.8, 0.2], "gate": [1.0, 0.0, 1.0, 0.0],
+                          "kept": [True, False, True, False]})
+    write_results(tmp_path / "results" / "pruning" / "l0", {"l0_gates": gates},
+                  {"study": "pruning", "run_id": "l0", "seed": 0, "model": {"name": "m"}})
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Pruning"
+    at.run()
+    assert not at.exception and not at.error
+    gate_map = [s for s in chart_specs(at) if s["layout"]["title"]["text"].startswith("L0 head gates")][0]
+    heat = [t for t in gate_map["data"] if t["type"] == "heatmap"][0]
+    assert heat["z"] == [[0.9, 0.1], [0.8, 0.2]]
+    removed = [t for t in gate_map["data"] if t.get("name") == "removed"][0]
+    assert sorted(zip(removed["y"], removed["x"])) == [(0, 1), (1, 1)]
+    assert "2 of 4 heads kept" in gate_map["layout"]["annotations"][0]["text"]

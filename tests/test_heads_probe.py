@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from bertology.probes.heads.attention_probe import AttentionDependencyProbe, attention_probe, best_heads
-from bertology.probes.heads.head_types import dependency_scores
+from bertology.probes.heads.classification import dependency_scores
 
 
 def random_tree(rng):

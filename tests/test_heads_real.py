@@ -7,7 +7,7 @@ import pytest
 @pytest.mark.real_model
 def test_minilm_head_types(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTOLOGY_HOME", str(tmp_path))
-    from bertology.probes.heads.head_types import analyse_store
+    from bertology.probes.heads.classification import analyse_store
     from bertology.corpus import load_corpus
     from bertology.models import load_model
     from bertology.store import extract

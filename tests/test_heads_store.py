@@ -8,7 +8,7 @@ from transformers import BertTokenizerFast
 
 from bertology.corpus import Corpus, Sentence, load_corpus
 from bertology.models import from_modules
-from bertology.probes.heads.head_types import analyse_store
+from bertology.probes.heads.classification import analyse_store
 from bertology.store import extract
 from bertology.testing import plant_offset_head, tiny_bert, tiny_model, tiny_tokenizer
 
@@ -35,6 +35,11 @@ def test_forced_previous_token_head_through_store(tmp_path):
     assert types.loc[FORCED, "positional_offset"] == -1
     positional = types[types["type"] == "positional"]
     assert list(positional.index) == [FORCED]
+    # the notebook function returns the same table
+    from bertology.probes.heads import head_types
+    import pandas as pd
+    pd.testing.assert_frame_equal(head_types(store, corpus, frequencies={w: 1.0 for w in WORDS}),
+                                  tables["head_types"])
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 
 from bertology.errors import WorkbenchError
 from bertology.probes.heads.stats import head_statistics, statistic_matrix, corpus_frequencies
-from bertology.probes.heads.head_types import (DEPENDENT_TO_HEAD, HEAD_TO_DEPENDENT, classify_heads,
+from bertology.probes.heads.classification import (DEPENDENT_TO_HEAD, HEAD_TO_DEPENDENT, classify_heads,
                                                dependency_scores, type_matrix, canonical_relation)
 
 L, H = 2, 4
@@ -267,7 +267,7 @@ def test_held_out_best_head_is_chosen_on_dev_and_reported_on_test():
     """The planted syntactic head wins every relation's dependent-to-head direction on dev; on test it
     is reported with an interval holding its accuracy and a significant gain over the offset baseline.
     Sentences are split by sentence: dev and test cases add up to all cases."""
-    from bertology.probes.heads.head_types import held_out_best_heads
+    from bertology.probes.heads.classification import held_out_best_heads
 
     sentences, attentions, _, _ = planted_corpus(n_sentences=80)
     best = held_out_best_heads(attentions, sentences, dev_share=0.5, seed=3, min_count=5)

@@ -23,7 +23,7 @@ from bertology.errors import ConfigError, WorkbenchError
 from bertology.models import load_model
 from bertology.probes.heads.attention_probe import attention_probe
 from bertology.probes.heads.gates import real_pruning_refusal
-from bertology.probes.heads.head_types import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
+from bertology.probes.heads.classification import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
                                                dependency_scores, held_out_best_heads, type_matrix)
 from bertology.probes.heads.importance import importance_scores
 from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, evaluate_l0_gates, heads_dict,
@@ -116,7 +116,7 @@ def head_types_analysis(ctx: StudyContext) -> None:
     Voita et al.'s nsubj, dobj, amod, advmod; ``[all]`` = every relation), the head-type thresholds
     ``positional_threshold``, ``syntactic_margin``, ``min_count``, ``rare_threshold``,
     ``special_threshold``, ``broad_entropy`` (see
-    :func:`~bertology.probes.heads.head_types.classify_heads`), ``example_sentences`` /
+    :func:`~bertology.probes.heads.classification.classify_heads`), ``example_sentences`` /
     ``example_max_words`` (the attention maps kept for the dashboard), ``word_vectors`` (spaCy vectors
     for the attention-and-words probe, Clark's GloVe probe: ``en``, a language, a pipeline folder, or
     ``none`` to skip) and ``seed`` (the run's seed is used: the probe's train/test split).
@@ -143,7 +143,7 @@ def head_types_analysis(ctx: StudyContext) -> None:
     - ``head_best``: the best head and the best fixed-offset baseline per relation and direction,
       both chosen on a dev half of the sentences (``best_head_dev_share``, split with the run's seed)
       and reported on the other half with intervals and a paired test of the gain
-      (:func:`~bertology.probes.heads.head_types.held_out_best_heads`: ``relation, direction, layer,
+      (:func:`~bertology.probes.heads.classification.held_out_best_heads`: ``relation, direction, layer,
       head, selected_on, n_dev, dev_accuracy, baseline_offset, dev_baseline_accuracy, n,
       n_sentences, accuracy, accuracy_low, accuracy_high, baseline_accuracy, gain, gain_low,
       gain_high, gain_p_value, small_sample``).

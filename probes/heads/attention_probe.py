@@ -22,13 +22,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertology.probes.heads.head_types import DEPENDENT_TO_HEAD, argmax_other_word, dependency_scores
+from bertology.probes.heads.classification import DEPENDENT_TO_HEAD, argmax_other_word, dependency_scores
 from bertology.probes.embeddings.static_vectors import StaticVectors
 from bertology.errors import WorkbenchError
 
 
 def best_heads(dependency: pd.DataFrame, min_count: int = 1) -> pd.DataFrame:
-    """Best head per relation and direction from :func:`bertology.probes.heads.head_types.dependency_scores`.
+    """Best head per relation and direction from :func:`bertology.probes.heads.classification.dependency_scores`.
 
     Returns ``relation, direction, layer, head, n, accuracy, baseline_offset, baseline_accuracy,
     gain``, most frequent relations first.

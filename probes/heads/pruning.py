@@ -117,7 +117,7 @@ def pruning_curve(model: nn.Module, metric_fn: MetricFn, *, method: str = "impor
 
     method: ``importance`` (needs ``batches`` and ``loss_fn``; importance re-scored with the
     current gates after each step), ``random`` (one curve per seed) or ``type`` (needs
-    ``head_types`` from :func:`bertology.probes.heads.head_types.classify_heads`; within a type, lowest
+    ``head_types`` from :func:`bertology.probes.heads.classification.classify_heads`; within a type, lowest
     confidence first, ties by seed); see :func:`removal_order`.
 
     ``metric_fn`` is the selection metric (evaluated on dev by the pruning analysis). ``refine``:
