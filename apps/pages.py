@@ -524,6 +524,18 @@ def cloze_section(run: Path) -> None:
             steps = sorted(cloze["step"].unique())
             step = st.select_slider("checkpoint step (predictions)", options=steps, value=steps[-1], key="cloze_step")
             st.dataframe(tables.cloze_guesses(cloze, step), hide_index=True, width="stretch")
+    reference = optional_table(run, "reference_cloze_predictions")
+    if reference is not None and not reference.empty and has_columns_or_explain(
+            reference, ["text", "masked", "rank", "prediction", "probability"], "reference_cloze_predictions", run):
+        with guard("the reference model's predictions", run):
+            accuracy = optional_table(run, "reference_cloze_accuracy")
+            name = esc(str(reference["model"].iloc[0])) if "model" in reference else "the reference model"
+            line = f"Reference, not a checkpoint of this run: {name} on the same sentences"
+            if accuracy is not None and not accuracy.empty:
+                row = accuracy.iloc[0]
+                line += f" — top-1 {row['top1']:.0%}, top-5 {row['top5']:.0%} of {int(row['n'])} masked words"
+            st.caption(line + " (its tokenizer keeps other words whole, so the masked words can differ).")
+            st.dataframe(tables.cloze_guesses(reference.assign(step=0), 0), hide_index=True, width="stretch")
 
 
 def pretraining_page(page: Page) -> None:

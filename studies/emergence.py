@@ -37,6 +37,8 @@ DEFAULTS = {
     "max_epochs": 20,
     "batch_size": 512,              # probe minibatch; 128 reaches 512's accuracy in half the epochs
     "cloze_sentences": 12,          # sentences with one word masked, per checkpoint (0 = none)
+    "reference_model": None,        # an MLM-headed model asked the same cloze questions, as a yardstick
+                                    # for the checkpoints (e.g. minilm-english-mlm); None = none
     "seed": 0,
 }
 
@@ -100,5 +102,13 @@ def run(ctx: StudyContext) -> None:
     # on dev with its test accuracy and interval (summarise)
     tables = ctx.steps(["head_types_by_step", "probe_scores", "best_layers", "cloze_predictions", "cloze_accuracy"],
                        per_checkpoint)
+    if cfg["reference_model"] and cfg["cloze_sentences"]:
+        def reference() -> dict[str, pd.DataFrame]:
+            mlm = load_model(cfg["reference_model"], attentions=False, mlm_head=True)
+            ctx.log(f"    reference model {mlm.name}: the same cloze sentences")
+            pred = cloze_predictions(mlm, list(corpus)[: cfg["cloze_sentences"]], k=5, seed=ctx.seed)
+            return {"reference_cloze_predictions": pred.assign(model=mlm.name),
+                    "reference_cloze_accuracy": pd.DataFrame([{"model": mlm.name, **cloze_accuracy(pred)}])}
+        ctx.steps(["reference_cloze_predictions", "reference_cloze_accuracy"], reference)
     types = tables["head_types_by_step"]
     ctx.step("head_counts", lambda: types.groupby(["step", "type"]).size().rename("count").reset_index())

@@ -166,3 +166,24 @@ def test_selectivity_mdl_and_l0_gates_are_drawn_per_layer(tmp_path, monkeypatch)
     removed = [t for t in gate_map["data"] if t.get("name") == "removed"][0]
     assert sorted(zip(removed["y"], removed["x"])) == [(0, 1), (1, 1)]
     assert "2 of 4 heads kept" in gate_map["layout"]["annotations"][0]["text"]
+
+
+def test_emergence_shows_the_reference_models_cloze_guesses(tmp_path, monkeypatch):
+    from dashboard_planted import emergence_run
+
+    run = emergence_run(tmp_path / "results")
+    pd.DataFrame([{"sentence": "s1", "position": 1, "masked": "dog", "text": "the ___ barked", "rank": rank,
+                   "prediction": guess, "probability": p, "correct": guess == "dog", "model": "reference-mlm"}
+                  for rank, (guess, p) in enumerate((("dog", 0.9), ("puppy", 0.05)), 1)]
+                 ).to_parquet(run / "reference_cloze_predictions.parquet")
+    pd.DataFrame({"model": ["reference-mlm"], "n": [1], "top1": [1.0], "top5": [1.0]}
+                 ).to_parquet(run / "reference_cloze_accuracy.parquet")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Pretraining"
+    at.run()
+    assert not at.exception and not at.error
+    assert any("Reference, not a checkpoint of this run: reference-mlm" in c.value and "top-1 100%" in c.value
+               for c in at.caption)
+    guesses = [d.value for d in at.dataframe if "top predictions" in d.value.columns]
+    assert guesses[-1]["top predictions"].tolist() == ["dog (90.0%), puppy (5.0%)"]

@@ -405,7 +405,8 @@ def test_emergence_study_reads_a_shipped_release(corpus_and_tokenizer, tmp_path,
     export_release(run_dir, tmp_path / "shipped" / "tiny-en")
     monkeypatch.setattr(paths, "shipped_models_dir", lambda: tmp_path / "shipped")
     out = run_study("emergence", overrides={"checkpoints": "tiny-en", "limit": 12, "tasks": ["pos"], "max_epochs": 2,
-                                            "cloze_sentences": 3}, results_root=tmp_path / "res", log=lambda m: None)
+                                            "cloze_sentences": 3, "reference_model": "tiny-en@4"},
+                    results_root=tmp_path / "res", log=lambda m: None)
     manifest = read_manifest(out)
     assert manifest["model"] == {"name": "tiny-en", "kind": "shipped release"}
     assert manifest["checkpoints"] == ["tiny-en@0", "tiny-en@2", "tiny-en@4"]
@@ -417,6 +418,11 @@ def test_emergence_study_reads_a_shipped_release(corpus_and_tokenizer, tmp_path,
     assert acc["step"].tolist() == [0, 2, 4] and (acc["n"] > 0).all()
     cloze = read_table(out, "cloze_predictions")
     assert set(cloze["rank"]) == {1, 2, 3, 4, 5} and cloze["text"].str.contains("___").all()
+    # the reference model answers the same questions: here the last checkpoint itself, so the same guesses
+    reference = read_table(out, "reference_cloze_predictions")
+    last = cloze[cloze["step"] == 4].drop(columns=["step", "model"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(reference.drop(columns="model"), last)
+    assert read_table(out, "reference_cloze_accuracy")["top1"].iloc[0] == acc["top1"].iloc[-1]
     with pytest.raises(ConfigError, match="neither a shipped release"):
         run_study("emergence", overrides={"checkpoints": "nope"}, results_root=tmp_path / "res2", log=lambda m: None)
 
