@@ -67,7 +67,7 @@ def test_heads_cli_run_is_a_head_types_study_run(tmp_path, one_torch_thread):
 
 def test_prune_cli_maps_options_onto_the_pruning_config(tmp_path, one_torch_thread):
     result = runner.invoke(app, ["prune", "--limit", "20", "--method", "random,l0", "--step", "0.5", "--lam", "0.1",
-                                 "--lam", "0.5", "--l0-steps", "3", "--seed", "1", "--out", str(tmp_path)])
+                                 "--lam", "0.5", "--l0-steps", "3", "--seed", "1", "--full", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     run_dir, = (tmp_path / "pruning").iterdir()
     manifest = read_manifest(run_dir)
@@ -186,3 +186,15 @@ def test_a_corpus_too_small_for_best_heads_is_refused_before_extraction(tmp_path
         head_types_analysis(ctx)
     result = runner.invoke(app, ["heads", "--limit", "2", "--min-count", "2", "--help"])
     assert "--min-count" in result.output
+
+
+def test_heads_and_prune_are_quick_unless_full(capsys):
+    from bertology.cli.heads import QUICK_HEADS, QUICK_PRUNE, _quick
+
+    assert _quick(QUICK_PRUNE, {"limit": 50}, full=False) == {"limit": 50, "methods": ["importance", "random"],
+                                                               "random_seeds": 1}
+    assert "quick run (methods ['importance', 'random'], random_seeds 1, unless given)" in capsys.readouterr().out
+    assert _quick(QUICK_PRUNE, {"limit": 50}, full=True) == {"limit": 50}
+    assert _quick(QUICK_HEADS, {}, full=False) == {"limit": 200}
+    help_text = runner.invoke(app, ["prune", "--help"]).output
+    assert "--full" in help_text

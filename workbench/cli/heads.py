@@ -31,6 +31,23 @@ def _methods(text: str) -> list[str]:
     return methods
 
 
+# What `bertology heads` / `bertology prune` run unless --full (or the option itself) is given: the
+# papers' definitions on the first 200 sentences (heads), importance against random order with
+# one seed and no L0 gates (prune): about a minute on 2 CPU cores with MiniLM. --full runs the
+# study as configured (studies/configs/head_types.yaml, pruning.yaml).
+QUICK_HEADS = {"limit": 200}
+QUICK_PRUNE = {"limit": 200, "methods": ["importance", "random"], "random_seeds": 1}
+
+
+def _quick(quick: dict[str, Any], given: dict[str, Any], full: bool) -> dict[str, Any]:
+    """The quick fields under the options given (``full``: the options only), and says which ran."""
+    if full:
+        return given
+    typer.echo("quick run (" + ", ".join(f"{k} {v}" for k, v in quick.items() if k not in given)
+               + ", unless given); the full study: add --full")
+    return {**quick, **given}
+
+
 def _run(study: str, overrides: dict[str, Any], out: Optional[Path], seed: Optional[int], force: bool) -> Path:
     from bertology.studies import run_study
 
@@ -51,13 +68,16 @@ def register(app: typer.Typer) -> None:
                                                         "GloVe probe): en, a pipeline folder, or none"),
         min_count: Optional[int] = typer.Option(None, "--min-count", help="cases a relation needs before a head is "
                                                 "typed syntactic for it or chosen as its best head (default 20)"),
+        full: bool = typer.Option(False, "--full", help="the study as configured (600 sentences) instead of the "
+                                                        "quick default (200 sentences)"),
         force: bool = typer.Option(False, "--force", help="recompute even if a complete run exists"),
     ) -> None:
-        """Attention-head statistics, head types and the attention-based dependency probe (study head_types)."""
+        """Attention-head statistics, head types and the attention-based dependency probe (study head_types).
+        Quick by default: the first 200 sentences; --full: the study's config."""
         from bertology.results import read_manifest, read_table
 
-        run_dir = _run("head_types", _overrides(model=model, corpus=corpus, limit=limit, word_vectors=word_vectors,
-                                                min_count=min_count), out, seed, force)
+        given = _overrides(model=model, corpus=corpus, limit=limit, word_vectors=word_vectors, min_count=min_count)
+        run_dir = _run("head_types", _quick(QUICK_HEADS, given, full), out, seed, force)
         tables = read_manifest(run_dir)["tables"]
         typer.echo(read_table(run_dir, "head_types")["type"].value_counts().to_string())
         if "attention_probe" in tables:
@@ -79,15 +99,19 @@ def register(app: typer.Typer) -> None:
         step: Optional[float] = typer.Option(None, "--step", help="share of all heads removed per step"),
         lam: Optional[list[float]] = typer.Option(None, "--lam", help="L0 penalty λ (method l0); repeat for several"),
         l0_steps: Optional[int] = typer.Option(None, "--l0-steps", help="L0 gate training steps"),
+        full: bool = typer.Option(False, "--full", help="the study as configured (importance, random, by-type and "
+                                                        "L0 orders, 3 random seeds, 300 sentences) instead of the "
+                                                        "quick default (importance vs 1 random order, 200 sentences)"),
         force: bool = typer.Option(False, "--force", help="recompute even if a complete run exists"),
     ) -> None:
-        """Head importance, pruning curves (real removal timing) and L0 gates (study pruning)."""
+        """Head importance, pruning curves (real removal timing) and L0 gates (study pruning). Quick by
+        default: importance against one random order on 200 sentences; --full: the study's config."""
         from bertology.results import read_manifest, read_table
 
         methods = _methods(method) if method is not None else None
-        run_dir = _run("pruning", _overrides(model=model, corpus=corpus, limit=limit, methods=methods, step=step,
-                                             l0_lambdas=list(lam) if lam else None, l0_steps=l0_steps),
-                       out, seed, force)
+        given = _overrides(model=model, corpus=corpus, limit=limit, methods=methods, step=step,
+                           l0_lambdas=list(lam) if lam else None, l0_steps=l0_steps)
+        run_dir = _run("pruning", _quick(QUICK_PRUNE, given, full), out, seed, force)
         tables = read_manifest(run_dir)["tables"]
         if "pruning_curves" in tables:
             curves = read_table(run_dir, "pruning_curves")
