@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -173,19 +174,28 @@ def test_pruning_uses_the_mlm_loss_of_a_model_with_an_mlm_head(tmp_path, one_tor
     assert read_manifest(pos)["pruning_metric"].startswith("POS tagging head")
 
 
-def test_a_corpus_too_small_for_best_heads_is_refused_before_extraction(tmp_path, monkeypatch):
+def test_a_corpus_too_small_for_best_heads_is_said_before_extraction(tmp_path, monkeypatch, one_torch_thread):
     import bertology.store
 
-    def no_extraction(*args, **kwargs):
-        raise AssertionError("extracted before the corpus check")
+    events: list[str] = []
+    real_extract = bertology.store.extract
 
-    monkeypatch.setattr(bertology.store, "extract", no_extraction)
-    ctx = StudyContext("head_types", {**HEAD_TYPES_DEFAULTS, "model": "minilm-l6", "limit": 2}, 0, tmp_path, log=quiet)
-    with pytest.raises(ConfigError, match=r"at most \d+ arcs of one relation .*needs about 40 \(min_count=20.*"
-                                          r"--min-count"):
-        head_types_analysis(ctx)
-    result = runner.invoke(app, ["heads", "--limit", "2", "--min-count", "2", "--help"])
-    assert "--min-count" in result.output
+    def extract(*args, **kwargs):
+        events.append("extract")
+        return real_extract(*args, **kwargs)
+
+    monkeypatch.setattr(bertology.store, "extract", extract)
+    run = run_study("head_types", overrides={"limit": 2, "word_vectors": "none"}, results_root=tmp_path,
+                    log=events.append)
+    said = [i for i, e in enumerate(events) if "head_best left out" in e]
+    assert said and said[0] < events.index("extract")               # before any extraction
+    message = events[said[0]]
+    assert re.search(r"at most \d+ arcs of one relation .*needs about 40 \(min_count=20", message)
+    assert "--min-count" in message and "--limit" in message
+    manifest = read_manifest(run)
+    assert "head_best" not in manifest["tables"] and "head_types" in manifest["tables"]
+    assert manifest["head_best_skipped"] == message.strip()
+    assert "--min-count" in runner.invoke(app, ["heads", "--help"]).output
 
 
 def test_heads_and_prune_are_quick_unless_full(capsys):

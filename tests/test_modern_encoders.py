@@ -152,6 +152,9 @@ def test_head_types_run_records_the_local_windows(tmp_path, one_torch_thread):
     reach = read_table(run, "window_reach")
     assert set(reach["layer"]) == {1} and set(reach["statistic"]) >= {"word_pairs_in_reach", "cls_in_reach"}
     assert ((reach["value"] > 0) & (reach["value"] < 1)).all()
+    in_reach = read_table(run, "head_dependency_in_reach")   # the local layer's heads on the arcs they can see
+    assert set(in_reach["layer"]) == {1} and (in_reach["n_in_reach"] <= in_reach["n"]).all()
+    assert (in_reach["accuracy"] <= in_reach["arcs_in_reach"] + 1e-12).all()
 
 
 def test_window_column_refuses_a_table_of_other_layers():
@@ -246,3 +249,33 @@ def test_window_reach_counts_pairs_arcs_and_special_tokens():
     assert values["arcs_in_reach"] == pytest.approx(3 / 4)             # jury -> said is 2 words away
     assert values["cls_in_reach"] == pytest.approx(1 / 5) and values["sep_in_reach"] == pytest.approx(1 / 5)
     assert window_reach(tok, [sentence], [None, None]).empty
+
+
+def test_a_local_heads_accuracy_is_also_read_on_the_arcs_it_can_see():
+    """Planted argmaxes: layer 1 (window 1 token each side) hits every arc within reach; the one arc
+    two words away (jury -> said) it cannot see. Over all arcs its accuracy is 3/4, in reach 3/3."""
+    import numpy as np
+
+    from bertology.corpus import Sentence
+    from bertology.probes.heads.classification import dependency_scores_in_reach
+
+    tok = tiny_tokenizer("bert")
+    sentence = Sentence("s1", ["the", "dog", "said", "the", "jury"], heads=[2, 3, 0, 5, 3],
+                        deprels=["det", "nsubj", "root", "det", "obj"], upos=None, xpos=None, entities=None)
+    attention = np.full((2, 2, 5, 5), 0.01)
+    for dependent, head in ((0, 1), (1, 2), (3, 4)):        # the arcs within one token
+        attention[1, 0, dependent, head] = 1.0                  # head 0 of the local layer follows them
+    attention[1, 0, 4, 3] = 1.0                                 # jury: its head (said) is out of reach
+    attention[1, 1, :, :] += np.eye(5, k=-1)                    # head 1: always the previous word
+    attention[1, 1, 0, 4] = 1.0                                 # (the first word: the last one)
+    table = dependency_scores_in_reach([attention], [sentence], tok, [None, 1])
+    assert set(table["layer"]) == {1} and (table["attention_window"] == 1).all()   # global layer 0: no rows
+    row = table[(table["relation"] == "all") & (table["head"] == 0)].iloc[0]
+    assert (row["n"], row["n_in_reach"], row["correct"]) == (4, 3, 3)
+    assert row["accuracy"] == pytest.approx(0.75) and row["accuracy_in_reach"] == pytest.approx(1.0)
+    assert row["arcs_in_reach"] == pytest.approx(0.75)
+    previous = table[(table["relation"] == "all") & (table["head"] == 1)].iloc[0]
+    assert previous["correct"] == 0                      # every arc here points right
+    obj = table[(table["relation"].isin(["obj", "dobj"])) & (table["head"] == 0)].iloc[0]   # named as Voita et al.
+    assert (obj["n"], obj["n_in_reach"]) == (1, 0) and np.isnan(obj["accuracy_in_reach"])
+    assert dependency_scores_in_reach([attention], [sentence], tok, [None, None]).empty

@@ -24,7 +24,8 @@ from bertology.models import load_model
 from bertology.probes.heads.attention_probe import attention_probe
 from bertology.probes.heads.gates import real_pruning_refusal
 from bertology.probes.heads.classification import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
-                                               dependency_scores, held_out_best_heads, type_matrix)
+                                                   dependency_scores, dependency_scores_in_reach, held_out_best_heads,
+                                                   type_matrix)
 from bertology.probes.heads.importance import importance_scores
 from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, evaluate_l0_gates, heads_dict,
                                             heads_pruned_at, measure_pruning, pruning_curve, pruning_task, removable_shares,
@@ -140,6 +141,9 @@ def head_types_analysis(ctx: StudyContext) -> None:
     - ``window_reach`` (only for models with local attention layers, ModernBERT): per local layer,
       the share of word pairs, gold dependency arcs and words within reach of its window and of the
       special tokens (:func:`~bertology.probes.heads.stats.window_reach`).
+    - ``head_dependency_in_reach`` (local layers, with dependencies): each local head's
+      dependent-to-head accuracy over every arc and over the arcs within its window
+      (:func:`~bertology.probes.heads.classification.dependency_scores_in_reach`).
     - ``head_best``: the best head and the best fixed-offset baseline per relation and direction,
       both chosen on a dev half of the sentences (``best_head_dev_share``, split with the run's seed)
       and reported on the other half with intervals and a paired test of the gain
@@ -154,8 +158,15 @@ def head_types_analysis(ctx: StudyContext) -> None:
     """
     cfg = ctx.config
     _check_head_type_options(cfg)
-    lm, corpus, store = model_corpus_store(ctx, attentions=True,
-                                           check_corpus=lambda c: check_dependency_cases(c, cfg))
+    too_few: list[str] = []
+
+    def check(c: Any) -> None:   # before any extraction: say what the corpus is too small for
+        message = dependency_cases_problem(c, cfg)
+        if message:
+            ctx.log(f"  {message}")
+            too_few.append(message)
+
+    lm, corpus, store = model_corpus_store(ctx, attentions=True, check_corpus=check)
     windows = attention_windows(lm.config)  # local (sliding-window) layers: tokens seen each side
     ctx.record(attention_windows=windows)
     sentences = list(corpus)
@@ -180,10 +191,17 @@ def head_types_analysis(ctx: StudyContext) -> None:
     ctx.step("head_type_matrix", lambda: type_matrix(types).reset_index())
     if any(window is not None for window in windows):  # local layers: what their heads can reach at all
         ctx.step("window_reach", lambda: window_reach(lm.tokenizer, sentences, windows))
-    if has_deps:
+        if has_deps:   # and how well they do on the arcs they can see
+            ctx.step("head_dependency_in_reach", lambda: dependency_scores_in_reach(
+                (store.attention(i, normalise=False) for i in range(n)), sentences, lm.tokenizer, windows,
+                exclude_self=cfg["exclude_self"]))
+    if too_few:
+        ctx.record(head_best_skipped=too_few[0])
+    if has_deps and not too_few:
         ctx.step("head_best", lambda: held_out_best_heads(
             (store.attention(i, normalise=False) for i in range(n)), sentences, dev_share=cfg["best_head_dev_share"],
             seed=ctx.seed, min_count=cfg["min_count"], exclude_self=cfg["exclude_self"]))
+    if has_deps:
         vectors = None
         if cfg["word_vectors"] != "none":
             from bertology.probes.embeddings.static_vectors import load_spacy_vectors
@@ -214,26 +232,27 @@ def _check_head_type_options(cfg: dict[str, Any]) -> None:
         raise ConfigError("head_types: syntactic_relations is empty; give relations or [all]")
 
 
-def check_dependency_cases(corpus: Any, cfg: dict[str, Any]) -> None:
-    """Refuse, before any extraction, a corpus with dependencies too small for the best-head table:
-    held_out_best_heads chooses a head per relation on the dev share of the sentences only where
-    the relation has ``min_count`` dev cases, so the most frequent relation needs about
-    ``min_count / best_head_dev_share`` arcs. The error names the count and the options."""
+def dependency_cases_problem(corpus: Any, cfg: dict[str, Any]) -> str | None:
+    """Why a corpus with dependencies is too small for the best-head table, or None: held_out_best_heads
+    chooses a head per relation on the dev share of the sentences only where the relation has
+    ``min_count`` dev cases, so the most frequent relation needs about ``min_count /
+    best_head_dev_share`` arcs. The message names the count and the options; the head_types
+    analysis says it before any extraction and leaves ``head_best`` out (the other tables are made)."""
     from collections import Counter
 
     sentences = list(corpus)
     if not sentences or not all(s.heads is not None and s.deprels is not None for s in sentences):
-        return   # no dependencies: no best-head table, nothing to check
+        return None   # no dependencies: no best-head table, nothing to check
     counts = Counter(rel for s in sentences for h, rel in zip(s.heads, s.deprels) if h != 0)
     need = int(np.ceil(cfg["min_count"] / cfg["best_head_dev_share"]))
     relation, most = counts.most_common(1)[0] if counts else ("none", 0)
     if most < need:
-        raise ConfigError(
-            f"head_types: corpus {corpus.name!r} ({len(sentences)} sentences) has at most {most} arcs of one "
-            f"relation ({relation}); choosing the best head per relation on the dev share "
-            f"(best_head_dev_share={cfg['best_head_dev_share']}) needs about {need} (min_count={cfg['min_count']} "
-            "dev cases): use more sentences (--limit, a larger corpus) or lower min_count "
-            "(bertology heads --min-count N, or min_count in the study config)")
+        return (f"head_best left out: corpus {corpus.name!r} ({len(sentences)} sentences) has at most {most} arcs "
+                f"of one relation ({relation}); choosing the best head per relation on the dev share "
+                f"(best_head_dev_share={cfg['best_head_dev_share']}) needs about {need} (min_count={cfg['min_count']} "
+                "dev cases): use more sentences (--limit, a larger corpus) or lower min_count "
+                "(bertology heads --min-count N, or min_count in the study config)")
+    return None
 
 
 def _check_methods(methods: Any, l0_lambdas: Any) -> list[str]:

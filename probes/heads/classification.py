@@ -178,6 +178,61 @@ def dependency_scores(attentions: Iterable[np.ndarray], sentences: Iterable,
     return pd.concat(frames, ignore_index=True)
 
 
+IN_REACH_COLUMNS = ["layer", "head", "attention_window", "relation", "direction", "n", "n_in_reach", "arcs_in_reach",
+                    "correct", "accuracy", "accuracy_in_reach"]
+
+
+def dependency_scores_in_reach(attentions: Iterable[np.ndarray], sentences: Sequence, tokenizer,
+                               windows: Sequence[int | None], *, exclude_self: bool = True) -> pd.DataFrame:
+    """A local head's dependency accuracy on the arcs it can see: for each layer with a local window
+    (``windows[layer]`` tokens each side; ModernBERT's local layers), each head and relation, the
+    dependent-attends-to-head cases split by whether the head word lies within the window of some
+    piece of the dependent (:func:`bertology.probes.heads.stats.reachable_words`).
+
+    ``accuracy`` is Clark et al.'s, over every arc (what :func:`dependency_scores` and the head types
+    use); ``accuracy_in_reach`` = correct / ``n_in_reach``, the same hits over the arcs within reach
+    (a local head's argmax never falls outside its window, so every hit is in reach):
+    what the head does with what it can see. ``arcs_in_reach`` = n_in_reach / n, the ceiling of
+    ``accuracy``. Global layers get no rows. Returns :data:`IN_REACH_COLUMNS`."""
+    from bertology.features import tokenize_sentences
+    from bertology.probes.heads.stats import reachable_words
+
+    local = [layer for layer, window in enumerate(windows) if window is not None]
+    sentences = list(sentences)
+    if not local:
+        return pd.DataFrame(columns=IN_REACH_COLUMNS)
+    words = [list(s.words) for s in sentences]
+    encoded = tokenize_sentences(tokenizer, words)
+    sums: dict[str, list] = {}
+    for attention, sentence, (_, word_ids) in zip(attentions, sentences, encoded):
+        if sentence.heads is None or sentence.deprels is None:
+            raise WorkbenchError(f"sentence {sentence.sent_id}: no dependency annotation (heads/deprels)")
+        argmax = argmax_other_word(np.asarray(attention), exclude_self)          # [L, H, w]
+        dep_to_head, _ = _relation_cases(sentence.heads, sentence.deprels)
+        dep_to_head["all"] = [p for pairs in dep_to_head.values() for p in pairs]
+        reach = {w: reachable_words(word_ids, w, len(sentence.words)) for w in {windows[l] for l in local}}
+        for rel, pairs in dep_to_head.items():
+            if not pairs:
+                continue
+            src, tgt = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+            hits = argmax[local][:, :, src] == tgt                             # [local layers, H, cases]
+            inside = np.stack([reach[windows[l]][src, tgt] for l in local])     # [local layers, cases]
+            entry = sums.setdefault(rel, [0, np.zeros(len(local)), np.zeros(hits.shape[:2])])
+            entry[0] += len(pairs)
+            entry[1] += inside.sum(-1)
+            entry[2] += hits.sum(-1)
+    rows = []
+    for rel, (n, n_in, correct) in sums.items():
+        for i, layer in enumerate(local):
+            for head in range(correct.shape[1]):
+                rows.append({"layer": layer, "head": head, "attention_window": windows[layer], "relation": rel,
+                             "direction": DEPENDENT_TO_HEAD, "n": n, "n_in_reach": int(n_in[i]),
+                             "arcs_in_reach": n_in[i] / n, "correct": int(correct[i, head]),
+                             "accuracy": correct[i, head] / n,
+                             "accuracy_in_reach": correct[i, head] / n_in[i] if n_in[i] else float("nan")})
+    return pd.DataFrame(rows, columns=IN_REACH_COLUMNS)
+
+
 BEST_HEAD_COLUMNS = ["relation", "direction", "layer", "head", "selected_on", "n_dev", "dev_accuracy",
                      "baseline_offset", "dev_baseline_accuracy", "n", "n_sentences", "accuracy", "accuracy_low",
                      "accuracy_high", "baseline_accuracy", "gain", "gain_low", "gain_high", "gain_p_value",
