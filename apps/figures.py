@@ -551,3 +551,61 @@ def l0_gates_figure(gates: pd.DataFrame) -> go.Figure:
     fig.update_layout(title="L0 head gates (Voita et al. 2019): which heads each penalty keeps",
                       height=180 + 34 * n_layers)
     return fig
+
+
+def finetune_scores_figure(scores: pd.DataFrame) -> go.Figure:
+    """Horizontal bars: test accuracy of each fine-tuning mode per task with its 95% interval
+    (``low``/``high``); the axis covers the intervals, not 0..1. ``scores``: ``task, mode,
+    accuracy, low, high`` (the ``finetune_scores`` table)."""
+    shown = scores.assign(task=scores["task"].map(esc), mode=scores["mode"].map(esc))
+    low = shown["low"].fillna(shown["accuracy"])
+    high = shown["high"].fillna(shown["accuracy"])
+    axis = zoomed_range(low, high)
+    fig = go.Figure()
+    for task, part in shown.groupby("task", sort=False):
+        fig.add_trace(go.Bar(
+            y=part["mode"], x=part["accuracy"], orientation="h", name=task,
+            error_x=dict(type="data", symmetric=False, array=(high[part.index] - part["accuracy"]).tolist(),
+                         arrayminus=(part["accuracy"] - low[part.index]).tolist()),
+            text=[f"{v:.3f}" for v in part["accuracy"]], textposition="inside"))
+    fig.update_layout(barmode="group", title="test accuracy by fine-tuning mode (95% interval)",
+                      xaxis=dict(range=axis, title=f"test accuracy (axis starts at {axis[0]:.3f}, not 0)"),
+                      yaxis_title="", height=160 + 40 * len(shown))
+    return fig
+
+
+FINETUNE_CHANGE_PANELS = (("cka", "CKA with the pretrained layer (1 = unchanged)"),
+                          ("weight", "relative weight change ‖ΔW‖/‖W‖"),
+                          ("attention_js", "attention change (mean JS divergence per head)"))
+
+
+def finetune_change_figure(change: pd.DataFrame, task: str) -> go.Figure:
+    """What fine-tuning changed, per layer, one line per mode: CKA between the pretrained and the
+    fine-tuned layer, relative weight change (every ``weight_<module>`` column, the mode's colour,
+    one dash per module) and mean attention JS divergence. ``change``: the ``change_by_layer``
+    table (``task, mode, layer, cka, weight_*, attention_js``)."""
+    part = change[change["task"] == task]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[title for _, title in FINETUNE_CHANGE_PANELS])
+    palette = px.colors.qualitative.Plotly
+    modes = list(dict.fromkeys(part["mode"]))
+    dashes = ("solid", "dash", "dot", "dashdot")
+    modules = [c for c in part.columns if c.startswith("weight_")]
+    for m, mode in enumerate(modes):
+        rows = part[part["mode"] == mode].sort_values("layer")
+        colour = palette[m % len(palette)]
+        fig.add_trace(go.Scatter(x=rows["layer"], y=rows["cka"], mode="lines+markers", name=esc(mode),
+                                 legendgroup=esc(mode), line=dict(color=colour)), 1, 1)
+        for k, column in enumerate(modules):
+            values = rows[["layer", column]].dropna()
+            fig.add_trace(go.Scatter(x=values["layer"], y=values[column], mode="lines+markers",
+                                     name=f"{esc(mode)} · {esc(column.removeprefix('weight_'))}",
+                                     legendgroup=esc(mode), showlegend=True,
+                                     line=dict(color=colour, dash=dashes[k % len(dashes)])), 1, 2)
+        js = rows[["layer", "attention_js"]].dropna()
+        if len(js):
+            fig.add_trace(go.Scatter(x=js["layer"], y=js["attention_js"], mode="lines+markers", name=esc(mode),
+                                     legendgroup=esc(mode), showlegend=False, line=dict(color=colour)), 1, 3)
+    for c in (1, 2, 3):
+        fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=1, row=1, col=c)
+    fig.update_layout(title=f"what fine-tuning changed, layer by layer: {esc(task)}", height=430)
+    return fig

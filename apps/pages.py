@@ -605,6 +605,34 @@ def compare_page(page: Page) -> None:
         paired_difference(a, b)
 
 
+# --------------------------------------------------------------------------- Fine-tuning
+
+def finetuning_page(page: Page) -> None:
+    run = pick_run(page.study, "finetune_run")
+    if run is None:
+        return
+    scores = load_table(run, "finetune_scores")
+    if has_columns_or_explain(scores, ["task", "mode", "accuracy", "low", "high"], "finetune_scores", run):
+        with guard("the fine-tuning scores", run):
+            st.plotly_chart(figures.finetune_scores_figure(scores), width="stretch")
+            flagged = tables.small_sample_tasks(scores)
+            if flagged:
+                st.warning(f"small test sets (< 100 scored items per seed): {', '.join(map(str, flagged))}")
+            st.dataframe(scores, width="stretch", hide_index=True)
+    comparisons = optional_table(run, "finetune_comparisons")
+    if has_columns_or_explain(comparisons, ["task", "mode", "difference", "low", "high", "p_value"],
+                              "finetune_comparisons", run):
+        st.subheader("Each mode against full fine-tuning, paired on the same test examples")
+        st.dataframe(comparisons, width="stretch", hide_index=True)
+    change = optional_table(run, "change_by_layer")
+    if has_columns_or_explain(change, ["task", "mode", "layer", "cka"], "change_by_layer", run):
+        with guard("the change per layer", run):
+            tasks = list(dict.fromkeys(change["task"].astype(str)))
+            task = st.selectbox("task", tasks, key="finetune_task") if len(tasks) > 1 else tasks[0]
+            st.plotly_chart(figures.finetune_change_figure(change.assign(task=change["task"].astype(str)), task),
+                            width="stretch")
+
+
 # --------------------------------------------------------------------------- the registry
 
 PAGES: tuple[Page, ...] = (
@@ -663,6 +691,12 @@ PAGES: tuple[Page, ...] = (
                "each saved checkpoint its head types, probe accuracy and masked-word guesses; Voita et al. 2019 "
                "see positional heads appear early.",
          render=pretraining_page, study="emergence", main_table="probe_scores", min_charts=4),
+    Page(key="Fine-tuning", title="Fine-tuning and what it changes",
+         intro="The same encoder fine-tuned four ways on the same tasks and test examples: frozen (a classifier on "
+               "frozen features), full, BitFit (biases only; Ben Zaken et al. 2022) and adapters (Houlsby et al. "
+               "2019), each against full fine-tuning; then, layer by layer, how far each moved from the pretrained "
+               "model: weights, representations (linear CKA, Kornblith et al. 2019) and attention.",
+         render=finetuning_page, study="finetuning", main_table="finetune_scores", min_charts=2),
     Page(key="Compare runs", title="Compare two runs",
          intro="The main table of two runs of one study side by side (another model, seed or config).",
          render=compare_page, min_tables=2),

@@ -415,6 +415,17 @@ MEASURES: dict[str, str] = {
     "l0": "**L0 gates** (Voita et al. 2019; Louizos et al. 2018): a stochastic Hard Concrete gate per head, trained on "
           "the task loss + λ·Σ_h P(gate_h open); a larger λ closes more heads. P(open) is the learned probability; "
           "a head is removed when its deterministic test-time gate is 0.",
+    "finetune_modes": "**frozen**: the encoder unchanged, a classifier trained on its features; **full**: every "
+                      "weight trained; **BitFit**: only the bias terms; **adapters**: small bottleneck layers added "
+                      "after each sublayer, the rest frozen. Intervals: t over seeds with a bootstrap over test "
+                      "examples as floor; differences from full are paired on the same examples.",
+    "cka": "**linear CKA** (Kornblith et al. 2019): ‖YᵀX‖²_F / (‖XᵀX‖_F ‖YᵀY‖_F) on centred word vectors of the "
+           "same held-out sentences before (X) and after (Y) fine-tuning; 1 = the same representation up to "
+           "rotation and scale.",
+    "weight_change": "**relative weight change**: ‖W_after − W_before‖_F / ‖W_before‖_F per module kind "
+                     "(attention, feed-forward, LayerNorm, embeddings) of each layer.",
+    "attention_js": "**attention change**: Jensen–Shannon divergence between a head's attention row before and "
+                    "after fine-tuning, averaged over the rows of held-out sentences and over the layer's heads.",
     "contextuality": "**self-similarity**: mean cosine between a word's vectors in its different contexts; "
                      "**intra-sentence similarity**: mean cosine between each word and its sentence's mean "
                      "vector; **MEV**: share of a word's variance its first principal component explains; "
@@ -438,6 +449,7 @@ PAGE_MEASURES: dict[str, tuple[str, ...]] = {
     "Embeddings": ("contextuality",),
     "Alignment": ("alignment",),
     "Semantic change": ("semantic_change",),
+    "Fine-tuning": ("finetune_modes", "cka", "weight_change", "attention_js"),
 }
 
 

@@ -27,6 +27,7 @@ PAGE_TITLES = {
     "Alignment": "Rotation alignment (Procrustes, self-learning, CSLS)",
     "Semantic change": "Semantic change between slices of documents",
     "Pretraining": "Pretraining and emergence",
+    "Fine-tuning": "Fine-tuning and what it changes",
     "Compare runs": "Compare two runs",
 }
 # A phrase each page's "what am I looking at" line must hold (the papers it cites).
@@ -34,14 +35,15 @@ INTRO_PHRASES = {
     "Runs": "newest first", "Live": "Abnar & Zuidema 2020", "Probing": "Hewitt & Liang 2019", "Feature combinations": "Devlin et al. 2019",
     "Heads": "*What Does BERT Look At?*", "Pruning": "*Are Sixteen Heads Really Better than One?*",
     "Embeddings": "Ethayarajh 2019", "Alignment": "Conneau et al. 2018", "Pretraining": "masked-language-model",
-    "Semantic change": "Hamilton et al. 2016",
+    "Semantic change": "Hamilton et al. 2016", "Fine-tuning": "Kornblith et al. 2019",
     "Compare runs": "side by side",
 }
 # The study whose runs each page shows, and that study's main table (what "Compare runs" puts side by side).
 PAGE_STUDIES = {"Probing": ("edge_probing", "layer_scores"), "Feature combinations": ("feature_combinations", "combinations"),
                 "Heads": ("head_types", "head_types"), "Pruning": ("pruning", "pruning_curves"),
                 "Embeddings": ("contextuality", "contextuality"), "Alignment": ("alignment", "precision"),
-                "Pretraining": ("emergence", "probe_scores"), "Semantic change": ("semantic_change", "word_change")}
+                "Pretraining": ("emergence", "probe_scores"), "Semantic change": ("semantic_change", "word_change"),
+                "Fine-tuning": ("finetuning", "finetune_scores")}
 
 MARKUP = "<b>x</b>"
 ESCAPED = "&lt;b&gt;x&lt;/b&gt;"
@@ -209,8 +211,31 @@ def every_study_run(root: Path, model: str = "planted-bert") -> dict[str, Path]:
     runs = {"edge_probing": probing_run(root, "planted", model), "feature_combinations": combinations_run(root),
             "head_types": head_types_run(root), "pruning": pruning_run(root),
             "contextuality": contextuality_run(root, "planted", model), "alignment": alignment_run(root),
-            "emergence": emergence_run(root), "semantic_change": semantic_change_run(root)}
+            "emergence": emergence_run(root), "semantic_change": semantic_change_run(root),
+            "finetuning": finetuning_run(root)}
     return runs
+
+
+def finetuning_run(root: Path, run_id: str = "planted") -> Path:
+    """A finetuning run: POS accuracy frozen 0.90 [0.88, 0.92] < bitfit 0.95 < full 0.97, and per
+    layer (0..2) CKA 1.0 / 0.9 / 0.6 for full (0.99 / 0.98 / 0.97 for bitfit), weight change rising
+    with depth, attention change at layers 1..2."""
+    scores = pd.DataFrame({"task": "pos", "mode": ["frozen", "full", "bitfit"], "accuracy": [0.90, 0.97, 0.95],
+                           "low": [0.88, 0.96, 0.93], "high": [0.92, 0.98, 0.97], "n_seeds": 2, "n_test": 500,
+                           "small_sample": False, "interval": "t over seeds", "trainable_share": [0.001, 1.0, 0.01]})
+    comparisons = pd.DataFrame({"task": "pos", "mode": ["frozen", "bitfit"], "difference": [-0.07, -0.02],
+                                "low": [-0.09, -0.03], "high": [-0.05, -0.01], "p_value": [0.001, 0.01],
+                                "significant": True, "n_seeds": 2, "n_examples": 500, "interval": "paired"})
+    change = pd.DataFrame({"task": "pos", "mode": ["full"] * 3 + ["bitfit"] * 3, "layer": [0, 1, 2] * 2,
+                           "cka": [1.0, 0.9, 0.6, 0.99, 0.98, 0.97], "cka_min": 0.5, "cka_max": 1.0, "n_seeds": 2,
+                           "weight_attention": [np.nan, 0.01, 0.03, np.nan, 0.0, 0.0],
+                           "weight_embeddings": [0.001, np.nan, np.nan, 0.0, np.nan, np.nan],
+                           "attention_js": [np.nan, 0.02, 0.08, np.nan, 0.001, 0.002]})
+    return write_results(root / "finetuning" / run_id, {"finetune_scores": scores,
+                                                         "finetune_comparisons": comparisons,
+                                                         "change_by_layer": change},
+                         {"study": "finetuning", "run_id": run_id, "seed": 0, "model": {"name": "planted-bert"},
+                          "config": {"model": "planted-bert", "tasks": ["pos"]}})
 
 
 PLANTED_MOVED = "broadcast"   # the word the planted semantic-change run finds moved

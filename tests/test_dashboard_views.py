@@ -187,3 +187,26 @@ def test_emergence_shows_the_reference_models_cloze_guesses(tmp_path, monkeypatc
                for c in at.caption)
     guesses = [d.value for d in at.dataframe if "top predictions" in d.value.columns]
     assert guesses[-1]["top predictions"].tolist() == ["dog (90.0%), puppy (5.0%)"]
+
+
+def test_finetuning_page_shows_modes_with_intervals_and_change_per_layer(tmp_path, monkeypatch):
+    from dashboard_planted import finetuning_run
+
+    finetuning_run(tmp_path / "results")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Fine-tuning"
+    at.run()
+    assert not at.exception and not at.error
+    scores, change = chart_specs(at)
+    bars = scores["data"][0]
+    assert list(bars["y"]) == ["frozen", "full", "bitfit"] and bars["x"] == pytest.approx([0.90, 0.97, 0.95])
+    assert bars["error_x"]["arrayminus"] == pytest.approx([0.02, 0.01, 0.02])
+    assert scores["layout"]["xaxis"]["range"][0] > 0.8          # the axis shows the differences
+    cka = [t for t in change["data"] if t["name"] == "full" and t.get("xaxis", "x") == "x"][0]
+    assert cka["y"] == pytest.approx([1.0, 0.9, 0.6])
+    js = [t for t in change["data"] if t.get("xaxis") == "x3" and t["legendgroup"] == "full"][0]
+    assert js["x"] == [1, 2] and js["y"] == pytest.approx([0.02, 0.08])
+    assert at.dataframe[1].value["difference"].tolist() == pytest.approx([-0.07, -0.02])
+    shown = " ".join(m.value for m in at.expander[0].markdown)
+    assert "linear CKA" in shown and "BitFit" in shown and "Jensen–Shannon" in shown
