@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,10 +126,11 @@ def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[Seque
     Held-out documents come from ``cfg.heldout_corpus`` when it is set (a split made by the corpus
     builder), else ``heldout_fraction`` of the documents of ``source``, chosen by the seed.
     """
-    tdocs = tokenize_documents(_read_docs(source, cfg.max_documents), tokenizer)
+    label = (lambda what: f"tokenising {what} (once; cached in the run folder)") if cfg.progress else (lambda what: None)
+    tdocs = tokenize_documents(_read_docs(source, cfg.max_documents), tokenizer, progress=label(f"{source.name}"))
     separate = heldout_path(cfg)
     if separate is not None:
-        splits = (tdocs, tokenize_documents(_read_docs(separate, None), tokenizer))
+        splits = (tdocs, tokenize_documents(_read_docs(separate, None), tokenizer, progress=label(separate.name)))
     else:
         n_eval = math.ceil(cfg.heldout_fraction * len(tdocs)) if cfg.heldout_fraction > 0 and len(tdocs) > 1 else 0
         g = torch.Generator().manual_seed(mix_seed(cfg.seed, 1))
@@ -137,6 +139,9 @@ def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[Seque
         splits = ([d for i, d in enumerate(tdocs) if i not in eval_set],
                   [d for i, d in enumerate(tdocs) if i in eval_set])
     out = []
+    if cfg.progress:
+        print(f"packing {sum(len(p) for p in splits):,} documents into sequences of {cfg.max_seq_len} tokens "
+              f"({cfg.packing})", file=sys.stderr, flush=True)
     for k, part in enumerate(splits):
         if pair_task(cfg.objective) is None:
             ids, words = pack_documents(part, max_seq_len=cfg.max_seq_len,

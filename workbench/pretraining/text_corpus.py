@@ -106,15 +106,21 @@ class TokenizedDocument:
 
 
 def tokenize_documents(
-    documents: Iterable[list[str]], tokenizer, *, batch_size: int = 2048
+    documents: Iterable[list[str]], tokenizer, *, batch_size: int = 2048, progress: str | None = None
 ) -> list[TokenizedDocument]:
-    """Tokenise sentences (no special tokens) with a fast HF tokenizer, keeping word ids."""
+    """Tokenise sentences (no special tokens) with a fast HF tokenizer, keeping word ids.
+    ``progress``: a label for a progress bar over the sentences (None: silent)."""
     docs = list(documents)
     flat = [s for d in docs for s in d]
     ids: list[list[int]] = []
     words: list[list[int]] = []
     backend = tokenizer.backend_tokenizer  # the Rust tokenizer: no max-length warnings, no Python overhead
-    for i in range(0, len(flat), batch_size):
+    starts = range(0, len(flat), batch_size)
+    if progress is not None:
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc=progress, unit="batch", total=len(starts))
+    for i in starts:
         for enc in backend.encode_batch(flat[i:i + batch_size], add_special_tokens=False):
             ids.append(enc.ids)
             words.append([w if w is not None else -1 for w in enc.word_ids])
