@@ -149,7 +149,7 @@ def mlm_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
     st.subheader("Masked-word predictions")
     if not lm.has_mlm_head or lm.model is lm.encoder:
         st.info(f"{name} has no MLM head (its weights carry none), so it cannot guess a masked word. Pick a "
-                "model with one, e.g. the workbench's own bert-mini-english.")
+                "model with one, e.g. the workbench's own minilm-english-mlm (or bert-mini-english).")
         return
     word = st.selectbox("word to mask", range(len(words)), index=min(1, len(words) - 1), key="live_mask",
                         format_func=lambda w: f"{w}: {words[w]}")

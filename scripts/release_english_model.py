@@ -76,9 +76,10 @@ def main() -> None:
         "unigram_details": baseline,
         "corpus": {"summary": summary, "sources": sources, "totals": totals, "split": corpus.get("split"),
                    "dedup": corpus.get("dedup")},
-        "licence": "weights: Apache-2.0, as the workbench; the training texts keep their own licences "
-                   "(public domain, PDDL/CC0, MPL-2.0, GPL-2.0+ for GCIDE, the WordNet licence; listed per source "
-                   "in release.json)",
+        "licence": ("weights: Apache-2.0, as all-MiniLM-L6-v2 (sentence-transformers) they start from and the "
+                    "workbench" if run["config"].get("init_from") else "weights: Apache-2.0, as the workbench")
+                   + "; the training texts keep their own licences (public domain, PDDL/CC0, MPL-2.0, GPL-2.0+ for "
+                     "GCIDE, the WordNet licence; listed per source in release.json)",
         "command": reproduce(args.config, args.run, args.out),
         "notes": args.notes,
     }

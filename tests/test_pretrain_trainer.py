@@ -371,6 +371,16 @@ def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_pa
         assert torch.allclose(a(input_ids=ids).logits, b(input_ids=ids).logits, atol=2e-2)
     with pytest.raises(CheckpointError, match="no checkpoint for step"):
         export_release(run_dir, tmp_path / "release" / "bad", steps=[5])
+    # scored by pseudo-log-likelihood as shipped: recorded per checkpoint and in the card
+    texts = ["the jury said it did", "the city of atlanta"]
+    scored = read_release(export_release(run_dir, tmp_path / "release" / "scored", steps=[0, 6], pll_texts=texts,
+                                         pll_source="two test sentences"))
+    first, last = scored["checkpoints"]
+    assert scored["pll_texts"] == {"source": "two test sentences", "sentences": 2}
+    assert last["pll_words"] == 9 and last["pll_pieces"] >= 9
+    assert last["pll_nats_per_piece_ci"][0] <= last["pll_nats_per_piece"] <= last["pll_nats_per_piece_ci"][1]
+    assert last["pll_nats_per_piece"] < first["pll_nats_per_piece"]       # 6 steps of MLM training
+    assert "PLL nats/piece [95%]" in (tmp_path / "release" / "scored" / "README.md").read_text()
 
     # the registry lists a release shipped in the package's data/models/ and loads it in float32
     from bertology import paths
