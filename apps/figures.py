@@ -609,3 +609,30 @@ def finetune_change_figure(change: pd.DataFrame, task: str) -> go.Figure:
         fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=1, row=1, col=c)
     fig.update_layout(title=f"what fine-tuning changed, layer by layer: {esc(task)}", height=430)
     return fig
+
+
+def probing_before_after_figure(probes: pd.DataFrame, task: str) -> go.Figure:
+    """Test accuracy of a linear probe per layer before fine-tuning (``pretrained``, dashed black)
+    and after it (one line per mode), one panel per probing task; means over seeds. ``probes``: the
+    ``probing_before_after`` table (``task, mode, seed, probe_task, layer, split, accuracy``)."""
+    part = probes[(probes["task"] == task) & (probes["split"] == "test")]
+    means = part.groupby(["probe_task", "mode", "layer"], as_index=False)["accuracy"].mean()
+    probe_tasks = list(dict.fromkeys(means["probe_task"]))
+    fig = make_subplots(rows=1, cols=max(1, len(probe_tasks)), subplot_titles=[esc(t) for t in probe_tasks])
+    palette = px.colors.qualitative.Plotly
+    modes = [m for m in dict.fromkeys(means["mode"]) if m != "pretrained"]
+    for c, probe_task in enumerate(probe_tasks, 1):
+        rows = means[means["probe_task"] == probe_task]
+        before = rows[rows["mode"] == "pretrained"].sort_values("layer")
+        fig.add_trace(go.Scatter(x=before["layer"], y=before["accuracy"], mode="lines+markers", name="pretrained",
+                                 legendgroup="pretrained", showlegend=c == 1,
+                                 line=dict(color="black", dash="dash")), 1, c)
+        for m, mode in enumerate(modes):
+            after = rows[rows["mode"] == mode].sort_values("layer")
+            fig.add_trace(go.Scatter(x=after["layer"], y=after["accuracy"], mode="lines+markers", name=esc(mode),
+                                     legendgroup=esc(mode), showlegend=c == 1,
+                                     line=dict(color=palette[m % len(palette)])), 1, c)
+        fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=1, row=1, col=c)
+    fig.update_layout(title=f"probe accuracy per layer before and after fine-tuning on {esc(task)} (test)",
+                      yaxis_title="accuracy", height=420)
+    return fig

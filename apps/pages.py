@@ -631,6 +631,17 @@ def finetuning_page(page: Page) -> None:
             task = st.selectbox("task", tasks, key="finetune_task") if len(tasks) > 1 else tasks[0]
             st.plotly_chart(figures.finetune_change_figure(change.assign(task=change["task"].astype(str)), task),
                             width="stretch")
+            probes = optional_table(run, "probing_before_after")
+            if has_columns_or_explain(probes, ["task", "mode", "probe_task", "layer", "split", "accuracy"],
+                                      "probing_before_after", run):
+                st.plotly_chart(figures.probing_before_after_figure(probes.assign(task=probes["task"].astype(str)),
+                                                                    task), width="stretch")
+            types = optional_table(run, "head_types_before_after")
+            if has_columns_or_explain(types, ["task", "mode", "type_before", "type_after", "changed"],
+                                      "head_types_before_after", run):
+                part = types[types["task"].astype(str) == task]
+                st.caption("heads whose type changed with fine-tuning (of all heads, mean over seeds):")
+                st.dataframe(tables.type_changes(part), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- the registry

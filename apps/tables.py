@@ -479,6 +479,18 @@ def first_seed(gates: pd.DataFrame) -> pd.DataFrame:
     return gates[gates["seed"] == first]
 
 
+def type_changes(types: pd.DataFrame) -> pd.DataFrame:
+    """Per mode: the share of heads whose type changed with fine-tuning and the most common
+    changes (``before → after``), from a ``head_types_before_after`` table (one task)."""
+    rows = []
+    for mode, part in types.groupby("mode", sort=False):
+        moved = part[part["changed"].astype(bool)]
+        common = (moved["type_before"].astype(str) + " → " + moved["type_after"].astype(str)).value_counts().head(3)
+        rows.append({"mode": mode, "changed_share": float(part["changed"].astype(bool).mean()),
+                     "most_common_changes": ", ".join(f"{k} ({v})" for k, v in common.items()) or "none"})
+    return pd.DataFrame(rows, columns=["mode", "changed_share", "most_common_changes"])
+
+
 def measure_lines(page: str) -> list[str]:
     """The one-line definitions (markdown) of the measures the page ``page`` shows."""
     return [MEASURES[name] for name in PAGE_MEASURES.get(page, ())]

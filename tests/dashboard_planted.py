@@ -231,9 +231,17 @@ def finetuning_run(root: Path, run_id: str = "planted") -> Path:
                            "weight_attention": [np.nan, 0.01, 0.03, np.nan, 0.0, 0.0],
                            "weight_embeddings": [0.001, np.nan, np.nan, 0.0, np.nan, np.nan],
                            "attention_js": [np.nan, 0.02, 0.08, np.nan, 0.001, 0.002]})
+    probes = pd.DataFrame([{"task": "pos", "mode": mode, "seed": 0, "probe_task": "deps", "layer": l, "split": "test",
+                            "accuracy": base + 0.1 * l} for mode, base in (("pretrained", 0.5), ("full", 0.4))
+                           for l in range(3)])
+    types = pd.DataFrame({"task": "pos", "mode": "full", "seed": 0, "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
+                          "type_before": ["positional", "broad", "syntactic", "special"],
+                          "type_after": ["positional", "broad", "broad", "special"],
+                          "changed": [False, False, True, False]})
     return write_results(root / "finetuning" / run_id, {"finetune_scores": scores,
                                                          "finetune_comparisons": comparisons,
-                                                         "change_by_layer": change},
+                                                         "change_by_layer": change, "probing_before_after": probes,
+                                                         "head_types_before_after": types},
                          {"study": "finetuning", "run_id": run_id, "seed": 0, "model": {"name": "planted-bert"},
                           "config": {"model": "planted-bert", "tasks": ["pos"]}})
 

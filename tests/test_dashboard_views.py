@@ -198,7 +198,13 @@ def test_finetuning_page_shows_modes_with_intervals_and_change_per_layer(tmp_pat
     at.query_params["page"] = "Fine-tuning"
     at.run()
     assert not at.exception and not at.error
-    scores, change = chart_specs(at)
+    scores, change, probes = chart_specs(at)
+    after = [t for t in probes["data"] if t["name"] == "full"][0]
+    before = [t for t in probes["data"] if t["name"] == "pretrained"][0]
+    assert after["y"] == pytest.approx([0.4, 0.5, 0.6]) and before["y"] == pytest.approx([0.5, 0.6, 0.7])
+    changes = at.dataframe[-1].value
+    assert changes["changed_share"].tolist() == [0.25] and changes["most_common_changes"].tolist() == [
+        "syntactic → broad (1)"]
     bars = scores["data"][0]
     assert list(bars["y"]) == ["frozen", "full", "bitfit"] and bars["x"] == pytest.approx([0.90, 0.97, 0.95])
     assert bars["error_x"]["arrayminus"] == pytest.approx([0.02, 0.01, 0.02])

@@ -43,7 +43,7 @@ def planted(tmp_path_factory) -> dict[str, Path]:
 def _run(planted, tmp_path, **overrides) -> Path:
     config = {"model": str(planted["model"]), "tasks": [str(planted["token"])], "seeds": [0, 1], "epochs": 2,
               "batch_size": 16, "max_seq_len": 32, "adapter_size": 8, "cka_sentences": 12, "device": "cpu",
-              **overrides}
+              "probe_tasks": [], "head_types_change": False, **overrides}
     return run_study("finetuning", overrides=config, results_root=tmp_path / "results", log=lambda _: None)
 
 
@@ -52,7 +52,7 @@ def _table(run_dir: Path, name: str) -> pd.DataFrame:
 
 
 def test_study_runs_end_to_end_with_known_answers(planted, tmp_path):
-    run_dir = _run(planted, tmp_path)
+    run_dir = _run(planted, tmp_path, probe_tasks=["pos"], head_types_change=True, cka_sentences=40)
     runs = _table(run_dir, "finetune_runs")
     assert len(runs) == 4 * 2 and set(runs["mode"]) == {"frozen", "full", "bitfit", "adapters"}
 
@@ -99,6 +99,20 @@ def test_study_runs_end_to_end_with_known_answers(planted, tmp_path):
     full = by_layer[by_layer["mode"] == "full"].set_index("layer")
     expected = weights[(weights["mode"] == "full") & (weights["layer"] == 1) & (weights["module"] == "ffn")]
     assert full.loc[2, "weight_ffn"] == pytest.approx(expected["relative_change"].mean())  # encoder layer 1 -> 2
+
+    # probing and head types before and after: the frozen encoder is the pretrained one, so its
+    # probes score exactly the same and no head changes type
+    probes = _table(run_dir, "probing_before_after")
+    assert set(probes["mode"]) == {"pretrained", "frozen", "full", "bitfit", "adapters"}
+    assert set(probes["probe_task"]) == {"pos"} and set(probes["layer"]) == {0, 1, 2}
+    keys = ["seed", "layer", "split"]
+    before = probes[probes["mode"] == "pretrained"].set_index(keys)["accuracy"].sort_index()
+    frozen = probes[probes["mode"] == "frozen"].set_index(keys)["accuracy"].sort_index()
+    pd.testing.assert_series_equal(before, frozen)
+    types = _table(run_dir, "head_types_before_after")
+    assert set(types["mode"]) == {"frozen", "full", "bitfit", "adapters"} and len(types) == 4 * 2 * 2 * 4
+    assert not types[types["mode"] == "frozen"]["changed"].any()
+    assert (types["changed"] == (types["type_before"] != types["type_after"])).all()
 
 
 def test_one_seed_gives_an_interval_of_the_test_examples_never_zero_width(planted, tmp_path):
