@@ -24,8 +24,8 @@ from bertology.apps.live import live_page
 from bertology.apps.figures import esc
 from bertology.apps.locations import (HIDDEN_HINT, clean, describe, find_runs, model_name, run_label, runs_overview,
                                       shown_root, unfinished_runs)
-from bertology.apps.ui import (guard, has_columns_or_explain, load_extra, load_table, optional_table, pick_other,
-                               pick_run, query, searchable_table)
+from bertology.apps.ui import (MISMATCH_WARNING, guard, has_columns_or_explain, load_extra, load_table, optional_table,
+                               pick_other, pick_run, query, searchable_table)
 from bertology.results import ResultError, read_manifest, read_table
 from bertology.uncertainty import MIN_TEST_ITEMS
 
@@ -585,8 +585,7 @@ def compare_page(page: Page) -> None:
     except ResultError:
         mismatches = []  # the side that cannot be read says so below
     if mismatches:
-        st.warning("These two runs differ in more than the model or seed, so their numbers measure different "
-                   "things; compare them only with that in mind: " + "; ".join(clean(m) for m in mismatches))
+        st.warning(MISMATCH_WARNING + "; ".join(clean(m) for m in mismatches))
     for side, col, run in (("A", c1, a), ("B", c2, b)):
         with col, guard(f"table {table}", run):
             df = load_table(run, table)

@@ -16,7 +16,7 @@ import streamlit as st
 
 from bertology.apps.locations import (HIDDEN_HINT, clean, clean_json, default_run_index, describe, find_runs,
                                       run_label, shown_root, unfinished_runs)
-from bertology.apps.tables import search_rows
+from bertology.apps.tables import comparison_mismatches, search_rows
 from bertology.results import ResultError, read_extra, read_manifest, read_table
 
 PROVENANCE = ("study", "run_id", "seed", "config", "model", "corpus", "wall_seconds", "git_commit", "packages")
@@ -102,6 +102,10 @@ def pick_run(study: str, key: str, label: str = "run") -> Path | None:
     return choice
 
 
+MISMATCH_WARNING = ("These two runs differ in more than the model or seed, so their numbers measure different "
+                    "things; compare them only with that in mind: ")
+
+
 def pick_other(study: str, run: Path, key: str) -> Path | None:
     """A second run of ``study`` to show beside ``run`` (None = no comparison); the deep link
     ``?compare=<study>/<run>`` preselects it."""
@@ -115,10 +119,12 @@ def pick_other(study: str, run: Path, key: str) -> Path | None:
                           format_func=lambda r: "nothing (one run)" if r is None else describe(r))
     if choice is not None:
         try:
-            read_manifest(choice)
+            mismatches = comparison_mismatches(read_manifest(run), read_manifest(choice))
         except ResultError as exc:
             st.error(clean(exc))
             return None
+        if mismatches:
+            st.warning(MISMATCH_WARNING + "; ".join(clean(m) for m in mismatches))
     return choice
 
 

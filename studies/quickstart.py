@@ -1,7 +1,8 @@
 """The main job: every analysis of the workbench on the embedded default (MiniLM-L6 + the bundled
 Brown sample) at small sizes, each as its own study run (so the dashboard shows each page); the
-studies that need an MLM head or compare two models again on the workbench's own English BERT
-(``second_model``, shipped with the package), side by side; then a pointer to the dashboard."""
+studies that need an MLM head or compare two models again on the workbench's own English MLM
+(``second_model``, shipped with the package), side by side; emergence reads the small from-scratch
+``bert-mini-english`` checkpoints; then a pointer to the dashboard."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ DEFAULTS = {
     "studies": ["head_types", "edge_probing", "feature_combinations", "contextuality", "pruning", "emergence",
                 "alignment"],
     "configs": "quickstart",      # the shipped config variant (studies/configs/quickstart/)
-    "second_model": "bert-mini-english",   # run `second_model_studies` again with this model ("" = skip)
+    "second_model": "minilm-english-mlm",  # run `second_model_studies` again with this model ("" = skip): the
+                                           # workbench's English MLM (MiniLM-L6 + continued MLM pretraining)
     "second_model_studies": ["head_types", "pruning"],
     "seed": 0,
 }
@@ -47,7 +49,7 @@ def run(ctx) -> None:
 
 
 def _id_part(model: str) -> str:
-    """A registry name as it is (``bert-mini-english``); a model folder as its name plus a short hash
+    """A registry name as it is (``minilm-english-mlm``); a model folder as its name plus a short hash
     of the path, so a path never becomes part of a run folder's name."""
     if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+=-]*", model):
         return model

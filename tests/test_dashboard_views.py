@@ -216,3 +216,17 @@ def test_finetuning_page_shows_modes_with_intervals_and_change_per_layer(tmp_pat
     assert at.dataframe[1].value["difference"].tolist() == pytest.approx([-0.07, -0.02])
     shown = " ".join(m.value for m in at.expander[0].markdown)
     assert "linear CKA" in shown and "BitFit" in shown and "Jensen–Shannon" in shown
+
+
+def test_a_page_compare_warns_when_the_two_runs_measure_different_things(tmp_path, monkeypatch):
+    a = probing_run(tmp_path / "results", "p-a", "model-a")
+    b = probing_run(tmp_path / "results", "p-b", "model-b", config={"probe": "linear"})
+    import os
+    os.utime(a, (0, 0))
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Probing"
+    at.query_params["compare"] = "edge_probing/p-a"
+    at.run()
+    assert not at.exception
+    assert any("differ in more than the model or seed" in w.value and "probe" in w.value for w in at.warning)

@@ -1,0 +1,53 @@
+"""The English MLM the workbench ships (`minilm-english-mlm`: MiniLM-L6 after continued MLM
+pretraining on the offline English corpus): listed, loadable with its MLM head, float16 on disk,
+within the size budget, its recipe and starting point on the card, and it knows English: the
+pseudo-log-likelihood recorded at release meets the target, and on sentences of the bundled Brown
+sample it beats the small from-scratch model per word, paired on the same sentences."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bertology import paths
+from bertology.models import list_models, load_model, shipped_releases
+
+NAME = "minilm-english-mlm"
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def release():
+    info = shipped_releases().get(NAME)
+    assert info is not None, f"{NAME} is not shipped in {paths.shipped_models_dir()}"
+    return info
+
+
+def test_listed_within_budget_with_its_recipe_and_pll_on_the_card(release):
+    assert {NAME, f"{NAME}@{release['final']}"} <= set(list_models()["name"])
+    size = sum(f.stat().st_size for f in release["path"].rglob("*") if f.is_file())
+    assert size <= 60 * 2**20, size
+    card = json.loads((release["path"] / "release.json").read_text())
+    assert card["recipe"]["init_from"] == "minilm-l6" and card["recipe"]["objective"] == "mlm"
+    final = card["checkpoints"][-1]
+    assert final["pll_nats_per_piece"] <= 5.0, final                 # the issue's target
+    low, high = final["pll_nats_per_piece_ci"]
+    assert low <= final["pll_nats_per_piece"] <= high
+    assert card["pll_texts"]["sentences"] == 400
+    text = (release["path"] / "README.md").read_text()
+    assert "started from | `minilm-l6`" in text and "PLL nats/piece" in text
+
+
+def test_knows_english_better_than_the_from_scratch_model_per_word(release):
+    from bertology.corpus import load_corpus
+    from bertology.probes.probing.pseudo_likelihood import pseudo_log_likelihood
+    from bertology.uncertainty import paired_bootstrap
+
+    texts = [s.text for s in load_corpus("brown-sample", limit=30)]
+    scores = {name: pseudo_log_likelihood(load_model(name, mlm_head=True, attentions=False), texts, batch_size=128)
+              for name in (NAME, "bert-mini-english")}
+    ours, small = scores[NAME], scores["bert-mini-english"]
+    assert (ours["n_words"] == small["n_words"]).all()
+    comparison = paired_bootstrap(ours["nll"], small["nll"], ours["n_words"], small["n_words"])
+    assert comparison.difference < 0 and comparison.high < 0, comparison   # fewer nats per word, paired
