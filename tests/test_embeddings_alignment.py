@@ -178,6 +178,7 @@ def test_each_embedding_analysis_is_one_function_for_study_and_cli():
     runner = CliRunner()
     for command in ("embeddings", "align"):
         assert "--force" in runner.invoke(app, [command, "--help"]).output
+    assert "--full" in runner.invoke(app, ["embeddings", "--help"]).output   # quick (500 sentences) unless --full
 
 
 def test_bfloat16_screening_gives_the_float32_neighbours():
