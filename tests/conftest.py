@@ -77,3 +77,13 @@ def quickstart_results(tmp_path_factory):
     semantic_change_run(root)
     finetuning_run(root)   # the quickstart does not fine-tune: the Fine-tuning page reads a planted run
     return root
+
+
+def shipped_release(name: str) -> dict:
+    """The registry entry of a model the package ships (``data/models/<name>``); fails naming the folder."""
+    from bertology import paths
+    from bertology.models import shipped_releases
+
+    info = shipped_releases().get(name)
+    assert info is not None, f"{name} is not shipped in {paths.shipped_models_dir()}"
+    return info

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from bertology import paths
-from bertology.models import list_models, load_model, shipped_releases
+from bertology.models import list_models, load_model
+from conftest import shipped_release
 
 NAME = "bert-mini-english"
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
@@ -17,9 +17,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def release():
-    info = shipped_releases().get(NAME)
-    assert info is not None, f"{NAME} is not shipped in {paths.shipped_models_dir()}"
-    return info
+    return shipped_release(NAME)
 
 
 def test_release_is_listed_with_its_checkpoints_and_fits_the_budget(release):
