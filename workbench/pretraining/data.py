@@ -161,18 +161,28 @@ def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[Seque
 
 # --------------------------------------------------------------------------- the run's tokenizer and sequence cache
 
+def tokenizer_directory(cfg: PretrainConfig, run_dir: Path) -> Path:
+    """Where a run's tokenizer lives: the config's ``tokenizer``, the ``init_from`` model's, a
+    distillation teacher's, else the one the run trains into ``run_dir/tokenizer``."""
+    if cfg.tokenizer:
+        return Path(cfg.tokenizer).expanduser()
+    if cfg.init_from:
+        return initial_model_directory(cfg)
+    if cfg.objective == "distill":   # a student reads with its teacher's tokenizer
+        return teacher_directory(cfg)
+    return run_dir / "tokenizer"
+
+
 def run_tokenizer(cfg: PretrainConfig, run_dir: Path, source: Path, rt: Runtime):
     """The run's fast tokenizer: the config's ``tokenizer`` directory, a distillation teacher's, or
     one trained on ``source`` into ``run_dir/tokenizer`` (by rank 0, once; the others wait)."""
     from transformers import AutoTokenizer
 
-    if cfg.tokenizer or cfg.objective == "distill" or cfg.init_from:  # a student reads with its teacher's tokenizer
-        tok_dir = (Path(cfg.tokenizer).expanduser() if cfg.tokenizer
-                   else initial_model_directory(cfg) if cfg.init_from else teacher_directory(cfg))
+    tok_dir = tokenizer_directory(cfg, run_dir)
+    if tok_dir != run_dir / "tokenizer":
         if not (tok_dir / "tokenizer.json").is_file():
             raise ConfigError(f"config field 'tokenizer': {tok_dir} holds no tokenizer.json")
     else:
-        tok_dir = run_dir / "tokenizer"
         if rt.is_main and not (tok_dir / "tokenizer.json").is_file():
             from bertology.pretraining.tokenizer import train_tokenizer
             with atomic_dir(tok_dir) as tmp:
@@ -289,6 +299,5 @@ def read_run_data(run_dir: Path):
     if len(caches) != 1:
         raise CheckpointError(f"{run_dir / 'data'}: expected one tokenised-sequence cache, found {len(caches)}")
     tensors = load_file(str(caches[0]))
-    tok_dir = Path(cfg.tokenizer).expanduser() if cfg.tokenizer else run_dir / "tokenizer"
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_directory(cfg, run_dir)))
     return cfg, tok, SequenceSet.from_tensors(tensors, "train"), SequenceSet.from_tensors(tensors, "eval")
