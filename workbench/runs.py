@@ -104,6 +104,7 @@ class StudyContext:
             df = results.read_table(self.run_dir, name)
             self.log(f"  {name}: reused from {path}")
         else:
+            self.log(f"  {name} ...")            # a line before a step that may take minutes
             started = time.perf_counter()
             df = compute()
             results.write_table(self.run_dir, name, df)
@@ -115,6 +116,7 @@ class StudyContext:
         """A resumable step that makes several tables at once: ``compute`` runs only if one is missing."""
         if all((self.run_dir / f"{name}.parquet").is_file() for name in names):
             return {name: self.step(name, lambda: pd.DataFrame()) for name in names}
+        self.log(f"  {', '.join(names)} ...")
         started = time.perf_counter()
         made = compute()
         missing = [name for name in names if name not in made]
