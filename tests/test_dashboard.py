@@ -68,7 +68,7 @@ def test_a_registry_entry_renders_its_own_study_and_main_table(page, tmp_path, m
     at = open_page(page.key, root, monkeypatch)
     assert at.header[0].value == PAGE_TITLES[page.key]
     assert not at.error and not at.warning, [e.value for e in [*at.error, *at.warning]]
-    assert not [i.value for i in at.info if "No `" in i.value], "the page found no run of its study"
+    assert not [i.value for i in at.info if "No complete `" in i.value], "the page found no run of its study"
     (run / f"{page.main_table}.parquet").write_bytes(b"not parquet")
     at = open_page(page.key, root, monkeypatch)
     assert any("corrupt table" in w.value and f"{page.main_table}.parquet" in w.value for w in at.warning), \
@@ -192,7 +192,7 @@ def test_every_page_renders_from_results(page, quickstart_results, monkeypatch):
     assert not at.error, [e.value for e in at.error]
     assert at.header[0].value == PAGE_TITLES[page] and INTRO_PHRASES[page] in at.caption[0].value
     if page not in ("Runs", "Compare runs"):
-        assert not [i for i in at.info if "No `" in i.value], "the page found no run"
+        assert not [i for i in at.info if "No complete `" in i.value], "the page found no run"
     if page == "Runs":
         assert len(at.dataframe) == 1
     if page in ("Probing", "Heads", "Pruning", "Embeddings", "Pretraining", "Feature combinations"):
@@ -223,10 +223,15 @@ def test_missing_and_corrupt_results_show_messages(quickstart_results, tmp_path,
     assert "corrupt table" in warnings and "summary" in warnings
     heads_run = next((broken / "head_types").iterdir())
     (heads_run / "manifest.json").write_text("{not json")
-    at = open_page("Heads", broken, monkeypatch)
-    assert any("corrupt manifest" in e.value for e in at.error)
+    at = open_page("Heads", broken, monkeypatch)       # hidden, counted, and the Runs page says why
+    assert any("1 incomplete or unreadable `head_types` run(s) hidden" in c.value for c in at.caption)
+    assert any("No complete `head_types` runs" in i.value for i in at.info)
+    at = open_page("Runs", broken, monkeypatch)
+    at.checkbox[0].check().run()
+    statuses = at.dataframe[0].value.set_index("study")["status"]
+    assert "corrupt manifest" in statuses["head_types"]
     at = open_page("Alignment", tmp_path / "nothing-here", monkeypatch)
-    assert any("No `alignment` runs" in i.value for i in at.info)
+    assert any("No complete `alignment` runs" in i.value for i in at.info)
 
 
 def test_compare_page_warns_when_two_runs_measure_different_things(planted_results, monkeypatch):

@@ -10,7 +10,7 @@ import torch
 
 from bertology.errors import ModelError
 from bertology.models import from_modules
-from bertology.probes.probing.pseudo_likelihood import pll_summary, pseudo_log_likelihood
+from bertology.pseudo_likelihood import pll_summary, pseudo_log_likelihood
 from bertology.testing import make_tiny_bert
 
 TEXTS = ["the cat sat on the mat .", "a dog ran home", "colourless green ideas sleep furiously tonight in paris"]

@@ -40,7 +40,7 @@ def test_listed_within_budget_with_its_recipe_and_pll_on_the_card(release):
 
 def test_knows_english_better_than_the_from_scratch_model_per_word(release):
     from bertology.corpus import load_corpus
-    from bertology.probes.probing.pseudo_likelihood import pseudo_log_likelihood
+    from bertology.pseudo_likelihood import pseudo_log_likelihood
     from bertology.uncertainty import paired_bootstrap
 
     texts = [s.text for s in load_corpus("brown-sample", limit=30)]

@@ -33,7 +33,7 @@ from bertology.uncertainty import (combine_seed_and_sentence, is_small_sample, p
                                    t_interval, wilson_interval)
 
 __all__ = ["FINETUNING_DEFAULTS", "finetuning_analysis", "seeds_and_examples_interval", "compare_with_reference",
-           "change_by_layer", "REFERENCE_MODE"]
+           "change_by_layer", "REFERENCE_MODE", "finetuned_model_dir", "held_out_sentences"]
 
 REFERENCE_MODE = "full"
 
@@ -77,6 +77,8 @@ def finetuning_analysis(ctx: StudyContext) -> None:
     - ``layer_cka``: ``task, mode, seed, layer`` (0 = embeddings), ``cka``, ``n_words``.
     - ``attention_change`` (``attention_change: true``): ``task, mode, seed, layer, head, js_divergence, n_rows``.
     - ``change_by_layer``: the three on one depth axis, means over seeds (:func:`change_by_layer`).
+    The ``finetuning`` study adds (``studies/finetuning.py``, through the probes layer):
+
     - ``probing_before_after`` (``probe_tasks``): ``task, mode, seed, probe_task, layer, split, accuracy,
       n`` with ``mode = "pretrained"`` for the model before fine-tuning: a linear edge probe per layer
       (:func:`bertology.probes.probing.probe_layers`, probe seed = the seed) on the corpus sentences of
@@ -97,8 +99,7 @@ def finetuning_analysis(ctx: StudyContext) -> None:
         attention = ctx.step("attention_change", lambda: _per_task_seed(ctx, runs, "attention"))
     ctx.step("change_by_layer", lambda: change_by_layer(ctx.tables["weight_change"], ctx.tables["layer_cka"],
                                                         attention))
-    if cfg["probe_tasks"] or cfg["head_types_change"]:
-        ctx.steps(["probing_before_after", "head_types_before_after"], lambda: _before_after(ctx, runs))
+
 
 
 def _check(cfg: dict[str, Any]) -> None:
@@ -235,7 +236,8 @@ def _scores_and_comparisons(ctx: StudyContext, runs: pd.DataFrame) -> dict[str, 
 
 # --------------------------------------------------------------------------- inside the model
 
-def _model_dir(run_dir: Path) -> Path:
+def finetuned_model_dir(run_dir: Path) -> Path:
+    """The one checkpoint a finished fine-tune keeps (the registry model of the run)."""
     from bertology.checkpoints import list_checkpoints
 
     checkpoints = list_checkpoints(run_dir)
@@ -247,7 +249,7 @@ def _model_dir(run_dir: Path) -> Path:
 def _weight_change(ctx: StudyContext, row: Any) -> pd.DataFrame:
     from bertology.finetuning.changes import weight_change_between
 
-    return weight_change_between(ctx.config["model"], _model_dir(ctx.run_dir / row.run))
+    return weight_change_between(ctx.config["model"], finetuned_model_dir(ctx.run_dir / row.run))
 
 
 def _per_run(ctx: StudyContext, runs: pd.DataFrame, measure) -> pd.DataFrame:
@@ -282,71 +284,12 @@ def _per_task_seed(ctx: StudyContext, runs: pd.DataFrame, what: str) -> pd.DataF
                         [Sentence(f"test-{i}", words) for i, words in enumerate(sentences)])
         with tempfile.TemporaryDirectory(dir=ctx.run_dir, prefix="stores-") as stores:  # the pretrained store is reused
             for r in group.itertuples():
-                tuned = load_model(_model_dir(ctx.run_dir / r.run), attentions=True)
+                tuned = load_model(finetuned_model_dir(ctx.run_dir / r.run), attentions=True)
                 table = (layer_cka(pretrained, tuned, corpus, root=stores) if what == "cka"
                          else attention_change(pretrained, tuned, sentences, max_length=ctx.config["max_seq_len"]))
                 tables.append(table.assign(task=task, mode=r.mode, seed=r.seed))
     table = pd.concat(tables, ignore_index=True)
     return table[["task", "mode", "seed"] + [c for c in table.columns if c not in ("task", "mode", "seed")]]
-
-
-def _held_out_corpus(ctx: StudyContext, task: str, seed: int):
-    """The sentences of ``corpus`` that are held-out examples of ``task`` under ``seed`` (matched by
-    their words), with their gold / silver annotation: what the before/after probes read. A task
-    whose examples are not corpus sentences (a file, State of the Union) gets the first
-    ``cka_sentences`` corpus sentences instead (then the fine-tune never saw them either)."""
-    from bertology.corpus import load_corpus
-
-    cfg = ctx.config
-    corpus = load_corpus(cfg["corpus"])
-    held_out = {tuple(words) for words in held_out_sentences(ctx, task, seed)}
-    chosen = [i for i, s in enumerate(corpus) if tuple(s.words) in held_out]
-    if not chosen:
-        return corpus.subset(cfg["cka_sentences"])
-    return corpus.subset(chosen[:cfg["cka_sentences"]])
-
-
-def _before_after(ctx: StudyContext, runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Probe accuracy per layer and head types of the pretrained and of every fine-tuned encoder on
-    the held-out sentences of each task and seed (module docstring)."""
-    from bertology.models import load_model
-    from bertology.probes.heads import head_types
-    from bertology.probes.probing import probe_layers
-    from bertology.store import extract
-
-    cfg = ctx.config
-    probes, types = [], []
-    for (task, seed), group in runs.groupby(["task", "seed"], sort=False):
-        corpus = _held_out_corpus(ctx, task, int(seed))
-        ctx.log(f"  before / after fine-tuning: {task}, seed {seed}, {len(corpus)} held-out sentences")
-        with tempfile.TemporaryDirectory(dir=ctx.run_dir, prefix="stores-") as stores:
-            models = [("pretrained", cfg["model"])] + [(r.mode, _model_dir(ctx.run_dir / r.run))
-                                                      for r in group.itertuples()]
-            before = None
-            for mode, model in models:
-                lm = load_model(model, attentions=True)
-                store = extract(lm, corpus, attentions=cfg["head_types_change"], root=stores, progress=False)
-                for probe_task in cfg["probe_tasks"]:
-                    df = probe_layers(store, corpus, probe_task, seeds=(int(seed),), probe="linear")
-                    df = df[(df["metric"] == "accuracy") & df["split"].isin(["dev", "test"])
-                            & ~df["control"].astype(bool)]
-                    probes.append(pd.DataFrame({"task": task, "mode": mode, "seed": int(seed), "probe_task": probe_task,
-                                                "layer": df["layer"].to_numpy(), "split": df["split"].to_numpy(),
-                                                "accuracy": df["value"].to_numpy()}))
-                if cfg["head_types_change"]:
-                    table = head_types(store, corpus)[["layer", "head", "type"]]
-                    if mode == "pretrained":
-                        before = table.rename(columns={"type": "type_before"})
-                    else:
-                        merged = before.merge(table.rename(columns={"type": "type_after"}), on=["layer", "head"])
-                        types.append(merged.assign(task=task, mode=mode, seed=int(seed),
-                                                   changed=merged["type_before"] != merged["type_after"]))
-    probe_columns = ["task", "mode", "seed", "probe_task", "layer", "split", "accuracy"]
-    type_columns = ["task", "mode", "seed", "layer", "head", "type_before", "type_after", "changed"]
-    return {"probing_before_after": pd.concat(probes, ignore_index=True)[probe_columns] if probes
-            else pd.DataFrame(columns=probe_columns),
-            "head_types_before_after": pd.concat(types, ignore_index=True)[type_columns] if types
-            else pd.DataFrame(columns=type_columns)}
 
 
 def change_by_layer(weight_change: pd.DataFrame, cka: pd.DataFrame, attention: pd.DataFrame | None) -> pd.DataFrame:

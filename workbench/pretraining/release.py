@@ -77,7 +77,7 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
     (:func:`~bertology.pretraining.evaluation.heldout_loss`): ``eval_loss``; the loss the trainer logged
     at that step, if it evaluated there, stays as ``eval_loss_logged``. ``pll_texts``: sentences to
     score every shipped checkpoint on by pseudo-log-likelihood (nats per piece and per word, bootstrap
-    intervals over sentences; :mod:`bertology.probes.probing.pseudo_likelihood`), as shipped;
+    intervals over sentences; :mod:`bertology.pseudo_likelihood`), as shipped;
     ``pll_source`` says where they come from. Written atomically: a killed export leaves no folder.
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -129,7 +129,7 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
 def _pll_entry(model_dir: Path, texts: Sequence[str]) -> dict[str, Any]:
     """Pseudo-log-likelihood of the model in ``model_dir`` (float32 compute) on ``texts``."""
     from bertology.models import load_model
-    from bertology.probes.probing.pseudo_likelihood import pll_summary, pseudo_log_likelihood
+    from bertology.pseudo_likelihood import pll_summary, pseudo_log_likelihood
 
     lm = load_model(model_dir, attentions=False, mlm_head=True, dtype=torch.float32)
     summary = pll_summary(pseudo_log_likelihood(lm, texts, progress=True))
