@@ -68,11 +68,20 @@ def clean_json(obj: Any) -> Any:
 def find_runs(study: str | None = None, *, include_unfinished: bool = False) -> list[Path]:
     """Complete run folders of ``study`` (every study when None), newest first; with
     ``include_unfinished`` also those still running, stopped before their manifest, or with an
-    unreadable one (:func:`unfinished_runs` counts them)."""
+    unreadable one (:func:`split_runs` tells them apart)."""
     root = results_root()
     pattern = f"{study}/*" if study else "*/*"
     runs = sorted((p for p in root.glob(pattern) if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
-    return runs if include_unfinished else [r for r in runs if is_complete(r)]
+    return runs if include_unfinished else split_runs(runs)[0]
+
+
+def split_runs(runs: list[Path]) -> tuple[list[Path], list[Path]]:
+    """``(complete, unfinished)`` of ``runs`` in their order, each manifest read once
+    (:func:`is_complete`)."""
+    complete, unfinished = [], []
+    for run in runs:
+        (complete if is_complete(run) else unfinished).append(run)
+    return complete, unfinished
 
 
 def is_complete(run: Path) -> bool:
@@ -82,11 +91,6 @@ def is_complete(run: Path) -> bool:
         return True
     except ResultError:
         return False
-
-
-def unfinished_runs(study: str | None = None) -> list[Path]:
-    """Run folders :func:`find_runs` hides: no manifest yet (running or stopped) or an unreadable one."""
-    return [r for r in find_runs(study, include_unfinished=True) if not is_complete(r)]
 
 
 HIDDEN_HINT = "remove stopped ones with `bertology study clean --yes`"
@@ -121,8 +125,7 @@ def model_name(manifest: dict[str, Any]) -> str | None:
 
 def describe(run: Path) -> str:
     """``study/run · model · corpus · tasks · probe`` for a run picker: what tells two runs apart,
-    each part only when the manifest says it (``corpus`` without its ``[:N]`` limit suffix when the
-    config's ``limit`` says the same)."""
+    each part only when the manifest says it (the corpus as the run named it, ``[:N]`` included)."""
     try:
         manifest = read_manifest(run)
     except ResultError:

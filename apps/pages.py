@@ -23,7 +23,7 @@ from bertology.apps import figures, tables
 from bertology.apps.live import live_page
 from bertology.apps.figures import esc
 from bertology.apps.locations import (HIDDEN_HINT, clean, describe, find_runs, model_name, run_label, runs_overview,
-                                      shown_root, unfinished_runs)
+                                      shown_root, split_runs)
 from bertology.apps.ui import (MISMATCH_WARNING, guard, has_columns_or_explain, load_extra, load_table, optional_table,
                                pick_other, pick_run, query, searchable_table)
 from bertology.results import ResultError, read_manifest, read_table
@@ -59,9 +59,10 @@ class Page:
 # --------------------------------------------------------------------------- Runs
 
 def runs_page(page: Page) -> None:
-    hidden = unfinished_runs()
+    every = find_runs(include_unfinished=True)
+    complete, hidden = split_runs(every)
     show_all = bool(hidden) and st.checkbox(f"show the {len(hidden)} incomplete or unreadable run(s)", value=False)
-    runs = find_runs(include_unfinished=show_all)
+    runs = every if show_all else complete
     if hidden and not show_all:
         st.caption(f"{len(hidden)} incomplete or unreadable run(s) hidden on every page; {HIDDEN_HINT}")
     if not runs:

@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from bertology.apps.locations import (HIDDEN_HINT, clean, clean_json, default_run_index, describe, find_runs,
-                                      run_label, shown_root, unfinished_runs)
+                                      run_label, shown_root, split_runs)
 from bertology.apps.tables import comparison_mismatches, search_rows
 from bertology.results import ResultError, read_extra, read_manifest, read_table
 
@@ -82,8 +82,7 @@ def query(name: str) -> str | None:
 def pick_run(study: str, key: str, label: str = "run") -> Path | None:
     """A run of ``study`` picked in a select box (newest first) with its provenance below; None,
     with a message saying how to make one, when there is none or its manifest is unreadable."""
-    runs = find_runs(study)
-    hidden = unfinished_runs(study)
+    runs, hidden = split_runs(find_runs(study, include_unfinished=True))
     if hidden:
         st.caption(f"{len(hidden)} incomplete or unreadable `{study}` run(s) hidden (listed on the Runs page); "
                    f"{HIDDEN_HINT}")

@@ -199,7 +199,8 @@ def test_a_corpus_too_small_for_best_heads_is_said_before_extraction(tmp_path, m
 
 
 def test_heads_and_prune_are_quick_unless_full(capsys):
-    from bertology.cli.heads import QUICK_HEADS, QUICK_PRUNE, _quick
+    from bertology.cli.core import quick_overrides as _quick
+    from bertology.cli.heads import QUICK_HEADS, QUICK_PRUNE
 
     assert _quick(QUICK_PRUNE, {"limit": 50}, full=False) == {"limit": 50, "methods": ["importance", "random"],
                                                                "random_seeds": 1}

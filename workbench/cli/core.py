@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
+
+
+def quick_overrides(quick: dict[str, Any], given: dict[str, Any], full: bool, what: str | None = None) -> dict[str, Any]:
+    """The config overrides of an analysis command: the options ``given``, over the command's quick
+    defaults ``quick`` unless ``full`` (then the study's own config fills the rest). When a quick
+    default is used, says so on the terminal -- ``what`` it is (default: the quick fields not given)
+    -- and how to run the full study."""
+    left = {key: list(v) if isinstance(v, list) else v for key, v in quick.items() if key not in given}
+    if full or not left:
+        return given
+    what = what or ", ".join(f"{key} {value}" for key, value in left.items())
+    typer.echo(f"quick run ({what}, unless given); the full study: add --full")
+    return {**left, **given}
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 import typer
 
+from bertology.cli.core import quick_overrides
+
 
 def _given(**options: Any) -> dict[str, Any]:
     """The options the user gave (``None`` = not given), as config fields."""
@@ -44,9 +46,7 @@ def register(app: typer.Typer) -> None:
         overrides = _given(model=model, corpus=corpus, min_occurrences=min_occurrences, export_vectors=vectors)
         if limit is not None:
             overrides["limit"] = limit or None
-        elif not full:
-            overrides["limit"] = QUICK_LIMIT
-            typer.echo(f"quick run (the first {QUICK_LIMIT} sentences, unless --limit); the full study: add --full")
+        overrides = quick_overrides({"limit": QUICK_LIMIT}, overrides, full, f"the first {QUICK_LIMIT} sentences")
         run_dir = run_study("contextuality", overrides=overrides, results_root=out, seed=seed, force=force,
                             log=typer.echo)
         ctx = read_table(run_dir, "contextuality").pivot(index="layer", columns="metric", values="adjusted")

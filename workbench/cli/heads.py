@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import typer
 
+from bertology.cli.core import quick_overrides
+
 
 def _overrides(**options: Any) -> dict[str, Any]:
     """The options the user gave (not None); ``limit`` 0 means the whole corpus."""
@@ -37,15 +39,6 @@ def _methods(text: str) -> list[str]:
 # study as configured (studies/configs/head_types.yaml, pruning.yaml).
 QUICK_HEADS = {"limit": 200}
 QUICK_PRUNE = {"limit": 200, "methods": ["importance", "random"], "random_seeds": 1}
-
-
-def _quick(quick: dict[str, Any], given: dict[str, Any], full: bool) -> dict[str, Any]:
-    """The quick fields under the options given (``full``: the options only), and says which ran."""
-    if full:
-        return given
-    typer.echo("quick run (" + ", ".join(f"{k} {v}" for k, v in quick.items() if k not in given)
-               + ", unless given); the full study: add --full")
-    return {**quick, **given}
 
 
 def _run(study: str, overrides: dict[str, Any], out: Optional[Path], seed: Optional[int], force: bool) -> Path:
@@ -77,7 +70,7 @@ def register(app: typer.Typer) -> None:
         from bertology.results import read_manifest, read_table
 
         given = _overrides(model=model, corpus=corpus, limit=limit, word_vectors=word_vectors, min_count=min_count)
-        run_dir = _run("head_types", _quick(QUICK_HEADS, given, full), out, seed, force)
+        run_dir = _run("head_types", quick_overrides(QUICK_HEADS, given, full), out, seed, force)
         tables = read_manifest(run_dir)["tables"]
         typer.echo(read_table(run_dir, "head_types")["type"].value_counts().to_string())
         if "attention_probe" in tables:
@@ -111,7 +104,7 @@ def register(app: typer.Typer) -> None:
         methods = _methods(method) if method is not None else None
         given = _overrides(model=model, corpus=corpus, limit=limit, methods=methods, step=step,
                            l0_lambdas=list(lam) if lam else None, l0_steps=l0_steps)
-        run_dir = _run("pruning", _quick(QUICK_PRUNE, given, full), out, seed, force)
+        run_dir = _run("pruning", quick_overrides(QUICK_PRUNE, given, full), out, seed, force)
         tables = read_manifest(run_dir)["tables"]
         if "pruning_curves" in tables:
             curves = read_table(run_dir, "pruning_curves")

@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 import typer
 
+from bertology.cli.core import quick_overrides
+
 
 def _seeds(text: str) -> list[int]:
     """``--seeds`` ("0,1,2") as a list of integers >= 0 (:class:`ConfigError` otherwise)."""
@@ -38,9 +40,8 @@ def probe_overrides(*, task: str | None = None, model: str | None = None, corpus
                     limit: int | None = None, mode: str | None = None, probe: str | None = None,
                     pooling: str | None = None, control: bool | None = None, mdl: bool | None = None,
                     random_baseline: bool | None = None, seeds: str | None = None, max_epochs: int | None = None,
-                    device: str | None = None, split: str | None = None, full: bool = True) -> dict[str, Any]:
-    """The ``edge_probing`` config fields for the options given (``None`` = not given). ``full=False``:
-    the :data:`QUICK` fields first, the options given over them."""
+                    device: str | None = None, split: str | None = None) -> dict[str, Any]:
+    """The ``edge_probing`` config fields for the options given (``None`` = not given)."""
     from bertology.errors import ConfigError
     from bertology.probes.probing.tasks import BUILTIN_TASKS
 
@@ -54,7 +55,7 @@ def probe_overrides(*, task: str | None = None, model: str | None = None, corpus
         import torch
         if device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("--device cuda: no CUDA device is available (use --device cpu)")
-    overrides: dict[str, Any] = {} if full else {key: list(v) if isinstance(v, list) else v for key, v in QUICK.items()}
+    overrides: dict[str, Any] = {}
     if task is not None:
         overrides["tasks"] = [task]
     if split is not None and split not in ("fixed", "per_seed"):
@@ -175,9 +176,8 @@ def register(app: typer.Typer) -> None:
 
         overrides = probe_overrides(task=task, model=model, corpus=corpus, limit=limit, mode=mode, probe=probe,
                                     pooling=pooling, control=control, mdl=mdl, random_baseline=random_baseline,
-                                    seeds=seeds, max_epochs=max_epochs, device=device, split=split, full=full)
-        if not full:
-            typer.echo(f"quick run ({QUICK_TEXT}, unless given); the full study: add --full")
+                                    seeds=seeds, max_epochs=max_epochs, device=device, split=split)
+        overrides = quick_overrides(QUICK, overrides, full, QUICK_TEXT)
         run_dir = run_study("edge_probing", overrides=overrides, results_root=out, seed=seed, force=force,
                             log=typer.echo)
         print_summary(run_dir)
