@@ -29,14 +29,11 @@ def run(ctx: StudyContext) -> None:
                   lambda: before_after(ctx, ctx.tables["finetune_runs"]))
 
 
-def held_out_corpus(ctx: StudyContext, task: str, seed: int) -> Any:
-    """The sentences of ``corpus`` that are held-out examples of ``task`` under ``seed`` (matched by
-    their words), with their annotation, at most ``cka_sentences``; a task whose examples are not
-    corpus sentences (a file, State of the Union) gets the first ``cka_sentences`` corpus sentences."""
-    from bertology.corpus import load_corpus
-
+def held_out_corpus(ctx: StudyContext, corpus: Any, task: str, seed: int) -> Any:
+    """The sentences of ``corpus`` (the config's) that are held-out examples of ``task`` under ``seed``
+    (matched by their words), with their annotation, at most ``cka_sentences``; a task whose examples
+    are not corpus sentences (a file, State of the Union) gets the first ``cka_sentences`` sentences."""
     cfg = ctx.config
-    corpus = load_corpus(cfg["corpus"])
     held_out = {tuple(words) for words in held_out_sentences(ctx, task, seed)}
     chosen = [i for i, s in enumerate(corpus) if tuple(s.words) in held_out]
     return corpus.subset(chosen[:cfg["cka_sentences"]] if chosen else cfg["cka_sentences"])
@@ -46,12 +43,14 @@ def before_after(ctx: StudyContext, runs: pd.DataFrame) -> dict[str, pd.DataFram
     """``probing_before_after`` (``task, mode, seed, probe_task, layer, split, accuracy``; mode
     ``pretrained`` = before) and ``head_types_before_after`` (``task, mode, seed, layer, head,
     type_before, type_after, changed``) over every task and seed."""
+    from bertology.corpus import load_corpus
     from bertology.probes.probing.encoder_comparison import probes_and_head_types
 
     cfg = ctx.config
+    whole = load_corpus(cfg["corpus"])
     probes, types = [], []
     for (task, seed), group in runs.groupby(["task", "seed"], sort=False):
-        corpus = held_out_corpus(ctx, task, int(seed))
+        corpus = held_out_corpus(ctx, whole, task, int(seed))
         ctx.log(f"  before / after fine-tuning: {task}, seed {seed}")
         models = [("pretrained", cfg["model"])] + [(r.mode, finetuned_model_dir(ctx.run_dir / r.run))
                                                   for r in group.itertuples()]

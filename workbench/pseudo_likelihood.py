@@ -54,7 +54,7 @@ def pseudo_log_likelihood(lm: Any, texts: Sequence[str], *, batch_size: int = 64
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"texts[{index}]: expected a non-empty string, got {text!r}")
         full = tok(text, add_special_tokens=True)["input_ids"]
-        ids = tok(text, add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"]
+        ids = full if len(full) <= max_length else tok(text, truncation=True, max_length=max_length)["input_ids"]
         encoded.append(ids)
         rows.append({"sentence": index, "text": text, "n_words": len(text.split()), "n_pieces": 0, "nll": 0.0,
                      "truncated": len(full) > len(ids)})
