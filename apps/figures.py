@@ -574,6 +574,31 @@ def finetune_scores_figure(scores: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def quantization_figure(quant: pd.DataFrame) -> go.Figure:
+    """Test accuracy of a fine-tuned classifier under each quantization setting with its 95% interval
+    (horizontal bars, float32 first; the axis covers the intervals, not 0..1), each bar labelled with
+    its size against float32 and, for real int8 kernels, its measured speed-up. ``quant``: the
+    ``quantization_task`` table (``setting, accuracy, low, high, size_ratio, size_kind, speedup``)."""
+    shown = quant.dropna(subset=["accuracy"]).reset_index(drop=True)
+    low, high = shown["low"].fillna(shown["accuracy"]), shown["high"].fillna(shown["accuracy"])
+    axis = zoomed_range(low, high)
+
+    def label(row: pd.Series) -> str:
+        size = f"{row['accuracy']:.3f} · size ×{row['size_ratio']:.2f}" + (" (packed)" if row["size_kind"] == "theoretical"
+                                                                           else "")
+        return size + (f" · {row['speedup']:.2f}× faster" if pd.notna(row["speedup"]) and row["setting"] != "float32"
+                       else "")
+    fig = go.Figure(go.Bar(
+        y=shown["setting"].map(esc), x=shown["accuracy"], orientation="h",
+        error_x=dict(type="data", symmetric=False, array=(high - shown["accuracy"]).tolist(),
+                     arrayminus=(shown["accuracy"] - low).tolist()),
+        text=[label(r) for _, r in shown.iterrows()], textposition="inside", insidetextanchor="start"))
+    fig.update_layout(title="test accuracy under each quantization (95% interval)",
+                      xaxis=dict(range=axis, title=f"test accuracy (axis starts at {axis[0]:.3f}, not 0)"),
+                      yaxis=dict(autorange="reversed", title=""), height=160 + 40 * len(shown))
+    return fig
+
+
 FINETUNE_CHANGE_PANELS = (("cka", "CKA with the pretrained layer (1 = unchanged)"),
                           ("weight", "relative weight change ‖ΔW‖/‖W‖"),
                           ("attention_js", "attention change (mean JS divergence per head)"))

@@ -361,6 +361,23 @@ def pruning_page(page: Page) -> None:
     run = pick_run(page.study, "prune_run")
     if run is None:
         return
+    pruning_sections(run)
+    gates = optional_table(run, "l0_gates")
+    if has_columns_or_explain(gates, ["lam", "layer", "head", "p_open", "kept"], "l0_gates", run):
+        st.subheader("L0 gates")
+        with guard("the L0 gates", run):
+            st.plotly_chart(figures.l0_gates_figure(tables.first_seed(gates)), width="stretch")
+        evaluation = optional_table(run, "l0_evaluation")
+        if evaluation is not None:
+            st.caption("what each λ's gates cost, on test with 95% intervals (dev alongside):")
+            st.dataframe(evaluation, width="stretch", hide_index=True)
+        with st.expander("gates table"):
+            st.dataframe(gates, width="stretch")
+
+
+def pruning_sections(run: Path) -> None:
+    """The pruning curves with their thresholds, the threshold summary (intervals over random
+    orders), the order comparison, the importance map and the real-removal cost of one run."""
     curves = load_table(run, "pruning_curves")
     thresholds = optional_table(run, "pruning_thresholds")
     if has_columns_or_explain(curves, ["method", "share_removed", "value"], "pruning_curves", run):
@@ -374,9 +391,18 @@ def pruning_page(page: Page) -> None:
             st.plotly_chart(fig, width="stretch")
             st.caption("Markers: how many heads each order removes before the metric on dev worsens by more than "
                        "the tolerance (thresholds chosen on dev, the curve and the markers' height read on test).")
+    summary = optional_table(run, "pruning_threshold_summary")
+    if summary is not None:
+        st.subheader("Removable share per order")
+        st.caption("Mean over the order's runs (random: one per seed) with a t-interval; one order has none.")
+        st.dataframe(summary, width="stretch", hide_index=True)
     if thresholds is not None:
-        st.subheader("Thresholds")
-        st.dataframe(thresholds, width="stretch", hide_index=True)
+        with st.expander("thresholds of every order"):
+            st.dataframe(thresholds, width="stretch", hide_index=True)
+    comparison = optional_table(run, "pruning_order_comparison")
+    if comparison is not None:
+        st.caption("Orders compared on the same test sentences (paired bootstrap):")
+        st.dataframe(comparison, width="stretch", hide_index=True)
     imp = load_table(run, "importance")
     if has_columns_or_explain(imp, ["layer", "head", "importance"], "importance", run):
         with guard("the importance map", run):
@@ -385,17 +411,32 @@ def pruning_page(page: Page) -> None:
     if cost is not None:
         st.subheader("pruning cost")
         st.dataframe(cost, width="stretch")
-    gates = optional_table(run, "l0_gates")
-    if has_columns_or_explain(gates, ["lam", "layer", "head", "p_open", "kept"], "l0_gates", run):
-        st.subheader("L0 gates")
-        with guard("the L0 gates", run):
-            st.plotly_chart(figures.l0_gates_figure(tables.first_seed(gates)), width="stretch")
-        evaluation = optional_table(run, "l0_evaluation")
-        if evaluation is not None:
-            st.caption("what each λ's gates cost, on test with 95% intervals (dev alongside):")
-            st.dataframe(evaluation, width="stretch", hide_index=True)
-        with st.expander("gates table"):
-            st.dataframe(gates, width="stretch")
+
+
+# --------------------------------------------------------------------------- Compression
+
+def compression_page(page: Page) -> None:
+    run = pick_run(page.study, "compression_run")
+    if run is None:
+        return
+    finetune = optional_table(run, "finetune_run")
+    if finetune is not None and not finetune.empty:
+        row = finetune.iloc[0]
+        st.markdown(f"**The fine-tuned model**: {esc(str(row['model']))} fine-tuned ({esc(str(row['mode']))}) on "
+                    f"{esc(str(row['task']))}, seed {row['seed']}: test accuracy {row['test_accuracy']:.4f} "
+                    f"[{row['test_low']:.4f}, {row['test_high']:.4f}] on {int(row['test_items'])} items.")
+    pruning_sections(run)
+    quant = optional_table(run, "quantization_task")
+    if has_columns_or_explain(quant, ["setting", "accuracy", "low", "high", "size_ratio", "size_kind", "speedup"],
+                              "quantization_task", run):
+        st.subheader("Quantization")
+        with guard("the quantization figure", run):
+            st.plotly_chart(figures.quantization_figure(quant), width="stretch")
+        st.caption("Real int8: torch's dynamic int8 kernels (size serialized, speed measured against float32 in the "
+                   "same process). Simulated bits: weights rounded and stored back as float32 -- the accuracy is "
+                   "what those bits give, the size is the packed size they would take, and there is no speed-up. "
+                   "difference: against float32 on the same test examples (paired bootstrap).")
+        st.dataframe(quant, width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- Embeddings
@@ -708,6 +749,12 @@ PAGES: tuple[Page, ...] = (
                "2019), each against full fine-tuning; then, layer by layer, how far each moved from the pretrained "
                "model: weights, representations (linear CKA, Kornblith et al. 2019) and attention.",
          render=finetuning_page, study="finetuning", main_table="finetune_scores", min_charts=2),
+    Page(key="Compression", title="Compressing a fine-tuned model: head pruning and quantization",
+         intro="A model fine-tuned on a task, then made smaller: heads removed in order of importance (the gradient "
+               "of the task loss with respect to a gate on each head, re-estimated as heads go), at random or by "
+               "type, with the task's accuracy read on test (Michel et al. 2019, *Are Sixteen Heads Really Better "
+               "than One?*); and its weights stored in 8 bits or fewer (post-training quantization).",
+         render=compression_page, study="compression", main_table="pruning_curves", min_charts=3),
     Page(key="Compare runs", title="Compare two runs",
          intro="The main table of two runs of one study side by side (another model, seed or config).",
          render=compare_page, min_tables=2),

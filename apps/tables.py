@@ -415,6 +415,11 @@ MEASURES: dict[str, str] = {
     "l0": "**L0 gates** (Voita et al. 2019; Louizos et al. 2018): a stochastic Hard Concrete gate per head, trained on "
           "the task loss + λ·Σ_h P(gate_h open); a larger λ closes more heads. P(open) is the learned probability; "
           "a head is removed when its deterministic test-time gate is 0.",
+    "quantization": "**int8 (dynamic)**: torch's int8 kernels, weights stored in 8 bits, activations quantized per "
+                    "batch at run time -- its size and speed are real; **simulated b-bit**: each weight rounded to "
+                    "one of 2^(b−1)−1 symmetric levels per output channel, run as float32 -- the accuracy is what b "
+                    "bits give, the size the packed one, no speed-up. Only the transformer layers' Linear weights "
+                    "are quantized; embeddings and the classifier stay float32.",
     "finetune_modes": "**frozen**: the encoder unchanged, a classifier trained on its features; **full**: every "
                       "weight trained; **BitFit**: only the bias terms; **adapters**: small bottleneck layers added "
                       "after each sublayer, the rest frozen. Intervals: t over seeds with a bootstrap over test "
@@ -450,6 +455,7 @@ PAGE_MEASURES: dict[str, tuple[str, ...]] = {
     "Alignment": ("alignment",),
     "Semantic change": ("semantic_change",),
     "Fine-tuning": ("finetune_modes", "cka", "weight_change", "attention_js"),
+    "Compression": ("importance", "threshold", "quantization"),
 }
 
 

@@ -72,10 +72,11 @@ def quickstart_results(tmp_path_factory):
         mp.undo()
     # semantic_change needs documents the quickstart does not have offline (the State of the Union
     # addresses come with --with-pretraining-corpus): its page reads a planted run
-    from dashboard_planted import finetuning_run, semantic_change_run
+    from dashboard_planted import compression_run, finetuning_run, semantic_change_run
 
     semantic_change_run(root)
     finetuning_run(root)   # the quickstart does not fine-tune: the Fine-tuning page reads a planted run
+    compression_run(root)  # nor compress a fine-tuned model: the Compression page reads a planted run
     return root
 
 

@@ -28,6 +28,7 @@ PAGE_TITLES = {
     "Semantic change": "Semantic change between slices of documents",
     "Pretraining": "Pretraining and emergence",
     "Fine-tuning": "Fine-tuning and what it changes",
+    "Compression": "Compressing a fine-tuned model: head pruning and quantization",
     "Compare runs": "Compare two runs",
 }
 # A phrase each page's "what am I looking at" line must hold (the papers it cites).
@@ -36,6 +37,7 @@ INTRO_PHRASES = {
     "Heads": "*What Does BERT Look At?*", "Pruning": "*Are Sixteen Heads Really Better than One?*",
     "Embeddings": "Ethayarajh 2019", "Alignment": "Conneau et al. 2018", "Pretraining": "masked-language-model",
     "Semantic change": "Hamilton et al. 2016", "Fine-tuning": "Kornblith et al. 2019",
+    "Compression": "post-training quantization",
     "Compare runs": "side by side",
 }
 # The study whose runs each page shows, and that study's main table (what "Compare runs" puts side by side).
@@ -43,7 +45,7 @@ PAGE_STUDIES = {"Probing": ("edge_probing", "layer_scores"), "Feature combinatio
                 "Heads": ("head_types", "head_types"), "Pruning": ("pruning", "pruning_curves"),
                 "Embeddings": ("contextuality", "contextuality"), "Alignment": ("alignment", "precision"),
                 "Pretraining": ("emergence", "probe_scores"), "Semantic change": ("semantic_change", "word_change"),
-                "Fine-tuning": ("finetuning", "finetune_scores")}
+                "Fine-tuning": ("finetuning", "finetune_scores"), "Compression": ("compression", "pruning_curves")}
 
 MARKUP = "<b>x</b>"
 ESCAPED = "&lt;b&gt;x&lt;/b&gt;"
@@ -173,6 +175,39 @@ def pruning_run(root: Path, run_id: str = "planted", model: str = "planted-bert"
                          {"study": "pruning", "run_id": run_id, "seed": 0, "model": {"name": model}})
 
 
+PLANTED_QUANT_ACCURACY = {"float32": 0.95, "int8-dynamic": 0.94, "simulated-4bit": 0.90, "simulated-2bit": 0.40}
+
+
+def compression_run(root: Path, run_id: str = "planted") -> Path:
+    """A compression run: a POS fine-tune with test accuracy 0.95 [0.94, 0.96]; importance and random
+    pruning curves (accuracy 0.95 -> 0.90 -> 0.2 at 0 / 50 / 100% removed for importance, 0.95 -> 0.7
+    -> 0.2 for random), their threshold summary, and quantization accuracies
+    :data:`PLANTED_QUANT_ACCURACY` (int8 1.5x faster, size x0.3)."""
+    finetune = pd.DataFrame([{"run_dir": "finetunes/full-seed0", "task": "pos", "mode": "full", "seed": 0,
+                              "model": "planted-bert", "best_step": 30, "dev_accuracy": 0.95, "test_accuracy": 0.95,
+                              "test_low": 0.94, "test_high": 0.96, "test_items": 800, "test_examples": 40}])
+    curves = pd.DataFrame({"method": ["importance"] * 3 + ["random"] * 3, "seed": 0, "n_pruned": [0, 3, 6] * 2,
+                           "share_removed": [0.0, 0.5, 1.0] * 2, "value": [0.95, 0.90, 0.2, 0.95, 0.7, 0.2],
+                           "metric": "pos: accuracy", "value_dev": [0.95, 0.90, 0.2, 0.95, 0.7, 0.2],
+                           "refined": False, "n_heads": 6})
+    summary = pd.DataFrame({"method": ["importance", "random"], "tolerance": 0.05, "removable_share": [0.5, 0.2],
+                            "low": [np.nan, 0.1], "high": [np.nan, 0.3], "n_orders": [1, 3],
+                            "interval": ["one order: no interval", "t over 3 orders (95%)"],
+                            "drop_test": [0.05, 0.05], "small_sample": False})
+    importance = pd.DataFrame([{"layer": l, "head": h, "importance": v, "method": "gradient"}
+                               for l, row in enumerate(PLANTED_IMPORTANCE) for h, v in enumerate(row)])
+    quant = pd.DataFrame([{"setting": name, "kind": name.split("-")[0], "accuracy": acc, "low": acc - 0.01,
+                           "high": acc + 0.01, "difference": acc - 0.95, "size_ratio": 1.0 if name == "float32" else 0.3,
+                           "size_kind": "theoretical" if name.startswith("simulated") else "serialized",
+                           "speedup": {"float32": 1.0, "int8-dynamic": 1.5}.get(name, np.nan)}
+                          for name, acc in PLANTED_QUANT_ACCURACY.items()])
+    return write_results(root / "compression" / run_id,
+                         {"finetune_run": finetune, "pruning_curves": curves, "pruning_threshold_summary": summary,
+                          "importance": importance, "quantization_task": quant},
+                         {"study": "compression", "run_id": run_id, "seed": 0, "model": {"name": "planted-bert"},
+                          "config": {"model": "planted-bert", "task": "pos"}})
+
+
 PLANTED_PRECISION = pd.DataFrame({"retrieval": ["nn", "csls"], "k": [1, 1], "metric": ["precision", "precision"],
                                   "value": [0.25, 0.375], "n_queries": [8, 8], "coverage": [1.0, 1.0]})
 
@@ -212,7 +247,7 @@ def every_study_run(root: Path, model: str = "planted-bert") -> dict[str, Path]:
             "head_types": head_types_run(root), "pruning": pruning_run(root),
             "contextuality": contextuality_run(root, "planted", model), "alignment": alignment_run(root),
             "emergence": emergence_run(root), "semantic_change": semantic_change_run(root),
-            "finetuning": finetuning_run(root)}
+            "finetuning": finetuning_run(root), "compression": compression_run(root)}
     return runs
 
 

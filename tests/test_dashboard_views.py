@@ -230,3 +230,26 @@ def test_a_page_compare_warns_when_the_two_runs_measure_different_things(tmp_pat
     at.run()
     assert not at.exception
     assert any("differ in more than the model or seed" in w.value and "probe" in w.value for w in at.warning)
+
+
+def test_compression_page_shows_the_fine_tune_pruning_and_quantization(tmp_path, monkeypatch):
+    from dashboard_planted import PLANTED_QUANT_ACCURACY, compression_run
+
+    compression_run(tmp_path / "results")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "Compression"
+    at.run()
+    assert not at.exception and not at.error
+    assert any("test accuracy 0.9500 [0.9400, 0.9600] on 800 items" in m.value for m in at.markdown)
+    curves, importance, quant = chart_specs(at)
+    by_name = {t["name"]: t for t in curves["data"] if t.get("mode") != "markers" and t.get("name") in ("importance", "random")}
+    assert by_name["importance"]["y"] == pytest.approx([0.95, 0.90, 0.2])
+    bars = quant["data"][0]
+    assert list(bars["y"]) == list(PLANTED_QUANT_ACCURACY) and bars["x"] == pytest.approx(list(PLANTED_QUANT_ACCURACY.values()))
+    assert "1.50× faster" in bars["text"][1] and "faster" not in bars["text"][2]   # simulated bits: no speed-up
+    assert "(packed)" in bars["text"][2]
+    summary = at.dataframe[0].value
+    assert summary["removable_share"].tolist() == [0.5, 0.2] and summary["n_orders"].tolist() == [1, 3]
+    shown = " ".join(m.value for m in at.expander[0].markdown)
+    assert "Michel et al. 2019" in shown and "simulated b-bit" in shown

@@ -78,7 +78,13 @@ def test_prune_cli_maps_options_onto_the_pruning_config(tmp_path, one_torch_thre
     assert cfg["l0_lambdas"] == [0.1, 0.5] and cfg["l0_steps"] == 3
     assert cfg["max_share"] == PRUNING_DEFAULTS["max_share"]  # not given: from the study config
     assert manifest["tables"] == ["importance", "l0_evaluation", "l0_gates", "pruning_cost", "pruning_curves",
-                                  "pruning_thresholds"]
+                                  "pruning_threshold_summary", "pruning_thresholds"]
+    summary = read_table(run_dir, "pruning_threshold_summary")
+    thresholds = read_table(run_dir, "pruning_thresholds")
+    for row in summary.itertuples():   # the mean over the three random orders, with a t-interval around it
+        shares = thresholds[thresholds["tolerance"] == row.tolerance]["removable_share"]
+        assert row.n_orders == 3 and row.removable_share == pytest.approx(shares.mean())
+        assert row.low <= row.removable_share <= row.high and row.interval.startswith("t over 3 orders")
     curves = read_table(run_dir, "pruning_curves")
     assert set(curves["method"]) == {"random"} and set(curves["seed"]) == {1, 2, 3}
     assert read_table(run_dir, "pruning_cost").empty  # real removal follows the importance curve

@@ -81,3 +81,30 @@ def test_configs_that_do_not_match_the_model_are_refused(corpus_and_tokenizer, s
         _cfg(corpus_and_tokenizer, tmp_path, init_from=str(bare))      # _cfg names its own tokenizer
     with pytest.raises(ConfigError, match=r"'init_from'.*unknown model"):
         build_model(_continued(corpus_and_tokenizer, tmp_path, tmp_path / "nowhere"), vocab_size=300, pad_token_id=0)
+
+
+def test_a_later_stretch_continues_the_data_stream(corpus_and_tokenizer, source_models, tmp_path, monkeypatch):
+    """``stream_start`` = the sequences an earlier stretch consumed: the later stretch's batches are
+    the ones the earlier run would have drawn next, not its first ones again."""
+    import bertology.pretraining.trainer as trainer
+
+    _, bare = source_models
+    seen: dict[str, list[list[int]]] = {"one": [], "later": []}
+    current = ["one"]
+    real = trainer.masked_batch
+
+    def spy(data, rows, epochs, masker, cfg, pad_id):
+        seen[current[0]].append(list(rows))
+        return real(data, rows, epochs, masker, cfg, pad_id)
+
+    monkeypatch.setattr(trainer, "masked_batch", spy)
+    one = _continued(corpus_and_tokenizer, tmp_path / "one", bare, max_steps=4)
+    run_pretraining(one)
+    current[0] = "later"
+    later = _continued(corpus_and_tokenizer, tmp_path / "later", bare, max_steps=2,
+                       stream_start=2 * one.batch_size * one.grad_accum_steps)
+    run_pretraining(later)
+    assert len(seen["one"]) == 4 * one.grad_accum_steps
+    assert seen["later"] == seen["one"][2 * one.grad_accum_steps:]
+    with pytest.raises(ConfigError, match=r"'stream_start'.*>= 0"):
+        _continued(corpus_and_tokenizer, tmp_path, bare, stream_start=-1)

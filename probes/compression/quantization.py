@@ -16,6 +16,9 @@ Two kinds, and the difference matters when reading the numbers:
 Embeddings, layer norms and any task / MLM head stay float32 in both kinds: only the Linear layers
 of the transformer layers (the architecture table's layer list) are quantized.
 
+:func:`task_quantization` does the same for a fine-tuned classifier on its task: test accuracy per
+setting with a bootstrap interval and a paired difference to float32 on the same examples.
+
 :func:`compare_quantization` runs every :class:`QuantSetting` in one process on the same batches
 and returns one row per setting (size, MLM loss, hidden-state change, forward time) and one row per
 (setting, layer) of relative hidden-state change.
@@ -30,8 +33,9 @@ import statistics
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -360,3 +364,56 @@ def _measure(model: nn.Module, run: nn.Module, setting: QuantSetting, reference:
     row["mean_relative_change"] = float(layers["mean_relative_change"].mean())
     row["pooled_cosine"] = float(pooled_cosines(reference, states, batches).double().mean())
     return row, layers
+
+
+TaskScoresFn = Callable[[nn.Module, "torch.Tensor | None", Sequence[Batch]], tuple[np.ndarray, np.ndarray]]
+TASK_COLUMNS = ["setting", "kind", "bits", "real_kernels", "accuracy", "low", "high", "difference", "difference_low",
+                "difference_high", "p_value", "n_examples", "n_items", "small_sample", "size_bytes", "size_kind",
+                "size_ratio", "seconds", "speedup", "threads", "note"]
+
+
+def task_quantization(model: nn.Module, batches: Sequence[Batch], sentence_scores: TaskScoresFn, *,
+                      settings: Sequence[QuantSetting] = DEFAULT_SETTINGS, repeat: int = 5,
+                      seed: int = 0) -> pd.DataFrame:
+    """A fine-tuned classifier's task accuracy under every setting against float32, on the same test
+    ``batches``, in this process.
+
+    ``sentence_scores(model, None, batches) -> (correct, scored)`` per example (e.g.
+    :func:`bertology.probes.heads.pruning.classifier_sentence_scores`). One row per setting
+    (:data:`TASK_COLUMNS`): ``accuracy`` with a 95% bootstrap interval over examples (``low``,
+    ``high``), ``difference`` to float32 on the same examples with its paired-bootstrap interval and
+    p-value, the size (serialized for float32 / real int8, theoretical packed for simulated bits) and
+    the median forward time over ``batches`` (float32 and the settings taking turns); ``speedup``
+    only for real int8 kernels (simulated bits run float32 kernels: NaN). A setting that cannot run
+    here gets NaNs and its note says why."""
+    from bertology.uncertainty import is_small_sample, paired_bootstrap, ratio_bootstrap
+
+    model = model.eval()
+    batches = list(batches)
+    base_correct, base_scored = sentence_scores(model, None, batches)
+    rows, runs = [], []
+    for setting in settings:
+        run, note = quantized_model(model, setting)
+        row: dict = {"setting": setting.name, "kind": setting.kind,
+                     "bits": 8 if setting.kind == "int8-dynamic" else setting.bits,
+                     "real_kernels": setting.kind != "simulated", "threads": torch.get_num_threads(), "note": note}
+        if run is not None:
+            correct, scored = (base_correct, base_scored) if run is model else sentence_scores(run, None, batches)
+            iv = ratio_bootstrap(correct, scored, seed=seed)
+            diff = paired_bootstrap(correct, base_correct, scored, base_scored, seed=seed)
+            row |= {"accuracy": iv.estimate, "low": iv.low, "high": iv.high, "difference": diff.difference,
+                    "difference_low": diff.low, "difference_high": diff.high, "p_value": diff.p_value,
+                    "n_examples": int(np.asarray(scored).size), "n_items": int(np.asarray(scored).sum()),
+                    "small_sample": is_small_sample(int(np.asarray(scored).sum()))}
+            row["size_bytes"], row["size_kind"], row["size_ratio"] = setting_size(model, run, setting)
+            runs.append((row, run))
+        rows.append(row)
+    others = [(row, run) for row, run in runs if run is not model]
+    base, *timings = forward_seconds([model] + [run for _, run in others], batches, repeat)
+    for row, run in runs:
+        if run is model:
+            row["seconds"], row["speedup"] = base[0], 1.0
+    for (row, _), (seconds, _cpu) in zip(others, timings):
+        row["seconds"] = seconds
+        row["speedup"] = base[0] / seconds if row["real_kernels"] else math.nan
+    return pd.DataFrame(rows).reindex(columns=TASK_COLUMNS)

@@ -27,16 +27,16 @@ from bertology.probes.heads.classification import (POSITIONAL_LEVELS, VOITA_RELA
                                                    dependency_scores, dependency_scores_in_reach, held_out_best_heads,
                                                    type_matrix)
 from bertology.probes.heads.importance import importance_scores
-from bertology.probes.heads.pruning import (REFINE_MODES, compare_orders, evaluate_l0_gates, heads_dict,
+from bertology.probes.heads.pruning import (REFINE_MODES, PruningTask, compare_orders, evaluate_l0_gates, heads_dict,
                                             heads_pruned_at, measure_pruning, pruning_curve, pruning_task, removable_shares,
                                             train_l0_gates)
 from bertology.probes.heads.stats import (SPECIAL_TOKENS, corpus_frequencies, head_statistics, window_reach,
                                           with_attention_windows)
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
-from bertology.uncertainty import is_small_sample
+from bertology.uncertainty import is_small_sample, t_interval
 
 __all__ = ["CURVE_METHODS", "HEAD_TYPES_DEFAULTS", "PRUNING_DEFAULTS", "PRUNING_METHODS", "head_types_analysis",
-           "pruning_analysis"]
+           "pruning_analysis", "prune_on_task", "threshold_summary"]
 
 HEAD_TYPES_DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6",
@@ -333,7 +333,6 @@ def pruning_analysis(ctx: StudyContext) -> None:
     cfg = ctx.config
     methods = _check_methods(cfg["methods"], cfg["l0_lambdas"])
     _check_pruning_options(cfg)
-    curve_methods = [m for m in methods if m in CURVE_METHODS]
     lm, corpus, store = model_corpus_store(ctx, attentions=True)
     if cfg["metric"] == "mlm" and not lm.has_mlm_head:
         raise ConfigError(f"pruning: metric mlm, but the weights of {lm.name} carry no MLM head")
@@ -341,27 +340,61 @@ def pruning_analysis(ctx: StudyContext) -> None:
         lm = load_model(cfg["model"], attentions=True, mlm_head=True)  # Michel's metric: the model's own loss
     # else lm is the base encoder: pruning_task trains a POS head on it
     task = pruning_task(lm, corpus, test_share=cfg["test_share"], seed=ctx.seed)
+    prune_on_task(ctx, lm.model, task, methods, store=store, corpus=corpus)
+
+
+def prune_on_task(ctx: StudyContext, model: Any, task: PruningTask, methods: list[str], *, store: Any = None,
+                  corpus: Any = None) -> None:
+    """Every table of :func:`pruning_analysis` for ``model`` on ``task`` (importance on ``task.train``,
+    thresholds chosen on dev, reported on test), plus ``pruning_threshold_summary``: per order and
+    tolerance the removable share with a t-interval over the random orders' seeds (one deterministic
+    order -- importance, type -- has no interval: its spread is the split's, see the paired comparison).
+    The ``type`` order needs ``store`` and ``corpus`` (head types of the same model). Reads
+    ``step, max_share, refine, tolerances, random_seeds, compare_shares, l0_lambdas, l0_steps`` from
+    ``ctx.config``."""
+    cfg = ctx.config
+    if "type" in methods and (store is None or corpus is None):
+        raise WorkbenchError("prune_on_task: the type order needs the model's feature store and its corpus")
+    curve_methods = [m for m in methods if m in CURVE_METHODS]
     train, loss_fn, description = task.train, task.loss_fn, task.description
     ctx.record(pruning_metric=description, pruning_split={"sentences": task.n_sentences, "items": task.n_items,
                                                           "selected_on": "dev", "reported_on": "test"})
 
-    ctx.step("importance", lambda: importance_scores(lm.model, train, loss_fn, normalise=True))
+    ctx.step("importance", lambda: importance_scores(model, train, loss_fn, normalise=True))
     if curve_methods:
-        curve = ctx.step("pruning_curves", lambda: _pruning_curves(ctx, lm, corpus, store, task, curve_methods))
-        _pruning_cost(ctx, lm, curve, task)
-        ctx.step("pruning_thresholds", lambda: _thresholds_table(curve, cfg["tolerances"], task))
+        curve = ctx.step("pruning_curves", lambda: _pruning_curves(ctx, model, corpus, store, task, curve_methods))
+        _pruning_cost(ctx, model, curve, task)
+        thresholds = ctx.step("pruning_thresholds", lambda: _thresholds_table(curve, cfg["tolerances"], task))
+        ctx.step("pruning_threshold_summary", lambda: threshold_summary(thresholds))
         if cfg["compare_shares"] and len(curve_methods) > 1:
             ctx.step("pruning_order_comparison", lambda: compare_orders(
-                lm.model, curve, task.sentence_scores, task.test, cfg["compare_shares"], seed=ctx.seed,
+                model, curve, task.sentence_scores, task.test, cfg["compare_shares"], seed=ctx.seed,
                 share_column="share_removed").assign(metric=description))
     if "l0" in methods:
         gates = ctx.step("l0_gates", lambda: pd.concat(
-            [train_l0_gates(lm.model, train, loss_fn, float(lam), steps=cfg["l0_steps"], seed=ctx.seed)
+            [train_l0_gates(model, train, loss_fn, float(lam), steps=cfg["l0_steps"], seed=ctx.seed)
              for lam in cfg["l0_lambdas"]], ignore_index=True))
-        ctx.step("l0_evaluation", lambda: evaluate_l0_gates(lm.model, gates, task, seed=ctx.seed))
+        ctx.step("l0_evaluation", lambda: evaluate_l0_gates(model, gates, task, seed=ctx.seed))
 
 
-def _pruning_curves(ctx: StudyContext, lm, corpus, store, task, curve_methods: list[str]) -> pd.DataFrame:
+def threshold_summary(thresholds: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """``method, tolerance, removable_share, low, high, n_orders, interval, drop_test, small_sample``:
+    the mean removable share (chosen on dev) per pruning order and tolerance over its orders (random:
+    one per seed) with a Student-t interval; one order gives NaN bounds (no interval from one order)
+    and ``interval`` says so. ``drop_test``: the mean relative drop on test at the chosen shares."""
+    rows = []
+    for (method, tolerance), group in thresholds.groupby(["method", "tolerance"], sort=False):
+        iv = t_interval(group["removable_share"].to_numpy(float), confidence)
+        rows.append({"method": method, "tolerance": float(tolerance), "removable_share": iv.estimate,
+                     "low": iv.low, "high": iv.high, "n_orders": iv.n,
+                     "interval": (f"t over {iv.n} orders ({confidence:.0%})" if iv.n > 1
+                                  else "one order: no interval (compare orders in pruning_order_comparison)"),
+                     "drop_test": float(group["drop_test"].mean()),
+                     "small_sample": bool(group["small_sample"].any())})
+    return pd.DataFrame(rows)
+
+
+def _pruning_curves(ctx: StudyContext, model, corpus, store, task, curve_methods: list[str]) -> pd.DataFrame:
     """Every curve of the run: selection metric on dev (``value_dev``), reported on test (``value``)."""
     cfg = ctx.config
     frames = []
@@ -369,7 +402,7 @@ def _pruning_curves(ctx: StudyContext, lm, corpus, store, task, curve_methods: l
     for method in curve_methods:
         ctx.log(f"    pruning by {method}")
         seeds = [ctx.seed + k for k in range(cfg["random_seeds"])] if method == "random" else [ctx.seed]
-        frames.append(pruning_curve(lm.model, task.metric("dev"), method=method, batches=task.train,
+        frames.append(pruning_curve(model, task.metric("dev"), method=method, batches=task.train,
                                     loss_fn=task.loss_fn, step=cfg["step"], seeds=seeds, head_types=head_types,
                                     max_share=cfg["max_share"], refine=cfg["refine"], tolerances=cfg["tolerances"],
                                     report_metrics={"test": task.metric("test")}))
@@ -381,11 +414,11 @@ def _pruning_curves(ctx: StudyContext, lm, corpus, store, task, curve_methods: l
                 "refined", "n_heads"]]
 
 
-def _pruning_cost(ctx: StudyContext, lm, curve: pd.DataFrame, task) -> None:
+def _pruning_cost(ctx: StudyContext, model, curve: pd.DataFrame, task) -> None:
     """The heads of the importance curve at 30% and 50% really removed (parameters, forward time);
     skipped, with the reason logged and recorded, where real pruning is refused (ALBERT's shared
     layers, grouped-query attention)."""
-    refusal = real_pruning_refusal(lm.model)
+    refusal = real_pruning_refusal(model)
     if refusal:
         ctx.log(f"  no pruning_cost: {refusal}")
         ctx.record(pruning_cost_skipped=refusal)
@@ -399,7 +432,7 @@ def _pruning_cost(ctx: StudyContext, lm, curve: pd.DataFrame, task) -> None:
                 break
             row, removed = heads_pruned_at(imp, share, share_column="share_removed")
             if removed:
-                report = measure_pruning(lm.model, heads_dict(removed), task.dev + task.test)
+                report = measure_pruning(model, heads_dict(removed), task.dev + task.test)
                 rows.append({"share_removed": float(row["share_removed"]), "metric_value": float(row["value"]),
                              **{k: v for k, v in report.items() if not isinstance(v, (list, dict))}})
         return pd.DataFrame(rows)

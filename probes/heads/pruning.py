@@ -1,7 +1,9 @@
 """Head pruning: curves (Michel et al. 2019), real removal, and L0 / Hard Concrete gates (Voita et al.
 2019, Louizos et al. 2018).
 
-- :func:`pruning_task`: the task (MLM loss or a POS head) with a train / dev / test split by sentence.
+- :func:`pruning_task`: the task (MLM loss or a POS head) with a train / dev / test split by sentence;
+  :func:`classifier_task`: a fine-tuned classifier's own loss and accuracy on its fine-tune's splits
+  (Michel et al.'s setting).
 - :func:`pruning_curve`: metric vs share of heads removed, ``step`` (10%) of all heads at a time, in
   order of gradient importance (re-scored after each step), random order (per seed) or head type
   (unspecialised heads first, specialised last), refined to single heads near each tolerance's
@@ -17,7 +19,7 @@
 from __future__ import annotations
 
 import ast
-
+import contextlib
 import copy
 import math
 import time
@@ -473,6 +475,59 @@ def pruning_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, t
     return PruningTask(batches["train"], batches["dev"], batches["test"], head.loss,
                        lambda model, gates, bs: head.sentence_scores(model, bs, gates),
                        f"POS tagging head ({corpus.sources.get('upos', 'upos')}), metric: accuracy", counts, words)
+
+
+def classifier_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Per-example cross-entropy ``[batch]`` of a fine-tuned classifier (``*ForTokenClassification``:
+    mean over the example's labelled tokens, ``labels [B, T]`` with -100 elsewhere;
+    ``*ForSequenceClassification``: the example's one label, ``labels [B]``)."""
+    from bertology.probes.heads.importance import token_cross_entropy
+
+    logits = model(**model_inputs(batch)).logits.float()
+    labels = batch["labels"]
+    if labels.ndim == 2:
+        return token_cross_entropy(logits, labels)
+    return nn.functional.cross_entropy(logits, labels, reduction="none")
+
+
+@torch.no_grad()
+def classifier_sentence_scores(model: nn.Module, gates: torch.Tensor | None,
+                               batches: Sequence[Batch]) -> tuple[np.ndarray, np.ndarray]:
+    """``(correct, scored)`` per example ``[examples]`` of a fine-tuned classifier under ``gates``
+    ``[layers, heads]``: right labelled words and labelled words (token tasks), or 1/0 and 1
+    (sentence tasks). Accuracy is ``correct.sum() / scored.sum()``."""
+    correct, scored = [], []
+    was_training = model.training
+    model.eval()
+    with HeadGates(model, gates) if gates is not None else contextlib.nullcontext():
+        for batch in batches:
+            labels = batch["labels"]
+            pred = model(**model_inputs(batch)).logits.argmax(-1)
+            valid = labels != -100
+            hit = (pred == labels) & valid
+            if labels.ndim == 2:
+                hit, valid = hit.sum(-1), valid.sum(-1)
+            correct.append(hit.double().numpy())
+            scored.append(valid.double().numpy())
+    model.train(was_training)
+    return np.concatenate(correct), np.concatenate(scored)
+
+
+def classifier_task(model: nn.Module, train: list[Batch], dev: list[Batch], test: list[Batch],
+                    description: str) -> PruningTask:
+    """Michel et al.'s own setting: the task behind importance and pruning is the fine-tuned
+    classifier's loss (:func:`classifier_loss`, importance on ``train``) and its accuracy (thresholds
+    chosen on ``dev``, reported on ``test``: the fine-tune's own splits). ``model`` keeps its trained
+    head; nothing is retrained. Batches: ``input_ids``, ``attention_mask``, ``token_type_ids``,
+    ``labels`` (``[B, T]`` with -100 off first sub-words, or ``[B]``)."""
+    def count(batches: list[Batch]) -> tuple[int, int]:
+        examples = sum(int(b["labels"].shape[0]) for b in batches)
+        items = sum(int((b["labels"] != -100).sum()) for b in batches)
+        return examples, items
+
+    sizes = {name: count(bs) for name, bs in (("train", train), ("dev", dev), ("test", test))}
+    return PruningTask(list(train), list(dev), list(test), classifier_loss, classifier_sentence_scores,
+                       description, {k: v[0] for k, v in sizes.items()}, {k: v[1] for k, v in sizes.items()})
 
 
 def pos_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, epochs: int = 30, seed: int = 0):

@@ -6,7 +6,8 @@ under torchrun: the same command).
 
 Modules: ``config`` (``FinetuneConfig``), ``tasks`` (built-in and file tasks, split by document),
 ``data`` (sub-word encoding, first-sub-word labels, batches), ``heads`` (the classifier models),
-``modes`` (full / frozen / BitFit / adapters), ``trainer`` (``run_finetuning``), ``changes`` (weight
+``modes`` (full / frozen / BitFit / adapters), ``trainer`` (``run_finetuning``), ``finished`` (a finished
+run reloaded for analysis: classifier, task, splits), ``changes`` (weight
 change, layer CKA, attention change), ``analysis`` (the ``finetuning`` study: what fine-tuning changes).
 
 Public API (imported lazily so that ``import bertology.finetuning`` stays light)::
@@ -16,10 +17,12 @@ Public API (imported lazily so that ``import bertology.finetuning`` stays light)
 
 from __future__ import annotations
 
-__all__ = ["FinetuneConfig", "run_finetuning", "build_task", "apply_mode", "FinetuneTask", "Example"]
+__all__ = ["FinetuneConfig", "run_finetuning", "build_task", "apply_mode", "FinetuneTask", "Example",
+           "FinishedFinetune", "load_finished_finetune"]
 
 _HOMES = {"FinetuneConfig": "config", "run_finetuning": "trainer", "build_task": "tasks", "apply_mode": "modes",
-          "FinetuneTask": "tasks", "Example": "tasks"}
+          "FinetuneTask": "tasks", "Example": "tasks", "FinishedFinetune": "finished",
+          "load_finished_finetune": "finished"}
 
 
 def __getattr__(name: str):

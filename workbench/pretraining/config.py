@@ -96,6 +96,9 @@ class PretrainConfig:
     warmup_steps: int = 100
     max_steps: int = 1000
     seed: int = 0
+    stream_start: int = 0                 # sequences of the shuffled training stream skipped before step 0: a
+                                          # later stretch (init_from an earlier run's last checkpoint, same seed)
+                                          # starts where that run's stream ended instead of re-reading its text
     # evaluation, logging, checkpoints
     eval_every: int = 100
     eval_batches: int | None = 20

@@ -114,6 +114,7 @@ OBJECTIVE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str | Callable[[Any], 
      "continued pretraining (init_from) needs objective mlm and architecture bert"),
     ("tokenizer", lambda c: c.init_from is None or c.tokenizer is None,
      "must be empty with init_from (the run reads with that model's tokenizer)"),
+    ("stream_start", lambda c: c.stream_start >= 0, "must be >= 0"),
 )
 
 

@@ -179,10 +179,11 @@ def _train(t: _Training, start_step: int) -> None:
 
 def _train_batch(t: _Training, step: int, micro: int) -> dict[str, torch.Tensor]:
     """This process's masked micro-batch ``micro`` of ``step``, on the device: its rows are positions
-    of the endless shuffled stream (steps, then micro-batches, then ranks), so a resumed run draws
-    exactly the batches an uninterrupted one would."""
+    of the endless shuffled stream (from ``stream_start``: steps, then micro-batches, then ranks), so a
+    resumed run draws exactly the batches an uninterrupted one would."""
     cfg, rt = t.cfg, t.rt
-    position = (step * cfg.grad_accum_steps + micro) * cfg.batch_size * rt.world_size + rt.rank * cfg.batch_size
+    position = (cfg.stream_start + (step * cfg.grad_accum_steps + micro) * cfg.batch_size * rt.world_size
+                + rt.rank * cfg.batch_size)
     rows, epochs = stream_indices(len(t.train), cfg.seed, position, cfg.batch_size)
     batch = masked_batch(t.train, rows, epochs, t.masker, cfg, t.tokenizer.pad_token_id)
     return {k: v.to(rt.device) for k, v in batch.items()}

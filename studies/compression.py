@@ -1,0 +1,145 @@
+"""Compression the way the papers did it (issue 29), on a model fine-tuned on the task:
+
+- **Michel et al. (2019) in their own setting**: head importance and pruning curves of the fine-tuned
+  classifier on the task's own loss (importance, re-estimated as heads go) and accuracy; the shares
+  removable before accuracy drops by 1% / 5% chosen on the fine-tune's dev split and read on its test
+  split, against random orders (a t-interval over seeds) and the by-type order, every pair of orders
+  compared on the same test examples (paired bootstrap); the importance order's heads really removed
+  (parameters, time) -- :func:`bertology.probes.heads.analysis.prune_on_task` on
+  :func:`bertology.probes.heads.pruning.classifier_task`.
+- **Post-training quantization** of the same classifier: real dynamic int8 and simulated 8- to 2-bit
+  weights, test accuracy with intervals and the paired difference to float32, size, forward time
+  (:func:`bertology.probes.compression.task_quantization`).
+
+The fine-tune is made by :func:`bertology.finetuning.run_finetuning` inside the run folder
+(``finetunes/``, resumable), or an existing finished one is named with ``finetune_run``. Glue
+between the fine-tuning room and the analyses; every number is computed by those functions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bertology.errors import ConfigError
+from bertology.runs import StudyContext
+
+DESCRIPTION = ("Compression of a fine-tuned model: Michel et al.'s head pruning on the task's loss and accuracy "
+               "(thresholds on dev, test with intervals, vs random / type orders) and int8 / 8-2-bit quantization")
+
+QUANT_SETTINGS = ("float32", "int8-dynamic", "int8-dynamic-per-channel", "simulated-8bit", "simulated-4bit",
+                  "simulated-3bit", "simulated-2bit")
+
+DEFAULTS: dict[str, Any] = {
+    "model": "minilm-l6",              # the pretrained encoder that is fine-tuned
+    "task": "pos",                     # a fine-tuning task (docs/finetuning.md): pos, ner, genre, sotu-*, a file
+    "corpus": "brown-sample",          # of the built-in tasks, and the sentences head types are read on
+    "mode": "full",                    # the fine-tuning mode (Michel et al. prune fully fine-tuned models)
+    "epochs": 3,
+    "batch_size": 32,
+    "max_seq_len": 128,
+    "max_examples": None,              # the first N examples of the task (null: all)
+    "finetune_run": None,              # an existing finished fine-tune (run folder or name) instead of training one
+    "importance_examples": 512,        # training examples importance is estimated on (re-estimated each step)
+    "limit": 300,                      # sentences of `corpus` for the fine-tuned encoder's head types (type order)
+    "pooling": "first",
+    "methods": ["importance", "random", "type"],
+    "step": 0.1,
+    "max_share": 1.0,
+    "refine": "bracket",
+    "tolerances": [0.01, 0.05],
+    "random_seeds": 3,
+    "compare_shares": [0.3, 0.5],
+    "l0_lambdas": [0.01, 0.1],         # only with methods: [..., l0]
+    "l0_steps": 150,
+    "quantization": ["float32", "int8-dynamic", "simulated-8bit", "simulated-4bit", "simulated-3bit",
+                     "simulated-2bit"],   # [] = no quantization table
+    "device": "auto",
+    "seed": 0,                         # the fine-tune's split, head and data order; random orders; bootstraps
+}
+
+
+def run(ctx: StudyContext) -> None:
+    from bertology.finetuning.finished import load_finished_finetune
+    from bertology.probes.heads.analysis import prune_on_task
+    from bertology.probes.heads.pruning import classifier_task
+
+    cfg = ctx.config
+    settings = quant_settings(cfg["quantization"])
+    runs = ctx.step("finetune_run", lambda: _finetune(ctx))
+    run_dir = Path(runs["run_dir"].iloc[0])
+    finished = load_finished_finetune(run_dir if run_dir.is_absolute() else ctx.run_dir / run_dir)
+    ctx.record(finetune={"run": str(finished.run_dir), "model_dir": str(finished.model_dir),
+                         "task": finished.task.summary(), "result": finished.result})
+    task = classifier_task(finished.model, finished.batches("train", limit=cfg["importance_examples"]),
+                           finished.batches("dev"), finished.batches("test"), finished.description)
+    store = corpus = None
+    if "type" in cfg["methods"]:
+        store, corpus = _fine_tuned_store(ctx, finished.model_dir)
+    prune_on_task(ctx, finished.model, task, list(cfg["methods"]), store=store, corpus=corpus)
+    if settings:
+        from bertology.probes.compression import task_quantization
+        from bertology.probes.heads.pruning import classifier_sentence_scores
+
+        ctx.step("quantization_task", lambda: task_quantization(
+            finished.model, task.test, classifier_sentence_scores, settings=settings, seed=ctx.seed).assign(
+                metric=finished.description))
+
+
+def quant_settings(names: list[str]) -> list[Any]:
+    """``QuantSetting`` per name of :data:`QUANT_SETTINGS`; float32 (the reference) is always first."""
+    from bertology.probes.compression import QuantSetting
+
+    unknown = [n for n in names if n not in QUANT_SETTINGS]
+    if unknown:
+        raise ConfigError(f"compression: quantization {unknown} unknown; choose from {', '.join(QUANT_SETTINGS)}")
+    if not names:
+        return []
+    made = {"float32": QuantSetting("float32"), "int8-dynamic": QuantSetting("int8-dynamic"),
+            "int8-dynamic-per-channel": QuantSetting("int8-dynamic", per_channel=True),
+            **{f"simulated-{b}bit": QuantSetting("simulated", b) for b in (8, 4, 3, 2)}}
+    return [made["float32"]] + [made[n] for n in dict.fromkeys(names) if n != "float32"]
+
+
+def _finetune(ctx: StudyContext) -> pd.DataFrame:
+    """``finetune_run``: the fine-tune this run compresses (made here, or the config's ``finetune_run``)."""
+    from bertology.finetuning import FinetuneConfig, run_finetuning
+    from bertology.finetuning.finished import finished_run_directory
+
+    cfg = ctx.config
+    if cfg["finetune_run"]:
+        run_dir = finished_run_directory(cfg["finetune_run"]).resolve()
+        where = str(run_dir)
+    else:
+        ctx.log(f"  fine-tuning {cfg['model']} on {cfg['task']} ({cfg['mode']}, seed {ctx.seed})")
+        run_dir = run_finetuning(FinetuneConfig(
+            run_name=f"{cfg['mode']}-seed{ctx.seed}", model=cfg["model"], task=cfg["task"], corpus=cfg["corpus"],
+            mode=cfg["mode"], seed=ctx.seed, max_examples=cfg["max_examples"], epochs=cfg["epochs"],
+            batch_size=cfg["batch_size"], max_seq_len=cfg["max_seq_len"], device=cfg["device"],
+            output_root=str(ctx.run_dir / "finetunes"), progress=False))
+        where = str(run_dir.relative_to(ctx.run_dir))
+    info = json.loads((run_dir / "run.json").read_text())
+    result = info.get("result") or {}
+    return pd.DataFrame([{"run_dir": where, "task": info["config"]["task"], "mode": info["config"]["mode"],
+                          "seed": int(info["config"]["seed"]), "model": info["model"]["name"],
+                          **{k: result.get(k) for k in ("best_step", "dev_accuracy", "test_accuracy", "test_low",
+                                                        "test_high", "test_items", "test_examples")}}])
+
+
+def _fine_tuned_store(ctx: StudyContext, model_dir: Path) -> tuple[Any, Any]:
+    """The fine-tuned encoder's feature store (attention maps) on ``limit`` sentences of ``corpus``:
+    what its head types (the type order) are read from."""
+    from bertology.corpus import load_corpus
+    from bertology.models import load_model
+    from bertology.store import extract
+
+    cfg = ctx.config
+    lm = load_model(model_dir, attentions=True)
+    corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])
+    store = extract(lm, corpus, attentions=True, pooling=cfg["pooling"], verify=ctx.force)
+    ctx.record(head_types_store={"model": str(model_dir), "fingerprint": lm.fingerprint, "store": str(store.path),
+                                 "corpus": corpus.name, "sentences": len(corpus)})
+    return store, corpus

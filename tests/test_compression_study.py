@@ -1,0 +1,135 @@
+"""Compression of a fine-tuned model (issue 29), with planted answers: a finished fine-tune reloads to
+the test accuracy it reported; a head made irrelevant by construction scores zero importance and is
+pruned first; gates of all ones change nothing; the classifier's own loss and accuracy drive the
+pruning curves (thresholds on dev, read on test, random orders with a t-interval); quantization of
+the classifier gives float32 itself a difference of exactly 0, small differences at 8 bits and a
+real int8 model that is smaller."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bertology.errors import CheckpointError, ConfigError
+from bertology.finetuning import FinetuneConfig, run_finetuning
+from bertology.finetuning.finished import load_finished_finetune
+from bertology.probes.heads.gates import head_shape
+from bertology.probes.heads.importance import importance_scores
+from bertology.probes.heads.pruning import (classifier_loss, classifier_sentence_scores, classifier_task,
+                                            removal_order)
+from bertology.studies import run_study
+from bertology.testing import TINY_WORDS, save_tiny_model_dir
+
+SET_A, SET_B = TINY_WORDS[:20], TINY_WORDS[20:40]
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> dict[str, Path]:
+    """A tiny random BERT, a planted token task (a word's label is the set it comes from; 120
+    six-word sentences in 24 documents) and a full fine-tune of it (seed 0)."""
+    root = tmp_path_factory.mktemp("compression")
+    rng = random.Random(0)
+    lines = []
+    for i in range(120):
+        words = [rng.choice(SET_A + SET_B) for _ in range(6)]
+        lines.append({"words": words, "labels": ["A" if w in SET_A else "B" for w in words], "document": f"doc{i % 24}"})
+    (root / "token.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    model = save_tiny_model_dir("bert", root / "tiny-bert")
+    run = run_finetuning(FinetuneConfig(run_name="ft", model=str(model), task=str(root / "token.jsonl"), batch_size=16,
+                                        epochs=4, learning_rate=1e-3, warmup_fraction=0.0, max_seq_len=32,
+                                        output_root=str(root / "models"), progress=False, device="cpu"))
+    return {"model": model, "token": root / "token.jsonl", "run": run, "root": root}
+
+
+def test_a_finished_fine_tune_reloads_to_the_accuracy_it_reported(planted):
+    finished = load_finished_finetune(planted["run"])
+    correct, scored = classifier_sentence_scores(finished.model, None, finished.batches("test", batch_size=7))
+    assert correct.sum() / scored.sum() == pytest.approx(finished.result["test_accuracy"], abs=1e-12)
+    assert scored.sum() == finished.result["test_items"]
+    assert finished.result["test_accuracy"] > 0.95          # the planted task is learnt
+    ones = torch.ones(*head_shape(finished.model))
+    assert np.array_equal(classifier_sentence_scores(finished.model, ones, finished.batches("test"))[0], correct)
+
+
+def test_a_changed_task_file_is_refused_not_silently_rescored(planted, tmp_path):
+    import shutil
+
+    copy_run = tmp_path / "ft"
+    shutil.copytree(planted["run"], copy_run)
+    info = json.loads((copy_run / "run.json").read_text())
+    info["task"]["n_test"] += 1
+    (copy_run / "run.json").write_text(json.dumps(info))
+    with pytest.raises(CheckpointError, match=r"run\.json.*differs.*n_test"):
+        load_finished_finetune(copy_run)
+    (copy_run / "run.json").write_text(json.dumps({k: v for k, v in info.items() if k != "result"}))
+    with pytest.raises(CheckpointError, match="not a finished fine-tune"):
+        load_finished_finetune(copy_run)
+
+
+def test_a_head_made_irrelevant_is_unimportant_and_pruned_first(planted):
+    finished = load_finished_finetune(planted["run"])
+    model = finished.model
+    layer, head = 1, 2
+    block = model.bert.encoder.layer[layer].attention.output.dense
+    width = block.in_features // head_shape(model)[1]
+    with torch.no_grad():
+        block.weight[:, head * width:(head + 1) * width] = 0.0   # the head's output never reaches the model
+    task = classifier_task(model, finished.batches("train"), finished.batches("dev"), finished.batches("test"),
+                           "planted")
+    scores = importance_scores(model, task.train, classifier_loss, normalise=False)
+    raw = scores.set_index(["layer", "head"])["importance_raw"]
+    assert raw[(layer, head)] == 0.0 and (raw.drop((layer, head)) > 0).all()
+    order = removal_order(model, "importance", [1, 4], batches=task.train, loss_fn=classifier_loss)
+    assert order[0] == (layer, head)
+    assert task.n_items["test"] == finished.result["test_items"]
+
+
+def test_study_prunes_and_quantizes_the_fine_tuned_model(planted, tmp_path):
+    config = {"finetune_run": str(planted["run"]), "methods": ["importance", "random"], "random_seeds": 3,
+              "step": 0.25, "importance_examples": 32, "compare_shares": [0.5],
+              "quantization": ["int8-dynamic", "simulated-8bit", "simulated-2bit"], "device": "cpu"}
+    run_dir = run_study("compression", overrides=config, results_root=tmp_path / "results", log=lambda _: None)
+    table = lambda name: pd.read_parquet(run_dir / f"{name}.parquet")  # noqa: E731
+    runs = table("finetune_run")
+    assert runs["test_accuracy"].iloc[0] > 0.95
+    curves = table("pruning_curves")
+    full = curves[curves["n_pruned"] == 0]
+    assert np.allclose(full["value"], runs["test_accuracy"].iloc[0])   # nothing removed = the fine-tune's test accuracy
+    assert set(curves["method"]) == {"importance", "random"} and set(curves[curves.method == "random"]["seed"]) == {0, 1, 2}
+    summary = table("pruning_threshold_summary")
+    random_rows = summary[summary["method"] == "random"]
+    assert (random_rows["n_orders"] == 3).all() and (random_rows["low"] <= random_rows["removable_share"]).all()
+    assert summary[summary["method"] == "importance"]["low"].isna().all()      # one order: no interval
+    comparison = table("pruning_order_comparison")
+    assert {"difference", "low", "high"} <= set(comparison.columns)
+    quant = table("quantization_task").set_index("setting")
+    assert quant.loc["float32", "difference"] == 0.0 and quant.loc["float32", "speedup"] == 1.0
+    assert abs(quant.loc["simulated-8bit", "difference"]) <= 0.05
+    assert np.isnan(quant.loc["simulated-2bit", "speedup"])                   # simulated: no speed-up claimed
+    assert quant.loc["simulated-2bit", "size_bytes"] < quant.loc["simulated-8bit", "size_bytes"]
+    if not np.isnan(quant.loc["int8-dynamic", "accuracy"]):                  # an int8 engine exists here
+        assert quant.loc["int8-dynamic", "size_ratio"] < 1.0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["pruning_split"]["selected_on"] == "dev" and manifest["finetune"]["result"]["test_items"] > 0
+
+
+def test_unknown_quantization_settings_are_refused(planted, tmp_path):
+    with pytest.raises(ConfigError, match="quantization.*simulated-5bit"):
+        run_study("compression", overrides={"finetune_run": str(planted["run"]), "quantization": ["simulated-5bit"]},
+                  results_root=tmp_path / "results", log=lambda _: None)
+
+
+def test_study_fine_tunes_when_no_run_is_given(planted, tmp_path):
+    config = {"model": str(planted["model"]), "task": str(planted["token"]), "epochs": 2, "batch_size": 16,
+              "max_seq_len": 32, "methods": ["importance"], "step": 0.5, "quantization": [], "device": "cpu"}
+    run_dir = run_study("compression", overrides=config, results_root=tmp_path / "results", log=lambda _: None)
+    runs = pd.read_parquet(run_dir / "finetune_run.parquet")
+    assert runs["run_dir"].iloc[0] == "finetunes/full-seed0" and (run_dir / "finetunes" / "full-seed0" / "run.json").is_file()
+    assert not (run_dir / "quantization_task.parquet").exists()
+    assert (run_dir / "pruning_thresholds.parquet").is_file()
