@@ -6,6 +6,7 @@ byte-level tokenizers whose tokenizer.json has no prefix-space option."""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -155,6 +156,11 @@ def test_head_types_run_records_the_local_windows(tmp_path, one_torch_thread):
     in_reach = read_table(run, "head_dependency_in_reach")   # the local layer's heads on the arcs they can see
     assert set(in_reach["layer"]) == {1} and (in_reach["n_in_reach"] <= in_reach["n"]).all()
     assert (in_reach["accuracy"] <= in_reach["arcs_in_reach"] + 1e-12).all()
+    stats = read_table(run, "head_stats").pivot_table(index=["layer", "head"], columns="statistic", values="value")
+    for plain in ("entropy_norm", "attn_cls", "attn_sep", "attn_special"):   # global layer: in reach = plain
+        assert stats.loc[0, f"{plain}_in_reach"].to_numpy() == pytest.approx(stats.loc[0, plain].to_numpy())
+    assert (stats.loc[1, "entropy_norm_in_reach"] >= stats.loc[1, "entropy_norm"] - 1e-12).all()
+    assert (stats.loc[1, "attn_cls_in_reach"] >= stats.loc[1, "attn_cls"] - 1e-12).all()
 
 
 def test_window_column_refuses_a_table_of_other_layers():
@@ -279,3 +285,28 @@ def test_a_local_heads_accuracy_is_also_read_on_the_arcs_it_can_see():
     obj = table[(table["relation"].isin(["obj", "dobj"])) & (table["head"] == 0)].iloc[0]   # named as Voita et al.
     assert (obj["n"], obj["n_in_reach"]) == (1, 0) and np.isnan(obj["accuracy_in_reach"])
     assert dependency_scores_in_reach([attention], [sentence], tok, [None, None]).empty
+
+
+def test_entropy_and_special_shares_are_also_read_on_what_a_head_can_reach():
+    """Window 1 over 4 one-piece words ([CLS] w0 w1 w2 w3 [SEP]): each word reaches itself and its
+    neighbours (w0 also [CLS], w3 also [SEP]): three entries a row. A head spreading each row
+    uniformly over them has entropy_norm_in_reach 1, while its plain entropy_norm divides by log2 of
+    all 6 entries; [CLS] gets 1/3 of w0's row only: attn_cls averages 1/12 over the 4 rows, 1/3 over
+    the one row that can reach it."""
+    from bertology.probes.heads.stats import HeadStatistics, sentence_reach
+
+    word_ids = [-1, 0, 1, 2, 3, -1]
+    reach = sentence_reach(word_ids, [1], 4)                               # [1, 4, 6]
+    assert reach[0].astype(int).tolist() == [[1, 1, 0, 0, 1, 0], [1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 0, 0],
+                                             [0, 0, 1, 1, 0, 1]]
+    rows = reach[0] / reach[0].sum(-1, keepdims=True)                      # uniform over what each row reaches
+    words, special = rows[None, None, :, :4], rows[None, None, :, 4:]
+    stats = HeadStatistics(special_tokens="keep")
+    stats.update(words, special=special, reach=reach)
+    means = {k: float(v[0, 0]) for k, v in stats.means().items()}
+    assert means["entropy_norm_in_reach"] == pytest.approx(1.0)
+    assert means["entropy_norm"] == pytest.approx(math.log2(3) / math.log2(6))
+    assert means["attn_cls"] == pytest.approx(1 / 3 / 4) and means["attn_cls_in_reach"] == pytest.approx(1 / 3)
+    assert means["attn_special_in_reach"] == pytest.approx((1 / 3 + 1 / 3) / 2)
+    table = stats.table().set_index("statistic")
+    assert table.loc["attn_cls_in_reach", "n"] == 1 and table.loc["attn_cls", "n"] == 4

@@ -30,8 +30,8 @@ from bertology.probes.heads.importance import importance_scores
 from bertology.probes.heads.pruning import (REFINE_MODES, PruningTask, compare_orders, evaluate_l0_gates, heads_dict,
                                             heads_pruned_at, measure_pruning, pruning_curve, pruning_task, removable_shares,
                                             train_l0_gates)
-from bertology.probes.heads.stats import (SPECIAL_TOKENS, corpus_frequencies, head_statistics, window_reach,
-                                          with_attention_windows)
+from bertology.probes.heads.stats import (SPECIAL_TOKENS, corpus_frequencies, corpus_reach, head_statistics,
+                                          window_reach, with_attention_windows)
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
 from bertology.uncertainty import is_small_sample, t_interval
 
@@ -128,7 +128,8 @@ def head_types_analysis(ctx: StudyContext) -> None:
       word-level argmax offsets, entropy, confidence, attention to rare words and to special tokens;
       :func:`~bertology.probes.heads.stats.head_statistics`; ``attention_window``: tokens each side
       a local layer's heads can see, ``<NA>`` for global attention, also in ``head_types`` and, per
-      layer, in the manifest's ``attention_windows``).
+      layer, in the manifest's ``attention_windows``; with local layers also ``entropy_norm_in_reach``
+      and ``attn_{cls,sep,special}_in_reach``: the same measures over what each head can reach).
     - ``head_dependency``: ``layer, head, relation, direction, n, correct, accuracy, baseline_offset,
       baseline_accuracy, gain`` (direction ``dependent_attends_to_head`` or
       ``head_attends_to_dependent``; empty when the corpus has no dependencies).
@@ -174,11 +175,13 @@ def head_types_analysis(ctx: StudyContext) -> None:
     has_deps = all(s.heads is not None and s.deprels is not None for s in sentences)
     freqs = corpus_frequencies(sentences) if cfg["frequencies"] == "corpus" else None
 
+    local = any(window is not None for window in windows)
     stats = ctx.step("head_stats", lambda: with_attention_windows(head_statistics(
         (store.attention(i, normalise=False) for i in range(n)), sentences,
         special_attention=(store.special_attention(i) for i in range(n)), frequencies=freqs,
         token_offsets=(store.token_offsets(i, queries=cfg["positional_queries"]) for i in range(n)),
-        special_tokens=cfg["special_tokens"]), windows))
+        special_tokens=cfg["special_tokens"],
+        reach=corpus_reach(lm.tokenizer, sentences, windows) if local else None), windows))
     deps = ctx.step("head_dependency", lambda: dependency_scores(
         (store.attention(i, normalise=False) for i in range(n)), sentences,
         exclude_self=cfg["exclude_self"]) if has_deps else pd.DataFrame())
@@ -189,7 +192,7 @@ def head_types_analysis(ctx: StudyContext) -> None:
         special_threshold=cfg["special_threshold"], broad_entropy=cfg["broad_entropy"],
         relations=cfg["syntactic_relations"], positional_level=cfg["positional_level"]), windows))
     ctx.step("head_type_matrix", lambda: type_matrix(types).reset_index())
-    if any(window is not None for window in windows):  # local layers: what their heads can reach at all
+    if local:  # local layers: what their heads can reach at all
         ctx.step("window_reach", lambda: window_reach(lm.tokenizer, sentences, windows))
         if has_deps:   # and how well they do on the arcs they can see
             ctx.step("head_dependency_in_reach", lambda: dependency_scores_in_reach(

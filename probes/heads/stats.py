@@ -31,6 +31,11 @@ Statistics (``statistic`` column):
   the sentence (punctuation excluded; rows of the rarest word itself excluded);
 - ``attn_cls``, ``attn_sep``, ``attn_special``: mean weight on [CLS] / [SEP] when
   ``special_attention`` ``[layers, heads, words, 2]`` is given.
+
+With ``reach`` (local attention windows, ModernBERT; :func:`sentence_reach`), the same measures read on
+what each head can see: ``entropy_norm_in_reach`` (entropy / log2(entries the row can reach)) and
+``attn_cls_in_reach``, ``attn_sep_in_reach``, ``attn_special_in_reach`` (the mean weight over the rows
+that can reach that special token; ``n`` per layer). For a global layer they equal the plain ones.
 """
 
 from __future__ import annotations
@@ -127,7 +132,8 @@ class HeadStatistics:
         self.counts: dict[str, float] = Counter()
         self.shape: tuple[int, int] | None = None
 
-    def _add(self, name: str, value: np.ndarray, count: float) -> None:
+    def _add(self, name: str, value: np.ndarray, count: float | np.ndarray) -> None:
+        """Add ``value [L, H]`` summed over ``count`` rows (a number, or ``[L, 1]`` rows per layer)."""
         if name in self.sums:
             self.sums[name] += value
         else:
@@ -142,10 +148,12 @@ class HeadStatistics:
 
     def update(self, attention: np.ndarray, words: Sequence[str] | None = None, upos=None,
                special: np.ndarray | None = None, rarest: int = -1,
-               token_offsets: np.ndarray | None = None) -> None:
+               token_offsets: np.ndarray | None = None, reach: np.ndarray | None = None) -> None:
         """Add one sentence: ``attention [L, H, w, w]`` (raw or renormalised word attention),
         ``special [L, H, w, 2]`` or None, ``token_offsets [L, H, 2K+2]`` (counts of query tokens per
-        token-level argmax offset ``-K..K`` and "other", :meth:`FeatureStore.token_offsets`) or None."""
+        token-level argmax offset ``-K..K`` and "other", :meth:`FeatureStore.token_offsets`) or None,
+        ``reach [L, w, w + 2]`` bool (what a row can reach per layer: words, then [CLS], [SEP];
+        :func:`sentence_reach`) or None."""
         a = np.asarray(attention, dtype=np.float64)
         if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
             raise WorkbenchError(f"attention must be [layers, heads, words, words], got {a.shape}")
@@ -205,6 +213,26 @@ class HeadStatistics:
             self._add("attn_cls", s[..., 0].sum(-1), w)
             self._add("attn_sep", s[..., 1].sum(-1), w)
             self._add("attn_special", s.sum(-1).sum(-1), w)
+        if reach is not None:
+            self._add_in_reach(np.asarray(reach, dtype=bool), entropy, full.shape[-1], s, (n_layers, w))
+
+    def _add_in_reach(self, reach: np.ndarray, entropy: np.ndarray, n_entries: int, special: np.ndarray | None,
+                      shape: tuple[int, int]) -> None:
+        """The ``*_in_reach`` statistics of one sentence (see the module docstring)."""
+        n_layers, w = shape
+        if reach.shape != (n_layers, w, w + 2):
+            raise WorkbenchError(f"reach must be [layers, words, words + 2] = {(n_layers, w, w + 2)}, got {reach.shape}")
+        entries = reach if n_entries == w + 2 else reach[..., :n_entries]       # special tokens dropped: words only
+        reachable = np.maximum(entries.sum(-1), 2)                               # [L, w]; one entry: entropy 0
+        self._add("entropy_norm_in_reach", (entropy / np.log2(reachable)[:, None, :]).sum(-1), w)
+        if special is None:
+            return
+        rows = {"attn_cls_in_reach": reach[..., w], "attn_sep_in_reach": reach[..., w + 1],
+                "attn_special_in_reach": reach[..., w] | reach[..., w + 1]}              # [L, w] each
+        masses = {"attn_cls_in_reach": special[..., 0], "attn_sep_in_reach": special[..., 1],
+                  "attn_special_in_reach": special.sum(-1)}                               # [L, H, w]
+        for name, can in rows.items():
+            self._add(name, (masses[name] * can[:, None, :]).sum(-1), can.sum(-1, keepdims=True).astype(np.float64))
 
     def update_token_offsets(self, counts: np.ndarray) -> None:
         """Add one sentence's token-level argmax offset counts ``[L, H, 2K+2]`` (bins ``-K..K``, other)."""
@@ -225,7 +253,7 @@ class HeadStatistics:
 
     def means(self) -> dict[str, np.ndarray]:
         """``{statistic: [layers, heads]}`` averages."""
-        return {name: total / max(self.counts[name], 1) for name, total in self.sums.items()}
+        return {name: total / np.maximum(self.counts[name], 1) for name, total in self.sums.items()}
 
     def table(self) -> pd.DataFrame:
         """Tidy table: ``layer, head, statistic, value, n`` (n = attending words -- query tokens for
@@ -233,8 +261,9 @@ class HeadStatistics:
         rows = []
         for name, mean in self.means().items():
             layers, heads = np.indices(mean.shape)
+            n = np.broadcast_to(np.asarray(self.counts[name]), mean.shape).astype(np.int64)
             rows.append(pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "statistic": name,
-                                      "value": mean.ravel(), "n": int(self.counts[name])}))
+                                      "value": mean.ravel(), "n": n.ravel()}))
         if not rows:
             return pd.DataFrame(columns=["layer", "head", "statistic", "value", "n"])
         return pd.concat(rows, ignore_index=True)
@@ -245,7 +274,7 @@ def head_statistics(attentions: Iterable[np.ndarray], sentences: Iterable | None
                     frequencies: Mapping[str, float] | Callable[[str], float] | str | None = None,
                     window: Sequence[int] = DEFAULT_WINDOW, lang: str = "en", *,
                     token_offsets: Iterable[np.ndarray] | None = None,
-                    special_tokens: str = "keep") -> pd.DataFrame:
+                    special_tokens: str = "keep", reach: Iterable[np.ndarray] | None = None) -> pd.DataFrame:
     """Statistics of every head over a corpus, one vectorised pass per sentence.
 
     attentions: per sentence ``[layers, heads, words, words]`` (raw, ``FeatureStore.attention(i,
@@ -255,7 +284,8 @@ def head_statistics(attentions: Iterable[np.ndarray], sentences: Iterable | None
     mapping (e.g. :func:`corpus_frequencies`), a callable, or None for ``wordfreq``;
     token_offsets: per sentence ``[layers, heads, 2K+2]`` token-level argmax offset counts
     (``FeatureStore.token_offsets(i)``) or None; special_tokens: ``"keep"`` (default: rows over
-    words + [CLS] + [SEP], Clark et al.) or ``"drop"`` (word rows renormalised).
+    words + [CLS] + [SEP], Clark et al.) or ``"drop"`` (word rows renormalised); reach: per sentence
+    ``[layers, words, words + 2]`` (:func:`sentence_reach`; local attention windows) or None.
     Returns tidy ``layer, head, statistic, value, n``.
     """
     stats = HeadStatistics(window, special_tokens)
@@ -263,6 +293,7 @@ def head_statistics(attentions: Iterable[np.ndarray], sentences: Iterable | None
     sentence_iter = iter(sentences) if sentences is not None else None
     special_iter = iter(special_attention) if special_attention is not None else None
     offsets_iter = iter(token_offsets) if token_offsets is not None else None
+    reach_iter = iter(reach) if reach is not None else None
     for index, attention in enumerate(attentions):
         words = upos = None
         rarest = -1
@@ -278,7 +309,8 @@ def head_statistics(attentions: Iterable[np.ndarray], sentences: Iterable | None
             rarest = rarest_word_index(words, frequency, upos)
         special = next(special_iter) if special_iter is not None else None
         offsets = next(offsets_iter) if offsets_iter is not None else None
-        stats.update(attention, words, upos, special, rarest, token_offsets=offsets)
+        stats.update(attention, words, upos, special, rarest, token_offsets=offsets,
+                     reach=next(reach_iter) if reach_iter is not None else None)
     return stats.table()
 
 
@@ -332,6 +364,27 @@ def special_reach(word_ids: Sequence[int], window: int | None, n_words: int) -> 
         near = np.abs(np.arange(len(ids)) - position) <= window
         out[:, column] = [bool(near[ids == word].any()) for word in range(n_words)]
     return out
+
+
+def sentence_reach(word_ids: Sequence[int], windows: Sequence[int | None], n_words: int) -> np.ndarray:
+    """``[layers, n_words, n_words + 2]`` bool: per layer (``windows``: tokens seen each side, None =
+    global) where word i can put weight -- on word j (:func:`reachable_words`), on the leading and
+    the trailing special token (:func:`special_reach`). ``word_ids``: the word of each token, -1
+    for special tokens."""
+    cache: dict[int | None, np.ndarray] = {}
+    for window in set(windows):
+        cache[window] = np.concatenate([reachable_words(word_ids, window, n_words),
+                                        special_reach(word_ids, window, n_words)], axis=1)
+    return np.stack([cache[window] for window in windows])
+
+
+def corpus_reach(tokenizer, sentences: Sequence, windows: Sequence[int | None]) -> Iterable[np.ndarray]:
+    """:func:`sentence_reach` of every sentence, tokenised whole as extraction does (a generator)."""
+    from bertology.features import tokenize_sentences
+
+    words = [_words(s) for s in sentences]
+    for sentence_words, (_, word_ids) in zip(words, tokenize_sentences(tokenizer, words)):
+        yield sentence_reach(word_ids, windows, len(sentence_words))
 
 
 def window_reach(tokenizer, sentences: Sequence, windows: Sequence[int | None]) -> pd.DataFrame:
