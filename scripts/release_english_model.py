@@ -23,7 +23,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bertology.pretraining.release import export_release
+from bertology.pretraining.release import earlier_stretch, export_release
 from bertology.pretraining import heldout_sentences, unigram_baseline
 
 FROM_SCRATCH = ("A small English BERT with its MLM head, pretrained from scratch on CPU by the workbench's own trainer "
@@ -38,10 +38,14 @@ CONTINUED = ("MiniLM-L6 (all-MiniLM-L6-v2: a 6-layer BERT distilled from a large
              "scratch, and it has no early training-time checkpoints (use bert-mini-english for emergence).")
 
 
-def reproduce(config: str, run: Path, out: Path) -> str:
+def reproduce(config: str, run: Path, out: Path, earlier: list[tuple[str, Path]] = ()) -> str:
+    """The commands that make the release: every stretch's pretraining, then this script."""
+    pretrain = "".join(f"bertology pretrain --config {c}    # stretch {k}, on 2 CPU cores; re-run to resume\n"
+                       for k, (c, _) in enumerate(list(earlier) + [(config, run)], 1))
+    runs = "".join(f" --earlier-run .cache/bertology/models/{r.name} --earlier-config {c}" for c, r in earlier)
     return (f"bash scripts/setup.sh --with-pretraining-corpus        # builds ~/.cache/bertology/english-corpus\n"
-            f"bertology pretrain --config {config}    # on 2 CPU cores; re-run to resume\n"
-            f"python scripts/release_english_model.py --run ~/.cache/bertology/models/{run.name} \\\n"
+            + pretrain +
+            f"python scripts/release_english_model.py --run .cache/bertology/models/{run.name}{runs} \\\n"
             f"    --corpus ~/.cache/bertology/english-corpus --out workbench/data/models/{out.name} --config {config}")
 
 
@@ -55,7 +59,13 @@ def main() -> None:
                                                    "max_steps (a shipped recipe name or a file)")
     ap.add_argument("--notes", default="", help="what happened during the run, for the model card")
     ap.add_argument("--config", default="english_cpu", help="the shipped recipe the run was made with (for the card)")
+    ap.add_argument("--earlier-run", type=Path, action="append", default=[],
+                    help="an earlier stretch this run continued (its run folder; oldest first, repeatable)")
+    ap.add_argument("--earlier-config", action="append", default=[],
+                    help="the shipped recipe of each --earlier-run (for the card), in the same order")
     args = ap.parse_args()
+    if len(args.earlier_config) != len(args.earlier_run):
+        ap.error("give one --earlier-config per --earlier-run")
 
     run = json.loads((args.run / "run.json").read_text(encoding="utf-8"))
     steps = [int(s) for s in args.steps.split(",")] if args.steps else run["config"]["keep_steps"]
@@ -71,16 +81,17 @@ def main() -> None:
                f"{corpus['seed']}; licences per source in release.json)")
     baseline = unigram_baseline(args.run)
     card = {
-        "description": CONTINUED if run["config"].get("init_from") else FROM_SCRATCH,
+        "description": CONTINUED if (run["config"].get("init_from") or args.earlier_run) else FROM_SCRATCH,
         "unigram_baseline": baseline["unigram_eval_loss"],
         "unigram_details": baseline,
         "corpus": {"summary": summary, "sources": sources, "totals": totals, "split": corpus.get("split"),
                    "dedup": corpus.get("dedup")},
         "licence": ("weights: Apache-2.0, as all-MiniLM-L6-v2 (sentence-transformers) they start from and the "
-                    "workbench" if run["config"].get("init_from") else "weights: Apache-2.0, as the workbench")
+                    "workbench" if (run["config"].get("init_from") or args.earlier_run)
+                    else "weights: Apache-2.0, as the workbench")
                    + "; the training texts keep their own licences (public domain, PDDL/CC0, MPL-2.0, GPL-2.0+ for "
                      "GCIDE, the WordNet licence; listed per source in release.json)",
-        "command": reproduce(args.config, args.run, args.out),
+        "command": reproduce(args.config, args.run, args.out, list(zip(args.earlier_config, args.earlier_run))),
         "notes": args.notes,
     }
     recipe = None
@@ -90,8 +101,9 @@ def main() -> None:
         recipe = load_config(args.recipe).to_dict()
         recipe.pop("output_root", None)
     texts = heldout_sentences(args.corpus, n=400, seed=0)
+    earlier = [earlier_stretch(path) for path in args.earlier_run]
     out = export_release(args.run, args.out, steps=steps, name=args.out.name, card=card, recipe=recipe,
-                         pll_texts=texts, pll_source="400 lines of the held-out Brown and State of the Union "
+                         pll_texts=texts, earlier=earlier, pll_source="400 lines of the held-out Brown and State of the Union "
                          "documents with 5-60 words, 200 each, seed 0")
     print(f"wrote {out}")
     print((out / "README.md").read_text(encoding="utf-8"))

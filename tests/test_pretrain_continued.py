@@ -32,8 +32,8 @@ def source_models(corpus_and_tokenizer, tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _continued(corpus_and_tokenizer, root: Path, init_from: Path, **kw) -> PretrainConfig:
-    return _cfg(corpus_and_tokenizer, root, run_name="continued", tokenizer=None, init_from=str(init_from),
-                dropout=0.0, **kw)
+    kw = {"run_name": "continued", **kw}
+    return _cfg(corpus_and_tokenizer, root, tokenizer=None, init_from=str(init_from), dropout=0.0, **kw)
 
 
 def test_starts_from_the_encoder_and_adds_a_bert_head(corpus_and_tokenizer, source_models, tmp_path):
@@ -108,3 +108,33 @@ def test_a_later_stretch_continues_the_data_stream(corpus_and_tokenizer, source_
     assert seen["later"] == seen["one"][2 * one.grad_accum_steps:]
     with pytest.raises(ConfigError, match=r"'stream_start'.*>= 0"):
         _continued(corpus_and_tokenizer, tmp_path, bare, stream_start=-1)
+
+
+def test_a_two_stretch_release_counts_steps_and_tokens_from_the_first(corpus_and_tokenizer, source_models, tmp_path):
+    """Stretch 2 starts from stretch 1's last checkpoint and reads on in its stream: the release ships
+    stretch 2's step s as step 6 + s, counts both stretches' sequences, lists both stretches on the
+    card and in release.json, and keeps both stretches' metrics on one step axis."""
+    import json
+
+    from bertology.pretraining.release import earlier_stretch, export_release, read_release
+
+    _, bare = source_models
+    one = _continued(corpus_and_tokenizer, tmp_path / "one", bare, run_name="stretch-one")
+    first = run_pretraining(one)
+    second_cfg = _continued(corpus_and_tokenizer, tmp_path / "two", first / "checkpoint-6", run_name="stretch-two",
+                            max_steps=4, stream_start=6 * one.batch_size)
+    second = run_pretraining(second_cfg)
+    out = export_release(second, tmp_path / "release" / "two-stretch", steps=[4], score=False,
+                         earlier=[earlier_stretch(first)])
+    release = read_release(out)
+    entry, = release["checkpoints"]
+    assert entry["step"] == 10 and (out / "checkpoint-10" / "model.safetensors").is_file()
+    assert entry["sequences_seen"] == 10 * one.batch_size
+    assert entry["tokens_seen_at_most"] == 10 * one.batch_size * one.max_seq_len
+    rows = release["stretches"]
+    assert [(r["run"], r["first_step"], r["last_step"]) for r in rows] == [("stretch-one", 1, 6), ("stretch-two", 7, 10)]
+    assert rows[0]["init_from"] == str(bare) and rows[1]["stream_start"] == 6 * one.batch_size
+    events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {e["stretch"] for e in events} == {1, 2} and max(e["step"] for e in events if e["stretch"] == 2) == 10
+    card = (out / "README.md").read_text()
+    assert "## Training stretches" in card and f"started from | `{bare}`" in card and "`two-stretch@10`" in card

@@ -27,7 +27,8 @@ def test_listed_within_budget_with_its_recipe_and_pll_on_the_card(release):
     size = sum(f.stat().st_size for f in release["path"].rglob("*") if f.is_file())
     assert size <= 60 * 2**20, size
     card = json.loads((release["path"] / "release.json").read_text())
-    assert card["recipe"]["init_from"] == "minilm-l6" and card["recipe"]["objective"] == "mlm"
+    first = card.get("recipe_first_stretch", card["recipe"])     # trained in stretches: the first one's start
+    assert first["init_from"] == "minilm-l6" and card["recipe"]["objective"] == "mlm"
     final = card["checkpoints"][-1]
     # measured at release: 5.09 [5.03, 5.17] nats per piece (the target, 5.0, not reached yet)
     assert final["pll_nats_per_piece"] < 5.5, final

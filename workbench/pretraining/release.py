@@ -27,7 +27,7 @@ from bertology.errors import CheckpointError
 from bertology.models import file_sha256
 from bertology.pretraining.evaluation import heldout_loss
 
-__all__ = ["export_release", "read_release", "RELEASE_FILE"]
+__all__ = ["export_release", "earlier_stretch", "read_release", "RELEASE_FILE"]
 
 RELEASE_FILE = "release.json"
 MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
@@ -62,10 +62,28 @@ def _eval_losses(run_dir: Path) -> dict[int, float]:
     return losses
 
 
+def earlier_stretch(run_dir: str | Path) -> dict[str, Any]:
+    """What a finished earlier stretch of a model's training contributes to a later release: its run
+    name, config, last step, sequences seen and held-out losses (``stretches`` of :func:`export_release`)."""
+    run_dir = Path(run_dir)
+    info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        raise CheckpointError(f"{run_dir}: no checkpoint (the earlier stretch did not finish)")
+    step, path = checkpoints[-1]
+    state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    events = ([json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+              if (run_dir / "metrics.jsonl").is_file() else [])
+    return {"run": info["config"]["run_name"], "config": info["config"], "steps": step,
+            "sequences_seen": int(state.get("sequences_seen", 0)), "eval_losses": _eval_losses(run_dir),
+            "events": events}
+
+
 def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[int] | None = None,
                    name: str | None = None, card: dict[str, Any] | None = None,
                    recipe: dict[str, Any] | None = None, score: bool = True,
-                   pll_texts: Sequence[str] | None = None, pll_source: str | None = None) -> Path:
+                   pll_texts: Sequence[str] | None = None, pll_source: str | None = None,
+                   earlier: Sequence[dict[str, Any]] = ()) -> Path:
     """Write the release folder ``out_dir`` from ``run_dir``; returns ``out_dir``.
 
     ``steps``: which checkpoints to ship (default: every checkpoint the run kept). ``card``: extra
@@ -78,7 +96,12 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
     at that step, if it evaluated there, stays as ``eval_loss_logged``. ``pll_texts``: sentences to
     score every shipped checkpoint on by pseudo-log-likelihood (nats per piece and per word, bootstrap
     intervals over sentences; :mod:`bertology.pseudo_likelihood`), as shipped;
-    ``pll_source`` says where they come from. Written atomically: a killed export leaves no folder.
+    ``pll_source`` says where they come from. ``earlier``: the stretches this run continued
+    (:func:`earlier_stretch` of each, oldest first; the run started from the last one's weights): steps
+    and tokens then count from the first stretch (this run's step s ships as ``checkpoint-<s + earlier
+    steps>``), ``release.json`` lists every stretch (``stretches``) and ``metrics.jsonl`` holds every
+    stretch's events on the common step axis (``stretch``: 1, 2, ...). Written atomically: a killed
+    export leaves no folder.
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     run_info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
@@ -90,11 +113,13 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
     losses = _eval_losses(run_dir)
     cfg = dict(recipe) if recipe else run_info["config"]
     card = dict(card or {})
+    offset = sum(int(e["steps"]) for e in earlier)
+    sequences_before = sum(int(e["sequences_seen"]) for e in earlier)
     entries = []
     with atomic_dir(out_dir) as tmp:
         for step in steps:
             src = available[step]
-            dst = tmp / f"checkpoint-{step}"
+            dst = tmp / f"checkpoint-{step + offset}"
             dst.mkdir()
             n_params = _to_float16(src / "model.safetensors", dst / "model.safetensors")
             for f in MODEL_FILES:
@@ -102,8 +127,9 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
                     shutil.copy2(src / f, dst / f)
             state = json.loads((src / "trainer_state.json").read_text(encoding="utf-8"))
             shipped_loss = heldout_loss(run_dir, dst) if score else None
-            tokens = state.get("sequences_seen", 0) * cfg["max_seq_len"]
-            entries.append({"step": step, "sequences_seen": state.get("sequences_seen"),
+            sequences = sequences_before + int(state.get("sequences_seen", 0))
+            tokens = sequences * cfg["max_seq_len"]
+            entries.append({"step": step + offset, "sequences_seen": sequences,
                             "tokens_seen_at_most": tokens, "eval_loss_logged": losses.get(step),
                             "eval_loss": shipped_loss if shipped_loss is not None else losses.get(step),
                             "eval_perplexity": math.exp(shipped_loss if shipped_loss is not None else losses[step])
@@ -118,12 +144,61 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
                    "run": {k: run_info.get(k) for k in ("corpus", "corpus_sha256", "heldout_corpus", "seed",
                                                          "world_size", "n_train_sequences", "n_eval_sequences",
                                                          "n_parameters", "objective", "created")},
-                   "eval_losses": {str(k): v for k, v in sorted(losses.items())}, **card}
-        if (run_dir / "metrics.jsonl").is_file():  # the whole training curve, as the trainer logged it
+                   "eval_losses": {str(k): v for k, v in sorted(_all_losses(earlier, losses, offset).items())}, **card}
+        if earlier:
+            release["stretches"] = _stretches(earlier, run_info["config"], cfg, entries, losses, offset)
+            release["recipe_first_stretch"] = earlier[0]["config"]
+            _write_all_metrics(earlier, run_dir, tmp / "metrics.jsonl", offset)
+        elif (run_dir / "metrics.jsonl").is_file():  # the whole training curve, as the trainer logged it
             shutil.copy2(run_dir / "metrics.jsonl", tmp / "metrics.jsonl")
         write_json(tmp / RELEASE_FILE, release)
         write_text(tmp / "README.md", model_card(release))
     return out_dir
+
+
+def _all_losses(earlier: Sequence[dict[str, Any]], losses: dict[int, float], offset: int) -> dict[int, float]:
+    """Held-out losses of every stretch on the common step axis."""
+    out: dict[int, float] = {}
+    start = 0
+    for stretch in earlier:
+        out.update({start + int(k): float(v) for k, v in stretch["eval_losses"].items()})
+        start += int(stretch["steps"])
+    out.update({offset + k: v for k, v in losses.items()})
+    return out
+
+
+def _stretches(earlier: Sequence[dict[str, Any]], config: dict[str, Any], recipe: dict[str, Any],
+               entries: list[dict[str, Any]], losses: dict[int, float], offset: int) -> list[dict[str, Any]]:
+    """One row per stretch: run, started from, steps (cumulative), lr, warm-up, sequences, last held-out loss."""
+    rows, start = [], 0
+    for stretch in earlier:
+        c = stretch["config"]
+        end_loss = stretch["eval_losses"].get(int(stretch["steps"]))
+        rows.append({"run": stretch["run"], "init_from": c.get("init_from"), "first_step": start + 1,
+                     "last_step": start + int(stretch["steps"]), "learning_rate": c["learning_rate"],
+                     "warmup_steps": c["warmup_steps"], "stream_start": c.get("stream_start", 0),
+                     "sequences": stretch["sequences_seen"], "eval_loss_end": end_loss})
+        start += int(stretch["steps"])
+    last = entries[-1]
+    rows.append({"run": config["run_name"], "init_from": config.get("init_from"), "first_step": offset + 1,
+                 "last_step": last["step"], "learning_rate": recipe["learning_rate"],
+                 "warmup_steps": recipe["warmup_steps"], "stream_start": recipe.get("stream_start", 0),
+                 "sequences": last["sequences_seen"] - sum(int(e["sequences_seen"]) for e in earlier),
+                 "eval_loss_end": losses.get(last["step"] - offset)})
+    return rows
+
+
+def _write_all_metrics(earlier: Sequence[dict[str, Any]], run_dir: Path, path: Path, offset: int) -> None:
+    """Every stretch's metric events, steps on the common axis, each tagged with its stretch (1, 2, ...)."""
+    lines, start = [], 0
+    for k, stretch in enumerate(earlier, 1):
+        lines += [json.dumps({**e, "step": start + int(e["step"]), "stretch": k}) for e in stretch["events"]]
+        start += int(stretch["steps"])
+    if (run_dir / "metrics.jsonl").is_file():
+        lines += [json.dumps({**json.loads(line), "stretch": len(earlier) + 1}
+                             | {"step": offset + int(json.loads(line)["step"])})
+                  for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def _pll_entry(model_dir: Path, texts: Sequence[str]) -> dict[str, Any]:
@@ -137,6 +212,12 @@ def _pll_entry(model_dir: Path, texts: Sequence[str]) -> dict[str, Any]:
     return {"pll_nats_per_piece": piece.estimate, "pll_nats_per_piece_ci": [piece.low, piece.high],
             "pll_nats_per_word": word.estimate, "pll_nats_per_word_ci": [word.low, word.high],
             "pll_pieces": summary["pieces"], "pll_words": summary["words"]}
+
+
+def _first_init(release: dict[str, Any]) -> str:
+    """The model the first stretch started from (the recipe's own ``init_from`` for one stretch)."""
+    first = release.get("recipe_first_stretch") or release["recipe"]
+    return str(first.get("init_from"))
 
 
 def read_release(folder: str | Path) -> dict[str, Any]:
@@ -158,14 +239,16 @@ def model_card(release: dict[str, Any]) -> str:
              f"| architecture | BERT, {cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads, hidden "
              f"{cfg['hidden_size']}, FFN {cfg['intermediate_size']}, max length {cfg['max_seq_len']}, MLM head |",
              f"| parameters | {final['n_parameters']:,} (stored as {release['format']}) |",
-             (f"| started from | `{cfg['init_from']}` (its weights and tokenizer; continued MLM pretraining) |"
+             (f"| started from | `{_first_init(release)}` (its weights and tokenizer; continued MLM pretraining"
+              + (f", in {len(release['stretches'])} stretches" if release.get("stretches") else "") + ") |"
               if cfg.get("init_from") else
               f"| tokenizer | {cfg['tokenizer_kind']} {'uncased' if cfg['lowercase'] else 'cased'}, vocabulary {cfg['vocab_size']:,} |"),
              f"| objective | {cfg['objective']}, {cfg['masking']} masking {cfg['mlm_probability']:.0%} (80/10/10), "
              f"{'dynamic' if cfg['dynamic_masking'] else 'static'} masks |",
              f"| optimisation | AdamW lr {cfg['learning_rate']}, warm-up {cfg['warmup_steps']} steps, linear decay, "
              f"batch {cfg['batch_size']} x {cfg['grad_accum_steps']} x world {run.get('world_size')} sequences, "
-             f"{cfg['max_steps']:,} steps, seed {cfg['seed']} |",
+             f"{cfg['max_steps']:,} steps, seed {cfg['seed']}"
+             + (" (the last stretch; every stretch below) |" if release.get("stretches") else " |"),
              f"| tokens seen | at most {final['tokens_seen_at_most']:,} (sequences are packed up to {cfg['max_seq_len']} tokens) |",
              f"| held-out MLM loss | {final['eval_loss']:.3f} nats (perplexity {final['eval_perplexity']:.1f}) at step {final['step']:,} |"
              if final.get("eval_loss") is not None else "| held-out MLM loss | not measured |"]
@@ -176,6 +259,17 @@ def model_card(release: dict[str, Any]) -> str:
         lines.append(f"| corpus | {release['corpus'].get('summary', '')} |")
     if "licence" in release:
         lines.append(f"| licence | {release['licence']} |")
+    if release.get("stretches"):
+        lines += ["", "## Training stretches", "",
+                  "| stretch | run | started from | steps | lr (peak), warm-up | sequences read | held-out loss at its end |",
+                  "|---|---|---|---|---|---|---|"]
+        for k, row in enumerate(release["stretches"], 1):
+            end = f"{row['eval_loss_end']:.3f}" if row.get("eval_loss_end") is not None else "—"
+            lines.append(f"| {k} | `{row['run']}` | `{row['init_from']}` | {row['first_step']:,}–{row['last_step']:,} | "
+                         f"{row['learning_rate']}, {row['warmup_steps']} | {row['sequences']:,} (from stream position "
+                         f"{row['stream_start']:,}) | {end} |")
+        lines += ["", "Each stretch starts a fresh optimizer and schedule from the previous one's last weights (float32, "
+                  "in its run folder) and reads the next part of the same shuffled stream, so no text is read twice."]
     pll = "pll_texts" in release
     lines += ["", "## Checkpoints", "",
               "| step | tokens seen (at most) | held-out loss |" + (" PLL nats/piece [95%] | PLL nats/word [95%] |" if pll else "")
