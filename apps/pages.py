@@ -437,6 +437,18 @@ def compression_page(page: Page) -> None:
                    "what those bits give, the size is the packed size they would take, and there is no speed-up. "
                    "difference: against float32 on the same test examples (paired bootstrap).")
         st.dataframe(quant, width="stretch", hide_index=True)
+    probing = optional_table(run, "quantization_probing")
+    if has_columns_or_explain(probing, ["setting", "layer", "accuracy", "low", "high", "difference"],
+                              "quantization_probing", run):
+        with guard("the probing under quantization", run):
+            shown = probing.dropna(subset=["accuracy"]).rename(columns={"accuracy": "mean"})
+            st.plotly_chart(figures.line_with_band(shown, "layer", "setting",
+                                                   "linear POS probe per layer of the pretrained encoder, quantized",
+                                                   "test accuracy (95% interval)"), width="stretch")
+        st.caption("The same probe, split and seed for every setting; difference: against float32 at that layer on the "
+                   "same test sentences (paired bootstrap).")
+        with st.expander("probing table"):
+            st.dataframe(probing, width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- Embeddings
@@ -754,7 +766,7 @@ PAGES: tuple[Page, ...] = (
                "of the task loss with respect to a gate on each head, re-estimated as heads go), at random or by "
                "type, with the task's accuracy read on test (Michel et al. 2019, *Are Sixteen Heads Really Better "
                "than One?*); and its weights stored in 8 bits or fewer (post-training quantization).",
-         render=compression_page, study="compression", main_table="pruning_curves", min_charts=3),
+         render=compression_page, study="compression", main_table="pruning_curves", min_charts=4),
     Page(key="Compare runs", title="Compare two runs",
          intro="The main table of two runs of one study side by side (another model, seed or config).",
          render=compare_page, min_tables=2),

@@ -9,7 +9,9 @@
   :func:`bertology.probes.heads.pruning.classifier_task`.
 - **Post-training quantization** of the same classifier: real dynamic int8 and simulated 8- to 2-bit
   weights, test accuracy with intervals and the paired difference to float32, size, forward time
-  (:func:`bertology.probes.compression.task_quantization`).
+  (:func:`bertology.probes.compression.task_quantization`); and of the pretrained encoder, a linear POS
+  probe per layer under each setting, paired with float32 on the same test sentences
+  (:func:`bertology.probes.compression.quantized_probing`).
 
 The fine-tune is made by :func:`bertology.finetuning.run_finetuning` inside the run folder
 (``finetunes/``, resumable), or an existing finished one is named with ``finetune_run``. Glue
@@ -57,6 +59,8 @@ DEFAULTS: dict[str, Any] = {
     "l0_steps": 150,
     "quantization": ["float32", "int8-dynamic", "simulated-8bit", "simulated-4bit", "simulated-3bit",
                      "simulated-2bit"],   # [] = no quantization table
+    "probe_sentences": 300,            # sentences of `corpus` for a linear POS probe per layer of the pretrained
+                                       # encoder under each quantization (0 = no quantization_probing table)
     "device": "auto",
     "seed": 0,                         # the fine-tune's split, head and data order; random orders; bootstraps
 }
@@ -87,6 +91,22 @@ def run(ctx: StudyContext) -> None:
         ctx.step("quantization_task", lambda: task_quantization(
             finished.model, task.test, classifier_sentence_scores, settings=settings, seed=ctx.seed).assign(
                 metric=finished.description))
+        if cfg["probe_sentences"]:
+            ctx.step("quantization_probing", lambda: _quantized_probing(ctx, settings))
+
+
+def _quantized_probing(ctx: StudyContext, settings: list[Any]) -> pd.DataFrame:
+    """A linear POS probe per layer of the pretrained encoder (``model``) under each setting, on the
+    first ``probe_sentences`` sentences of ``corpus`` (gold UPOS in the bundled Brown sample)."""
+    from bertology.corpus import load_corpus
+    from bertology.models import load_model
+    from bertology.probes.compression import quantized_probing
+
+    cfg = ctx.config
+    lm = load_model(cfg["model"], attentions=False)
+    corpus = load_corpus(cfg["corpus"], limit=cfg["probe_sentences"])
+    return quantized_probing(lm, corpus, settings=settings, task="pos", seed=ctx.seed, root=ctx.run_dir).assign(
+        model=lm.name, corpus=corpus.name, upos=corpus.sources.get("upos", "unknown"))
 
 
 def quant_settings(names: list[str]) -> list[Any]:

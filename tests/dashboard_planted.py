@@ -182,7 +182,8 @@ def compression_run(root: Path, run_id: str = "planted") -> Path:
     """A compression run: a POS fine-tune with test accuracy 0.95 [0.94, 0.96]; importance and random
     pruning curves (accuracy 0.95 -> 0.90 -> 0.2 at 0 / 50 / 100% removed for importance, 0.95 -> 0.7
     -> 0.2 for random), their threshold summary, and quantization accuracies
-    :data:`PLANTED_QUANT_ACCURACY` (int8 1.5x faster, size x0.3)."""
+    :data:`PLANTED_QUANT_ACCURACY` (int8 1.5x faster, size x0.3); probing per layer 0.5 + 0.1 * layer
+    minus the setting's task-accuracy loss."""
     finetune = pd.DataFrame([{"run_dir": "finetunes/full-seed0", "task": "pos", "mode": "full", "seed": 0,
                               "model": "planted-bert", "best_step": 30, "dev_accuracy": 0.95, "test_accuracy": 0.95,
                               "test_low": 0.94, "test_high": 0.96, "test_items": 800, "test_examples": 40}])
@@ -201,9 +202,14 @@ def compression_run(root: Path, run_id: str = "planted") -> Path:
                            "size_kind": "theoretical" if name.startswith("simulated") else "serialized",
                            "speedup": {"float32": 1.0, "int8-dynamic": 1.5}.get(name, np.nan)}
                           for name, acc in PLANTED_QUANT_ACCURACY.items()])
+    probing = pd.DataFrame([{"setting": name, "layer": layer, "accuracy": 0.5 + 0.1 * layer - (0.95 - acc),
+                             "low": 0.45 + 0.1 * layer - (0.95 - acc), "high": 0.55 + 0.1 * layer - (0.95 - acc),
+                             "difference": acc - 0.95} for name, acc in PLANTED_QUANT_ACCURACY.items()
+                            for layer in range(3)])
     return write_results(root / "compression" / run_id,
                          {"finetune_run": finetune, "pruning_curves": curves, "pruning_threshold_summary": summary,
-                          "importance": importance, "quantization_task": quant},
+                          "importance": importance, "quantization_task": quant,
+                          "quantization_probing": probing},
                          {"study": "compression", "run_id": run_id, "seed": 0, "model": {"name": "planted-bert"},
                           "config": {"model": "planted-bert", "task": "pos"}})
 

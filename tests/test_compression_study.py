@@ -93,7 +93,8 @@ def test_a_head_made_irrelevant_is_unimportant_and_pruned_first(planted):
 def test_study_prunes_and_quantizes_the_fine_tuned_model(planted, tmp_path):
     config = {"finetune_run": str(planted["run"]), "methods": ["importance", "random"], "random_seeds": 3,
               "step": 0.25, "importance_examples": 32, "compare_shares": [0.5],
-              "quantization": ["int8-dynamic", "simulated-8bit", "simulated-2bit"], "device": "cpu"}
+              "quantization": ["int8-dynamic", "simulated-8bit", "simulated-2bit"], "device": "cpu",
+              "model": str(planted["model"]), "probe_sentences": 24}
     run_dir = run_study("compression", overrides=config, results_root=tmp_path / "results", log=lambda _: None)
     table = lambda name: pd.read_parquet(run_dir / f"{name}.parquet")  # noqa: E731
     runs = table("finetune_run")
@@ -115,6 +116,9 @@ def test_study_prunes_and_quantizes_the_fine_tuned_model(planted, tmp_path):
     assert quant.loc["simulated-2bit", "size_bytes"] < quant.loc["simulated-8bit", "size_bytes"]
     if not np.isnan(quant.loc["int8-dynamic", "accuracy"]):                  # an int8 engine exists here
         assert quant.loc["int8-dynamic", "size_ratio"] < 1.0
+    probing = table("quantization_probing")
+    assert set(probing["setting"]) == set(quant.index) and (probing[probing.setting == "float32"]["difference"] == 0).all()
+    assert probing.groupby("setting")["layer"].nunique().eq(3).all()              # embeddings + 2 layers
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["pruning_split"]["selected_on"] == "dev" and manifest["finetune"]["result"]["test_items"] > 0
 

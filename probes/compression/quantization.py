@@ -417,3 +417,58 @@ def task_quantization(model: nn.Module, batches: Sequence[Batch], sentence_score
         row["seconds"] = seconds
         row["speedup"] = base[0] / seconds if row["real_kernels"] else math.nan
     return pd.DataFrame(rows).reindex(columns=TASK_COLUMNS)
+
+
+PROBING_COLUMNS = ["setting", "kind", "bits", "layer", "accuracy", "low", "high", "difference", "difference_low",
+                   "difference_high", "p_value", "n_test_sentences", "n_test_items", "probe_task", "note"]
+
+
+def quantized_probing(lm, corpus, *, settings: Sequence[QuantSetting] = DEFAULT_SETTINGS, task: str = "pos",
+                      seed: int = 0, root=None) -> pd.DataFrame:
+    """What each layer still makes linearly readable when the encoder runs quantized: a linear edge
+    probe of ``task`` per layer (Tenney et al.'s per-layer probe, the ``linear`` probe, probe seed and
+    sentence split ``seed``, the same for every setting) trained and tested on the hidden states of
+    ``lm.model`` run under each setting (float32 is the reference), over ``corpus``.
+
+    Returns :data:`PROBING_COLUMNS`, one row per setting and hidden-state layer: test ``accuracy``
+    with a 95% bootstrap interval over test sentences, and ``difference`` to float32 at that layer
+    on the same test sentences (paired bootstrap interval and p-value). A setting that cannot run
+    here gets one row with its note. Stores go to ``root`` (a temporary folder when None)."""
+    import dataclasses
+    import hashlib
+    import tempfile
+
+    from bertology.probes.probing import probe_layers
+    from bertology.store import extract
+    from bertology.uncertainty import paired_bootstrap, ratio_bootstrap
+
+    def per_layer(sentences: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        acc = sentences[sentences["metric"] == "accuracy"].sort_values(["layer", "sentence"])
+        return {int(layer): (g["numerator"].to_numpy(float), g["denominator"].to_numpy(float))
+                for layer, g in acc.groupby("layer")}
+
+    rows, reference = [], None
+    with tempfile.TemporaryDirectory(dir=root, prefix="quantized-stores-") as stores:
+        for setting in settings:
+            run, note = quantized_model(lm.model, setting)
+            bits = 8 if setting.kind == "int8-dynamic" else setting.bits
+            base = {"setting": setting.name, "kind": setting.kind, "bits": bits, "probe_task": task, "note": note}
+            if run is None:
+                rows.append(base)
+                continue
+            fingerprint = hashlib.sha256(f"{lm.fingerprint}:{setting.name}".encode()).hexdigest()
+            quantized = dataclasses.replace(lm, model=run, fingerprint=fingerprint)
+            store = extract(quantized, corpus, attentions=False, root=stores, progress=False)
+            _, sentences = probe_layers(store, corpus, task, seeds=(int(seed),), split_seed=int(seed), probe="linear",
+                                        test_sentences=True)
+            layers = per_layer(sentences)
+            if reference is None:
+                reference = layers
+            for layer, (numerator, denominator) in layers.items():
+                iv = ratio_bootstrap(numerator, denominator, seed=seed)
+                diff = paired_bootstrap(numerator, reference[layer][0], denominator, reference[layer][1], seed=seed)
+                rows.append({**base, "layer": layer, "accuracy": iv.estimate, "low": iv.low, "high": iv.high,
+                             "difference": diff.difference, "difference_low": diff.low,
+                             "difference_high": diff.high, "p_value": diff.p_value,
+                             "n_test_sentences": int(numerator.size), "n_test_items": int(denominator.sum())})
+    return pd.DataFrame(rows).reindex(columns=PROBING_COLUMNS)
