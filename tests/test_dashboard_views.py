@@ -15,6 +15,15 @@ from dashboard_planted import MARKUP, chart_specs, probing_run
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
 
 
+def open_page(results: Path, monkeypatch, page: str) -> AppTest:
+    """The dashboard on ``page`` over the results folder ``results``, run once."""
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(results))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = page
+    at.run()
+    return at
+
+
 def baseline_rows(task: str = "pos", value: float = 0.3) -> pd.DataFrame:
     """``random_baseline`` rows (as ``layer_scores``): accuracy ``value`` at layers 0..2, one seed,
     plus a dev row and a control row that must not be drawn."""
@@ -45,10 +54,7 @@ def test_baseline_lines_are_dashed_in_their_tasks_colour():
 def test_probing_page_draws_the_random_baseline(tmp_path, monkeypatch):
     run = probing_run(tmp_path / "results", "p", "m")
     baseline_rows().to_parquet(run / "random_baseline.parquet")
-    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["page"] = "Probing"
-    at.run()
+    at = open_page(tmp_path / "results", monkeypatch, "Probing")
     assert not at.exception and not at.error
     traces = chart_specs(at)[0]["data"]
     dashed = [t for t in traces if t.get("name") == "pos · random-init encoder"]
@@ -72,10 +78,7 @@ def test_neighbour_table_is_searchable(tmp_path, monkeypatch):
     neighbours = pd.concat([read_table(run, "neighbours"),
                             pd.DataFrame({"word": ["bank"], "static_space": ["input embeddings"], "neighbour": ["river"]})])
     neighbours.to_parquet(run / "neighbours.parquet")
-    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["page"] = "Embeddings"
-    at.run()
+    at = open_page(tmp_path / "results", monkeypatch, "Embeddings")
     assert len(at.dataframe[-1].value) == 2 and any(c.value == "2 of 2 rows" for c in at.caption)
     at.text_input(key="ctx_neighbour_search").set_value("RIVER").run()
     assert not at.exception
@@ -93,10 +96,7 @@ def test_pruning_of_an_mlm_loss_is_drawn_as_the_loss_with_its_thresholds(tmp_pat
                                "removable_share": [0.5, 1.0], "value_test": [-6.3, -6.5]})
     write_results(tmp_path / "results" / "pruning" / "mlm", {"pruning_curves": curves, "pruning_thresholds": thresholds},
                   {"study": "pruning", "run_id": "mlm", "seed": 0, "model": {"name": "m"}})
-    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["page"] = "Pruning"
-    at.run()
+    at = open_page(tmp_path / "results", monkeypatch, "Pruning")
     assert not at.exception and not at.error
     spec = chart_specs(at)[0]
     curve = [t for t in spec["data"] if t.get("name") == "importance" and t.get("mode") == "lines+markers"][0]
@@ -113,10 +113,7 @@ def test_every_measure_page_defines_its_measures(tmp_path, monkeypatch):
     assert any("selectivity" in line for line in tables.measure_lines("Probing"))
     assert tables.measure_lines("Runs") == [] and tables.measure_lines("Live") == []
     probing_run(tmp_path / "results", "p", "m")
-    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["page"] = "Probing"
-    at.run()
+    at = open_page(tmp_path / "results", monkeypatch, "Probing")
     assert at.expander[0].label == "what the measures on this page mean"
     shown = " ".join(m.value for m in at.expander[0].markdown)
     for name in ("E_s", "E_Δ", "selectivity", "MDL compression", "random-init baseline"):
@@ -140,10 +137,7 @@ def test_selectivity_mdl_and_l0_gates_are_drawn_per_layer(tmp_path, monkeypatch)
                        + [{"task": "pos", "mode": "per_layer", "probe": "mlp", "control": False, "layer": 0, "seed": 0,
                            "metric": "online_bits", "value": 999.0}])
     mdl.to_parquet(run / "mdl.parquet")
-    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["page"] = "Probing"
-    at.run()
+    at = open_page(tmp_path / "results", monkeypatch, "Probing")
     assert not at.exception and not at.error
     specs = {s["layout"]["title"]["text"]: s for s in chart_specs(at)}
     selectivity = specs["selectivity per layer: task − control accuracy (test)"]["data"][0]
@@ -156,9 +150,7 @@ def test_selectivity_mdl_and_l0_gates_are_drawn_per_layer(tmp_path, monkeypatch)
                           "kept": [True, False, True, False]})
     write_results(tmp_path / "results" / "pruning" / "l0", {"l0_gates": gates},
                   {"study": "pruning", "run_id": "l0", "seed": 0, "model": {"name": "m"}})
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["page"] = "Pruning"
-    at.run()
+    at = open_page(tmp_path / "results", monkeypatch, "Pruning")
     assert not at.exception and not at.error
     gate_map = [s for s in chart_specs(at) if s["layout"]["title"]["text"].startswith("L0 head gates")][0]
     heat = [t for t in gate_map["data"] if t["type"] == "heatmap"][0]
@@ -178,10 +170,7 @@ def test_emergence_shows_the_reference_models_cloze_guesses(tmp_path, monkeypatc
                  ).to_parquet(run / "reference_cloze_predictions.parquet")
     pd.DataFrame({"model": ["reference-mlm"], "n": [1], "top1": [1.0], "top5": [1.0]}
                  ).to_parquet(run / "reference_cloze_accuracy.parquet")
-    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["page"] = "Pretraining"
-    at.run()
+    at = open_page(tmp_path / "results", monkeypatch, "Pretraining")
     assert not at.exception and not at.error
     assert any("Reference, not a checkpoint of this run: reference-mlm" in c.value and "top-1 100%" in c.value
                for c in at.caption)
@@ -193,10 +182,7 @@ def test_finetuning_page_shows_modes_with_intervals_and_change_per_layer(tmp_pat
     from dashboard_planted import finetuning_run
 
     finetuning_run(tmp_path / "results")
-    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["page"] = "Fine-tuning"
-    at.run()
+    at = open_page(tmp_path / "results", monkeypatch, "Fine-tuning")
     assert not at.exception and not at.error
     scores, change, probes = chart_specs(at)
     after = [t for t in probes["data"] if t["name"] == "full"][0]
@@ -236,10 +222,7 @@ def test_compression_page_shows_the_fine_tune_pruning_and_quantization(tmp_path,
     from dashboard_planted import PLANTED_QUANT_ACCURACY, compression_run
 
     compression_run(tmp_path / "results")
-    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.query_params["page"] = "Compression"
-    at.run()
+    at = open_page(tmp_path / "results", monkeypatch, "Compression")
     assert not at.exception and not at.error
     assert any("test accuracy 0.9500 [0.9400, 0.9600] on 800 items" in m.value for m in at.markdown)
     curves, importance, quant, probing = chart_specs(at)
