@@ -426,6 +426,19 @@ def compression_page(page: Page) -> None:
                     f"{esc(str(row['task']))}, seed {row['seed']}: test accuracy {row['test_accuracy']:.4f} "
                     f"[{row['test_low']:.4f}, {row['test_high']:.4f}] on {int(row['test_items'])} items.")
     pruning_sections(run)
+    lottery = optional_table(run, "lottery_runs")
+    if has_columns_or_explain(lottery, ["kind", "sparsity", "test_accuracy", "test_low", "test_high"], "lottery_runs",
+                              run):
+        st.subheader("Lottery tickets")
+        with guard("the lottery curves", run):
+            fig = figures.line_with_band(tables.lottery_curves(lottery), "sparsity", "kind",
+                                         "test accuracy vs share of the encoder's weights removed", "test accuracy")
+            fig.update_xaxes(tickformat=".0%", title="sparsity (share of encoder weight-matrix entries removed)")
+            st.plotly_chart(fig, width="stretch")
+        comparison = optional_table(run, "lottery_comparison")
+        if comparison is not None:
+            st.caption("Each ticket against the random mask of the same sparsity, paired on the same test examples:")
+            st.dataframe(comparison, width="stretch", hide_index=True)
     quant = optional_table(run, "quantization_task")
     if has_columns_or_explain(quant, ["setting", "accuracy", "low", "high", "size_ratio", "size_kind", "speedup"],
                               "quantization_task", run):
@@ -766,7 +779,7 @@ PAGES: tuple[Page, ...] = (
                "of the task loss with respect to a gate on each head, re-estimated as heads go), at random or by "
                "type, with the task's accuracy read on test (Michel et al. 2019, *Are Sixteen Heads Really Better "
                "than One?*); and its weights stored in 8 bits or fewer (post-training quantization).",
-         render=compression_page, study="compression", main_table="pruning_curves", min_charts=4),
+         render=compression_page, study="compression", main_table="pruning_curves", min_charts=5),
     Page(key="Compare runs", title="Compare two runs",
          intro="The main table of two runs of one study side by side (another model, seed or config).",
          render=compare_page, min_tables=2),

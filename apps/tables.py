@@ -415,6 +415,9 @@ MEASURES: dict[str, str] = {
     "l0": "**L0 gates** (Voita et al. 2019; Louizos et al. 2018): a stochastic Hard Concrete gate per head, trained on "
           "the task loss + λ·Σ_h P(gate_h open); a larger λ closes more heads. P(open) is the learned probability; "
           "a head is removed when its deterministic test-time gate is 0.",
+    "lottery": "**magnitude ticket** (Frankle & Carbin 2019; Chen et al. 2020): fine-tune, remove the smallest-"
+               "magnitude share of the encoder's remaining weights, rewind the rest to the pre-trained values and "
+               "fine-tune again, round after round; **random mask**: as many weights removed at random.",
     "quantization": "**int8 (dynamic)**: torch's int8 kernels, weights stored in 8 bits, activations quantized per "
                     "batch at run time -- its size and speed are real; **simulated b-bit**: each weight rounded to "
                     "one of 2^(b−1)−1 symmetric levels per output channel, run as float32 -- the accuracy is what b "
@@ -455,7 +458,7 @@ PAGE_MEASURES: dict[str, tuple[str, ...]] = {
     "Alignment": ("alignment",),
     "Semantic change": ("semantic_change",),
     "Fine-tuning": ("finetune_modes", "cka", "weight_change", "attention_js"),
-    "Compression": ("importance", "threshold", "quantization"),
+    "Compression": ("importance", "threshold", "lottery", "quantization"),
 }
 
 
@@ -495,6 +498,20 @@ def type_changes(types: pd.DataFrame) -> pd.DataFrame:
         rows.append({"mode": mode, "changed_share": float(part["changed"].astype(bool).mean()),
                      "most_common_changes": ", ".join(f"{k} ({v})" for k, v in common.items()) or "none"})
     return pd.DataFrame(rows, columns=["mode", "changed_share", "most_common_changes"])
+
+
+def lottery_curves(runs: pd.DataFrame) -> pd.DataFrame:
+    """``kind, sparsity, mean, low, high``: test accuracy against sparsity for the magnitude tickets
+    and the random masks of a ``lottery_runs`` table, the dense model (sparsity 0) starting both lines."""
+    dense = runs[runs["kind"] == "dense"]
+    parts = [runs[runs["kind"] != "dense"]]
+    for kind in ("imp", "random"):
+        if (runs["kind"] == kind).any():
+            parts.append(dense.assign(kind=kind))
+    out = pd.concat(parts, ignore_index=True)
+    out["kind"] = out["kind"].map({"imp": "magnitude ticket (IMP, rewound)", "random": "random mask"})
+    return out.rename(columns={"test_accuracy": "mean", "test_low": "low", "test_high": "high"})[
+        ["kind", "sparsity", "mean", "low", "high"]].sort_values(["kind", "sparsity"]).reset_index(drop=True)
 
 
 def measure_lines(page: str) -> list[str]:

@@ -206,10 +206,13 @@ def compression_run(root: Path, run_id: str = "planted") -> Path:
                              "low": 0.45 + 0.1 * layer - (0.95 - acc), "high": 0.55 + 0.1 * layer - (0.95 - acc),
                              "difference": acc - 0.95} for name, acc in PLANTED_QUANT_ACCURACY.items()
                             for layer in range(3)])
+    lottery = pd.DataFrame({"round": [0, 1, 1, 2, 2], "kind": ["dense", "imp", "random", "imp", "random"],
+                            "sparsity": [0.0, 0.5, 0.5, 0.75, 0.75], "test_accuracy": [0.95, 0.94, 0.85, 0.92, 0.6],
+                            "test_low": [0.94, 0.93, 0.83, 0.91, 0.57], "test_high": [0.96, 0.95, 0.87, 0.93, 0.63]})
     return write_results(root / "compression" / run_id,
                          {"finetune_run": finetune, "pruning_curves": curves, "pruning_threshold_summary": summary,
                           "importance": importance, "quantization_task": quant,
-                          "quantization_probing": probing},
+                          "quantization_probing": probing, "lottery_runs": lottery},
                          {"study": "compression", "run_id": run_id, "seed": 0, "model": {"name": "planted-bert"},
                           "config": {"model": "planted-bert", "task": "pos"}})
 

@@ -131,9 +131,13 @@ def test_unknown_quantization_settings_are_refused(planted, tmp_path):
 
 def test_study_fine_tunes_when_no_run_is_given(planted, tmp_path):
     config = {"model": str(planted["model"]), "task": str(planted["token"]), "epochs": 2, "batch_size": 16,
-              "max_seq_len": 32, "methods": ["importance"], "step": 0.5, "quantization": [], "device": "cpu"}
+              "max_seq_len": 32, "methods": ["importance"], "step": 0.5, "quantization": [], "device": "cpu",
+              "lottery_rounds": 1, "lottery_prune_share": 0.5}
     run_dir = run_study("compression", overrides=config, results_root=tmp_path / "results", log=lambda _: None)
     runs = pd.read_parquet(run_dir / "finetune_run.parquet")
     assert runs["run_dir"].iloc[0] == "finetunes/full-seed0" and (run_dir / "finetunes" / "full-seed0" / "run.json").is_file()
     assert not (run_dir / "quantization_task.parquet").exists()
     assert (run_dir / "pruning_thresholds.parquet").is_file()
+    lottery = pd.read_parquet(run_dir / "lottery_runs.parquet")
+    assert lottery["kind"].tolist() == ["dense", "imp", "random"] and lottery["sparsity"].iloc[1] == pytest.approx(0.5, abs=1e-3)
+    assert len(pd.read_parquet(run_dir / "lottery_comparison.parquet")) == 1

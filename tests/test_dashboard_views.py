@@ -225,7 +225,9 @@ def test_compression_page_shows_the_fine_tune_pruning_and_quantization(tmp_path,
     at = open_page(tmp_path / "results", monkeypatch, "Compression")
     assert not at.exception and not at.error
     assert any("test accuracy 0.9500 [0.9400, 0.9600] on 800 items" in m.value for m in at.markdown)
-    curves, importance, quant, probing = chart_specs(at)
+    curves, importance, lottery, quant, probing = chart_specs(at)
+    ticket = [t for t in lottery["data"] if t.get("name") == "magnitude ticket (IMP, rewound)"][0]
+    assert ticket["x"] == pytest.approx([0.0, 0.5, 0.75]) and ticket["y"] == pytest.approx([0.95, 0.94, 0.92])
     two_bit = [t for t in probing["data"] if t.get("name") == "simulated-2bit"][0]
     assert two_bit["y"] == pytest.approx([-0.05, 0.05, 0.15])
     by_name = {t["name"]: t for t in curves["data"] if t.get("mode") != "markers" and t.get("name") in ("importance", "random")}

@@ -48,6 +48,8 @@ class FinetuneConfig:
     test_fraction: float = 0.1            # share of documents for test (the reported figure)
     mode: str = "full"                    # full | frozen | bitfit | adapters
     adapter_size: int = 64                # adapters: bottleneck width m (Houlsby et al.: 8..256)
+    weight_mask: str | None = None        # a safetensors file of 0/1 masks over the encoder's weight matrices
+                                          # (finetuning.masks): the removed weights stay 0 (lottery tickets)
     max_seq_len: int = 128
     # optimisation (the lectures' recipe)
     epochs: int = 3

@@ -21,6 +21,7 @@ order is a function of (seed, position) and the checkpoint holds optimizer, sche
 
 from __future__ import annotations
 
+import hashlib
 import math
 import shutil
 import sys
@@ -40,6 +41,7 @@ from bertology.errors import CheckpointError, ConfigError
 from bertology.finetuning.config import RESUMABLE_CHANGES, FinetuneConfig
 from bertology.finetuning.data import IGNORE_INDEX, EncodedSplit, collate, encode_split
 from bertology.finetuning.heads import load_classifier, load_tokenizer
+from bertology.finetuning.masks import apply_weight_masks, load_masks, mask_sparsity
 from bertology.finetuning.modes import apply_mode
 from bertology.finetuning.tasks import Example, FinetuneTask, build_task
 from bertology.pretraining.checkpoint import record_replica_digests, restore_checkpoint, save_checkpoint
@@ -131,6 +133,11 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
     torch.manual_seed(cfg.seed)
     model = load_classifier(model_path, task.kind, task.labels)
     sizes = apply_mode(model, cfg.mode, cfg.adapter_size)
+    if cfg.weight_mask:   # a sparse sub-network: removed weights zeroed, their gradients kept at zero
+        masks = load_masks(Path(cfg.weight_mask), model)
+        apply_weight_masks(model, masks)
+        sizes["weight_mask"] = {"path": str(cfg.weight_mask), "sparsity": mask_sparsity(masks),
+                                "sha256": hashlib.sha256(Path(cfg.weight_mask).read_bytes()).hexdigest()}
     model.to(rt.device)
     optimizer = make_optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(schedule.warmup_steps,
@@ -354,7 +361,9 @@ def model_card(info: dict[str, Any]) -> str:
         f"`{info['model']['name']}` fine-tuned by the BERTology workbench (`bertology finetune`) on **{task['name']}** "
         f"({task['kind']} classification, {len(task['labels'])} labels; labels {task['source']}).", "",
         f"- mode: `{cfg['mode']}` ({info['trainable_parameters']:,} of {info['total_parameters']:,} parameters "
-        f"trained{', ' + str(info['adapters']) + ' adapters of width ' + str(cfg['adapter_size']) if info['adapters'] else ''})",
+        f"trained{', ' + str(info['adapters']) + ' adapters of width ' + str(cfg['adapter_size']) if info['adapters'] else ''})"
+        + (f"; weight mask `{Path(info['weight_mask']['path']).name}`: {info['weight_mask']['sparsity']:.1%} of the "
+           "encoder's weight matrices removed and kept at 0" if info.get("weight_mask") else ""),
         f"- recipe: {info['schedule']['max_steps']} steps ({cfg['epochs']} epochs of "
         f"{info['schedule']['steps_per_epoch']}), batch {cfg['batch_size']} x {cfg['grad_accum_steps']} x "
         f"{info['world_size']} processes, AdamW lr {cfg['learning_rate']:g}, warm-up {info['schedule']['warmup_steps']} "

@@ -1,0 +1,125 @@
+"""Magnitude lottery tickets (issue 29, item 3) with known answers: magnitude masks remove exactly
+the smallest weights (globally, the requested count, nested across rounds); random masks remove the
+same count; a masked fine-tune keeps every removed weight at exactly 0 while the rest trains; IMP
+with rewinding reaches the sparsity 1 - (1 - share)^r and is compared, paired, with random masks of
+the same sparsity; a broken mask file is refused naming it."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from bertology.errors import ConfigError
+from bertology.finetuning import FinetuneConfig, run_finetuning
+from bertology.finetuning.heads import load_classifier
+from bertology.finetuning.lottery import magnitude_lottery
+from bertology.finetuning.masks import (load_masks, magnitude_masks, mask_sparsity, prunable_weight_names,
+                                        random_masks, save_masks)
+from bertology.testing import TINY_WORDS, save_tiny_model_dir
+
+SET_A, SET_B = TINY_WORDS[:20], TINY_WORDS[20:40]
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> dict[str, Path]:
+    """A tiny random BERT and a planted token task (a word's label is the set it comes from)."""
+    root = tmp_path_factory.mktemp("lottery")
+    rng = random.Random(0)
+    lines = []
+    for i in range(120):
+        words = [rng.choice(SET_A + SET_B) for _ in range(6)]
+        lines.append({"words": words, "labels": ["A" if w in SET_A else "B" for w in words], "document": f"doc{i % 24}"})
+    (root / "token.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return {"model": save_tiny_model_dir("bert", root / "tiny-bert"), "token": root / "token.jsonl", "root": root}
+
+
+def _classifier(planted):
+    return load_classifier(planted["model"], "token", ["A", "B"])
+
+
+def _cfg(planted, tmp_path, **kw) -> FinetuneConfig:
+    base = dict(run_name="ft", model=str(planted["model"]), task=str(planted["token"]), batch_size=16, epochs=3,
+                learning_rate=1e-3, warmup_fraction=0.0, max_seq_len=32, output_root=str(tmp_path / "models"),
+                progress=False, device="cpu")
+    return FinetuneConfig(**{**base, **kw})
+
+
+def test_magnitude_masks_remove_exactly_the_smallest_weights_and_nest(planted):
+    model = _classifier(planted)
+    names = prunable_weight_names(model)
+    assert names and all(".encoder.layer." in n and n.endswith(".weight") for n in names)
+    assert not any("embeddings" in n or "classifier" in n for n in names)
+    params = dict(model.named_parameters())
+    planted_small = (names[0], (0, 0)), (names[-1], (1, 2))
+    with torch.no_grad():
+        for name, index in planted_small:
+            params[name][index] = 1e-9                       # the smallest magnitudes by construction
+    total = sum(params[n].numel() for n in names)
+    first = magnitude_masks(model, 0.2)
+    assert sum(int((~m).sum()) for m in first.values()) == round(0.2 * total)
+    assert all(not bool(first[name][index]) for name, index in planted_small)
+    removed = torch.cat([params[n].detach().abs().flatten()[~first[n].flatten()] for n in names])
+    kept = torch.cat([params[n].detach().abs().flatten()[first[n].flatten()] for n in names])
+    assert removed.max() <= kept.min()                       # global: every removed weight is smaller than every kept one
+    second = magnitude_masks(model, 0.5, first)
+    assert mask_sparsity(second) == pytest.approx(1 - 0.8 * 0.5, abs=1 / total)
+    assert all(bool((second[n] <= first[n]).all()) for n in names)      # nested: once removed, always removed
+    rand = random_masks(model, mask_sparsity(second), seed=3)
+    assert sum(int((~m).sum()) for m in rand.values()) == sum(int((~m).sum()) for m in second.values())
+    again = random_masks(model, mask_sparsity(second), seed=3)
+    assert all(torch.equal(rand[n], again[n]) for n in names)
+
+
+def test_a_masked_fine_tune_keeps_removed_weights_at_zero(planted, tmp_path):
+    model = _classifier(planted)
+    masks = random_masks(model, 0.6, seed=1)
+    path = tmp_path / "mask.safetensors"
+    save_masks(masks, path)
+    run = run_finetuning(_cfg(planted, tmp_path, weight_mask=str(path)))
+    info = json.loads((run / "run.json").read_text())
+    assert info["weight_mask"]["sparsity"] == pytest.approx(0.6, abs=1e-3)
+    (checkpoint,) = [p for p in run.iterdir() if p.name.startswith("checkpoint-")]
+    trained = load_file(str(checkpoint / "model.safetensors"))
+    pretrained = dict(_classifier(planted).named_parameters())
+    for name, keep in masks.items():
+        assert bool((trained[name][~keep] == 0).all()), name
+        assert not torch.equal(trained[name][keep], pretrained[name].detach()[keep]), name   # the rest trained
+    assert "60.0% of the encoder's weight matrices removed" in (checkpoint / "README.md").read_text()
+    assert info["result"]["test_accuracy"] > 0.9             # the planted task survives 60% random sparsity
+
+
+def test_imp_with_rewinding_reaches_its_sparsity_and_is_compared_with_random(planted, tmp_path):
+    runs, comparisons = magnitude_lottery(_cfg(planted, tmp_path), tmp_path / "lottery", rounds=2, prune_share=0.5)
+    assert runs[["kind", "round"]].values.tolist() == [["dense", 0], ["imp", 1], ["random", 1], ["imp", 2],
+                                                       ["random", 2]]
+    assert runs["sparsity"].tolist() == pytest.approx([0.0, 0.5, 0.5, 0.75, 0.75], abs=1e-3)
+    first, second = (load_file(str(tmp_path / "lottery" / "masks" / f"imp-round{r}.safetensors")) for r in (1, 2))
+    assert all(bool((second[n] <= first[n]).all()) for n in first)
+    assert comparisons["round"].tolist() == [1, 2]
+    assert ((comparisons["low"] <= comparisons["difference"]) & (comparisons["difference"] <= comparisons["high"])).all()
+    assert (runs["test_low"] <= runs["test_accuracy"]).all()
+    # a finished lottery is reused, not retrained
+    again, _ = magnitude_lottery(_cfg(planted, tmp_path), tmp_path / "lottery", rounds=2, prune_share=0.5)
+    assert again["test_accuracy"].tolist() == runs["test_accuracy"].tolist()
+
+
+def test_broken_mask_files_are_refused_naming_them(planted, tmp_path):
+    model = _classifier(planted)
+    name = prunable_weight_names(model)[0]
+    shape = tuple(dict(model.named_parameters())[name].shape)
+    cases = {"other.safetensors": {"bert.embeddings.word_embeddings.weight": torch.ones(2, 2, dtype=torch.uint8)},
+             "shape.safetensors": {name: torch.ones(3, dtype=torch.uint8)},
+             "values.safetensors": {name: torch.full(shape, 2, dtype=torch.uint8)}}
+    for file, tensors in cases.items():
+        save_file(tensors, str(tmp_path / file))
+        with pytest.raises(ConfigError, match=file):
+            load_masks(tmp_path / file, model)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_masks(tmp_path / "missing.safetensors", model)
+    with pytest.raises(ConfigError, match="rounds"):
+        magnitude_lottery(_cfg(planted, tmp_path), tmp_path / "x", rounds=0)

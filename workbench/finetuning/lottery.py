@@ -1,0 +1,103 @@
+"""Magnitude lottery tickets of a pre-trained encoder (Frankle & Carbin 2019; Chen et al. 2020, "The
+Lottery Ticket Hypothesis for Pre-trained BERT Networks"): iterative magnitude pruning (IMP) with
+rewinding to the pre-trained weights, against random pruning at the same sparsity.
+
+Round 0 fine-tunes the dense model. Round r removes ``prune_share`` of the weights round r-1's
+ticket still had, those with the smallest magnitude *after* round r-1's fine-tune (global over the
+encoder's weight matrices, :func:`bertology.finetuning.masks.magnitude_masks`), then fine-tunes
+again from the *pre-trained* weights with that mask (rewinding: every fine-tune starts from the
+config's model). Sparsity after r rounds: ``1 - (1 - prune_share)^r`` (0.2 a round: 20%, 36%, 49%,
+59%, 67%, 74%...). Beside each round a random mask of the same sparsity is fine-tuned the same way
+(:func:`~bertology.finetuning.masks.random_masks`, seed = the config's). Every run uses the same
+split, head initialisation and data order (the config's seed), so the test examples are the same and
+a ticket and its random baseline are compared paired on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from bertology.errors import ConfigError
+from bertology.finetuning.config import FinetuneConfig
+from bertology.finetuning.masks import magnitude_masks, mask_sparsity, random_masks, save_masks
+from bertology.uncertainty import is_small_sample, paired_bootstrap
+
+__all__ = ["magnitude_lottery", "LOTTERY_COLUMNS", "COMPARISON_COLUMNS"]
+
+LOTTERY_COLUMNS = ["round", "kind", "sparsity", "test_accuracy", "test_low", "test_high", "dev_accuracy", "best_step",
+                   "test_items", "run"]
+COMPARISON_COLUMNS = ["round", "sparsity", "difference", "low", "high", "p_value", "n_examples", "n_items",
+                      "small_sample", "comparison"]
+
+
+def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_share: float = 0.2,
+                      random_baseline: bool = True, log: Callable[[str], None] = lambda _m: None
+                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """IMP with rewinding for ``rounds`` rounds (see the module docstring), every fine-tune a run under
+    ``root`` (``imp-round<r>``, ``random-round<r>``; a finished run is reused, a killed one resumes).
+
+    Returns ``(runs, comparisons)``: :data:`LOTTERY_COLUMNS` per run (``kind``: dense, imp, random;
+    test accuracy with the run's bootstrap interval) and :data:`COMPARISON_COLUMNS` per round (the
+    ticket minus the random mask of the same sparsity, paired bootstrap over the same test examples)."""
+    from bertology.finetuning.finished import load_finished_finetune
+    from bertology.finetuning.trainer import read_test_predictions, run_finetuning
+
+    if rounds < 1:
+        raise ConfigError(f"magnitude_lottery: rounds must be >= 1, not {rounds!r}")
+    if not 0 < prune_share < 1:
+        raise ConfigError(f"magnitude_lottery: prune_share must be in (0, 1), not {prune_share!r}")
+    if config.mode != "full":
+        raise ConfigError(f"magnitude_lottery: tickets are found by full fine-tuning, not mode {config.mode!r}")
+    root = Path(root)
+
+    def fine_tune(name: str, mask: Path | None) -> Path:
+        log(f"    fine-tuning {name}")
+        return run_finetuning(dataclasses.replace(config, run_name=name, output_root=str(root),
+                                                  weight_mask=str(mask) if mask else None))
+
+    runs = [("dense", 0, 0.0, fine_tune("imp-round0", None))]
+    masks = None
+    previous = runs[0][3]
+    for r in range(1, rounds + 1):
+        trained = load_finished_finetune(previous).model
+        masks = magnitude_masks(trained, prune_share, masks)
+        sparsity = mask_sparsity(masks)
+        path = root / "masks" / f"imp-round{r}.safetensors"
+        if not path.is_file():
+            save_masks(masks, path)
+        previous = fine_tune(f"imp-round{r}", path)
+        runs.append(("imp", r, sparsity, previous))
+        if random_baseline:
+            random_path = root / "masks" / f"random-round{r}.safetensors"
+            if not random_path.is_file():
+                save_masks(random_masks(trained, sparsity, seed=config.seed), random_path)
+            runs.append(("random", r, sparsity, fine_tune(f"random-round{r}", random_path)))
+    table = pd.DataFrame([_row(kind, r, sparsity, run_dir, root) for kind, r, sparsity, run_dir in runs])
+    comparisons = []
+    by_round = {(row.kind, row.round): root / row.run for row in table.itertuples()}
+    for r in range(1, rounds + 1):
+        if ("random", r) not in by_round:
+            continue
+        ticket, baseline = read_test_predictions(by_round[("imp", r)]), read_test_predictions(by_round[("random", r)])
+        diff = paired_bootstrap(ticket["correct"], baseline["correct"], ticket["scored"], baseline["scored"],
+                                seed=config.seed)
+        n_items = int(sum(ticket["scored"]))
+        comparisons.append({"round": r, "sparsity": float(table[(table["kind"] == "imp") & (table["round"] == r)]
+                                                          ["sparsity"].iloc[0]),
+                            "difference": diff.difference, "low": diff.low, "high": diff.high, "p_value": diff.p_value,
+                            "n_examples": len(ticket["correct"]), "n_items": n_items,
+                            "small_sample": is_small_sample(n_items), "comparison": "imp - random (same sparsity)"})
+    return table[LOTTERY_COLUMNS], pd.DataFrame(comparisons, columns=COMPARISON_COLUMNS)
+
+
+def _row(kind: str, round_: int, sparsity: float, run_dir: Path, root: Path) -> dict[str, Any]:
+    result = json.loads((run_dir / "run.json").read_text())["result"]
+    return {"round": round_, "kind": kind, "sparsity": sparsity, "test_accuracy": result["test_accuracy"],
+            "test_low": result["test_low"], "test_high": result["test_high"], "dev_accuracy": result["dev_accuracy"],
+            "best_step": result["best_step"], "test_items": result["test_items"],
+            "run": str(run_dir.relative_to(root))}

@@ -1,0 +1,152 @@
+"""Weight masks for fine-tuning a sparse sub-network: magnitude and random masks over the encoder's
+weight matrices, kept at zero while the rest trains (the lottery-ticket experiments, Frankle &
+Carbin 2019; Chen et al. 2020 for pre-trained BERT).
+
+What is prunable: the weight matrices of every ``nn.Linear`` inside the encoder's layer list (the
+architecture table's ``layers``: attention projections and both feed-forward projections), as Chen
+et al. prune BERT's encoder; embeddings, biases, LayerNorms, the pooler and the classifier stay
+dense. A mask is ``{parameter name: bool tensor}`` (True = kept), named as in
+``model.named_parameters()`` of the classifier, saved as a safetensors file (uint8).
+
+:func:`apply_weight_masks` zeroes the removed weights in place and registers a gradient hook that
+zeroes their gradients, so clipping sees only the sub-network's gradients, AdamW never moves them
+(zero gradient, zero moments, decoupled decay of 0 is 0) and every checkpoint stores them as 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertology.architectures import architecture_for, get_module
+from bertology.errors import ConfigError, ModelError
+
+__all__ = ["prunable_weight_names", "magnitude_masks", "random_masks", "mask_sparsity", "save_masks", "load_masks",
+           "apply_weight_masks", "Masks"]
+
+Masks = dict[str, torch.Tensor]
+
+
+def prunable_weight_names(model: nn.Module) -> list[str]:
+    """``<module>.weight`` names (``model.named_parameters()`` order) of every ``nn.Linear`` in the
+    encoder's layer list."""
+    arch = architecture_for(model)
+    base = getattr(model, "base_model", model)
+    layers = get_module(base, arch.layers)
+    if layers is None:
+        raise ModelError(f"{type(model).__name__}: no layer list at {arch.layers!r}")
+    inside = {id(m) for m in layers.modules() if isinstance(m, nn.Linear)}
+    names = [f"{name}.weight" for name, m in model.named_modules() if id(m) in inside]
+    if not names:
+        raise ModelError(f"{type(model).__name__}: no Linear layer in the encoder's layers")
+    return names
+
+
+def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    params = dict(model.named_parameters())
+    return {name: params[name] for name in prunable_weight_names(model)}
+
+
+def magnitude_masks(model: nn.Module, share: float, previous: Masks | None = None) -> Masks:
+    """Global magnitude pruning (Frankle & Carbin 2019, one round of iterative pruning): of the
+    weights ``previous`` keeps (all when None), remove the ``share`` with the smallest ``|w|`` across
+    every prunable matrix at once; ties at the cut are broken by position (a stable sort), so the
+    count removed is exact. Returns the new masks (a subset of ``previous``)."""
+    if not 0 < share < 1:
+        raise ConfigError(f"magnitude_masks: share must be in (0, 1), not {share!r}")
+    weights = _weights(model)
+    keep = {n: (previous[n].bool() if previous is not None else torch.ones_like(w, dtype=torch.bool))
+            for n, w in weights.items()}
+    scores = torch.cat([w.detach().abs().flatten().float() for w in weights.values()])
+    alive = torch.cat([keep[n].flatten() for n in weights])
+    n_remove = int(round(share * int(alive.sum())))
+    candidates = torch.nonzero(alive).flatten()
+    order = torch.argsort(scores[candidates], stable=True)
+    removed = torch.zeros_like(alive)
+    removed[candidates[order[:n_remove]]] = True
+    flat = alive & ~removed
+    out, start = {}, 0
+    for name, w in weights.items():
+        out[name] = flat[start:start + w.numel()].view_as(w).clone()
+        start += w.numel()
+    return out
+
+
+def random_masks(model: nn.Module, sparsity: float, seed: int = 0) -> Masks:
+    """Random pruning at the same sparsity: exactly ``round(sparsity * total)`` of the prunable
+    weights removed, chosen uniformly over all of them with ``seed`` (the baseline a ticket is
+    compared with)."""
+    if not 0 <= sparsity < 1:
+        raise ConfigError(f"random_masks: sparsity must be in [0, 1), not {sparsity!r}")
+    weights = _weights(model)
+    total = sum(w.numel() for w in weights.values())
+    removed = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:int(round(sparsity * total))]
+    flat = torch.ones(total, dtype=torch.bool)
+    flat[removed] = False
+    out, start = {}, 0
+    for name, w in weights.items():
+        out[name] = flat[start:start + w.numel()].view_as(w).clone()
+        start += w.numel()
+    return out
+
+
+def mask_sparsity(masks: Masks) -> float:
+    """Share of the masked weights that are removed."""
+    total = sum(m.numel() for m in masks.values())
+    return 1.0 - sum(int(m.sum()) for m in masks.values()) / max(total, 1)
+
+
+def save_masks(masks: Masks, path: Path) -> str:
+    """Write ``masks`` (uint8 safetensors, atomically); returns the file's sha256."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    save_file({name: m.to(torch.uint8).contiguous() for name, m in masks.items()}, str(tmp))
+    tmp.replace(path)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_masks(path: Path, model: nn.Module) -> Masks:
+    """The masks in ``path``, checked against ``model``: every name a prunable weight of it with
+    its shape, values 0 / 1 (``ConfigError`` naming the file and the tensor otherwise)."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config field 'weight_mask': {path} does not exist")
+    try:
+        raw = load_file(str(path))
+    except Exception as exc:
+        raise ConfigError(f"{path}: not a safetensors mask file ({exc})") from exc
+    weights = _weights(model)
+    out = {}
+    for name, m in raw.items():
+        if name not in weights:
+            raise ConfigError(f"{path}: tensor {name!r} is not a prunable weight of this model")
+        if tuple(m.shape) != tuple(weights[name].shape):
+            raise ConfigError(f"{path}: tensor {name!r} has shape {tuple(m.shape)}, the weight {tuple(weights[name].shape)}")
+        if not bool(((m == 0) | (m == 1)).all()):
+            raise ConfigError(f"{path}: tensor {name!r} holds values other than 0 and 1")
+        out[name] = m.bool()
+    return out
+
+
+def apply_weight_masks(model: nn.Module, masks: Masks) -> list[Any]:
+    """Zero the removed weights of ``model`` in place and keep their gradients at zero (see the
+    module docstring); returns the hook handles."""
+    params = dict(model.named_parameters())
+    handles = []
+    for name, keep in masks.items():
+        p = params[name]
+        keep = keep.to(device=p.device)
+        with torch.no_grad():
+            p.mul_(keep.to(p.dtype))
+        factor = keep.to(p.dtype)
+        handles.append(p.register_hook(lambda grad, factor=factor: grad * factor))
+    return handles
