@@ -49,6 +49,8 @@ class Architecture:
     - ``output``: the projection whose *input* is the concatenation of the heads' outputs: the hook
       point of head gates; pruning slices its input columns. When it sits inside ``attention``
       (DistilBERT, MPNet, ALBERT), the attention module applies it itself.
+    - ``ffn_output``: the feed-forward block's output projection (its output, bias included, is the
+      block's contribution before the residual sum: the hook point of FFN gates, Prasanna et al. 2020).
     - ``extra_head_projections``: further per-head projections of the attention module, sliced by
       rows with query / key / value when present (DeBERTa-v2 ``pos_key_proj`` / ``pos_query_proj``,
       built only when ``share_att_key`` is off).
@@ -91,6 +93,7 @@ class Architecture:
     head_size_attr: str = "attention_head_size"
     heads_attr: str | None = "num_attention_heads"
     qkv: str | None = None
+    ffn_output: str = "output.dense"
     kv_heads_field: str | None = None
     extra_head_projections: tuple[str, ...] = ()
     head_bias_argument: str | None = None
@@ -146,11 +149,11 @@ ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in (
     Architecture("distilbert", layers="transformer.layer", attention="attention", query="attention.q_lin",
                  key="attention.k_lin", value="attention.v_lin", output="attention.out_lin",
                  layers_field="n_layers", heads_field="n_heads", hidden_field="dim", heads_attr="n_heads",
-                 mlm_keys=("vocab_projector", "vocab_transform")),
+                 ffn_output="ffn.lin2", mlm_keys=("vocab_projector", "vocab_transform")),
     Architecture("albert", layers="encoder.albert_layer_groups", attention="albert_layers.0.attention",
                  query="albert_layers.0.attention.query", key="albert_layers.0.attention.key",
                  value="albert_layers.0.attention.value", output="albert_layers.0.attention.dense",
-                 prefix_space=True, pooler=True, mlm_keys=("predictions.",), groups_field="num_hidden_groups",
+                 ffn_output="albert_layers.0.ffn_output", prefix_space=True, pooler=True, mlm_keys=("predictions.",), groups_field="num_hidden_groups",
                  requirements=(("inner_group_num", 1),)),
     Architecture("deberta-v2", layers="encoder.layer", attention="attention.self",
                  query="attention.self.query_proj", key="attention.self.key_proj",
@@ -162,14 +165,14 @@ ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in (
                  head_bias_argument="position_bias", pooler=True, mlm_keys=("lm_head",), position_offset=2),
     # rotary encoders: no position embeddings (offset 0), gated FFN, head count from the projections
     Architecture("modernbert", layers="layers", attention="attn", query="", key="", value="", qkv="attn.Wqkv",
-                 output="attn.Wo", head_size_attr="head_dim", heads_attr=None, prefix_space=True,
+                 output="attn.Wo", ffn_output="mlp.Wo", head_size_attr="head_dim", heads_attr=None, prefix_space=True,
                  mlm_keys=("head.dense", "decoder.")),
     Architecture("eurobert", layers="layers", attention="self_attn", query="self_attn.q_proj",
                  key="self_attn.k_proj", value="self_attn.v_proj", output="self_attn.o_proj", head_size_attr="head_dim",
-                 heads_attr=None, kv_heads_field="num_key_value_heads", prefix_space=True, mlm_keys=("lm_head",)),
+                 ffn_output="mlp.down_proj", heads_attr=None, kv_heads_field="num_key_value_heads", prefix_space=True, mlm_keys=("lm_head",)),
     Architecture("nomic_bert", layers="layers", attention="self_attn", query="self_attn.q_proj",
                  key="self_attn.k_proj", value="self_attn.v_proj", output="self_attn.o_proj", head_size_attr="head_dim",
-                 heads_attr=None, pooler=True, mlm_keys=("cls.predictions",)),
+                 ffn_output="mlp.down_proj", heads_attr=None, pooler=True, mlm_keys=("cls.predictions",)),
 )}
 
 SUPPORTED_TYPES = frozenset(ARCHITECTURES)
@@ -333,9 +336,10 @@ class AttentionLayer:
     qkv: Any = None
 
 
-def attention_layers(model: Any) -> list[AttentionLayer]:
-    """One :class:`AttentionLayer` per layer position of ``model`` (base model or with a head), in
-    order; raises :class:`~bertology.errors.ModelError` when the layout is not the table's."""
+def layer_modules(model: Any) -> list[Any]:
+    """The layer module run at each layer position of ``model`` (base model or with a head), in
+    order; layers sharing parameters (ALBERT) give the same module at several positions. Raises
+    :class:`~bertology.errors.ModelError` when the layout is not the table's."""
     arch = architecture_for(model)
     base = getattr(model, "base_model", model)
     modules = get_module(base, arch.layers)
@@ -349,6 +353,27 @@ def attention_layers(model: Any) -> list[AttentionLayer]:
     if len(modules) != n:
         raise ModelError(f"{type(model).__name__} ({arch.model_type}): {len(modules)} layers at {arch.layers!r}, "
                          f"config {arch.layers_field}={n}")
+    return modules
+
+
+def ffn_outputs(model: Any) -> list[Any]:
+    """The feed-forward output projection (``ffn_output``) run at each layer position of ``model``."""
+    arch = architecture_for(model)
+    out = []
+    for position, layer in enumerate(layer_modules(model)):
+        module = get_module(layer, arch.ffn_output)
+        if module is None:
+            raise ModelError(f"{type(model).__name__} ({arch.model_type}) layer {position}: no feed-forward output "
+                             f"projection at {arch.ffn_output!r}")
+        out.append(module)
+    return out
+
+
+def attention_layers(model: Any) -> list[AttentionLayer]:
+    """One :class:`AttentionLayer` per layer position of ``model`` (base model or with a head), in
+    order; raises :class:`~bertology.errors.ModelError` when the layout is not the table's."""
+    arch = architecture_for(model)
+    modules = layer_modules(model)
     out = []
     for position, layer in enumerate(modules):
         roles = ("attention", *arch.projection_roles, "output")

@@ -12,13 +12,13 @@ from bertology.probes.heads.analysis import (HEAD_TYPES_DEFAULTS, PRUNING_DEFAUL
                                              pruning_analysis)
 from bertology.probes.heads.attention_probe import (AttentionDependencyProbe, WordAwareDependencyProbe,
                                                     attention_probe, best_heads, distance_features)
-from bertology.probes.heads.gates import (AttentionBlock, HeadGates, attention_blocks, count_parameters,
+from bertology.probes.heads.gates import (AttentionBlock, FFNGates, HeadGates, attention_blocks, count_parameters,
                                           describe_pruning, gates_from_heads, head_shape, iter_heads, kept_heads,
                                           load_pruned, prune_heads, real_pruning_refusal, save_pruned)
 from bertology.probes.heads.classification import (DEPENDENT_TO_HEAD, HEAD_TO_DEPENDENT, VOITA_RELATIONS, analyse_store,
                                                argmax_other_word, canonical_relation, classify_heads,
                                                dependency_scores, heads_across_checkpoints, type_matrix)
-from bertology.probes.heads.importance import (TaggingHead, ablation_importance, importance_scores, mask_batches,
+from bertology.probes.heads.importance import (TaggingHead, ablation_importance, ffn_importance_scores, importance_scores, mask_batches,
                                                mlm_loss, model_inputs, normalise_per_layer, tagging_batches,
                                                train_tagging_head)
 from bertology.probes.heads.pruning import (HardConcreteGates, heads_dict, heads_pruned_at, measure_pruning,
@@ -34,7 +34,7 @@ __all__ = [
     "dependency_scores", "classify_heads", "type_matrix", "analyse_store", "heads_across_checkpoints",
     "canonical_relation", "VOITA_RELATIONS", "DEPENDENT_TO_HEAD", "HEAD_TO_DEPENDENT", "argmax_other_word",
     "attention_probe", "best_heads", "AttentionDependencyProbe",
-    "WordAwareDependencyProbe", "distance_features", "HeadGates", "AttentionBlock", "attention_blocks",
+    "WordAwareDependencyProbe", "distance_features", "HeadGates", "FFNGates", "ffn_importance_scores", "AttentionBlock", "attention_blocks",
     "head_shape", "kept_heads", "gates_from_heads", "prune_heads", "count_parameters", "save_pruned",
     "load_pruned", "real_pruning_refusal", "describe_pruning", "iter_heads", "importance_scores", "ablation_importance",
     "normalise_per_layer", "model_inputs", "mask_batches", "mlm_loss", "tagging_batches", "TaggingHead",

@@ -13,6 +13,8 @@ architecture of :mod:`bertology.architectures` (the table says where each layer'
   (or per example, ``ξ[batch, layer, head]``). Gates may require grad (Michel et al. 2019
   importance, Voita et al. 2019 L0 gates). Where layers share parameters (ALBERT) the gates still
   act per layer position.
+- :class:`FFNGates` does the same for each layer's feed-forward block: a forward hook on its output
+  projection (the architecture table's ``ffn_output``) multiplies the block's output by ``ξ[layer]``.
 - :func:`prune_heads` really removes heads: it slices the rows of query / key / value (or of the
   fused query-key-value projection, ModernBERT ``Wqkv``) and the columns of the output projection.
   The kept heads (original numbering) are recorded in ``config.bertology_kept_heads`` so
@@ -124,34 +126,9 @@ class HeadGates:
         return pre_hook
 
     def install(self) -> "HeadGates":
-        if self._handles:
-            return self
-        positions: dict[int, list[int]] = {}  # output projection -> the layer positions running it
-        for layer, block in enumerate(self.blocks):
-            positions.setdefault(id(block.output), []).append(layer)
-        if all(len(p) == 1 for p in positions.values()):
-            for layer, block in enumerate(self.blocks):
-                self._handles.append(block.output.register_forward_pre_hook(self._hook(layer)))
-            return self
-        # shared layers (ALBERT): one module runs at several positions, in order; count its calls
-        # within a forward (reset when the base model starts one) to apply that position's gates
-        calls = dict.fromkeys(positions, 0)
-
-        def reset(module: nn.Module, args: tuple) -> None:
-            for key in calls:
-                calls[key] = 0
-
-        base = getattr(self.model, "base_model", self.model)
-        self._handles.append(base.register_forward_pre_hook(reset))
-        for key, layers in positions.items():
-            hooks = [self._hook(layer) for layer in layers]
-
-            def shared_hook(module: nn.Module, args: tuple, key: int = key, hooks: list = hooks) -> tuple:
-                call = calls[key]
-                calls[key] = call + 1
-                return hooks[call % len(hooks)](module, args)
-
-            self._handles.append(self.blocks[layers[0]].output.register_forward_pre_hook(shared_hook))
+        if not self._handles:
+            self._handles = install_position_hooks(self.model, [block.output for block in self.blocks], self._hook,
+                                                   pre=True)
         return self
 
     def remove(self) -> None:
@@ -160,6 +137,81 @@ class HeadGates:
         self._handles.clear()
 
     def __enter__(self) -> "HeadGates":
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def install_position_hooks(model: nn.Module, modules: list[nn.Module], make_hook, *, pre: bool) -> list:
+    """Register ``make_hook(position)`` on ``modules[position]`` for every layer position (a forward
+    pre-hook when ``pre``, else a forward hook); returns the handles. Where one module runs at several
+    positions (ALBERT's shared layers), its calls within a forward are counted (reset when the base
+    model starts one) so that each call gets its position's hook."""
+    handles: list[torch.utils.hooks.RemovableHandle] = []
+    register = "register_forward_pre_hook" if pre else "register_forward_hook"
+    positions: dict[int, list[int]] = {}
+    for layer, module in enumerate(modules):
+        positions.setdefault(id(module), []).append(layer)
+    if all(len(p) == 1 for p in positions.values()):
+        return [getattr(module, register)(make_hook(layer)) for layer, module in enumerate(modules)]
+    calls = dict.fromkeys(positions, 0)
+
+    def reset(module: nn.Module, args: tuple) -> None:
+        for key in calls:
+            calls[key] = 0
+
+    base = getattr(model, "base_model", model)
+    handles.append(base.register_forward_pre_hook(reset))
+    for key, layers in positions.items():
+        hooks = [make_hook(layer) for layer in layers]
+
+        def shared_hook(module: nn.Module, *args, key: int = key, hooks: list = hooks):
+            call = calls[key]
+            calls[key] = call + 1
+            return hooks[call % len(hooks)](module, *args)
+
+        handles.append(getattr(modules[layers[0]], register)(shared_hook))
+    return handles
+
+
+class FFNGates:
+    """Multiply each layer's feed-forward output (its output projection's output, bias included,
+    before the residual sum) by a gate: ``with FFNGates(model) as g: g.gates[l] = 0`` switches layer
+    ``l``'s FFN off (Prasanna et al. 2020's MLP masking). ``gates``: ``[layers]`` or ``[batch,
+    layers]`` (per-example, for importance); may require grad. Works per layer position, also where
+    layers share parameters (ALBERT)."""
+
+    def __init__(self, model: nn.Module, gates: torch.Tensor | None = None):
+        from bertology.architectures import ffn_outputs
+
+        self.model = model
+        self.modules = ffn_outputs(model)
+        if gates is None:
+            param = next(model.parameters())
+            gates = torch.ones(len(self.modules), dtype=param.dtype, device=param.device)
+        self.gates = gates
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def _hook(self, layer: int):
+        def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+            g = self.gates[..., layer].to(output.dtype)                     # [] or [B]
+            if g.dim() == 1:
+                g = g.view(g.shape[0], *([1] * (output.dim() - 1)))
+            return output * g
+        return hook
+
+    def install(self) -> "FFNGates":
+        if not self._handles:
+            self._handles = install_position_hooks(self.model, self.modules, self._hook, pre=False)
+        return self
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def __enter__(self) -> "FFNGates":
         return self.install()
 
     def __exit__(self, *exc) -> None:

@@ -97,6 +97,43 @@ def importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: LossF
     return _table(normalise_per_layer(raw) if normalise else raw, raw, "gradient")
 
 
+def ffn_importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn, normalise: bool = True,
+                          base_gates: torch.Tensor | None = None) -> pd.DataFrame:
+    """Gradient importance of every layer's feed-forward block (Prasanna et al. 2020's MLP importance,
+    Michel et al.'s estimator): ``I_l = E_x |∂L(x)/∂ξ_l|`` with a gate ``ξ_l`` on the block's output
+    (:class:`~bertology.probes.heads.gates.FFNGates`), one backward pass per batch (per-example gates).
+
+    ``base_gates``: ``[layers]`` the model runs with (blocks at 0 stay off and score 0). Returns
+    ``layer, importance, importance_raw, method`` (``importance`` divided by the ℓ2 norm over layers
+    when ``normalise``)."""
+    from bertology.probes.heads.gates import FFNGates
+
+    batches = list(batches)
+    was_training = model.training
+    model.eval()
+    with frozen(model), FFNGates(model) as gates:
+        n_layers = len(gates.modules)
+        base = torch.ones(n_layers) if base_gates is None else base_gates.detach().float()
+        total = torch.zeros(n_layers, dtype=torch.float64)
+        count = 0
+        for batch in batches:
+            size = batch["input_ids"].shape[0]
+            g = base.expand(size, n_layers).clone().requires_grad_(True)
+            gates.gates = g
+            losses = _per_example(loss_fn(model, batch), size)
+            (grad,) = torch.autograd.grad(losses.sum(), g)
+            total += grad.detach().abs().sum(0).double()
+            count += size
+    model.train(was_training)
+    if count == 0:
+        raise WorkbenchError("ffn_importance_scores: no batches")
+    raw = (total / count).numpy() * base.numpy()
+    norm = np.linalg.norm(raw)
+    scores = raw / norm if normalise and norm > 0 else raw
+    return pd.DataFrame({"layer": np.arange(n_layers), "importance": scores, "importance_raw": raw,
+                         "method": "gradient"})
+
+
 @torch.no_grad()
 def example_losses(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn,
                    gates: torch.Tensor | None = None) -> torch.Tensor:
