@@ -574,6 +574,27 @@ def finetune_scores_figure(scores: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def survivors_figure(survivors: pd.DataFrame) -> go.Figure:
+    """Which heads and feed-forward blocks survive in the good sub-networks (Prasanna et al. 2020):
+    a layer × head map of the share of seeds in which each head survives, with the layer's FFN block
+    as a last column; super-survivors (every seed) marked ★. ``survivors``: the
+    ``structured_survivors`` table (``component, layer, head, share, super_survivor``)."""
+    heads = survivors[survivors["component"] == "head"].pivot(index="layer", columns="head", values="share").sort_index()
+    ffn = survivors[survivors["component"] == "ffn"].set_index("layer")["share"].reindex(heads.index)
+    z = np.column_stack([heads.to_numpy(), ffn.to_numpy()])
+    stars = survivors.assign(column=survivors["head"].where(survivors["component"] == "head", heads.shape[1]))
+    text = np.full(z.shape, "", dtype=object)
+    rows = {layer: i for i, layer in enumerate(heads.index)}
+    for r in stars[stars["super_survivor"]].itertuples():
+        text[rows[r.layer], int(r.column)] = "★"
+    x = [f"H{h}" for h in heads.columns] + ["FFN"]
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=[f"L{l}" for l in heads.index], zmin=0, zmax=1, colorscale="Greens",
+                               text=text, texttemplate="%{text}", colorbar=dict(title="seeds surviving")))
+    fig.update_layout(title="share of seeds whose good sub-network keeps each head and FFN block (★ = every seed)",
+                      yaxis=dict(autorange="reversed"), height=180 + 28 * len(heads.index))
+    return fig
+
+
 def quantization_figure(quant: pd.DataFrame) -> go.Figure:
     """Test accuracy of a fine-tuned classifier under each quantization setting with its 95% interval
     (horizontal bars, float32 first; the axis covers the intervals, not 0..1), each bar labelled with

@@ -439,6 +439,21 @@ def compression_page(page: Page) -> None:
         if comparison is not None:
             st.caption("Each ticket against the random mask of the same sparsity, paired on the same test examples:")
             st.dataframe(comparison, width="stretch", hide_index=True)
+    subnetworks = optional_table(run, "structured_subnetworks")
+    if subnetworks is not None:
+        st.subheader("Structured lottery tickets (Prasanna et al. 2020)")
+        survivors = optional_table(run, "structured_survivors")
+        if has_columns_or_explain(survivors, ["component", "layer", "head", "share", "super_survivor"],
+                                  "structured_survivors", run):
+            with guard("the survivors map", run):
+                st.plotly_chart(figures.survivors_figure(survivors), width="stretch")
+        st.caption("Each sub-network retrained from the pre-trained weights with its heads and FFN blocks removed; "
+                   "good = least important removed until dev falls below the kept share of full, bad = as many of "
+                   "the most important, random = as many at random.")
+        st.dataframe(subnetworks, width="stretch", hide_index=True)
+        comparison = optional_table(run, "structured_comparison")
+        if comparison is not None:
+            st.dataframe(comparison, width="stretch", hide_index=True)
     quant = optional_table(run, "quantization_task")
     if has_columns_or_explain(quant, ["setting", "accuracy", "low", "high", "size_ratio", "size_kind", "speedup"],
                               "quantization_task", run):
@@ -779,7 +794,7 @@ PAGES: tuple[Page, ...] = (
                "of the task loss with respect to a gate on each head, re-estimated as heads go), at random or by "
                "type, with the task's accuracy read on test (Michel et al. 2019, *Are Sixteen Heads Really Better "
                "than One?*); and its weights stored in 8 bits or fewer (post-training quantization).",
-         render=compression_page, study="compression", main_table="pruning_curves", min_charts=5),
+         render=compression_page, study="compression", main_table="pruning_curves", min_charts=6),
     Page(key="Compare runs", title="Compare two runs",
          intro="The main table of two runs of one study side by side (another model, seed or config).",
          render=compare_page, min_tables=2),

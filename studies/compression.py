@@ -11,6 +11,10 @@
   iterative magnitude pruning of the encoder's weight matrices with rewinding to the pre-trained
   weights, each round's ticket against a random mask of the same sparsity, paired on the same test
   examples (:func:`bertology.finetuning.lottery.magnitude_lottery`).
+- **Structured lottery tickets** (Prasanna et al. 2020), when ``structured_seeds`` is not empty: per
+  seed the "good" sub-network (heads and FFN blocks pruned by importance until the dev metric falls
+  below 90% of full) retrained from the pre-trained weights against a random and a "bad" sub-network
+  of the same size, paired on the same test examples; which heads and blocks survive in every seed.
 - **Post-training quantization** of the same classifier: real dynamic int8 and simulated 8- to 2-bit
   weights, test accuracy with intervals and the paired difference to float32, size, forward time
   (:func:`bertology.probes.compression.task_quantization`); and of the pretrained encoder, a linear POS
@@ -66,6 +70,9 @@ DEFAULTS: dict[str, Any] = {
     "lottery_rounds": 0,               # magnitude lottery tickets: rounds of iterative magnitude pruning with rewinding
                                        # (0 = none; 6 rounds of 0.2 reach 74% sparsity: 13 fine-tunes)
     "lottery_prune_share": 0.2,        # share of the remaining encoder weights removed each round
+    "structured_seeds": [],            # structured lottery tickets (Prasanna et al. 2020), one fine-tune + good / random /
+                                       # bad sub-networks retrained per seed ([] = none; e.g. [0, 1, 2])
+    "structured_keep": 0.9,            # prune heads and FFN blocks until the dev metric falls below this share of full
     "probe_sentences": 300,            # sentences of `corpus` for a linear POS probe per layer of the pretrained
                                        # encoder under each quantization (0 = no quantization_probing table)
     "device": "auto",
@@ -102,6 +109,84 @@ def run(ctx: StudyContext) -> None:
             ctx.step("quantization_probing", lambda: _quantized_probing(ctx, settings))
     if cfg["lottery_rounds"]:
         ctx.steps(["lottery_runs", "lottery_comparison"], lambda: _lottery(ctx))
+    if cfg["structured_seeds"]:
+        ctx.steps(["structured_subnetworks", "structured_comparison", "structured_survivors", "structured_trace"],
+                  lambda: _structured(ctx))
+
+
+SUBNETWORKS = ("good", "random", "bad")
+
+
+def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
+    """Structured lottery tickets (Prasanna et al. 2020, "When BERT Plays the Lottery, All Tickets Are
+    Winning"), per seed of ``structured_seeds``: fine-tune the dense model; find the good sub-network
+    (:func:`bertology.probes.heads.pruning.structured_prune`: heads and FFN blocks by importance until the
+    dev metric falls below ``structured_keep`` of full); retrain it from the pre-trained weights with the
+    removed components masked, beside a random and a "bad" (most important removed) sub-network of the
+    same size (:func:`bertology.finetuning.masks.structured_masks`); compare them paired on the same test
+    examples; count which heads and blocks survive in every seed's good sub-network."""
+    import dataclasses
+
+    from bertology.finetuning import FinetuneConfig, run_finetuning
+    from bertology.finetuning.finished import load_finished_finetune
+    from bertology.finetuning.masks import save_masks, structured_masks
+    from bertology.finetuning.trainer import read_test_predictions
+    from bertology.probes.heads.pruning import classifier_task, matched_components, structured_prune
+    from bertology.uncertainty import is_small_sample, paired_bootstrap
+
+    cfg = ctx.config
+    root = ctx.run_dir / "structured"
+    rows, comparisons, survivors, traces = [], [], [], []
+    shape = None
+    for seed in (int(s) for s in cfg["structured_seeds"]):
+        base = FinetuneConfig(model=cfg["model"], task=cfg["task"], corpus=cfg["corpus"], mode="full", seed=seed,
+                              max_examples=cfg["max_examples"], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
+                              max_seq_len=cfg["max_seq_len"], device=cfg["device"], progress=False,
+                              output_root=str(root), run_name=f"dense-seed{seed}")
+        ctx.log(f"  structured tickets, seed {seed}: fine-tuning the dense model")
+        dense = load_finished_finetune(run_finetuning(base))
+        task = classifier_task(dense.model, dense.batches("train", limit=cfg["importance_examples"]),
+                               dense.batches("dev"), dense.batches("test"), dense.description)
+        pruning = structured_prune(dense.model, task, head_step=cfg["step"], keep=cfg["structured_keep"])
+        traces.append(pruning.trace.assign(seed=seed))
+        shape = pruning.head_importance.shape
+        runs = {"dense": dense.run_dir}
+        for kind in SUBNETWORKS:
+            heads, ffn = matched_components(pruning, kind, seed=seed)
+            mask = root / "masks" / f"{kind}-seed{seed}.safetensors"
+            if not mask.is_file():
+                save_masks(structured_masks(dense.model, heads, ffn), mask)
+            ctx.log(f"    retraining the {kind} sub-network ({len(heads)} heads, {len(ffn)} FFN blocks removed)")
+            runs[kind] = run_finetuning(dataclasses.replace(base, run_name=f"{kind}-seed{seed}", weight_mask=str(mask)))
+            if kind == "good":
+                survivors += [{"seed": seed, "layer": l, "head": h, "component": "head",
+                               "survives": (l, h) not in set(heads)} for l in range(shape[0]) for h in range(shape[1])]
+                survivors += [{"seed": seed, "layer": l, "head": -1, "component": "ffn", "survives": l not in set(ffn)}
+                              for l in range(shape[0])]
+            rows.append({"seed": seed, "kind": kind, "heads_removed": len(heads), "ffn_removed": len(ffn),
+                         **_result(runs[kind]), "run": str(runs[kind].relative_to(ctx.run_dir))})
+        rows.append({"seed": seed, "kind": "dense", "heads_removed": 0, "ffn_removed": 0, **_result(dense.run_dir),
+                     "run": str(dense.run_dir.relative_to(ctx.run_dir))})
+        good = read_test_predictions(runs["good"])
+        for other in ("random", "bad"):
+            theirs = read_test_predictions(runs[other])
+            diff = paired_bootstrap(good["correct"], theirs["correct"], good["scored"], theirs["scored"], seed=seed)
+            n_items = int(sum(good["scored"]))
+            comparisons.append({"seed": seed, "comparison": f"good - {other}", "difference": diff.difference,
+                                "low": diff.low, "high": diff.high, "p_value": diff.p_value, "n_items": n_items,
+                                "small_sample": is_small_sample(n_items)})
+    surviving = pd.DataFrame(survivors)
+    summary = (surviving.groupby(["component", "layer", "head"], as_index=False)["survives"]
+               .agg(seeds_surviving="sum", n_seeds="count"))
+    summary["share"] = summary["seeds_surviving"] / summary["n_seeds"]
+    summary["super_survivor"] = summary["seeds_surviving"] == summary["n_seeds"]
+    return {"structured_subnetworks": pd.DataFrame(rows), "structured_comparison": pd.DataFrame(comparisons),
+            "structured_survivors": summary, "structured_trace": pd.concat(traces, ignore_index=True)}
+
+
+def _result(run_dir: Path) -> dict[str, Any]:
+    result = json.loads((run_dir / "run.json").read_text())["result"]
+    return {k: result[k] for k in ("test_accuracy", "test_low", "test_high", "dev_accuracy", "test_items")}
 
 
 def _lottery(ctx: StudyContext) -> dict[str, pd.DataFrame]:

@@ -209,10 +209,17 @@ def compression_run(root: Path, run_id: str = "planted") -> Path:
     lottery = pd.DataFrame({"round": [0, 1, 1, 2, 2], "kind": ["dense", "imp", "random", "imp", "random"],
                             "sparsity": [0.0, 0.5, 0.5, 0.75, 0.75], "test_accuracy": [0.95, 0.94, 0.85, 0.92, 0.6],
                             "test_low": [0.94, 0.93, 0.83, 0.91, 0.57], "test_high": [0.96, 0.95, 0.87, 0.93, 0.63]})
+    subnetworks = pd.DataFrame({"seed": 0, "kind": ["dense", "good", "random", "bad"], "heads_removed": [0, 3, 3, 3],
+                                "ffn_removed": [0, 1, 1, 1], "test_accuracy": [0.95, 0.94, 0.9, 0.7]})
+    survivors = pd.DataFrame([{"component": "head", "layer": l, "head": h, "share": 1.0 if (l, h) == (1, 2) else 0.5,
+                               "super_survivor": (l, h) == (1, 2)} for l in range(2) for h in range(3)]
+                             + [{"component": "ffn", "layer": l, "head": -1, "share": [0.0, 1.0][l],
+                                 "super_survivor": l == 1} for l in range(2)])
     return write_results(root / "compression" / run_id,
                          {"finetune_run": finetune, "pruning_curves": curves, "pruning_threshold_summary": summary,
                           "importance": importance, "quantization_task": quant,
-                          "quantization_probing": probing, "lottery_runs": lottery},
+                          "quantization_probing": probing, "lottery_runs": lottery,
+                          "structured_subnetworks": subnetworks, "structured_survivors": survivors},
                          {"study": "compression", "run_id": run_id, "seed": 0, "model": {"name": "planted-bert"},
                           "config": {"model": "planted-bert", "task": "pos"}})
 

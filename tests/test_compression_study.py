@@ -141,3 +141,67 @@ def test_study_fine_tunes_when_no_run_is_given(planted, tmp_path):
     lottery = pd.read_parquet(run_dir / "lottery_runs.parquet")
     assert lottery["kind"].tolist() == ["dense", "imp", "random"] and lottery["sparsity"].iloc[1] == pytest.approx(0.5, abs=1e-3)
     assert len(pd.read_parquet(run_dir / "lottery_comparison.parquet")) == 1
+
+
+def test_structured_pruning_removes_planted_useless_components_first(planted):
+    """A head whose output columns are zeroed and a feed-forward block whose output is zeroed score
+    importance 0: the first step of the good sub-network removes both; the bad sub-network (the most
+    important components, as many) keeps them; the random one has the same size."""
+    from bertology.architectures import ffn_outputs
+    from bertology.probes.heads.pruning import matched_components, structured_prune
+
+    finished = load_finished_finetune(planted["run"])
+    model = finished.model
+    block = model.bert.encoder.layer[0].attention.output.dense
+    width = block.in_features // head_shape(model)[1]
+    with torch.no_grad():
+        block.weight[:, 3 * width:4 * width] = 0.0
+        ffn = ffn_outputs(model)[1]
+        ffn.weight.zero_()
+        ffn.bias.zero_()
+    task = classifier_task(model, finished.batches("train"), finished.batches("dev"), finished.batches("test"),
+                           "planted")
+    pruning = structured_prune(model, task, head_step=0.125, keep=0.999)   # one head and one block a step
+    assert pruning.head_importance[0, 3] == 0.0 and pruning.ffn_importance[1] == 0.0
+    assert pruning.heads[:1] == [(0, 3)] and pruning.ffn[:1] == [1]
+    assert pruning.trace["dev_metric"].iloc[1] == pruning.trace["dev_metric"].iloc[0]    # removing them costs nothing
+    assert pruning.trace["relative"].iloc[0] == 1.0 and pruning.trace["kept"].iloc[:-1].all()
+    bad_heads, bad_ffn = matched_components(pruning, "bad")
+    assert (0, 3) not in bad_heads and 1 not in bad_ffn and len(bad_heads) == len(pruning.heads)
+    random_heads, random_ffn = matched_components(pruning, "random", seed=1)
+    assert len(random_heads) == len(pruning.heads) and len(random_ffn) == len(pruning.ffn)
+
+
+def test_structured_masks_switch_components_off_like_gates(planted):
+    """A structured mask applied to the weights gives the same outputs as gates at 0 on the same
+    heads and feed-forward blocks."""
+    from bertology.finetuning.masks import apply_weight_masks, structured_masks
+    from bertology.probes.heads.gates import FFNGates, HeadGates, gates_from_heads
+
+    finished = load_finished_finetune(planted["run"])
+    batch = finished.batches("test")[0]
+    model = finished.model
+    heads, ffn = [(0, 1), (1, 3)], [0]
+    with torch.no_grad():
+        with HeadGates(model, gates_from_heads(model, heads)), FFNGates(model, torch.tensor([0.0, 1.0])):
+            gated = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+        apply_weight_masks(model, structured_masks(model, heads, ffn))
+        masked = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    assert torch.allclose(gated, masked, atol=1e-5)
+
+
+def test_study_retrains_structured_subnetworks_and_counts_survivors(planted, tmp_path):
+    config = {"model": str(planted["model"]), "task": str(planted["token"]), "epochs": 2, "batch_size": 16,
+              "max_seq_len": 32, "methods": ["importance"], "step": 0.25, "quantization": [], "device": "cpu",
+              "structured_seeds": [0, 1], "structured_keep": 0.9}
+    run_dir = run_study("compression", overrides=config, results_root=tmp_path / "results", log=lambda _: None)
+    subnetworks = pd.read_parquet(run_dir / "structured_subnetworks.parquet")
+    assert sorted(subnetworks["kind"].unique()) == ["bad", "dense", "good", "random"]
+    for _, group in subnetworks[subnetworks.kind != "dense"].groupby("seed"):
+        assert group["heads_removed"].nunique() == 1 and group["ffn_removed"].nunique() == 1   # same size
+    comparison = pd.read_parquet(run_dir / "structured_comparison.parquet")
+    assert sorted(comparison["comparison"].unique()) == ["good - bad", "good - random"] and len(comparison) == 4
+    survivors = pd.read_parquet(run_dir / "structured_survivors.parquet")
+    assert len(survivors[survivors.component == "head"]) == 2 * 4 and len(survivors[survivors.component == "ffn"]) == 2
+    assert (survivors["n_seeds"] == 2).all()
+    assert (survivors["super_survivor"] == (survivors["seeds_surviving"] == 2)).all()

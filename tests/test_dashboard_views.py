@@ -225,7 +225,10 @@ def test_compression_page_shows_the_fine_tune_pruning_and_quantization(tmp_path,
     at = open_page(tmp_path / "results", monkeypatch, "Compression")
     assert not at.exception and not at.error
     assert any("test accuracy 0.9500 [0.9400, 0.9600] on 800 items" in m.value for m in at.markdown)
-    curves, importance, lottery, quant, probing = chart_specs(at)
+    curves, importance, lottery, survivors, quant, probing = chart_specs(at)
+    heat = survivors["data"][0]
+    assert heat["x"] == ["H0", "H1", "H2", "FFN"] and heat["z"] == [[0.5, 0.5, 0.5, 0.0], [0.5, 0.5, 1.0, 1.0]]
+    assert heat["text"][1] == ["", "", "★", "★"]
     ticket = [t for t in lottery["data"] if t.get("name") == "magnitude ticket (IMP, rewound)"][0]
     assert ticket["x"] == pytest.approx([0.0, 0.5, 0.75]) and ticket["y"] == pytest.approx([0.95, 0.94, 0.92])
     two_bit = [t for t in probing["data"] if t.get("name") == "simulated-2bit"][0]
@@ -237,6 +240,7 @@ def test_compression_page_shows_the_fine_tune_pruning_and_quantization(tmp_path,
     assert "1.50× faster" in bars["text"][1] and "faster" not in bars["text"][2]   # simulated bits: no speed-up
     assert "(packed)" in bars["text"][2]
     summary = at.dataframe[0].value
-    assert summary["removable_share"].tolist() == [0.5, 0.2] and summary["n_orders"].tolist() == [1, 3]
+    assert summary["removable_share"].tolist() == [0.5, 0.2]
+    assert at.dataframe[1].value["test_accuracy"].tolist() == [0.95, 0.94, 0.9, 0.7]   # the sub-networks and summary["n_orders"].tolist() == [1, 3]
     shown = " ".join(m.value for m in at.expander[0].markdown)
     assert "Michel et al. 2019" in shown and "simulated b-bit" in shown

@@ -536,3 +536,100 @@ def pos_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, epoch
     (POS) or minus their MLM loss."""
     task = pruning_task(lm, corpus, batch_size=batch_size, eval_share=eval_share, epochs=epochs, seed=seed)
     return task.train, task.dev + task.test, task.loss_fn, task.metric("heldout"), task.description
+
+
+# ---------------------------------------------------------------- structured sub-networks (Prasanna et al. 2020)
+
+@dataclass
+class StructuredPruning:
+    """What :func:`structured_prune` found: the heads and feed-forward blocks the "good" sub-network
+    removes (``heads``: ``(layer, head)``; ``ffn``: layers), each component's importance on the
+    unpruned model (``head_importance [L, H]``, ``ffn_importance [L]``, raw) and the ``trace``
+    (``step, heads_removed, ffn_removed, dev_metric, relative, kept``) of the pruning."""
+
+    heads: list[tuple[int, int]]
+    ffn: list[int]
+    head_importance: np.ndarray
+    ffn_importance: np.ndarray
+    trace: pd.DataFrame
+
+
+def structured_prune(model: nn.Module, task: PruningTask, *, head_step: float = 0.1, ffn_step: int = 1,
+                     keep: float = 0.9) -> StructuredPruning:
+    """Prasanna et al. (2020)'s "good" sub-network of a fine-tuned model: at each step remove the
+    ``head_step`` share of all heads (at least one) and ``ffn_step`` feed-forward blocks with the
+    lowest importance among those left (Michel et al.'s gradient importance on ``task.train``,
+    re-estimated after every step with the removed components gated off), until the dev metric falls
+    below ``keep`` times the unpruned model's; the last step still at or above it is the result.
+    Nothing is retrained here."""
+    from bertology.probes.heads.gates import FFNGates
+    from bertology.probes.heads.importance import ffn_importance_scores
+
+    n_layers, n_heads = head_shape(model)
+    per_step = max(1, int(round(head_step * n_layers * n_heads)))
+    head_gates = torch.ones(n_layers, n_heads)
+    ffn_gates = torch.ones(n_layers)
+    dev = task.metric("dev")
+
+    def metric() -> float:
+        with FFNGates(model, ffn_gates):
+            return dev(model, head_gates)
+
+    def scores() -> tuple[np.ndarray, np.ndarray]:
+        with FFNGates(model, ffn_gates):
+            heads = importance_scores(model, task.train, task.loss_fn, normalise=False, base_gates=head_gates)
+        with HeadGates(model, head_gates):
+            ffn = ffn_importance_scores(model, task.train, task.loss_fn, normalise=False, base_gates=ffn_gates)
+        return (heads["importance_raw"].to_numpy().reshape(n_layers, n_heads), ffn["importance_raw"].to_numpy())
+
+    base = metric()
+    first_heads, first_ffn = scores()
+    trace = [{"step": 0, "heads_removed": 0, "ffn_removed": 0, "dev_metric": base, "relative": 1.0, "kept": True}]
+    removed_heads: list[tuple[int, int]] = []
+    removed_ffn: list[int] = []
+    head_scores, ffn_scores = first_heads, first_ffn
+    step = 0
+    while len(removed_heads) < n_layers * n_heads or len(removed_ffn) < n_layers:
+        step += 1
+        alive_heads = [(l, h) for l in range(n_layers) for h in range(n_heads) if head_gates[l, h] > 0]
+        alive_ffn = [l for l in range(n_layers) if ffn_gates[l] > 0]
+        new_heads = sorted(alive_heads, key=lambda lh: (head_scores[lh], lh))[:per_step]
+        new_ffn = sorted(alive_ffn, key=lambda l: (ffn_scores[l], l))[:ffn_step]
+        for l, h in new_heads:
+            head_gates[l, h] = 0.0
+        for l in new_ffn:
+            ffn_gates[l] = 0.0
+        value = metric()
+        relative = value / base if base else float("nan")
+        kept = bool(relative >= keep)
+        trace.append({"step": step, "heads_removed": len(removed_heads) + len(new_heads),
+                      "ffn_removed": len(removed_ffn) + len(new_ffn), "dev_metric": value, "relative": relative,
+                      "kept": kept})
+        if not kept:
+            break
+        removed_heads += new_heads
+        removed_ffn += new_ffn
+        head_scores, ffn_scores = scores()
+    return StructuredPruning(removed_heads, removed_ffn, first_heads, first_ffn, pd.DataFrame(trace))
+
+
+def matched_components(pruning: StructuredPruning, kind: str, *, seed: int = 0
+                       ) -> tuple[list[tuple[int, int]], list[int]]:
+    """Sub-networks of the same size as the good one: ``"bad"`` removes the as many heads and blocks
+    with the *highest* importance on the unpruned model, ``"random"`` as many chosen uniformly with
+    ``seed``, ``"good"`` is the pruning's own result."""
+    n_layers, n_heads = pruning.head_importance.shape
+    k_heads, k_ffn = len(pruning.heads), len(pruning.ffn)
+    every_head = [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    if kind == "good":
+        return list(pruning.heads), list(pruning.ffn)
+    if kind == "bad":
+        heads = sorted(every_head, key=lambda lh: (-pruning.head_importance[lh], lh))[:k_heads]
+        ffn = sorted(range(n_layers), key=lambda l: (-pruning.ffn_importance[l], l))[:k_ffn]
+        return heads, ffn
+    if kind == "random":
+        rng = np.random.default_rng(seed)
+        heads = [every_head[i] for i in sorted(rng.choice(len(every_head), size=k_heads, replace=False))]
+        ffn = sorted(int(i) for i in rng.choice(n_layers, size=k_ffn, replace=False))
+        return heads, ffn
+    raise WorkbenchError(f"matched_components: kind must be good, bad or random, not {kind!r}")

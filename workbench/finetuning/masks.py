@@ -25,8 +25,8 @@ from torch import nn
 from bertology.architectures import architecture_for, get_module
 from bertology.errors import ConfigError, ModelError
 
-__all__ = ["prunable_weight_names", "magnitude_masks", "random_masks", "mask_sparsity", "save_masks", "load_masks",
-           "apply_weight_masks", "Masks"]
+__all__ = ["prunable_weight_names", "maskable_parameter_names", "magnitude_masks", "random_masks", "structured_masks",
+           "mask_sparsity", "weight_sparsity", "save_masks", "load_masks", "apply_weight_masks", "Masks"]
 
 Masks = dict[str, torch.Tensor]
 
@@ -44,6 +44,50 @@ def prunable_weight_names(model: nn.Module) -> list[str]:
     if not names:
         raise ModelError(f"{type(model).__name__}: no Linear layer in the encoder's layers")
     return names
+
+
+def maskable_parameter_names(model: nn.Module) -> list[str]:
+    """What a mask file may name: the weights of :func:`prunable_weight_names` and the biases of the
+    same Linear layers (a structured mask removes a feed-forward block's bias with its weights)."""
+    params = dict(model.named_parameters())
+    names = []
+    for weight in prunable_weight_names(model):
+        names.append(weight)
+        bias = weight[:-len("weight")] + "bias"
+        if bias in params:
+            names.append(bias)
+    return names
+
+
+def structured_masks(model: nn.Module, heads: list[tuple[int, int]], ffn_layers: list[int]) -> Masks:
+    """Masks that remove whole attention heads and feed-forward blocks (Prasanna et al. 2020): head
+    ``(l, h)`` by its input columns of layer ``l``'s attention output projection (the head then adds
+    nothing, and no gradient reaches its query, key and value rows), the block of layer ``l`` by its
+    output projection's weight and bias. Refused where layers share parameters (ALBERT)."""
+    from bertology.architectures import attention_layers, ffn_outputs, num_heads
+
+    layers = attention_layers(model)
+    if len({id(layer.output) for layer in layers}) < len(layers):
+        raise ModelError(f"{type(model).__name__}: structured masks need one module per layer (shared layers would "
+                         "remove a head or block at every position)")
+    names = {id(m): name for name, m in model.named_modules()}
+    params = dict(model.named_parameters())
+    out: Masks = {}
+    n_heads = num_heads(model.config)
+    for layer, head in heads:
+        output = layers[layer].output
+        width = output.in_features // n_heads
+        name = f"{names[id(output)]}.weight"
+        keep = out.setdefault(name, torch.ones_like(params[name], dtype=torch.bool))
+        keep[:, head * width:(head + 1) * width] = False
+    ffn = ffn_outputs(model)
+    for layer in ffn_layers:
+        module = ffn[layer]
+        for kind in ("weight", "bias"):
+            name = f"{names[id(module)]}.{kind}"
+            if name in params:
+                out[name] = torch.zeros_like(params[name], dtype=torch.bool)
+    return out
 
 
 def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -100,6 +144,16 @@ def mask_sparsity(masks: Masks) -> float:
     return 1.0 - sum(int(m.sum()) for m in masks.values()) / max(total, 1)
 
 
+def weight_sparsity(model: nn.Module, masks: Masks) -> float:
+    """Share of all the prunable weight entries of ``model`` that ``masks`` removes (a mask naming
+    only some tensors, e.g. a structured one, counts the others as kept; biases are not counted)."""
+    params = dict(model.named_parameters())
+    names = prunable_weight_names(model)
+    total = sum(params[n].numel() for n in names)
+    removed = sum(int((~masks[n]).sum()) for n in names if n in masks)
+    return removed / max(total, 1)
+
+
 def save_masks(masks: Masks, path: Path) -> str:
     """Write ``masks`` (uint8 safetensors, atomically); returns the file's sha256."""
     from safetensors.torch import save_file
@@ -124,11 +178,13 @@ def load_masks(path: Path, model: nn.Module) -> Masks:
         raw = load_file(str(path))
     except Exception as exc:
         raise ConfigError(f"{path}: not a safetensors mask file ({exc})") from exc
-    weights = _weights(model)
+    params = dict(model.named_parameters())
+    weights = {name: params[name] for name in maskable_parameter_names(model)}
     out = {}
     for name, m in raw.items():
         if name not in weights:
-            raise ConfigError(f"{path}: tensor {name!r} is not a prunable weight of this model")
+            raise ConfigError(f"{path}: tensor {name!r} is not a maskable parameter of this model (the encoder "
+                              "layers' Linear weights and biases)")
         if tuple(m.shape) != tuple(weights[name].shape):
             raise ConfigError(f"{path}: tensor {name!r} has shape {tuple(m.shape)}, the weight {tuple(weights[name].shape)}")
         if not bool(((m == 0) | (m == 1)).all()):

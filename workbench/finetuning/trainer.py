@@ -41,7 +41,7 @@ from bertology.errors import CheckpointError, ConfigError
 from bertology.finetuning.config import RESUMABLE_CHANGES, FinetuneConfig
 from bertology.finetuning.data import IGNORE_INDEX, EncodedSplit, collate, encode_split
 from bertology.finetuning.heads import load_classifier, load_tokenizer
-from bertology.finetuning.masks import apply_weight_masks, load_masks, mask_sparsity
+from bertology.finetuning.masks import apply_weight_masks, load_masks, weight_sparsity
 from bertology.finetuning.modes import apply_mode
 from bertology.finetuning.tasks import Example, FinetuneTask, build_task
 from bertology.pretraining.checkpoint import record_replica_digests, restore_checkpoint, save_checkpoint
@@ -136,7 +136,7 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
     if cfg.weight_mask:   # a sparse sub-network: removed weights zeroed, their gradients kept at zero
         masks = load_masks(Path(cfg.weight_mask), model)
         apply_weight_masks(model, masks)
-        sizes["weight_mask"] = {"path": str(cfg.weight_mask), "sparsity": mask_sparsity(masks),
+        sizes["weight_mask"] = {"path": str(cfg.weight_mask), "sparsity": weight_sparsity(model, masks),
                                 "sha256": hashlib.sha256(Path(cfg.weight_mask).read_bytes()).hexdigest()}
     model.to(rt.device)
     optimizer = make_optimizer(model, cfg)
