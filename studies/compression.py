@@ -73,6 +73,7 @@ DEFAULTS: dict[str, Any] = {
     "structured_seeds": [],            # structured lottery tickets (Prasanna et al. 2020), one fine-tune + good / random /
                                        # bad sub-networks retrained per seed ([] = none; e.g. [0, 1, 2])
     "structured_keep": 0.9,            # prune heads and FFN blocks until the dev metric falls below this share of full
+    "structured_head_step": 0.1,       # share of all heads removed at each step (with one FFN block)
     "probe_sentences": 300,            # sentences of `corpus` for a linear POS probe per layer of the pretrained
                                        # encoder under each quantization (0 = no quantization_probing table)
     "device": "auto",
@@ -147,7 +148,8 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
         dense = load_finished_finetune(run_finetuning(base))
         task = classifier_task(dense.model, dense.batches("train", limit=cfg["importance_examples"]),
                                dense.batches("dev"), dense.batches("test"), dense.description)
-        pruning = structured_prune(dense.model, task, head_step=cfg["step"], keep=cfg["structured_keep"])
+        pruning = structured_prune(dense.model, task, head_step=cfg["structured_head_step"],
+                                   keep=cfg["structured_keep"])
         traces.append(pruning.trace.assign(seed=seed))
         shape = pruning.head_importance.shape
         runs = {"dense": dense.run_dir}

@@ -193,7 +193,7 @@ def test_structured_masks_switch_components_off_like_gates(planted):
 def test_study_retrains_structured_subnetworks_and_counts_survivors(planted, tmp_path):
     config = {"model": str(planted["model"]), "task": str(planted["token"]), "epochs": 2, "batch_size": 16,
               "max_seq_len": 32, "methods": ["importance"], "step": 0.25, "quantization": [], "device": "cpu",
-              "structured_seeds": [0, 1], "structured_keep": 0.9}
+              "structured_seeds": [0, 1], "structured_keep": 0.9, "structured_head_step": 0.25}
     run_dir = run_study("compression", overrides=config, results_root=tmp_path / "results", log=lambda _: None)
     subnetworks = pd.read_parquet(run_dir / "structured_subnetworks.parquet")
     assert sorted(subnetworks["kind"].unique()) == ["bad", "dense", "good", "random"]
