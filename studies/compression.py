@@ -53,7 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "max_seq_len": 128,
     "max_examples": None,              # the first N examples of the task (null: all)
     "finetune_run": None,              # an existing finished fine-tune (run folder or name) instead of training one
-    "importance_examples": 512,        # training examples importance is estimated on (re-estimated each step)
+    "importance_examples": 512,        # training examples (a random sample, the seed's) importance is estimated on
     "limit": 300,                      # sentences of `corpus` for the fine-tuned encoder's head types (type order)
     "pooling": "first",
     "methods": ["importance", "random", "type"],
@@ -93,8 +93,9 @@ def run(ctx: StudyContext) -> None:
     finished = load_finished_finetune(run_dir if run_dir.is_absolute() else ctx.run_dir / run_dir)
     ctx.record(finetune={"run": str(finished.run_dir), "model_dir": str(finished.model_dir),
                          "task": finished.task.summary(), "result": finished.result})
-    task = classifier_task(finished.model, finished.batches("train", limit=cfg["importance_examples"]),
-                           finished.batches("dev"), finished.batches("test"), finished.description)
+    train = finished.batches("train", limit=cfg["importance_examples"], seed=ctx.seed)
+    task = classifier_task(finished.model, train, finished.batches("dev"), finished.batches("test"),
+                           finished.description)
     store = corpus = None
     if "type" in cfg["methods"]:
         store, corpus = _fine_tuned_store(ctx, finished.model_dir)
@@ -146,7 +147,7 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
                               output_root=str(root), run_name=f"dense-seed{seed}")
         ctx.log(f"  structured tickets, seed {seed}: fine-tuning the dense model")
         dense = load_finished_finetune(run_finetuning(base))
-        task = classifier_task(dense.model, dense.batches("train", limit=cfg["importance_examples"]),
+        task = classifier_task(dense.model, dense.batches("train", limit=cfg["importance_examples"], seed=seed),
                                dense.batches("dev"), dense.batches("test"), dense.description)
         pruning = structured_prune(dense.model, task, head_step=cfg["structured_head_step"],
                                    keep=cfg["structured_keep"])

@@ -52,12 +52,18 @@ class FinishedFinetune:
         return (f"{self.task.name} ({self.task.source}), fine-tuned {self.config['mode']} from "
                 f"{self.config['model']}; metric: accuracy over test {unit}")
 
-    def batches(self, split: str, batch_size: int = 32, limit: int | None = None) -> list[dict[str, torch.Tensor]]:
-        """The first ``limit`` examples (all by default) of ``split`` as padded batches, in split order:
-        ``input_ids``, ``token_type_ids``, ``attention_mask`` ``[batch, tokens]`` and ``labels``
-        (``[batch, tokens]``, -100 off first sub-words, for token tasks; ``[batch]`` otherwise)."""
+    def batches(self, split: str, batch_size: int = 32, limit: int | None = None,
+                seed: int | None = None) -> list[dict[str, torch.Tensor]]:
+        """``limit`` examples (all by default) of ``split`` as padded batches: the first ones in split
+        order, or with ``seed`` a random sample of them (in split order): ``input_ids``,
+        ``token_type_ids``, ``attention_mask`` ``[batch, tokens]`` and ``labels`` (``[batch, tokens]``,
+        -100 off first sub-words, for token tasks; ``[batch]`` otherwise)."""
         data = self.splits[split]
-        rows = list(range(len(data) if limit is None else min(limit, len(data))))
+        n = len(data) if limit is None else min(limit, len(data))
+        if seed is None or n == len(data):
+            rows = list(range(n))
+        else:
+            rows = sorted(torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:n].tolist())
         return [collate(data, rows[i:i + batch_size], self.tokenizer.pad_token_id)
                 for i in range(0, len(rows), batch_size)]
 
