@@ -138,6 +138,12 @@ def test_orders_compared_on_the_same_sentences(model):
     # random's mean over its two seeds loses 0.5 * 8 / 2 / 10 = 0.2 accuracy on every sentence
     assert row["difference"] == pytest.approx(0.2) and row["low"] == pytest.approx(0.2)
     assert row["p_value"] <= 1 / 500 + 1e-12 and row["n_sentences"] == n_sentences and not row["small_sample"]
+    # a point refined near importance's threshold (7 heads) is nearer 0.2 but only importance has it:
+    # the orders are compared at the nearest count both evaluated (8), not dropped
+    refined = pd.concat([curve, pd.DataFrame({"method": ["importance"], "seed": [0], "n_pruned": [7],
+                                              "share_pruned": [7 / 32], "pruned": [str([(1, h) for h in range(7)])]})])
+    again = compare_orders(model, refined, scores, [], [0.2], n_resamples=500)
+    assert again["n_pruned"].tolist() == [8] and again["difference"].iloc[0] == pytest.approx(0.2)
 
 
 def test_l0_evaluation_scores_exactly_the_heads_the_gates_keep():

@@ -226,7 +226,8 @@ def compare_orders(model: nn.Module, curve: pd.DataFrame, sentence_scores: "Sent
     """Every pair of pruning orders (``method`` of ``curve``) at each share of heads removed, on the
     same sentences: difference of the metric with a paired bootstrap interval and p-value.
 
-    At each share the count is the curve's evaluated count nearest ``share``; each order's heads at
+    At each share the count is the count nearest ``share`` that every order evaluated (a point refined
+    near one order's threshold is not compared with orders that lack it); each order's heads at
     that count are re-applied and scored per sentence on ``batches`` (the test split) with
     ``sentence_scores``; an order with several seeds (random) is the mean over its seeds of the
     per-sentence scores. Returns ``share_removed, n_pruned, method_a, method_b, n_seeds_a,
@@ -238,8 +239,12 @@ def compare_orders(model: nn.Module, curve: pd.DataFrame, sentence_scores: "Sent
     methods = list(dict.fromkeys(curve["method"]))
     rows = []
     n_layers, n_heads = head_shape(model)
+    total = n_layers * n_heads
+    common = sorted(set.intersection(*(set(curve.loc[curve["method"] == m, "n_pruned"].astype(int)) for m in methods)))
     for share in shares:
-        count = int(curve.iloc[(curve[share_column] - share).abs().argmin()]["n_pruned"])
+        if not common:
+            break
+        count = min(common, key=lambda c: (abs(c / total - share), c))   # evaluated by every order
         scores = {}
         for method in methods:
             at = curve[(curve["method"] == method) & (curve["n_pruned"] == count)]
