@@ -8,7 +8,6 @@ real int8 model that is smaller."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +23,8 @@ from bertology.probes.heads.importance import importance_scores
 from bertology.probes.heads.pruning import (classifier_loss, classifier_sentence_scores, classifier_task,
                                             removal_order)
 from bertology.studies import run_study
-from bertology.testing import TINY_WORDS, save_tiny_model_dir
+from bertology.testing import save_tiny_model_dir, write_planted_token_task
 
-SET_A, SET_B = TINY_WORDS[:20], TINY_WORDS[20:40]
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +32,7 @@ def planted(tmp_path_factory) -> dict[str, Path]:
     """A tiny random BERT, a planted token task (a word's label is the set it comes from; 120
     six-word sentences in 24 documents) and a full fine-tune of it (seed 0)."""
     root = tmp_path_factory.mktemp("compression")
-    rng = random.Random(0)
-    lines = []
-    for i in range(120):
-        words = [rng.choice(SET_A + SET_B) for _ in range(6)]
-        lines.append({"words": words, "labels": ["A" if w in SET_A else "B" for w in words], "document": f"doc{i % 24}"})
-    (root / "token.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    write_planted_token_task(root / "token.jsonl")
     model = save_tiny_model_dir("bert", root / "tiny-bert")
     run = run_finetuning(FinetuneConfig(run_name="ft", model=str(model), task=str(root / "token.jsonl"), batch_size=16,
                                         epochs=4, learning_rate=1e-3, warmup_fraction=0.0, max_seq_len=32,

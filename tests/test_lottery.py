@@ -7,7 +7,6 @@ the same sparsity; a broken mask file is refused naming it."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
@@ -20,21 +19,15 @@ from bertology.finetuning.heads import load_classifier
 from bertology.finetuning.lottery import magnitude_lottery
 from bertology.finetuning.masks import (load_masks, magnitude_masks, mask_sparsity, prunable_weight_names,
                                         random_masks, save_masks)
-from bertology.testing import TINY_WORDS, save_tiny_model_dir
+from bertology.testing import save_tiny_model_dir, write_planted_token_task
 
-SET_A, SET_B = TINY_WORDS[:20], TINY_WORDS[20:40]
 
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory) -> dict[str, Path]:
     """A tiny random BERT and a planted token task (a word's label is the set it comes from)."""
     root = tmp_path_factory.mktemp("lottery")
-    rng = random.Random(0)
-    lines = []
-    for i in range(120):
-        words = [rng.choice(SET_A + SET_B) for _ in range(6)]
-        lines.append({"words": words, "labels": ["A" if w in SET_A else "B" for w in words], "document": f"doc{i % 24}"})
-    (root / "token.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    write_planted_token_task(root / "token.jsonl")
     return {"model": save_tiny_model_dir("bert", root / "tiny-bert"), "token": root / "token.jsonl", "root": root}
 
 

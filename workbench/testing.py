@@ -21,7 +21,7 @@ from transformers import BertConfig, BertForMaskedLM, BertModel
 
 __all__ = ["make_tiny_bert", "tiny_config", "tiny_bert", "pair_batches", "trained_pair_model",
            "VOCAB", "MASK_ID", "PAD_ID", "tiny_tokenizer", "tiny_model", "save_tiny_model_dir", "TINY_WORDS",
-           "plant_offset_head"]
+           "plant_offset_head", "write_planted_token_task"]
 
 VOCAB, MASK_ID, PAD_ID = 40, 3, 0
 
@@ -320,3 +320,26 @@ def plant_offset_head(model: Any, layer: int, head: int, offset: int = -1) -> An
         return (attn_output, weights, *output[2:])
 
     return module.register_forward_hook(hook, with_kwargs=True, prepend=True)
+
+
+# --------------------------------------------------------------------------- a planted fine-tuning task
+
+def write_planted_token_task(path: str | os.PathLike, *, n_sentences: int = 120, n_documents: int = 24,
+                             seed: int = 0) -> Path:
+    """Write a planted token-classification task as JSONL (docs/finetuning.md's format) and return its
+    path: ``n_sentences`` six-word sentences of :data:`TINY_WORDS`, spread over ``n_documents``
+    documents; a word's label is the set it comes from (``A``: the first 20 words, ``B``: the next
+    20), so a fine-tune can reach ~100% test accuracy."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    set_a, set_b = TINY_WORDS[:20], TINY_WORDS[20:40]
+    lines = []
+    for i in range(n_sentences):
+        words = [rng.choice(set_a + set_b) for _ in range(6)]
+        lines.append({"words": words, "labels": ["A" if w in set_a else "B" for w in words],
+                      "document": f"doc{i % n_documents}"})
+    path = Path(path)
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path

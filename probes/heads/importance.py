@@ -77,24 +77,33 @@ def importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: LossF
     """
     n_layers, n_heads = head_shape(model)
     base = torch.ones(n_layers, n_heads) if base_gates is None else base_gates.detach().float()
-    total = torch.zeros(n_layers, n_heads, dtype=torch.float64)
-    count = 0
     was_training = model.training
     model.eval()
     with frozen(model), HeadGates(model) as gates:
-        for batch in batches:
-            size = batch["input_ids"].shape[0]
-            g = base.expand(size, n_layers, n_heads).clone().requires_grad_(True)
-            gates.gates = g
-            losses = _per_example(loss_fn(model, batch), size)
-            (grad,) = torch.autograd.grad(losses.sum(), g)
-            total += grad.detach().abs().sum(0).double()
-            count += size
+        mean = _mean_gate_gradients(model, batches, loss_fn, gates, base, "importance_scores")
     model.train(was_training)
-    if count == 0:
-        raise WorkbenchError("importance_scores: no batches")
-    raw = (total / count).numpy() * base.numpy()
+    raw = mean.numpy() * base.numpy()
     return _table(normalise_per_layer(raw) if normalise else raw, raw, "gradient")
+
+
+def _mean_gate_gradients(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn, gates, base: torch.Tensor,
+                         caller: str) -> torch.Tensor:
+    """``E_x |∂L(x)/∂ξ|`` (float64, ``base``'s shape) for the installed gates object ``gates``
+    (:class:`HeadGates` or :class:`FFNGates`) at ``base``: each example gets its own copy of the gates,
+    so one backward pass per batch gives every example's gradient."""
+    total = torch.zeros(base.shape, dtype=torch.float64)
+    count = 0
+    for batch in batches:
+        size = batch["input_ids"].shape[0]
+        g = base.expand(size, *base.shape).clone().requires_grad_(True)
+        gates.gates = g
+        losses = _per_example(loss_fn(model, batch), size)
+        (grad,) = torch.autograd.grad(losses.sum(), g)
+        total += grad.detach().abs().sum(0).double()
+        count += size
+    if count == 0:
+        raise WorkbenchError(f"{caller}: no batches")
+    return total / count
 
 
 def ffn_importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn, normalise: bool = True,
@@ -108,26 +117,14 @@ def ffn_importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: L
     when ``normalise``)."""
     from bertology.probes.heads.gates import FFNGates
 
-    batches = list(batches)
     was_training = model.training
     model.eval()
     with frozen(model), FFNGates(model) as gates:
         n_layers = len(gates.modules)
         base = torch.ones(n_layers) if base_gates is None else base_gates.detach().float()
-        total = torch.zeros(n_layers, dtype=torch.float64)
-        count = 0
-        for batch in batches:
-            size = batch["input_ids"].shape[0]
-            g = base.expand(size, n_layers).clone().requires_grad_(True)
-            gates.gates = g
-            losses = _per_example(loss_fn(model, batch), size)
-            (grad,) = torch.autograd.grad(losses.sum(), g)
-            total += grad.detach().abs().sum(0).double()
-            count += size
+        mean = _mean_gate_gradients(model, batches, loss_fn, gates, base, "ffn_importance_scores")
     model.train(was_training)
-    if count == 0:
-        raise WorkbenchError("ffn_importance_scores: no batches")
-    raw = (total / count).numpy() * base.numpy()
+    raw = mean.numpy() * base.numpy()
     norm = np.linalg.norm(raw)
     scores = raw / norm if normalise and norm > 0 else raw
     return pd.DataFrame({"layer": np.arange(n_layers), "importance": scores, "importance_raw": raw,
