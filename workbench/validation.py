@@ -205,6 +205,14 @@ FIELD_RULES: dict[str, Rule] = {
     "max_seq_len": Rule("an integer >= 8", lambda v: _int(v) and v >= 8),
     "adapter_size": POSITIVE_INT,
     "cka_sentences": Rule("an integer >= 2 (CKA needs two items)", lambda v: _int(v) and v >= 2),
+    # compression of a fine-tuned model
+    "importance_examples": POSITIVE_INT,
+    "lottery_rounds": NON_NEGATIVE_INT,
+    "lottery_prune_share": Rule("a number in (0, 1)", lambda v: _number(v) and 0 < v < 1),
+    "structured_seeds": Rule("a list of integers in [0, 2**32 - 1]", SEED.ok, each=True),
+    "structured_keep": Rule("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1),
+    "structured_head_step": SHARE_STEP,
+    "probe_sentences": NON_NEGATIVE_INT,
     # pretraining variants at equal compute
     "budget_steps": POSITIVE_INT,
     "warmup_fraction": PROBABILITY,
