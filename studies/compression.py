@@ -162,9 +162,10 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
             ctx.log(f"    retraining the {kind} sub-network ({len(heads)} heads, {len(ffn)} FFN blocks removed)")
             runs[kind] = run_finetuning(dataclasses.replace(base, run_name=f"{kind}-seed{seed}", weight_mask=str(mask)))
             if kind == "good":
+                gone_heads, gone_ffn = set(heads), set(ffn)
                 survivors += [{"seed": seed, "layer": l, "head": h, "component": "head",
-                               "survives": (l, h) not in set(heads)} for l in range(shape[0]) for h in range(shape[1])]
-                survivors += [{"seed": seed, "layer": l, "head": -1, "component": "ffn", "survives": l not in set(ffn)}
+                               "survives": (l, h) not in gone_heads} for l in range(shape[0]) for h in range(shape[1])]
+                survivors += [{"seed": seed, "layer": l, "head": -1, "component": "ffn", "survives": l not in gone_ffn}
                               for l in range(shape[0])]
             rows.append({"seed": seed, "kind": kind, "heads_removed": len(heads), "ffn_removed": len(ffn),
                          **_result(runs[kind]), "run": str(runs[kind].relative_to(ctx.run_dir))})

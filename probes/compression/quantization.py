@@ -304,6 +304,27 @@ def setting_size(model: nn.Module, run: nn.Module, setting: QuantSetting) -> tup
     return size, "serialized", size / serialized_bytes(model)
 
 
+def _setting_row(setting: QuantSetting, note: str) -> dict:
+    """The columns every per-setting row starts with: ``setting, kind, bits, real_kernels, threads, note``."""
+    return {"setting": setting.name, "kind": setting.kind, "bits": 8 if setting.kind == "int8-dynamic" else setting.bits,
+            "real_kernels": setting.kind != "simulated", "threads": torch.get_num_threads(), "note": note}
+
+
+def _add_forward_times(model: nn.Module, runs: list[tuple[dict, nn.Module]], batches: list[Batch],
+                       repeat: int) -> None:
+    """Fill ``seconds``, ``cpu_seconds`` and ``speedup`` of each ``(row, run)``: float32 (``run is
+    model``) and every setting taking turns (:func:`forward_seconds`); a speed-up only where real
+    low-precision kernels ran (NaN for simulated bits: float32 kernels)."""
+    others = [(row, run) for row, run in runs if run is not model]           # float32 itself is the baseline
+    base, *timings = forward_seconds([model] + [run for _, run in others], batches, repeat)
+    for row, run in runs:
+        if run is model:
+            row["seconds"], row["cpu_seconds"], row["speedup"] = *base, 1.0
+    for (row, _), (seconds, cpu_seconds) in zip(others, timings):
+        row["seconds"], row["cpu_seconds"] = seconds, cpu_seconds
+        row["speedup"] = base[0] / seconds if row["real_kernels"] else math.nan
+
+
 def compare_quantization(model: nn.Module, batches: Sequence[Batch], *,
                          settings: Sequence[QuantSetting] = DEFAULT_SETTINGS,
                          mlm_batches: Sequence[Batch] | None = None,
@@ -327,24 +348,14 @@ def compare_quantization(model: nn.Module, batches: Sequence[Batch], *,
     rows, runs, layer_tables = [], [], []
     for setting in settings:
         run, note = quantized_model(model, setting)
-        row = {"setting": setting.name, "kind": setting.kind,
-               "bits": 8 if setting.kind == "int8-dynamic" else setting.bits,
-               "real_kernels": setting.kind != "simulated", "threads": torch.get_num_threads(), "note": note}
+        row = _setting_row(setting, note)
         if run is not None:
             measured, layers = _measure(model, run, setting, reference, batches, mlm_batches)
             row |= measured
             runs.append((row, run))
             layer_tables.append(layers.assign(setting=setting.name))
         rows.append(row)
-    others = [(row, run) for row, run in runs if run is not model]           # float32 itself is the baseline
-    (base, *timings) = forward_seconds([model] + [run for _, run in others], batches, repeat)
-    for row, _ in runs:
-        if row["kind"] == "float32":
-            row["seconds"], row["cpu_seconds"], row["speedup"] = *base, 1.0
-    for (row, _), (seconds, cpu_seconds) in zip(others, timings):
-        row["seconds"], row["cpu_seconds"] = seconds, cpu_seconds
-        if row["real_kernels"]:  # a speed-up only where real low-precision kernels ran
-            row["speedup"] = base[0] / seconds
+    _add_forward_times(model, runs, batches, repeat)
     summary = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
     columns = ["setting", "layer", "max_relative_change", "mean_relative_change"]
     layer_table = pd.concat(layer_tables, ignore_index=True)[columns] if layer_tables else pd.DataFrame(columns=columns)
@@ -394,9 +405,7 @@ def task_quantization(model: nn.Module, batches: Sequence[Batch], sentence_score
     rows, runs = [], []
     for setting in settings:
         run, note = quantized_model(model, setting)
-        row: dict = {"setting": setting.name, "kind": setting.kind,
-                     "bits": 8 if setting.kind == "int8-dynamic" else setting.bits,
-                     "real_kernels": setting.kind != "simulated", "threads": torch.get_num_threads(), "note": note}
+        row = _setting_row(setting, note)
         if run is not None:
             correct, scored = (base_correct, base_scored) if run is model else sentence_scores(run, None, batches)
             iv = ratio_bootstrap(correct, scored, seed=seed)
@@ -408,14 +417,7 @@ def task_quantization(model: nn.Module, batches: Sequence[Batch], sentence_score
             row["size_bytes"], row["size_kind"], row["size_ratio"] = setting_size(model, run, setting)
             runs.append((row, run))
         rows.append(row)
-    others = [(row, run) for row, run in runs if run is not model]
-    base, *timings = forward_seconds([model] + [run for _, run in others], batches, repeat)
-    for row, run in runs:
-        if run is model:
-            row["seconds"], row["speedup"] = base[0], 1.0
-    for (row, _), (seconds, _cpu) in zip(others, timings):
-        row["seconds"] = seconds
-        row["speedup"] = base[0] / seconds if row["real_kernels"] else math.nan
+    _add_forward_times(model, runs, batches, repeat)
     return pd.DataFrame(rows).reindex(columns=TASK_COLUMNS)
 
 
@@ -451,8 +453,7 @@ def quantized_probing(lm, corpus, *, settings: Sequence[QuantSetting] = DEFAULT_
     with tempfile.TemporaryDirectory(dir=root, prefix="quantized-stores-") as stores:
         for setting in settings:
             run, note = quantized_model(lm.model, setting)
-            bits = 8 if setting.kind == "int8-dynamic" else setting.bits
-            base = {"setting": setting.name, "kind": setting.kind, "bits": bits, "probe_task": task, "note": note}
+            base = {**_setting_row(setting, note), "probe_task": task}
             if run is None:
                 rows.append(base)
                 continue

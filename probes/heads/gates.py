@@ -87,7 +87,39 @@ def head_shape(model: nn.Module) -> tuple[int, int]:
     return num_layers(model.config), num_heads(model.config)
 
 
-class HeadGates:
+class _PositionGates:
+    """What head and FFN gates share: one hook per layer position on ``_hooked_modules()`` (a forward
+    pre-hook when ``_pre``, else a forward hook; :func:`install_position_hooks`), installed by
+    :meth:`install` or ``with``, removed by :meth:`remove` or on leaving the block."""
+
+    _pre = True
+    model: nn.Module
+    _handles: list
+
+    def _hooked_modules(self) -> list[nn.Module]:
+        raise NotImplementedError
+
+    def _hook(self, layer: int):
+        raise NotImplementedError
+
+    def install(self):
+        if not self._handles:
+            self._handles = install_position_hooks(self.model, self._hooked_modules(), self._hook, pre=self._pre)
+        return self
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def __enter__(self):
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+class HeadGates(_PositionGates):
     """Multiply each head's output by a gate: ``with HeadGates(model) as g: g.gates[l, h] = 0``.
 
     ``gates`` is a tensor ``[layers, heads]`` (original head numbering, so it also works on a pruned
@@ -125,22 +157,8 @@ class HeadGates:
 
         return pre_hook
 
-    def install(self) -> "HeadGates":
-        if not self._handles:
-            self._handles = install_position_hooks(self.model, [block.output for block in self.blocks], self._hook,
-                                                   pre=True)
-        return self
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-
-    def __enter__(self) -> "HeadGates":
-        return self.install()
-
-    def __exit__(self, *exc) -> None:
-        self.remove()
+    def _hooked_modules(self) -> list[nn.Module]:
+        return [block.output for block in self.blocks]
 
 
 def install_position_hooks(model: nn.Module, modules: list[nn.Module], make_hook, *, pre: bool) -> list:
@@ -175,12 +193,14 @@ def install_position_hooks(model: nn.Module, modules: list[nn.Module], make_hook
     return handles
 
 
-class FFNGates:
+class FFNGates(_PositionGates):
     """Multiply each layer's feed-forward output (its output projection's output, bias included,
     before the residual sum) by a gate: ``with FFNGates(model) as g: g.gates[l] = 0`` switches layer
     ``l``'s FFN off (Prasanna et al. 2020's MLP masking). ``gates``: ``[layers]`` or ``[batch,
     layers]`` (per-example, for importance); may require grad. Works per layer position, also where
     layers share parameters (ALBERT)."""
+
+    _pre = False   # a forward hook: the block's output, bias included, is scaled
 
     def __init__(self, model: nn.Module, gates: torch.Tensor | None = None):
         from bertology.architectures import ffn_outputs
@@ -201,21 +221,8 @@ class FFNGates:
             return output * g
         return hook
 
-    def install(self) -> "FFNGates":
-        if not self._handles:
-            self._handles = install_position_hooks(self.model, self.modules, self._hook, pre=False)
-        return self
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-
-    def __enter__(self) -> "FFNGates":
-        return self.install()
-
-    def __exit__(self, *exc) -> None:
-        self.remove()
+    def _hooked_modules(self) -> list[nn.Module]:
+        return self.modules
 
 
 def gates_from_heads(model: nn.Module, heads_off: dict[int, list[int]] | list[tuple[int, int]]) -> torch.Tensor:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from bertology.errors import ConfigError, WorkbenchError
+from bertology.finetuning.finished import finetuned_model_dir
 from bertology.runs import StudyContext
 from bertology.uncertainty import (combine_seed_and_sentence, is_small_sample, paired_bootstrap, ratio_bootstrap,
                                    t_interval, wilson_interval)
@@ -235,16 +236,6 @@ def _scores_and_comparisons(ctx: StudyContext, runs: pd.DataFrame) -> dict[str, 
 
 
 # --------------------------------------------------------------------------- inside the model
-
-def finetuned_model_dir(run_dir: Path) -> Path:
-    """The one checkpoint a finished fine-tune keeps (the registry model of the run)."""
-    from bertology.checkpoints import list_checkpoints
-
-    checkpoints = list_checkpoints(run_dir)
-    if len(checkpoints) != 1:
-        raise WorkbenchError(f"{run_dir}: a finished fine-tune keeps exactly one checkpoint, found {len(checkpoints)}")
-    return checkpoints[0][1]
-
 
 def _weight_change(ctx: StudyContext, row: Any) -> pd.DataFrame:
     from bertology.finetuning.changes import weight_change_between

@@ -24,7 +24,7 @@ from bertology.finetuning.data import EncodedSplit, collate, encode_split
 from bertology.finetuning.heads import load_classifier, load_tokenizer
 from bertology.finetuning.tasks import FinetuneTask, build_task
 
-__all__ = ["FinishedFinetune", "load_finished_finetune", "finished_run_directory"]
+__all__ = ["FinishedFinetune", "load_finished_finetune", "finished_run_directory", "finetuned_model_dir"]
 
 SPLIT_NAMES = ("train", "dev", "test")
 
@@ -68,6 +68,15 @@ class FinishedFinetune:
                 for i in range(0, len(rows), batch_size)]
 
 
+def finetuned_model_dir(run_dir: Path) -> Path:
+    """The one checkpoint a finished fine-tune keeps (the registry model of the run);
+    ``CheckpointError`` when there is not exactly one."""
+    checkpoints = list_checkpoints(run_dir)
+    if len(checkpoints) != 1:
+        raise CheckpointError(f"{run_dir}: a finished fine-tune keeps exactly one checkpoint, found {len(checkpoints)}")
+    return checkpoints[0][1]
+
+
 def finished_run_directory(run: str | Path) -> Path:
     """The folder of a fine-tune run: a directory, or a run name under ``paths.models_dir()``."""
     from bertology import paths
@@ -89,10 +98,7 @@ def load_finished_finetune(run: str | Path) -> FinishedFinetune:
     if not isinstance(info, dict) or "result" not in info or info.get("kind") != "finetune":
         raise CheckpointError(f"{run_dir / 'run.json'}: not a finished fine-tune (no 'result'); finish it first "
                               "(re-run the same `bertology finetune` command)")
-    checkpoints = list_checkpoints(run_dir)
-    if len(checkpoints) != 1:
-        raise CheckpointError(f"{run_dir}: a finished fine-tune keeps exactly one checkpoint, found {len(checkpoints)}")
-    model_dir = checkpoints[0][1]
+    model_dir = finetuned_model_dir(run_dir)
     cfg = info["config"]
     task = build_task(cfg["task"], corpus=cfg["corpus"], label_column=cfg["label_column"],
                       max_examples=cfg["max_examples"], dev_fraction=cfg["dev_fraction"],

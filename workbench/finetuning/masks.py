@@ -95,6 +95,15 @@ def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: params[name] for name in prunable_weight_names(model)}
 
 
+def _split(flat: torch.Tensor, weights: dict[str, torch.Tensor]) -> Masks:
+    """One flat keep-vector over every weight (in ``weights``' order) cut back into per-tensor masks."""
+    out, start = {}, 0
+    for name, w in weights.items():
+        out[name] = flat[start:start + w.numel()].view_as(w).clone()
+        start += w.numel()
+    return out
+
+
 def magnitude_masks(model: nn.Module, share: float, previous: Masks | None = None) -> Masks:
     """Global magnitude pruning (Frankle & Carbin 2019, one round of iterative pruning): of the
     weights ``previous`` keeps (all when None), remove the ``share`` with the smallest ``|w|`` across
@@ -112,12 +121,7 @@ def magnitude_masks(model: nn.Module, share: float, previous: Masks | None = Non
     order = torch.argsort(scores[candidates], stable=True)
     removed = torch.zeros_like(alive)
     removed[candidates[order[:n_remove]]] = True
-    flat = alive & ~removed
-    out, start = {}, 0
-    for name, w in weights.items():
-        out[name] = flat[start:start + w.numel()].view_as(w).clone()
-        start += w.numel()
-    return out
+    return _split(alive & ~removed, weights)
 
 
 def random_masks(model: nn.Module, sparsity: float, seed: int = 0) -> Masks:
@@ -131,11 +135,7 @@ def random_masks(model: nn.Module, sparsity: float, seed: int = 0) -> Masks:
     removed = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:int(round(sparsity * total))]
     flat = torch.ones(total, dtype=torch.bool)
     flat[removed] = False
-    out, start = {}, 0
-    for name, w in weights.items():
-        out[name] = flat[start:start + w.numel()].view_as(w).clone()
-        start += w.numel()
-    return out
+    return _split(flat, weights)
 
 
 def mask_sparsity(masks: Masks) -> float:
