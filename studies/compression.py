@@ -70,6 +70,8 @@ DEFAULTS: dict[str, Any] = {
     "lottery_rounds": 0,               # magnitude lottery tickets: rounds of iterative magnitude pruning with rewinding
                                        # (0 = none; 6 rounds of 0.2 reach 74% sparsity: 13 fine-tunes)
     "lottery_prune_share": 0.2,        # share of the remaining encoder weights removed each round
+    "lottery_scope": "global",         # global: smallest |w| over every matrix at once (Chen et al. 2020);
+                                       # per_matrix: that share of each matrix (layer-wise), random baseline likewise
     "structured_seeds": [],            # structured lottery tickets (Prasanna et al. 2020), one fine-tune + good / random /
                                        # bad sub-networks retrained per seed ([] = none; e.g. [0, 1, 2])
     "structured_keep": 0.9,            # prune heads and FFN blocks until the dev metric falls below this share of full
@@ -204,7 +206,8 @@ def _lottery(ctx: StudyContext) -> dict[str, pd.DataFrame]:
                             max_examples=cfg["max_examples"], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
                             max_seq_len=cfg["max_seq_len"], device=cfg["device"], progress=False)
     runs, comparisons = magnitude_lottery(config, ctx.run_dir / "lottery", rounds=cfg["lottery_rounds"],
-                                          prune_share=cfg["lottery_prune_share"], log=ctx.log)
+                                          prune_share=cfg["lottery_prune_share"], scope=cfg["lottery_scope"],
+                                          log=ctx.log)
     return {"lottery_runs": runs, "lottery_comparison": comparisons}
 
 

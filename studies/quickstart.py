@@ -18,7 +18,7 @@ from bertology.studies import default_config_file, run_study
 DESCRIPTION = "Every analysis on the embedded default at small sizes (the README's main job)"
 DEFAULTS = {
     "studies": ["head_types", "edge_probing", "feature_combinations", "contextuality", "pruning", "emergence",
-                "alignment"],
+                "alignment", "finetuning"],
     "configs": "quickstart",      # the shipped config variant (studies/configs/quickstart/)
     "second_model": "minilm-english-mlm",  # run `second_model_studies` again with this model ("" = skip): the
                                            # workbench's English MLM (MiniLM-L6 + continued MLM pretraining)

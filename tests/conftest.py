@@ -75,7 +75,7 @@ def quickstart_results(tmp_path_factory):
     from dashboard_planted import compression_run, finetuning_run, semantic_change_run
 
     semantic_change_run(root)
-    finetuning_run(root)   # the quickstart does not fine-tune: the Fine-tuning page reads a planted run
+    finetuning_run(root)   # beside the quickstart's tiny fine-tune, a run with every mode and two seeds
     compression_run(root)  # nor compress a fine-tuned model: the Compression page reads a planted run
     return root
 

@@ -307,3 +307,24 @@ def test_a_line_too_long_for_a_sentence_is_refused_by_number(tmp_path):
     text.write_text("A short line.\n" + "word " * (MAX_CHUNK_CHARS // 5 + 10) + "\n")
     with pytest.raises(CorpusError, match=r"para.txt:2: a line of .* characters is not one sentence.*sentences=spacy"):
         read_text_lines(text)
+
+
+def test_a_conllu_file_is_parsed_once_and_each_load_gets_its_own_copy(tmp_path):
+    """The parsed corpus is kept per process (path and content): a second load is equal but a copy,
+    so editing it changes no other load, and a rewritten file is read again."""
+    from bertology.corpus import registry
+
+    first = load_corpus("brown-sample", limit=5)
+    second = load_corpus("brown-sample", limit=5)
+    assert first.fingerprint == second.fingerprint
+    first.sentences[0].words[0] = "EDITED"
+    first.sentences[0].meta["x"] = "y"
+    assert load_corpus("brown-sample", limit=5).fingerprint == second.fingerprint
+    assert second.sentences[0].words[0] != "EDITED" and "x" not in second.sentences[0].meta
+
+    path = tmp_path / "mini.conllu"
+    path.write_text("# sent_id = a\n1\tHello\t_\tINTJ\t_\t_\t0\troot\t_\t_\n\n")
+    assert load_corpus(str(path)).sentences[0].words == ["Hello"]
+    path.write_text("# sent_id = a\n1\tHellO\t_\tINTJ\t_\t_\t0\troot\t_\t_\n\n")
+    assert load_corpus(str(path)).sentences[0].words == ["HellO"]       # same size, at once: read again
+    assert len(registry._PARSED) <= registry._PARSED_KEEP

@@ -52,9 +52,12 @@ def _table(run_dir: Path, name: str) -> pd.DataFrame:
 
 
 def test_study_runs_end_to_end_with_known_answers(planted, tmp_path):
-    run_dir = _run(planted, tmp_path, probe_tasks=["pos"], head_types_change=True, cka_sentences=40)
+    run_dir = _run(planted, tmp_path, probe_tasks=["pos"], head_types_change=True, cka_sentences=40,
+                   learning_rates={"full": 2e-3})
     runs = _table(run_dir, "finetune_runs")
     assert len(runs) == 4 * 2 and set(runs["mode"]) == {"frozen", "full", "bitfit", "adapters"}
+    rates = runs.groupby("mode")["learning_rate"].unique().map(list).to_dict()
+    assert rates == {"full": [2e-3], "frozen": [1e-3], "bitfit": [1e-3], "adapters": [1e-4]}  # the rest: defaults
 
     # the trainer's per-example test correctness adds up to the accuracy it reported
     for r in runs.itertuples():
@@ -132,6 +135,10 @@ def test_bad_study_configs_are_refused(planted, tmp_path):
         _run(planted, tmp_path, modes=["full", "lora"])
     with pytest.raises(ConfigError, match="cka_sentences"):
         _run(planted, tmp_path, cka_sentences=1)
+    with pytest.raises(ConfigError, match="learning_rates.*lora"):
+        _run(planted, tmp_path, learning_rates={"lora": 1e-3})
+    with pytest.raises(ConfigError, match="learning_rates"):
+        _run(planted, tmp_path, learning_rates={"full": -1})
     with pytest.raises(ConfigError, match="max_examples"):
         _run(planted, tmp_path, max_examples=2)
 

@@ -18,7 +18,7 @@ from bertology.finetuning import FinetuneConfig, run_finetuning
 from bertology.finetuning.heads import load_classifier
 from bertology.finetuning.lottery import magnitude_lottery
 from bertology.finetuning.masks import (load_masks, magnitude_masks, mask_sparsity, prunable_weight_names,
-                                        random_masks, save_masks)
+                                        random_masks, random_masks_like, save_masks)
 from bertology.testing import save_tiny_model_dir, write_planted_token_task
 
 
@@ -66,6 +66,30 @@ def test_magnitude_masks_remove_exactly_the_smallest_weights_and_nest(planted):
     assert sum(int((~m).sum()) for m in rand.values()) == sum(int((~m).sum()) for m in second.values())
     again = random_masks(model, mask_sparsity(second), seed=3)
     assert all(torch.equal(rand[n], again[n]) for n in names)
+
+
+def test_per_matrix_magnitude_masks_remove_the_share_of_every_matrix(planted):
+    model = _classifier(planted)
+    names = prunable_weight_names(model)
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        params[names[0]].mul_(1e-3)        # one matrix of tiny weights: global pruning would take it first
+    global_ = magnitude_masks(model, 0.2)
+    assert mask_sparsity({names[0]: global_[names[0]]}) > 0.9
+    first = magnitude_masks(model, 0.2, scope="per_matrix")
+    second = magnitude_masks(model, 0.5, first, scope="per_matrix")
+    for name in names:
+        w, numel = params[name].detach().abs(), params[name].numel()
+        assert int((~first[name]).sum()) == round(0.2 * numel)            # the share of this matrix, not of all
+        assert w[~first[name]].max() <= w[first[name]].min()              # its own smallest weights
+        assert int((~second[name]).sum()) == round(0.2 * numel) + round(0.5 * int(first[name].sum()))
+        assert bool((second[name] <= first[name]).all())                  # nested
+    like = random_masks_like(second, seed=4)
+    assert all(int(like[n].sum()) == int(second[n].sum()) for n in names)  # the same count in every matrix
+    assert not all(torch.equal(like[n], second[n]) for n in names)
+    assert all(torch.equal(like[n], random_masks_like(second, seed=4)[n]) for n in names)
+    with pytest.raises(ConfigError, match="scope"):
+        magnitude_masks(model, 0.2, scope="layer")
 
 
 def test_a_masked_fine_tune_keeps_removed_weights_at_zero(planted, tmp_path):
@@ -116,3 +140,5 @@ def test_broken_mask_files_are_refused_naming_them(planted, tmp_path):
         load_masks(tmp_path / "missing.safetensors", model)
     with pytest.raises(ConfigError, match="rounds"):
         magnitude_lottery(_cfg(planted, tmp_path), tmp_path / "x", rounds=0)
+    with pytest.raises(ConfigError, match="scope"):
+        magnitude_lottery(_cfg(planted, tmp_path), tmp_path / "x", rounds=1, scope="per_layer")

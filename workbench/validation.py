@@ -204,11 +204,15 @@ FIELD_RULES: dict[str, Rule] = {
     "epochs": POSITIVE_INT,
     "max_seq_len": Rule("an integer >= 8", lambda v: _int(v) and v >= 8),
     "adapter_size": POSITIVE_INT,
+    "learning_rates": Rule("a mapping of fine-tuning mode to a learning rate > 0, e.g. {full: 1.0e-4}",
+                           lambda v: isinstance(v, dict) and all(isinstance(k, str) and _number(x) and x > 0
+                                                                 for k, x in v.items())),
     "cka_sentences": Rule("an integer >= 2 (CKA needs two items)", lambda v: _int(v) and v >= 2),
     # compression of a fine-tuned model
     "importance_examples": POSITIVE_INT,
     "lottery_rounds": NON_NEGATIVE_INT,
     "lottery_prune_share": Rule("a number in (0, 1)", lambda v: _number(v) and 0 < v < 1),
+    "lottery_scope": Rule("global or per_matrix", lambda v: v in ("global", "per_matrix")),
     "structured_seeds": Rule("a list of integers in [0, 2**32 - 1]", SEED.ok, each=True),
     "structured_keep": Rule("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1),
     "structured_head_step": SHARE_STEP,

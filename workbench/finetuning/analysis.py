@@ -49,6 +49,8 @@ FINETUNING_DEFAULTS: dict[str, Any] = {
     "batch_size": 32,
     "max_seq_len": 128,
     "adapter_size": 64,
+    "learning_rates": {},              # per mode, e.g. {full: 1.0e-4} for a short run; a mode not named keeps its
+                                       # default (DEFAULT_LEARNING_RATES: full 3e-5, frozen / BitFit 1e-3, adapters 1e-4)
     "cka_sentences": 300,              # held-out (test-split) sentences for CKA and attention change
     "attention_change": True,          # the per-head Jensen-Shannon table
     "probe_tasks": ["pos", "deps"],    # edge probing (per layer, linear probe) before and after fine-tuning, on the
@@ -109,6 +111,9 @@ def _check(cfg: dict[str, Any]) -> None:
     unknown = [m for m in cfg["modes"] if m not in MODES]
     if unknown:
         raise ConfigError(f"finetuning: field 'modes': unknown mode(s) {unknown}; known: {', '.join(MODES)}")
+    unknown = [m for m in cfg["learning_rates"] if m not in MODES]
+    if unknown:
+        raise ConfigError(f"finetuning: field 'learning_rates': unknown mode(s) {unknown}; known: {', '.join(MODES)}")
     if REFERENCE_MODE not in cfg["modes"]:
         raise ConfigError(f"finetuning: field 'modes' must include {REFERENCE_MODE!r} (every mode is compared with it)")
     for field in ("tasks", "modes", "seeds"):
@@ -139,7 +144,7 @@ def _train_all(ctx: StudyContext) -> pd.DataFrame:
                     run_name=name, model=cfg["model"], task=task, corpus=cfg["corpus"], mode=mode, seed=int(seed),
                     max_examples=cfg["max_examples"], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
                     max_seq_len=cfg["max_seq_len"], adapter_size=cfg["adapter_size"], device=cfg["device"],
-                    output_root=str(root), progress=False))
+                    learning_rate=cfg["learning_rates"].get(mode), output_root=str(root), progress=False))
                 info = json.loads((run_dir / "run.json").read_text())
                 result = info["result"]
                 rows.append({"task": task, "mode": mode, "seed": int(seed), **{k: result[k] for k in (

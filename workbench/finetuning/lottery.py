@@ -7,8 +7,10 @@ ticket still had, those with the smallest magnitude *after* round r-1's fine-tun
 encoder's weight matrices, :func:`bertology.finetuning.masks.magnitude_masks`), then fine-tunes
 again from the *pre-trained* weights with that mask (rewinding: every fine-tune starts from the
 config's model). Sparsity after r rounds: ``1 - (1 - prune_share)^r`` (0.2 a round: 20%, 36%, 49%,
-59%, 67%, 74%...). Beside each round a random mask of the same sparsity is fine-tuned the same way
-(:func:`~bertology.finetuning.masks.random_masks`, seed = the config's). Every run uses the same
+59%, 67%, 74%...). ``scope="per_matrix"`` removes that share of each matrix instead (layer-wise
+pruning; docs/METHODS.md). Beside each round a random mask of the same sparsity is fine-tuned the
+same way (:func:`~bertology.finetuning.masks.random_masks`, seed = the config's; for a per-matrix
+ticket, as many weights removed in each matrix as the ticket removes there). Every run uses the same
 split, head initialisation and data order (the config's seed), so the test examples are the same and
 a ticket and its random baseline are compared paired on them.
 """
@@ -24,7 +26,8 @@ import pandas as pd
 
 from bertology.errors import ConfigError
 from bertology.finetuning.config import FinetuneConfig
-from bertology.finetuning.masks import magnitude_masks, mask_sparsity, random_masks, save_masks
+from bertology.finetuning.masks import (MAGNITUDE_SCOPES, magnitude_masks, mask_sparsity, random_masks,
+                                        random_masks_like, save_masks)
 from bertology.uncertainty import is_small_sample, paired_bootstrap
 
 __all__ = ["magnitude_lottery", "LOTTERY_COLUMNS", "COMPARISON_COLUMNS"]
@@ -36,7 +39,7 @@ COMPARISON_COLUMNS = ["round", "sparsity", "difference", "low", "high", "p_value
 
 
 def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_share: float = 0.2,
-                      random_baseline: bool = True, log: Callable[[str], None] = lambda _m: None
+                      scope: str = "global", random_baseline: bool = True, log: Callable[[str], None] = lambda _m: None
                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """IMP with rewinding for ``rounds`` rounds (see the module docstring), every fine-tune a run under
     ``root`` (``imp-round<r>``, ``random-round<r>``; a finished run is reused, a killed one resumes).
@@ -51,6 +54,8 @@ def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_
         raise ConfigError(f"magnitude_lottery: rounds must be >= 1, not {rounds!r}")
     if not 0 < prune_share < 1:
         raise ConfigError(f"magnitude_lottery: prune_share must be in (0, 1), not {prune_share!r}")
+    if scope not in MAGNITUDE_SCOPES:
+        raise ConfigError(f"magnitude_lottery: scope must be one of {MAGNITUDE_SCOPES}, not {scope!r}")
     if config.mode != "full":
         raise ConfigError(f"magnitude_lottery: tickets are found by full fine-tuning, not mode {config.mode!r}")
     root = Path(root)
@@ -65,7 +70,7 @@ def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_
     previous = runs[0][3]
     for r in range(1, rounds + 1):
         trained = load_finished_finetune(previous).model
-        masks = magnitude_masks(trained, prune_share, masks)
+        masks = magnitude_masks(trained, prune_share, masks, scope=scope)
         sparsity = mask_sparsity(masks)
         path = root / "masks" / f"imp-round{r}.safetensors"
         if not path.is_file():
@@ -75,7 +80,9 @@ def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_
         if random_baseline:
             random_path = root / "masks" / f"random-round{r}.safetensors"
             if not random_path.is_file():
-                save_masks(random_masks(trained, sparsity, seed=config.seed), random_path)
+                baseline = (random_masks_like(masks, seed=config.seed) if scope == "per_matrix"
+                            else random_masks(trained, sparsity, seed=config.seed))
+                save_masks(baseline, random_path)
             runs.append(("random", r, sparsity, fine_tune(f"random-round{r}", random_path)))
     table = pd.DataFrame([_row(kind, r, sparsity, run_dir, root) for kind, r, sparsity, run_dir in runs])
     comparisons = []

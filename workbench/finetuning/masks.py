@@ -25,7 +25,8 @@ from torch import nn
 from bertology.architectures import architecture_for, get_module
 from bertology.errors import ConfigError, ModelError
 
-__all__ = ["prunable_weight_names", "maskable_parameter_names", "magnitude_masks", "random_masks", "structured_masks",
+__all__ = ["prunable_weight_names", "maskable_parameter_names", "magnitude_masks", "MAGNITUDE_SCOPES", "random_masks",
+           "random_masks_like", "structured_masks",
            "mask_sparsity", "weight_sparsity", "save_masks", "load_masks", "apply_weight_masks", "Masks"]
 
 Masks = dict[str, torch.Tensor]
@@ -104,24 +105,42 @@ def _split(flat: torch.Tensor, weights: dict[str, torch.Tensor]) -> Masks:
     return out
 
 
-def magnitude_masks(model: nn.Module, share: float, previous: Masks | None = None) -> Masks:
-    """Global magnitude pruning (Frankle & Carbin 2019, one round of iterative pruning): of the
-    weights ``previous`` keeps (all when None), remove the ``share`` with the smallest ``|w|`` across
-    every prunable matrix at once; ties at the cut are broken by position (a stable sort), so the
-    count removed is exact. Returns the new masks (a subset of ``previous``)."""
+MAGNITUDE_SCOPES = ("global", "per_matrix")
+
+
+def magnitude_masks(model: nn.Module, share: float, previous: Masks | None = None, *,
+                    scope: str = "global") -> Masks:
+    """One round of iterative magnitude pruning (Frankle & Carbin 2019): of the weights ``previous``
+    keeps (all when None), remove the ``share`` with the smallest ``|w|``.
+
+    ``scope="global"`` (the default, as Chen et al. 2020 prune pre-trained BERT) ranks every
+    prunable matrix's weights together, so matrices lose different shares; ``"per_matrix"`` removes
+    ``share`` of each matrix's remaining weights (layer-wise pruning, Frankle & Carbin's small
+    networks). Ties at the cut are broken by position (a stable sort), so the count removed is exact.
+    Returns the new masks (a subset of ``previous``)."""
     if not 0 < share < 1:
         raise ConfigError(f"magnitude_masks: share must be in (0, 1), not {share!r}")
+    if scope not in MAGNITUDE_SCOPES:
+        raise ConfigError(f"magnitude_masks: scope must be one of {MAGNITUDE_SCOPES}, not {scope!r}")
     weights = _weights(model)
     keep = {n: (previous[n].bool() if previous is not None else torch.ones_like(w, dtype=torch.bool))
             for n, w in weights.items()}
+    if scope == "per_matrix":
+        return {n: _drop_smallest(w.detach().abs().flatten().float(), keep[n].flatten(), share).view_as(w).clone()
+                for n, w in weights.items()}
     scores = torch.cat([w.detach().abs().flatten().float() for w in weights.values()])
     alive = torch.cat([keep[n].flatten() for n in weights])
+    return _split(_drop_smallest(scores, alive, share), weights)
+
+
+def _drop_smallest(scores: torch.Tensor, alive: torch.Tensor, share: float) -> torch.Tensor:
+    """``alive`` ``[n]`` (bool) less ``round(share * alive.sum())`` of its entries with the smallest ``scores``."""
     n_remove = int(round(share * int(alive.sum())))
     candidates = torch.nonzero(alive).flatten()
     order = torch.argsort(scores[candidates], stable=True)
     removed = torch.zeros_like(alive)
     removed[candidates[order[:n_remove]]] = True
-    return _split(alive & ~removed, weights)
+    return alive & ~removed
 
 
 def random_masks(model: nn.Module, sparsity: float, seed: int = 0) -> Masks:
@@ -136,6 +155,18 @@ def random_masks(model: nn.Module, sparsity: float, seed: int = 0) -> Masks:
     flat = torch.ones(total, dtype=torch.bool)
     flat[removed] = False
     return _split(flat, weights)
+
+
+def random_masks_like(masks: Masks, seed: int = 0) -> Masks:
+    """Random pruning with as many weights removed *in each matrix* as ``masks`` removes there (the
+    baseline of a per-matrix ticket): each matrix's removed positions drawn uniformly with ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, mask in masks.items():
+        flat = torch.ones(mask.numel(), dtype=torch.bool)
+        flat[torch.randperm(mask.numel(), generator=generator)[:mask.numel() - int(mask.sum())]] = False
+        out[name] = flat.view_as(mask)
+    return out
 
 
 def mask_sparsity(masks: Masks) -> float:
