@@ -199,15 +199,19 @@ def _lottery(ctx: StudyContext) -> dict[str, pd.DataFrame]:
     """Magnitude lottery tickets of ``model`` on ``task`` (:func:`bertology.finetuning.lottery.magnitude_lottery`),
     every fine-tune under ``<run>/lottery/``."""
     from bertology.finetuning import FinetuneConfig
-    from bertology.finetuning.lottery import magnitude_lottery
+    from bertology.finetuning.lottery import magnitude_lottery, training_differences
 
     cfg = ctx.config
     config = FinetuneConfig(model=cfg["model"], task=cfg["task"], corpus=cfg["corpus"], mode="full", seed=ctx.seed,
                             max_examples=cfg["max_examples"], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
                             max_seq_len=cfg["max_seq_len"], device=cfg["device"], progress=False)
+    # the run this study compresses is round 0 when it was trained as the lottery's fine-tunes are
+    made = Path(ctx.tables["finetune_run"]["run_dir"].iloc[0])
+    made = made if made.is_absolute() else ctx.run_dir / made
+    dense = made if not training_differences(config, made) else None
     runs, comparisons = magnitude_lottery(config, ctx.run_dir / "lottery", rounds=cfg["lottery_rounds"],
                                           prune_share=cfg["lottery_prune_share"], scope=cfg["lottery_scope"],
-                                          log=ctx.log)
+                                          dense_run=dense, log=ctx.log)
     return {"lottery_runs": runs, "lottery_comparison": comparisons}
 
 

@@ -134,6 +134,9 @@ def test_study_fine_tunes_when_no_run_is_given(planted, tmp_path):
     lottery = pd.read_parquet(run_dir / "lottery_runs.parquet")
     assert lottery["kind"].tolist() == ["dense", "imp", "random"] and lottery["sparsity"].iloc[1] == pytest.approx(0.5, abs=1e-3)
     assert len(pd.read_parquet(run_dir / "lottery_comparison.parquet")) == 1
+    # the study's own fine-tune was trained as the lottery's are: it is round 0, not trained twice
+    assert lottery["run"].iloc[0] == str(run_dir / "finetunes" / "full-seed0")
+    assert not (run_dir / "lottery" / "imp-round0").exists()
 
 
 def test_structured_pruning_removes_planted_useless_components_first(planted):

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from bertology.errors import ConfigError
 from bertology.finetuning import FinetuneConfig, run_finetuning
 from bertology.finetuning.heads import load_classifier
-from bertology.finetuning.lottery import magnitude_lottery
+from bertology.finetuning.lottery import magnitude_lottery, training_differences
 from bertology.finetuning.masks import (load_masks, magnitude_masks, mask_sparsity, prunable_weight_names,
                                         random_masks, random_masks_like, save_masks)
 from bertology.testing import save_tiny_model_dir, write_planted_token_task
@@ -142,3 +142,8 @@ def test_broken_mask_files_are_refused_naming_them(planted, tmp_path):
         magnitude_lottery(_cfg(planted, tmp_path), tmp_path / "x", rounds=0)
     with pytest.raises(ConfigError, match="scope"):
         magnitude_lottery(_cfg(planted, tmp_path), tmp_path / "x", rounds=1, scope="per_layer")
+    finished = run_finetuning(_cfg(planted, tmp_path, run_name="dense", epochs=1))
+    assert training_differences(_cfg(planted, tmp_path, epochs=1), finished) == []
+    assert training_differences(_cfg(planted, tmp_path, epochs=2, seed=3), finished) == ["epochs", "seed"]
+    with pytest.raises(ConfigError, match="epochs.*differ"):
+        magnitude_lottery(_cfg(planted, tmp_path), tmp_path / "x", rounds=1, dense_run=finished)

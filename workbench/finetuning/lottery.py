@@ -30,7 +30,7 @@ from bertology.finetuning.masks import (MAGNITUDE_SCOPES, magnitude_masks, mask_
                                         random_masks_like, save_masks)
 from bertology.uncertainty import is_small_sample, paired_bootstrap
 
-__all__ = ["magnitude_lottery", "LOTTERY_COLUMNS", "COMPARISON_COLUMNS"]
+__all__ = ["magnitude_lottery", "training_differences", "LOTTERY_COLUMNS", "COMPARISON_COLUMNS"]
 
 LOTTERY_COLUMNS = ["round", "kind", "sparsity", "test_accuracy", "test_low", "test_high", "dev_accuracy", "best_step",
                    "test_items", "run"]
@@ -39,10 +39,12 @@ COMPARISON_COLUMNS = ["round", "sparsity", "difference", "low", "high", "p_value
 
 
 def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_share: float = 0.2,
-                      scope: str = "global", random_baseline: bool = True, log: Callable[[str], None] = lambda _m: None
-                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
+                      scope: str = "global", random_baseline: bool = True, dense_run: Path | None = None,
+                      log: Callable[[str], None] = lambda _m: None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """IMP with rewinding for ``rounds`` rounds (see the module docstring), every fine-tune a run under
     ``root`` (``imp-round<r>``, ``random-round<r>``; a finished run is reused, a killed one resumes).
+    ``dense_run``: a finished fine-tune trained exactly as ``config`` (the same fields but its name and
+    folder; ``ConfigError`` naming those that differ) serves as round 0 instead of training it again.
 
     Returns ``(runs, comparisons)``: :data:`LOTTERY_COLUMNS` per run (``kind``: dense, imp, random;
     test accuracy with the run's bootstrap interval) and :data:`COMPARISON_COLUMNS` per round (the
@@ -65,7 +67,12 @@ def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_
         return run_finetuning(dataclasses.replace(config, run_name=name, output_root=str(root),
                                                   weight_mask=str(mask) if mask else None))
 
-    runs = [("dense", 0, 0.0, fine_tune("imp-round0", None))]
+    if dense_run is not None:
+        differ = training_differences(config, Path(dense_run))
+        if differ:
+            raise ConfigError(f"{dense_run}: not trained as the lottery's config ({', '.join(differ)} differ); "
+                              "leave dense_run out to fine-tune round 0 here")
+    runs = [("dense", 0, 0.0, Path(dense_run) if dense_run is not None else fine_tune("imp-round0", None))]
     masks = None
     previous = runs[0][3]
     for r in range(1, rounds + 1):
@@ -102,9 +109,19 @@ def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_
     return table[LOTTERY_COLUMNS], pd.DataFrame(comparisons, columns=COMPARISON_COLUMNS)
 
 
+def training_differences(config: FinetuneConfig, run_dir: Path) -> list[str]:
+    """The fields of ``config`` that the finished fine-tune in ``run_dir`` was trained with differently
+    (its name, folder and runtime fields aside): empty when it is the run ``config`` would make."""
+    from bertology.finetuning.config import RESUMABLE_CHANGES
+
+    recorded = json.loads((run_dir / "run.json").read_text()).get("config", {})
+    ignored = RESUMABLE_CHANGES | {"run_name"}
+    return sorted(k for k, v in config.to_dict().items() if k not in ignored and recorded.get(k) != v)
+
+
 def _row(kind: str, round_: int, sparsity: float, run_dir: Path, root: Path) -> dict[str, Any]:
     result = json.loads((run_dir / "run.json").read_text())["result"]
     return {"round": round_, "kind": kind, "sparsity": sparsity, "test_accuracy": result["test_accuracy"],
             "test_low": result["test_low"], "test_high": result["test_high"], "dev_accuracy": result["dev_accuracy"],
             "best_step": result["best_step"], "test_items": result["test_items"],
-            "run": str(run_dir.relative_to(root))}
+            "run": str(run_dir.relative_to(root)) if run_dir.is_relative_to(root) else str(run_dir)}
