@@ -133,6 +133,7 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
 
     from bertology.finetuning import FinetuneConfig, run_finetuning
     from bertology.finetuning.finished import load_finished_finetune
+    from bertology.finetuning.lottery import training_differences
     from bertology.finetuning.masks import save_masks, structured_masks
     from bertology.finetuning.trainer import read_test_predictions
     from bertology.probes.heads.pruning import classifier_task, matched_components, structured_prune
@@ -147,8 +148,12 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
                               max_examples=cfg["max_examples"], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
                               max_seq_len=cfg["max_seq_len"], device=cfg["device"], progress=False,
                               output_root=str(root), run_name=f"dense-seed{seed}")
-        ctx.log(f"  structured tickets, seed {seed}: fine-tuning the dense model")
-        dense = load_finished_finetune(run_finetuning(base))
+        made = _study_finetune(ctx)
+        if seed == ctx.seed and not training_differences(base, made):
+            dense = load_finished_finetune(made)        # the run this study compresses, trained the same way
+        else:
+            ctx.log(f"  structured tickets, seed {seed}: fine-tuning the dense model")
+            dense = load_finished_finetune(run_finetuning(base))
         task = classifier_task(dense.model, dense.batches("train", limit=cfg["importance_examples"], seed=seed),
                                dense.batches("dev"), dense.batches("test"), dense.description)
         pruning = structured_prune(dense.model, task, head_step=cfg["structured_head_step"],
@@ -172,7 +177,8 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
             rows.append({"seed": seed, "kind": kind, "heads_removed": len(heads), "ffn_removed": len(ffn),
                          **_result(runs[kind]), "run": str(runs[kind].relative_to(ctx.run_dir))})
         rows.append({"seed": seed, "kind": "dense", "heads_removed": 0, "ffn_removed": 0, **_result(dense.run_dir),
-                     "run": str(dense.run_dir.relative_to(ctx.run_dir))})
+                     "run": str(dense.run_dir.relative_to(ctx.run_dir)) if dense.run_dir.is_relative_to(ctx.run_dir)
+                     else str(dense.run_dir)})
         good = read_test_predictions(runs["good"])
         for other in ("random", "bad"):
             theirs = read_test_predictions(runs[other])
@@ -188,6 +194,12 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
     summary["super_survivor"] = summary["seeds_surviving"] == summary["n_seeds"]
     return {"structured_subnetworks": pd.DataFrame(rows), "structured_comparison": pd.DataFrame(comparisons),
             "structured_survivors": summary, "structured_trace": pd.concat(traces, ignore_index=True)}
+
+
+def _study_finetune(ctx: StudyContext) -> Path:
+    """The folder of the fine-tune this run compresses (table ``finetune_run``)."""
+    made = Path(ctx.tables["finetune_run"]["run_dir"].iloc[0])
+    return made if made.is_absolute() else ctx.run_dir / made
 
 
 def _result(run_dir: Path) -> dict[str, Any]:
@@ -206,8 +218,7 @@ def _lottery(ctx: StudyContext) -> dict[str, pd.DataFrame]:
                             max_examples=cfg["max_examples"], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
                             max_seq_len=cfg["max_seq_len"], device=cfg["device"], progress=False)
     # the run this study compresses is round 0 when it was trained as the lottery's fine-tunes are
-    made = Path(ctx.tables["finetune_run"]["run_dir"].iloc[0])
-    made = made if made.is_absolute() else ctx.run_dir / made
+    made = _study_finetune(ctx)
     dense = made if not training_differences(config, made) else None
     runs, comparisons = magnitude_lottery(config, ctx.run_dir / "lottery", rounds=cfg["lottery_rounds"],
                                           prune_share=cfg["lottery_prune_share"], scope=cfg["lottery_scope"],

@@ -193,6 +193,8 @@ def test_study_retrains_structured_subnetworks_and_counts_survivors(planted, tmp
     run_dir = run_study("compression", overrides=config, results_root=tmp_path / "results", log=lambda _: None)
     subnetworks = pd.read_parquet(run_dir / "structured_subnetworks.parquet")
     assert sorted(subnetworks["kind"].unique()) == ["bad", "dense", "good", "random"]
+    dense = subnetworks[subnetworks.kind == "dense"].set_index("seed")["run"]
+    assert dense[0] == "finetunes/full-seed0" and dense[1] == "structured/dense-seed1"  # the study's run is seed 0's
     for _, group in subnetworks[subnetworks.kind != "dense"].groupby("seed"):
         assert group["heads_removed"].nunique() == 1 and group["ffn_removed"].nunique() == 1   # same size
     comparison = pd.read_parquet(run_dir / "structured_comparison.parquet")
