@@ -17,8 +17,8 @@ from bertology.errors import ConfigError
 from bertology.finetuning import FinetuneConfig, run_finetuning
 from bertology.finetuning.heads import load_classifier
 from bertology.finetuning.lottery import magnitude_lottery, training_differences
-from bertology.finetuning.masks import (load_masks, magnitude_masks, mask_sparsity, prunable_weight_names,
-                                        random_masks, random_masks_like, save_masks)
+from bertology.finetuning.masks import (apply_weight_masks, load_masks, magnitude_masks, mask_sparsity,
+                                        prunable_weight_names, random_masks, random_masks_like, save_masks)
 from bertology.testing import save_tiny_model_dir, write_planted_token_task
 
 
@@ -66,6 +66,18 @@ def test_magnitude_masks_remove_exactly_the_smallest_weights_and_nest(planted):
     assert sum(int((~m).sum()) for m in rand.values()) == sum(int((~m).sum()) for m in second.values())
     again = random_masks(model, mask_sparsity(second), seed=3)
     assert all(torch.equal(rand[n], again[n]) for n in names)
+
+
+def test_a_mask_of_all_ones_changes_nothing(planted):
+    model = _classifier(planted).eval()
+    ids = torch.tensor([[2, 5, 6, 7, 3]])
+    before = model(input_ids=ids).logits
+    weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ones = {n: torch.ones_like(weights[n], dtype=torch.bool) for n in prunable_weight_names(model)}
+    assert mask_sparsity(ones) == 0.0
+    apply_weight_masks(model, ones)
+    assert all(torch.equal(p, weights[n]) for n, p in model.named_parameters())
+    assert torch.equal(model(input_ids=ids).logits, before)
 
 
 def test_per_matrix_magnitude_masks_remove_the_share_of_every_matrix(planted):
