@@ -143,12 +143,12 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
     root = ctx.run_dir / "structured"
     rows, comparisons, survivors, traces = [], [], [], []
     shape = None
+    made = _study_finetune(ctx)
     for seed in (int(s) for s in cfg["structured_seeds"]):
         base = FinetuneConfig(model=cfg["model"], task=cfg["task"], corpus=cfg["corpus"], mode="full", seed=seed,
                               max_examples=cfg["max_examples"], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
                               max_seq_len=cfg["max_seq_len"], device=cfg["device"], progress=False,
                               output_root=str(root), run_name=f"dense-seed{seed}")
-        made = _study_finetune(ctx)
         if seed == ctx.seed and not training_differences(base, made):
             dense = load_finished_finetune(made)        # the run this study compresses, trained the same way
         else:

@@ -108,12 +108,10 @@ def finetuning_analysis(ctx: StudyContext) -> None:
 def _check(cfg: dict[str, Any]) -> None:
     from bertology.finetuning.config import MODES
 
-    unknown = [m for m in cfg["modes"] if m not in MODES]
-    if unknown:
-        raise ConfigError(f"finetuning: field 'modes': unknown mode(s) {unknown}; known: {', '.join(MODES)}")
-    unknown = [m for m in cfg["learning_rates"] if m not in MODES]
-    if unknown:
-        raise ConfigError(f"finetuning: field 'learning_rates': unknown mode(s) {unknown}; known: {', '.join(MODES)}")
+    for field in ("modes", "learning_rates"):    # a list of modes; a mapping keyed by mode
+        unknown = [m for m in cfg[field] if m not in MODES]
+        if unknown:
+            raise ConfigError(f"finetuning: field {field!r}: unknown mode(s) {unknown}; known: {', '.join(MODES)}")
     if REFERENCE_MODE not in cfg["modes"]:
         raise ConfigError(f"finetuning: field 'modes' must include {REFERENCE_MODE!r} (every mode is compared with it)")
     for field in ("tasks", "modes", "seeds"):

@@ -112,11 +112,9 @@ def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_
 def training_differences(config: FinetuneConfig, run_dir: Path) -> list[str]:
     """The fields of ``config`` that the finished fine-tune in ``run_dir`` was trained with differently
     (its name, folder and runtime fields aside): empty when it is the run ``config`` would make."""
-    from bertology.finetuning.config import RESUMABLE_CHANGES
+    from bertology.finetuning.trainer import config_differences
 
-    recorded = json.loads((run_dir / "run.json").read_text()).get("config", {})
-    ignored = RESUMABLE_CHANGES | {"run_name"}
-    return sorted(k for k, v in config.to_dict().items() if k not in ignored and recorded.get(k) != v)
+    return config_differences(config, run_dir, ignore=frozenset({"run_name"}))
 
 
 def _row(kind: str, round_: int, sparsity: float, run_dir: Path, root: Path) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from bertology.pretraining.optimization import linear_schedule, make_optimizer
 from bertology.pretraining.runtime import Runtime, setup_runtime
 from bertology.uncertainty import ratio_bootstrap
 
-__all__ = ["run_finetuning", "Schedule", "evaluate_split", "read_test_predictions", "TEST_PREDICTIONS"]
+__all__ = ["run_finetuning", "Schedule", "evaluate_split", "read_test_predictions", "TEST_PREDICTIONS", "config_differences"]
 
 
 @dataclass(frozen=True)
@@ -182,13 +182,20 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
     return run_dir
 
 
-def _check_same_config(cfg: FinetuneConfig, run_dir: Path) -> None:
-    """Refuse to resume ``run_dir`` with a config that changes the training (``ConfigError`` naming the fields)."""
+def config_differences(cfg: FinetuneConfig, run_dir: Path, *, ignore: frozenset[str] = frozenset()) -> list[str]:
+    """The fields of ``cfg`` that the run in ``run_dir`` recorded differently in its run.json, sorted;
+    the runtime fields a resume may change (``RESUMABLE_CHANGES``) and ``ignore`` aside.
+    ``CheckpointError`` for a run.json without a config."""
     info = read_json_file(run_dir / "run.json", "run record")
     if not isinstance(info, dict) or not isinstance(info.get("config"), dict):
         raise CheckpointError(f"{run_dir / 'run.json'}: broken run record (no 'config' object)")
-    changed = sorted(k for k, v in cfg.to_dict().items()
-                     if k not in RESUMABLE_CHANGES and info["config"].get(k) != v)
+    skipped = RESUMABLE_CHANGES | ignore
+    return sorted(k for k, v in cfg.to_dict().items() if k not in skipped and info["config"].get(k) != v)
+
+
+def _check_same_config(cfg: FinetuneConfig, run_dir: Path) -> None:
+    """Refuse to resume ``run_dir`` with a config that changes the training (``ConfigError`` naming the fields)."""
+    changed = config_differences(cfg, run_dir)
     if changed:
         raise ConfigError(f"{run_dir}: cannot resume, config field(s) differ from run.json: {', '.join(changed)}")
 
