@@ -34,7 +34,7 @@ def test_contextual_neighbours_share_the_sense():
     assert context_snippet(2, words, offsets) == "a great [[play]] by them"
 
 
-@pytest.mark.slow  # umap-learn compiles with numba on first use (~20 s)
+@pytest.mark.slow  # umap-learn compiles with numba on first use (~20 s; a later process loads the cache)
 def test_sense_clusters_separate_the_planted_senses():
     words, vecs, offsets = _two_sense_corpus()
     df = sense_clusters("play", vecs, words, offsets, n_clusters=2, seed=0)
@@ -43,3 +43,8 @@ def test_sense_clusters_separate_the_planted_senses():
     assert (by_sense == 1).all() and df["cluster"].nunique() == 2
     fig = sense_cluster_figure(df, "play")
     assert len(fig.data) == 2
+    # umap-learn's kNN kernel, compiled without cache=True, now reads and writes numba's disk cache,
+    # so the next process does not compile it again (~16 s on 2 cores)
+    import umap.umap_
+    from numba.core.caching import NullCache
+    assert not isinstance(umap.umap_.fast_knn_indices._cache, NullCache)
