@@ -95,17 +95,19 @@ def is_complete(run: Path) -> bool:
 
 HIDDEN_HINT = "remove stopped ones with `bertology study clean --yes`"
 
-_QUICKSTART_MAIN = re.compile(r"quickstart-seed\d+")
-_QUICKSTART_SECOND = re.compile(r"quickstart-.+-seed\d+")
+_SECOND_MODEL_RUN = re.compile(r"(?P<study>quickstart|tour)-.+-seed(?P<seed>\d+)")
 
 
 def default_run_index(runs: list[Path]) -> int:
-    """Which of ``runs`` (newest first) a page opens on: the newest, except that the quickstart's
-    runs on its second model (``quickstart-<model>-seed<N>``, written after the main ones) give way
-    to the quickstart's main run (``quickstart-seed<N>``, the embedded default model)."""
-    if runs and _QUICKSTART_SECOND.fullmatch(runs[0].name):
+    """Which of ``runs`` (newest first) a page opens on: the newest, except that the quickstart's (or
+    the tour's) runs on its second model (``quickstart-<model>-seed<N>``, written after the main ones)
+    give way to the same study's main run (``quickstart-seed<N>``, the embedded default model) where
+    there is one."""
+    second = _SECOND_MODEL_RUN.fullmatch(runs[0].name) if runs else None
+    if second:
+        main = f"{second['study']}-seed{second['seed']}"
         for i, run in enumerate(runs):
-            if _QUICKSTART_MAIN.fullmatch(run.name):
+            if run.name == main:
                 return i
     return 0
 

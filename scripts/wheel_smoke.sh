@@ -38,7 +38,7 @@ for name in ("probes", "studies", "apps", "workbench"):
 PY
 BIN="$WORK/venv/bin/bertology"
 "$BIN" study list | tee "$WORK/list.txt"
-for s in quickstart head_types edge_probing pruning contextuality alignment emergence; do
+for s in quickstart tour head_types edge_probing pruning contextuality alignment emergence; do
   grep -q "^$s " "$WORK/list.txt" || { echo "study $s missing from the installed package" >&2; exit 1; }
 done
 printf 'limit: 20\nword_vectors: none\nexample_sentences: 1\n' > small.yaml

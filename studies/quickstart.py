@@ -1,8 +1,14 @@
-"""The main job: every analysis of the workbench on the embedded default (MiniLM-L6 + the bundled
-Brown sample) at small sizes, each as its own study run (so the dashboard shows each page); the
-studies that need an MLM head or compare two models again on the workbench's own English MLM
-(``second_model``, shipped with the package), side by side; emergence reads the small from-scratch
-``bert-mini-english`` checkpoints; then a pointer to the dashboard."""
+"""The main job: the workbench's analyses on the embedded default (MiniLM-L6 + the bundled Brown
+sample) at sizes that fit in about 5 minutes on 2 CPU cores, each as its own study run (so the dashboard
+shows each page): head types, edge probing, contextuality, rotation alignment and a small fine-tuning
+run on MiniLM; Michel's pruning on the MLM loss of the workbench's own English MLM (``second_model``,
+shipped with the package); emergence across the small from-scratch ``bert-mini-english`` checkpoints;
+then a pointer to the dashboard. The ``tour`` study runs the same way with every study, at the larger
+sizes of ``configs/tour/``.
+
+Each sub-run's id is ``<this study>-seed<seed>`` (``<this study>-<model>-seed<seed>`` for the second
+model), so ``quickstart`` and ``tour`` never share a run folder.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +21,13 @@ import pandas as pd
 
 from bertology.studies import default_config_file, run_study
 
-DESCRIPTION = "Every analysis on the embedded default at small sizes (the README's main job)"
+DESCRIPTION = "The main analyses on the embedded default in ~5 minutes on 2 cores (the README's main job)"
 DEFAULTS = {
-    "studies": ["head_types", "edge_probing", "feature_combinations", "contextuality", "pruning", "emergence",
-                "alignment", "finetuning"],
+    "studies": ["head_types", "edge_probing", "contextuality", "alignment", "finetuning", "emergence"],
     "configs": "quickstart",      # the shipped config variant (studies/configs/quickstart/)
-    "second_model": "minilm-english-mlm",  # run `second_model_studies` again with this model ("" = skip): the
+    "second_model": "minilm-english-mlm",  # run `second_model_studies` with this model ("" = skip): the
                                            # workbench's English MLM (MiniLM-L6 + continued MLM pretraining)
-    "second_model_studies": ["head_types", "pruning"],
+    "second_model_studies": ["pruning"],
     "seed": 0,
 }
 
@@ -37,7 +42,7 @@ def run(ctx) -> None:
     for name, model in plan:
         started = time.perf_counter()
         config_file = default_config_file(name, cfg["configs"])
-        run_id = f"quickstart-{_id_part(model)}-seed{ctx.seed}" if model else f"quickstart-seed{ctx.seed}"
+        run_id = f"{ctx.name}-{_id_part(model)}-seed{ctx.seed}" if model else f"{ctx.name}-seed{ctx.seed}"
         run_dir = run_study(name, config_file=config_file if config_file.is_file() else None, seed=ctx.seed,
                             overrides={"model": model} if model else None, run_id=run_id,
                             results_root=results_root, log=ctx.log)

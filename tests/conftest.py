@@ -58,7 +58,8 @@ def small_corpus():
 
 @pytest.fixture(scope="session")
 def quickstart_results(tmp_path_factory):
-    """Run the quickstart study once with tiny configs (tests/fixtures/tiny_quickstart); the results root."""
+    """Run the tour study (the quickstart's runner with every study) once with tiny configs
+    (tests/fixtures/tiny_quickstart); the results root."""
     from bertology.studies import run_study
 
     root = tmp_path_factory.mktemp("results")
@@ -66,7 +67,7 @@ def quickstart_results(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("BERTOLOGY_HOME", str(home))
     try:
-        run_study("quickstart", overrides={"configs": str(FIXTURES / "tiny_quickstart"), "second_model": ""}, results_root=root,
+        run_study("tour", overrides={"configs": str(FIXTURES / "tiny_quickstart"), "second_model": ""}, results_root=root,
                   log=lambda m: None)
     finally:
         mp.undo()

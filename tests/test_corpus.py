@@ -328,3 +328,17 @@ def test_a_conllu_file_is_parsed_once_and_each_load_gets_its_own_copy(tmp_path):
     path.write_text("# sent_id = a\n1\tHellO\t_\tINTJ\t_\t_\t0\troot\t_\t_\n\n")
     assert load_corpus(str(path)).sentences[0].words == ["HellO"]       # same size, at once: read again
     assert len(registry._PARSED) <= registry._PARSED_KEEP
+
+
+def test_a_sentence_copy_equals_a_deep_copy_and_shares_no_list():
+    import copy
+    import dataclasses
+
+    for sentence in load_corpus("brown-sample", limit=20):
+        mine, deep = sentence.copy(), copy.deepcopy(sentence)
+        assert mine == deep
+        for f in dataclasses.fields(sentence):   # every field is copied, every mutable one anew
+            value = getattr(sentence, f.name)
+            assert getattr(mine, f.name) == value
+            if isinstance(value, (list, dict)):
+                assert getattr(mine, f.name) is not value, f.name

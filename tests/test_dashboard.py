@@ -41,10 +41,11 @@ def line(spec: dict, name: str) -> list[float]:
 
 def test_quickstart_writes_every_study(quickstart_results):
     studies = {p.name for p in quickstart_results.iterdir()}
-    assert {"quickstart", "edge_probing", "feature_combinations", "head_types", "pruning", "contextuality",
+    assert {"tour", "edge_probing", "feature_combinations", "head_types", "pruning", "contextuality",
             "alignment", "emergence"} <= studies
     for run in quickstart_results.glob("*/*"):
         assert (run / "manifest.json").is_file(), run
+    assert (quickstart_results / "edge_probing" / "tour-seed0").is_dir()   # sub-runs named after the study
 
 
 def test_the_registry_holds_the_pages_in_order_with_their_titles():

@@ -39,6 +39,13 @@ def test_shipped_files_come_from_the_package():
     assert shipped_configs()["default"].is_file()
     assert default_config_file("quickstart").parent == config_dir()
     assert default_config_file("head_types", "quickstart").is_file()
+    # every study the quickstart and the tour run has its shipped config at their sizes
+    from bertology.studies import list_studies, load_study
+
+    for main in ("quickstart", "tour"):
+        cfg = load_study(main).DEFAULTS
+        for name in cfg["studies"] + cfg["second_model_studies"]:
+            assert name in list_studies() and default_config_file(name, cfg["configs"]).is_file(), (main, name)
     from importlib import resources
 
     assert (resources.files("bertology.apps") / "dashboard.py").is_file()

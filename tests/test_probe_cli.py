@@ -198,7 +198,7 @@ def test_each_probing_analysis_is_one_function_for_study_and_cli():
 
 
 def test_quickstart_probe_batch_size_reaches_the_probes():
-    """The quickstart's probing configs set batch_size 128 and 4 epochs; the field is validated
+    """The quickstart's and the tour's probing configs set batch_size 128 and 4 epochs; the field is validated
     like every other and goes into ProbeConfig (the default stays 512)."""
     from bertology.probes.probing import analysis
     from bertology.probes.probing.edge import ProbeConfig
@@ -206,9 +206,10 @@ def test_quickstart_probe_batch_size_reaches_the_probes():
     from bertology.studies import default_config_file
 
     assert ProbeConfig().batch_size == 512 and analysis.EDGE_PROBING_DEFAULTS["batch_size"] == 512
-    for name, defaults in (("edge_probing", analysis.EDGE_PROBING_DEFAULTS),
-                           ("feature_combinations", analysis.FEATURE_COMBINATIONS_DEFAULTS)):
-        path = default_config_file(name, "quickstart")
+    for name, defaults, variant in (("edge_probing", analysis.EDGE_PROBING_DEFAULTS, "quickstart"),
+                                    ("edge_probing", analysis.EDGE_PROBING_DEFAULTS, "tour"),
+                                    ("feature_combinations", analysis.FEATURE_COMBINATIONS_DEFAULTS, "tour")):
+        path = default_config_file(name, variant)
         cfg = validate_config(defaults, read_config_file(path), str(path))
         assert cfg["batch_size"] == 128 and cfg["max_epochs"] == 4
     settings = analysis.probe_settings(cfg)

@@ -3,7 +3,6 @@ from the file's suffix."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections import OrderedDict
 from pathlib import Path
@@ -51,7 +50,7 @@ def load_corpus(name_or_path: str | Path = DEFAULT_CORPUS, *, limit: int | None 
     if sentences not in SENTENCE_SPLITS:
         raise CorpusError(f"sentences: expected one of {', '.join(SENTENCE_SPLITS)}, got {sentences!r}")
     if key in bundled:
-        corpus = _read_conllu_once(bundled[key], name=key)
+        return _read_conllu_once(bundled[key], name=key, limit=limit)
     else:
         path = Path(name_or_path)
         if not path.exists():
@@ -60,7 +59,7 @@ def load_corpus(name_or_path: str | Path = DEFAULT_CORPUS, *, limit: int | None 
             )
         suffix = path.suffix.lower()
         if suffix in (".conllu", ".conllx"):
-            corpus = _read_conllu_once(path)
+            return _read_conllu_once(path, limit=limit)
         elif suffix in (".bio", ".conll", ".iob", ".tsv"):
             corpus = read_bio(path)
         elif suffix in (".txt", ".text", ".md"):
@@ -76,20 +75,24 @@ _PARSED: OrderedDict[tuple, Corpus] = OrderedDict()
 _PARSED_KEEP = 4
 
 
-def _read_conllu_once(path: Path, name: str | None = None) -> Corpus:
+def _read_conllu_once(path: Path, name: str | None = None, limit: int | None = None) -> Corpus:
     """:func:`read_conllu`, parsed once per process for a file whose path and bytes are unchanged (a
     study that loads the same corpus for every task and seed, and the quickstart's studies one after
     another, read and validate it once; hashing the bytes costs milliseconds, parsing seconds, and
-    unlike a modification time it cannot miss a rewrite); each call gets its own copy, so a caller
-    that edits sentences never changes another's."""
+    unlike a modification time it cannot miss a rewrite); each call gets its own copy of the first
+    ``limit`` sentences (all when ``None``), so a caller that edits sentences never changes another's."""
     try:
         digest = hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
     except OSError:
-        return read_conllu(path, name=name)  # its error names the file
+        corpus = read_conllu(path, name=name)  # its error names the file
+        return corpus.subset(limit) if limit is not None else corpus
     key = (str(path.resolve()), digest, name)
     if key not in _PARSED:
         _PARSED[key] = read_conllu(path, name=name)
         while len(_PARSED) > _PARSED_KEEP:
             _PARSED.popitem(last=False)
     _PARSED.move_to_end(key)
-    return copy.deepcopy(_PARSED[key])
+    parsed = _PARSED[key]
+    chosen = parsed.subset(limit) if limit is not None else parsed
+    return Corpus(chosen.name, [s.copy() for s in chosen.sentences], dict(chosen.sources), chosen.path,
+                  chosen.licence)

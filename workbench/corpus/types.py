@@ -39,6 +39,14 @@ class Sentence:
     def __len__(self) -> int:
         return len(self.words)
 
+    def copy(self) -> "Sentence":
+        """An independent copy: every list and the ``meta`` dict are new (their items, strings,
+        ints and frozen :class:`Entity` spans, cannot change); what ``copy.deepcopy`` gives, ~10x faster."""
+        def new(layer: list | None) -> list | None:
+            return None if layer is None else list(layer)
+        return Sentence(self.sent_id, list(self.words), new(self.upos), new(self.xpos), new(self.heads),
+                        new(self.deprels), new(self.entities), self.text, dict(self.meta))
+
 
 @dataclass
 class Corpus:
