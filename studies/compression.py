@@ -34,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from bertology import paths
 from bertology.errors import ConfigError
 from bertology.runs import StudyContext
 
@@ -90,9 +91,8 @@ def run(ctx: StudyContext) -> None:
 
     cfg = ctx.config
     settings = quant_settings(cfg["quantization"])
-    runs = ctx.step("finetune_run", lambda: _finetune(ctx))
-    run_dir = Path(runs["run_dir"].iloc[0])
-    finished = load_finished_finetune(run_dir if run_dir.is_absolute() else ctx.run_dir / run_dir)
+    ctx.step("finetune_run", lambda: _finetune(ctx))
+    finished = load_finished_finetune(_study_finetune(ctx))
     ctx.record(finetune={"run": str(finished.run_dir), "model_dir": str(finished.model_dir),
                          "task": finished.task.summary(), "result": finished.result})
     train = finished.batches("train", limit=cfg["importance_examples"], seed=ctx.seed)
@@ -177,8 +177,7 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
             rows.append({"seed": seed, "kind": kind, "heads_removed": len(heads), "ffn_removed": len(ffn),
                          **_result(runs[kind]), "run": str(runs[kind].relative_to(ctx.run_dir))})
         rows.append({"seed": seed, "kind": "dense", "heads_removed": 0, "ffn_removed": 0, **_result(dense.run_dir),
-                     "run": str(dense.run_dir.relative_to(ctx.run_dir)) if dense.run_dir.is_relative_to(ctx.run_dir)
-                     else str(dense.run_dir)})
+                     "run": paths.relative_if_inside(dense.run_dir, ctx.run_dir)})
         good = read_test_predictions(runs["good"])
         for other in ("random", "bad"):
             theirs = read_test_predictions(runs[other])

@@ -202,3 +202,16 @@ def test_run_labels_tell_runs_apart(tmp_path, monkeypatch):
     bare.mkdir()
     (bare / "manifest.json").write_text("{}")
     assert describe(bare) == "edge_probing/old"
+
+
+def test_dashboard_opens_the_main_run_before_the_second_model_run():
+    """A page's run picker opens on the quickstart's (or tour's) main run where the newest is its
+    second-model run of the same study and seed; otherwise on the newest."""
+    from bertology.apps.locations import default_run_index
+
+    runs = [Path(n) for n in ("quickstart-minilm-english-mlm-seed0", "tour-seed0", "quickstart-seed0")]
+    assert default_run_index(runs) == 2
+    assert default_run_index([Path("tour-minilm-english-mlm-seed1"), Path("tour-seed0"), Path("tour-seed1")]) == 2
+    assert default_run_index([Path("quickstart-minilm-english-mlm-seed0"), Path("tour-seed0")]) == 0
+    assert default_run_index([Path("abc123-seed0"), Path("quickstart-seed0")]) == 0
+    assert default_run_index([]) == 0

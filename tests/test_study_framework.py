@@ -321,17 +321,3 @@ def test_study_clean_lists_then_removes_unfinished_runs_never_a_running_one(tmp_
         assert removed.exit_code == 0 and "removed 2 run folder(s)" in removed.output
         assert not stopped.exists() and not broken.exists() and running.is_dir() and complete.is_dir()
 
-
-def test_dashboard_opens_the_main_run_before_the_second_model_run():
-    """A page's run picker opens on the quickstart's (or tour's) main run where the newest is its
-    second-model run of the same study and seed; otherwise on the newest."""
-    from pathlib import Path
-
-    from bertology.apps.locations import default_run_index
-
-    runs = [Path(n) for n in ("quickstart-minilm-english-mlm-seed0", "tour-seed0", "quickstart-seed0")]
-    assert default_run_index(runs) == 2
-    assert default_run_index([Path("tour-minilm-english-mlm-seed1"), Path("tour-seed0"), Path("tour-seed1")]) == 2
-    assert default_run_index([Path("quickstart-minilm-english-mlm-seed0"), Path("tour-seed0")]) == 0
-    assert default_run_index([Path("abc123-seed0"), Path("quickstart-seed0")]) == 0
-    assert default_run_index([]) == 0

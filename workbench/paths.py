@@ -56,3 +56,9 @@ def plain_name(value: object, what: str) -> str:
 def run_dir(results_root: str | os.PathLike, study: str, run_id: str) -> Path:
     """``<results_root>/<study>/<run_id>``, both names checked with :func:`plain_name`."""
     return Path(results_root) / plain_name(study, "study name") / plain_name(run_id, "run id")
+
+
+def relative_if_inside(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` when it lies inside it (a run recording its own sub-folders, so
+    the run folder can move), else absolute as given."""
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)

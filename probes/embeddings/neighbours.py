@@ -7,6 +7,7 @@ those share its sense. ``sense_clusters`` projects all occurrences of a word wit
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import numpy as np
@@ -107,26 +108,20 @@ def sense_clusters(
     })
 
 
-_NUMBA_CACHE_ENABLED = False
-
-
+@functools.cache
 def _cache_umap_kernels() -> int:
     """Turn on numba's on-disk cache for every compiled kernel of umap-learn and pynndescent that
     does not cache itself (the k-nearest-neighbour and fuzzy-set kernels are compiled without
     ``cache=True``, with ``parallel=True``: ~16 s of compilation in every new process on a 2-core CPU).
     Cached, a later process loads them in well under a second; the machine code, so the output, is the
     same. Where no cache folder is writable numba refuses and the kernel compiles as before. Once per
-    process; returns how many kernels it turned on."""
-    global _NUMBA_CACHE_ENABLED
-    if _NUMBA_CACHE_ENABLED:
-        return 0
+    process (``functools.cache``); returns how many kernels it turned on."""
     import sys
 
     import umap  # noqa: F401  (imports pynndescent and the kernels' modules)
     from numba.core.caching import NullCache
     from numba.core.dispatcher import Dispatcher
 
-    _NUMBA_CACHE_ENABLED = True
     enabled = 0
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(("umap", "pynndescent")):
@@ -158,7 +153,8 @@ def _umap_2d(x: np.ndarray, seed: int, n_neighbors: int) -> np.ndarray:
 def compile_umap() -> float:
     """Fill numba's on-disk cache for the UMAP code :func:`sense_clusters` runs (a tiny fit of
     both initialisations; :func:`_cache_umap_kernels` adds the kernels umap-learn leaves uncached),
-    so the first real fit after installation does not compile it: ~16 s on a 2-core CPU. ``scripts/setup.sh`` calls it once. Returns the seconds it took."""
+    so the first real fit after installation does not compile it: ~16 s on a 2-core CPU.
+    ``scripts/setup.sh`` calls it once. Returns the seconds it took."""
     import time
 
     started = time.perf_counter()

@@ -3,6 +3,7 @@ from the file's suffix."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import OrderedDict
 from pathlib import Path
@@ -94,5 +95,4 @@ def _read_conllu_once(path: Path, name: str | None = None, limit: int | None = N
     _PARSED.move_to_end(key)
     parsed = _PARSED[key]
     chosen = parsed.subset(limit) if limit is not None else parsed
-    return Corpus(chosen.name, [s.copy() for s in chosen.sentences], dict(chosen.sources), chosen.path,
-                  chosen.licence)
+    return dataclasses.replace(chosen, sentences=[s.copy() for s in chosen.sentences], sources=dict(chosen.sources))

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from bertology import paths
 from bertology.errors import ConfigError
 from bertology.finetuning.config import FinetuneConfig
 from bertology.finetuning.masks import (MAGNITUDE_SCOPES, magnitude_masks, mask_sparsity, random_masks,
@@ -122,4 +123,4 @@ def _row(kind: str, round_: int, sparsity: float, run_dir: Path, root: Path) -> 
     return {"round": round_, "kind": kind, "sparsity": sparsity, "test_accuracy": result["test_accuracy"],
             "test_low": result["test_low"], "test_high": result["test_high"], "dev_accuracy": result["dev_accuracy"],
             "best_step": result["best_step"], "test_items": result["test_items"],
-            "run": str(run_dir.relative_to(root)) if run_dir.is_relative_to(root) else str(run_dir)}
+            "run": paths.relative_if_inside(run_dir, root)}
