@@ -77,8 +77,11 @@ def run_study(name: str, *, config_file: str | Path | None = None, overrides: di
     default_file = default_config_file(name)
     file_cfg = read_config_file(config_file) if config_file else (read_config_file(default_file) if default_file.is_file() else {})
     source = str(config_file or default_file)
-    config = validate_config(module.DEFAULTS, file_cfg, f"{name}: {source}")
-    config = validate_config(module.DEFAULTS, {**config, **(overrides or {})}, f"{name}: command line")
+    overrides = overrides or {}
+    # the file's values are range-checked (the model resolved...) only where no override replaces
+    # them: `--model DIR` works where the file's default model is not installed
+    config = validate_config(module.DEFAULTS, file_cfg, f"{name}: {source}", replaced=overrides)
+    config = validate_config(module.DEFAULTS, {**config, **overrides}, f"{name}: command line")
     seed = int(config.get("seed", 0) if seed is None else seed)
     # what the config names (models, corpora, files) and what the analysis declares it reads
     # (vector packages, dictionaries: bertology.runs.reads_inputs)

@@ -24,6 +24,11 @@
 The fine-tune is made by :func:`bertology.finetuning.run_finetuning` inside the run folder
 (``finetunes/``, resumable), or an existing finished one is named with ``finetune_run``. Glue
 between the fine-tuning room and the analyses; every number is computed by those functions.
+
+``device`` (``auto``: a GPU when there is one): where the fine-tunes train and where the pruning
+analyses run (importance, curves, structured pruning, the fine-tuned encoder's store). The
+quantization tables are measured on the CPU, on purpose: torch's real int8 kernels exist there only,
+and float32 is timed against them on the same processor.
 """
 
 from __future__ import annotations
@@ -89,10 +94,14 @@ def run(ctx: StudyContext) -> None:
     from bertology.probes.heads.analysis import prune_on_task
     from bertology.probes.heads.pruning import classifier_task
 
+    from bertology.models import resolve_device
+
     cfg = ctx.config
     settings = quant_settings(cfg["quantization"])
+    device = resolve_device(cfg["device"])
     ctx.step("finetune_run", lambda: _finetune(ctx))
     finished = load_finished_finetune(_study_finetune(ctx))
+    finished.model.to(device)                       # pruning runs where the fine-tunes trained
     ctx.record(finetune={"run": str(finished.run_dir), "model_dir": str(finished.model_dir),
                          "task": finished.task.summary(), "result": finished.result})
     train = finished.batches("train", limit=cfg["importance_examples"], seed=ctx.seed)
@@ -106,6 +115,9 @@ def run(ctx: StudyContext) -> None:
         from bertology.probes.compression import task_quantization
         from bertology.probes.heads.pruning import classifier_sentence_scores
 
+        if device.type != "cpu":
+            ctx.log(f"  quantization on the CPU (the model was on {device}): int8 kernels exist on the CPU only")
+            finished.model.cpu()
         ctx.step("quantization_task", lambda: task_quantization(
             finished.model, task.test, classifier_sentence_scores, settings=settings, seed=ctx.seed).assign(
                 metric=finished.description))
@@ -136,6 +148,7 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
     from bertology.finetuning.lottery import training_differences
     from bertology.finetuning.masks import save_masks, structured_masks
     from bertology.finetuning.trainer import read_test_predictions
+    from bertology.models import resolve_device
     from bertology.probes.heads.pruning import classifier_task, matched_components, structured_prune
     from bertology.uncertainty import is_small_sample, paired_bootstrap
 
@@ -154,6 +167,7 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
         else:
             ctx.log(f"  structured tickets, seed {seed}: fine-tuning the dense model")
             dense = load_finished_finetune(run_finetuning(base))
+        dense.model.to(resolve_device(cfg["device"]))   # pruned where it was fine-tuned
         task = classifier_task(dense.model, dense.batches("train", limit=cfg["importance_examples"], seed=seed),
                                dense.batches("dev"), dense.batches("test"), dense.description)
         pruning = structured_prune(dense.model, task, head_step=cfg["structured_head_step"],
@@ -165,7 +179,7 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
             heads, ffn = matched_components(pruning, kind, seed=seed)
             mask = root / "masks" / f"{kind}-seed{seed}.safetensors"
             if not mask.is_file():
-                save_masks(structured_masks(dense.model, heads, ffn), mask)
+                save_masks({k: m.cpu() for k, m in structured_masks(dense.model, heads, ffn).items()}, mask)
             ctx.log(f"    retraining the {kind} sub-network ({len(heads)} heads, {len(ffn)} FFN blocks removed)")
             runs[kind] = run_finetuning(dataclasses.replace(base, run_name=f"{kind}-seed{seed}", weight_mask=str(mask)))
             if kind == "good":
@@ -283,11 +297,11 @@ def _fine_tuned_store(ctx: StudyContext, model_dir: Path) -> tuple[Any, Any]:
     """The fine-tuned encoder's feature store (attention maps) on ``limit`` sentences of ``corpus``:
     what its head types (the type order) are read from."""
     from bertology.corpus import load_corpus
-    from bertology.models import load_model
+    from bertology.models import load_model, resolve_device
     from bertology.store import extract
 
     cfg = ctx.config
-    lm = load_model(model_dir, attentions=True)
+    lm = load_model(model_dir, attentions=True, device=resolve_device(cfg["device"]))
     corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])
     store = extract(lm, corpus, attentions=True, pooling=cfg["pooling"], verify=ctx.force)
     ctx.record(head_types_store={"model": str(model_dir), "fingerprint": lm.fingerprint, "store": str(store.path),

@@ -11,6 +11,27 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need a CUDA device: skipped (with the reason) where there is none."""
+    import torch
+
+    if torch.cuda.is_available() or os.environ.get("BERTOLOGY_GPU_TESTS_ON") == "cpu":
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (scripts/gpu_check.sh runs the gpu tests on one)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def cuda():
+    """The CUDA device, for tests marked ``gpu``. ``BERTOLOGY_GPU_TESTS_ON=cpu`` runs those tests'
+    bodies on the CPU instead (a check of the tests themselves on a machine without a GPU)."""
+    import torch
+
+    return torch.device(os.environ.get("BERTOLOGY_GPU_TESTS_ON", "cuda"))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
     """Keep stores, trained models and results of every test out of the user's folders."""

@@ -21,10 +21,10 @@ def interrupted_after(n_shards: int):
     real_write = store_compute.write_shard
     written = []
 
-    def write_or_stop(path, tensors):
+    def write_or_stop(path, tensors, **options):
         if len(written) == n_shards:
             raise Interrupted(path.name)
-        real_write(path, tensors)
+        real_write(path, tensors, **options)
         written.append(path.name)
 
     with pytest.MonkeyPatch.context() as patch, pytest.raises(Interrupted):

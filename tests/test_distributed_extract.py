@@ -26,8 +26,8 @@ model_dir, root, log_dir, kill_rank = sys.argv[1:5]
 group, device = distributed.init_from_env("cpu")
 real_write = store_compute.write_shard
 
-def write_and_maybe_die(path, tensors):
-    real_write(path, tensors)
+def write_and_maybe_die(path, tensors, **options):
+    real_write(path, tensors, **options)
     with open(os.path.join(log_dir, f"rank{group.rank}.log"), "a") as fh:
         fh.write(path.name + "\\n")
     if str(group.rank) == kill_rank:

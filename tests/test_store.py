@@ -276,3 +276,24 @@ extract(lm, load_corpus("brown-sample", limit=600), root=sys.argv[1], shard_size
     assert resumed.path.name == ref.path.name
     for a, b in zip(sorted(ref.path.glob("shard-*")), sorted(resumed.path.glob("shard-*")), strict=True):
         assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def test_hashing_beside_the_write_gives_the_same_file_and_digest(tmp_path, monkeypatch):
+    """The GPU pipeline's writers hash in a second thread, in 16 MiB pieces (here 1 KiB, so that a
+    tensor spans many pieces): the same bytes, and the sha256 of those bytes."""
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    from bertology.store import write
+
+    monkeypatch.setattr(write, "_HASH_CHUNK", 1024)
+    gen = torch.Generator().manual_seed(0)
+    tensors = {"hidden": torch.randn(3, 50, 40, generator=gen).half(), "ids": torch.arange(7),
+               "counts": torch.randint(0, 9, (5, 4), dtype=torch.int32, generator=gen)}
+    plain = write.save_safetensors(tensors, tmp_path / "plain.safetensors")
+    beside = write.save_safetensors(tensors, tmp_path / "beside.safetensors", hash_beside=True)
+    data = (tmp_path / "beside.safetensors").read_bytes()
+    assert beside == plain == hashlib.sha256(data).hexdigest()
+    assert data == (tmp_path / "plain.safetensors").read_bytes()
+    assert all(torch.equal(load_file(str(tmp_path / "beside.safetensors"))[k], v) for k, v in tensors.items())

@@ -252,15 +252,26 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
     rows = valid[:, None, :].expand(B, H, T)
     dump = B * H * 2 * n_bins                     # padding queries are counted here, then dropped
     lengths_bht = lengths[:, None, None]
+    on_cpu = device.type == "cpu"
     for l, a in enumerate(attentions):
         # padding keys hold zero attention (masked before the softmax) and every row's weights sum
-        # to 1, so the plain argmax is a real token; checked, with the masked argmax as fallback
-        best = a.argmax(-1)                                                          # [B, H, T]
-        if bool(((best >= lengths_bht) & rows).any()):
+        # to 1, so the plain argmax is a real token; on CPU checked, with the masked argmax as
+        # fallback; on an accelerator always masked (the same argmax: padding keys come after the
+        # real ones, so the first maximal key is unchanged), since the check would wait for the device
+        if on_cpu:
+            best = a.argmax(-1)                                                      # [B, H, T]
+            if bool(((best >= lengths_bht) & rows).any()):
+                best = a.masked_fill(~valid[:, None, None, :], -1.0).argmax(-1)
+        else:
             best = a.masked_fill(~valid[:, None, None, :], -1.0).argmax(-1)
         offset = best - positions
         bins = torch.where(offset.abs() <= window, offset + window, n_bins - 1)
-        counts = torch.bincount(torch.where(rows, base + bins, dump).flatten(), minlength=dump + 1)
+        flat = torch.where(rows, base + bins, dump).flatten()
+        if on_cpu:
+            counts = torch.bincount(flat, minlength=dump + 1)
+        else:   # bincount sizes its output from the input's maximum: a host sync on CUDA
+            counts = torch.zeros(dump + 1, dtype=torch.long, device=device).index_add_(
+                0, flat, torch.ones_like(flat))
         out[:, l] = counts[:dump].view(B, H, 2, n_bins).to(out.device, out.dtype)
 
 
@@ -288,15 +299,18 @@ def forward_segments(
     out: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None,
     out_dtype: torch.dtype = torch.float32,
     token_offsets: torch.Tensor | None = None,
+    check_finite: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Run one padded batch; return its words laid end to end (segment by segment, all words of
     each segment): hidden ``[L+1, Σ w, D]``, word attention flattened per segment ``[L, H, Σ w²]``
     (each segment's ``[w, w]`` block row-major) and special-token attention ``[L, H, Σ w, 2]``
     (None without attentions).
 
-    ``out``: CPU tensors of those shapes to write into (any float dtype, e.g. slices of a shard);
-    by default new tensors of ``out_dtype``. Non-finite hidden states raise :class:`StoreError`,
-    as do values beyond the range of the output dtype.
+    ``out``: tensors of those shapes to write into (any float dtype, e.g. slices of a shard; on the
+    model's device or on the CPU); by default new CPU tensors of ``out_dtype``. Non-finite hidden
+    states raise :class:`StoreError`, as do values beyond the range of the output dtype.
+    ``check_finite=False`` skips that check (the caller checks the written values itself, e.g.
+    once per shard on the device: :mod:`bertology.store.compute`).
 
     token_offsets: with attentions, an integer tensor ``[B, L, H, 2, 2K+2]`` filled with the
     token-level argmax offset counts of each segment (:func:`token_offset_counts`).
@@ -323,12 +337,13 @@ def forward_segments(
         if pooling == "mean":   # mean over each word's pieces: one [B, W, T] x [B, T, D] product
             picked = torch.bmm(weights, h.float()).view(-1, D).index_select(0, rows)
             target.copy_(picked)
-        elif target.dtype == h.dtype and target.is_contiguous():   # gather straight into the shard
-            picked = torch.index_select(h.reshape(B * T, D), 0, pick, out=target)
+        elif target.dtype == h.dtype and target.is_contiguous() and target.device == h.device:
+            picked = torch.index_select(h.reshape(B * T, D), 0, pick, out=target)   # straight into the shard
         else:
             picked = h.reshape(B * T, D).index_select(0, pick)
             target.copy_(picked)
-        _check_finite(word_hidden[l], picked, segments)
+        if check_finite:
+            _check_finite(word_hidden[l], picked, segments)
     if not attentions:
         return out
     if token_offsets is not None:

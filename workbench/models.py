@@ -296,6 +296,8 @@ def load_model(
 ) -> LoadedModel:
     """Load an encoder and its fast tokenizer.
 
+    device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (:func:`resolve_device`).
+
     attentions: eager attention so attention maps can be returned (else SDPA).
     mlm_head: load ``AutoModelForMaskedLM``; refused when the weights carry no MLM head (a random
     head would give meaningless MLM numbers).
@@ -368,7 +370,7 @@ def load_model(
         raise ModelError(f"{path}: the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size is "
                          f"{vocab_size}: it belongs to another model (its ids would index past the embeddings)")
     model.eval()
-    model.to(torch.device(device))
+    model.to(resolve_device(device))
     config_hash = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
     fingerprint = hashlib.sha256((_fingerprint(files) + config_hash).encode()).hexdigest()
     return LoadedModel(name, path, model, tokenizer, model.config, fingerprint, has_mlm)
@@ -391,7 +393,8 @@ def _restore_adapters(model: Any, files: list[Path]) -> None:
 
 
 def random_init_like(lm: LoadedModel, seed: int = 0) -> LoadedModel:
-    """Same architecture and tokenizer, freshly initialised weights (the 'random encoder' baseline)."""
+    """Same architecture and tokenizer, freshly initialised weights (the 'random encoder' baseline),
+    on ``lm``'s device (initialised on the CPU: the same weights whatever the device)."""
     import torch
     from transformers import AutoModel, AutoModelForMaskedLM
 
@@ -400,6 +403,7 @@ def random_init_like(lm: LoadedModel, seed: int = 0) -> LoadedModel:
         torch.manual_seed(seed)
         model = cls.from_config(lm.config, attn_implementation=lm.config._attn_implementation)
     model.eval()
+    model.to(model_device(lm.model))
     fingerprint = hashlib.sha256(f"{lm.fingerprint}:random-init:{seed}".encode()).hexdigest()
     return LoadedModel(f"{lm.name}/random-init-{seed}", None, model, lm.tokenizer, model.config, fingerprint, False)
 
@@ -420,6 +424,58 @@ def from_modules(name: str, model: Any, tokenizer: Any) -> LoadedModel:
     model.eval()
     has_mlm = model is not getattr(model, "base_model", model)
     return LoadedModel(name, None, model, tokenizer, model.config, h.hexdigest(), has_mlm)
+
+
+# --------------------------------------------------------------------------- devices
+
+def model_device(model: Any) -> Any:
+    """The ``torch.device`` a module's parameters are on (the CPU for a module without any)."""
+    import torch
+
+    param = next(iter(model.parameters()), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+def to_device(batch: Any, device: Any) -> Any:
+    """``batch`` with every tensor moved to ``device`` (a dict or list of tensors, or one tensor;
+    anything else unchanged): what the analyses call where a batch enters the model. Tensors
+    already there are returned as they are (no copy), so this is free on the CPU."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)   # the tensor itself when already there
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(value, device) for value in batch)
+    return batch
+
+
+DEVICE_CHOICES = ("cpu", "cuda", "cuda:N", "auto")
+
+
+def resolve_device(device: Any = "cpu") -> Any:
+    """``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (cuda when a GPU is there, else cpu) as a
+    ``torch.device``; :class:`ModelError` for any other name or for cuda without a CUDA device
+    (before any model is loaded, naming the value). None is the CPU."""
+    import re
+
+    import torch
+
+    if isinstance(device, torch.device):
+        device = str(device)
+    name = "cpu" if device is None else str(device)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
+        raise ModelError(f"device must be cpu, cuda, cuda:N or auto, got {device!r}")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ModelError(f"device {name}: no CUDA device is available here (use cpu)")
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ModelError(f"device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return torch.device(name)
 
 
 def convert_to_safetensors(pickle_file: str | os.PathLike, out_file: str | os.PathLike) -> None:

@@ -31,8 +31,13 @@ from bertology.validation import as_float, as_int, check_values, load_yaml
 INPUTS_FILE = "inputs.json"
 
 
-def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
-    """Merge overrides into defaults; refuse unknown fields and wrong types, naming the field."""
+def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source: str, *,
+                    replaced: Any = ()) -> dict[str, Any]:
+    """Merge overrides into defaults; refuse unknown fields and wrong types, naming the field.
+
+    ``replaced``: fields a later layer of the config gives anew (the command line's options over a
+    config file): their values here are type-checked but not range-checked (a default model that is
+    not installed is no error when ``--model`` names another)."""
     config = dict(defaults)
     for key, value in (overrides or {}).items():
         if key not in defaults:
@@ -50,7 +55,8 @@ def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source:
                     type(default).__name__, type(default).__name__)
                 raise ConfigError(f"{source}: field {key!r} must be {what}, got {value!r}")
         config[key] = value
-    check_values(config, source)  # value ranges, per field (bertology.validation)
+    skip = set(replaced)
+    check_values({k: v for k, v in config.items() if k not in skip}, source)  # value ranges, per field
     return config
 
 
@@ -356,15 +362,17 @@ def remove_unfinished_runs(results_root: str | Path | None = None) -> list[Path]
 def model_corpus_store(ctx: StudyContext, *, attentions: bool = False, limit_key: str = "limit",
                        check_corpus: Callable[[Any], None] | None = None):
     """``(LoadedModel, Corpus, FeatureStore)`` for ``ctx.config['model' | 'corpus' | limit_key]``
-    (and ``'pooling'``), recorded in the run's provenance. The store is cached on disk.
+    (and ``'pooling'``; the model on ``'device'``, cpu when absent, and the store extracted there),
+    recorded in the run's provenance. The store is cached on disk.
     ``check_corpus(corpus)`` runs before anything is extracted: an analysis that needs a minimum
     of cases refuses a corpus too small for it there (naming the option), not after computing."""
     from bertology.corpus import load_corpus
-    from bertology.models import load_model
+    from bertology.models import load_model, resolve_device
     from bertology.store import extract
 
     cfg = ctx.config
-    lm = load_model(cfg["model"], attentions=True)
+    # the config's ``device`` (cpu by default): where the model runs, so where the store is extracted
+    lm = load_model(cfg["model"], attentions=True, device=resolve_device(cfg.get("device") or "cpu"))
     corpus = load_corpus(cfg["corpus"], limit=cfg.get(limit_key))
     if check_corpus is not None:
         check_corpus(corpus)

@@ -1,8 +1,8 @@
 """Process-level settings that make long CPU jobs faster, and the choice of compute precision.
 
-Precision: :func:`resolve_precision` turns ``"auto"`` into bfloat16 only where a short measured
-micro-benchmark (:func:`low_precision_speedup`, cached per machine) finds it faster than float32,
-and warns when bfloat16 / float16 is asked for where it is slower; :func:`cpu_info` names the CPU
+Precision: :func:`resolve_precision` turns ``"auto"`` into bfloat16 on a CUDA GPU with bfloat16
+tensor cores (compute capability 8.0+) and, on a CPU, only where a short measured micro-benchmark
+(:func:`low_precision_speedup`, cached per machine) finds it faster than float32, and warns when bfloat16 / float16 is asked for where it is slower; :func:`cpu_info` names the CPU
 and its matrix-unit flags for the benchmarks.
 
 Allocator (opt-in, called by the ``bertology`` CLI):
@@ -216,6 +216,14 @@ def low_precision_speedup(dtype: torch.dtype | str, device: torch.device | str =
     return float(value)
 
 
+def cuda_bf16_supported(device: torch.device | str) -> bool:
+    """Whether a CUDA device has bfloat16 tensor cores (compute capability 8.0 or later: A100, H100, ...)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 8
+
+
 def resolve_precision(requested: str | None, device: torch.device | str = "cpu", *,
                       what: str = "computation", default: str | None = "float32") -> torch.dtype | None:
     """The low-precision dtype to compute in, or None for float32.
@@ -232,10 +240,21 @@ def resolve_precision(requested: str | None, device: torch.device | str = "cpu",
     if requested in (None, "float32"):
         return None
     device = torch.device(device)
+    if requested not in _LOW and requested != "auto":
+        raise ValueError(f"precision must be 'auto', 'float32', 'bfloat16' or 'float16', not {requested!r}")
+    if device.type == "cuda":
+        # a GPU's tensor cores run bfloat16 several times faster than float32 at any size that
+        # matters (H100: 757 against ~50 TFLOP/s); a micro-benchmark small enough for a CPU times
+        # kernel launches there, not arithmetic, so the device's capability decides
+        supported = cuda_bf16_supported(device)
+        if requested == "auto":
+            return torch.bfloat16 if supported else None
+        if requested == "bfloat16" and not supported:
+            warnings.warn(f"bfloat16 {what} on {_device_name(device)}: no bfloat16 tensor cores on this GPU "
+                          f"(compute capability below 8.0); 'auto' picks float32 here", PrecisionWarning, stacklevel=3)
+        return _LOW[requested]
     if requested == "auto":
         return torch.bfloat16 if low_precision_speedup(torch.bfloat16, device) >= AUTO_MIN_SPEEDUP else None
-    if requested not in _LOW:
-        raise ValueError(f"precision must be 'auto', 'float32', 'bfloat16' or 'float16', not {requested!r}")
     speedup = low_precision_speedup(_LOW[requested], device)
     if speedup < 1.0:
         where = cpu_info().describe() if device.type == "cpu" else _device_name(device)

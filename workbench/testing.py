@@ -343,3 +343,13 @@ def write_planted_token_task(path: str | os.PathLike, *, n_sentences: int = 120,
     path = Path(path)
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
+
+
+def shipped_tokenizer() -> Any:
+    """The WordPiece tokenizer of the shipped ``bert-mini-english`` (vocab 8,192), for tiny random
+    models where the MiniLM package is not installed (e.g. a bare GPU image)."""
+    from transformers import AutoTokenizer
+
+    from bertology import paths
+
+    return AutoTokenizer.from_pretrained(str(paths.shipped_models_dir() / "bert-mini-english" / "checkpoint-3800"))

@@ -140,6 +140,8 @@ NON_NEGATIVE = Rule("a number >= 0", lambda v: _number(v) and v >= 0)
 FIELD_RULES: dict[str, Rule] = {
     # the model, checked before a run folder is made (`bertology models` lists the names)
     "model": Rule("a registry name or a model directory (`bertology models` lists them)", _model_resolves),
+    # where the model (and the probes) run; whether a GPU is there is checked when the run starts
+    "device": Rule("cpu, cuda, cuda:N or auto", lambda v: isinstance(v, str) and bool(re.fullmatch(r"cpu|cuda(:\d+)?|auto", v))),
     # corpus and sizes
     "limit": Rule("an integer >= 1 (the first N sentences) or null (the whole corpus)",
                   POSITIVE_INT.ok, optional=True),

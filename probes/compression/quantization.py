@@ -22,6 +22,13 @@ setting with a bootstrap interval and a paired difference to float32 on the same
 :func:`compare_quantization` runs every :class:`QuantSetting` in one process on the same batches
 and returns one row per setting (size, MLM loss, hidden-state change, forward time) and one row per
 (setting, layer) of relative hidden-state change.
+
+Devices: float32 and the simulated settings run where the model is (a GPU too); batches are moved
+there and hidden states come back to the CPU. Real int8 exists on the CPU only (torch's dynamic
+quantization has no GPU kernels): :func:`dynamic_int8` quantizes a CPU copy, and the comparisons
+(:func:`compare_quantization`, :func:`task_quantization`) give a model on a GPU an int8 row of NaNs
+whose note says so (:func:`int8_cpu_only`) rather than comparing a CPU int8 model with a GPU float32
+one; :func:`quantized_probing` extracts the int8 model's store on the CPU.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from torch import nn
 
 from bertology.architectures import architecture_for, get_module
 from bertology.errors import ConfigError, ModelError
+from bertology.models import model_device, to_device
 from bertology.probes.heads.importance import mean_loss, mlm_loss, model_inputs
 
 Batch = dict[str, torch.Tensor]
@@ -175,16 +183,29 @@ def int8_engine() -> tuple[str | None, str]:
     return (engine if engine in engines else engines[0]), f"quantized engine {engine} of {engines}"
 
 
+def int8_cpu_only(model: nn.Module) -> str | None:
+    """Why real int8 cannot be compared with ``model`` where it is, or None on the CPU: torch's
+    dynamic quantization has CPU kernels only."""
+    device = model_device(model)
+    if device.type == "cpu":
+        return None
+    return (f"int8-dynamic runs on the CPU only (torch's dynamic quantization has no {device.type} kernels) and "
+            f"the model is on {device}: compare it with the model on the CPU (model.cpu()), or leave int8-dynamic out")
+
+
 def dynamic_int8(model: nn.Module, per_channel: bool = False) -> tuple[nn.Module | None, str]:
     """``(quantized copy, note)``: ``torch.ao.quantization.quantize_dynamic`` (qint8) of the
     encoder Linear layers of a CPU float32 copy of ``model`` (weights: one scale per tensor, or per
     output channel with ``per_channel``), checked with one forward pass; or
     ``(None, reason)`` when this torch / CPU cannot (no engine, or the call or the check raised).
-    torch marks ``torch.ao.quantization`` deprecated; its warnings are silenced here and the note
-    says which engine ran."""
+    The copy is on the CPU whatever ``model``'s device (int8 has CPU kernels only; the note says so
+    for a model elsewhere): give it CPU batches. torch marks ``torch.ao.quantization`` deprecated;
+    its warnings are silenced here and the note says which engine ran."""
     engine, note = int8_engine()
     if engine is None:
         return None, note
+    if model_device(model).type != "cpu":
+        note += f"; a CPU copy of the model on {model_device(model)} (int8 kernels exist on the CPU only)"
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*(deprecated|quantize_per).*")
@@ -230,10 +251,11 @@ def encode_sentences(tokenizer, sentences: Sequence, batch_size: int = 16, max_l
 @torch.no_grad()
 def hidden_states(model: nn.Module, batches: Sequence[Batch]) -> list[torch.Tensor]:
     """Per batch, the encoder's hidden states ``[layers + 1, batch, tokens, dim]`` (index 0 =
-    embeddings) as float32."""
+    embeddings) as float32 CPU tensors (the batches run on the model's device)."""
     encoder = getattr(model, "base_model", model)
-    return [torch.stack(encoder(**model_inputs(b), output_hidden_states=True).hidden_states).float()
-            for b in batches]
+    device = model_device(model)
+    return [torch.stack(encoder(**to_device(model_inputs(b), device), output_hidden_states=True).hidden_states)
+            .float().cpu() for b in batches]
 
 
 def relative_changes(reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor],
@@ -270,26 +292,42 @@ def forward_seconds(models: Sequence[nn.Module], batches: Sequence[Batch], repea
     """Per model, ``(median wall seconds, median CPU seconds of this process)`` of one encoder
     forward pass over all ``batches``, with torch's current thread count. The models take turns
     (one warm-up round, then ``repeat`` rounds of one pass each), so load from other processes on
-    a shared machine falls on all of them alike rather than on whichever ran last."""
+    a shared machine falls on all of them alike rather than on whichever ran last. Each model runs
+    on its own device (the batches moved there before timing; a GPU's queued work is waited for)."""
     encoders = [getattr(m, "base_model", m) for m in models]
+    devices = [model_device(m) for m in models]
+    inputs = {d: [to_device(model_inputs(b), d) for b in batches] for d in dict.fromkeys(devices)}
     wall: list[list[float]] = [[] for _ in encoders]
     cpu: list[list[float]] = [[] for _ in encoders]
+
+    def sync(device: torch.device) -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     for round_ in range(repeat + 1):
         for k, encoder in enumerate(encoders):
+            sync(devices[k])
             c0, t0 = time.process_time(), time.perf_counter()
-            for batch in batches:
-                encoder(**model_inputs(batch))
+            for batch in inputs[devices[k]]:
+                encoder(**batch)
+            sync(devices[k])
             if round_:  # round 0 warms thread pools and packed-weight caches
                 wall[k].append(time.perf_counter() - t0)
                 cpu[k].append(time.process_time() - c0)
     return [(statistics.median(w), statistics.median(c)) for w, c in zip(wall, cpu)]
 
 
-def quantized_model(model: nn.Module, setting: QuantSetting) -> tuple[nn.Module | None, str]:
-    """``(model run under setting, note)``; None with the reason when int8 cannot run here."""
+def quantized_model(model: nn.Module, setting: QuantSetting, *, cpu_copy: bool = False
+                    ) -> tuple[nn.Module | None, str]:
+    """``(model run under setting, note)``; None with the reason when int8 cannot run here: no
+    engine, or ``model`` is not on the CPU (:func:`int8_cpu_only`) unless ``cpu_copy`` (then int8
+    runs on a CPU copy and the note says so)."""
     if setting.kind == "float32":
         return model, "reference"
     if setting.kind == "int8-dynamic":
+        refusal = None if cpu_copy else int8_cpu_only(model)
+        if refusal:
+            return None, refusal
         return dynamic_int8(model, setting.per_channel)
     return simulate_weight_quantization(model, setting.bits, setting.group_size), SIMULATED_NOTE
 
@@ -331,8 +369,10 @@ def compare_quantization(model: nn.Module, batches: Sequence[Batch], *,
                          repeat: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every setting against float32, in this process, on the same ``batches`` and threads.
 
-    ``model``: a float32 CPU encoder (an MLM model gives MLM loss on ``mlm_batches``, the
-    :func:`~bertology.probes.heads.importance.mask_batches` output; else ``mlm_loss`` is NaN).
+    ``model``: a float32 encoder (an MLM model gives MLM loss on ``mlm_batches``, the
+    :func:`~bertology.probes.heads.importance.mask_batches` output; else ``mlm_loss`` is NaN), on the
+    CPU for the real int8 row (on a GPU that row says int8 runs on the CPU only; the other settings
+    run on the GPU).
     Returns ``(summary, layers)``. ``summary``: one row per setting -- ``setting, kind, bits,
     real_kernels, size_bytes, size_kind, size_ratio, mlm_loss, max_relative_change,
     mean_relative_change`` (over layers and tokens), ``pooled_cosine`` (mean over sentences of
@@ -452,7 +492,7 @@ def quantized_probing(lm, corpus, *, settings: Sequence[QuantSetting] = DEFAULT_
     rows, reference = [], None
     with tempfile.TemporaryDirectory(dir=root, prefix="quantized-stores-") as stores:
         for setting in settings:
-            run, note = quantized_model(lm.model, setting)
+            run, note = quantized_model(lm.model, setting, cpu_copy=True)   # int8: extracted on the CPU
             base = {**_setting_row(setting, note), "probe_task": task}
             if run is None:
                 rows.append(base)

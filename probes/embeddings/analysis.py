@@ -48,6 +48,7 @@ CONTEXTUALITY_DEFAULTS: dict[str, Any] = {
     # embeddings) as word2vec text files vectors-<source>.txt into the run directory
     "export_vectors": False,
     "export_layers": [0, -1],
+    "device": "cpu",                # where the model runs (the store is extracted there): cpu, cuda, cuda:N or auto
     "seed": 0,
 }
 

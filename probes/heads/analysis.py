@@ -20,7 +20,7 @@ import pandas as pd
 
 from bertology.architectures import attention_windows
 from bertology.errors import ConfigError, WorkbenchError
-from bertology.models import load_model
+from bertology.models import load_model, model_device
 from bertology.probes.heads.attention_probe import attention_probe
 from bertology.probes.heads.gates import real_pruning_refusal
 from bertology.probes.heads.classification import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
@@ -59,6 +59,7 @@ HEAD_TYPES_DEFAULTS: dict[str, Any] = {
     "example_sentences": 4,
     "example_max_words": 14,
     "word_vectors": "en",           # spaCy vectors for the attention-and-words probe (Clark's GloVe); none = skip
+    "device": "cpu",                # where the model runs (the store is extracted there): cpu, cuda, cuda:N or auto
     "seed": 0,
 }
 
@@ -83,6 +84,7 @@ PRUNING_DEFAULTS: dict[str, Any] = {
     "refine": "bracket",
     "test_share": 0.5,       # of the held-out sentences: test (reported); the rest: dev (thresholds chosen)
     "compare_shares": [0.3, 0.5],  # pruning orders compared pairwise at these shares, on test sentences
+    "device": "cpu",         # where the model runs (extraction, importance, curves, gates): cpu, cuda, cuda:N or auto
     "seed": 0,
 }
 
@@ -120,7 +122,9 @@ def head_types_analysis(ctx: StudyContext) -> None:
     :func:`~bertology.probes.heads.classification.classify_heads`), ``example_sentences`` /
     ``example_max_words`` (the attention maps kept for the dashboard), ``word_vectors`` (spaCy vectors
     for the attention-and-words probe, Clark's GloVe probe: ``en``, a language, a pipeline folder, or
-    ``none`` to skip) and ``seed`` (the run's seed is used: the probe's train/test split).
+    ``none`` to skip), ``device`` (where the model runs and the store is extracted: ``cpu``,
+    ``cuda``; the statistics are computed from the store on the CPU) and ``seed`` (the run's seed is
+    used: the probe's train/test split).
 
     Tables:
 
@@ -299,8 +303,9 @@ def pruning_analysis(ctx: StudyContext) -> None:
     ``none``), ``test_share`` (held-out sentences: this share is test, the rest dev), ``random_seeds``
     (curves of method ``random``: seeds ``seed .. seed + random_seeds - 1``), ``compare_shares``
     (shares at which every pair of orders is compared), ``l0_lambdas`` (one gate run per penalty λ;
-    none is chosen), ``l0_steps`` (gate training steps) and ``seed`` (the run's seed: the sentence
-    split, the task head, random orders).
+    none is chosen), ``l0_steps`` (gate training steps), ``device`` (where the model runs: the
+    extraction, importance, curves, real removal timing and L0 gates; ``cpu`` or ``cuda``) and
+    ``seed`` (the run's seed: the sentence split, the task head, random orders).
 
     Sentences: ``1 - 0.3`` train (importance, the POS head, L0 gates), the held-out 30% split by
     sentence into dev (thresholds are selected on it) and test (every reported value).
@@ -339,8 +344,8 @@ def pruning_analysis(ctx: StudyContext) -> None:
     lm, corpus, store = model_corpus_store(ctx, attentions=True)
     if cfg["metric"] == "mlm" and not lm.has_mlm_head:
         raise ConfigError(f"pruning: metric mlm, but the weights of {lm.name} carry no MLM head")
-    if lm.has_mlm_head and cfg["metric"] in ("auto", "mlm"):
-        lm = load_model(cfg["model"], attentions=True, mlm_head=True)  # Michel's metric: the model's own loss
+    if lm.has_mlm_head and cfg["metric"] in ("auto", "mlm"):   # Michel's metric: the model's own loss
+        lm = load_model(cfg["model"], attentions=True, mlm_head=True, device=model_device(lm.model))
     # else lm is the base encoder: pruning_task trains a POS head on it
     task = pruning_task(lm, corpus, test_share=cfg["test_share"], seed=ctx.seed)
     prune_on_task(ctx, lm.model, task, methods, store=store, corpus=corpus)

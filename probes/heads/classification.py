@@ -445,16 +445,16 @@ def analyse_store(store, corpus, *, frequencies=None, special_attention=None, po
 
 
 def heads_across_checkpoints(checkpoints: Sequence[tuple[int, str]], corpus, *, frequencies=None,
-                             **thresholds) -> pd.DataFrame:
+                             device: str = "cpu", **thresholds) -> pd.DataFrame:
     """Head types for each ``(step, model_name)`` checkpoint: the :func:`classify_heads` table with
-    ``step`` and ``model`` columns. Uses ``bertology.models.load_model`` and ``bertology.store.extract``
-    (cached feature stores)."""
+    ``step`` and ``model`` columns. Uses ``bertology.models.load_model`` (on ``device``) and
+    ``bertology.store.extract`` (cached feature stores)."""
     from bertology.models import load_model
     from bertology.store import extract
 
     frames = []
     for step, name in checkpoints:
-        lm = load_model(name, attentions=True)
+        lm = load_model(name, attentions=True, device=device)
         store = extract(lm, corpus, attentions=True)
         types = analyse_store(store, corpus, frequencies=frequencies, **thresholds)["head_types"]
         types.insert(0, "step", int(step))

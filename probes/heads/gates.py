@@ -39,6 +39,7 @@ from torch import nn
 from bertology.architectures import (Architecture, architecture_for, attention_layers, get_module, key_value_heads,
                                      num_heads, num_layers)
 from bertology.errors import ModelError
+from bertology.models import model_device
 
 KEPT_HEADS_ATTR = "bertology_kept_heads"
 
@@ -124,7 +125,9 @@ class HeadGates(_PositionGates):
 
     ``gates`` is a tensor ``[layers, heads]`` (original head numbering, so it also works on a pruned
     model: gates of removed heads are ignored) or ``[batch, layers, heads]`` for per-example gates.
-    Set ``gates`` (attribute) at any time; the hooks read it at each forward.
+    Set ``gates`` (attribute) at any time; the hooks read it at each forward. The default gates are
+    made on the model's device; gates on another device (e.g. CPU gates for a model on a GPU) are
+    copied to the activations' device at each forward (differentiably: gradients reach them).
     """
 
     def __init__(self, model: nn.Module, gates: torch.Tensor | None = None):
@@ -140,14 +143,16 @@ class HeadGates(_PositionGates):
 
     def _hook(self, layer: int):
         block = self.blocks[layer]
-        index = torch.tensor(self.kept[layer], dtype=torch.long)
+        kept = {}   # the kept heads' index, per device it was needed on (made once)
 
         def pre_hook(module: nn.Module, args: tuple) -> tuple:
             (x, *rest) = args
-            if index.numel() == 0:
+            if not self.kept[layer]:
                 return args
-            g = self.gates
-            g = g[..., layer, :].index_select(-1, index.to(g.device)).to(x.dtype)  # [H'] or [B, H']
+            g = self.gates.to(x.device)          # the gates themselves when already there
+            if x.device not in kept:
+                kept[x.device] = torch.tensor(self.kept[layer], dtype=torch.long, device=x.device)
+            g = g[..., layer, :].index_select(-1, kept[x.device]).to(x.dtype)  # [H'] or [B, H']
             if g.dim() == 1:
                 scale = g.repeat_interleave(block.head_dim)  # [H' * d]
             else:
@@ -198,7 +203,8 @@ class FFNGates(_PositionGates):
     before the residual sum) by a gate: ``with FFNGates(model) as g: g.gates[l] = 0`` switches layer
     ``l``'s FFN off (Prasanna et al. 2020's MLP masking). ``gates``: ``[layers]`` or ``[batch,
     layers]`` (per-example, for importance); may require grad. Works per layer position, also where
-    layers share parameters (ALBERT)."""
+    layers share parameters (ALBERT). Default gates are made on the model's device; gates on another
+    device are copied to the output's device at each forward."""
 
     _pre = False   # a forward hook: the block's output, bias included, is scaled
 
@@ -215,7 +221,7 @@ class FFNGates(_PositionGates):
 
     def _hook(self, layer: int):
         def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-            g = self.gates[..., layer].to(output.dtype)                     # [] or [B]
+            g = self.gates[..., layer].to(output.device, output.dtype)      # [] or [B]
             if g.dim() == 1:
                 g = g.view(g.shape[0], *([1] * (output.dim() - 1)))
             return output * g
@@ -226,14 +232,20 @@ class FFNGates(_PositionGates):
 
 
 def gates_from_heads(model: nn.Module, heads_off: dict[int, list[int]] | list[tuple[int, int]]) -> torch.Tensor:
-    """A ``[layers, heads]`` gate tensor of ones with the given heads (original numbering) at 0."""
+    """A ``[layers, heads]`` gate tensor of ones with the given heads (original numbering) at 0, on
+    the model's device."""
     n_layers, n_heads = head_shape(model)
     gates = torch.ones(n_layers, n_heads)
     items = heads_off.items() if isinstance(heads_off, dict) else _group(heads_off).items()
     for layer, heads in items:
         for head in heads:
             gates[int(layer), int(head)] = 0.0
-    return gates
+    return gates.to(model_device(model))   # filled on the CPU, moved once
+
+
+def ones_gates(model: nn.Module, *shape: int) -> torch.Tensor:
+    """Gates of ones of ``shape`` (float32) on the model's device."""
+    return torch.ones(*shape, device=model_device(model))
 
 
 def _group(pairs: list[tuple[int, int]]) -> dict[int, list[int]]:

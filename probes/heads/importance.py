@@ -9,6 +9,11 @@ Losses (``loss_fn(model, batch) -> per-example losses [batch]``):
 - :func:`mlm_loss` on batches from :func:`mask_batches` (models with an MLM head);
 - :func:`TaggingHead` cross-entropy (a linear probe on the last layer trained with the encoder
   frozen, e.g. on POS) for encoders without an MLM head, such as the real MiniLM.
+
+Devices: everything runs where the model's parameters are. Batches may be CPU tensors: they are
+moved to the model's device where they enter it (:func:`bertology.models.to_device`; the loops here
+move each batch before calling ``loss_fn``, and the losses of this module move it too), gates are
+made there, and results come back to the CPU before they become numpy arrays.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ import torch
 from torch import nn
 
 from bertology.architectures import mlm_parts
-from bertology.probes.heads.gates import HeadGates, head_shape
 from bertology.errors import ModelError, WorkbenchError
+from bertology.models import model_device, to_device
+from bertology.probes.heads.gates import HeadGates, head_shape, ones_gates
 
 Batch = dict[str, torch.Tensor]
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
@@ -76,7 +82,7 @@ def importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: LossF
     (``importance`` normalised per layer when ``normalise``).
     """
     n_layers, n_heads = head_shape(model)
-    base = torch.ones(n_layers, n_heads) if base_gates is None else base_gates.detach().float()
+    base = torch.ones(n_layers, n_heads) if base_gates is None else base_gates.detach().float().cpu()
     was_training = model.training
     model.eval()
     with frozen(model), HeadGates(model) as gates:
@@ -88,18 +94,22 @@ def importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: LossF
 
 def _mean_gate_gradients(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn, gates, base: torch.Tensor,
                          caller: str) -> torch.Tensor:
-    """``E_x |∂L(x)/∂ξ|`` (float64, ``base``'s shape) for the installed gates object ``gates``
-    (:class:`HeadGates` or :class:`FFNGates`) at ``base``: each example gets its own copy of the gates,
-    so one backward pass per batch gives every example's gradient."""
+    """``E_x |∂L(x)/∂ξ|`` (float64 on the CPU, ``base``'s shape) for the installed gates object
+    ``gates`` (:class:`HeadGates` or :class:`FFNGates`) at ``base``: each example gets its own copy of
+    the gates, so one backward pass per batch gives every example's gradient. The gates are made on
+    the model's device and each batch is moved there."""
+    device = model_device(model)
+    on_device = base.to(device)
     total = torch.zeros(base.shape, dtype=torch.float64)
     count = 0
     for batch in batches:
+        batch = to_device(batch, device)
         size = batch["input_ids"].shape[0]
-        g = base.expand(size, *base.shape).clone().requires_grad_(True)
+        g = on_device.expand(size, *base.shape).clone().requires_grad_(True)
         gates.gates = g
         losses = _per_example(loss_fn(model, batch), size)
         (grad,) = torch.autograd.grad(losses.sum(), g)
-        total += grad.detach().abs().sum(0).double()
+        total += grad.detach().abs().sum(0).double().cpu()
         count += size
     if count == 0:
         raise WorkbenchError(f"{caller}: no batches")
@@ -121,7 +131,7 @@ def ffn_importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: L
     model.eval()
     with frozen(model), FFNGates(model) as gates:
         n_layers = len(gates.modules)
-        base = torch.ones(n_layers) if base_gates is None else base_gates.detach().float()
+        base = torch.ones(n_layers) if base_gates is None else base_gates.detach().float().cpu()
         mean = _mean_gate_gradients(model, batches, loss_fn, gates, base, "ffn_importance_scores")
     model.train(was_training)
     raw = mean.numpy() * base.numpy()
@@ -134,9 +144,11 @@ def ffn_importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: L
 @torch.no_grad()
 def example_losses(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn,
                    gates: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-example losses ``[examples]`` with the model run under ``gates`` ``[layers, heads]``."""
+    """Per-example losses ``[examples]`` (on the model's device) with the model run under ``gates``
+    ``[layers, heads]``; each batch is moved to the model's device first."""
+    device = model_device(model)
     with HeadGates(model, gates) if gates is not None else _null():
-        return torch.cat([loss_fn(model, batch).detach().flatten() for batch in batches])
+        return torch.cat([loss_fn(model, to_device(batch, device)).detach().flatten() for batch in batches])
 
 
 def mean_loss(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn,
@@ -167,7 +179,7 @@ def ablation_importance(model: nn.Module, batches: Sequence[Batch], loss_fn: Los
     increase = np.zeros((n_layers, n_heads))
     for layer in range(n_layers):
         for head in range(n_heads):
-            gates = torch.ones(n_layers, n_heads)
+            gates = ones_gates(model, n_layers, n_heads)
             gates[layer, head] = 0.0
             delta = (example_losses(model, batches, loss_fn, gates) - base).double()
             raw[layer, head] = float(delta.abs().mean())
@@ -224,7 +236,9 @@ def mlm_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     Where the MLM head's layout is known (every architecture of the table:
     :func:`bertology.architectures.mlm_parts`) the vocabulary logits are computed at the scored
     positions only (~15% of tokens), as pretraining does; the loss is the same as from the full
-    logits up to float rounding. Other models: the full logits."""
+    logits up to float rounding. Other models: the full logits. The batch is moved to the model's
+    device."""
+    batch = to_device(batch, model_device(model))
     labels = batch["labels"]
     try:
         encoder, head, _ = mlm_parts(model)
@@ -263,13 +277,15 @@ def tagging_batches(tokenizer, sentences: Sequence, labels: Sequence[Sequence[st
 
 
 def encoder_output(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Last hidden layer ``[batch, tokens, dim]`` of the base encoder."""
+    """Last hidden layer ``[batch, tokens, dim]`` of the base encoder (the batch moved to its device)."""
     base = getattr(model, "base_model", model)
-    return base(**model_inputs(batch)).last_hidden_state
+    return base(**to_device(model_inputs(batch), model_device(model))).last_hidden_state
 
 
 class TaggingHead(nn.Module):
-    """Linear token classifier on the encoder's last layer; ``loss(model, batch) -> [batch]``."""
+    """Linear token classifier on the encoder's last layer; ``loss(model, batch) -> [batch]``. The
+    head lives on the encoder's device (:func:`train_tagging_head` puts it there); batches are moved
+    there."""
 
     def __init__(self, dim: int, n_labels: int):
         super().__init__()
@@ -279,13 +295,16 @@ class TaggingHead(nn.Module):
         return self.linear(hidden)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        batch = to_device(batch, model_device(model))
         return token_cross_entropy(self(encoder_output(model, batch)), batch["labels"])
 
     @torch.no_grad()
     def accuracy(self, model: nn.Module, batches: Iterable[Batch], gates: torch.Tensor | None = None) -> float:
         correct = total = 0
+        device = model_device(model)
         with HeadGates(model, gates) if gates is not None else _null():
             for batch in batches:
+                batch = to_device(batch, device)
                 pred = self(encoder_output(model, batch)).argmax(-1)
                 scored = batch["labels"] != -100
                 correct += int((pred[scored] == batch["labels"][scored]).sum())
@@ -298,22 +317,26 @@ class TaggingHead(nn.Module):
         """``(correct, scored)`` per sentence ``[sentences]``, in batch order: accuracy is
         ``correct.sum() / scored.sum()``, and a bootstrap over sentences resamples these pairs."""
         correct, scored_n = [], []
+        device = model_device(model)
         with HeadGates(model, gates) if gates is not None else _null():
             for batch in batches:
+                batch = to_device(batch, device)
                 pred = self(encoder_output(model, batch)).argmax(-1)
                 scored = batch["labels"] != -100
-                correct.append(((pred == batch["labels"]) & scored).sum(-1).numpy())
-                scored_n.append(scored.sum(-1).numpy())
+                correct.append(((pred == batch["labels"]) & scored).sum(-1).cpu().numpy())
+                scored_n.append(scored.sum(-1).cpu().numpy())
         return np.concatenate(correct).astype(float), np.concatenate(scored_n).astype(float)
 
 
 def train_tagging_head(model: nn.Module, batches: Sequence[Batch], n_labels: int, *, epochs: int = 30,
                        lr: float = 1e-2, seed: int = 0) -> TaggingHead:
-    """Fit a :class:`TaggingHead` with the encoder frozen (its last layer computed once)."""
+    """Fit a :class:`TaggingHead` with the encoder frozen (its last layer computed once), on the
+    encoder's device (initialised on the CPU first, so every device starts from the same weights)."""
     torch.manual_seed(seed)
+    device = model_device(model)
     with torch.no_grad():
-        cached = [(encoder_output(model, b), b["labels"]) for b in batches]
-    head = TaggingHead(cached[0][0].shape[-1], n_labels)
+        cached = [(encoder_output(model, b), b["labels"].to(device)) for b in batches]
+    head = TaggingHead(cached[0][0].shape[-1], n_labels).to(device)
     opt = torch.optim.Adam(head.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):

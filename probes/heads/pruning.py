@@ -14,6 +14,9 @@
 - :func:`measure_pruning`: really remove heads; report parameters and measured inference time.
 - :class:`HardConcreteGates` / :func:`train_l0_gates`: stochastic gates per head with
   loss = task loss + λ Σ P(gate ≠ 0); the encoder stays frozen, only ``log_alpha`` is learned.
+
+Everything runs on the model's device: gate tensors are filled on the CPU and moved there once,
+batches are moved there where they enter the model, and results come back with ``.cpu()``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from bertology.probes.heads.gates import HeadGates, count_parameters, gates_from_heads, head_shape, prune_heads
+from bertology.models import model_device, to_device
+from bertology.probes.heads.gates import (HeadGates, count_parameters, gates_from_heads, head_shape, ones_gates,
+                                          prune_heads)
 from bertology.probes.heads.importance import Batch, LossFn, frozen, importance_scores, model_inputs
 from bertology.errors import WorkbenchError
 from bertology.uncertainty import DEFAULT_RESAMPLES, is_small_sample, paired_bootstrap, ratio_bootstrap
@@ -137,6 +142,7 @@ def pruning_curve(model: nn.Module, metric_fn: MetricFn, *, method: str = "impor
     n_layers, n_heads = head_shape(model)
     total = n_layers * n_heads
     grid = [c for c in _steps(total, step) if c <= max_share * total + 1e-9]
+    device = model_device(model)
     rows = []
     for seed in (seeds if method in ("random", "type") else seeds[:1]):
         order = removal_order(model, method, grid, seed=seed, batches=batches, loss_fn=loss_fn, head_types=head_types)
@@ -145,7 +151,7 @@ def pruning_curve(model: nn.Module, metric_fn: MetricFn, *, method: str = "impor
             gates = torch.ones(n_layers, n_heads)
             for layer, head in order[:count]:
                 gates[layer, head] = 0.0
-            return gates
+            return gates.to(device)   # filled on the CPU, moved once
 
         points = {count: float(metric_fn(model, gates_for(count))) for count in grid}
         extra = set(range(grid[-1] + 1)) - set(points) if refine == "all" else (
@@ -253,7 +259,7 @@ def compare_orders(model: nn.Module, curve: pd.DataFrame, sentence_scores: "Sent
                 gates = torch.ones(n_layers, n_heads)
                 for layer, head in ast.literal_eval(pruned):
                     gates[int(layer), int(head)] = 0.0
-                per_seed.append(sentence_scores(model, gates, batches))
+                per_seed.append(sentence_scores(model, gates.to(model_device(model)), batches))
             if per_seed:
                 scores[method] = (np.mean([n for n, _ in per_seed], axis=0), per_seed[0][1], len(per_seed))
         for i, a in enumerate(methods):
@@ -282,12 +288,23 @@ def heads_dict(pairs: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
 
 @torch.no_grad()
 def _time_forward(model: nn.Module, batches: Sequence[Batch], repeats: int) -> float:
-    model(**model_inputs(batches[0]))  # warm-up
+    """Best-of-``repeats`` wall seconds of one forward pass over ``batches`` (moved to the model's
+    device before timing; on a GPU the clock stops once its queued work is done)."""
+    device = model_device(model)
+    inputs = [to_device(model_inputs(batch), device) for batch in batches]
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    model(**inputs[0])  # warm-up
     best = math.inf
     for _ in range(repeats):
+        sync()
         start = time.perf_counter()
-        for batch in batches:
-            model(**model_inputs(batch))
+        for batch in inputs:
+            model(**batch)
+        sync()
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -323,8 +340,12 @@ class HardConcreteGates(nn.Module):
         self.beta, self.gamma, self.zeta = beta, gamma, zeta
 
     def forward(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Gates on ``log_alpha``'s device; the training noise is drawn on ``generator``'s device (a
+        CPU generator gives the same gates on every device) and moved there."""
         if self.training:
-            u = torch.rand(self.log_alpha.shape, generator=generator).clamp(1e-6, 1 - 1e-6)
+            where = generator.device if generator is not None else self.log_alpha.device
+            u = torch.rand(self.log_alpha.shape, generator=generator, device=where)
+            u = u.to(self.log_alpha.device).clamp(1e-6, 1 - 1e-6)
             s = torch.sigmoid((torch.log(u) - torch.log(1 - u) + self.log_alpha) / self.beta)
         else:
             s = torch.sigmoid(self.log_alpha)
@@ -340,20 +361,22 @@ def train_l0_gates(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, 
     """Learn Hard Concrete head gates on a frozen model: loss = mean task loss + λ Σ P(gate ≠ 0).
 
     Returns ``layer, head, log_alpha, p_open, gate, kept, lam, seed`` (``gate``: deterministic
-    test-time value; ``kept``: gate > 0).
+    test-time value; ``kept``: gate > 0). The gates live on the model's device; their noise comes
+    from a seeded CPU generator, so every device draws the same.
     """
     if not batches:
         raise WorkbenchError("train_l0_gates: no batches")
     n_layers, n_heads = head_shape(model)
+    device = model_device(model)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    hard = HardConcreteGates(n_layers, n_heads).train()
+    hard = HardConcreteGates(n_layers, n_heads).to(device).train()
     opt = torch.optim.Adam(hard.parameters(), lr=lr)
     was_training = model.training
     model.eval()
     with frozen(model), HeadGates(model) as gates:
         for it in range(steps):
-            batch = batches[it % len(batches)]
+            batch = to_device(batches[it % len(batches)], device)
             gates.gates = hard(gen)
             loss = loss_fn(model, batch).mean() + lam * hard.p_open().sum()
             opt.zero_grad()
@@ -362,10 +385,10 @@ def train_l0_gates(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, 
     model.train(was_training)
     hard.eval()
     with torch.no_grad():
-        z, p = hard(), hard.p_open()
+        z, p = hard().cpu(), hard.p_open().cpu()
     layers, heads = np.indices((n_layers, n_heads))
     return pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(),
-                         "log_alpha": hard.log_alpha.detach().numpy().ravel(), "p_open": p.numpy().ravel(),
+                         "log_alpha": hard.log_alpha.detach().cpu().numpy().ravel(), "p_open": p.numpy().ravel(),
                          "gate": z.numpy().ravel(), "kept": (z.numpy() > 0).ravel(), "lam": lam, "seed": seed})
 
 
@@ -381,8 +404,8 @@ def evaluate_l0_gates(model: nn.Module, gates: pd.DataFrame, task: "PruningTask"
     ``n_test_items`` / ``small_sample``.
     """
     n_layers, n_heads = head_shape(model)
-    base_dev = task.metric("dev")(model, torch.ones(n_layers, n_heads))
-    base = task.metric("test")(model, torch.ones(n_layers, n_heads))
+    base_dev = task.metric("dev")(model, ones_gates(model, n_layers, n_heads))
+    base = task.metric("test")(model, ones_gates(model, n_layers, n_heads))
     rows = []
     for (lam, gate_seed), part in gates.groupby(["lam", "seed"], sort=False):
         off = [(int(r.layer), int(r.head)) for r in part.itertuples() if not bool(r.kept)]
@@ -465,7 +488,7 @@ def pruning_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, t
                    for k, name in enumerate(("train", "dev", "test"))}
 
         def mlm_scores(model, gates, bs):
-            losses = example_losses(model, bs, mlm_loss, gates).numpy().astype(float)
+            losses = example_losses(model, bs, mlm_loss, gates).cpu().numpy().astype(float)
             return -losses, np.ones_like(losses)
         return PruningTask(batches["train"], batches["dev"], batches["test"], mlm_loss, mlm_scores,
                            "MLM loss (metric: minus eval loss)", counts, dict(counts))
@@ -485,9 +508,11 @@ def pruning_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, t
 def classifier_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Per-example cross-entropy ``[batch]`` of a fine-tuned classifier (``*ForTokenClassification``:
     mean over the example's labelled tokens, ``labels [B, T]`` with -100 elsewhere;
-    ``*ForSequenceClassification``: the example's one label, ``labels [B]``)."""
+    ``*ForSequenceClassification``: the example's one label, ``labels [B]``). The batch is moved to
+    the model's device."""
     from bertology.probes.heads.importance import token_cross_entropy
 
+    batch = to_device(batch, model_device(model))
     logits = model(**model_inputs(batch)).logits.float()
     labels = batch["labels"]
     if labels.ndim == 2:
@@ -504,16 +529,18 @@ def classifier_sentence_scores(model: nn.Module, gates: torch.Tensor | None,
     correct, scored = [], []
     was_training = model.training
     model.eval()
+    device = model_device(model)
     with HeadGates(model, gates) if gates is not None else contextlib.nullcontext():
         for batch in batches:
+            batch = to_device(batch, device)
             labels = batch["labels"]
             pred = model(**model_inputs(batch)).logits.argmax(-1)
             valid = labels != -100
             hit = (pred == labels) & valid
             if labels.ndim == 2:
                 hit, valid = hit.sum(-1), valid.sum(-1)
-            correct.append(hit.double().numpy())
-            scored.append(valid.double().numpy())
+            correct.append(hit.double().cpu().numpy())
+            scored.append(valid.double().cpu().numpy())
     model.train(was_training)
     return np.concatenate(correct), np.concatenate(scored)
 
@@ -572,18 +599,19 @@ def structured_prune(model: nn.Module, task: PruningTask, *, head_step: float = 
 
     n_layers, n_heads = head_shape(model)
     per_step = max(1, int(round(head_step * n_layers * n_heads)))
-    head_gates = torch.ones(n_layers, n_heads)
+    head_gates = torch.ones(n_layers, n_heads)   # bookkeeping on the CPU; the model gets copies on its device
     ffn_gates = torch.ones(n_layers)
+    device = model_device(model)
     dev = task.metric("dev")
 
     def metric() -> float:
-        with FFNGates(model, ffn_gates):
-            return dev(model, head_gates)
+        with FFNGates(model, ffn_gates.to(device)):
+            return dev(model, head_gates.to(device))
 
     def scores() -> tuple[np.ndarray, np.ndarray]:
-        with FFNGates(model, ffn_gates):
+        with FFNGates(model, ffn_gates.to(device)):
             heads = importance_scores(model, task.train, task.loss_fn, normalise=False, base_gates=head_gates)
-        with HeadGates(model, head_gates):
+        with HeadGates(model, head_gates.to(device)):
             ffn = ffn_importance_scores(model, task.train, task.loss_fn, normalise=False, base_gates=ffn_gates)
         return (heads["importance_raw"].to_numpy().reshape(n_layers, n_heads), ffn["importance_raw"].to_numpy())
 

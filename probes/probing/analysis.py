@@ -43,7 +43,7 @@ EDGE_PROBING_DEFAULTS: dict[str, Any] = {
     "span_pooling": "attention",
     "max_epochs": 40,
     "batch_size": 512,              # probe minibatch; 128 reaches 512's accuracy in half the epochs
-    "device": "cpu",                # where the probes train: cpu or cuda
+    "device": "cpu",                # where the model runs (the store is extracted there) and the probes train: cpu or cuda
     "control": True,
     # the word type a control label is fixed for (Hewitt & Liang 2019): "span1" = span 1's text
     # (the word; the dependent for deps), "pair" = (span 1, span 2) texts for two-span tasks
@@ -78,8 +78,10 @@ def probe_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     settings = {"max_epochs": cfg["max_epochs"], "probe": cfg["probe"], "pooling": cfg["span_pooling"]}
     if cfg.get("batch_size") is not None:
         settings["batch_size"] = int(cfg["batch_size"])
-    if cfg.get("device") is not None:
-        settings["device"] = cfg["device"]
+    if cfg.get("device") is not None:   # "auto" (and a missing GPU, as an error) resolved here
+        from bertology.models import resolve_device
+
+        settings["device"] = str(resolve_device(cfg["device"]))
     return settings
 
 

@@ -21,6 +21,26 @@ def quick_overrides(quick: dict[str, Any], given: dict[str, Any], full: bool, wh
     return {**left, **given}
 
 
+def check_device(device: str | None) -> str | None:
+    """The ``--device`` of the analysis commands (``probe``, ``heads``, ``prune``, ``embeddings``):
+    ``cpu`` or ``cuda``, refused with :class:`ConfigError` otherwise or when no CUDA device is
+    there, before any work. None (not given) stays None: the study config's device (cpu) is used."""
+    from bertology.errors import ConfigError
+
+    if device is None:
+        return None
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available (use --device cpu)")
+    return device
+
+
+DEVICE_HELP = "where the model runs: cpu or cuda (default: the study config's, cpu)"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("models")
     def models_cmd() -> None:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from bertology.cli.core import quick_overrides
+from bertology.cli.core import DEVICE_HELP, check_device, quick_overrides
 
 
 def _given(**options: Any) -> dict[str, Any]:
@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
             None, "--vectors/--no-vectors", help="also write static vectors (distilled first/last layer, "
                                                  "word2vec, input embeddings) as word2vec text files"),
         seed: Optional[int] = typer.Option(None, help="the run's seed"),
+        device: Optional[str] = typer.Option(None, help=DEVICE_HELP + " (the store is extracted there)"),
         out: Optional[Path] = typer.Option(None, help="results root (default results/); the run goes to "
                                                       "OUT/contextuality/<run id>"),
         full: bool = typer.Option(False, "--full", help="the study as configured (3,000 sentences) instead of the "
@@ -43,7 +44,8 @@ def register(app: typer.Typer) -> None:
         from bertology.results import read_manifest, read_table
         from bertology.studies import run_study
 
-        overrides = _given(model=model, corpus=corpus, min_occurrences=min_occurrences, export_vectors=vectors)
+        overrides = _given(model=model, corpus=corpus, min_occurrences=min_occurrences, export_vectors=vectors,
+                           device=check_device(device))
         if limit is not None:
             overrides["limit"] = limit or None
         overrides = quick_overrides({"limit": QUICK_LIMIT}, overrides, full, f"the first {QUICK_LIMIT} sentences")

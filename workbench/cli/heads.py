@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from bertology.cli.core import quick_overrides
+from bertology.cli.core import DEVICE_HELP, check_device, quick_overrides
 
 
 def _overrides(**options: Any) -> dict[str, Any]:
@@ -61,6 +61,7 @@ def register(app: typer.Typer) -> None:
                                                         "GloVe probe): en, a pipeline folder, or none"),
         min_count: Optional[int] = typer.Option(None, "--min-count", help="cases a relation needs before a head is "
                                                 "typed syntactic for it or chosen as its best head (default 20)"),
+        device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP + " (the store is extracted there)"),
         full: bool = typer.Option(False, "--full", help="the study as configured (600 sentences) instead of the "
                                                         "quick default (200 sentences)"),
         force: bool = typer.Option(False, "--force", help="recompute even if a complete run exists"),
@@ -69,7 +70,8 @@ def register(app: typer.Typer) -> None:
         Quick by default: the first 200 sentences; --full: the study's config."""
         from bertology.results import read_manifest, read_table
 
-        given = _overrides(model=model, corpus=corpus, limit=limit, word_vectors=word_vectors, min_count=min_count)
+        given = _overrides(model=model, corpus=corpus, limit=limit, word_vectors=word_vectors, min_count=min_count,
+                           device=check_device(device))
         run_dir = _run("head_types", quick_overrides(QUICK_HEADS, given, full), out, seed, force)
         tables = read_manifest(run_dir)["tables"]
         typer.echo(read_table(run_dir, "head_types")["type"].value_counts().to_string())
@@ -92,6 +94,8 @@ def register(app: typer.Typer) -> None:
         step: Optional[float] = typer.Option(None, "--step", help="share of all heads removed per step"),
         lam: Optional[list[float]] = typer.Option(None, "--lam", help="L0 penalty λ (method l0); repeat for several"),
         l0_steps: Optional[int] = typer.Option(None, "--l0-steps", help="L0 gate training steps"),
+        device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP + " (extraction, importance, "
+                                                                    "pruning curves, L0 gates)"),
         full: bool = typer.Option(False, "--full", help="the study as configured (importance, random, by-type and "
                                                         "L0 orders, 3 random seeds, 300 sentences) instead of the "
                                                         "quick default (importance vs 1 random order, 200 sentences)"),
@@ -103,7 +107,7 @@ def register(app: typer.Typer) -> None:
 
         methods = _methods(method) if method is not None else None
         given = _overrides(model=model, corpus=corpus, limit=limit, methods=methods, step=step,
-                           l0_lambdas=list(lam) if lam else None, l0_steps=l0_steps)
+                           l0_lambdas=list(lam) if lam else None, l0_steps=l0_steps, device=check_device(device))
         run_dir = _run("pruning", quick_overrides(QUICK_PRUNE, given, full), out, seed, force)
         tables = read_manifest(run_dir)["tables"]
         if "pruning_curves" in tables:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from bertology.cli.core import quick_overrides
+from bertology.cli.core import check_device, quick_overrides
 
 
 def _seeds(text: str) -> list[int]:
@@ -49,12 +49,7 @@ def probe_overrides(*, task: str | None = None, model: str | None = None, corpus
         raise ConfigError(f"--limit must be >= 0 (the first N sentences; 0 = the whole corpus), got {limit}")
     if max_epochs is not None and max_epochs < 1:
         raise ConfigError(f"--max-epochs must be >= 1, got {max_epochs}")
-    if device is not None:
-        if device not in ("cpu", "cuda"):
-            raise ConfigError(f"--device must be cpu or cuda, got {device!r}")
-        import torch
-        if device == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("--device cuda: no CUDA device is available (use --device cpu)")
+    check_device(device)
     overrides: dict[str, Any] = {}
     if task is not None:
         overrides["tasks"] = [task]
@@ -160,7 +155,8 @@ def register(app: typer.Typer) -> None:
         split: Optional[str] = typer.Option(None, help="sentence split: fixed (one split drawn with --seed, shared "
                                                        "by every probe seed) or per_seed (each probe seed its own)"),
         max_epochs: Optional[int] = typer.Option(None, help="most training epochs per probe (early stopping on dev)"),
-        device: Optional[str] = typer.Option(None, help="where probes train: cpu or cuda"),
+        device: Optional[str] = typer.Option(None, help="where the model runs and the probes train: cpu or cuda "
+                                                       "(default: the study config's, cpu)"),
         seed: Optional[int] = typer.Option(None, help="the run's seed (the fixed sentence split, random-encoder "
                                                       "baseline)"),
         out: Optional[Path] = typer.Option(None, help="results root (default results/); the run goes to "

@@ -234,6 +234,19 @@ def apply_weight_masks(model: nn.Module, masks: Masks) -> list[Any]:
         keep = keep.to(device=p.device)
         with torch.no_grad():
             p.mul_(keep.to(p.dtype))
-        factor = keep.to(p.dtype)
-        handles.append(p.register_hook(lambda grad, factor=factor: grad * factor))
+        handles.append(p.register_hook(_GradientMask(keep.to(p.dtype))))
     return handles
+
+
+class _GradientMask:
+    """A gradient hook multiplying by a 0/1 mask, which follows the gradient to its device and
+    dtype (the masks are applied before a trainer moves the model, e.g. to a GPU): moved once, then
+    kept there."""
+
+    def __init__(self, factor: torch.Tensor):
+        self.factor = factor
+
+    def __call__(self, grad: torch.Tensor) -> torch.Tensor:
+        if self.factor.device != grad.device or self.factor.dtype != grad.dtype:
+            self.factor = self.factor.to(grad.device, grad.dtype)
+        return grad * self.factor
