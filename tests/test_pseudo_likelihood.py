@@ -37,7 +37,10 @@ def test_batched_scores_equal_a_plain_loop(minilm_tokenizer):
     for row, text in zip(scores.itertuples(), TEXTS):
         nll, n = _loop_pll(model, minilm_tokenizer, text)
         assert row.n_pieces == n and row.n_words == len(text.split())
-        assert row.nll == pytest.approx(nll, rel=1e-5)
+        # batched rows are padded to the batch's longest sentence: other matrix shapes, other float32
+        # kernels and summation orders than the one-sentence loop (~1e-6 relative per logit, summed
+        # over the pieces' log-softmaxes), hence 1e-4, not bit equality
+        assert row.nll == pytest.approx(nll, rel=1e-4)
     summary = pll_summary(scores)
     assert summary["nats_per_piece"].estimate == pytest.approx(scores["nll"].sum() / scores["n_pieces"].sum())
     assert summary["nats_per_word"].estimate == pytest.approx(scores["nll"].sum() / scores["n_words"].sum())

@@ -39,14 +39,14 @@ class ShardBuffers:
         self.shape = (lm.num_layers + 1, lm.num_layers, lm.num_heads, lm.hidden_size)
         self.n_bins = 2 * settings.token_offset_window + 2
         L1, L, H, D = self.shape
-        dtype = getattr(torch, settings.storage)
-        place = {"device": device or torch.device("cpu"), "pin_memory": pinned}
-        att = settings.attentions
-        self.hidden = torch.empty(L1 * max_words * D, dtype=dtype, **place)
-        self.attention = torch.empty(L * H * max_pairs if att else 0, dtype=dtype, **place)
-        self.special = torch.empty(L * H * max_words * 2 if att else 0, dtype=dtype, **place)
-        self.offsets = torch.empty(max_sentences * L * H * 2 * self.n_bins if att else 0, dtype=torch.int32, **place)
-        self.finite = torch.ones(1, dtype=torch.bool, **place)
+        dtype: torch.dtype = getattr(torch, settings.storage)
+        where, att = device or torch.device("cpu"), settings.attentions
+        self.hidden = torch.empty(L1 * max_words * D, dtype=dtype, device=where, pin_memory=pinned)
+        self.attention = torch.empty(L * H * max_pairs if att else 0, dtype=dtype, device=where, pin_memory=pinned)
+        self.special = torch.empty(L * H * max_words * 2 if att else 0, dtype=dtype, device=where, pin_memory=pinned)
+        self.offsets = torch.empty(max_sentences * L * H * 2 * self.n_bins if att else 0, dtype=torch.int32,
+                                   device=where, pin_memory=pinned)
+        self.finite = torch.ones(1, dtype=torch.bool, device=where, pin_memory=pinned)
 
     def views(self, n_words: int, n_pairs: int, attentions: bool):
         """Contiguous ``hidden [L+1, n, D]``, ``attention [L, H, pairs]``, ``special [L, H, n, 2]``."""
@@ -122,7 +122,7 @@ def compute_shard(
             batch_offsets = (torch.zeros(len(batch), *offsets_out.shape[1:], dtype=torch.int32,
                                          device=offsets_out.device) if offsets_out is not None else None)
             forward_segments(lm.model, batch, out=views, token_offsets=batch_offsets, **forward_options)
-            if batch_offsets is not None:
+            if batch_offsets is not None and offsets_out is not None:
                 rows = torch.tensor([row_of[seg.sentence] for seg in batch], device=offsets_out.device)
                 offsets_out.index_copy_(0, rows, batch_offsets)
         else:  # sliding windows (hidden states only): copy the words each window owns
@@ -197,8 +197,9 @@ def compute_shards(lm: LoadedModel, plan: ExtractionPlan, shards: list[int], set
                 slot = j % n_sets
                 while pending and pending[0][1] <= j - n_sets:   # buffers `slot` were written out
                     _finish(*pending.popleft(), lm, plan, settings, dev, counts, shards)
-                if copy_done[slot] is not None:     # the device buffers' last copy out has finished
-                    torch.cuda.current_stream(dev).wait_event(copy_done[slot])
+                copied = copy_done[slot]
+                if copied is not None:              # the device buffers' last copy out has finished
+                    torch.cuda.current_stream(dev).wait_event(copied)
                 tensors = compute_shard(lm, plan.segments, plan.shards[k], settings, dev, bar, on_device[slot],
                                         counts[j], check_finite=not accelerated)
                 if accelerated:

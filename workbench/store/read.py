@@ -124,15 +124,17 @@ class FeatureStore:
     @property
     def token_offset_bins(self) -> list[int | str]:
         """Labels of the last axis of :meth:`token_offsets`: offsets ``-K..K``, then ``"other"``."""
-        self._need_token_offsets()
-        return token_offset_bins(int(self.token_offset_window))
+        window = self._need_token_offsets()
+        return token_offset_bins(window)
 
-    def _need_token_offsets(self) -> None:
+    def _need_token_offsets(self) -> int:
+        """The offset window ``K`` of a store with token-level offsets; raises for one without."""
         if not self.has_attention:
             raise StoreError(f"{self.path}: extracted without attentions")
-        if not self.has_token_offsets:
+        if not self.has_token_offsets or self.token_offset_window is None:
             raise StoreError(f"{self.path}: store version {self.manifest.get('version')} has no token-level "
                              f"argmax offsets (added in store version 2); extract again (a new store key)")
+        return self.token_offset_window
 
     def token_offsets(self, i: int, *, queries: TokenQueries = "all") -> np.ndarray:
         """Sentence ``i``'s token-level argmax offset counts ``[n_layers - 1, heads, 2K+2]`` (int64).
@@ -151,11 +153,9 @@ class FeatureStore:
     def token_offset_totals(self, *, queries: TokenQueries = "all") -> np.ndarray:
         """:meth:`token_offsets` summed over every sentence of the store: ``[n_layers - 1, heads, 2K+2]``."""
         self._need_token_offsets()
-        total = None
-        for k in range(len(self._shards)):
-            block = self._open(k).get_tensor("token_offsets").numpy().astype(np.int64).sum(0)
-            total = block if total is None else total + block
-        return _select_queries(total, queries)
+        blocks = [self._open(k).get_tensor("token_offsets").numpy().astype(np.int64).sum(0)
+                  for k in range(len(self._shards))]
+        return _select_queries(np.sum(blocks, axis=0), queries)
 
     def layers(self, layers: Sequence[int] | None = None) -> np.ndarray:
         """Word vectors of the chosen layers, corpus order: ``[len(layers), n_words, dim]``."""

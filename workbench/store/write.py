@@ -62,7 +62,8 @@ def save_safetensors(tensors: dict[str, torch.Tensor], file: Path, *, hash_besid
                 out.write(chunk)
                 digest.update(chunk)
             for name in order:
-                data = memoryview(tensors[name].contiguous().reshape(-1).view(torch.uint8).numpy())
+                raw = tensors[name].contiguous().reshape(-1).view(torch.uint8).numpy()
+                data = memoryview(raw)  # type: ignore[arg-type]  # an ndarray is a buffer; its stubs lack __buffer__
                 if hasher is None:
                     out.write(data)          # both release the GIL: the compute thread runs meanwhile
                     digest.update(data)
