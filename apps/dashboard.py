@@ -1,6 +1,6 @@
 """BERTology dashboard: browse study runs. Its study pages only read result files (parquet + JSON) —
 they never load a model or compute what a study should have saved; the Live page is the one that
-loads a model, to show any typed sentence (:mod:`bertology.apps.live`).
+loads a model, to show any typed sentence (:mod:`bertology.apps.pages.live`).
 
 Run with ``bertology dashboard`` (binds to 127.0.0.1) or
 ``streamlit run $(python -c "import bertology.apps as a; print(a.__path__[0])")/dashboard.py --server.address 127.0.0.1``.

@@ -151,50 +151,67 @@ def run(ctx) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
-    vocab, pad = len(tokenizer), tokenizer.pad_token_id
     students = [n for n, f in variants.items() if f.get("objective") == "distill" and not f.get("teacher")]
     if cfg["teacher_variant"] in students:
         raise ConfigError(f"teacher_variant: {cfg['teacher_variant']!r} is itself a student")
-    order = [n for n in variants if n not in students] + students   # students after their teacher
-
-    def train_all() -> dict[str, pd.DataFrame]:
-        rows, curves = [], []
-        budget = None
-        for name in order:
-            teacher = None
-            if name in students:
-                teacher_run = paths.models_dir() / f"{cfg['run_prefix']}-{cfg['teacher_variant']}"
-                teacher = list_checkpoints(teacher_run)[-1][1]
-            probe_cfg = _variant_config(cfg, name, variants[name], tok_dir, teacher=teacher)
-            measured = measure_step_flops(probe_cfg, vocab, pad)
-            if budget is None:
-                ref_cfg = _variant_config(cfg, cfg["budget_variant"], variants[cfg["budget_variant"]], tok_dir)
-                budget = cfg["budget_steps"] * measure_step_flops(ref_cfg, vocab, pad)["flops_per_step"]
-            steps = steps_for_budget(budget, measured["flops_per_step"])
-            run_cfg = _variant_config(cfg, name, variants[name], tok_dir, steps=steps, teacher=teacher)
-            teacher_config = None
-            if teacher is not None:
-                from transformers import AutoConfig
-                teacher_config = AutoConfig.from_pretrained(str(teacher))
-            analytic = analytic_step_flops(run_cfg, vocab, teacher_config)
-            ctx.log(f"  {name}: {measured['flops_per_step'] / 1e9:.2f} GFLOPs/step (analytic "
-                    f"{analytic / 1e9:.2f}), {steps} steps for the budget of {budget / 1e12:.3f} TFLOPs, "
-                    f"{measured['params_trained']:,} parameters trained")
-            started = time.perf_counter()
-            run_dir = run_pretraining(run_cfg)
-            rows.append({"variant": name, "objective": run_cfg.objective, "architecture": run_cfg.architecture,
-                         "model": run_dir.name, "teacher": str(teacher) if teacher else None,
-                         "packing": run_cfg.packing if pair_task(run_cfg.objective) is None else "sentence_pairs",
-                         **{k: v for k, v in measured.items()}, "flops_per_step_analytic": analytic,
-                         "steps": steps, "flops_total": steps * measured["flops_per_step"], "budget_flops": budget,
-                         **_real_tokens(run_dir, measured, steps),
-                         "train_seconds": round(time.perf_counter() - started, 1)})
-            curves.append(read_metrics(run_dir).assign(variant=name))
-        return {"variants": _with_teacher_cost(pd.DataFrame(rows), cfg["teacher_variant"]),
-                "training_metrics": pd.concat(curves, ignore_index=True)}
-
-    trained = ctx.steps(["variants", "training_metrics"], train_all)
+    trained = ctx.steps(["variants", "training_metrics"],
+                        lambda: _train_all(ctx, tok_dir, len(tokenizer), tokenizer.pad_token_id, students))
     table = trained["variants"]
+    corpus = _analysis_corpus(ctx, tokenizer, table, tok_dir)
+    reference = paths.models_dir() / f"{cfg['run_prefix']}-{cfg['budget_variant']}"
+    ctx.step("heldout", lambda: _heldout(table, trained["training_metrics"], reference))
+    tables = ctx.steps(["probe_scores", "head_types", "probe_sentences"],
+                       lambda: _analyses(ctx, table, corpus, reference))
+    _comparison_tables(ctx, tables)
+    _print_summary(ctx)
+
+
+def _train_all(ctx, tok_dir: Path, vocab: int, pad: int, students: list[str]) -> dict[str, pd.DataFrame]:
+    """Pretrain every variant, students after their teacher, each for the steps the FLOPs budget
+    buys it: the ``variants`` table (FLOPs, steps, real tokens, time) and every ``training_metrics``."""
+    cfg = ctx.config
+    variants: dict = cfg["variants"]
+    order = [n for n in variants if n not in students] + students   # students after their teacher
+    rows, curves = [], []
+    budget = None
+    for name in order:
+        teacher = None
+        if name in students:
+            teacher_run = paths.models_dir() / f"{cfg['run_prefix']}-{cfg['teacher_variant']}"
+            teacher = list_checkpoints(teacher_run)[-1][1]
+        probe_cfg = _variant_config(cfg, name, variants[name], tok_dir, teacher=teacher)
+        measured = measure_step_flops(probe_cfg, vocab, pad)
+        if budget is None:
+            ref_cfg = _variant_config(cfg, cfg["budget_variant"], variants[cfg["budget_variant"]], tok_dir)
+            budget = cfg["budget_steps"] * measure_step_flops(ref_cfg, vocab, pad)["flops_per_step"]
+        steps = steps_for_budget(budget, measured["flops_per_step"])
+        run_cfg = _variant_config(cfg, name, variants[name], tok_dir, steps=steps, teacher=teacher)
+        teacher_config = None
+        if teacher is not None:
+            from transformers import AutoConfig
+            teacher_config = AutoConfig.from_pretrained(str(teacher))
+        analytic = analytic_step_flops(run_cfg, vocab, teacher_config)
+        ctx.log(f"  {name}: {measured['flops_per_step'] / 1e9:.2f} GFLOPs/step (analytic "
+                f"{analytic / 1e9:.2f}), {steps} steps for the budget of {budget / 1e12:.3f} TFLOPs, "
+                f"{measured['params_trained']:,} parameters trained")
+        started = time.perf_counter()
+        run_dir = run_pretraining(run_cfg)
+        rows.append({"variant": name, "objective": run_cfg.objective, "architecture": run_cfg.architecture,
+                     "model": run_dir.name, "teacher": str(teacher) if teacher else None,
+                     "packing": run_cfg.packing if pair_task(run_cfg.objective) is None else "sentence_pairs",
+                     **{k: v for k, v in measured.items()}, "flops_per_step_analytic": analytic,
+                     "steps": steps, "flops_total": steps * measured["flops_per_step"], "budget_flops": budget,
+                     **_real_tokens(run_dir, measured, steps),
+                     "train_seconds": round(time.perf_counter() - started, 1)})
+        curves.append(read_metrics(run_dir).assign(variant=name))
+    return {"variants": _with_teacher_cost(pd.DataFrame(rows), cfg["teacher_variant"]),
+            "training_metrics": pd.concat(curves, ignore_index=True)}
+
+
+def _analysis_corpus(ctx, tokenizer, table: pd.DataFrame, tok_dir: Path):
+    """The annotated corpus the encoders are analysed on (its sentences that fit the models'
+    training positions), recorded in the manifest with the models and the tokenizer."""
+    cfg = ctx.config
     corpus, dropped = _fitting_sentences(load_corpus(cfg["corpus"]), tokenizer, cfg["limit"])
     if dropped:
         ctx.log(f"  {dropped} sentences longer than the models' {tokenizer.model_max_length} training positions "
@@ -202,51 +219,61 @@ def run(ctx) -> None:
     ctx.record(corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sources": corpus.sources,
                        "sentences": len(corpus), "left_out_too_long": dropped},
                models=list(table["model"]), tokenizer=str(tok_dir))
-    reference = paths.models_dir() / f"{cfg['run_prefix']}-{cfg['budget_variant']}"
+    return corpus
 
-    def heldout() -> pd.DataFrame:
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.set_verbosity_error()  # the pair head / pooler a MLM-only load leaves out is expected
-        rows = [{"variant": "unigram", "scored": "training-set token frequencies", "metric": "heldout_mlm_loss",
-                 "value": unigram_baseline(reference)["unigram_eval_loss"], "measures_encoder": False}]
-        for r in table.itertuples():
-            final = list_checkpoints(paths.models_dir() / r.model)[-1][1]
-            if r.objective == "electra":   # the discriminator has no MLM head: its generator's loss
-                rows.append({"variant": r.variant, "scored": "generator (not the analysed encoder)",
-                             "metric": "heldout_mlm_loss", "value": heldout_loss(reference, final / "generator"),
-                             "measures_encoder": False})
-            else:
-                rows.append({"variant": r.variant, "scored": "encoder + MLM head", "metric": "heldout_mlm_loss",
-                             "value": heldout_loss(reference, final), "measures_encoder": True})
-            own = trained["training_metrics"].query("variant == @r.variant and metric.str.startswith('eval_')")
-            last = own[own.step == own.step.max()]
-            rows.extend({"variant": r.variant, "scored": "own held-out set and objective", "metric": m.metric,
-                         "value": m.value, "measures_encoder": False} for m in last.itertuples())
-        return pd.DataFrame(rows)
+def _heldout(table: pd.DataFrame, training_metrics: pd.DataFrame, reference: Path) -> pd.DataFrame:
+    """The ``heldout`` table: each variant's MLM loss on the budget variant's (``reference``)
+    held-out set and masks, beside a unigram baseline and each one's last own held-out metrics."""
+    from transformers.utils import logging as hf_logging
 
-    ctx.step("heldout", heldout)
+    hf_logging.set_verbosity_error()  # the pair head / pooler a MLM-only load leaves out is expected
+    rows = [{"variant": "unigram", "scored": "training-set token frequencies", "metric": "heldout_mlm_loss",
+             "value": unigram_baseline(reference)["unigram_eval_loss"], "measures_encoder": False}]
+    for r in table.itertuples():
+        final = list_checkpoints(paths.models_dir() / r.model)[-1][1]
+        if r.objective == "electra":   # the discriminator has no MLM head: its generator's loss
+            rows.append({"variant": r.variant, "scored": "generator (not the analysed encoder)",
+                         "metric": "heldout_mlm_loss", "value": heldout_loss(reference, final / "generator"),
+                         "measures_encoder": False})
+        else:
+            rows.append({"variant": r.variant, "scored": "encoder + MLM head", "metric": "heldout_mlm_loss",
+                         "value": heldout_loss(reference, final), "measures_encoder": True})
+        own = training_metrics.query("variant == @r.variant and metric.str.startswith('eval_')")
+        last = own[own.step == own.step.max()]
+        rows.extend({"variant": r.variant, "scored": "own held-out set and objective", "metric": m.metric,
+                     "value": m.value, "measures_encoder": False} for m in last.itertuples())
+    return pd.DataFrame(rows)
 
-    def analyses() -> dict[str, pd.DataFrame]:
-        scores, sentences, types = [], [], []
-        models = [(r.variant, r.model) for r in table.itertuples()]
-        if cfg["random_baseline"]:
-            models.append(("random-init", None))
-        for variant, model in models:
-            ctx.log(f"    analysing {variant}")
-            lm = random_init_like(load_model(reference.name), seed=cfg["seed"]) if model is None else load_model(model)
-            store = extract(lm, corpus, attentions=True, progress=False)
-            types.append(analyse_store(store, corpus)["head_types"].assign(variant=variant))
-            for task in cfg["tasks"]:   # one split (the run's seed) for every variant: paired comparisons
-                df, per_sentence = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]],
-                                                split_seed=cfg["seed"], max_epochs=cfg["max_epochs"],
-                                                test_sentences=True)
-                scores.append(df.assign(variant=variant))
-                sentences.append(per_sentence.assign(variant=variant))
-        return {"probe_scores": pd.concat(scores, ignore_index=True), "head_types": pd.concat(types, ignore_index=True),
-                "probe_sentences": pd.concat(sentences, ignore_index=True)}
 
-    tables = ctx.steps(["probe_scores", "head_types", "probe_sentences"], analyses)
+def _analyses(ctx, table: pd.DataFrame, corpus, reference: Path) -> dict[str, pd.DataFrame]:
+    """Every variant's encoder (and, with ``random_baseline``, a random-init copy of the budget
+    variant) probed per layer on one split and its heads typed: ``probe_scores``, ``head_types``,
+    ``probe_sentences``."""
+    cfg = ctx.config
+    scores, sentences, types = [], [], []
+    models = [(r.variant, r.model) for r in table.itertuples()]
+    if cfg["random_baseline"]:
+        models.append(("random-init", None))
+    for variant, model in models:
+        ctx.log(f"    analysing {variant}")
+        lm = random_init_like(load_model(reference.name), seed=cfg["seed"]) if model is None else load_model(model)
+        store = extract(lm, corpus, attentions=True, progress=False)
+        types.append(analyse_store(store, corpus)["head_types"].assign(variant=variant))
+        for task in cfg["tasks"]:   # one split (the run's seed) for every variant: paired comparisons
+            df, per_sentence = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]],
+                                            split_seed=cfg["seed"], max_epochs=cfg["max_epochs"],
+                                            test_sentences=True)
+            scores.append(df.assign(variant=variant))
+            sentences.append(per_sentence.assign(variant=variant))
+    return {"probe_scores": pd.concat(scores, ignore_index=True), "head_types": pd.concat(types, ignore_index=True),
+            "probe_sentences": pd.concat(sentences, ignore_index=True)}
+
+
+def _comparison_tables(ctx, tables: dict[str, pd.DataFrame]) -> None:
+    """The tables that compare the encoders: mean test accuracy per layer, the best layer (chosen
+    on dev) of each variant, every pair of variants paired on the same test sentences, head types."""
+    cfg = ctx.config
     acc = tables["probe_scores"].query("metric == 'accuracy' and split == 'test'")
     ctx.step("probe_accuracy", lambda: acc.groupby(["variant", "task", "layer"], as_index=False)["value"].mean()
              .rename(columns={"value": "accuracy"}))
@@ -257,7 +284,6 @@ def run(ctx) -> None:
                                                                seed=cfg["seed"]))
     ctx.step("head_type_counts", lambda: tables["head_types"].groupby(["variant", "type"]).size()
              .rename("count").reset_index())
-    _print_summary(ctx)
 
 
 def _print_summary(ctx) -> None:

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from bertology.apps import figures, tables
+from bertology.apps.pages import combinations, compare, embeddings, heads, pretraining, probing, pruning
 from bertology.results import ResultError
 
 MARKUP = "<b>x</b>"
@@ -56,12 +57,12 @@ def test_offset_histogram_reads_one_heads_shares_in_offset_order():
         "statistic": ["token_offset_2", "token_offset_other", "token_offset_-1", "argmax_offset_-1", "entropy",
                       "token_offset_-1", "token_offset_-10"],
         "value": [0.2, 0.1, 0.6, 0.5, 0.9, 0.99, 0.1]})
-    hist = tables.offset_histogram(stats, 1, 2)
+    hist = heads.offset_histogram(stats, 1, 2)
     assert hist.to_dict("records") == [
         {"level": "token", "offset": "-10", "share": 0.1}, {"level": "token", "offset": "-1", "share": 0.6},
         {"level": "token", "offset": "2", "share": 0.2}, {"level": "token", "offset": "other", "share": 0.1},
         {"level": "word", "offset": "-1", "share": 0.5}]
-    fig = figures.offset_figure(hist, 1, 2)
+    fig = heads.offset_figure(hist, 1, 2)
     assert list(fig.layout.xaxis.categoryarray) == ["-10", "-1", "2", "other"]
     assert [t.name for t in fig.data] == ["token level", "word level"]
 
@@ -74,11 +75,11 @@ def test_relation_table_ranks_by_gain_over_the_offset_baseline():
         "n": [50, 5, 40, 200, 30, 50], "accuracy": [0.8, 0.99, 0.5, 0.4, 0.9, 0.1],
         "baseline_offset": [1, -1, 2, 1, -1, 1], "baseline_accuracy": [0.5, 0.1, 0.4, 0.3, 0.85, 0.5]})
     dep["gain"] = dep["accuracy"] - dep["baseline_accuracy"]
-    rel = tables.relation_table(dep, 0, 1, min_count=20)
+    rel = heads.relation_table(dep, 0, 1, min_count=20)
     # amod is below min_count, "all" is the summary row, layer 1 is another head
     assert list(rel["relation"]) == ["nsubj", "dobj", "det"]
     assert rel["gain"].tolist() == pytest.approx([0.3, 0.1, 0.05])
-    fig = figures.relation_figure(rel, 0, 1)
+    fig = heads.relation_figure(rel, 0, 1)
     assert list(fig.data[0].x) == [0.8, 0.5, 0.9] and list(fig.data[1].x) == [0.5, 0.4, 0.85]
     assert fig.data[0].y[0] == "nsubj (dependent → head)"
 
@@ -88,11 +89,11 @@ def test_attention_figures_show_markup_words_as_typed():
     matrix = np.array([[0.1, 0.8, 0.1], [0.0, 0.0, 1.0], [0.5, 0.5, 0.0]])
     sentence = {"words": words, "attention": np.stack([np.stack([matrix, matrix.T])])}  # [1 layer, 2 heads, 3, 3]
     for fig in (figures.attention_heatmap(words, matrix, MARKUP), figures.head_view(words, matrix, "view"),
-                figures.attention_small_multiples([sentence], 0, 1)):
+                heads.attention_small_multiples([sentence], 0, 1)):
         texts = strings(fig.to_dict())
         assert not [t for t in texts if MARKUP in t], "a word reached Plotly as markup"
         assert any("&lt;b&gt;x&lt;/b&gt;" in t for t in texts)
-    heat = figures.attention_small_multiples([sentence], 0, 1).data[0]
+    heat = heads.attention_small_multiples([sentence], 0, 1).data[0]
     assert np.asarray(heat.z).tolist() == matrix.T.tolist()  # head 1 of layer 0
     assert list(heat.x) == ["0: the", "1: &lt;b&gt;x&lt;/b&gt;", "2: dog"]
     view = figures.head_view(words, matrix, "view", threshold=0.05)
@@ -103,19 +104,19 @@ def test_attention_figures_show_markup_words_as_typed():
 def test_contextuality_has_one_panel_per_measure():
     rows = [{"layer": l, "metric": m, "raw": 0.5 + l / 10, "baseline": 0.2, "adjusted": 0.3 + l / 10}
             for m in ("self_similarity", "intra_sentence_similarity", "mev") for l in range(3)]
-    fig = figures.contextuality_multiples(pd.DataFrame(rows))
-    assert sorted(a.text for a in fig.layout.annotations) == sorted(figures.MEASURE_NAMES.values())
+    fig = embeddings.contextuality_multiples(pd.DataFrame(rows))
+    assert sorted(a.text for a in fig.layout.annotations) == sorted(embeddings.MEASURE_NAMES.values())
     assert {t.name for t in fig.data} == {"raw", "baseline", "adjusted"}
     assert len(fig.data) == 9 and {t.xaxis for t in fig.data} == {"x", "x2", "x3"}
     both = pd.concat([pd.DataFrame(rows).assign(run="A"), pd.DataFrame(rows).assign(run=MARKUP)])
-    fig = figures.contextuality_multiples(both, run_column="run")
+    fig = embeddings.contextuality_multiples(both, run_column="run")
     assert {t.legendgroup.split(",")[0] for t in fig.data} == {"A", "&lt;b&gt;x&lt;/b&gt;"}
 
 
 def test_cluster_legend_names_clusters_not_numbers():
     part = pd.DataFrame({"x": [0.0, 1.0, 2.0], "y": [0.0, 1.0, 2.0], "cluster": [0, 1, 1],
                          "context": ["a <b>bank</b> loan", "river bank", "bank of"]})
-    fig = figures.cluster_figure(part, MARKUP, layer=6)
+    fig = embeddings.cluster_figure(part, MARKUP, layer=6)
     assert [t.name for t in fig.data] == ["cluster 1 (1 uses)", "cluster 2 (2 uses)"]
     assert "not gold senses" in fig.layout.legend.title.text
     assert list(fig.data[0].hovertext) == ["a &lt;b&gt;bank&lt;/b&gt; loan"]
@@ -125,12 +126,12 @@ def test_cluster_legend_names_clusters_not_numbers():
 def test_emergence_figures_follow_the_steps():
     counts = pd.DataFrame({"step": [0, 0, 100, 100], "type": ["broad", "other", "positional", "broad"],
                            "count": [3, 1, 2, 2]})
-    fig = figures.type_counts_figure(counts)
+    fig = pretraining.type_counts_figure(counts)
     assert [t.name for t in fig.data] == ["positional", "broad", "other"]
     assert list(fig.data[0].y) == [0, 2] and list(fig.data[1].y) == [3, 2]
     scores = pd.DataFrame({"step": [0, 0, 100, 100, 100], "task": ["pos"] * 5, "layer": [0, 1, 0, 1, 1],
                            "seed": [0, 0, 0, 0, 1], "value": [0.2, 0.3, 0.5, 0.6, 0.8]})
-    fig = figures.probe_by_step(scores)
+    fig = pretraining.probe_by_step(scores)
     late = [t for t in fig.data if t.name == "step 100"][0]
     assert list(late.y) == pytest.approx([0.5, 0.7])  # mean over seeds
 
@@ -151,31 +152,31 @@ def test_probing_shaping_keeps_held_out_non_control_rows_of_one_input():
                            "metric": ["accuracy"] * 5 + ["macro_f1"], "mode": ["per_layer"] * 4 + ["mix", "per_layer"],
                            "split": ["test", "test", "dev", "test", "test", "test"],
                            "control": [False, False, False, True, False, False], "value": [0.5, 0.7, 0.9, 0.1, 0.8, 0.3]})
-    part = tables.probe_part(scores, "accuracy", "per_layer")
+    part = probing.probe_part(scores, "accuracy", "per_layer")
     assert part["value"].tolist() == [0.5, 0.7]
     means = tables.layer_means(part)
     assert means[["task", "layer", "mean", "n"]].to_dict("records") == [{"task": "pos", "layer": 0, "mean": 0.6, "n": 2}]
-    assert tables.options_and_default(scores["metric"], "accuracy") == (["accuracy", "macro_f1"], 0)
-    assert tables.options_and_default(scores["mode"], "absent") == (["mix", "per_layer"], 0)
-    assert tables.accuracy_per_layer(scores)["value"].tolist() == [0.5, 0.7, 0.9, 0.1]
+    assert probing.options_and_default(scores["metric"], "accuracy") == (["accuracy", "macro_f1"], 0)
+    assert probing.options_and_default(scores["mode"], "absent") == (["mix", "per_layer"], 0)
+    assert compare.accuracy_per_layer(scores)["value"].tolist() == [0.5, 0.7, 0.9, 0.1]
     both = tables.stack_runs([("A", means), (MARKUP, means)])
-    fig = figures.layer_curves_two_runs(both, "accuracy")
+    fig = probing.layer_curves_two_runs(both, "accuracy")
     assert {t.name for t in fig.data} == {"A", "&lt;b&gt;x&lt;/b&gt;"} and list(fig.data[0].y) == [0.6]
 
 
 def test_bars_of_mix_weights_and_combinations():
     weights = pd.DataFrame({"task": [MARKUP] * 4, "layer": [0, 1, 0, 1], "seed": [0, 0, 1, 1],
                             "weight": [0.2, 0.8, 0.4, 0.6]})
-    mean = tables.mean_mix_weights(weights)
-    fig = figures.mix_weights_figure(mean)
+    mean = probing.mean_mix_weights(weights)
+    fig = probing.mix_weights_figure(mean)
     assert list(fig.data[0].y) == pytest.approx([0.3, 0.7]) and fig.data[0].name == "&lt;b&gt;x&lt;/b&gt;"
     combos = pd.DataFrame({"combination": ["last", "last", "sum4", "sum4", "last"], "task": "pos",
                            "metric": ["accuracy"] * 4 + ["macro_f1"], "seed": [0, 1, 0, 1, 0],
                            "value": [0.69, 0.71, 0.9, 0.9, 0.1]})
-    means = tables.combination_means(combos, "accuracy")
+    means = combinations.combination_means(combos, "accuracy")
     assert means.set_index("combination")["mean"].to_dict() == pytest.approx({"last": 0.7, "sum4": 0.9})
     assert means["combination"].tolist() == ["sum4", "last"]  # best first
-    fig = figures.combinations_figure(means, MARKUP)
+    fig = combinations.combinations_figure(means, MARKUP)
     assert list(fig.data[0].x) == pytest.approx([0.9, 0.7]) and fig.layout.title.text.startswith("&lt;b&gt;")
     # sorted by score, not by name: Plotly draws categories bottom-up, so the best is last = on top
     assert list(fig.layout.yaxis.categoryarray) == ["last", "sum4"] and fig.layout.yaxis.autorange is None
@@ -186,54 +187,54 @@ def test_bars_of_mix_weights_and_combinations():
 def test_pruning_shaping_and_importance_grid():
     curves = pd.DataFrame({"method": "random", "seed": [0, 1, 0, 1], "share_removed": [0.0, 0.0, 0.5, 0.5],
                            "value": [0.8, 0.8, 0.4, 0.6], "metric": "accuracy"})
-    means = tables.pruning_means(curves)
-    assert means["mean"].tolist() == pytest.approx([0.8, 0.5]) and tables.pruning_metric(curves) == "accuracy"
-    assert tables.pruning_metric(curves.drop(columns="metric")) == "metric"
+    means = pruning.pruning_means(curves)
+    assert means["mean"].tolist() == pytest.approx([0.8, 0.5]) and pruning.pruning_metric(curves) == "accuracy"
+    assert pruning.pruning_metric(curves.drop(columns="metric")) == "metric"
     importance = pd.DataFrame({"layer": [0, 0, 1, 1, 0], "head": [0, 1, 0, 1, 0], "importance": [0.1, 0.2, 0.3, 0.4, 0.3]})
-    grid = tables.importance_grid(importance)
+    grid = pruning.importance_grid(importance)
     np.testing.assert_allclose(grid.to_numpy(), [[0.2, 0.2], [0.3, 0.4]])
-    fig = figures.importance_figure(grid)
+    fig = pruning.importance_figure(grid)
     np.testing.assert_allclose(np.asarray(fig.data[0].z), [[0.2, 0.2], [0.3, 0.4]])
 
 
 def test_head_shaping_checks_and_picks():
     types = pd.DataFrame({"layer": ["1", "0", "0"], "head": [0, 1, 0], "type": ["syntactic", "positional", "broad"],
                           "syntactic_gain": [0.3, 0.0, 0.0], "positional_share": [0.1, 0.9, 0.2]})
-    checked = tables.checked_head_types(types)
+    checked = heads.checked_head_types(types)
     assert checked["layer"].tolist() == [1, 0, 0]
-    assert tables.head_keys(checked) == ["0-0", "0-1", "1-0"]
-    assert tables.type_by_head(checked).to_dict() == {"1-0": "syntactic", "0-1": "positional", "0-0": "broad"}
-    assert tables.default_head(checked) == "1-0"
-    assert tables.default_head(checked[checked["type"] != "syntactic"]) == "0-1"
+    assert heads.head_keys(checked) == ["0-0", "0-1", "1-0"]
+    assert heads.type_by_head(checked).to_dict() == {"1-0": "syntactic", "0-1": "positional", "0-0": "broad"}
+    assert heads.default_head(checked) == "1-0"
+    assert heads.default_head(checked[checked["type"] != "syntactic"]) == "0-1"
     with pytest.raises(ResultError, match="repeated head"):
-        tables.checked_head_types(pd.concat([types, types]))
-    counts = tables.type_counts_side_by_side(checked, checked.assign(type="broad"))
+        heads.checked_head_types(pd.concat([types, types]))
+    counts = heads.type_counts_side_by_side(checked, checked.assign(type="broad"))
     assert counts.set_index("type").to_dict("index") == {"syntactic": {"A": 1, "B": 0}, "positional": {"A": 1, "B": 0},
                                                          "broad": {"A": 1, "B": 3}}
-    assert tables.relation_min_count({"min_count": "5"}) == 5
-    assert tables.relation_min_count({"min_count": "many"}) == tables.relation_min_count(None) == 20
+    assert heads.relation_min_count({"min_count": "5"}) == 5
+    assert heads.relation_min_count({"min_count": "many"}) == heads.relation_min_count(None) == 20
 
 
 def test_pretraining_shaping_and_figures():
     metrics = pd.DataFrame({"step": [0, 0, 0, 10, 10], "metric": ["loss", "eval_loss", "lr", "loss", "perplexity"],
                             "value": [7.0, 7.5, 0.1, 5.0, 90.0]})
-    fig = figures.loss_figure(tables.loss_rows(metrics))
+    fig = pretraining.loss_figure(pretraining.loss_rows(metrics))
     assert {t.name: list(t.y) for t in fig.data} == {"loss": [7.0, 5.0], "eval_loss": [7.5]}
-    assert list(figures.perplexity_figure(tables.perplexity_rows(metrics)).data[0].y) == [90.0]
-    assert tables.checkpoint_steps(metrics) == [0, 10]
-    assert tables.start_step([0, 10, 20], "10") == 10 and tables.start_step([0, 10], "7") == 10
-    assert tables.start_step([0, 10], None) == 10 and tables.start_step([0, 10], "x") == 10
+    assert list(pretraining.perplexity_figure(pretraining.perplexity_rows(metrics)).data[0].y) == [90.0]
+    assert pretraining.checkpoint_steps(metrics) == [0, 10]
+    assert pretraining.start_step([0, 10, 20], "10") == 10 and pretraining.start_step([0, 10], "7") == 10
+    assert pretraining.start_step([0, 10], None) == 10 and pretraining.start_step([0, 10], "x") == 10
     probes = pd.DataFrame({"step": [0, 0, 0, 0], "task": [MARKUP] * 4, "layer": [0, 0, 1, 1], "seed": [0, 1, 0, 1],
                            "value": [0.2, 0.4, 0.5, 0.5]})
-    best = tables.best_layer_by_step(probes)
+    best = pretraining.best_layer_by_step(probes)
     assert best["value"].tolist() == [0.5]
-    assert figures.best_layer_figure(best).data[0].name == "&lt;b&gt;x&lt;/b&gt;"
+    assert pretraining.best_layer_figure(best).data[0].name == "&lt;b&gt;x&lt;/b&gt;"
     cloze = pd.DataFrame({"step": [0, 0, 5], "text": ["a ___ b"] * 3, "masked": ["x"] * 3, "rank": [1, 2, 1],
                           "prediction": ["y", "x", "x"], "probability": [0.5, 0.125, 0.9]})
-    assert tables.cloze_guesses(cloze, 0).to_dict("records") == [
+    assert pretraining.cloze_guesses(cloze, 0).to_dict("records") == [
         {"sentence": "a ___ b", "masked word": "x", "top predictions": "y (50.0%), x (12.5%)"}]
     accuracy = pd.DataFrame({"step": [0, 5], "top1": [0.0, 0.5], "top5": [0.25, 1.0]})
-    assert tables.cloze_accuracy_line(accuracy) == "top-1 / top-5 accuracy per step: 0: 0% / 25%, 5: 50% / 100%"
+    assert pretraining.cloze_accuracy_line(accuracy) == "top-1 / top-5 accuracy per step: 0: 0% / 25%, 5: 50% / 100%"
 
 
 def test_probing_bands_come_from_the_runs_own_intervals_and_small_samples_are_named():
@@ -245,7 +246,7 @@ def test_probing_bands_come_from_the_runs_own_intervals_and_small_samples_are_na
         "dev_score": [0.5, 0.7, 0.4, 0.8], "score": [0.52, 0.71, 0.42, 0.8], "low": [0.48, 0.67, 0.30, 0.77],
         "high": [0.56, 0.75, 0.55, 0.83], "n_seeds": [2, 2, 2, 2], "n_test": [800, 800, 62, 800],
         "small_sample": [False, False, True, False]})
-    bands = tables.interval_bands(intervals, "accuracy", "per_layer")
+    bands = probing.interval_bands(intervals, "accuracy", "per_layer")
     assert list(bands["mean"]) == [0.52, 0.71, 0.42] and list(bands["low"]) == [0.48, 0.67, 0.30]
     assert tables.small_sample_tasks(intervals) == ["entities"]
     fig = figures.line_with_band(bands, "layer", "task", "t", "accuracy")
@@ -254,20 +255,16 @@ def test_probing_bands_come_from_the_runs_own_intervals_and_small_samples_are_na
 
 
 def test_probing_metric_choices_leave_out_interval_rows():
-    from bertology.apps import tables
-
     scores = pd.DataFrame({"metric": ["accuracy", "accuracy", "accuracy_low", "n_test"],
                            "split": ["test", "dev", "interval", "interval"]})
-    assert tables.probe_metrics(scores) == ["accuracy"]
+    assert probing.probe_metrics(scores) == ["accuracy"]
 
 
 def test_best_layer_per_checkpoint_is_the_dev_chosen_one_when_the_run_has_it():
-    from bertology.apps import tables
-
     probes = pd.DataFrame({"step": [0, 0], "task": ["pos", "pos"], "layer": [0, 1], "value": [0.6, 0.9]})
-    assert list(tables.best_layer_by_step(probes)["value"]) == [0.9]  # old runs: max over test
+    assert list(pretraining.best_layer_by_step(probes)["value"]) == [0.9]  # old runs: max over test
     best = pd.DataFrame({"step": [0], "task": ["pos"], "best_layer": [0], "best_layer_score": [0.6]})
-    assert list(tables.best_layer_by_step(probes, best)["value"]) == [0.6]
+    assert list(pretraining.best_layer_by_step(probes, best)["value"]) == [0.6]
 
 
 def test_best_layer_difference_pairs_two_runs_on_their_shared_sentences():
@@ -275,7 +272,7 @@ def test_best_layer_difference_pairs_two_runs_on_their_shared_sentences():
     share B misses, with a paired interval; a sentence only one run scored is counted as unpaired."""
     import pandas as pd
 
-    from bertology.apps.tables import best_layer_difference
+    from bertology.apps.pages.probing import best_layer_difference
 
     def sentences(correct_of, best, extra=()):
         rows = [{"task": "pos", "mode": "per_layer", "control": False, "layer": layer, "sentence": s,

@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bertology.apps import figures, tables
+from bertology.apps.pages.probing import add_baseline_lines, random_baseline_means
 from dashboard_planted import MARKUP, chart_specs, probing_run
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
@@ -35,17 +36,17 @@ def baseline_rows(task: str = "pos", value: float = 0.3) -> pd.DataFrame:
 
 
 def test_random_baseline_means_take_test_rows_of_the_metric_and_input():
-    means = tables.random_baseline_means(baseline_rows(), "accuracy", "per_layer")
+    means = random_baseline_means(baseline_rows(), "accuracy", "per_layer")
     assert means["mean"].tolist() == pytest.approx([0.3, 0.3, 0.3]) and means["layer"].tolist() == [0, 1, 2]
-    assert tables.random_baseline_means(baseline_rows(), "accuracy", "cumulative") is None
-    assert tables.random_baseline_means(baseline_rows(), "macro_f1", "per_layer") is None
+    assert random_baseline_means(baseline_rows(), "accuracy", "cumulative") is None
+    assert random_baseline_means(baseline_rows(), "macro_f1", "per_layer") is None
 
 
 def test_baseline_lines_are_dashed_in_their_tasks_colour():
     curve = pd.DataFrame({"task": [MARKUP] * 3, "layer": [0, 1, 2], "mean": [0.5, 0.6, 0.7], "ci95": 0.01})
     fig = figures.line_with_band(curve, "layer", "task", "t", "accuracy")
-    figures.add_baseline_lines(fig, tables.random_baseline_means(baseline_rows(MARKUP), "accuracy", "per_layer"),
-                               "task", "random-init encoder")
+    add_baseline_lines(fig, random_baseline_means(baseline_rows(MARKUP), "accuracy", "per_layer"), "task",
+                       "random-init encoder")
     solid, dashed = fig.data[1], fig.data[-1]
     assert dashed.name == "&lt;b&gt;x&lt;/b&gt; · random-init encoder" and dashed.line.dash == "dash"
     assert dashed.line.color == solid.line.color and list(dashed.y) == pytest.approx([0.3, 0.3, 0.3])

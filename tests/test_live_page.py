@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from bertology.apps import figures
+from bertology.apps.pages import live
 from bertology.inspection import inspect_sentence, split_words
 from bertology.models import load_model
 from dashboard_planted import MARKUP, PLANTED_GUESS, chart_specs, planted_mlm_dir
@@ -106,7 +106,7 @@ def test_a_model_without_mlm_head_and_a_bad_folder_say_so(tmp_path, monkeypatch)
 
 def test_model_view_places_each_head_in_its_tile():
     maps = np.arange(2 * 3 * 2 * 4, dtype=float).reshape(2, 3, 2, 4) / 100  # [L=2, H=3, R=2, C=4]
-    fig = figures.model_view(maps, MARKUP)
+    fig = live.model_view(maps, MARKUP)
     z = np.asarray(fig.data[0].z, dtype=float)
     assert z.shape == (2 * 3 - 1, 3 * 5 - 1)
     np.testing.assert_array_equal(z[3:5, 5:9], maps[1, 1])
@@ -119,7 +119,7 @@ def test_neuron_view_shows_query_keys_products_and_the_attention_row():
     q = np.array([1.0, -2.0])
     keys = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     row = np.array([0.2, 0.3, 0.5])
-    fig = figures.neuron_view(tokens, q, keys, q[None, :] * keys, row, 1, "head")
+    fig = live.neuron_view(tokens, q, keys, q[None, :] * keys, row, 1, "head")
     heat = [t for t in fig.data if t.type == "heatmap"]
     assert np.asarray(heat[0].z).tolist() == [[1.0, -2.0]] and heat[0].y == ("1: &lt;b&gt;x&lt;/b&gt;",)
     assert np.asarray(heat[2].z).tolist() == [[1.0, 0.0], [0.0, -2.0], [1.0, -2.0]]

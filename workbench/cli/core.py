@@ -42,6 +42,14 @@ DEVICE_HELP = "where the model runs: cpu or cuda (default: the study config's, c
 
 
 def register(app: typer.Typer) -> None:
+    """The core commands, in the order ``--help`` lists them: models, corpus, annotate, extract, verify."""
+    register_model_commands(app)
+    register_corpus_commands(app)
+    register_store_commands(app)
+
+
+def register_model_commands(app: typer.Typer) -> None:
+    """``models``: what the model registry knows."""
     @app.command("models")
     def models_cmd() -> None:
         """List the models the registry knows (embedded packages and your pretraining checkpoints)."""
@@ -55,6 +63,9 @@ def register(app: typer.Typer) -> None:
             mark = "" if row.installed else "  (not installed)"
             typer.echo(f"{row.name:<28} {row.kind:<20} {row.source}{mark}\n{'':<28} {row.path}")
 
+
+def register_corpus_commands(app: typer.Typer) -> None:
+    """``corpus`` (describe one) and ``annotate`` (raw text to silver CoNLL-U)."""
     @app.command("corpus")
     def corpus_cmd(
         corpus: str = typer.Argument("brown-sample", help="bundled name or a .conllu/.bio/.txt file"),
@@ -78,6 +89,9 @@ def register(app: typer.Typer) -> None:
         write_conllu(corpus, output)
         typer.echo(f"wrote {output} ({len(corpus)} sentences, {corpus.n_words} words; all layers silver)")
 
+
+def register_store_commands(app: typer.Typer) -> None:
+    """``extract`` (a model's vectors over a corpus, into a feature store) and ``verify`` (check one)."""
     @app.command("extract")
     def extract_cmd(
         model: str = typer.Option("minilm-l6", help="registry name or model directory"),

@@ -12,12 +12,18 @@ or folder>`` and ``?text=<sentence>``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
+from plotly.subplots import make_subplots
 
 from bertology.apps import figures
+from bertology.apps.figures import esc, word_labels
 from bertology.apps.locations import clean
+from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, query
 from bertology.errors import WorkbenchError
 from bertology.inspection import (Inspection, attention_rollout, inspect_sentence, masked_predictions,
@@ -127,7 +133,7 @@ def neuron_section(ins: Inspection, layer: int, head: int) -> None:
     query_token = st.selectbox("query token", range(len(ins.tokens)), index=min(1, len(ins.tokens) - 1),
                                key="live_query", format_func=lambda t: f"{t}: {ins.tokens[t]}")
     q, k = ins.queries[layer, head], ins.keys[layer, head]
-    st.plotly_chart(figures.neuron_view(ins.tokens, q[query_token], k, qk_contributions(q, k, query_token),
+    st.plotly_chart(neuron_view(ins.tokens, q[query_token], k, qk_contributions(q, k, query_token),
                                         ins.attentions[layer, head, query_token],
                                         query_token, f"layer {layer}, head {head}, query {query_token}"),
                     width="stretch", key="live_neurons")
@@ -155,11 +161,11 @@ def mlm_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
                         format_func=lambda w: f"{w}: {words[w]}")
     top = cached_predictions(name, words, word)
     left, right = st.columns([3, 2])
-    left.plotly_chart(figures.predictions_figure(top, words[word]), width="stretch", key="live_predictions")
+    left.plotly_chart(predictions_figure(top, words[word]), width="stretch", key="live_predictions")
     right.dataframe(top, hide_index=True, width="stretch")
 
 
-def live_page(page: Any) -> None:
+def live_page(page: Page) -> None:
     name = pick_model()
     words = pick_words()
     if name is None or words is None:
@@ -179,7 +185,7 @@ def live_page(page: Any) -> None:
     rows, columns, maps = ins.maps(level)
     with guard("the model view"):
         st.subheader("Model view: every head of every layer")
-        st.plotly_chart(figures.model_view(maps, f"{lm.name}: attention of every head ({level}s; row attends to "
+        st.plotly_chart(model_view(maps, f"{lm.name}: attention of every head ({level}s; row attends to "
                                                  "column)"), width="stretch", key="live_model_view")
     with guard("the head view"):
         layer, head = head_section(ins, level)
@@ -188,3 +194,86 @@ def live_page(page: Any) -> None:
         rollout_section(ins)
     with guard("the masked-word predictions"):
         mlm_section(name, lm, words)
+
+
+# --------------------------------------------------------------------------- figures
+
+def model_view(maps: Any, title: str, width: int = 1100) -> go.Figure:
+    """bertviz's model view as one mosaic: the attention map of every head of every layer at once
+    (row = layer, layer 0 at the top; column = head), shared colour scale 0..1, maps separated by a
+    blank line. ``maps``: ``[layers, heads, rows, columns]`` (row = the attending unit)."""
+    maps = np.asarray(maps, dtype=float)
+    L, H, R, C = maps.shape
+    mosaic = np.full((L * (R + 1) - 1, H * (C + 1) - 1), np.nan)
+    for l in range(L):
+        for h in range(H):
+            mosaic[l * (R + 1): l * (R + 1) + R, h * (C + 1): h * (C + 1) + C] = maps[l, h]
+    fig = go.Figure(go.Heatmap(z=mosaic, colorscale="Blues", zmin=0, zmax=1, hoverongaps=False,
+                               colorbar=dict(title="attention"), hovertemplate="%{z:.2f}<extra></extra>"))
+    cell = max(2.0, min(12.0, (width - 160) / (H * (C + 1))))
+    fig.update_layout(
+        title=esc(title), height=int(min(2400, 120 + cell * L * (R + 1))), plot_bgcolor="white", margin=dict(t=60),
+        xaxis=dict(tickmode="array", tickvals=[h * (C + 1) + (C - 1) / 2 for h in range(H)],
+                   ticktext=[f"head {h}" for h in range(H)], side="top", showgrid=False, zeroline=False),
+        yaxis=dict(tickmode="array", tickvals=[l * (R + 1) + (R - 1) / 2 for l in range(L)],
+                   ticktext=[f"layer {l}" for l in range(L)], autorange="reversed", showgrid=False, zeroline=False,
+                   scaleanchor="x"))
+    return fig
+
+
+def neuron_view(tokens: Sequence[str], query_vector: Any, keys: Any, contributions: Any, attention_row: Any,
+                query: int, title: str) -> go.Figure:
+    """bertviz's neuron view of one head for one query token: its query vector ``q`` (``[d]``, top),
+    every token's key vector ``k_j`` (``[T, d]``), the elementwise products ``q ⊙ k_j`` (``[T, d]``;
+    their sum over ``d`` divided by ``sqrt(d)`` is the score) and the attention row it softmaxes
+    into (``[T]``, right). Diverging colours centred on 0."""
+    q = np.asarray(query_vector, dtype=float)[None, :]
+    keys, parts = np.asarray(keys, dtype=float), np.asarray(contributions, dtype=float)
+    labels = word_labels(tokens)
+    d = q.shape[1]
+    scale = lambda a: float(np.abs(a).max()) or 1.0  # noqa: E731
+    fig = make_subplots(rows=2, cols=3, column_widths=[0.38, 0.38, 0.24], row_heights=[0.1, 0.9],
+                        horizontal_spacing=0.04, vertical_spacing=0.06, shared_yaxes=False,
+                        specs=[[{"colspan": 2}, None, None], [{}, {}, {}]],
+                        subplot_titles=[f"query q of {labels[query]}", "keys k_j", "q ⊙ k_j (sum / √d = score)",
+                                        "attention"])
+    fig.add_trace(go.Heatmap(z=q, x=list(range(d)), y=[labels[query]], colorscale="RdBu", zmid=0,
+                             zmin=-scale(q), zmax=scale(q), showscale=False,
+                             hovertemplate="dim %{x}: %{z:.3f}<extra></extra>"), row=1, col=1)
+    for col, z in ((1, keys), (2, parts)):
+        fig.add_trace(go.Heatmap(z=z, x=list(range(d)), y=labels, colorscale="RdBu", zmid=0, zmin=-scale(z),
+                                 zmax=scale(z), showscale=False,
+                                 hovertemplate="%{y}, dim %{x}: %{z:.3f}<extra></extra>"), row=2, col=col)
+    fig.add_trace(go.Bar(x=np.asarray(attention_row, dtype=float), y=labels, orientation="h", marker_color="#1f77b4",
+                         hovertemplate="%{y}: %{x:.2f}<extra></extra>", showlegend=False), row=2, col=3)
+    for col in (1, 2, 3):
+        fig.update_yaxes(autorange="reversed", row=2, col=col, showticklabels=col == 1, tickfont=dict(size=10))
+    fig.update_xaxes(title_text="dimension of the head", row=2, col=1)
+    fig.update_xaxes(title_text="dimension of the head", row=2, col=2)
+    fig.update_xaxes(range=[0, 1], row=2, col=3)
+    fig.update_layout(title=esc(title), height=max(380, 22 * len(labels) + 170), margin=dict(t=90))
+    return fig
+
+
+def predictions_figure(top: pd.DataFrame, word: str) -> go.Figure:
+    """Horizontal bars: the MLM's top tokens for a masked word, best first, with their probability.
+    ``top``: ``rank, token, probability`` (:func:`bertology.inspection.masked_predictions`)."""
+    labels = [f"{int(r)}. {esc(t)}" for r, t in zip(top["rank"], top["token"])]
+    fig = go.Figure(go.Bar(x=top["probability"], y=labels, orientation="h", marker_color="#9467bd",
+                           text=[f"{p:.1%}" for p in top["probability"]], textposition="outside",
+                           hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
+    fig.update_layout(title=f"what the MLM head puts in place of '{esc(word)}'", height=120 + 28 * len(labels),
+                      xaxis=dict(title="probability", range=[0, min(1.0, 1.3 * float(top["probability"].max()))]),
+                      yaxis=dict(autorange="reversed"),
+                      margin=dict(t=50))
+    return fig
+
+
+# --------------------------------------------------------------------------- the registry entry
+
+PAGE = Page(key="Live", title="Live: any sentence through any model",
+            intro="Type a sentence (or pick one from the corpus) and see what a model does with it, computed now: "
+                  "every head of every layer at once and one head in detail (as bertviz's model and head views; "
+                  "Vig 2019), how a head's query and key neurons make its scores (neuron view), attention rollout "
+                  "across layers (Abnar & Zuidema 2020), and an MLM's guesses for a masked word.",
+            render=live_page, min_charts=4)

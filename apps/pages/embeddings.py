@@ -1,0 +1,125 @@
+"""The Embeddings page (Ethayarajh 2019): how contextual each layer is (beside a second run's),
+the sense clusters of a polysemous word, and static vs contextual neighbours."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from bertology.apps import tables
+from bertology.apps.figures import esc
+from bertology.apps.locations import describe
+from bertology.apps.pages.page import Page
+from bertology.apps.ui import (guard, has_columns_or_explain, load_table, optional_table, pick_other, pick_run,
+                               searchable_table)
+from bertology.results import read_table
+
+
+def embeddings_page(page: Page) -> None:
+    run = pick_run(page.study, "ctx_run")
+    if run is None:
+        return
+    other = pick_other(page.study, run, "ctx_compare")
+    contextuality = load_table(run, "contextuality")
+    if has_columns_or_explain(contextuality, ["layer", "metric"], "contextuality", run):
+        with guard("the contextuality panels", run):
+            if other is None:
+                st.plotly_chart(contextuality_multiples(contextuality), width="stretch")
+            else:
+                both = tables.stack_runs([(describe(run), contextuality),
+                                          (describe(other), read_table(other, "contextuality"))])
+                st.plotly_chart(contextuality_multiples(both, run_column="run"), width="stretch")
+    clusters = load_table(run, "sense_clusters")
+    if has_columns_or_explain(clusters, ["word", "x", "y"], "sense_clusters", run):
+        with guard("the sense clusters", run):
+            word = st.selectbox("polysemous word", sorted(clusters["word"].astype(str).unique()))
+            occurrences = word_occurrences(clusters, word)
+            st.plotly_chart(cluster_figure(occurrences, word, clusters_layer(occurrences)),
+                            width="stretch")
+    neighbours = optional_table(run, "neighbours")
+    if neighbours is not None:
+        st.subheader("Static vs contextual neighbours")
+        searchable_table(neighbours, "ctx_neighbour_search", "neighbours")
+
+
+# --------------------------------------------------------------------------- data shaping
+
+def word_occurrences(clusters: pd.DataFrame, word: str) -> pd.DataFrame:
+    """The rows of a ``sense_clusters`` table (``word, x, y``...) for one word."""
+    return clusters[clusters["word"].astype(str) == word]
+
+
+def clusters_layer(occurrences: pd.DataFrame) -> Any:
+    """The layer whose vectors a word's sense clusters come from (its ``layer`` column), or None."""
+    return occurrences["layer"].iloc[0] if "layer" in occurrences else None
+
+
+# --------------------------------------------------------------------------- figures
+
+KIND_COLOURS = {"raw": "#1f77b4", "baseline": "#7f7f7f", "adjusted": "#d62728"}
+
+
+MEASURE_NAMES = {"self_similarity": "self-similarity", "intra_sentence_similarity": "intra-sentence similarity",
+                 "mev": "maximum explainable variance"}
+
+
+def contextuality_multiples(contextuality: pd.DataFrame, run_column: str | None = None) -> go.Figure:
+    """Small multiples (Ethayarajh 2019's layout): one panel per measure, raw / anisotropy baseline /
+    adjusted per layer. With ``run_column``, one line colour per run and a dash per kind.
+
+    ``contextuality``: the ``contextuality`` table (``layer, metric, raw, baseline, adjusted``; the
+    kinds it lacks are left out), plus ``run_column`` when given."""
+    kinds = [c for c in ("raw", "baseline", "adjusted") if c in contextuality.columns]
+    ids = ["layer", "metric"] + ([run_column] if run_column else [])
+    long = contextuality.melt(id_vars=ids, value_vars=kinds, var_name="kind", value_name="value")
+    long["measure"] = long["metric"].map(lambda m: MEASURE_NAMES.get(m, str(m))).map(esc)
+    if run_column:
+        long[run_column] = long[run_column].map(esc)
+        fig = px.line(long, x="layer", y="value", color=run_column, line_dash="kind", facet_col="measure",
+                      markers=True, facet_col_spacing=0.06)
+    else:
+        fig = px.line(long, x="layer", y="value", color="kind", facet_col="measure", markers=True,
+                      color_discrete_map=KIND_COLOURS, facet_col_spacing=0.06)
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    fig.update_yaxes(matches=None, showticklabels=True)
+    fig.update_layout(height=380, title="per layer: raw, anisotropy baseline (random words), adjusted = raw − baseline",
+                      margin=dict(t=80), legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def cluster_figure(part: pd.DataFrame, word: str, layer: Any = None) -> go.Figure:
+    """UMAP of one word's occurrences, coloured by k-means cluster (unsupervised, not gold senses);
+    the hover shows each occurrence's context, escaped.
+
+    ``part``: the ``sense_clusters`` rows of one word: ``x, y`` (UMAP), ``cluster`` and ``context``
+    where present; ``layer``: the layer of the vectors (None: not said)."""
+    part = part.copy()
+    sizes = part["cluster"].value_counts() if "cluster" in part else None
+    if "cluster" in part:
+        part["group"] = part["cluster"].map(lambda c: f"cluster {int(c) + 1} ({int(sizes[c])} uses)")
+    else:
+        part["group"] = "occurrence"
+    where = f"layer {int(layer)} vectors" if layer is not None and pd.notna(layer) else "vectors"
+    fig = go.Figure()
+    for name, g in part.groupby("group", sort=True):
+        fig.add_trace(go.Scatter(x=g["x"], y=g["y"], mode="markers", name=name, marker=dict(size=9),
+                                 hovertext=[esc(c) for c in g["context"]] if "context" in g else None,
+                                 hoverinfo="text" if "context" in g else "x+y"))
+    fig.update_layout(title=f"'{esc(word)}' in context: UMAP of its {where}",
+                      legend_title_text="k-means cluster of its contexts (not gold senses)", height=440,
+                      xaxis_title="UMAP 1", yaxis_title="UMAP 2")
+    return fig
+
+
+# --------------------------------------------------------------------------- the registry entry
+
+PAGE = Page(key="Embeddings", title="Static vs contextual embeddings (Ethayarajh 2019)",
+            intro="How contextual is each layer: self-similarity of a word across its contexts, similarity of words "
+                  "within a sentence, and the variance one static vector can explain (MEV), each beside the "
+                  "anisotropy baseline of random words. Ethayarajh 2019, *How Contextual are Contextualized Word "
+                  "Representations?*.",
+            render=embeddings_page, study="contextuality", main_table="contextuality", compare=True, min_charts=2)
