@@ -5,8 +5,9 @@ The defaults are the lectures' recipe (Devlin et al. 2019, appendix A.3): 3 epoc
 AdamW with linear warm-up over the first 10% of steps and linear decay to 0, and a learning rate
 chosen per mode when none is given (:data:`DEFAULT_LEARNING_RATES`; docs/METHODS.md says why).
 The field names the pretraining pieces read (``learning_rate``, ``weight_decay``, ``adam_*``,
-``device``, ``bf16``, ``num_threads``) are the same as :class:`~bertology.pretraining.config.PretrainConfig`'s,
-so ``make_optimizer`` and ``setup_runtime`` take this config as they are.
+``device``, ``bf16``, ``num_threads``, ``compile``) are the same as
+:class:`~bertology.pretraining.config.PretrainConfig`'s, so ``make_optimizer`` and ``setup_runtime``
+take this config as they are.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class FinetuneConfig:
     device: str = "auto"                  # auto | cpu | cuda
     bf16: bool | None = None              # None = bf16 autocast on CUDA only
     num_threads: int | None = None
+    compile: bool = False                 # torch.compile the training forward (GPU speed; dev/test use the plain model)
     output_root: str | None = None        # default: bertology.paths.models_dir()
     progress: bool = True
 
@@ -90,7 +92,7 @@ class FinetuneConfig:
 
 
 # Fields a resumed run may change (they do not alter the optimisation trajectory).
-RESUMABLE_CHANGES = {"progress", "log_every", "keep_last", "device", "output_root", "num_threads"}
+RESUMABLE_CHANGES = {"progress", "log_every", "keep_last", "device", "output_root", "num_threads", "compile"}
 
 _CHECKS: list[tuple[str, Any, str]] = [
     ("run_name", lambda c: bool(_NAME.match(c.run_name)), "be a plain name (letters, digits, . _ -)"),

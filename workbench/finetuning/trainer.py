@@ -46,6 +46,7 @@ from bertology.finetuning.modes import apply_mode
 from bertology.finetuning.tasks import Example, FinetuneTask, build_task
 from bertology.pretraining.checkpoint import record_replica_digests, restore_checkpoint, save_checkpoint
 from bertology.pretraining.data import stream_indices
+from bertology.pretraining.flops import classifier_flops_per_token, peak_flops
 from bertology.pretraining.loop import StepLoop, run_steps
 from bertology.pretraining.masking import mix_seed
 from bertology.pretraining.metrics import MetricsLog, read_metric_events
@@ -163,15 +164,19 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
     if rt.world_size > 1:
         train_module = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+    # ``compile: true``: torch.compile the training forward only (dev, test and checkpoints use ``model``)
+    forward_module = torch.compile(train_module) if cfg.compile else train_module
+    peak = peak_flops(rt.device)
     run_steps(StepLoop(
         run_name=cfg.run_name, run_dir=run_dir, max_steps=schedule.max_steps, grad_accum_steps=cfg.grad_accum_steps,
         max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every, eval_every=schedule.eval_every,
         save_every=schedule.eval_every, keep_steps=(), progress=cfg.progress, rt=rt, model=model,
         train_module=train_module, optimizer=optimizer, scheduler=scheduler, metrics=metrics,
         micro_batch=lambda step, micro: _micro_batch(run, step, micro),
-        forward=lambda batch: _loss(train_module, batch, rt), save=lambda step: _save(run, step),
+        forward=lambda batch: _loss(forward_module, batch, rt), save=lambda step: _save(run, step),
         end_of_step=lambda step: _end_of_step(step), evaluate=lambda: _dev_scores(run),
-        eval_key="dev_accuracy"), start_step)
+        eval_key="dev_accuracy", peak_flops=peak,
+        flops_per_token=classifier_flops_per_token(model, cfg.max_seq_len) if peak else None), start_step)
 
     if rt.world_size > 1:
         record_replica_digests(run_dir, model, rt)
@@ -203,13 +208,13 @@ def _check_same_config(cfg: FinetuneConfig, run_dir: Path) -> None:
 # --------------------------------------------------------------------------- the loop's pieces
 
 def _micro_batch(run: _Run, step: int, micro: int) -> dict[str, torch.Tensor]:
-    """This process's micro-batch ``micro`` of ``step``: positions of the endless shuffled stream of
-    training examples (steps, micro-batches, ranks), so a resumed run draws the same batches."""
+    """This process's micro-batch ``micro`` of ``step``, on the CPU (the loop moves it to the
+    device): positions of the endless shuffled stream of training examples (steps, micro-batches,
+    ranks), so a resumed run draws the same batches."""
     cfg, rt = run.cfg, run.rt
     position = (step * cfg.grad_accum_steps + micro) * cfg.batch_size * rt.world_size + rt.rank * cfg.batch_size
     rows, _ = stream_indices(len(run.train), cfg.seed, position, cfg.batch_size)
-    batch = collate(run.train, rows, run.tokenizer.pad_token_id)
-    return {k: v.to(rt.device) for k, v in batch.items()}
+    return collate(run.train, rows, run.tokenizer.pad_token_id)
 
 
 def _loss(module: torch.nn.Module, batch: dict[str, torch.Tensor], rt: Runtime) -> torch.Tensor:

@@ -41,7 +41,7 @@ __all__ = ["RESUMABLE_CHANGES", "save_checkpoint", "prune_checkpoints", "set_asi
 # (max_steps is checked on its own: a change is a new phase of the schedule, see check_resumable.)
 RESUMABLE_CHANGES = {"progress", "eval_every", "log_every", "save_every", "keep_steps", "keep_last",
                      "device", "output_root", "num_threads", "max_steps", "divergence_factor",
-                     "divergence_window"}
+                     "divergence_window", "compile"}
 # What runs made before the post-BERT objectives existed had, by their absence, in their run.json.
 _OBJECTIVE_FIELD_DEFAULTS = {"architecture": "bert", "embedding_size": None, "num_hidden_groups": 1,
                              "generator_size": 0.25, "rtd_weight": 50.0, "sbo_weight": 1.0, "teacher": None,

@@ -114,6 +114,8 @@ class PretrainConfig:
     device: str = "auto"                  # auto | cpu | cuda
     bf16: bool | None = None              # None = bf16 autocast on CUDA only
     num_threads: int | None = None        # CPU threads per process (None = torch default)
+    compile: bool = False                 # torch.compile the training forward (a GPU speed-up after a minute or
+                                          # so of compilation; evaluation and checkpoints use the plain model)
     output_root: str | None = None        # default: bertology.paths.models_dir()
     progress: bool = True
 

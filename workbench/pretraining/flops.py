@@ -13,19 +13,29 @@ distilled student's teacher, SpanBERT's boundary head). Two counts:
   forward for forward + backward (``6 N`` per token for ``N`` non-embedding weights), plus the
   ``T x T`` attention products and the output layers at the positions they are computed on; the
   teacher of a distillation counts forward only. A cross-check of the measurement (tested).
+
+Model FLOPs utilisation (MFU) in the trainers' log rows: the model FLOPs of the tokens trained per
+second on one device over that device's peak. The FLOPs per token: pretraining,
+:func:`analytic_step_flops` over the step's full-length tokens; fine-tuning,
+:func:`classifier_flops_per_token`. The peak: :func:`peak_flops` (dense bfloat16 of known GPUs,
+or ``BERTOLOGY_PEAK_FLOPS``; none on the CPU, where the row has no ``mfu``).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import torch
 
+from bertology.errors import ConfigError
 from bertology.pretraining.masking import IGNORE_INDEX
 from bertology.pretraining.objectives import build_model, generator_config, make_loss, pair_task
 
-__all__ = ["parameter_counts", "measure_step_flops", "analytic_step_flops", "steps_for_budget", "synthetic_batch"]
+__all__ = ["parameter_counts", "measure_step_flops", "analytic_step_flops", "steps_for_budget", "synthetic_batch",
+           "GPU_PEAK_FLOPS", "PEAK_FLOPS_ENV", "gpu_peak_flops", "peak_flops", "pretraining_flops_per_token",
+           "classifier_flops_per_token"]
 
 _LOOKUP_TABLES = ("word_embeddings.weight", "position_embeddings.weight", "token_type_embeddings.weight")
 
@@ -149,3 +159,69 @@ def steps_for_budget(budget_flops: float, flops_per_step: float) -> int:
     if flops_per_step <= 0 or not math.isfinite(budget_flops):
         raise ValueError(f"flops_per_step must be > 0 and the budget finite (got {flops_per_step}, {budget_flops})")
     return max(1, int(budget_flops // flops_per_step))
+
+
+# --------------------------------------------------------------------------- MFU
+
+# Dense bfloat16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets, matched in
+# order against torch.cuda.get_device_name (first match wins).
+GPU_PEAK_FLOPS: tuple[tuple[str, float], ...] = (
+    ("H100 PCIE", 756e12), ("H100 NVL", 835e12), ("H100", 989e12),   # H100 SXM ("H100 80GB HBM3")
+    ("H200", 989e12), ("GH200", 989e12), ("A100", 312e12),
+)
+PEAK_FLOPS_ENV = "BERTOLOGY_PEAK_FLOPS"
+
+
+def gpu_peak_flops(name: str) -> float | None:
+    """The dense bfloat16 peak of the GPU called ``name`` (e.g. ``"NVIDIA H100 80GB HBM3"``), None if unknown."""
+    upper = name.upper()
+    return next((peak for key, peak in GPU_PEAK_FLOPS if key in upper), None)
+
+
+def peak_flops(device: torch.device | str) -> float | None:
+    """The peak FLOP/s of one ``device`` MFU is measured against: ``$BERTOLOGY_PEAK_FLOPS`` when set
+    (any device, e.g. ``989e12``), else :func:`gpu_peak_flops` of a CUDA device, else None (CPU)."""
+    env = os.environ.get(PEAK_FLOPS_ENV, "").strip()
+    if env:
+        try:
+            value = float(env)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"environment variable {PEAK_FLOPS_ENV}: expected FLOP/s > 0 (e.g. 989e12), got {env!r}")
+        return value
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return gpu_peak_flops(torch.cuda.get_device_name(device))
+
+
+def pretraining_flops_per_token(cfg: Any, vocab_size: int, loss_module: torch.nn.Module | None = None) -> float:
+    """Model FLOPs of training on one token: :func:`analytic_step_flops` (a distillation teacher's
+    config from ``loss_module.teacher``) over the step's ``batch_size x max_seq_len x grad_accum_steps``."""
+    teacher = getattr(getattr(loss_module, "teacher", None), "config", None)
+    tokens = cfg.batch_size * cfg.max_seq_len * cfg.grad_accum_steps
+    return analytic_step_flops(cfg, vocab_size, teacher) / tokens
+
+
+def classifier_flops_per_token(model: torch.nn.Module, seq_len: int) -> float:
+    """Model FLOPs of one fine-tuning token of a classifier (the textbook count, as
+    :func:`analytic_step_flops`): forward ``2 x`` the weights of its matrix products (look-up
+    tables aside) plus the ``T x T`` attention products at ``T = seq_len``; backward the same again
+    for the activation gradients when any encoder parameter trains (not for a frozen encoder), plus
+    ``2 x`` the trainable matrix weights for their gradients."""
+    lookups = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    seen: set[int] = set()
+    weights = trainable = 0
+    for p in model.parameters():
+        if id(p) in seen or id(p) in lookups or p.ndim < 2:
+            continue
+        seen.add(id(p))
+        weights += p.numel()
+        trainable += p.numel() if p.requires_grad else 0
+    config = getattr(model, "config", None)
+    layers, hidden = getattr(config, "num_hidden_layers", 0), getattr(config, "hidden_size", 0)
+    forward = 2.0 * weights + 4.0 * layers * seq_len * hidden
+    encoder = getattr(model, "base_model", model)
+    encoder_trains = any(p.requires_grad for p in encoder.parameters())
+    return forward + (forward if encoder_trains else 0.0) + 2.0 * trainable

@@ -9,13 +9,24 @@ a checkpoint holds -- comes in as functions of a :class:`StepLoop`.
 
 The kill-and-resume tests stop a run after a given step through ``end_of_step`` (each trainer
 passes its own module-level hook, which the tests replace).
+
+Speed on a GPU: the micro-batches (masking, collation; pinned for a copy to the GPU that does not
+block) are built ahead by worker processes (on CUDA by default, not on the CPU, where they would
+compete with torch's own threads), in the same order and from the same ``(step, micro)`` as
+without them, so the batches, and a resumed run, do not depend on timing. A
+step reads the device once: its micro-batch losses and the gradient norm together, one transfer
+(the divergence checks need them before the weights change); token counts come from the batch on
+the CPU. Under DDP the processes then agree through one all-reduce.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -24,12 +35,12 @@ from pathlib import Path
 import torch
 
 from bertology.checkpoints import list_checkpoints
-from bertology.errors import WorkbenchError
+from bertology.errors import ConfigError, WorkbenchError
 from bertology.pretraining.checkpoint import set_aside_checkpoints
 from bertology.pretraining.metrics import DivergenceMonitor, MetricsLog
 from bertology.pretraining.runtime import Runtime
 
-__all__ = ["StepLoop", "run_steps", "TrainingDivergedError"]
+__all__ = ["StepLoop", "run_steps", "TrainingDivergedError", "Prefetcher", "to_device", "default_prefetch"]
 
 
 class TrainingDivergedError(WorkbenchError):
@@ -50,6 +61,9 @@ class StepLoop:
     no held-out set), ``eval_key`` the one shown on the progress bar; ``save(step)`` writes
     checkpoint ``step`` on the main process; ``end_of_step(step)`` is called after each step;
     ``divergence`` (None: off) stops a run whose finite loss stays far above where it started.
+    ``prefetch``: worker processes building micro-batches ahead (0: none, built in the step;
+    None: :func:`default_prefetch` of the device). ``flops_per_token`` (model FLOPs of training on
+    one token) and ``peak_flops`` (of one device) add ``mfu`` to the log rows when both are known.
     """
 
     run_name: str
@@ -75,6 +89,9 @@ class StepLoop:
     evaluate: Callable[[], dict[str, float]] | None = None
     eval_key: str = "eval_loss"
     divergence: DivergenceMonitor | None = None
+    prefetch: int | None = None
+    flops_per_token: float | None = None
+    peak_flops: float | None = None
 
 
 @dataclass
@@ -86,9 +103,159 @@ class _LogWindow:
     tokens: int = 0
     started: float = field(default_factory=time.perf_counter)
 
-    def event(self, lr: float) -> dict[str, float]:
+    def event(self, lr: float, loop: StepLoop) -> dict[str, float]:
         elapsed = time.perf_counter() - self.started
-        return {"loss": self.loss / self.steps, "lr": lr, "tokens_per_s": self.tokens / max(elapsed, 1e-9)}
+        out = {"loss": self.loss / self.steps, "lr": lr, "tokens_per_s": self.tokens / max(elapsed, 1e-9)}
+        if loop.flops_per_token and loop.peak_flops:  # model FLOP/s of one process / its peak
+            out["mfu"] = loop.flops_per_token * out["tokens_per_s"] / loop.rt.world_size / loop.peak_flops
+        return out
+
+
+PREFETCH_ENV = "BERTOLOGY_PREFETCH_WORKERS"
+
+
+def default_prefetch(device: torch.device) -> int:
+    """Worker processes building micro-batches ahead, by default: 2 on CUDA (masking and collation
+    off the GPU's critical path), 0 on the CPU (there they would take cores from the step's own
+    computation: the batches are built in the step, as before); ``$BERTOLOGY_PREFETCH_WORKERS``
+    (an integer >= 0) overrides it on any device."""
+    env = os.environ.get(PREFETCH_ENV, "").strip()
+    if env:
+        if not env.isdigit():
+            raise ConfigError(f"environment variable {PREFETCH_ENV}: expected an integer >= 0, got {env!r}")
+        return int(env)
+    return 2 if device.type == "cuda" else 0
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """``batch`` on ``device``: on CUDA copied from pinned memory without blocking (the copy is
+    ordered before any later use of the tensors on the same stream); unchanged on the CPU."""
+    if device.type != "cuda":
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    return {k: v.pin_memory().to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}
+
+
+class Prefetcher:
+    """``build(*item)`` of each of ``items``, in order, in a background thread, at most ``depth``
+    results ahead of :meth:`get` (a bounded queue). ``get(item)`` returns the next result, which
+    must be ``item``'s; an exception raised by ``build`` is raised there. The results are those of
+    calling ``build`` in order in the caller's thread, whatever the timing, as long as ``build``
+    depends on its arguments only. :meth:`close` stops the thread (it builds at most one more)."""
+
+    def __init__(self, build: Callable, items, depth: int, device: torch.device | None = None):
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(build, iter(items), device),
+                                        name="bertology-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self, build: Callable, items, device: torch.device | None) -> None:
+        if device is not None and device.type == "cuda":
+            torch.cuda.set_device(device)  # the thread's current device (pinned memory, copies)
+        for item in items:
+            if self._stop.is_set():
+                return
+            try:
+                out = (item, build(*item), None)
+            except BaseException as exc:  # handed to the consumer, raised there
+                out = (item, None, exc)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(out, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if out[2] is not None:
+                return
+
+    def get(self, item):
+        while True:
+            try:
+                got, value, exc = self._queue.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    raise RuntimeError(f"the batch prefetcher stopped before {item}") from None
+        if exc is not None:
+            raise exc
+        if got != item:
+            raise RuntimeError(f"the batch prefetcher gave {got} where {item} was due")
+        return value
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class _StepBatches(torch.utils.data.Dataset):
+    """Item ``i`` of a run's micro-batches from ``start_step``: ``build(step, micro)`` of
+    ``step = start_step + i // accum``, ``micro = i % accum`` (for a ``DataLoader``'s workers)."""
+
+    def __init__(self, build: Callable, start_step: int, max_steps: int, accum: int):
+        self.build, self.start_step, self.accum = build, start_step, accum
+        self.length = (max_steps - start_step) * accum
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int):
+        return self.build(self.start_step + i // self.accum, i % self.accum)
+
+
+class _Batches:
+    """The loop's micro-batches ``(batch on the device, tokens of all processes)`` for
+    ``(step, micro)``: built when asked, or ahead by ``prefetch`` worker processes (a
+    ``DataLoader`` over :class:`_StepBatches`, forked, in order, pinned on CUDA; the masking is
+    Python, which in a thread of this process would hold the lock the step's own Python needs),
+    or where processes cannot be forked by a :class:`Prefetcher` thread."""
+
+    def __init__(self, loop: StepLoop, start_step: int):
+        import multiprocessing
+
+        self.loop = loop
+        self.prefetcher = self.loader = None
+        self.position = (start_step, 0)
+        workers = default_prefetch(loop.rt.device) if loop.prefetch is None else loop.prefetch
+        if workers <= 0 or start_step >= loop.max_steps:
+            return
+        if "fork" in multiprocessing.get_all_start_methods():
+            dataset = _StepBatches(self.build_cpu, start_step, loop.max_steps, loop.grad_accum_steps)
+            self.loader = iter(torch.utils.data.DataLoader(
+                dataset, batch_size=None, shuffle=False, num_workers=workers, prefetch_factor=2,
+                pin_memory=loop.rt.device.type == "cuda", multiprocessing_context="fork",
+                generator=torch.Generator()))  # the workers' seeds: not drawn from the run's global RNG
+        else:
+            items = ((s, m) for s in range(start_step, loop.max_steps) for m in range(loop.grad_accum_steps))
+            self.prefetcher = Prefetcher(self.build, items, 2 * workers, loop.rt.device)
+
+    def build_cpu(self, step: int, micro: int) -> tuple[dict[str, torch.Tensor], int]:
+        batch = self.loop.micro_batch(step, micro)
+        return batch, int(batch["attention_mask"].sum()) * self.loop.rt.world_size  # on the CPU: no device sync
+
+    def build(self, step: int, micro: int) -> tuple[dict[str, torch.Tensor], int]:
+        batch, tokens = self.build_cpu(step, micro)
+        return to_device(batch, self.loop.rt.device), tokens
+
+    def get(self, step: int, micro: int) -> tuple[dict[str, torch.Tensor], int]:
+        if self.prefetcher is not None:
+            return self.prefetcher.get((step, micro))
+        if self.loader is None:
+            return self.build(step, micro)
+        if (step, micro) != self.position:
+            raise RuntimeError(f"micro-batch {(step, micro)} asked for where {self.position} was due")
+        self.position = (step, micro + 1) if micro + 1 < self.loop.grad_accum_steps else (step + 1, 0)
+        batch, tokens = next(self.loader)
+        return to_device(batch, self.loop.rt.device), tokens
+
+    def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+        if self.loader is not None:
+            shutdown = getattr(self.loader, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            self.loader = None
 
 
 def run_steps(loop: StepLoop, start_step: int) -> None:
@@ -103,16 +270,32 @@ def run_steps(loop: StepLoop, start_step: int) -> None:
     loop.model.train()
     bar = tqdm(total=loop.max_steps, initial=start_step, disable=not (loop.progress and rt.is_main),
                desc=loop.run_name, dynamic_ncols=True, file=sys.stderr)
+    batches = _Batches(loop, start_step)
+    try:
+        _steps(loop, start_step, batches, bar)
+    finally:
+        batches.close()
+        bar.close()
+
+
+def _steps(loop: StepLoop, start_step: int, batches: _Batches, bar) -> None:
+    rt = loop.rt
     window = _LogWindow()
+    shown: dict[str, str] = {}
     for step in range(start_step, loop.max_steps):
         # data, forward, backward: the step's micro-batches, gradients accumulated
-        loss, tokens = accumulate_gradients(loop, step)
+        losses, tokens = accumulate_gradients(loop, step, batches.get)
         window.tokens += tokens
 
         # step: clip; stop on a non-finite loss before the weights change; update
-        grad_norm = 0.0
+        norm = None
         if loop.max_grad_norm > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(loop.model.parameters(), loop.max_grad_norm))
+            norm = torch.nn.utils.clip_grad_norm_(loop.model.parameters(), loop.max_grad_norm)
+        values = _read(losses, norm)  # the step's one read of the device
+        loss = 0.0
+        for value in values[:len(losses)]:
+            loss += value / loop.grad_accum_steps
+        grad_norm = values[-1] if norm is not None else 0.0
         lr = loop.scheduler.get_last_lr()[0]
         diverged = loop.divergence is not None and loop.divergence.update(step, loss,
                                                                            final=step + 1 == loop.max_steps)
@@ -125,49 +308,67 @@ def run_steps(loop: StepLoop, start_step: int) -> None:
         done = step + 1
         window.loss += loss
         window.steps += 1
+        shown.update(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
+        bar.set_postfix(shown, refresh=False)
         bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
 
         # log
         if done % loop.log_every == 0 or done == loop.max_steps:
-            loop.metrics.log(step=done, **window.event(lr))
+            event = window.event(lr, loop)
+            loop.metrics.log(step=done, **event)
+            if "mfu" in event:
+                shown["mfu"] = f"{event['mfu']:.1%}"
             window = _LogWindow()
         # eval
         if loop.evaluate is not None and (done % loop.eval_every == 0 or done == loop.max_steps):
             scores = loop.evaluate()
             loop.metrics.log(step=done, **scores)
-            bar.set_postfix({"loss": f"{loss:.3f}", loop.eval_key: f"{scores[loop.eval_key]:.3f}"})
+            shown[loop.eval_key] = f"{scores[loop.eval_key]:.3f}"
+            bar.set_postfix(shown)
             window.started = time.perf_counter()  # evaluation time does not count against training tokens/s
         # checkpoint
         if done % loop.save_every == 0 or done in loop.keep_steps or done == loop.max_steps:
             checkpoint(loop, done)
             window.started = time.perf_counter()
         loop.end_of_step(done)
-    bar.close()
 
 
-def accumulate_gradients(loop: StepLoop, step: int) -> tuple[float, int]:
+def _read(losses: list[torch.Tensor], norm: torch.Tensor | None) -> list[float]:
+    """The micro-batch losses and the gradient norm as Python floats, in one transfer from the
+    device (float64 holds each float32 / bfloat16 value exactly: the same numbers as ``float()``)."""
+    parts = [x.detach().reshape(1).double() for x in losses]
+    if norm is not None:
+        parts.append(norm.detach().reshape(1).double())
+    return torch.cat(parts).tolist()
+
+
+def accumulate_gradients(loop: StepLoop, step: int, batch=None) -> tuple[list[torch.Tensor], int]:
     """Forward and backward of this process's ``grad_accum_steps`` micro-batches of ``step``, each
-    loss scaled by ``1 / grad_accum_steps``; returns ``(the step's mean loss, tokens of all processes)``."""
+    loss scaled by ``1 / grad_accum_steps``; returns ``(the micro-batch losses, on the device, not
+    read; tokens of all processes)``. ``batch(step, micro)`` gives ``(batch on the device, tokens)``
+    (default: built here)."""
     rt, accum = loop.rt, loop.grad_accum_steps
-    loss_sum, tokens = 0.0, 0
+    if batch is None:
+        batch = _Batches(loop, loop.max_steps).get  # no prefetching
+    losses, tokens = [], 0
     for micro in range(accum):
-        batch = loop.micro_batch(step, micro)
+        data, n_tokens = batch(step, micro)
         last = micro == accum - 1
         # DDP all-reduces the gradients in backward: once per step, at its last micro-batch
         deferred_grad_sync = contextlib.nullcontext() if last or rt.world_size == 1 else loop.train_module.no_sync()
         with deferred_grad_sync:
-            loss = loop.forward(batch)
+            loss = loop.forward(data)
             (loss / accum).backward()
-        loss_sum += float(loss.detach()) / accum
-        tokens += int(batch["attention_mask"].sum()) * rt.world_size
-    return loss_sum, tokens
+        losses.append(loss.detach())
+        tokens += n_tokens
+    return losses, tokens
 
 
 def checkpoint(loop: StepLoop, step: int) -> None:
     """Save checkpoint ``step`` (``loop.save`` on the main process); non-finite weights stop the run."""
     rt = loop.rt
-    finite = all(bool(torch.isfinite(p).all()) for p in loop.model.parameters())
+    flags = [torch.isfinite(p).all() for p in loop.model.parameters()]
+    finite = bool(torch.stack(flags).all()) if flags else True  # one read of the device
     if not rt.all_finite(0.0 if finite else math.inf):  # finite losses can still leave inf weights
         rt.close()
         raise TrainingDivergedError(f"{loop.run_dir}: non-finite weights at step {step}; checkpoint not written. "

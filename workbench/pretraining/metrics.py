@@ -112,7 +112,8 @@ def read_metrics(run_dir: str | Path):
     """Metrics of a run as a tidy DataFrame: columns ``run, step, metric, value``.
 
     Metrics: ``loss`` (training loss, mean of the log window), ``lr``, ``tokens_per_s`` (all
-    processes), ``eval_loss`` (held-out MLM loss, nats/token), ``perplexity`` (exp(eval_loss)),
+    processes), ``mfu`` (model FLOPs utilisation of one device, where its peak is known),
+    ``eval_loss`` (held-out MLM loss, nats/token), ``perplexity`` (exp(eval_loss)),
     and ``eval_pair_accuracy`` for NSP/SOP runs. If a step was logged twice, the last value wins.
     """
     import pandas as pd

@@ -43,7 +43,7 @@ __all__ = ["OBJECTIVES", "ARCHITECTURES", "pair_task", "OBJECTIVE_CHECKS", "buil
            "BertForSpanBoundary", "SpanBoundaryHead", "span_boundaries", "distillation_kl", "tied_parameter_names",
            "DISTILL_INITS", "every_other_layer", "init_student_from_teacher",
            "save_unique_state", "evaluate_variant", "generator_config", "teacher_directory", "OWN_EVALUATION",
-           "initial_model_directory", "load_initial_model"]
+           "initial_model_directory", "load_initial_model", "target_positions"]
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "mlm+sbo", "electra", "distill")
 ARCHITECTURES = ("bert", "albert")
@@ -371,6 +371,12 @@ class SpanBoundaryLoss(nn.Module):
 
 # --------------------------------------------------------------------------- MLM (+ pair) on BERT / ALBERT
 
+def target_positions(labels: torch.Tensor) -> torch.Tensor:
+    """The flat positions (row-major, ``long [n_targets]``) of ``labels [B, T]`` that are scored
+    (not ``IGNORE_INDEX``): :class:`PretrainingLoss`'s ``target_index``."""
+    return (labels.reshape(-1) != IGNORE_INDEX).nonzero().reshape(-1)
+
+
 class PretrainingLoss(nn.Module):
     """MLM (+ NSP/SOP) loss of a BERT or ALBERT MLM model, computing the vocabulary logits only at
     the target positions (~15% of tokens): the same loss as the HF model's ``labels=`` path (mean
@@ -384,18 +390,27 @@ class PretrainingLoss(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                 labels: torch.Tensor, pair_labels: torch.Tensor | None = None,
-                reduction: str = "mean") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                reduction: str = "mean", target_index: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Inputs [B, T] (pair_labels [B] for NSP/SOP) -> ``(loss, mlm_loss, pair_logits [B, 2] | None)``.
 
         ``mlm_loss``: cross-entropy over the targets (mean or sum, nats); ``loss`` = ``mlm_loss`` +
         the pair cross-entropy when ``pair_labels`` is given and the model has a pair head.
+        ``target_index`` (optional, :func:`target_positions` of ``labels``, made where the batch is
+        made): the targets' flat positions, so that finding them reads nothing back from a GPU;
+        the same rows in the same order as without it, so the same loss and gradients.
         """
         encoder, mlm_head, pair_head = mlm_parts(self.model)
         out = encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        targets = labels != IGNORE_INDEX
-        logits = mlm_head(out[0][targets])  # [n_targets, vocab]
+        if target_index is None:
+            targets = labels != IGNORE_INDEX
+            hidden, gold = out[0][targets], labels[targets]
+        else:
+            hidden = out[0].reshape(-1, out[0].shape[-1]).index_select(0, target_index)
+            gold = labels.reshape(-1).index_select(0, target_index)
+        logits = mlm_head(hidden)  # [n_targets, vocab]
         if logits.shape[0] > 0:
-            mlm_loss = F.cross_entropy(logits.float(), labels[targets], reduction=reduction)
+            mlm_loss = F.cross_entropy(logits.float(), gold, reduction=reduction)
         else:  # keeps every head parameter in the graph (DDP needs that)
             mlm_loss = logits.sum() * 0.0
         loss, pair_logits = mlm_loss, None

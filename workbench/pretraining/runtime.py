@@ -52,7 +52,10 @@ class Runtime:
                               enabled=self.autocast_dtype is not None)
 
     def all_finite(self, value: float) -> bool:
-        """Whether ``value`` is finite on every process (an all-reduce under DDP, so all stop together)."""
+        """Whether ``value`` is finite on every process (an all-reduce under DDP, so all stop together;
+        a single process reads nothing from the device)."""
+        if self.world_size == 1:
+            return math.isfinite(value)
         bad = torch.tensor([0.0 if math.isfinite(value) else 1.0], device=self.device)
         if self.world_size > 1:
             dist.all_reduce(bad, op=dist.ReduceOp.MAX)

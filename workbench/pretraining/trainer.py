@@ -56,10 +56,11 @@ from bertology.pretraining.data import (
     Masker, SequenceSet, corpus_path, load_sequences, masked_batch, run_tokenizer, stream_indices,
 )
 from bertology.pretraining.evaluation import evaluate as _evaluate
+from bertology.pretraining.flops import peak_flops, pretraining_flops_per_token
 from bertology.pretraining.loop import StepLoop, TrainingDivergedError, run_steps
 from bertology.pretraining.masking import mix_seed
 from bertology.pretraining.metrics import DivergenceMonitor, MetricsLog
-from bertology.pretraining.objectives import build_model, make_loss, pair_task
+from bertology.pretraining.objectives import PretrainingLoss, build_model, make_loss, pair_task, target_positions
 from bertology.pretraining.optimization import make_optimizer, make_scheduler
 from bertology.pretraining.runtime import Runtime, setup_runtime
 from bertology.pretraining.text_corpus import corpus_hash
@@ -124,14 +125,19 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
             write_run_record(cfg, rt, source, corpus_sha, n_train_sequences=len(train),
                              n_eval_sequences=len(heldout), n_parameters=sum(p.numel() for p in model.parameters()))
 
-    # the objective's loss module around the model (the teacher too, for distillation); DDP wraps it
+    # the objective's loss module around the model (the teacher too, for distillation); DDP wraps it,
+    # and torch.compile the training forward (``compile: true``; evaluation and checkpoints use ``model``)
     loss_module: torch.nn.Module = make_loss(cfg, model, rt.device)
+    peak = peak_flops(rt.device)
+    flops_per_token = pretraining_flops_per_token(cfg, len(tokenizer), loss_module) if peak else None
+    target_index = isinstance(loss_module, PretrainingLoss)
     if rt.world_size > 1:
         loss_module = torch.nn.parallel.DistributedDataParallel(
             loss_module, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+    forward_module = torch.compile(loss_module) if cfg.compile else loss_module
 
-    _train(_Training(cfg, rt, tokenizer, train, heldout, masker, model, loss_module, optimizer, scheduler,
-                     metrics, plan.phase_start), start_step)
+    _train(_Training(cfg, rt, tokenizer, train, heldout, masker, model, loss_module, forward_module, optimizer,
+                     scheduler, metrics, plan.phase_start, target_index, flops_per_token, peak), start_step)
 
     if rt.world_size > 1:
         record_replica_digests(run_dir, model, rt)
@@ -151,10 +157,14 @@ class _Training:
     masker: Masker
     model: torch.nn.Module            # what checkpoints save
     loss_module: torch.nn.Module      # the objective's loss around ``model`` (DDP-wrapped under torchrun)
+    forward_module: torch.nn.Module   # what the training forward calls: ``loss_module``, compiled for ``compile: true``
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     metrics: MetricsLog
     phase_start: int                  # first step of the current schedule phase (checkpoints up to it stay)
+    target_index: bool = False        # batches carry the MLM targets' positions (PretrainingLoss)
+    flops_per_token: float | None = None  # model FLOPs of training on one token (for MFU)
+    peak_flops: float | None = None   # of one device (None: no MFU)
 
 
 def _train(t: _Training, start_step: int) -> None:
@@ -174,27 +184,32 @@ def _train(t: _Training, start_step: int) -> None:
         micro_batch=lambda step, micro: _train_batch(t, step, micro), forward=lambda batch: _forward(t, batch),
         save=lambda step: _save(t, step), end_of_step=lambda step: _end_of_step(step), evaluate=evaluate,
         eval_key="eval_loss",
-        divergence=DivergenceMonitor(len(t.tokenizer), cfg.divergence_factor, cfg.divergence_window)), start_step)
+        divergence=DivergenceMonitor(len(t.tokenizer), cfg.divergence_factor, cfg.divergence_window),
+        flops_per_token=t.flops_per_token, peak_flops=t.peak_flops), start_step)
 
 
 def _train_batch(t: _Training, step: int, micro: int) -> dict[str, torch.Tensor]:
-    """This process's masked micro-batch ``micro`` of ``step``, on the device: its rows are positions
-    of the endless shuffled stream (from ``stream_start``: steps, then micro-batches, then ranks), so a
-    resumed run draws exactly the batches an uninterrupted one would."""
+    """This process's masked micro-batch ``micro`` of ``step``, on the CPU (the loop moves it to the
+    device, possibly built ahead in another thread): its rows are positions of the endless shuffled
+    stream (from ``stream_start``: steps, then micro-batches, then ranks), and its masks functions of
+    ``(seed, row, epoch)``, so a resumed run draws exactly the batches an uninterrupted one would."""
     cfg, rt = t.cfg, t.rt
     position = (cfg.stream_start + (step * cfg.grad_accum_steps + micro) * cfg.batch_size * rt.world_size
                 + rt.rank * cfg.batch_size)
     rows, epochs = stream_indices(len(t.train), cfg.seed, position, cfg.batch_size)
     batch = masked_batch(t.train, rows, epochs, t.masker, cfg, t.tokenizer.pad_token_id)
-    return {k: v.to(rt.device) for k, v in batch.items()}
+    if t.target_index:
+        batch["target_index"] = target_positions(batch["labels"])
+    return batch
 
 
 def _forward(t: _Training, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """The objective's training loss of one batch (pair labels only for NSP/SOP), under autocast."""
     pair_labels = batch["pair_labels"] if pair_task(t.cfg.objective) else None
+    extra = {"target_index": batch["target_index"]} if "target_index" in batch else {}
     with t.rt.autocast():
-        loss, _, _ = t.loss_module(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                                   batch["labels"], pair_labels)
+        loss, _, _ = t.forward_module(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                                      batch["labels"], pair_labels, **extra)
     return loss
 
 
