@@ -12,7 +12,8 @@ shows it as typed).
 from __future__ import annotations
 
 import html
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,8 +22,14 @@ import plotly.graph_objects as go
 
 # Fixed colours per head type (Voita et al. 2019; Clark et al. 2019), so a type keeps its colour on
 # every page, checkpoint and run; "other" = no criterion holds.
-TYPE_COLOURS = {"positional": "#1f77b4", "syntactic": "#d62728", "rare-token": "#9467bd", "special": "#2ca02c",
-                "broad": "#ff7f0e", "other": "#c7c7c7"}
+TYPE_COLOURS = {
+    "positional": "#1f77b4",
+    "syntactic": "#d62728",
+    "rare-token": "#9467bd",
+    "special": "#2ca02c",
+    "broad": "#ff7f0e",
+    "other": "#c7c7c7",
+}
 EXTRA_COLOURS = px.colors.qualitative.Dark24
 
 
@@ -56,12 +63,26 @@ def _hover(row: pd.Series, columns: Sequence[str]) -> str:
     return "<br>".join(parts)
 
 
-HOVER_COLUMNS = ("types", "positional_offset", "positional_share", "syntactic_relation", "syntactic_accuracy",
-                 "syntactic_baseline", "rare_share", "special_share", "entropy_norm")
+HOVER_COLUMNS = (
+    "types",
+    "positional_offset",
+    "positional_share",
+    "syntactic_relation",
+    "syntactic_accuracy",
+    "syntactic_baseline",
+    "rare_share",
+    "special_share",
+    "entropy_norm",
+)
 
 
-def head_map(types: pd.DataFrame, title: str, selected: tuple[int, int] | None = None,
-             height: int | None = None, subtitle: str | None = None) -> go.Figure:
+def head_map(
+    types: pd.DataFrame,
+    title: str,
+    selected: tuple[int, int] | None = None,
+    height: int | None = None,
+    subtitle: str | None = None,
+) -> go.Figure:
     """Categorical head map: one square per head (x = head, y = layer, layer 0 at the top), coloured
     by its type, one legend entry per type with its count. Each point carries ``customdata =
     [layer, head]`` (what a click selects); ``selected`` gets a black outline.
@@ -75,29 +96,61 @@ def head_map(types: pd.DataFrame, title: str, selected: tuple[int, int] | None =
     df["type"] = df["type"].astype(str)
     n_layers = int(df["layer"].max()) + 1 if len(df) else 1
     n_heads = int(df["head"].max()) + 1 if len(df) else 1
-    cell = int(np.clip(min(360 / max(n_layers, 1), 300 / max(n_heads, 1)), 10, 34))  # squares that do not touch in a half-width column
+    cell = int(
+        np.clip(min(360 / max(n_layers, 1), 300 / max(n_heads, 1)), 10, 34)
+    )  # squares that do not touch in a half-width column
     hover = [c for c in HOVER_COLUMNS if c in df.columns]
     fig = go.Figure()
     kinds = ordered_types(df["type"].unique())
     for kind in kinds:
         part = df[df["type"] == kind]
-        fig.add_trace(go.Scatter(
-            x=part["head"], y=part["layer"], mode="markers", name=f"{esc(kind)} ({len(part)})",
-            marker=dict(symbol="square", size=cell, color=type_colour(kind, kinds), line=dict(width=0)),
-            customdata=part[["layer", "head"]].to_numpy(), hovertext=[_hover(r, hover) for _, r in part.iterrows()],
-            hoverinfo="text"))
+        fig.add_trace(
+            go.Scatter(
+                x=part["head"],
+                y=part["layer"],
+                mode="markers",
+                name=f"{esc(kind)} ({len(part)})",
+                marker=dict(symbol="square", size=cell, color=type_colour(kind, kinds), line=dict(width=0)),
+                customdata=part[["layer", "head"]].to_numpy(),
+                hovertext=[_hover(r, hover) for _, r in part.iterrows()],
+                hoverinfo="text",
+            )
+        )
     if selected is not None:
-        fig.add_trace(go.Scatter(x=[selected[1]], y=[selected[0]], mode="markers", name="selected head",
-                                 marker=dict(symbol="square-open", size=cell + 4, color="black", line=dict(width=3)),
-                                 hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=[selected[1]],
+                y=[selected[0]],
+                mode="markers",
+                name="selected head",
+                marker=dict(symbol="square-open", size=cell + 4, color="black", line=dict(width=3)),
+                hoverinfo="skip",
+            )
+        )
     fig.update_layout(
         title=dict(text=esc(title), subtitle=dict(text=esc(subtitle or ""))),
-        height=height or 140 + (cell + 6) * n_layers, legend_title_text="head type (heads)",
-        xaxis=dict(title="head", tickmode="array", tickvals=list(range(n_heads)), range=[-0.6, n_heads - 0.4],
-                   showgrid=False, zeroline=False),
-        yaxis=dict(title="layer", tickmode="array", tickvals=list(range(n_layers)), range=[n_layers - 0.4, -0.6],
-                   showgrid=False, zeroline=False),
-        plot_bgcolor="white", clickmode="event+select", margin=dict(t=70 if subtitle else 50, b=40))
+        height=height or 140 + (cell + 6) * n_layers,
+        legend_title_text="head type (heads)",
+        xaxis=dict(
+            title="head",
+            tickmode="array",
+            tickvals=list(range(n_heads)),
+            range=[-0.6, n_heads - 0.4],
+            showgrid=False,
+            zeroline=False,
+        ),
+        yaxis=dict(
+            title="layer",
+            tickmode="array",
+            tickvals=list(range(n_layers)),
+            range=[n_layers - 0.4, -0.6],
+            showgrid=False,
+            zeroline=False,
+        ),
+        plot_bgcolor="white",
+        clickmode="event+select",
+        margin=dict(t=70 if subtitle else 50, b=40),
+    )
     return fig
 
 
@@ -106,22 +159,37 @@ def word_labels(words: Sequence[str]) -> list[str]:
     return [f"{i}: {esc(w)}" for i, w in enumerate(words)]
 
 
-def attention_heatmap(words: Sequence[str], matrix: Any, title: str, height: int = 460,
-                      columns: Sequence[str] | None = None) -> go.Figure:
+def attention_heatmap(
+    words: Sequence[str], matrix: Any, title: str, height: int = 460, columns: Sequence[str] | None = None
+) -> go.Figure:
     """Heatmap of one head's attention on one sentence. ``matrix``: ``[words, columns]``, row = the
     attending word, column = the attended word (``columns``: their labels when they differ from
     ``words``, e.g. words with the special tokens)."""
     labels = word_labels(words)
-    fig = go.Figure(go.Heatmap(z=np.asarray(matrix, dtype=float), x=labels if columns is None else word_labels(columns),
-                               y=labels, colorscale="Blues", zmin=0,
-                               hovertemplate="%{y} → %{x}: %{z:.2f}<extra></extra>"))
-    fig.update_layout(title=esc(title), yaxis_autorange="reversed", height=height, xaxis_title="attended word",
-                      yaxis_title="attending word", margin=dict(t=50))
+    fig = go.Figure(
+        go.Heatmap(
+            z=np.asarray(matrix, dtype=float),
+            x=labels if columns is None else word_labels(columns),
+            y=labels,
+            colorscale="Blues",
+            zmin=0,
+            hovertemplate="%{y} → %{x}: %{z:.2f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=esc(title),
+        yaxis_autorange="reversed",
+        height=height,
+        xaxis_title="attended word",
+        yaxis_title="attending word",
+        margin=dict(t=50),
+    )
     return fig
 
 
-def head_view(words: Sequence[str], matrix: Any, title: str, threshold: float = 0.05,
-              targets: Sequence[str] | None = None) -> go.Figure:
+def head_view(
+    words: Sequence[str], matrix: Any, title: str, threshold: float = 0.05, targets: Sequence[str] | None = None
+) -> go.Figure:
     """bertviz-style head view drawn offline: each attending word (left) is linked to the words it
     attends to (right), line width and opacity proportional to the weight (weights below
     ``threshold`` are not drawn). ``matrix``: ``[words, targets]`` (``targets``: the attended
@@ -135,24 +203,57 @@ def head_view(words: Sequence[str], matrix: Any, title: str, threshold: float = 
         for j in range(m):
             w = matrix[i, j]
             if w > threshold:
-                fig.add_trace(go.Scatter(x=[0, 1], y=[-i, -j], mode="lines", hoverinfo="text",
-                                         hovertext=f"{shown[i]} → {right[j]}: {w:.2f}",
-                                         line=dict(width=1 + 8 * w, color=f"rgba(31,119,180,{min(1.0, 0.1 + w):.2f})"),
-                                         showlegend=False))
-    fig.add_trace(go.Scatter(x=[0] * n, y=[-i for i in range(n)], mode="text", text=shown, textposition="middle left",
-                             hoverinfo="skip", showlegend=False))
-    fig.add_trace(go.Scatter(x=[1] * m, y=[-i for i in range(m)], mode="text", text=right,
-                             textposition="middle right", hoverinfo="skip", showlegend=False))
+                fig.add_trace(
+                    go.Scatter(
+                        x=[0, 1],
+                        y=[-i, -j],
+                        mode="lines",
+                        hoverinfo="text",
+                        hovertext=f"{shown[i]} → {right[j]}: {w:.2f}",
+                        line=dict(width=1 + 8 * w, color=f"rgba(31,119,180,{min(1.0, 0.1 + w):.2f})"),
+                        showlegend=False,
+                    )
+                )
+    fig.add_trace(
+        go.Scatter(
+            x=[0] * n,
+            y=[-i for i in range(n)],
+            mode="text",
+            text=shown,
+            textposition="middle left",
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[1] * m,
+            y=[-i for i in range(m)],
+            mode="text",
+            text=right,
+            textposition="middle right",
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
     n = max(n, m)
-    fig.update_layout(title=esc(title), height=max(320, 26 * n + 80), plot_bgcolor="white",
-                      xaxis=dict(visible=False, range=[-0.9, 1.9]), yaxis=dict(visible=False, range=[-n + 0.5, 0.7]),
-                      annotations=[dict(x=0, y=0.9, text="attending", showarrow=False, xanchor="right"),
-                                   dict(x=1, y=0.9, text="attended", showarrow=False, xanchor="left")],
-                      margin=dict(t=50))
+    fig.update_layout(
+        title=esc(title),
+        height=max(320, 26 * n + 80),
+        plot_bgcolor="white",
+        xaxis=dict(visible=False, range=[-0.9, 1.9]),
+        yaxis=dict(visible=False, range=[-n + 0.5, 0.7]),
+        annotations=[
+            dict(x=0, y=0.9, text="attending", showarrow=False, xanchor="right"),
+            dict(x=1, y=0.9, text="attended", showarrow=False, xanchor="left"),
+        ],
+        margin=dict(t=50),
+    )
     return fig
 
 
 # --------------------------------------------------------------------------- curves and axes
+
 
 def line_with_band(df: pd.DataFrame, x: str, color: str, title: str, y_title: str) -> go.Figure:
     """One line per value of ``color`` over ``x`` with a shaded 95% band.
@@ -166,12 +267,19 @@ def line_with_band(df: pd.DataFrame, x: str, color: str, title: str, y_title: st
         c = palette[k % len(palette)]
         high = part["high"] if "high" in part else part["mean"] + part["ci95"]
         low = part["low"] if "low" in part else part["mean"] - part["ci95"]
-        fig.add_trace(go.Scatter(x=list(part[x]) + list(part[x])[::-1],
-                                 y=list(high) + list(low)[::-1],
-                                 fill="toself", fillcolor=c, opacity=0.15, line=dict(width=0),
-                                 hoverinfo="skip", showlegend=False))
-        fig.add_trace(go.Scatter(x=part[x], y=part["mean"], mode="lines+markers", name=esc(name),
-                                 line=dict(color=c)))
+        fig.add_trace(
+            go.Scatter(
+                x=list(part[x]) + list(part[x])[::-1],
+                y=list(high) + list(low)[::-1],
+                fill="toself",
+                fillcolor=c,
+                opacity=0.15,
+                line=dict(width=0),
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+        fig.add_trace(go.Scatter(x=part[x], y=part["mean"], mode="lines+markers", name=esc(name), line=dict(color=c)))
     fig.update_layout(title=esc(title), xaxis_title=x, yaxis_title=esc(y_title), height=420)
     return fig
 

@@ -136,11 +136,13 @@ def describe(run: Path) -> str:
     corpus = manifest.get("corpus")
     corpus_name = corpus.get("name") if isinstance(corpus, dict) else config.get("corpus")
     tasks = config.get("tasks") or config.get("task")
-    parts = [model_name(manifest) or (str(config["model"]) if config.get("model") else None),
-             clean(corpus_name) if corpus_name else None,
-             ",".join(map(str, tasks)) if isinstance(tasks, list) else (str(tasks) if tasks else None),
-             f"{config['probe']} probe" if config.get("probe") else None,
-             f"mode {config['mode']}" if isinstance(config.get("mode"), str) else None]
+    parts = [
+        model_name(manifest) or (str(config["model"]) if config.get("model") else None),
+        clean(corpus_name) if corpus_name else None,
+        ",".join(map(str, tasks)) if isinstance(tasks, list) else (str(tasks) if tasks else None),
+        f"{config['probe']} probe" if config.get("probe") else None,
+        f"mode {config['mode']}" if isinstance(config.get("mode"), str) else None,
+    ]
     return " · ".join([run_label(run), *(p for p in parts if p)])
 
 
@@ -152,11 +154,17 @@ def runs_overview(runs: list[Path]) -> pd.DataFrame:
         try:
             m = read_manifest(r)
             tables = m.get("tables")
-            rows.append({"study": r.parent.name, "run": r.name, "seed": None if m.get("seed") is None else str(m.get("seed")),
-                         "model": model_name(m),
-                         "tables": ", ".join(map(str, tables)) if isinstance(tables, list) else clean(tables or ""),
-                         "seconds": m.get("wall_seconds") if isinstance(m.get("wall_seconds"), (int, float)) else None,
-                         "status": "complete"})
+            rows.append(
+                {
+                    "study": r.parent.name,
+                    "run": r.name,
+                    "seed": None if m.get("seed") is None else str(m.get("seed")),
+                    "model": model_name(m),
+                    "tables": ", ".join(map(str, tables)) if isinstance(tables, list) else clean(tables or ""),
+                    "seconds": m.get("wall_seconds") if isinstance(m.get("wall_seconds"), (int, float)) else None,
+                    "status": "complete",
+                }
+            )
         except ResultError as exc:
             rows.append({"study": r.parent.name, "run": r.name, "status": f"unreadable: {clean(exc)}"})
     return pd.DataFrame(rows)

@@ -25,9 +25,9 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from bertology.apps.pages import PAGE_BY_KEY, PAGES
 
@@ -83,10 +83,29 @@ def serve(results: Path, port: int | None = None, timeout: float = 180) -> Itera
     results = Path(results).resolve()
     env = dict(os.environ, BERTOLOGY_RESULTS=str(results))
     server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(Path(__file__).resolve().parent / "dashboard.py"),
-         "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
-         "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
-        env=env, cwd=results.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(Path(__file__).resolve().parent / "dashboard.py"),
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+            "--client.toolbarMode",
+            "viewer",
+        ],
+        env=env,
+        cwd=results.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         wait_for(f"http://127.0.0.1:{port}/_stcore/health", timeout)
         yield f"http://127.0.0.1:{port}"
@@ -103,6 +122,7 @@ def serve(results: Path, port: int | None = None, timeout: float = 180) -> Itera
 @dataclass
 class PageReport:
     """What the browser saw on one page."""
+
     page: str
     url: str
     screenshot: Path | None
@@ -120,11 +140,21 @@ def settle(tab, timeout_ms: int) -> None:
             const busy = document.querySelector('{RUNNING}');
             const stale = document.querySelector('[data-stale="true"]');
             return !busy && !stale;
-        }}""", timeout=timeout_ms, polling=250)
+        }}""",
+        timeout=timeout_ms,
+        polling=250,
+    )
 
 
-def open_page(tab, base: str, page: str, params: dict[str, str] | None = None, timeout_ms: int = 240_000,
-              charts: int | None = None, tables: int | None = None) -> tuple[str, int, int]:
+def open_page(
+    tab,
+    base: str,
+    page: str,
+    params: dict[str, str] | None = None,
+    timeout_ms: int = 240_000,
+    charts: int | None = None,
+    tables: int | None = None,
+) -> tuple[str, int, int]:
     """Open the page named ``page`` (its registry key) and wait for its own content: the title,
     ``charts`` Plotly charts and ``tables`` data frames (defaults: the entry's ``min_charts`` and
     ``min_tables``), then for the script run to finish. Returns ``(url, charts, tables)`` seen; a
@@ -135,8 +165,12 @@ def open_page(tab, base: str, page: str, params: dict[str, str] | None = None, t
     url = f"{base}/?{urllib.parse.urlencode({'page': page, **(params or {})})}"
     tab.goto(url, wait_until="domcontentloaded", timeout=timeout_ms)
     tab.locator('[data-testid="stHeading"]', has_text=entry.title).first.wait_for(timeout=timeout_ms)
-    tab.wait_for_function(f"([c, t]) => {{ const [charts, tables] = ({COUNT})(); return charts >= c && tables >= t; }}",
-                          arg=[want_charts, want_tables], timeout=timeout_ms, polling=250)
+    tab.wait_for_function(
+        f"([c, t]) => {{ const [charts, tables] = ({COUNT})(); return charts >= c && tables >= t; }}",
+        arg=[want_charts, want_tables],
+        timeout=timeout_ms,
+        polling=250,
+    )
     settle(tab, timeout_ms)
     charts, tables = tab.evaluate(COUNT)
     return url, charts, tables
@@ -144,8 +178,10 @@ def open_page(tab, base: str, page: str, params: dict[str, str] | None = None, t
 
 def page_problems(tab) -> tuple[list[str], list[str]]:
     """(Streamlit exceptions, error boxes) on the page, as text."""
-    return ([t.strip() for t in tab.locator(EXCEPTION).all_inner_texts()],
-            [t.strip() for t in tab.locator(ERROR).all_inner_texts()])
+    return (
+        [t.strip() for t in tab.locator(EXCEPTION).all_inner_texts()],
+        [t.strip() for t in tab.locator(ERROR).all_inner_texts()],
+    )
 
 
 def save(tab, target: Path, width: int) -> Path:
@@ -172,8 +208,11 @@ def second_runs(results: Path) -> dict[str, str]:
     for page in PAGES:
         if not page.compare:
             continue
-        runs = sorted((p for p in (results / page.study).glob("*") if (p / "manifest.json").is_file()),
-                      key=lambda p: p.stat().st_mtime, reverse=True)
+        runs = sorted(
+            (p for p in (results / page.study).glob("*") if (p / "manifest.json").is_file()),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
         if len(runs) >= 2:
             out[page.key] = f"{runs[1].parent.name}/{runs[1].name}"
     return out
@@ -188,8 +227,9 @@ def browser(chromium: str | None = None, timeout_ms: int = 240_000) -> Iterator:
     if chromium is None:
         raise RuntimeError("no Chromium found: apt-get install chromium")
     with sync_playwright() as pw:
-        engine = pw.chromium.launch(executable_path=chromium, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        engine = pw.chromium.launch(
+            executable_path=chromium, headless=True, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
         try:
             context = engine.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
             context.set_default_timeout(timeout_ms)  # a busy machine renders slowly: wait for content
@@ -198,8 +238,14 @@ def browser(chromium: str | None = None, timeout_ms: int = 240_000) -> Iterator:
             engine.close()
 
 
-def take_screenshots(results: Path, out: Path, pages: Sequence[str] | None = None, width: int = 1400,
-                     compare: bool = True, timeout_ms: int = 240_000) -> list[PageReport]:
+def take_screenshots(
+    results: Path,
+    out: Path,
+    pages: Sequence[str] | None = None,
+    width: int = 1400,
+    compare: bool = True,
+    timeout_ms: int = 240_000,
+) -> list[PageReport]:
     """Every page named in ``pages`` (registry keys; None: all, in registry order) and, with
     ``compare``, the two-run views, rendered and saved under ``out``."""
     pages = [p.key for p in PAGES] if pages is None else list(pages)
@@ -207,8 +253,11 @@ def take_screenshots(results: Path, out: Path, pages: Sequence[str] | None = Non
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(page, {}, shot_name(page)) for page in pages]
     if compare:
-        jobs += [(page, {"compare": run}, shot_name(page, "_compare")) for page, run in second_runs(results).items()
-                 if page in pages]
+        jobs += [
+            (page, {"compare": run}, shot_name(page, "_compare"))
+            for page, run in second_runs(results).items()
+            if page in pages
+        ]
     reports = []
     with serve(results) as base, browser() as tab:
         for page, params, name in jobs:
@@ -217,12 +266,23 @@ def take_screenshots(results: Path, out: Path, pages: Sequence[str] | None = Non
             want_charts = entry.compare_charts if params and entry.compare_charts is not None else entry.min_charts
             want_tables = None
             if entry.study is not None and not any((results / entry.study).glob("*/manifest.json")):
-                want_charts = want_tables = 0   # no run of its study: the page says how to make one
-            url, charts, tables = open_page(tab, base, page, params, timeout_ms=timeout_ms, charts=want_charts,
-                                            tables=want_tables)
+                want_charts = want_tables = 0  # no run of its study: the page says how to make one
+            url, charts, tables = open_page(
+                tab, base, page, params, timeout_ms=timeout_ms, charts=want_charts, tables=want_tables
+            )
             exceptions, errors = page_problems(tab)
-            reports.append(PageReport(page, url.replace(base, ""), save(tab, out / name, width), charts, tables,
-                                      exceptions, errors, tab.inner_text("body")))
+            reports.append(
+                PageReport(
+                    page,
+                    url.replace(base, ""),
+                    save(tab, out / name, width),
+                    charts,
+                    tables,
+                    exceptions,
+                    errors,
+                    tab.inner_text("body"),
+                )
+            )
     return reports
 
 
@@ -235,8 +295,10 @@ def main() -> None:
         sys.exit("playwright is not installed: pip install 'bertology-workbench[test]' (or pip install playwright)")
     bad = []
     for report in take_screenshots(args.results, args.out):
-        print(f"{report.screenshot}  ({report.page}{' ' + report.url if 'compare' in report.url else ''}: "
-              f"{report.charts} charts, {report.tables} tables)")
+        print(
+            f"{report.screenshot}  ({report.page}{' ' + report.url if 'compare' in report.url else ''}: "
+            f"{report.charts} charts, {report.tables} tables)"
+        )
         if report.exceptions or report.errors:
             bad.append(f"{report.page}: {report.exceptions + report.errors}")
     if bad:

@@ -10,7 +10,8 @@ which ones it reads.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -23,6 +24,7 @@ def stack_runs(parts: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- scores per task and layer
+
 
 def small_sample_tasks(table: pd.DataFrame) -> list[str]:
     """Tasks a table flags as measured on fewer test items than ``bertology.uncertainty.MIN_TEST_ITEMS``
@@ -45,8 +47,20 @@ def layer_means(scores: pd.DataFrame) -> pd.DataFrame:
 # computed on this machine; anything else (task, probe, corpus, split, sizes) makes the two numbers
 # measure different things.
 COMPARED = frozenset({"model", "seed", "seeds", "device", "precision", "amp_dtype", "storage", "threads"})
-DEFINING = ("corpus", "limit", "tasks", "task", "probe", "pooling", "span_pooling", "split", "test_fraction",
-            "dev_fraction", "metric", "modes")
+DEFINING = (
+    "corpus",
+    "limit",
+    "tasks",
+    "task",
+    "probe",
+    "pooling",
+    "span_pooling",
+    "split",
+    "test_fraction",
+    "dev_fraction",
+    "metric",
+    "modes",
+)
 
 
 def comparison_mismatches(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) -> list[str]:
@@ -73,14 +87,20 @@ def comparison_mismatches(manifest_a: dict[str, Any], manifest_b: dict[str, Any]
 
 # --------------------------------------------------------------------------- search
 
+
 def search_rows(df: pd.DataFrame, text: str | None) -> pd.DataFrame:
     """The rows of ``df`` where any text column contains ``text`` (case-insensitive, taken
     literally: no pattern syntax); every row when ``text`` is empty."""
     text = (text or "").strip()
     if not text:
         return df
-    columns = [c for c in df.columns if pd.api.types.is_string_dtype(df[c]) or pd.api.types.is_object_dtype(df[c])
-               or isinstance(df[c].dtype, pd.CategoricalDtype)]
+    columns = [
+        c
+        for c in df.columns
+        if pd.api.types.is_string_dtype(df[c])
+        or pd.api.types.is_object_dtype(df[c])
+        or isinstance(df[c].dtype, pd.CategoricalDtype)
+    ]
     if not columns:
         return df.iloc[0:0]
     hit = pd.Series(False, index=df.index)
@@ -93,64 +113,64 @@ def search_rows(df: pd.DataFrame, text: str | None) -> pd.DataFrame:
 
 MEASURES: dict[str, str] = {
     "accuracy": "**accuracy**: share of held-out test items (words, spans or word pairs) whose label the probe "
-                "predicts; **macro F1**: the F1 of each label, averaged with equal weight.",
+    "predicts; **macro F1**: the F1 of each label, averaged with equal weight.",
     "random_init": "**random-init baseline**: the same probe on a randomly initialised copy of the model (same "
-                   "architecture and tokenizer); the gap to it is what pretraining added.",
+    "architecture and tokenizer); the gap to it is what pretraining added.",
     "E_s": "**E_s** (expected layer, scalar mix): E_s = Σ_l l·s_l with s_l the probe's learned softmax weight of "
-           "layer l (layer 0 = embeddings): the layer the probe draws on, on average.",
+    "layer l (layer 0 = embeddings): the layer the probe draws on, on average.",
     "E_delta": "**E_Δ** (cumulative expected layer): E_Δ = Σ_l l·Δ_l / Σ_l Δ_l with Δ_l = score(layers 0..l) − "
-               "score(layers 0..l−1): the layer where the score is gained, on average. Below 1 means most of the "
-               "gain comes with layer 1 and some later layers lose score (negative Δ_l are kept).",
+    "score(layers 0..l−1): the layer where the score is gained, on average. Below 1 means most of the "
+    "gain comes with layer 1 and some later layers lose score (negative Δ_l are kept).",
     "selectivity": "**selectivity** (Hewitt & Liang 2019): task accuracy − accuracy on a control task that gives "
-                   "each word type a fixed random label; high = the probe reads the representation rather than "
-                   "memorising words.",
+    "each word type a fixed random label; high = the probe reads the representation rather than "
+    "memorising words.",
     "mdl": "**MDL compression** (Voita & Titov 2020): bits to send the labels uniformly ÷ bits with the online "
-           "code (a probe trained on growing blocks of data); higher = the labels are easier to extract.",
+    "code (a probe trained on growing blocks of data); higher = the labels are easier to extract.",
     "head_types": "**positional share**: share of a head's queries whose attention peak is at one relative offset; "
-                  "**normalised entropy**: entropy of its attention ÷ log of the positions it can attend to (1 = uniform); "
-                  "**special share**: its attention mass on [CLS]/[SEP].",
+    "**normalised entropy**: entropy of its attention ÷ log of the positions it can attend to (1 = uniform); "
+    "**special share**: its attention mass on [CLS]/[SEP].",
     "syntactic": "**relation accuracy** (Clark et al. 2019): share of a relation's word pairs where the head's most "
-                 "attended other word is the partner; the **offset baseline** always picks the best fixed "
-                 "relative position. **UAS**: share of words whose predicted syntactic head is right.",
+    "attended other word is the partner; the **offset baseline** always picks the best fixed "
+    "relative position. **UAS**: share of words whose predicted syntactic head is right.",
     "importance": "**importance** (Michel et al. 2019): E_x |∂L/∂ξ_h|, how much the loss changes when a gate ξ_h "
-                  "on head h's output moves, normalised per layer.",
+    "on head h's output moves, normalised per layer.",
     "threshold": "**threshold**: the share of heads an order removes before the metric on dev worsens by more than "
-                 "the tolerance (relative: 1% = the loss up by 1% or the accuracy down by 1%).",
+    "the tolerance (relative: 1% = the loss up by 1% or the accuracy down by 1%).",
     "l0": "**L0 gates** (Voita et al. 2019; Louizos et al. 2018): a stochastic Hard Concrete gate per head, trained on "
-          "the task loss + λ·Σ_h P(gate_h open); a larger λ closes more heads. P(open) is the learned probability; "
-          "a head is removed when its deterministic test-time gate is 0.",
+    "the task loss + λ·Σ_h P(gate_h open); a larger λ closes more heads. P(open) is the learned probability; "
+    "a head is removed when its deterministic test-time gate is 0.",
     "lottery": "**magnitude ticket** (Frankle & Carbin 2019; Chen et al. 2020): fine-tune, remove the smallest-"
-               "magnitude share of the encoder's remaining weights, rewind the rest to the pre-trained values and "
-               "fine-tune again, round after round; **random mask**: as many weights removed at random.",
+    "magnitude share of the encoder's remaining weights, rewind the rest to the pre-trained values and "
+    "fine-tune again, round after round; **random mask**: as many weights removed at random.",
     "quantization": "**int8 (dynamic)**: torch's int8 kernels, weights stored in 8 bits, activations quantized per "
-                    "batch at run time -- its size and speed are real; **simulated b-bit**: each weight rounded to "
-                    "one of 2^(b−1)−1 symmetric levels per output channel, run as float32 -- the accuracy is what b "
-                    "bits give, the size the packed one, no speed-up. Only the transformer layers' Linear weights "
-                    "are quantized; embeddings and the classifier stay float32.",
+    "batch at run time -- its size and speed are real; **simulated b-bit**: each weight rounded to "
+    "one of 2^(b−1)−1 symmetric levels per output channel, run as float32 -- the accuracy is what b "
+    "bits give, the size the packed one, no speed-up. Only the transformer layers' Linear weights "
+    "are quantized; embeddings and the classifier stay float32.",
     "finetune_modes": "**frozen**: the encoder unchanged, a classifier trained on its features; **full**: every "
-                      "weight trained; **BitFit**: only the bias terms; **adapters**: small bottleneck layers added "
-                      "after each sublayer, the rest frozen. Intervals: t over seeds with a bootstrap over test "
-                      "examples as floor; differences from full are paired on the same examples.",
+    "weight trained; **BitFit**: only the bias terms; **adapters**: small bottleneck layers added "
+    "after each sublayer, the rest frozen. Intervals: t over seeds with a bootstrap over test "
+    "examples as floor; differences from full are paired on the same examples.",
     "cka": "**linear CKA** (Kornblith et al. 2019): ‖YᵀX‖²_F / (‖XᵀX‖_F ‖YᵀY‖_F) on centred word vectors of the "
-           "same held-out sentences before (X) and after (Y) fine-tuning; 1 = the same representation up to "
-           "rotation and scale.",
+    "same held-out sentences before (X) and after (Y) fine-tuning; 1 = the same representation up to "
+    "rotation and scale.",
     "weight_change": "**relative weight change**: ‖W_after − W_before‖_F / ‖W_before‖_F per module kind "
-                     "(attention, feed-forward, LayerNorm, embeddings) of each layer.",
+    "(attention, feed-forward, LayerNorm, embeddings) of each layer.",
     "attention_js": "**attention change**: Jensen–Shannon divergence between a head's attention row before and "
-                    "after fine-tuning, averaged over the rows of held-out sentences and over the layer's heads.",
+    "after fine-tuning, averaged over the rows of held-out sentences and over the layer's heads.",
     "contextuality": "**self-similarity**: mean cosine between a word's vectors in its different contexts; "
-                     "**intra-sentence similarity**: mean cosine between each word and its sentence's mean "
-                     "vector; **MEV**: share of a word's variance its first principal component explains; "
-                     "**anisotropy baseline**: the same measure on random words; adjusted = raw − baseline.",
+    "**intra-sentence similarity**: mean cosine between each word and its sentence's mean "
+    "vector; **MEV**: share of a word's variance its first principal component explains; "
+    "**anisotropy baseline**: the same measure on random words; adjusted = raw − baseline.",
     "semantic_change": "**change**: 1 − cosine between a word's vector in slice A, rotated onto slice B by "
-                       "Procrustes on frequent shared words, and its vector in B; mean over document-bootstrap "
-                       "replicates, with their 95% range. **neighbourhood change** (Hamilton et al. 2016): 1 − "
-                       "cosine of the word's similarities to its nearest neighbours in each slice. **control**: "
-                       "how far words of the same frequency move between two random halves of one slice; a word "
-                       "**moved** when its whole interval is above it.",
+    "Procrustes on frequent shared words, and its vector in B; mean over document-bootstrap "
+    "replicates, with their 95% range. **neighbourhood change** (Hamilton et al. 2016): 1 − "
+    "cosine of the word's similarities to its nearest neighbours in each slice. **control**: "
+    "how far words of the same frequency move between two random halves of one slice; a word "
+    "**moved** when its whole interval is above it.",
     "alignment": "**P@k**: share of held-out source words whose dictionary translation is among the k nearest "
-                 "target words after the mapping; **CSLS**: 2·cosine minus each of the two words' mean cosine to "
-                 "its 10 nearest neighbours in the other space (penalises hubs).",
+    "target words after the mapping; **CSLS**: 2·cosine minus each of the two words' mean cosine to "
+    "its 10 nearest neighbours in the other space (penalises hubs).",
 }
 
 PAGE_MEASURES: dict[str, tuple[str, ...]] = {
@@ -169,5 +189,3 @@ PAGE_MEASURES: dict[str, tuple[str, ...]] = {
 def measure_lines(page: str) -> list[str]:
     """The one-line definitions (markdown) of the measures the page ``page`` shows."""
     return [MEASURES[name] for name in PAGE_MEASURES.get(page, ())]
-
-

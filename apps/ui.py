@@ -7,15 +7,25 @@ run and the table, a malformed one an error for its section, and the page goes o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from bertology.apps.locations import (HIDDEN_HINT, clean, clean_json, default_run_index, describe, find_runs,
-                                      run_label, shown_root, split_runs)
+from bertology.apps.locations import (
+    HIDDEN_HINT,
+    clean,
+    clean_json,
+    default_run_index,
+    describe,
+    find_runs,
+    run_label,
+    shown_root,
+    split_runs,
+)
 from bertology.apps.tables import comparison_mismatches, search_rows
 from bertology.results import ResultError, read_extra, read_manifest, read_table
 
@@ -84,11 +94,14 @@ def pick_run(study: str, key: str, label: str = "run") -> Path | None:
     with a message saying how to make one, when there is none or its manifest is unreadable."""
     runs, hidden = split_runs(find_runs(study, include_unfinished=True))
     if hidden:
-        st.caption(f"{len(hidden)} incomplete or unreadable `{study}` run(s) hidden (listed on the Runs page); "
-                   f"{HIDDEN_HINT}")
+        st.caption(
+            f"{len(hidden)} incomplete or unreadable `{study}` run(s) hidden (listed on the Runs page); {HIDDEN_HINT}"
+        )
     if not runs:
-        st.info(f"No complete `{study}` runs under {shown_root()}. Run `bertology study run {study}` "
-                f"(or `bertology study run quickstart`).")
+        st.info(
+            f"No complete `{study}` runs under {shown_root()}. Run `bertology study run {study}` "
+            f"(or `bertology study run quickstart`)."
+        )
         return None
     choice = st.selectbox(label, runs, key=key, format_func=describe, index=default_run_index(runs))
     try:
@@ -101,8 +114,10 @@ def pick_run(study: str, key: str, label: str = "run") -> Path | None:
     return choice
 
 
-MISMATCH_WARNING = ("These two runs differ in more than the model or seed, so their numbers measure different "
-                    "things; compare them only with that in mind: ")
+MISMATCH_WARNING = (
+    "These two runs differ in more than the model or seed, so their numbers measure different "
+    "things; compare them only with that in mind: "
+)
 
 
 def pick_other(study: str, run: Path, key: str) -> Path | None:
@@ -114,8 +129,13 @@ def pick_other(study: str, run: Path, key: str) -> Path | None:
     options: list[Path | None] = [None, *others]
     wanted = query("compare")
     index = next((k for k, r in enumerate(options) if r is not None and run_label(r) == wanted), 0)
-    choice = st.selectbox("compare with", options, index=index, key=key,
-                          format_func=lambda r: "nothing (one run)" if r is None else describe(r))
+    choice = st.selectbox(
+        "compare with",
+        options,
+        index=index,
+        key=key,
+        format_func=lambda r: "nothing (one run)" if r is None else describe(r),
+    )
     if choice is not None:
         try:
             mismatches = comparison_mismatches(read_manifest(run), read_manifest(choice))
@@ -134,6 +154,9 @@ def searchable_table(df: pd.DataFrame, key: str, what: str, shown: int | None = 
     text = st.text_input(f"search {what}", key=key, placeholder="a word (any column)")
     found = search_rows(df, text)
     drawn = found if shown is None else found.head(shown)
-    st.caption(f"{len(found)} of {len(df)} rows" + (" match the search" if text.strip() else "") +
-               (f"; the first {len(drawn)} shown" if len(drawn) < len(found) else ""))
+    st.caption(
+        f"{len(found)} of {len(df)} rows"
+        + (" match the search" if text.strip() else "")
+        + (f"; the first {len(drawn)} shown" if len(drawn) < len(found) else "")
+    )
     st.dataframe(drawn, width="stretch", hide_index=True)

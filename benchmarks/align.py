@@ -20,9 +20,8 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-
-
 from common import machine_line
+
 from bertology.probes.embeddings.alignment import procrustes, retrieve
 
 
@@ -64,10 +63,10 @@ def baseline(xs_train, yt_train, queries, target, k=10, csls_k=10):
     u, _, vt = np.linalg.svd(xs_train.T @ yt_train)
     w = u @ vt
     q = unit(queries @ w)
-    sims = q @ target.T                                              # [n_q, n_t], the full matrix
+    sims = q @ target.T  # [n_q, n_t], the full matrix
     r_t = np.partition(sims, -csls_k, axis=1)[:, -csls_k:].mean(axis=1)
     r_s = np.partition(sims, -csls_k, axis=0)[-csls_k:, :].mean(axis=0)
-    sims *= 2                                                        # CSLS in place
+    sims *= 2  # CSLS in place
     sims -= r_t[:, None]
     sims -= r_s[None, :]
     top = np.argpartition(sims, -k, axis=1)[:, -k:]
@@ -99,8 +98,7 @@ def main() -> None:
     print(f"target vocabulary {n_target:,} × {d}, {n_queries:,} queries, {n_train:,} training pairs, CSLS k=10")
     print(machine_line())
     ours, t_ours, rss_ours, tr_ours = measure(lambda: workbench(xs_train, yt_train, queries, target))
-    auto, t_auto, rss_auto, tr_auto = measure(lambda: workbench(xs_train, yt_train, queries, target,
-                                                                precision="auto"))
+    auto, t_auto, rss_auto, tr_auto = measure(lambda: workbench(xs_train, yt_train, queries, target, precision="auto"))
     base, t_base, rss_base, tr_base = measure(lambda: baseline(xs_train, yt_train, queries, target))
     agree = float(np.mean(ours[:, 0] == base[:, 0]))
     same = float(np.mean(auto == ours))
@@ -110,15 +108,21 @@ def main() -> None:
         ("peak RSS rise (MiB)", rss_base, rss_ours, rss_auto),
         ("tracemalloc peak (MiB)", tr_base, tr_ours, tr_auto),
     ]
-    print(f"{'figure':<24}{'numpy full matrix':>20}{'batched float32':>18}{'baseline / it':>15}"
-          f"{'batched auto':>15}{'baseline / it':>15}")
+    print(
+        f"{'figure':<24}{'numpy full matrix':>20}{'batched float32':>18}{'baseline / it':>15}"
+        f"{'batched auto':>15}{'baseline / it':>15}"
+    )
     for name, b, o, a in rows:
-        print(f"{name:<24}{b:>20.2f}{o:>18.2f}{(b / o if o > 0 else float('inf')):>15.2f}"
-              f"{a:>15.2f}{(b / a if a > 0 else float('inf')):>15.2f}")
-    print(f"top-1 agreement of the float32 search with the baseline: {agree:.4f}; auto precision (bfloat16 "
-          f"screening + float32 rescoring where faster) returns the float32 search's top-10 for {same:.4f} of "
-          f"entries; planted P@1: {p1:.4f}; full similarity matrix would be "
-          f"{n_queries * n_target * 4 / 2**20:,.0f} MiB")
+        print(
+            f"{name:<24}{b:>20.2f}{o:>18.2f}{(b / o if o > 0 else float('inf')):>15.2f}"
+            f"{a:>15.2f}{(b / a if a > 0 else float('inf')):>15.2f}"
+        )
+    print(
+        f"top-1 agreement of the float32 search with the baseline: {agree:.4f}; auto precision (bfloat16 "
+        f"screening + float32 rescoring where faster) returns the float32 search's top-10 for {same:.4f} of "
+        f"entries; planted P@1: {p1:.4f}; full similarity matrix would be "
+        f"{n_queries * n_target * 4 / 2**20:,.0f} MiB"
+    )
 
 
 if __name__ == "__main__":

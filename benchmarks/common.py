@@ -9,7 +9,7 @@ and they import these helpers as ``from common import ...``."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -54,8 +54,10 @@ def machine_line() -> str:
     """One line naming the machine every figure of a table was measured on."""
     speedup = low_precision_speedup(torch.bfloat16, "cpu")
     auto = "bfloat16" if speedup >= AUTO_MIN_SPEEDUP else "float32"
-    return (f"CPU: {cpu_info().describe()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-            f"bfloat16 matmul measured {speedup:.2f}x float32 -> auto precision = {auto}")
+    return (
+        f"CPU: {cpu_info().describe()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"bfloat16 matmul measured {speedup:.2f}x float32 -> auto precision = {auto}"
+    )
 
 
 def print_table(rows: list[dict], title: str) -> None:

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from common import machine_line, matmul_flops_per_second, print_table, timed_cpu
 
 from bertology.corpus import load_corpus
@@ -69,8 +68,9 @@ def store_batches(lm, corpus, batch_tokens: int = 1024, shard_size: int = 256) -
 
     tokens = tokenize_sentences(lm.tokenizer, [s.words for s in corpus])
     limit = model_max_tokens(lm.model, lm.tokenizer)
-    segments = [segment_sentence(lm.tokenizer, s.words, i, limit, "error", s.sent_id, tokens[i])
-                for i, s in enumerate(corpus)]
+    segments = [
+        segment_sentence(lm.tokenizer, s.words, i, limit, "error", s.sent_id, tokens[i]) for i, s in enumerate(corpus)
+    ]
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     out = []
     for shard in plan_shards(segments, shard_size):
@@ -99,8 +99,10 @@ def _deviation(exact, fast) -> tuple[float, float]:
     word-attention weights (absolute; weights lie in [0, 1])."""
     h_exact, h_fast = exact.layers(), fast.layers()
     hidden = float(np.abs(h_fast - h_exact).max() / np.abs(h_exact).max())
-    att = max(float(np.abs(fast.attention(i, normalise=False) - exact.attention(i, normalise=False)).max())
-              for i in range(exact.n_sentences))
+    att = max(
+        float(np.abs(fast.attention(i, normalise=False) - exact.attention(i, normalise=False)).max())
+        for i in range(exact.n_sentences)
+    )
     return hidden, att
 
 
@@ -119,10 +121,12 @@ def shard_writes(store, root: Path, repeat: int) -> list[dict]:
         return file_sha256(file)
 
     rows = []
-    for name, write in [("safetensors save_file + sha256 of the file read back (previous)", previous),
-                        ("save_safetensors: one write per tensor, hashed on the way", lambda f: save_safetensors(tensors, f))]:
+    for name, write in [
+        ("safetensors save_file + sha256 of the file read back (previous)", previous),
+        ("save_safetensors: one write per tensor, hashed on the way", lambda f: save_safetensors(tensors, f)),
+    ]:
         best = float("inf")
-        for r in range(repeat + 1):                   # the first run warms the page cache's free pages
+        for r in range(repeat + 1):  # the first run warms the page cache's free pages
             file = root / f"shard-{r}.safetensors"
             _, t, _ = timed_cpu(write, file, repeat=1)
             file.unlink()
@@ -170,30 +174,39 @@ def main() -> None:
         # round robin over the paths, best of --repeat each, every other round in reverse order: a
         # slow spell of this machine then falls on every path alike, and no path always runs right
         # after the same one (a run leaves freed memory and page cache behind for the next)
-        jobs = [("naive", lambda r: timed_cpu(naive_loop, lm, corpus)),
-                ("forward", lambda r: timed_cpu(forward_only, lm, batches))]
-        for name, kw in paths.items():       # a new root each time (the store must not reopen), deleted
+        jobs = [
+            ("naive", lambda r: timed_cpu(naive_loop, lm, corpus)),
+            ("forward", lambda r: timed_cpu(forward_only, lm, batches)),
+        ]
+        for name, kw in paths.items():  # a new root each time (the store must not reopen), deleted
+
             def store_job(r, name=name, kw=kw):  # after timing: every run starts from the same page cache
-                store, t, c = timed_cpu(extract, lm, corpus, root=Path(root) / f"{name}-{r}", progress=False,
-                                        **kw)
+                store, t, c = timed_cpu(extract, lm, corpus, root=Path(root) / f"{name}-{r}", progress=False, **kw)
                 shutil.rmtree(store.path)
                 return store, t, c
+
             jobs.append((name, store_job))
         for r in range(args.repeat):
-            rates.append(matmul_flops_per_second())   # the machine's speed moves: keep its best
-            for name, job in (jobs if r % 2 == 0 else jobs[::-1]):
+            rates.append(matmul_flops_per_second())  # the machine's speed moves: keep its best
+            for name, job in jobs if r % 2 == 0 else jobs[::-1]:
                 _, t, c = job(r)
                 timings.setdefault(name, []).append((t, c))
-        stores = {name: extract(lm, corpus, root=Path(root) / f"{name}-kept", progress=False, **paths[name])
-                  for name in ("feature store, float32 (hidden + attention)",   # untimed: for the deviation
-                               "feature store, fast settings (hidden + attention)")}  # and the writer table
+        stores = {
+            name: extract(lm, corpus, root=Path(root) / f"{name}-kept", progress=False, **paths[name])
+            for name in (
+                "feature store, float32 (hidden + attention)",  # untimed: for the deviation
+                "feature store, fast settings (hidden + attention)",
+            )
+        }  # and the writer table
         best = {name: min(runs) for name, runs in timings.items()}
         (t_naive, cpu_naive), (t_forward, cpu_forward) = best.pop("naive"), best.pop("forward")
         seconds = {name: t for name, (t, _) in best.items()}
         cpu = {name: c for name, (_, c) in best.items()}
         writes = shard_writes(stores["feature store, float32 (hidden + attention)"], Path(root), args.repeat)
-        dev_hidden, dev_att = _deviation(stores["feature store, float32 (hidden + attention)"],
-                                         stores["feature store, fast settings (hidden + attention)"])
+        dev_hidden, dev_att = _deviation(
+            stores["feature store, float32 (hidden + attention)"],
+            stores["feature store, fast settings (hidden + attention)"],
+        )
 
     rate = max(rates)
     rate_bf16 = matmul_flops_per_second(dtype=torch.bfloat16)
@@ -202,31 +215,47 @@ def main() -> None:
     naive_rate = n_words / t_naive
 
     def row(method, t, c=float("nan")):
-        return {"method": method, "seconds": t, "cpu s": c, "words/s": n_words / t, "× naive": t_naive / t,
-                "% fp32 roofline": 100 * n_words / t / roofline}
+        return {
+            "method": method,
+            "seconds": t,
+            "cpu s": c,
+            "words/s": n_words / t,
+            "× naive": t_naive / t,
+            "% fp32 roofline": 100 * n_words / t / roofline,
+        }
 
     rows = [row("naive HF loop (1 sentence/forward, float32)", t_naive, cpu_naive)]
-    rows.append(row("HF forward alone on the store's batches (float32, states + attention, no store)", t_forward,
-                    cpu_forward))
+    rows.append(
+        row("HF forward alone on the store's batches (float32, states + attention, no store)", t_forward, cpu_forward)
+    )
     rows += [row(name, t, cpu[name]) for name, t in seconds.items()]
-    rows += [row("CPU roofline, float32 (forward FLOPs ÷ matmul rate)", n_words / roofline),
-             row("CPU roofline, bfloat16", n_words / roofline_bf16)]
-    print_table(rows, f"extraction: {args.model}, {len(corpus)} sentences, {n_words} words, {n_tokens} tokens, "
-                      f"{torch.get_num_threads()} threads, matmul {rate / 1e9:.0f} GFLOP/s float32, "
-                      f"{rate_bf16 / 1e9:.0f} bfloat16; allocator keeps freed memory: {tuned}")
+    rows += [
+        row("CPU roofline, float32 (forward FLOPs ÷ matmul rate)", n_words / roofline),
+        row("CPU roofline, bfloat16", n_words / roofline_bf16),
+    ]
+    print_table(
+        rows,
+        f"extraction: {args.model}, {len(corpus)} sentences, {n_words} words, {n_tokens} tokens, "
+        f"{torch.get_num_threads()} threads, matmul {rate / 1e9:.0f} GFLOP/s float32, "
+        f"{rate_bf16 / 1e9:.0f} bfloat16; allocator keeps freed memory: {tuned}",
+    )
     print_table(writes, "writing the float32 store's largest shard (page cache; fsync not included)")
     fast = seconds["feature store, fast settings (hidden + attention)"]
     exact = seconds["feature store, float32 (hidden + attention)"]
     chosen = stores["feature store, fast settings (hidden + attention)"].manifest["settings"]["amp_dtype"]
-    print(f"\nfast settings {FAST} (auto chose {chosen or 'float32'}): {t_naive / fast:.2f}x the naive loop "
-          f"with attention maps "
-          f"(target >= 5x); largest deviation from the float32 store: hidden {dev_hidden:.2e} of the "
-          f"largest value, attention weight {dev_att:.2e}")
-    print(f"float32 store: {t_naive / exact:.2f}x the naive loop = {100 * n_words / exact / roofline:.0f}% of the "
-          f"float32 roofline (target >= 80%); the float32 roofline is {roofline / naive_rate:.2f}x the naive "
-          f"loop on this machine; the store (pooling, attention conversion, writes) runs at "
-          f"{100 * t_forward / exact:.0f}% of the speed of the HF forward pass alone, which reaches "
-          f"{100 * n_words / t_forward / roofline:.0f}% of the roofline")
+    print(
+        f"\nfast settings {FAST} (auto chose {chosen or 'float32'}): {t_naive / fast:.2f}x the naive loop "
+        f"with attention maps "
+        f"(target >= 5x); largest deviation from the float32 store: hidden {dev_hidden:.2e} of the "
+        f"largest value, attention weight {dev_att:.2e}"
+    )
+    print(
+        f"float32 store: {t_naive / exact:.2f}x the naive loop = {100 * n_words / exact / roofline:.0f}% of the "
+        f"float32 roofline (target >= 80%); the float32 roofline is {roofline / naive_rate:.2f}x the naive "
+        f"loop on this machine; the store (pooling, attention conversion, writes) runs at "
+        f"{100 * t_forward / exact:.0f}% of the speed of the HF forward pass alone, which reaches "
+        f"{100 * n_words / t_forward / roofline:.0f}% of the roofline"
+    )
     print(machine_line())
 
 

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from common import print_table
 
 
@@ -36,17 +35,31 @@ def file_order_batches(task, tokenizer, steps: int, batch_size: int, max_seq_len
     batches = []
     for start in range(0, (steps + 2) * batch_size, batch_size):
         chunk = [examples[i % len(examples)] for i in range(start, start + batch_size)]
-        enc = tokenizer([list(e.words) for e in chunk], is_split_into_words=True, truncation=True,
-                        max_length=max_seq_len, padding=True, return_tensors="pt")
+        enc = tokenizer(
+            [list(e.words) for e in chunk],
+            is_split_into_words=True,
+            truncation=True,
+            max_length=max_seq_len,
+            padding=True,
+            return_tensors="pt",
+        )
         labels = torch.full(enc["input_ids"].shape, -100)
         for row, e in enumerate(chunk):
             seen = set()
             for position, word in enumerate(enc.word_ids(row)):
-                if word is not None and word not in seen:      # the first piece of each word, as BERT for NER
+                if word is not None and word not in seen:  # the first piece of each word, as BERT for NER
                     labels[row, position] = label_id[e.label[word]]
                     seen.add(word)
-        batches.append(({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
-                         "token_type_ids": enc.get("token_type_ids")}, labels))
+        batches.append(
+            (
+                {
+                    "input_ids": enc["input_ids"],
+                    "attention_mask": enc["attention_mask"],
+                    "token_type_ids": enc.get("token_type_ids"),
+                },
+                labels,
+            )
+        )
     return batches
 
 
@@ -82,13 +95,17 @@ def minimal_loop(model_dir: Path, n_labels: int, batches: list, lr: float) -> di
     tokens, elapsed = 0, 0.0
     for step, (enc, labels) in enumerate(batches):
         started = time.perf_counter()
-        out = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                    token_type_ids=enc.get("token_type_ids"), labels=labels)
+        out = model(
+            input_ids=enc["input_ids"],
+            attention_mask=enc["attention_mask"],
+            token_type_ids=enc.get("token_type_ids"),
+            labels=labels,
+        )
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if step >= 2:                                           # two warm-up steps
+        if step >= 2:  # two warm-up steps
             elapsed += time.perf_counter() - started
             tokens += int(enc["attention_mask"].sum())
     return {"tokens_per_s": tokens / elapsed, "steps": len(batches) - 2}
@@ -99,10 +116,23 @@ def workbench_trainer(model: str, steps: int, batch_size: int, max_seq_len: int,
     from bertology.finetuning import FinetuneConfig, run_finetuning
 
     with tempfile.TemporaryDirectory() as root:
-        run_dir = run_finetuning(FinetuneConfig(run_name="bench", model=model, task="pos", mode="full",
-                                                max_steps=steps, batch_size=batch_size, max_seq_len=max_seq_len,
-                                                learning_rate=lr, log_every=max(1, steps // 4), num_threads=threads,
-                                                device="cpu", output_root=root, progress=False))
+        run_dir = run_finetuning(
+            FinetuneConfig(
+                run_name="bench",
+                model=model,
+                task="pos",
+                mode="full",
+                max_steps=steps,
+                batch_size=batch_size,
+                max_seq_len=max_seq_len,
+                learning_rate=lr,
+                log_every=max(1, steps // 4),
+                num_threads=threads,
+                device="cpu",
+                output_root=root,
+                progress=False,
+            )
+        )
         events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     windows = [e["tokens_per_s"] for e in events if "tokens_per_s" in e]
     later = windows[1:] or windows
@@ -133,14 +163,24 @@ def main() -> None:
     hf_same = minimal_loop(model_dir, len(task.labels), as_trainer, lr)
     ours = workbench_trainer(args.model, args.steps, args.batch_size, args.max_seq_len, lr, args.threads)
     # the trainer's log windows skip its first window; its batches pad as `as_trainer` does
-    rows = [("minimal HF loop, examples in file order", hf, padding_share(in_file_order)),
-            ("minimal HF loop, the trainer's batches", hf_same, padding_share(as_trainer)),
-            ("bertology trainer (full fine-tuning)", ours, padding_share(as_trainer))]
-    print_table([{"loop": name, "padding": f"{pad:.0%}", "tokens/s": round(r["tokens_per_s"]),
-                  "vs minimal (same batches)": f"{r['tokens_per_s'] / hf_same['tokens_per_s']:.2f}x"}
-                 for name, r, pad in rows],
-                f"Fine-tuning throughput: {args.model}, POS, batch {args.batch_size}, {args.steps} steps, "
-                "non-padding tokens per second")
+    rows = [
+        ("minimal HF loop, examples in file order", hf, padding_share(in_file_order)),
+        ("minimal HF loop, the trainer's batches", hf_same, padding_share(as_trainer)),
+        ("bertology trainer (full fine-tuning)", ours, padding_share(as_trainer)),
+    ]
+    print_table(
+        [
+            {
+                "loop": name,
+                "padding": f"{pad:.0%}",
+                "tokens/s": round(r["tokens_per_s"]),
+                "vs minimal (same batches)": f"{r['tokens_per_s'] / hf_same['tokens_per_s']:.2f}x",
+            }
+            for name, r, pad in rows
+        ],
+        f"Fine-tuning throughput: {args.model}, POS, batch {args.batch_size}, {args.steps} steps, "
+        "non-padding tokens per second",
+    )
 
 
 if __name__ == "__main__":

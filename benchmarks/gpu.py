@@ -96,6 +96,7 @@ def model_dir() -> Path:
 
 # --------------------------------------------------------------------------- setup
 
+
 def part_setup() -> None:
     import platform
 
@@ -105,12 +106,21 @@ def part_setup() -> None:
     from bertology import paths
 
     fig = Figures("setup")
-    info = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "transformers": transformers.__version__, "device": str(device())}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "device": str(device()),
+    }
     if device().type == "cuda":
         p = torch.cuda.get_device_properties(0)
-        info.update(gpu=torch.cuda.get_device_name(0), memory_gib=round(p.total_memory / 2**30, 1),
-                    capability=f"{p.major}.{p.minor}", sms=p.multi_processor_count)
+        info.update(
+            gpu=torch.cuda.get_device_name(0),
+            memory_gib=round(p.total_memory / 2**30, 1),
+            capability=f"{p.major}.{p.minor}",
+            sms=p.multi_processor_count,
+        )
     fig.put("versions", info)
     src = paths.shipped_models_dir() / "bert-mini-english" / "checkpoint-3800"
     folder = model_dir()
@@ -149,6 +159,7 @@ def matmul_rate() -> float:
 
 
 # --------------------------------------------------------------------------- extraction
+
 
 def disk_write_rate(root: Path, n_bytes: int) -> float:
     """Bytes/s of writing ``n_bytes`` (64 MiB chunks, one file per 256 MiB, each fsynced) into ``root``."""
@@ -197,8 +208,9 @@ def part_extract() -> None:
     def batches_of(c, batch_tokens: int):
         tokens = tokenize_sentences(lm.tokenizer, [s.words for s in c])
         limit = model_max_tokens(lm.model, lm.tokenizer)
-        segs = [segment_sentence(lm.tokenizer, s.words, i, limit, "error", s.sent_id, tokens[i])
-                for i, s in enumerate(c)]
+        segs = [
+            segment_sentence(lm.tokenizer, s.words, i, limit, "error", s.sent_id, tokens[i]) for i, s in enumerate(c)
+        ]
         pad = lm.tokenizer.pad_token_id or 0
         out, real, flops = [], 0, 0.0
         for shard in plan_shards(segs, 256):
@@ -224,11 +236,15 @@ def part_extract() -> None:
         "store, defaults (float32)": ({}, 1024, "bare forward, float32, 1024-token batches"),
         f"bare forward, bf16, {big}-token batches": (torch.bfloat16, big, None),
         f"store, bf16, float16 storage, {big}-token batches": (
-            {"amp_dtype": "bfloat16", "storage": "float16", "batch_tokens": big}, big,
-            f"bare forward, bf16, {big}-token batches"),
+            {"amp_dtype": "bfloat16", "storage": "float16", "batch_tokens": big},
+            big,
+            f"bare forward, bf16, {big}-token batches",
+        ),
         f"store, auto precision, float16 storage, {big}-token batches": (
-            {"amp_dtype": "auto", "storage": "float16", "batch_tokens": big}, big,
-            f"bare forward, bf16, {big}-token batches"),
+            {"amp_dtype": "auto", "storage": "float16", "batch_tokens": big},
+            big,
+            f"bare forward, bf16, {big}-token batches",
+        ),
     }
     sets = {}
     for _, bt, _ in rows.values():
@@ -266,7 +282,7 @@ def part_extract() -> None:
     fig.put("failed", failed)
     store_bytes = 0
     for r in range(1 if ARGS.tiny else 2):
-        for name in (list(rows) if r == 0 else list(rows)[::-1]):
+        for name in list(rows) if r == 0 else list(rows)[::-1]:
             if name in failed or left() < 20:
                 continue
             seconds, n_bytes = run(name, warmup=False)
@@ -274,8 +290,12 @@ def part_extract() -> None:
             row["runs"].append(round(seconds, 4))
             best = min(row["runs"])
             flops = sets[rows[name][1]][1]["forward_flops"]
-            row.update(seconds=best, words_per_s=words / best, mfu_peak=flops / best / H100_PEAK,
-                       mfu_matmul=flops / best / matmul_rate())
+            row.update(
+                seconds=best,
+                words_per_s=words / best,
+                mfu_peak=flops / best / H100_PEAK,
+                mfu_matmul=flops / best / matmul_rate(),
+            )
             if n_bytes:
                 row.update(bytes=n_bytes, bytes_per_s=n_bytes / best)
                 store_bytes = max(store_bytes, n_bytes)
@@ -291,8 +311,8 @@ def part_extract() -> None:
             row["ratio_to_disk"] = row["bytes_per_s"] / rate
             base = rows[name][2]
             if base in results:
-                forward_bound = results[base]["seconds"] / 0.5        # the store's time at 0.5x the bare forward
-                disk_bound = row["bytes"] / (0.8 * rate)              # ... at 0.8x the disk's bytes/s
+                forward_bound = results[base]["seconds"] / 0.5  # the store's time at 0.5x the bare forward
+                disk_bound = row["bytes"] / (0.8 * rate)  # ... at 0.8x the disk's bytes/s
                 row["binding"] = "disk" if disk_bound > forward_bound else "forward"
                 row["target_met"] = bool(row["seconds"] <= max(forward_bound, disk_bound))
     fig.put("paths", results)
@@ -302,10 +322,17 @@ def part_extract() -> None:
 
 # --------------------------------------------------------------------------- pretraining
 
+
 def part_pretrain() -> None:
     from bertology.pretraining import load_config, read_metrics, run_pretraining
-    from bertology.pretraining.data import (Masker, corpus_path, load_sequences, masked_batch, run_tokenizer,
-                                            stream_indices)
+    from bertology.pretraining.data import (
+        Masker,
+        corpus_path,
+        load_sequences,
+        masked_batch,
+        run_tokenizer,
+        stream_indices,
+    )
     from bertology.pretraining.objectives import build_model
     from bertology.pretraining.runtime import setup_runtime
     from bertology.pretraining.text_corpus import corpus_hash
@@ -314,14 +341,40 @@ def part_pretrain() -> None:
     dev = device()
     root = work() / "pretrain"
     steps, log_every = (6, 2) if ARGS.tiny else (ARGS.steps, 20)
-    over = dict(run_name="prep", output_root=str(root), max_steps=steps, warmup_steps=2, log_every=log_every,
-                eval_every=10**6, eval_batches=1, save_every=10**6, keep_steps=[], progress=False,
-                device=dev.type, grad_accum_steps=1, max_documents=20 if ARGS.tiny else 150)
+    over = dict(
+        run_name="prep",
+        output_root=str(root),
+        max_steps=steps,
+        warmup_steps=2,
+        log_every=log_every,
+        eval_every=10**6,
+        eval_batches=1,
+        save_every=10**6,
+        keep_steps=[],
+        progress=False,
+        device=dev.type,
+        grad_accum_steps=1,
+        max_documents=20 if ARGS.tiny else 150,
+    )
     if ARGS.tiny:
         over.update(sizes(), vocab_size=2000, batch_size=8)
     cfg = load_config("bert_base_gpu", **over)
-    fig.put("config", {k: getattr(cfg, k) for k in ("num_hidden_layers", "hidden_size", "max_seq_len", "batch_size",
-                                                    "objective", "masking", "vocab_size", "max_steps")})
+    fig.put(
+        "config",
+        {
+            k: getattr(cfg, k)
+            for k in (
+                "num_hidden_layers",
+                "hidden_size",
+                "max_seq_len",
+                "batch_size",
+                "objective",
+                "masking",
+                "vocab_size",
+                "max_steps",
+            )
+        },
+    )
     rt = setup_runtime(cfg)
     prep = root / "prep"
     prep.mkdir(parents=True, exist_ok=True)
@@ -337,7 +390,7 @@ def part_pretrain() -> None:
         cpu_batches.append({k: b[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")})
     width = cfg.max_seq_len
 
-    def padded(b):   # one shape for every batch: compiled graphs are not rebuilt per width
+    def padded(b):  # one shape for every batch: compiled graphs are not rebuilt per width
         extra = width - b["input_ids"].shape[1]
         fill = {"input_ids": tok.pad_token_id, "attention_mask": 0, "token_type_ids": 0, "labels": -100}
         return {k: torch.nn.functional.pad(v, (0, extra), value=fill[k]) if extra > 0 else v for k, v in b.items()}
@@ -365,8 +418,11 @@ def part_pretrain() -> None:
             opt.zero_grad(set_to_none=True)
         sync()
         s = time.perf_counter() - t
-        return {"tokens_per_s": tokens / s, "mfu_peak": 6 * n_params * tokens / s / H100_PEAK,
-                "mfu_matmul": 6 * n_params * tokens / s / matmul_rate()}
+        return {
+            "tokens_per_s": tokens / s,
+            "mfu_peak": 6 * n_params * tokens / s / H100_PEAK,
+            "mfu_matmul": 6 * n_params * tokens / s / matmul_rate(),
+        }
 
     def trainer(compiled: bool) -> dict:
         name = "trainer-compiled" if compiled else "trainer"
@@ -381,16 +437,22 @@ def part_pretrain() -> None:
         m = read_metrics(run_dir)
         tps = m[(m.metric == "tokens_per_s") & (m.step > log_every)]["value"]
         mfu = m[(m.metric == "mfu") & (m.step > log_every)]["value"]
-        out = {"tokens_per_s": float(tps.mean()), "windows": m[m.metric == "tokens_per_s"].value.round(0).tolist(),
-               "mfu_peak": 6 * n_params * float(tps.mean()) / H100_PEAK,
-               "mfu_logged": float(mfu.mean()) if len(mfu) else None}
+        out = {
+            "tokens_per_s": float(tps.mean()),
+            "windows": m[m.metric == "tokens_per_s"].value.round(0).tolist(),
+            "mfu_peak": 6 * n_params * float(tps.mean()) / H100_PEAK,
+            "mfu_logged": float(mfu.mean()) if len(mfu) else None,
+        }
         shutil.rmtree(run_dir, ignore_errors=True)
         return out
 
     rows: dict[str, dict] = {}
-    for name, fn in [("minimal loop", lambda: minimal(False)), ("workbench trainer", lambda: trainer(False)),
-                     ("minimal loop, torch.compile", lambda: minimal(True)),
-                     ("workbench trainer, compile: true", lambda: trainer(True))]:
+    for name, fn in [
+        ("minimal loop", lambda: minimal(False)),
+        ("workbench trainer", lambda: trainer(False)),
+        ("minimal loop, torch.compile", lambda: minimal(True)),
+        ("workbench trainer, compile: true", lambda: trainer(True)),
+    ]:
         if left() < 40:
             rows[name] = {"skipped": f"{left():.0f} s left"}
             continue
@@ -411,6 +473,7 @@ def part_pretrain() -> None:
 
 # --------------------------------------------------------------------------- report
 
+
 def part_report() -> None:
     out = Path(ARGS.out)
     setup = json.loads((out / "gpu-setup.json").read_text()) if (out / "gpu-setup.json").is_file() else {}
@@ -419,16 +482,21 @@ def part_report() -> None:
     ext = json.loads((out / "gpu-extract.json").read_text()) if (out / "gpu-extract.json").is_file() else {}
     for name, r in ext.get("paths", {}).items():
         ratio = (f"{r['ratio_to_bare']:.2f}x bare" if "ratio_to_bare" in r else "-") + (
-            f", {r['ratio_to_disk']:.2f}x disk ({r['binding']} binds)" if "ratio_to_disk" in r else "")
-        print(f"| {name} | {r['words_per_s']:,.0f} words/s | {ratio} | {100 * r['mfu_peak']:.1f}% / "
-              f"{100 * r['mfu_matmul']:.1f}% |")
+            f", {r['ratio_to_disk']:.2f}x disk ({r['binding']} binds)" if "ratio_to_disk" in r else ""
+        )
+        print(
+            f"| {name} | {r['words_per_s']:,.0f} words/s | {ratio} | {100 * r['mfu_peak']:.1f}% / "
+            f"{100 * r['mfu_matmul']:.1f}% |"
+        )
     if "disk_write_bytes_per_s" in ext:
         print(f"| disk write + fsync | {ext['disk_write_bytes_per_s'] / 1e9:.2f} GB/s | - | - |")
     pre = json.loads((out / "gpu-pretrain.json").read_text()) if (out / "gpu-pretrain.json").is_file() else {}
     for name, r in pre.get("loops", {}).items():
         if "tokens_per_s" in r:
-            print(f"| pretraining: {name} | {r['tokens_per_s']:,.0f} tokens/s | "
-                  f"{r.get('ratio_to_minimal', 0):.2f}x minimal | {100 * r['mfu_peak']:.1f}% |")
+            print(
+                f"| pretraining: {name} | {r['tokens_per_s']:,.0f} tokens/s | "
+                f"{r.get('ratio_to_minimal', 0):.2f}x minimal | {100 * r['mfu_peak']:.1f}% |"
+            )
         else:
             print(f"| pretraining: {name} | {r} | - | - |")
 

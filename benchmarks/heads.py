@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from scipy.stats import spearmanr
-
 from common import machine_line
+from scipy.stats import spearmanr
 
 
 def full_logits_mlm_loss(model, batch):
     """The baseline: per-example MLM loss from the HF ``*ForMaskedLM`` logits at every position."""
-    from bertology.probes.heads.importance import token_cross_entropy, model_inputs
+    from bertology.probes.heads.importance import model_inputs, token_cross_entropy
 
     return token_cross_entropy(model(**model_inputs(batch)).logits, batch["labels"])
 
@@ -37,10 +36,10 @@ def main() -> None:
     args = parser.parse_args()
     print(machine_line())
 
-    from bertology.probes.heads.importance import ablation_importance, importance_scores
-    from bertology.probes.heads.pruning import pos_task
     from bertology.corpus import load_corpus
     from bertology.models import load_model
+    from bertology.probes.heads.importance import ablation_importance, importance_scores
+    from bertology.probes.heads.pruning import pos_task
 
     lm = load_model(args.model, attentions=True, mlm_head=args.mlm)
     corpus = load_corpus("brown-sample", limit=40 if args.quick else 160)

@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 
 
-
 def matmul_flops(n: int = 2048, repeats: int = 5) -> float:
     """FLOP/s of an ``n x n`` float32 matmul (best of ``repeats``)."""
     a, b = torch.randn(n, n), torch.randn(n, n)
@@ -34,7 +33,7 @@ def matmul_flops(n: int = 2048, repeats: int = 5) -> float:
         t = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - t)
-    return 2 * n ** 3 / best
+    return 2 * n**3 / best
 
 
 def main() -> None:
@@ -47,7 +46,12 @@ def main() -> None:
 
     from bertology.pretraining import PretrainConfig, read_metrics, run_pretraining
     from bertology.pretraining.data import (
-        Masker, corpus_path, load_sequences, masked_batch, run_tokenizer, stream_indices,
+        Masker,
+        corpus_path,
+        load_sequences,
+        masked_batch,
+        run_tokenizer,
+        stream_indices,
     )
     from bertology.pretraining.objectives import build_model
     from bertology.pretraining.optimization import make_optimizer
@@ -58,15 +62,46 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     steps, log_every = (12, 4) if args.quick else (40, 10)
-    dims = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=512,
-                max_seq_len=128, batch_size=8, vocab_size=4000) if args.quick else \
-        dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024,
-             max_seq_len=128, batch_size=16, vocab_size=8000)
+    dims = (
+        dict(
+            num_hidden_layers=2,
+            hidden_size=128,
+            num_attention_heads=4,
+            intermediate_size=512,
+            max_seq_len=128,
+            batch_size=8,
+            vocab_size=4000,
+        )
+        if args.quick
+        else dict(
+            num_hidden_layers=4,
+            hidden_size=256,
+            num_attention_heads=4,
+            intermediate_size=1024,
+            max_seq_len=128,
+            batch_size=16,
+            vocab_size=8000,
+        )
+    )
     root = Path(tempfile.mkdtemp(prefix="bench_pretrain_"))
-    cfg = PretrainConfig(run_name="bench", corpus="brown", max_documents=60 if args.quick else 200,
-                         output_root=str(root), max_steps=steps, warmup_steps=2, log_every=log_every,
-                         eval_every=10 ** 6, eval_batches=1, save_every=10 ** 6, keep_steps=[], progress=False,
-                         dropout=0.1, seed=0, num_threads=args.threads, **dims)
+    cfg = PretrainConfig(
+        run_name="bench",
+        corpus="brown",
+        max_documents=60 if args.quick else 200,
+        output_root=str(root),
+        max_steps=steps,
+        warmup_steps=2,
+        log_every=log_every,
+        eval_every=10**6,
+        eval_batches=1,
+        save_every=10**6,
+        keep_steps=[],
+        progress=False,
+        dropout=0.1,
+        seed=0,
+        num_threads=args.threads,
+        **dims,
+    )
 
     # data + tokenizer prepared once (the trainer reuses the cache in its run dir)
     rt = setup_runtime(cfg)
@@ -101,6 +136,7 @@ def main() -> None:
     def trainer(run_name: str) -> float:
         cfg.run_name = run_name
         import shutil
+
         shutil.copytree(root / "bench" / "tokenizer", root / run_name / "tokenizer")
         shutil.copytree(root / "bench" / "data", root / run_name / "data")
         m = read_metrics(run_pretraining(cfg, resume=False))
@@ -116,21 +152,33 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     peak = matmul_flops()
     rows = [
-        {"loop": "minimal loop (HF labels=)", "tokens_per_s": tps_min,
-         "model_TFLOP_s": 6 * params * tps_min / 1e12, "MFU_vs_matmul": 6 * params * tps_min / peak},
-        {"loop": "workbench trainer", "tokens_per_s": tps,
-         "model_TFLOP_s": 6 * params * tps / 1e12, "MFU_vs_matmul": 6 * params * tps / peak},
+        {
+            "loop": "minimal loop (HF labels=)",
+            "tokens_per_s": tps_min,
+            "model_TFLOP_s": 6 * params * tps_min / 1e12,
+            "MFU_vs_matmul": 6 * params * tps_min / peak,
+        },
+        {
+            "loop": "workbench trainer",
+            "tokens_per_s": tps,
+            "model_TFLOP_s": 6 * params * tps / 1e12,
+            "MFU_vs_matmul": 6 * params * tps / peak,
+        },
     ]
     df = pd.DataFrame(rows)
-    print(f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocab {len(tok)}, "
-          f"{params / 1e6:.2f}M params; batch {cfg.batch_size} x {cfg.max_seq_len}; {steps} steps; "
-          f"torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}")
+    print(
+        f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocab {len(tok)}, "
+        f"{params / 1e6:.2f}M params; batch {cfg.batch_size} x {cfg.max_seq_len}; {steps} steps; "
+        f"torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}"
+    )
     print(f"float32 matmul 2048^3: {peak / 1e9:.1f} GFLOP/s")
     print(df.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"ratio trainer / minimal loop (tokens/s): {tps / tps_min:.2f}x")
-    print("note: 6N counts the full vocabulary projection at every token; the trainer computes it only at the "
-          "masked ~15% (same loss), which is most of its speed-up and makes its 6N-based MFU an overstatement "
-          "of the FLOPs it executes.")
+    print(
+        "note: 6N counts the full vocabulary projection at every token; the trainer computes it only at the "
+        "masked ~15% (same loss), which is most of its speed-up and makes its 6N-based MFU an overstatement "
+        "of the FLOPs it executes."
+    )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ import warnings
 
 import numpy as np
 import torch
-
 from common import print_table
 
 
@@ -43,8 +42,14 @@ def _data(args):
 
     if args.synthetic:
         strengths = {0: 0.10, 1: 0.16, 2: 0.22, 3: 0.25, 4: 0.22, 5: 0.18, 6: 0.12}
-        d = planted_task(n_layers=7, n_words=5000 if args.quick else 20000, dim=384, n_labels=17,
-                         signal_layers=strengths, seed=args.seed)
+        d = planted_task(
+            n_layers=7,
+            n_words=5000 if args.quick else 20000,
+            dim=384,
+            n_labels=17,
+            signal_layers=strengths,
+            seed=args.seed,
+        )
         return d.features, d.sentence_offsets, d.task, "synthetic planted"
     from bertology.corpus import load_corpus
     from bertology.models import load_model
@@ -90,8 +95,11 @@ def main() -> None:
     parser.add_argument("--synthetic", action="store_true", help="planted isotropic features instead of MiniLM")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", default=f"1,{os.cpu_count()}" if (os.cpu_count() or 1) > 1 else "1",
-                        help="comma list of torch/BLAS thread counts, one table each (default 1 and all)")
+    parser.add_argument(
+        "--threads",
+        default=f"1,{os.cpu_count()}" if (os.cpu_count() or 1) > 1 else "1",
+        help="comma list of torch/BLAS thread counts, one table each (default 1 and all)",
+    )
     parser.add_argument("--repeat", type=int, default=2, help="best of N runs for the linear probes")
     parser.add_argument("--no-mlp", action="store_true", help="skip the MLP rows")
     args = parser.parse_args()
@@ -100,8 +108,14 @@ def main() -> None:
     from sklearn.linear_model import LogisticRegression
     from threadpoolctl import threadpool_limits
 
-    from bertology.probes.probing.edge import (ProbeConfig, SpanFeatures, classification_metrics, fit_joint,
-                                               predict_logits, span_index)
+    from bertology.probes.probing.edge import (
+        ProbeConfig,
+        SpanFeatures,
+        classification_metrics,
+        fit_joint,
+        predict_logits,
+        span_index,
+    )
     from bertology.probes.probing.tasks import split_by_sentence
 
     feats, offsets, task, what = _data(args)
@@ -114,15 +128,26 @@ def main() -> None:
         raise SystemExit("benchmark expects a single-word, single-span task")
     data = SpanFeatures(feats, tokens, mask, True, args.device)
     tr, dv, te = split["train"], split["dev"], split["test"]
-    Xs = data.cached[:, :, 0, 0].cpu().numpy()        # the probes' own standardised inputs [L, n, D]
-    print(f"{what}: {L} layers x {W} words x {D} dims, {len(task)} examples, {K} labels, "
-          f"train {len(tr)} / dev {len(dv)} / test {len(te)}")
+    Xs = data.cached[:, :, 0, 0].cpu().numpy()  # the probes' own standardised inputs [L, n, D]
+    print(
+        f"{what}: {L} layers x {W} words x {D} dims, {len(task)} examples, {K} labels, "
+        f"train {len(tr)} / dev {len(dv)} / test {len(te)}"
+    )
 
     def joint(probe: str, layers: list[int], **kw):
         kw = {"batch_size": 512, **kw}
         cfg = ProbeConfig(probe=probe, max_epochs=30, patience=3, device=args.device, **kw)
-        fit = fit_joint(data, y, tr, dv, n_labels=K, mixing=np.eye(L, dtype=bool)[layers],
-                        learned_mix=False, config=cfg, seed=args.seed)
+        fit = fit_joint(
+            data,
+            y,
+            tr,
+            dv,
+            n_labels=K,
+            mixing=np.eye(L, dtype=bool)[layers],
+            learned_mix=False,
+            config=cfg,
+            seed=args.seed,
+        )
         return classification_metrics(predict_logits(fit.model, data, te), y[te], False)["accuracy"]
 
     def sklearn_per_layer():
@@ -133,66 +158,94 @@ def main() -> None:
             iters.append(int(clf.n_iter_.max()))
         return np.array(accs), iters
 
-    best: dict[str, tuple[float, int, np.ndarray]] = {}     # method -> (seconds, threads, accuracies)
+    best: dict[str, tuple[float, int, np.ndarray]] = {}  # method -> (seconds, threads, accuracies)
     for threads in [int(t) for t in args.threads.split(",")]:
         with threadpool_limits(threads):
             before = torch.get_num_threads()
             torch.set_num_threads(threads)
-            joint("linear", [0])                 # warm-up (thread pools, allocator)
+            joint("linear", [0])  # warm-up (thread pools, allocator)
             with warnings.catch_warnings():
-                warnings.simplefilter("error")   # a ConvergenceWarning would make the baseline unfair
+                warnings.simplefilter("error")  # a ConvergenceWarning would make the baseline unfair
                 (acc_sk, sk_iters), t_sk = _best_of(sklearn_per_layer, args.repeat)
             acc_lin, t_lin = _best_of(lambda: joint("linear", list(range(L))), args.repeat)
-            acc_lin32, t_lin32 = _best_of(lambda: joint("linear", list(range(L)), precision="float32"),
-                                          args.repeat)
+            acc_lin32, t_lin32 = _best_of(lambda: joint("linear", list(range(L)), precision="float32"), args.repeat)
             acc_adam, t_adam = _best_of(lambda: joint("linear", list(range(L)), solver="adam", lr=3e-3), 1)
-            rows = [("sklearn LogisticRegression, 1 per layer (baseline)", t_sk, t_sk, acc_sk),
-                    ("joint linear, L-BFGS (auto precision)", t_lin, t_sk, acc_lin),
-                    ("joint linear, L-BFGS (float32)", t_lin32, t_sk, acc_lin32),
-                    ("joint linear, minibatch Adam", t_adam, t_sk, acc_adam)]
+            rows = [
+                ("sklearn LogisticRegression, 1 per layer (baseline)", t_sk, t_sk, acc_sk),
+                ("joint linear, L-BFGS (auto precision)", t_lin, t_sk, acc_lin),
+                ("joint linear, L-BFGS (float32)", t_lin32, t_sk, acc_lin32),
+                ("joint linear, minibatch Adam", t_adam, t_sk, acc_adam),
+            ]
             if not args.no_mlp:
                 acc_mlp, t_mlp = _best_of(lambda: joint("mlp", list(range(L))), 1)
-                acc_loop, t_loop = _best_of(
-                    lambda: np.concatenate([joint("mlp", [l]) for l in range(L)]), 1)
+                acc_loop, t_loop = _best_of(lambda: np.concatenate([joint("mlp", [l]) for l in range(L)]), 1)
                 with _previous_adam():
-                    acc_old, t_old = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128,
-                                                            precision="float32"), 1)
-                acc_f32, t_f32 = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128,
-                                                        precision="float32"), 1)
+                    acc_old, t_old = _best_of(
+                        lambda: joint("mlp", list(range(L)), batch_size=128, precision="float32"), 1
+                    )
+                acc_f32, t_f32 = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128, precision="float32"), 1)
                 acc_mlp128, t_mlp128 = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128), 1)
-                rows += [("torch MLP probe, 1 per layer in a loop (baseline)", t_loop, t_loop, acc_loop),
-                         ("joint MLP (all layers), batch 512", t_mlp, t_loop, acc_mlp),
-                         (PREVIOUS_MLP, t_old, t_old, acc_old),
-                         ("joint MLP, batch 128, float32, fused Adam", t_f32, t_old, acc_f32),
-                         (CURRENT_MLP, t_mlp128, t_old, acc_mlp128)]
+                rows += [
+                    ("torch MLP probe, 1 per layer in a loop (baseline)", t_loop, t_loop, acc_loop),
+                    ("joint MLP (all layers), batch 512", t_mlp, t_loop, acc_mlp),
+                    (PREVIOUS_MLP, t_old, t_old, acc_old),
+                    ("joint MLP, batch 128, float32, fused Adam", t_f32, t_old, acc_f32),
+                    (CURRENT_MLP, t_mlp128, t_old, acc_mlp128),
+                ]
             torch.set_num_threads(before)
         for m, t, _, a in rows:
             if m not in best or t < best[m][0]:
                 best[m] = (t, threads, a)
-        table = [{"method": m, "seconds": t, "speed-up": base / t, "mean acc": float(a.mean()),
-                  "best layer": int(a.argmax()), "best acc": float(a.max())} for m, t, base, a in rows]
-        print_table(table, f"All-layer probing, {threads} thread(s) (speed-up vs the row's baseline; "
-                           f"sklearn iterations per layer {sk_iters})")
-        per_layer = [{"layer": l, **{m.split(",")[0] if "sklearn" in m else m: float(a[l])
-                                     for m, _, _, a in rows}} for l in range(L)]
+        table = [
+            {
+                "method": m,
+                "seconds": t,
+                "speed-up": base / t,
+                "mean acc": float(a.mean()),
+                "best layer": int(a.argmax()),
+                "best acc": float(a.max()),
+            }
+            for m, t, base, a in rows
+        ]
+        print_table(
+            table,
+            f"All-layer probing, {threads} thread(s) (speed-up vs the row's baseline; "
+            f"sklearn iterations per layer {sk_iters})",
+        )
+        per_layer = [
+            {"layer": l, **{m.split(",")[0] if "sklearn" in m else m: float(a[l]) for m, _, _, a in rows}}
+            for l in range(L)
+        ]
         print_table(per_layer, "Test accuracy per layer")
 
-    sk, lin, lin32 = (best[m] for m in ("sklearn LogisticRegression, 1 per layer (baseline)",
-                                          "joint linear, L-BFGS (auto precision)",
-                                          "joint linear, L-BFGS (float32)"))
-    print(f"\neach at its fastest thread count: joint linear L-BFGS {lin[0]:.3g} s ({lin[1]} threads) vs "
-          f"sklearn {sk[0]:.3g} s ({sk[1]} threads): {sk[0] / lin[0]:.1f}x faster "
-          f"(float32: {sk[0] / lin32[0]:.1f}x), mean test accuracy {lin[2].mean():.4f} "
-          f"(float32 {lin32[2].mean():.4f}) vs {sk[2].mean():.4f}; target >= 10x at equal or better accuracy")
+    sk, lin, lin32 = (
+        best[m]
+        for m in (
+            "sklearn LogisticRegression, 1 per layer (baseline)",
+            "joint linear, L-BFGS (auto precision)",
+            "joint linear, L-BFGS (float32)",
+        )
+    )
+    print(
+        f"\neach at its fastest thread count: joint linear L-BFGS {lin[0]:.3g} s ({lin[1]} threads) vs "
+        f"sklearn {sk[0]:.3g} s ({sk[1]} threads): {sk[0] / lin[0]:.1f}x faster "
+        f"(float32: {sk[0] / lin32[0]:.1f}x), mean test accuracy {lin[2].mean():.4f} "
+        f"(float32 {lin32[2].mean():.4f}) vs {sk[2].mean():.4f}; target >= 10x at equal or better accuracy"
+    )
     if not args.no_mlp:
         loop = best["torch MLP probe, 1 per layer in a loop (baseline)"]
         for m in ("joint MLP (all layers), batch 512", CURRENT_MLP):
             mlp = best[m]
-            print(f"{m} vs MLP loop: {loop[0] / mlp[0]:.1f}x faster, mean accuracy "
-                  f"{mlp[2].mean():.4f} vs {loop[2].mean():.4f}")
+            print(
+                f"{m} vs MLP loop: {loop[0] / mlp[0]:.1f}x faster, mean accuracy "
+                f"{mlp[2].mean():.4f} vs {loop[2].mean():.4f}"
+            )
         old, new = best[PREVIOUS_MLP], best[CURRENT_MLP]
-        print(f"MLP probes now vs before (float32, per-tensor Adam): {old[0] / new[0]:.2f}x faster, mean accuracy "
-              f"{new[2].mean():.4f} vs {old[2].mean():.4f}")
+        print(
+            f"MLP probes now vs before (float32, per-tensor Adam): {old[0] / new[0]:.2f}x faster, mean accuracy "
+            f"{new[2].mean():.4f} vs {old[2].mean():.4f}"
+        )
+
 
 if __name__ == "__main__":
     main()

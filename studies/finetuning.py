@@ -12,12 +12,18 @@ from typing import Any
 
 import pandas as pd
 
-from bertology.finetuning.analysis import (FINETUNING_DEFAULTS, finetuned_model_dir, finetuning_analysis,
-                                           held_out_sentences)
+from bertology.finetuning.analysis import (
+    FINETUNING_DEFAULTS,
+    finetuned_model_dir,
+    finetuning_analysis,
+    held_out_sentences,
+)
 from bertology.runs import StudyContext
 
-DESCRIPTION = ("Fine-tuning: frozen / full / BitFit / adapters with intervals and paired comparisons; "
-               "weight change, CKA, attention change, probing and head types per layer")
+DESCRIPTION = (
+    "Fine-tuning: frozen / full / BitFit / adapters with intervals and paired comparisons; "
+    "weight change, CKA, attention change, probing and head types per layer"
+)
 DEFAULTS = FINETUNING_DEFAULTS
 
 
@@ -25,8 +31,9 @@ def run(ctx: StudyContext) -> None:
     finetuning_analysis(ctx)
     cfg = ctx.config
     if cfg["probe_tasks"] or cfg["head_types_change"]:
-        ctx.steps(["probing_before_after", "head_types_before_after"],
-                  lambda: before_after(ctx, ctx.tables["finetune_runs"]))
+        ctx.steps(
+            ["probing_before_after", "head_types_before_after"], lambda: before_after(ctx, ctx.tables["finetune_runs"])
+        )
 
 
 def held_out_corpus(ctx: StudyContext, corpus: Any, task: str, seed: int) -> Any:
@@ -36,7 +43,7 @@ def held_out_corpus(ctx: StudyContext, corpus: Any, task: str, seed: int) -> Any
     cfg = ctx.config
     held_out = {tuple(words) for words in held_out_sentences(ctx, task, seed)}
     chosen = [i for i, s in enumerate(corpus) if tuple(s.words) in held_out]
-    return corpus.subset(chosen[:cfg["cka_sentences"]] if chosen else cfg["cka_sentences"])
+    return corpus.subset(chosen[: cfg["cka_sentences"]] if chosen else cfg["cka_sentences"])
 
 
 def before_after(ctx: StudyContext, runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -52,13 +59,23 @@ def before_after(ctx: StudyContext, runs: pd.DataFrame) -> dict[str, pd.DataFram
     for (task, seed), group in runs.groupby(["task", "seed"], sort=False):
         corpus = held_out_corpus(ctx, whole, task, int(seed))
         ctx.log(f"  before / after fine-tuning: {task}, seed {seed}")
-        models = [("pretrained", cfg["model"])] + [(r.mode, finetuned_model_dir(ctx.run_dir / r.run))
-                                                  for r in group.itertuples()]
-        p, t = probes_and_head_types(models, corpus, probe_tasks=cfg["probe_tasks"],
-                                     head_types=cfg["head_types_change"], seed=int(seed), root=ctx.run_dir, log=ctx.log)
+        models = [("pretrained", cfg["model"])] + [
+            (r.mode, finetuned_model_dir(ctx.run_dir / r.run)) for r in group.itertuples()
+        ]
+        p, t = probes_and_head_types(
+            models,
+            corpus,
+            probe_tasks=cfg["probe_tasks"],
+            head_types=cfg["head_types_change"],
+            seed=int(seed),
+            root=ctx.run_dir,
+            log=ctx.log,
+        )
         probes.append(p.assign(task=task, seed=int(seed)))
         types.append(t.assign(task=task, seed=int(seed)))
     probe_table, type_table = pd.concat(probes, ignore_index=True), pd.concat(types, ignore_index=True)
     first = ["task", "mode", "seed"]
-    return {"probing_before_after": probe_table[first + [c for c in probe_table.columns if c not in first]],
-            "head_types_before_after": type_table[first + [c for c in type_table.columns if c not in first]]}
+    return {
+        "probing_before_after": probe_table[first + [c for c in probe_table.columns if c not in first]],
+        "head_types_before_after": type_table[first + [c for c in type_table.columns if c not in first]],
+    }

@@ -47,27 +47,27 @@ from bertology.store import extract
 
 DESCRIPTION = "MLM vs ELECTRA vs ALBERT (+ distilled student) pretrained at equal FLOPs; loss, probes, head types"
 DEFAULTS = {
-    "run_prefix": "variants",       # models: <run_prefix>-<variant>, tokenizer: <run_prefix>-tokenizer-<key>
-    "base": {},                     # PretrainConfig fields every variant shares (corpus, sizes, batch, lr, ...)
-    "variants": {                   # variant -> PretrainConfig fields of its own
+    "run_prefix": "variants",  # models: <run_prefix>-<variant>, tokenizer: <run_prefix>-tokenizer-<key>
+    "base": {},  # PretrainConfig fields every variant shares (corpus, sizes, batch, lr, ...)
+    "variants": {  # variant -> PretrainConfig fields of its own
         "mlm": {"objective": "mlm"},
         "electra": {"objective": "electra"},
         "albert": {"objective": "mlm+sop", "architecture": "albert", "embedding_size": 128},
         "distilled": {"objective": "distill", "num_hidden_layers": 2},
     },
-    "budget_variant": "mlm",        # the budget is budget_steps steps of this variant, in FLOPs
+    "budget_variant": "mlm",  # the budget is budget_steps steps of this variant, in FLOPs
     "budget_steps": 1000,
-    "teacher_variant": "mlm",       # a distill variant without a teacher learns from this variant's final model
-    "warmup_fraction": 0.06,        # warm-up steps as a share of each variant's steps
-    "packing": "token_blocks",      # single-segment variants: full blocks of the token stream, so their sequences
-                                    # are as full as ALBERT's sentence pairs (measured: whole-sentence packing,
-                                    # doc_ or full_sentences, fills 77% of 64 positions on Brown)
-    "corpus": "brown-sample",       # analyses: the annotated corpus
+    "teacher_variant": "mlm",  # a distill variant without a teacher learns from this variant's final model
+    "warmup_fraction": 0.06,  # warm-up steps as a share of each variant's steps
+    "packing": "token_blocks",  # single-segment variants: full blocks of the token stream, so their sequences
+    # are as full as ALBERT's sentence pairs (measured: whole-sentence packing,
+    # doc_ or full_sentences, fills 77% of 64 positions on Brown)
+    "corpus": "brown-sample",  # analyses: the annotated corpus
     "limit": 400,
     "tasks": ["pos", "deps"],
     "seeds": [0],
     "max_epochs": 10,
-    "random_baseline": True,        # also probe a randomly initialised copy of the budget variant
+    "random_baseline": True,  # also probe a randomly initialised copy of the budget variant
     "seed": 0,
 }
 
@@ -79,14 +79,29 @@ def _tokenizer(prefix: str, base: dict, log) -> Path:
 
     probe = load_config(None, **base)
     # keyed on what the tokenizer depends on: the corpus content and the tokenizer settings
-    key = hashlib.sha256(json.dumps([corpus_hash(corpus_path(probe)), probe.tokenizer_kind, probe.vocab_size,
-                                     probe.lowercase, probe.max_seq_len]).encode()).hexdigest()[:10]
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                corpus_hash(corpus_path(probe)),
+                probe.tokenizer_kind,
+                probe.vocab_size,
+                probe.lowercase,
+                probe.max_seq_len,
+            ]
+        ).encode()
+    ).hexdigest()[:10]
     tok_dir = paths.models_dir() / f"{prefix}-tokenizer-{key}"
     if not (tok_dir / "tokenizer.json").is_file():
         log(f"  training the shared tokenizer ({probe.tokenizer_kind}, {probe.vocab_size}) -> {tok_dir}")
         with atomic_dir(tok_dir) as tmp:
-            train_tokenizer(corpus_path(probe), tmp, kind=probe.tokenizer_kind, vocab_size=probe.vocab_size,
-                            lowercase=probe.lowercase, model_max_length=probe.max_seq_len)
+            train_tokenizer(
+                corpus_path(probe),
+                tmp,
+                kind=probe.tokenizer_kind,
+                vocab_size=probe.vocab_size,
+                lowercase=probe.lowercase,
+                model_max_length=probe.max_seq_len,
+            )
     return tok_dir
 
 
@@ -106,13 +121,26 @@ def _fitting_sentences(corpus, tokenizer, limit: int | None):
 
 
 def _variant_config(cfg: dict, name: str, fields: dict, tok_dir: Path, steps: int | None = None, teacher=None):
-    overrides = {"packing": cfg["packing"], **cfg["base"], **fields, "run_name": f"{cfg['run_prefix']}-{name}",
-                 "tokenizer": str(tok_dir), "progress": False, "seed": cfg["seed"]}
+    overrides = {
+        "packing": cfg["packing"],
+        **cfg["base"],
+        **fields,
+        "run_name": f"{cfg['run_prefix']}-{name}",
+        "tokenizer": str(tok_dir),
+        "progress": False,
+        "seed": cfg["seed"],
+    }
     if teacher is not None and overrides.get("objective") == "distill" and not overrides.get("teacher"):
         overrides["teacher"] = str(teacher)
     if steps is not None:
-        overrides.update(max_steps=steps, warmup_steps=max(1, round(cfg["warmup_fraction"] * steps)),
-                         eval_every=steps, save_every=steps, keep_steps=[0], log_every=max(1, steps // 20))
+        overrides.update(
+            max_steps=steps,
+            warmup_steps=max(1, round(cfg["warmup_fraction"] * steps)),
+            eval_every=steps,
+            save_every=steps,
+            keep_steps=[0],
+            log_every=max(1, steps // 20),
+        )
     try:
         return load_config(None, **overrides)
     except ConfigError as exc:
@@ -126,8 +154,12 @@ def _real_tokens(run_dir: Path, measured: dict, steps: int) -> dict[str, float]:
     cfg, _, train, _ = read_run_data(run_dir)
     share = real_token_share((train.offsets[1:] - train.offsets[:-1]).tolist(), cfg.max_seq_len)
     real_per_step = measured["tokens_per_step"] * share
-    return {"real_token_share": share, "real_tokens_per_step": real_per_step,
-            "real_tokens_total": real_per_step * steps, "flops_per_real_token": measured["flops_per_step"] / real_per_step}
+    return {
+        "real_token_share": share,
+        "real_tokens_per_step": real_per_step,
+        "real_tokens_total": real_per_step * steps,
+        "flops_per_real_token": measured["flops_per_step"] / real_per_step,
+    }
 
 
 def _with_teacher_cost(table: pd.DataFrame, teacher_variant: str) -> pd.DataFrame:
@@ -154,14 +186,17 @@ def run(ctx) -> None:
     students = [n for n, f in variants.items() if f.get("objective") == "distill" and not f.get("teacher")]
     if cfg["teacher_variant"] in students:
         raise ConfigError(f"teacher_variant: {cfg['teacher_variant']!r} is itself a student")
-    trained = ctx.steps(["variants", "training_metrics"],
-                        lambda: _train_all(ctx, tok_dir, len(tokenizer), tokenizer.pad_token_id, students))
+    trained = ctx.steps(
+        ["variants", "training_metrics"],
+        lambda: _train_all(ctx, tok_dir, len(tokenizer), tokenizer.pad_token_id, students),
+    )
     table = trained["variants"]
     corpus = _analysis_corpus(ctx, tokenizer, table, tok_dir)
     reference = paths.models_dir() / f"{cfg['run_prefix']}-{cfg['budget_variant']}"
     ctx.step("heldout", lambda: _heldout(table, trained["training_metrics"], reference))
-    tables = ctx.steps(["probe_scores", "head_types", "probe_sentences"],
-                       lambda: _analyses(ctx, table, corpus, reference))
+    tables = ctx.steps(
+        ["probe_scores", "head_types", "probe_sentences"], lambda: _analyses(ctx, table, corpus, reference)
+    )
     _comparison_tables(ctx, tables)
     _print_summary(ctx)
 
@@ -171,7 +206,7 @@ def _train_all(ctx, tok_dir: Path, vocab: int, pad: int, students: list[str]) ->
     buys it: the ``variants`` table (FLOPs, steps, real tokens, time) and every ``training_metrics``."""
     cfg = ctx.config
     variants: dict = cfg["variants"]
-    order = [n for n in variants if n not in students] + students   # students after their teacher
+    order = [n for n in variants if n not in students] + students  # students after their teacher
     rows, curves = [], []
     budget = None
     for name in order:
@@ -189,23 +224,38 @@ def _train_all(ctx, tok_dir: Path, vocab: int, pad: int, students: list[str]) ->
         teacher_config = None
         if teacher is not None:
             from transformers import AutoConfig
+
             teacher_config = AutoConfig.from_pretrained(str(teacher))
         analytic = analytic_step_flops(run_cfg, vocab, teacher_config)
-        ctx.log(f"  {name}: {measured['flops_per_step'] / 1e9:.2f} GFLOPs/step (analytic "
-                f"{analytic / 1e9:.2f}), {steps} steps for the budget of {budget / 1e12:.3f} TFLOPs, "
-                f"{measured['params_trained']:,} parameters trained")
+        ctx.log(
+            f"  {name}: {measured['flops_per_step'] / 1e9:.2f} GFLOPs/step (analytic "
+            f"{analytic / 1e9:.2f}), {steps} steps for the budget of {budget / 1e12:.3f} TFLOPs, "
+            f"{measured['params_trained']:,} parameters trained"
+        )
         started = time.perf_counter()
         run_dir = run_pretraining(run_cfg)
-        rows.append({"variant": name, "objective": run_cfg.objective, "architecture": run_cfg.architecture,
-                     "model": run_dir.name, "teacher": str(teacher) if teacher else None,
-                     "packing": run_cfg.packing if pair_task(run_cfg.objective) is None else "sentence_pairs",
-                     **{k: v for k, v in measured.items()}, "flops_per_step_analytic": analytic,
-                     "steps": steps, "flops_total": steps * measured["flops_per_step"], "budget_flops": budget,
-                     **_real_tokens(run_dir, measured, steps),
-                     "train_seconds": round(time.perf_counter() - started, 1)})
+        rows.append(
+            {
+                "variant": name,
+                "objective": run_cfg.objective,
+                "architecture": run_cfg.architecture,
+                "model": run_dir.name,
+                "teacher": str(teacher) if teacher else None,
+                "packing": run_cfg.packing if pair_task(run_cfg.objective) is None else "sentence_pairs",
+                **{k: v for k, v in measured.items()},
+                "flops_per_step_analytic": analytic,
+                "steps": steps,
+                "flops_total": steps * measured["flops_per_step"],
+                "budget_flops": budget,
+                **_real_tokens(run_dir, measured, steps),
+                "train_seconds": round(time.perf_counter() - started, 1),
+            }
+        )
         curves.append(read_metrics(run_dir).assign(variant=name))
-    return {"variants": _with_teacher_cost(pd.DataFrame(rows), cfg["teacher_variant"]),
-            "training_metrics": pd.concat(curves, ignore_index=True)}
+    return {
+        "variants": _with_teacher_cost(pd.DataFrame(rows), cfg["teacher_variant"]),
+        "training_metrics": pd.concat(curves, ignore_index=True),
+    }
 
 
 def _analysis_corpus(ctx, tokenizer, table: pd.DataFrame, tok_dir: Path):
@@ -214,11 +264,21 @@ def _analysis_corpus(ctx, tokenizer, table: pd.DataFrame, tok_dir: Path):
     cfg = ctx.config
     corpus, dropped = _fitting_sentences(load_corpus(cfg["corpus"]), tokenizer, cfg["limit"])
     if dropped:
-        ctx.log(f"  {dropped} sentences longer than the models' {tokenizer.model_max_length} training positions "
-                "left out of the analyses")
-    ctx.record(corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sources": corpus.sources,
-                       "sentences": len(corpus), "left_out_too_long": dropped},
-               models=list(table["model"]), tokenizer=str(tok_dir))
+        ctx.log(
+            f"  {dropped} sentences longer than the models' {tokenizer.model_max_length} training positions "
+            "left out of the analyses"
+        )
+    ctx.record(
+        corpus={
+            "name": corpus.name,
+            "fingerprint": corpus.fingerprint,
+            "sources": corpus.sources,
+            "sentences": len(corpus),
+            "left_out_too_long": dropped,
+        },
+        models=list(table["model"]),
+        tokenizer=str(tok_dir),
+    )
     return corpus
 
 
@@ -228,21 +288,49 @@ def _heldout(table: pd.DataFrame, training_metrics: pd.DataFrame, reference: Pat
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # the pair head / pooler a MLM-only load leaves out is expected
-    rows = [{"variant": "unigram", "scored": "training-set token frequencies", "metric": "heldout_mlm_loss",
-             "value": unigram_baseline(reference)["unigram_eval_loss"], "measures_encoder": False}]
+    rows = [
+        {
+            "variant": "unigram",
+            "scored": "training-set token frequencies",
+            "metric": "heldout_mlm_loss",
+            "value": unigram_baseline(reference)["unigram_eval_loss"],
+            "measures_encoder": False,
+        }
+    ]
     for r in table.itertuples():
         final = list_checkpoints(paths.models_dir() / r.model)[-1][1]
-        if r.objective == "electra":   # the discriminator has no MLM head: its generator's loss
-            rows.append({"variant": r.variant, "scored": "generator (not the analysed encoder)",
-                         "metric": "heldout_mlm_loss", "value": heldout_loss(reference, final / "generator"),
-                         "measures_encoder": False})
+        if r.objective == "electra":  # the discriminator has no MLM head: its generator's loss
+            rows.append(
+                {
+                    "variant": r.variant,
+                    "scored": "generator (not the analysed encoder)",
+                    "metric": "heldout_mlm_loss",
+                    "value": heldout_loss(reference, final / "generator"),
+                    "measures_encoder": False,
+                }
+            )
         else:
-            rows.append({"variant": r.variant, "scored": "encoder + MLM head", "metric": "heldout_mlm_loss",
-                         "value": heldout_loss(reference, final), "measures_encoder": True})
+            rows.append(
+                {
+                    "variant": r.variant,
+                    "scored": "encoder + MLM head",
+                    "metric": "heldout_mlm_loss",
+                    "value": heldout_loss(reference, final),
+                    "measures_encoder": True,
+                }
+            )
         own = training_metrics.query("variant == @r.variant and metric.str.startswith('eval_')")
         last = own[own.step == own.step.max()]
-        rows.extend({"variant": r.variant, "scored": "own held-out set and objective", "metric": m.metric,
-                     "value": m.value, "measures_encoder": False} for m in last.itertuples())
+        rows.extend(
+            {
+                "variant": r.variant,
+                "scored": "own held-out set and objective",
+                "metric": m.metric,
+                "value": m.value,
+                "measures_encoder": False,
+            }
+            for m in last.itertuples()
+        )
     return pd.DataFrame(rows)
 
 
@@ -260,14 +348,23 @@ def _analyses(ctx, table: pd.DataFrame, corpus, reference: Path) -> dict[str, pd
         lm = random_init_like(load_model(reference.name), seed=cfg["seed"]) if model is None else load_model(model)
         store = extract(lm, corpus, attentions=True, progress=False)
         types.append(analyse_store(store, corpus)["head_types"].assign(variant=variant))
-        for task in cfg["tasks"]:   # one split (the run's seed) for every variant: paired comparisons
-            df, per_sentence = probe_layers(store, corpus, task, seeds=[int(s) for s in cfg["seeds"]],
-                                            split_seed=cfg["seed"], max_epochs=cfg["max_epochs"],
-                                            test_sentences=True)
+        for task in cfg["tasks"]:  # one split (the run's seed) for every variant: paired comparisons
+            df, per_sentence = probe_layers(
+                store,
+                corpus,
+                task,
+                seeds=[int(s) for s in cfg["seeds"]],
+                split_seed=cfg["seed"],
+                max_epochs=cfg["max_epochs"],
+                test_sentences=True,
+            )
             scores.append(df.assign(variant=variant))
             sentences.append(per_sentence.assign(variant=variant))
-    return {"probe_scores": pd.concat(scores, ignore_index=True), "head_types": pd.concat(types, ignore_index=True),
-            "probe_sentences": pd.concat(sentences, ignore_index=True)}
+    return {
+        "probe_scores": pd.concat(scores, ignore_index=True),
+        "head_types": pd.concat(types, ignore_index=True),
+        "probe_sentences": pd.concat(sentences, ignore_index=True),
+    }
 
 
 def _comparison_tables(ctx, tables: dict[str, pd.DataFrame]) -> None:
@@ -275,39 +372,80 @@ def _comparison_tables(ctx, tables: dict[str, pd.DataFrame]) -> None:
     on dev) of each variant, every pair of variants paired on the same test sentences, head types."""
     cfg = ctx.config
     acc = tables["probe_scores"].query("metric == 'accuracy' and split == 'test'")
-    ctx.step("probe_accuracy", lambda: acc.groupby(["variant", "task", "layer"], as_index=False)["value"].mean()
-             .rename(columns={"value": "accuracy"}))
-    best = ctx.step("probe_best_layers", lambda: pd.concat(
-        [summarise(part).assign(variant=variant) for variant, part in tables["probe_scores"].groupby("variant")],
-        ignore_index=True))
-    ctx.step("encoder_comparison", lambda: compare_best_layers(tables["probe_sentences"], best, by="variant",
-                                                               seed=cfg["seed"]))
-    ctx.step("head_type_counts", lambda: tables["head_types"].groupby(["variant", "type"]).size()
-             .rename("count").reset_index())
+    ctx.step(
+        "probe_accuracy",
+        lambda: (
+            acc.groupby(["variant", "task", "layer"], as_index=False)["value"]
+            .mean()
+            .rename(columns={"value": "accuracy"})
+        ),
+    )
+    best = ctx.step(
+        "probe_best_layers",
+        lambda: pd.concat(
+            [summarise(part).assign(variant=variant) for variant, part in tables["probe_scores"].groupby("variant")],
+            ignore_index=True,
+        ),
+    )
+    ctx.step(
+        "encoder_comparison",
+        lambda: compare_best_layers(tables["probe_sentences"], best, by="variant", seed=cfg["seed"]),
+    )
+    ctx.step(
+        "head_type_counts",
+        lambda: tables["head_types"].groupby(["variant", "type"]).size().rename("count").reset_index(),
+    )
 
 
 def _print_summary(ctx) -> None:
     t = ctx.tables
     v = t["variants"].set_index("variant")
     ctx.log("\nequal compute (FLOPs charged at full sequence length; real tokens = what they bought):")
-    columns = ["objective", "architecture", "packing", "params_encoder", "params_trained", "flops_per_step", "steps",
-               "flops_total", "real_token_share", "real_tokens_total", "flops_per_real_token", "teacher_flops",
-               "flops_total_with_teacher"]
+    columns = [
+        "objective",
+        "architecture",
+        "packing",
+        "params_encoder",
+        "params_trained",
+        "flops_per_step",
+        "steps",
+        "flops_total",
+        "real_token_share",
+        "real_tokens_total",
+        "flops_per_real_token",
+        "teacher_flops",
+        "flops_total_with_teacher",
+    ]
     ctx.log(v[[c for c in columns if c in v.columns]].to_string())
     if "encoder_comparison" in t:
-        ctx.log("\nencoders compared by probing (best layer chosen on dev, test accuracy, paired over the same "
-                "test sentences):")
-        ctx.log(t["probe_best_layers"][["variant", "task", "best_layer", "best_layer_score", "n_test",
-                                        "small_sample"]].to_string(index=False))
-        ctx.log(t["encoder_comparison"][["task", "a", "b", "difference", "low", "high", "p_value",
-                                         "significant"]].round(4).to_string(index=False))
-    ctx.log("\nheld-out MLM loss (nats / masked token, the budget variant's held-out set and masks; "
-            "measures_encoder False: not a measure of the analysed encoder):")
+        ctx.log(
+            "\nencoders compared by probing (best layer chosen on dev, test accuracy, paired over the same "
+            "test sentences):"
+        )
+        ctx.log(
+            t["probe_best_layers"][
+                ["variant", "task", "best_layer", "best_layer_score", "n_test", "small_sample"]
+            ].to_string(index=False)
+        )
+        ctx.log(
+            t["encoder_comparison"][["task", "a", "b", "difference", "low", "high", "p_value", "significant"]]
+            .round(4)
+            .to_string(index=False)
+        )
+    ctx.log(
+        "\nheld-out MLM loss (nats / masked token, the budget variant's held-out set and masks; "
+        "measures_encoder False: not a measure of the analysed encoder):"
+    )
     held = t["heldout"].query("metric == 'heldout_mlm_loss'")
     ctx.log(held[[c for c in ("variant", "scored", "value", "measures_encoder") if c in held]].to_string(index=False))
     ctx.log("\nprobe accuracy (test) per layer:")
-    ctx.log(t["probe_accuracy"].pivot_table(index=["task", "variant"], columns="layer", values="accuracy")
-            .round(3).to_string())
+    ctx.log(
+        t["probe_accuracy"]
+        .pivot_table(index=["task", "variant"], columns="layer", values="accuracy")
+        .round(3)
+        .to_string()
+    )
     ctx.log("\nhead types:")
-    ctx.log(t["head_type_counts"].pivot_table(index="variant", columns="type", values="count", fill_value=0)
-            .to_string())
+    ctx.log(
+        t["head_type_counts"].pivot_table(index="variant", columns="type", values="count", fill_value=0).to_string()
+    )

@@ -24,9 +24,9 @@ from bertology.studies import default_config_file, run_study
 DESCRIPTION = "The main analyses on the embedded default in ~5 minutes on 2 cores (the README's main job)"
 DEFAULTS = {
     "studies": ["head_types", "edge_probing", "contextuality", "alignment", "finetuning", "emergence"],
-    "configs": "quickstart",      # the shipped config variant (studies/configs/quickstart/)
+    "configs": "quickstart",  # the shipped config variant (studies/configs/quickstart/)
     "second_model": "minilm-english-mlm",  # run `second_model_studies` with this model ("" = skip): the
-                                           # workbench's English MLM (MiniLM-L6 + continued MLM pretraining)
+    # workbench's English MLM (MiniLM-L6 + continued MLM pretraining)
     "second_model_studies": ["pruning"],
     "seed": 0,
 }
@@ -43,11 +43,23 @@ def run(ctx) -> None:
         started = time.perf_counter()
         config_file = default_config_file(name, cfg["configs"])
         run_id = f"{ctx.name}-{_id_part(model)}-seed{ctx.seed}" if model else f"{ctx.name}-seed{ctx.seed}"
-        run_dir = run_study(name, config_file=config_file if config_file.is_file() else None, seed=ctx.seed,
-                            overrides={"model": model} if model else None, run_id=run_id,
-                            results_root=results_root, log=ctx.log)
-        rows.append({"study": name, "model": model or "config", "run_dir": str(run_dir),
-                     "seconds": round(time.perf_counter() - started, 1)})
+        run_dir = run_study(
+            name,
+            config_file=config_file if config_file.is_file() else None,
+            seed=ctx.seed,
+            overrides={"model": model} if model else None,
+            run_id=run_id,
+            results_root=results_root,
+            log=ctx.log,
+        )
+        rows.append(
+            {
+                "study": name,
+                "model": model or "config",
+                "run_dir": str(run_dir),
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+        )
     ctx.step("subruns", lambda: pd.DataFrame(rows))
     ctx.record(subruns=rows)
     ctx.log("\nOpen the results:  .venv/bin/bertology dashboard   (http://127.0.0.1:8501)")
@@ -60,4 +72,3 @@ def _id_part(model: str) -> str:
         return model
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).name).strip("-.") or "model"
     return f"{name}-{hashlib.sha256(model.encode()).hexdigest()[:8]}"
-

@@ -13,9 +13,17 @@ from bertology.studies.quickstart import run
 
 DESCRIPTION = "Every analysis on the embedded default at the README's tour sizes (~10 minutes on 2 cores)"
 DEFAULTS = {
-    "studies": ["head_types", "edge_probing", "feature_combinations", "contextuality", "pruning", "emergence",
-                "alignment", "finetuning"],
-    "configs": "tour",            # the shipped config variant (studies/configs/tour/)
+    "studies": [
+        "head_types",
+        "edge_probing",
+        "feature_combinations",
+        "contextuality",
+        "pruning",
+        "emergence",
+        "alignment",
+        "finetuning",
+    ],
+    "configs": "tour",  # the shipped config variant (studies/configs/tour/)
     "second_model": "minilm-english-mlm",  # run `second_model_studies` again with this model ("" = skip)
     "second_model_studies": ["head_types", "pruning"],
     "seed": 0,

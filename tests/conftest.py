@@ -88,8 +88,12 @@ def quickstart_results(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("BERTOLOGY_HOME", str(home))
     try:
-        run_study("tour", overrides={"configs": str(FIXTURES / "tiny_quickstart"), "second_model": ""}, results_root=root,
-                  log=lambda m: None)
+        run_study(
+            "tour",
+            overrides={"configs": str(FIXTURES / "tiny_quickstart"), "second_model": ""},
+            results_root=root,
+            log=lambda m: None,
+        )
     finally:
         mp.undo()
     # semantic_change needs documents the quickstart does not have offline (the State of the Union
@@ -97,7 +101,7 @@ def quickstart_results(tmp_path_factory):
     from dashboard_planted import compression_run, finetuning_run, semantic_change_run
 
     semantic_change_run(root)
-    finetuning_run(root)   # beside the quickstart's tiny fine-tune, a run with every mode and two seeds
+    finetuning_run(root)  # beside the quickstart's tiny fine-tune, a run with every mode and two seeds
     compression_run(root)  # nor compress a fine-tuned model: the Compression page reads a planted run
     return root
 

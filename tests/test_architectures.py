@@ -12,13 +12,27 @@ import numpy as np
 import pytest
 import torch
 
-from bertology.architectures import (ARCHITECTURES, architecture_for, attention_layers, hidden_size, mlm_parts,
-                                     num_heads, num_layers, supported_types)
+from bertology.architectures import (
+    ARCHITECTURES,
+    architecture_for,
+    attention_layers,
+    hidden_size,
+    mlm_parts,
+    num_heads,
+    num_layers,
+    supported_types,
+)
 from bertology.errors import ModelError
 from bertology.features import model_max_tokens
 from bertology.models import from_modules, load_model
-from bertology.probes.heads.gates import (HeadGates, attention_blocks, gates_from_heads, load_pruned, prune_heads,
-                                         save_pruned)
+from bertology.probes.heads.gates import (
+    HeadGates,
+    attention_blocks,
+    gates_from_heads,
+    load_pruned,
+    prune_heads,
+    save_pruned,
+)
 from bertology.testing import TINY_WORDS, save_tiny_model_dir, tiny_model, tiny_tokenizer
 
 TYPES = supported_types()
@@ -41,8 +55,9 @@ def model_dirs(tmp_path_factory):
 
     def get(model_type: str, mlm: bool = False):
         if (model_type, mlm) not in made:
-            made[model_type, mlm] = save_tiny_model_dir(model_type, root / f"{model_type}-{'mlm' if mlm else 'base'}",
-                                                        mlm=mlm)
+            made[model_type, mlm] = save_tiny_model_dir(
+                model_type, root / f"{model_type}-{'mlm' if mlm else 'base'}", mlm=mlm
+            )
         return made[model_type, mlm]
 
     return get
@@ -92,16 +107,20 @@ def test_loads_and_extracts_like_a_plain_forward(model_type, model_dirs, corpus,
         words = corpus[i].words
         enc = lm.tokenizer(words, is_split_into_words=True, return_tensors="pt")
         with torch.no_grad():
-            out = lm.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                           output_hidden_states=True, output_attentions=True)
+            out = lm.model(
+                input_ids=enc["input_ids"],
+                attention_mask=enc["attention_mask"],
+                output_hidden_states=True,
+                output_attentions=True,
+            )
         ids = enc.word_ids()
         first = [ids.index(k) for k in range(len(words))]
-        np.testing.assert_allclose(store.hidden(i), torch.stack(out.hidden_states)[:, 0, first].numpy(),
-                                   atol=1e-5, rtol=1e-5)
-        att = torch.stack(out.attentions)[:, 0].numpy()                    # [L, H, T, T]
+        np.testing.assert_allclose(
+            store.hidden(i), torch.stack(out.hidden_states)[:, 0, first].numpy(), atol=1e-5, rtol=1e-5
+        )
+        att = torch.stack(out.attentions)[:, 0].numpy()  # [L, H, T, T]
         pieces = [[t for t, k in enumerate(ids) if k == j] for j in range(len(words))]
-        raw = np.stack([np.stack([att[:, :, p][:, :, :, q].sum(-1).mean(-1) for q in pieces], -1)
-                        for p in pieces], -2)
+        raw = np.stack([np.stack([att[:, :, p][:, :, :, q].sum(-1).mean(-1) for q in pieces], -1) for p in pieces], -2)
         np.testing.assert_allclose(store.attention(i, normalise=False), raw, atol=1e-5)
 
 
@@ -123,8 +142,9 @@ def test_pre_split_words_are_tokenised_as_in_running_text(model_type, model_dirs
     for word in (TINY_WORDS[5], "unbelievable", "Fulton"):
         split = tok(["it", word], is_split_into_words=True)
         pieces = [p for p, w in zip(split.tokens(), split.word_ids()) if w == 1]
-        assert pieces == tok.tokenize(f"it {word}")[-len(pieces):] and len(tok.tokenize(f"it {word}")) == \
-            len(tok.tokenize("it")) + len(pieces), (model_type, word)
+        assert pieces == tok.tokenize(f"it {word}")[-len(pieces) :] and len(tok.tokenize(f"it {word}")) == len(
+            tok.tokenize("it")
+        ) + len(pieces), (model_type, word)
 
 
 @pytest.mark.parametrize("model_type", PRUNABLE)
@@ -185,8 +205,8 @@ def test_shared_layers_gate_per_position_and_refuse_pruning(model_type, model_di
     zeroed = copy.deepcopy(model)
     block = attention_blocks(zeroed)[0]
     with torch.no_grad():
-        block.value.weight[2 * block.head_dim:3 * block.head_dim] = 0
-        block.value.bias[2 * block.head_dim:3 * block.head_dim] = 0
+        block.value.weight[2 * block.head_dim : 3 * block.head_dim] = 0
+        block.value.bias[2 * block.head_dim : 3 * block.head_dim] = 0
     reference = hidden(zeroed)
     torch.testing.assert_close(both[-1], reference[-1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(early[1], reference[1], atol=1e-5, rtol=1e-5)
@@ -224,10 +244,13 @@ def _save_foreign(config, directory):
 def test_unsupported_model_type_is_refused_at_load(foreign, tmp_path):
     from transformers import DebertaConfig, GPT2Config, T5Config
 
-    config = {"gpt2": lambda: GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=4, n_positions=32),
-              "t5": lambda: T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4),
-              "deberta": lambda: DebertaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1,
-                                               num_attention_heads=4, intermediate_size=64)}[foreign]()
+    config = {
+        "gpt2": lambda: GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=4, n_positions=32),
+        "t5": lambda: T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4),
+        "deberta": lambda: DebertaConfig(
+            vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64
+        ),
+    }[foreign]()
     directory = _save_foreign(config, tmp_path / foreign)
     with pytest.raises(ModelError, match=rf"model_type '{foreign}' is not a BERT-family encoder.*supported: .*bert"):
         load_model(directory)
@@ -252,17 +275,20 @@ def test_mlm_loss_equals_the_loss_from_the_full_logits(model_type):
     """Head importance's MLM loss computes vocabulary logits at the masked positions only where the
     head is known (mlm_parts); per-example losses and the gate gradients equal those of the HF
     model's full logits, under per-example gates, for every architecture."""
-    from bertology.probes.heads.importance import token_cross_entropy, mask_batches, mlm_loss
+    from bertology.probes.heads.importance import mask_batches, mlm_loss, token_cross_entropy
 
     model = tiny_model(model_type, mlm=True).eval()
-    mlm_parts(model)                       # every type of the table takes the masked-positions path
+    mlm_parts(model)  # every type of the table takes the masked-positions path
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
-    raw = {"input_ids": torch.randint(5, vocab, (3, 10), generator=g),
-           "attention_mask": torch.ones(3, 10, dtype=torch.long)}
-    raw["attention_mask"][2, 7:] = 0                   # padding in the last example
+    raw = {
+        "input_ids": torch.randint(5, vocab, (3, 10), generator=g),
+        "attention_mask": torch.ones(3, 10, dtype=torch.long),
+    }
+    raw["attention_mask"][2, 7:] = 0  # padding in the last example
     (batch,) = mask_batches([raw], mask_token_id=4, vocab_size=vocab, special_token_ids=[0, 1, 2, 3], seed=0)
     L, H = num_layers(model.config), num_heads(model.config)
+
     def full_logits(m, b):
         return token_cross_entropy(m(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"])
 

@@ -7,11 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from dashboard_planted import (
+    MARKUP,
+    PAGE_TITLES,
+    PLANTED_GUESS,
+    PLANTED_TYPES,
+    age,
+    contextuality_run,
+    head_types_run,
+    planted_mlm_dir,
+    probing_run,
+    write_manifest,
+)
 
 from bertology.apps import screenshots
 from bertology.apps.pages import PAGE_BY_KEY
-from dashboard_planted import (MARKUP, PAGE_TITLES, PLANTED_GUESS, PLANTED_TYPES, age, contextuality_run,
-                               head_types_run, planted_mlm_dir, probing_run, write_manifest)
 
 pytestmark = [
     pytest.mark.slow,
@@ -44,7 +54,8 @@ def test_pretraining_slider_moves_the_head_map(quickstart_results):
         thumb.focus()
         thumb.press("Home")  # the first checkpoint
         tab.locator('[data-testid="stPlotlyChart"] .gtitle', has_text="head types at step 0").first.wait_for(
-            timeout=WAIT_MS)
+            timeout=WAIT_MS
+        )
         screenshots.settle(tab, WAIT_MS)
         assert last != "head types at step 0"
         assert not screenshots.page_problems(tab)[0]
@@ -65,8 +76,10 @@ def planted_results(tmp_path) -> Path:
 def test_head_map_click_comparison_and_markup_words(planted_results, tmp_path):
     with screenshots.serve(planted_results) as base, screenshots.browser() as tab:
         screenshots.open_page(tab, base, "Heads", {"compare": "head_types/run-b"}, timeout_ms=WAIT_MS, charts=6)
-        assert tab.locator('[data-testid="stPlotlyChart"] .gtitle-subtitle',
-                           has_text="head_types/run-b · model-b").count() == 1
+        assert (
+            tab.locator('[data-testid="stPlotlyChart"] .gtitle-subtitle', has_text="head_types/run-b · model-b").count()
+            == 1
+        )
         tab.get_by_text("Layer 1, head 0", exact=True).wait_for(timeout=WAIT_MS)  # the clearest syntactic head
         # click the "special" square (layer 0, head 2) of the first map: its detail opens
         head_map = tab.locator('[data-testid="stPlotlyChart"]').first
@@ -93,8 +106,10 @@ def test_head_map_click_comparison_and_markup_words(planted_results, tmp_path):
 
         screenshots.open_page(tab, base, "Probing", {"compare": "edge_probing/p-b"}, timeout_ms=WAIT_MS)
         legend = tab.locator('[data-testid="stPlotlyChart"] .legendtext').all_text_contents()
-        assert {"edge_probing/p-a · model-a · brown-sample · mlp probe",
-                "edge_probing/p-b · model-b · brown-sample · mlp probe"} <= set(legend)
+        assert {
+            "edge_probing/p-a · model-a · brown-sample · mlp probe",
+            "edge_probing/p-b · model-b · brown-sample · mlp probe",
+        } <= set(legend)
         assert not any(screenshots.page_problems(tab))
 
 
@@ -130,7 +145,9 @@ def test_live_page_shows_a_typed_sentence_in_every_head_and_the_mlm_guess(tmp_pa
         tab.get_by_text("planted-mlm: 2 layers × 4 heads, 14 tokens for 8 words").wait_for(timeout=WAIT_MS)
         tab.locator(title, has_text="what the MLM head puts in place of 'jury'").wait_for(timeout=WAIT_MS)
         screenshots.settle(tab, WAIT_MS)
-        view = tab.locator('[data-testid="stPlotlyChart"]', has=tab.locator(".gtitle", has_text="attention of every head"))
+        view = tab.locator(
+            '[data-testid="stPlotlyChart"]', has=tab.locator(".gtitle", has_text="attention of every head")
+        )
         assert view.count() == 1
         ticks = view.locator(".ytick text").all_text_contents()
         assert ticks == ["layer 0", "layer 1"], ticks

@@ -25,8 +25,11 @@ def test_models_lists_embedded_minilm():
 
 
 def test_unknown_model_is_one_clear_line_and_exit_2():
-    proc = subprocess.run([sys.executable, "-m", "bertology.cli", "extract", "--model", "nope", "--limit", "2"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertology.cli", "extract", "--model", "nope", "--limit", "2"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "error: unknown model 'nope'" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -42,8 +45,11 @@ def test_annotate_writes_silver_conllu(tmp_path):
 
 
 def test_extract_refuses_an_unknown_storage_dtype():
-    proc = subprocess.run([sys.executable, "-m", "bertology.cli", "extract", "--storage", "int8", "--limit", "2"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertology.cli", "extract", "--storage", "int8", "--limit", "2"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "storage must be 'float32' or 'float16'" in proc.stderr and "Traceback" not in proc.stderr
     help_text = runner.invoke(app, ["extract", "--help"]).output
@@ -51,7 +57,8 @@ def test_extract_refuses_an_unknown_storage_dtype():
 
 
 def test_a_bad_option_type_is_a_usage_error_not_a_traceback():
-    proc = subprocess.run([sys.executable, "-m", "bertology.cli", "prune", "--limit", "x"], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertology.cli", "prune", "--limit", "x"], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "Invalid value for '--limit'" in proc.stderr and "Traceback" not in proc.stderr

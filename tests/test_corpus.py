@@ -6,8 +6,19 @@ import re
 
 import pytest
 
-from bertology.corpus import (Corpus, Entity, Sentence, annotate_silver, bio_to_entities, entities_to_bio,
-                              load_corpus, read_bio, read_conllu, read_text_file, write_conllu)
+from bertology.corpus import (
+    Corpus,
+    Entity,
+    Sentence,
+    annotate_silver,
+    bio_to_entities,
+    entities_to_bio,
+    load_corpus,
+    read_bio,
+    read_conllu,
+    read_text_file,
+    write_conllu,
+)
 from bertology.errors import CorpusError
 
 UD_EDGE_CASES = """# newdoc id = d1
@@ -167,18 +178,21 @@ def _set_head(sentence, word: int, head: int) -> None:
     row[6] = str(head)
 
 
-@pytest.mark.parametrize("plant,problem", [
-    ("cycle", r"a cycle: (\d+) -> (\d+) -> \1;"),
-    ("no_root", r"no root"),
-    ("two_roots", r"2 roots \(words \d+, \d+ have head 0\)"),
-])
+@pytest.mark.parametrize(
+    "plant,problem",
+    [
+        ("cycle", r"a cycle: (\d+) -> (\d+) -> \1;"),
+        ("no_root", r"no root"),
+        ("two_roots", r"2 roots \(words \d+, \d+ have head 0\)"),
+    ],
+)
 def test_heads_that_are_not_a_tree_are_never_gold(tmp_path, plant, problem):
     sentences = _brown_sample_sentences(3)
     target = sentences[1]
     words = [c for c in target if len(c) == 10]
     root = next(i + 1 for i, c in enumerate(words) if c[6] == "0")
     other, third = [i for i in range(1, len(words) + 1) if i != root][:2]
-    if plant == "cycle":      # two words head each other; the root stays
+    if plant == "cycle":  # two words head each other; the root stays
         _set_head(target, other, third)
         _set_head(target, third, other)
     elif plant == "no_root":  # the root points at a word whose head chain leads back: no 0 left
@@ -189,8 +203,11 @@ def test_heads_that_are_not_a_tree_are_never_gold(tmp_path, plant, problem):
     _write(sentences, path)
     sent_id = next(c[0] for c in target if c[0].startswith("# sent_id")).split("=", 1)[1].strip()
     start = path.read_text().split("\n").index(f"# sent_id = {sent_id}") + 1
-    with pytest.raises(CorpusError, match=rf"planted.conllu:{start}: sentence {sent_id}: the heads do not form "
-                                          rf"a tree: {problem}"):
+    with pytest.raises(
+        CorpusError,
+        match=rf"planted.conllu:{start}: sentence {sent_id}: the heads do not form "
+        rf"a tree: {problem}",
+    ):
         read_conllu(path)
     corpus = read_conllu(path, bad_trees="drop")
     assert len(corpus) == 3
@@ -262,6 +279,7 @@ def test_silver_trees_that_are_not_trees_are_flagged():
     for s in flagged:
         assert sum(h == 0 for h in s.heads) != 1 and "roots" in s.meta["tree_error"]
     from bertology.corpus import tree_problem
+
     assert all(tree_problem(s.heads) is None for s in corpus if "tree_error" not in s.meta)
 
 
@@ -278,13 +296,17 @@ def test_brown_reader_bom_and_encoding(tmp_path):
 
 # --------------------------------------------------------------------------- .txt: one sentence per line
 
+
 def test_a_text_file_is_one_sentence_per_line_unless_spacy_is_asked(tmp_path):
     text = tmp_path / "mine.txt"
     text.write_text("Mr. Smith went to Washington. He said hi.\n\nThe old man saw the boat\nIt sank\n")
     lines = load_corpus(text)
-    assert [s.text for s in lines.sentences] == ["Mr. Smith went to Washington. He said hi.",
-                                                 "The old man saw the boat", "It sank"]
-    assert all(sum(h == 0 for h in s.heads) == 1 for s in lines.sentences)      # one tree per line
+    assert [s.text for s in lines.sentences] == [
+        "Mr. Smith went to Washington. He said hi.",
+        "The old man saw the boat",
+        "It sank",
+    ]
+    assert all(sum(h == 0 for h in s.heads) == 1 for s in lines.sentences)  # one tree per line
     assert lines.sources["upos"].startswith("silver") and lines.path == str(text.resolve())
     # what a store records reloads the same sentences
     assert load_corpus(lines.path).fingerprint == lines.fingerprint
@@ -326,7 +348,7 @@ def test_a_conllu_file_is_parsed_once_and_each_load_gets_its_own_copy(tmp_path):
     path.write_text("# sent_id = a\n1\tHello\t_\tINTJ\t_\t_\t0\troot\t_\t_\n\n")
     assert load_corpus(str(path)).sentences[0].words == ["Hello"]
     path.write_text("# sent_id = a\n1\tHellO\t_\tINTJ\t_\t_\t0\troot\t_\t_\n\n")
-    assert load_corpus(str(path)).sentences[0].words == ["HellO"]       # same size, at once: read again
+    assert load_corpus(str(path)).sentences[0].words == ["HellO"]  # same size, at once: read again
     assert len(registry._PARSED) <= registry._PARSED_KEEP
 
 
@@ -337,7 +359,7 @@ def test_a_sentence_copy_equals_a_deep_copy_and_shares_no_list():
     for sentence in load_corpus("brown-sample", limit=20):
         mine, deep = sentence.copy(), copy.deepcopy(sentence)
         assert mine == deep
-        for f in dataclasses.fields(sentence):   # every field is copied, every mutable one anew
+        for f in dataclasses.fields(sentence):  # every field is copied, every mutable one anew
             value = getattr(sentence, f.name)
             assert getattr(mine, f.name) == value
             if isinstance(value, (list, dict)):

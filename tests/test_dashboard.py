@@ -12,11 +12,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from dashboard_planted import (
+    INTRO_PHRASES,
+    PAGE_STUDIES,
+    PAGE_TITLES,
+    PLANTED_IMPORTANCE,
+    PLANTED_PRECISION,
+    age,
+    chart_specs,
+    every_study_run,
+    probing_run,
+)
 from streamlit.testing.v1 import AppTest
 
 from bertology.apps.pages import PAGES
-from dashboard_planted import (INTRO_PHRASES, PAGE_STUDIES, PAGE_TITLES, PLANTED_IMPORTANCE, PLANTED_PRECISION,
-                               age, chart_specs, every_study_run, probing_run)
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
 
@@ -41,11 +50,19 @@ def line(spec: dict, name: str) -> list[float]:
 
 def test_quickstart_writes_every_study(quickstart_results):
     studies = {p.name for p in quickstart_results.iterdir()}
-    assert {"tour", "edge_probing", "feature_combinations", "head_types", "pruning", "contextuality",
-            "alignment", "emergence"} <= studies
+    assert {
+        "tour",
+        "edge_probing",
+        "feature_combinations",
+        "head_types",
+        "pruning",
+        "contextuality",
+        "alignment",
+        "emergence",
+    } <= studies
     for run in quickstart_results.glob("*/*"):
         assert (run / "manifest.json").is_file(), run
-    assert (quickstart_results / "edge_probing" / "tour-seed0").is_dir()   # sub-runs named after the study
+    assert (quickstart_results / "edge_probing" / "tour-seed0").is_dir()  # sub-runs named after the study
 
 
 def test_the_registry_holds_the_pages_in_order_with_their_titles():
@@ -72,8 +89,9 @@ def test_a_registry_entry_renders_its_own_study_and_main_table(page, tmp_path, m
     assert not [i.value for i in at.info if "No complete `" in i.value], "the page found no run of its study"
     (run / f"{page.main_table}.parquet").write_bytes(b"not parquet")
     at = open_page(page.key, root, monkeypatch)
-    assert any("corrupt table" in w.value and f"{page.main_table}.parquet" in w.value for w in at.warning), \
-        [w.value for w in at.warning]
+    assert any("corrupt table" in w.value and f"{page.main_table}.parquet" in w.value for w in at.warning), [
+        w.value for w in at.warning
+    ]
 
 
 @pytest.fixture
@@ -88,7 +106,7 @@ def test_runs_page_lists_every_planted_run(planted_results, monkeypatch):
     assert at.header[0].value == "Runs"
     table = at.dataframe[0].value
     assert sorted(table["study"]) == sorted(s for s, _ in PAGE_STUDIES.values())
-    with_model = table[table["study"] != "semantic_change"]     # word2vec spaces: no model
+    with_model = table[table["study"] != "semantic_change"]  # word2vec spaces: no model
     assert set(table["status"]) == {"complete"} and set(with_model["model"]) == {"planted-bert"}
 
 
@@ -148,7 +166,7 @@ def test_semantic_change_page_shows_the_planted_moved_word_and_searches(planted_
     import json
 
     words = json.loads(charts[0].proto.spec)["data"][0]["y"]
-    assert PLANTED_MOVED in words and ESCAPED in words and MARKUP not in words   # words escaped in the figure
+    assert PLANTED_MOVED in words and ESCAPED in words and MARKUP not in words  # words escaped in the figure
     at.text_input(key="change_word_search").set_value(PLANTED_MOVED).run()
     found = at.dataframe[-1].value
     assert found["word"].tolist() == [PLANTED_MOVED] and found["neighbours_b"].iloc[0].startswith("radio")
@@ -165,7 +183,8 @@ def test_pretraining_page_follows_the_planted_checkpoints(planted_results, monke
     assert best["y"] == pytest.approx([0.4, 0.6])
     assert any("0: 0% / 100%, 10: 100% / 100%" in c.value for c in at.caption)
     assert at.dataframe[0].value.to_dict("records") == [
-        {"sentence": "the ___ barked", "masked word": "dog", "top predictions": "dog (50.0%), cat (25.0%)"}]
+        {"sentence": "the ___ barked", "masked word": "dog", "top predictions": "dog (50.0%), cat (25.0%)"}
+    ]
 
 
 def test_compare_page_puts_the_main_tables_side_by_side(planted_results, monkeypatch):
@@ -181,8 +200,10 @@ def test_compare_page_puts_the_main_tables_side_by_side(planted_results, monkeyp
     at = open_page("Compare runs", planted_results, monkeypatch)
     at.selectbox[0].set_value("edge_probing").run()
     assert not at.error, [e.value for e in at.error]
-    assert [line(spec, "pos") for spec in chart_specs(at)] == [pytest.approx([0.5, 0.6, 0.7]),
-                                                               pytest.approx([0.25, 0.3, 0.35])]
+    assert [line(spec, "pos") for spec in chart_specs(at)] == [
+        pytest.approx([0.5, 0.6, 0.7]),
+        pytest.approx([0.25, 0.3, 0.35]),
+    ]
     assert len(at.dataframe) == 2 and len(at.dataframe[0].value) == 6
 
 
@@ -200,10 +221,17 @@ def test_every_page_renders_from_results(page, quickstart_results, monkeypatch):
         charts = at.get("plotly_chart")
         assert len(charts) >= 1, f"{page}: no chart"
     if page == "Pretraining":  # the masked-word predictions of each checkpoint, readable
-        assert [s.value for s in at.subheader] == ["Heads across checkpoints", "Probe accuracy across checkpoints",
-                                                   "What the model predicts for a masked word"]
-        steps = sorted(int(s) for s in pd.read_parquet(next((quickstart_results / "emergence").iterdir())
-                                                        / "head_types_by_step.parquet")["step"].unique())
+        assert [s.value for s in at.subheader] == [
+            "Heads across checkpoints",
+            "Probe accuracy across checkpoints",
+            "What the model predicts for a masked word",
+        ]
+        steps = sorted(
+            int(s)
+            for s in pd.read_parquet(next((quickstart_results / "emergence").iterdir()) / "head_types_by_step.parquet")[
+                "step"
+            ].unique()
+        )
         assert f"head types at step {steps[-1]}" in chart_titles(at)  # the slider starts at the last checkpoint
         at.select_slider(key="pt_step").set_value(steps[0]).run()
         assert f"head types at step {steps[0]}" in chart_titles(at)
@@ -224,7 +252,7 @@ def test_missing_and_corrupt_results_show_messages(quickstart_results, tmp_path,
     assert "corrupt table" in warnings and "summary" in warnings
     heads_run = next((broken / "head_types").iterdir())
     (heads_run / "manifest.json").write_text("{not json")
-    at = open_page("Heads", broken, monkeypatch)       # hidden, counted, and the Runs page says why
+    at = open_page("Heads", broken, monkeypatch)  # hidden, counted, and the Runs page says why
     assert any("1 incomplete or unreadable `head_types` run(s) hidden" in c.value for c in at.caption)
     assert any("No complete `head_types` runs" in i.value for i in at.info)
     at = open_page("Runs", broken, monkeypatch)
@@ -240,8 +268,16 @@ def test_compare_page_warns_when_two_runs_measure_different_things(planted_resul
     at = open_page("Compare runs", planted_results, monkeypatch)
     at.selectbox[0].set_value("edge_probing").run()
     assert not at.warning, [w.value for w in at.warning]  # only the model differs: a fair comparison
-    age(probing_run(planted_results, "linear-other-corpus", "model-c", scale=0.5,
-                    config={"probe": "linear", "corpus": "my.conllu"}), 50)
+    age(
+        probing_run(
+            planted_results,
+            "linear-other-corpus",
+            "model-c",
+            scale=0.5,
+            config={"probe": "linear", "corpus": "my.conllu"},
+        ),
+        50,
+    )
     at = open_page("Compare runs", planted_results, monkeypatch)
     at.selectbox[0].set_value("edge_probing").run()
     warning = " ".join(w.value for w in at.warning)
@@ -253,11 +289,20 @@ def test_compare_page_warns_when_two_runs_measure_different_things(planted_resul
 def test_comparison_mismatches_names_what_differs():
     from bertology.apps.tables import comparison_mismatches
 
-    base = {"study": "edge_probing", "config": {"model": "a", "seed": 0, "probe": "mlp", "tasks": ["pos"]},
-            "corpus": {"fingerprint": "c1"}}
+    base = {
+        "study": "edge_probing",
+        "config": {"model": "a", "seed": 0, "probe": "mlp", "tasks": ["pos"]},
+        "corpus": {"fingerprint": "c1"},
+    }
     other_model = {**base, "config": {**base["config"], "model": "b", "seed": 3}}
     assert comparison_mismatches(base, other_model) == []
-    changed = {"study": "edge_probing", "config": {**base["config"], "probe": "linear", "tasks": ["deps"]},
-               "corpus": {"fingerprint": "c2"}}
-    assert comparison_mismatches(base, changed) == ["probe: 'mlp' vs 'linear'", "tasks: ['pos'] vs ['deps']",
-                                                   "corpus content differs (another file or another subset)"]
+    changed = {
+        "study": "edge_probing",
+        "config": {**base["config"], "probe": "linear", "tasks": ["deps"]},
+        "corpus": {"fingerprint": "c2"},
+    }
+    assert comparison_mismatches(base, changed) == [
+        "probe: 'mlp' vs 'linear'",
+        "tasks: ['pos'] vs ['deps']",
+        "corpus content differs (another file or another subset)",
+    ]

@@ -33,14 +33,24 @@ def test_esc_keeps_words_as_typed():
 
 
 def test_head_map_is_categorical_one_trace_per_type():
-    types = pd.DataFrame({"layer": [0, 0, 0, 1, 1, 1], "head": [0, 1, 2, 0, 1, 2],
-                          "type": ["positional", "syntactic", "other", "positional", "odd<i>type</i>", "broad"],
-                          "positional_share": [0.95, 0.1, 0.2, 0.93, 0.0, 0.1]})
+    types = pd.DataFrame(
+        {
+            "layer": [0, 0, 0, 1, 1, 1],
+            "head": [0, 1, 2, 0, 1, 2],
+            "type": ["positional", "syntactic", "other", "positional", "odd<i>type</i>", "broad"],
+            "positional_share": [0.95, 0.1, 0.2, 0.93, 0.0, 0.1],
+        }
+    )
     fig = figures.head_map(types, "map", selected=(1, 2))
     kinds = [t for t in fig.data if t.name != "selected head"]
     # fixed order of known types, unknown ones after; each legend entry counts its heads
-    assert [t.name for t in kinds] == ["positional (2)", "syntactic (1)", "broad (1)", "other (1)",
-                                       "odd&lt;i&gt;type&lt;/i&gt; (1)"]
+    assert [t.name for t in kinds] == [
+        "positional (2)",
+        "syntactic (1)",
+        "broad (1)",
+        "other (1)",
+        "odd&lt;i&gt;type&lt;/i&gt; (1)",
+    ]
     assert all(t.type == "scatter" for t in fig.data)  # no continuous colour bar
     assert kinds[0].marker.color == figures.TYPE_COLOURS["positional"]
     assert kinds[0].customdata.tolist() == [[0, 0], [1, 0]]
@@ -51,29 +61,48 @@ def test_head_map_is_categorical_one_trace_per_type():
 
 
 def test_offset_histogram_reads_one_heads_shares_in_offset_order():
-    stats = pd.DataFrame({
-        "layer": [1, 1, 1, 1, 1, 0, 1],
-        "head": [2, 2, 2, 2, 2, 2, 2],
-        "statistic": ["token_offset_2", "token_offset_other", "token_offset_-1", "argmax_offset_-1", "entropy",
-                      "token_offset_-1", "token_offset_-10"],
-        "value": [0.2, 0.1, 0.6, 0.5, 0.9, 0.99, 0.1]})
+    stats = pd.DataFrame(
+        {
+            "layer": [1, 1, 1, 1, 1, 0, 1],
+            "head": [2, 2, 2, 2, 2, 2, 2],
+            "statistic": [
+                "token_offset_2",
+                "token_offset_other",
+                "token_offset_-1",
+                "argmax_offset_-1",
+                "entropy",
+                "token_offset_-1",
+                "token_offset_-10",
+            ],
+            "value": [0.2, 0.1, 0.6, 0.5, 0.9, 0.99, 0.1],
+        }
+    )
     hist = heads.offset_histogram(stats, 1, 2)
     assert hist.to_dict("records") == [
-        {"level": "token", "offset": "-10", "share": 0.1}, {"level": "token", "offset": "-1", "share": 0.6},
-        {"level": "token", "offset": "2", "share": 0.2}, {"level": "token", "offset": "other", "share": 0.1},
-        {"level": "word", "offset": "-1", "share": 0.5}]
+        {"level": "token", "offset": "-10", "share": 0.1},
+        {"level": "token", "offset": "-1", "share": 0.6},
+        {"level": "token", "offset": "2", "share": 0.2},
+        {"level": "token", "offset": "other", "share": 0.1},
+        {"level": "word", "offset": "-1", "share": 0.5},
+    ]
     fig = heads.offset_figure(hist, 1, 2)
     assert list(fig.layout.xaxis.categoryarray) == ["-10", "-1", "2", "other"]
     assert [t.name for t in fig.data] == ["token level", "word level"]
 
 
 def test_relation_table_ranks_by_gain_over_the_offset_baseline():
-    dep = pd.DataFrame({
-        "layer": [0, 0, 0, 0, 0, 1], "head": [1, 1, 1, 1, 1, 1],
-        "relation": ["nsubj", "amod", "dobj", "all", "det", "nsubj"],
-        "direction": ["dependent_attends_to_head"] * 6,
-        "n": [50, 5, 40, 200, 30, 50], "accuracy": [0.8, 0.99, 0.5, 0.4, 0.9, 0.1],
-        "baseline_offset": [1, -1, 2, 1, -1, 1], "baseline_accuracy": [0.5, 0.1, 0.4, 0.3, 0.85, 0.5]})
+    dep = pd.DataFrame(
+        {
+            "layer": [0, 0, 0, 0, 0, 1],
+            "head": [1, 1, 1, 1, 1, 1],
+            "relation": ["nsubj", "amod", "dobj", "all", "det", "nsubj"],
+            "direction": ["dependent_attends_to_head"] * 6,
+            "n": [50, 5, 40, 200, 30, 50],
+            "accuracy": [0.8, 0.99, 0.5, 0.4, 0.9, 0.1],
+            "baseline_offset": [1, -1, 2, 1, -1, 1],
+            "baseline_accuracy": [0.5, 0.1, 0.4, 0.3, 0.85, 0.5],
+        }
+    )
     dep["gain"] = dep["accuracy"] - dep["baseline_accuracy"]
     rel = heads.relation_table(dep, 0, 1, min_count=20)
     # amod is below min_count, "all" is the summary row, layer 1 is another head
@@ -88,8 +117,11 @@ def test_attention_figures_show_markup_words_as_typed():
     words = ["the", MARKUP, "dog"]
     matrix = np.array([[0.1, 0.8, 0.1], [0.0, 0.0, 1.0], [0.5, 0.5, 0.0]])
     sentence = {"words": words, "attention": np.stack([np.stack([matrix, matrix.T])])}  # [1 layer, 2 heads, 3, 3]
-    for fig in (figures.attention_heatmap(words, matrix, MARKUP), figures.head_view(words, matrix, "view"),
-                heads.attention_small_multiples([sentence], 0, 1)):
+    for fig in (
+        figures.attention_heatmap(words, matrix, MARKUP),
+        figures.head_view(words, matrix, "view"),
+        heads.attention_small_multiples([sentence], 0, 1),
+    ):
         texts = strings(fig.to_dict())
         assert not [t for t in texts if MARKUP in t], "a word reached Plotly as markup"
         assert any("&lt;b&gt;x&lt;/b&gt;" in t for t in texts)
@@ -102,8 +134,11 @@ def test_attention_figures_show_markup_words_as_typed():
 
 
 def test_contextuality_has_one_panel_per_measure():
-    rows = [{"layer": l, "metric": m, "raw": 0.5 + l / 10, "baseline": 0.2, "adjusted": 0.3 + l / 10}
-            for m in ("self_similarity", "intra_sentence_similarity", "mev") for l in range(3)]
+    rows = [
+        {"layer": l, "metric": m, "raw": 0.5 + l / 10, "baseline": 0.2, "adjusted": 0.3 + l / 10}
+        for m in ("self_similarity", "intra_sentence_similarity", "mev")
+        for l in range(3)
+    ]
     fig = embeddings.contextuality_multiples(pd.DataFrame(rows))
     assert sorted(a.text for a in fig.layout.annotations) == sorted(embeddings.MEASURE_NAMES.values())
     assert {t.name for t in fig.data} == {"raw", "baseline", "adjusted"}
@@ -114,8 +149,14 @@ def test_contextuality_has_one_panel_per_measure():
 
 
 def test_cluster_legend_names_clusters_not_numbers():
-    part = pd.DataFrame({"x": [0.0, 1.0, 2.0], "y": [0.0, 1.0, 2.0], "cluster": [0, 1, 1],
-                         "context": ["a <b>bank</b> loan", "river bank", "bank of"]})
+    part = pd.DataFrame(
+        {
+            "x": [0.0, 1.0, 2.0],
+            "y": [0.0, 1.0, 2.0],
+            "cluster": [0, 1, 1],
+            "context": ["a <b>bank</b> loan", "river bank", "bank of"],
+        }
+    )
     fig = embeddings.cluster_figure(part, MARKUP, layer=6)
     assert [t.name for t in fig.data] == ["cluster 1 (1 uses)", "cluster 2 (2 uses)"]
     assert "not gold senses" in fig.layout.legend.title.text
@@ -124,21 +165,35 @@ def test_cluster_legend_names_clusters_not_numbers():
 
 
 def test_emergence_figures_follow_the_steps():
-    counts = pd.DataFrame({"step": [0, 0, 100, 100], "type": ["broad", "other", "positional", "broad"],
-                           "count": [3, 1, 2, 2]})
+    counts = pd.DataFrame(
+        {"step": [0, 0, 100, 100], "type": ["broad", "other", "positional", "broad"], "count": [3, 1, 2, 2]}
+    )
     fig = pretraining.type_counts_figure(counts)
     assert [t.name for t in fig.data] == ["positional", "broad", "other"]
     assert list(fig.data[0].y) == [0, 2] and list(fig.data[1].y) == [3, 2]
-    scores = pd.DataFrame({"step": [0, 0, 100, 100, 100], "task": ["pos"] * 5, "layer": [0, 1, 0, 1, 1],
-                           "seed": [0, 0, 0, 0, 1], "value": [0.2, 0.3, 0.5, 0.6, 0.8]})
+    scores = pd.DataFrame(
+        {
+            "step": [0, 0, 100, 100, 100],
+            "task": ["pos"] * 5,
+            "layer": [0, 1, 0, 1, 1],
+            "seed": [0, 0, 0, 0, 1],
+            "value": [0.2, 0.3, 0.5, 0.6, 0.8],
+        }
+    )
     fig = pretraining.probe_by_step(scores)
     late = [t for t in fig.data if t.name == "step 100"][0]
     assert list(late.y) == pytest.approx([0.5, 0.7])  # mean over seeds
 
 
 def test_line_with_band_draws_mean_and_interval_per_group():
-    means = pd.DataFrame({"task": ["pos", "pos", MARKUP, MARKUP], "layer": [1, 0, 0, 1],
-                          "mean": [0.6, 0.5, 0.2, 0.3], "ci95": [0.1, 0.0, 0.05, 0.05]})
+    means = pd.DataFrame(
+        {
+            "task": ["pos", "pos", MARKUP, MARKUP],
+            "layer": [1, 0, 0, 1],
+            "mean": [0.6, 0.5, 0.2, 0.3],
+            "ci95": [0.1, 0.0, 0.05, 0.05],
+        }
+    )
     fig = figures.line_with_band(means, "layer", "task", "title <i>", "accuracy")
     lines = {t.name: list(t.y) for t in fig.data if t.mode == "lines+markers"}
     assert lines == {"pos": [0.5, 0.6], "&lt;b&gt;x&lt;/b&gt;": [0.2, 0.3]}
@@ -148,14 +203,24 @@ def test_line_with_band_draws_mean_and_interval_per_group():
 
 
 def test_probing_shaping_keeps_held_out_non_control_rows_of_one_input():
-    scores = pd.DataFrame({"task": "pos", "layer": [0, 0, 0, 0, 1, 1], "seed": [0, 1, 0, 0, 0, 1],
-                           "metric": ["accuracy"] * 5 + ["macro_f1"], "mode": ["per_layer"] * 4 + ["mix", "per_layer"],
-                           "split": ["test", "test", "dev", "test", "test", "test"],
-                           "control": [False, False, False, True, False, False], "value": [0.5, 0.7, 0.9, 0.1, 0.8, 0.3]})
+    scores = pd.DataFrame(
+        {
+            "task": "pos",
+            "layer": [0, 0, 0, 0, 1, 1],
+            "seed": [0, 1, 0, 0, 0, 1],
+            "metric": ["accuracy"] * 5 + ["macro_f1"],
+            "mode": ["per_layer"] * 4 + ["mix", "per_layer"],
+            "split": ["test", "test", "dev", "test", "test", "test"],
+            "control": [False, False, False, True, False, False],
+            "value": [0.5, 0.7, 0.9, 0.1, 0.8, 0.3],
+        }
+    )
     part = probing.probe_part(scores, "accuracy", "per_layer")
     assert part["value"].tolist() == [0.5, 0.7]
     means = tables.layer_means(part)
-    assert means[["task", "layer", "mean", "n"]].to_dict("records") == [{"task": "pos", "layer": 0, "mean": 0.6, "n": 2}]
+    assert means[["task", "layer", "mean", "n"]].to_dict("records") == [
+        {"task": "pos", "layer": 0, "mean": 0.6, "n": 2}
+    ]
     assert probing.options_and_default(scores["metric"], "accuracy") == (["accuracy", "macro_f1"], 0)
     assert probing.options_and_default(scores["mode"], "absent") == (["mix", "per_layer"], 0)
     assert compare.accuracy_per_layer(scores)["value"].tolist() == [0.5, 0.7, 0.9, 0.1]
@@ -165,14 +230,21 @@ def test_probing_shaping_keeps_held_out_non_control_rows_of_one_input():
 
 
 def test_bars_of_mix_weights_and_combinations():
-    weights = pd.DataFrame({"task": [MARKUP] * 4, "layer": [0, 1, 0, 1], "seed": [0, 0, 1, 1],
-                            "weight": [0.2, 0.8, 0.4, 0.6]})
+    weights = pd.DataFrame(
+        {"task": [MARKUP] * 4, "layer": [0, 1, 0, 1], "seed": [0, 0, 1, 1], "weight": [0.2, 0.8, 0.4, 0.6]}
+    )
     mean = probing.mean_mix_weights(weights)
     fig = probing.mix_weights_figure(mean)
     assert list(fig.data[0].y) == pytest.approx([0.3, 0.7]) and fig.data[0].name == "&lt;b&gt;x&lt;/b&gt;"
-    combos = pd.DataFrame({"combination": ["last", "last", "sum4", "sum4", "last"], "task": "pos",
-                           "metric": ["accuracy"] * 4 + ["macro_f1"], "seed": [0, 1, 0, 1, 0],
-                           "value": [0.69, 0.71, 0.9, 0.9, 0.1]})
+    combos = pd.DataFrame(
+        {
+            "combination": ["last", "last", "sum4", "sum4", "last"],
+            "task": "pos",
+            "metric": ["accuracy"] * 4 + ["macro_f1"],
+            "seed": [0, 1, 0, 1, 0],
+            "value": [0.69, 0.71, 0.9, 0.9, 0.1],
+        }
+    )
     means = combinations.combination_means(combos, "accuracy")
     assert means.set_index("combination")["mean"].to_dict() == pytest.approx({"last": 0.7, "sum4": 0.9})
     assert means["combination"].tolist() == ["sum4", "last"]  # best first
@@ -185,12 +257,21 @@ def test_bars_of_mix_weights_and_combinations():
 
 
 def test_pruning_shaping_and_importance_grid():
-    curves = pd.DataFrame({"method": "random", "seed": [0, 1, 0, 1], "share_removed": [0.0, 0.0, 0.5, 0.5],
-                           "value": [0.8, 0.8, 0.4, 0.6], "metric": "accuracy"})
+    curves = pd.DataFrame(
+        {
+            "method": "random",
+            "seed": [0, 1, 0, 1],
+            "share_removed": [0.0, 0.0, 0.5, 0.5],
+            "value": [0.8, 0.8, 0.4, 0.6],
+            "metric": "accuracy",
+        }
+    )
     means = pruning.pruning_means(curves)
     assert means["mean"].tolist() == pytest.approx([0.8, 0.5]) and pruning.pruning_metric(curves) == "accuracy"
     assert pruning.pruning_metric(curves.drop(columns="metric")) == "metric"
-    importance = pd.DataFrame({"layer": [0, 0, 1, 1, 0], "head": [0, 1, 0, 1, 0], "importance": [0.1, 0.2, 0.3, 0.4, 0.3]})
+    importance = pd.DataFrame(
+        {"layer": [0, 0, 1, 1, 0], "head": [0, 1, 0, 1, 0], "importance": [0.1, 0.2, 0.3, 0.4, 0.3]}
+    )
     grid = pruning.importance_grid(importance)
     np.testing.assert_allclose(grid.to_numpy(), [[0.2, 0.2], [0.3, 0.4]])
     fig = pruning.importance_figure(grid)
@@ -198,8 +279,15 @@ def test_pruning_shaping_and_importance_grid():
 
 
 def test_head_shaping_checks_and_picks():
-    types = pd.DataFrame({"layer": ["1", "0", "0"], "head": [0, 1, 0], "type": ["syntactic", "positional", "broad"],
-                          "syntactic_gain": [0.3, 0.0, 0.0], "positional_share": [0.1, 0.9, 0.2]})
+    types = pd.DataFrame(
+        {
+            "layer": ["1", "0", "0"],
+            "head": [0, 1, 0],
+            "type": ["syntactic", "positional", "broad"],
+            "syntactic_gain": [0.3, 0.0, 0.0],
+            "positional_share": [0.1, 0.9, 0.2],
+        }
+    )
     checked = heads.checked_head_types(types)
     assert checked["layer"].tolist() == [1, 0, 0]
     assert heads.head_keys(checked) == ["0-0", "0-1", "1-0"]
@@ -209,30 +297,54 @@ def test_head_shaping_checks_and_picks():
     with pytest.raises(ResultError, match="repeated head"):
         heads.checked_head_types(pd.concat([types, types]))
     counts = heads.type_counts_side_by_side(checked, checked.assign(type="broad"))
-    assert counts.set_index("type").to_dict("index") == {"syntactic": {"A": 1, "B": 0}, "positional": {"A": 1, "B": 0},
-                                                         "broad": {"A": 1, "B": 3}}
+    assert counts.set_index("type").to_dict("index") == {
+        "syntactic": {"A": 1, "B": 0},
+        "positional": {"A": 1, "B": 0},
+        "broad": {"A": 1, "B": 3},
+    }
     assert heads.relation_min_count({"min_count": "5"}) == 5
     assert heads.relation_min_count({"min_count": "many"}) == heads.relation_min_count(None) == 20
 
 
 def test_pretraining_shaping_and_figures():
-    metrics = pd.DataFrame({"step": [0, 0, 0, 10, 10], "metric": ["loss", "eval_loss", "lr", "loss", "perplexity"],
-                            "value": [7.0, 7.5, 0.1, 5.0, 90.0]})
+    metrics = pd.DataFrame(
+        {
+            "step": [0, 0, 0, 10, 10],
+            "metric": ["loss", "eval_loss", "lr", "loss", "perplexity"],
+            "value": [7.0, 7.5, 0.1, 5.0, 90.0],
+        }
+    )
     fig = pretraining.loss_figure(pretraining.loss_rows(metrics))
     assert {t.name: list(t.y) for t in fig.data} == {"loss": [7.0, 5.0], "eval_loss": [7.5]}
     assert list(pretraining.perplexity_figure(pretraining.perplexity_rows(metrics)).data[0].y) == [90.0]
     assert pretraining.checkpoint_steps(metrics) == [0, 10]
     assert pretraining.start_step([0, 10, 20], "10") == 10 and pretraining.start_step([0, 10], "7") == 10
     assert pretraining.start_step([0, 10], None) == 10 and pretraining.start_step([0, 10], "x") == 10
-    probes = pd.DataFrame({"step": [0, 0, 0, 0], "task": [MARKUP] * 4, "layer": [0, 0, 1, 1], "seed": [0, 1, 0, 1],
-                           "value": [0.2, 0.4, 0.5, 0.5]})
+    probes = pd.DataFrame(
+        {
+            "step": [0, 0, 0, 0],
+            "task": [MARKUP] * 4,
+            "layer": [0, 0, 1, 1],
+            "seed": [0, 1, 0, 1],
+            "value": [0.2, 0.4, 0.5, 0.5],
+        }
+    )
     best = pretraining.best_layer_by_step(probes)
     assert best["value"].tolist() == [0.5]
     assert pretraining.best_layer_figure(best).data[0].name == "&lt;b&gt;x&lt;/b&gt;"
-    cloze = pd.DataFrame({"step": [0, 0, 5], "text": ["a ___ b"] * 3, "masked": ["x"] * 3, "rank": [1, 2, 1],
-                          "prediction": ["y", "x", "x"], "probability": [0.5, 0.125, 0.9]})
+    cloze = pd.DataFrame(
+        {
+            "step": [0, 0, 5],
+            "text": ["a ___ b"] * 3,
+            "masked": ["x"] * 3,
+            "rank": [1, 2, 1],
+            "prediction": ["y", "x", "x"],
+            "probability": [0.5, 0.125, 0.9],
+        }
+    )
     assert pretraining.cloze_guesses(cloze, 0).to_dict("records") == [
-        {"sentence": "a ___ b", "masked word": "x", "top predictions": "y (50.0%), x (12.5%)"}]
+        {"sentence": "a ___ b", "masked word": "x", "top predictions": "y (50.0%), x (12.5%)"}
+    ]
     accuracy = pd.DataFrame({"step": [0, 5], "top1": [0.0, 0.5], "top5": [0.25, 1.0]})
     assert pretraining.cloze_accuracy_line(accuracy) == "top-1 / top-5 accuracy per step: 0: 0% / 25%, 5: 50% / 100%"
 
@@ -240,12 +352,22 @@ def test_pretraining_shaping_and_figures():
 def test_probing_bands_come_from_the_runs_own_intervals_and_small_samples_are_named():
     from bertology.apps import tables
 
-    intervals = pd.DataFrame({
-        "task": ["pos", "pos", "entities", "pos"], "mode": ["per_layer"] * 3 + ["mix"],
-        "control": [False, False, False, False], "layer": [0, 1, 0, -1], "metric": ["accuracy"] * 4,
-        "dev_score": [0.5, 0.7, 0.4, 0.8], "score": [0.52, 0.71, 0.42, 0.8], "low": [0.48, 0.67, 0.30, 0.77],
-        "high": [0.56, 0.75, 0.55, 0.83], "n_seeds": [2, 2, 2, 2], "n_test": [800, 800, 62, 800],
-        "small_sample": [False, False, True, False]})
+    intervals = pd.DataFrame(
+        {
+            "task": ["pos", "pos", "entities", "pos"],
+            "mode": ["per_layer"] * 3 + ["mix"],
+            "control": [False, False, False, False],
+            "layer": [0, 1, 0, -1],
+            "metric": ["accuracy"] * 4,
+            "dev_score": [0.5, 0.7, 0.4, 0.8],
+            "score": [0.52, 0.71, 0.42, 0.8],
+            "low": [0.48, 0.67, 0.30, 0.77],
+            "high": [0.56, 0.75, 0.55, 0.83],
+            "n_seeds": [2, 2, 2, 2],
+            "n_test": [800, 800, 62, 800],
+            "small_sample": [False, False, True, False],
+        }
+    )
     bands = probing.interval_bands(intervals, "accuracy", "per_layer")
     assert list(bands["mean"]) == [0.52, 0.71, 0.42] and list(bands["low"]) == [0.48, 0.67, 0.30]
     assert tables.small_sample_tasks(intervals) == ["entities"]
@@ -255,8 +377,9 @@ def test_probing_bands_come_from_the_runs_own_intervals_and_small_samples_are_na
 
 
 def test_probing_metric_choices_leave_out_interval_rows():
-    scores = pd.DataFrame({"metric": ["accuracy", "accuracy", "accuracy_low", "n_test"],
-                           "split": ["test", "dev", "interval", "interval"]})
+    scores = pd.DataFrame(
+        {"metric": ["accuracy", "accuracy", "accuracy_low", "n_test"], "split": ["test", "dev", "interval", "interval"]}
+    )
     assert probing.probe_metrics(scores) == ["accuracy"]
 
 
@@ -275,9 +398,20 @@ def test_best_layer_difference_pairs_two_runs_on_their_shared_sentences():
     from bertology.apps.pages.probing import best_layer_difference
 
     def sentences(correct_of, best, extra=()):
-        rows = [{"task": "pos", "mode": "per_layer", "control": False, "layer": layer, "sentence": s,
-                 "metric": "accuracy", "numerator": correct_of(s) if layer == best else 0.0, "denominator": 5.0}
-                for layer in (0, 1) for s in [*range(200), *extra]]
+        rows = [
+            {
+                "task": "pos",
+                "mode": "per_layer",
+                "control": False,
+                "layer": layer,
+                "sentence": s,
+                "metric": "accuracy",
+                "numerator": correct_of(s) if layer == best else 0.0,
+                "denominator": 5.0,
+            }
+            for layer in (0, 1)
+            for s in [*range(200), *extra]
+        ]
         return pd.DataFrame(rows)
 
     summary_a = pd.DataFrame({"task": ["pos"], "best_layer": [1]})

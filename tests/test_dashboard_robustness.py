@@ -8,10 +8,20 @@ import json
 from pathlib import Path
 
 import pytest
+from dashboard_planted import (
+    ESCAPED,
+    INTRO_PHRASES,
+    MARKUP,
+    PLANTED_TYPES,
+    age,
+    chart_specs,
+    contextuality_run,
+    head_types_run,
+    probing_run,
+    write_json,
+    write_manifest,
+)
 from streamlit.testing.v1 import AppTest
-
-from dashboard_planted import (ESCAPED, INTRO_PHRASES, MARKUP, PLANTED_TYPES, age, chart_specs, contextuality_run,
-                               head_types_run, probing_run, write_json, write_manifest)
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
 
@@ -36,20 +46,23 @@ def all_text(at: AppTest) -> str:
     return "\n".join(parts)
 
 
-@pytest.mark.parametrize("content, kind", [("null", "null"), ("[]", "a list"), ('"done"', "a string"),
-                                           ("42", "a number")])
+@pytest.mark.parametrize(
+    "content, kind", [("null", "null"), ("[]", "a list"), ('"done"', "a string"), ("42", "a number")]
+)
 def test_runs_page_shows_a_non_object_manifest_and_goes_on(content, kind, tmp_path, monkeypatch):
     root = tmp_path / "results"
     good = head_types_run(root, "good")
     bad = head_types_run(root, "bad")
     write_manifest(bad, content)
-    stopped = root / "head_types" / "stopped"     # a run stopped before its manifest
+    stopped = root / "head_types" / "stopped"  # a run stopped before its manifest
     stopped.mkdir()
     at = open_page("Runs", root, monkeypatch)
     # hidden by default, with the command that removes them
     assert list(at.dataframe[0].value["run"]) == ["good"]
-    assert any("2 incomplete or unreadable run(s) hidden" in c.value and "bertology study clean --yes" in c.value
-               for c in at.caption)
+    assert any(
+        "2 incomplete or unreadable run(s) hidden" in c.value and "bertology study clean --yes" in c.value
+        for c in at.caption
+    )
     at.checkbox[0].check().run()
     table = at.dataframe[0].value.set_index("run")
     assert table.loc["good", "status"] == "complete" and table.loc["good", "model"] == "planted-bert"
@@ -63,20 +76,55 @@ def test_runs_page_shows_a_non_object_manifest_and_goes_on(content, kind, tmp_pa
 
 
 BREAKAGES = {
-    "layers as text": (lambda run: __import__("pandas").read_parquet(run / "head_types.parquet")
-                       .assign(layer="a").to_parquet(run / "head_types.parquet"),
-                       "error", "cannot show the head map"),
-    "repeated heads": (lambda run: __import__("pandas").concat([__import__("pandas").read_parquet(
-        run / "head_types.parquet")] * 2).to_parquet(run / "head_types.parquet"), "error", "repeated head"),
-    "no type column": (lambda run: __import__("pandas").read_parquet(run / "head_types.parquet")
-                       .drop(columns="type").to_parquet(run / "head_types.parquet"), "warning", "lacks columns ['type']"),
-    "corrupt head_stats": (lambda run: (run / "head_stats.parquet").write_bytes(b"PAR1 not really"),
-                           "warning", "corrupt table"),
-    "head_dependency without gain": (lambda run: __import__("pandas").read_parquet(run / "head_dependency.parquet")
-                                     .drop(columns="gain").to_parquet(run / "head_dependency.parquet"),
-                                     "warning", "lacks columns ['gain']"),
-    "attention not a matrix": (lambda run: write_json(run, "attention_examples", {"sentences": [
-        {"words": ["a", "b"], "attention": "oops"}]}), "error", "cannot show the attention examples"),
+    "layers as text": (
+        lambda run: (
+            __import__("pandas")
+            .read_parquet(run / "head_types.parquet")
+            .assign(layer="a")
+            .to_parquet(run / "head_types.parquet")
+        ),
+        "error",
+        "cannot show the head map",
+    ),
+    "repeated heads": (
+        lambda run: (
+            __import__("pandas")
+            .concat([__import__("pandas").read_parquet(run / "head_types.parquet")] * 2)
+            .to_parquet(run / "head_types.parquet")
+        ),
+        "error",
+        "repeated head",
+    ),
+    "no type column": (
+        lambda run: (
+            __import__("pandas")
+            .read_parquet(run / "head_types.parquet")
+            .drop(columns="type")
+            .to_parquet(run / "head_types.parquet")
+        ),
+        "warning",
+        "lacks columns ['type']",
+    ),
+    "corrupt head_stats": (
+        lambda run: (run / "head_stats.parquet").write_bytes(b"PAR1 not really"),
+        "warning",
+        "corrupt table",
+    ),
+    "head_dependency without gain": (
+        lambda run: (
+            __import__("pandas")
+            .read_parquet(run / "head_dependency.parquet")
+            .drop(columns="gain")
+            .to_parquet(run / "head_dependency.parquet")
+        ),
+        "warning",
+        "lacks columns ['gain']",
+    ),
+    "attention not a matrix": (
+        lambda run: write_json(run, "attention_examples", {"sentences": [{"words": ["a", "b"], "attention": "oops"}]}),
+        "error",
+        "cannot show the attention examples",
+    ),
     "examples not JSON": (lambda run: (run / "attention_examples.json").write_text("{oops"), "info", "corrupt JSON"),
 }
 
@@ -90,8 +138,10 @@ def test_heads_page_survives_a_malformed_table(breakage, tmp_path, monkeypatch):
     at = open_page("Heads", root, monkeypatch)
     shown = [e.value for e in at.get(kind)]
     assert any(message in m for m in shown), shown
-    assert any("head_types/planted" in m or "head_stats" in m or "head_dependency" in m or "attention_examples" in m
-               for m in shown), "the message names the run or file"
+    assert any(
+        "head_types/planted" in m or "head_stats" in m or "head_dependency" in m or "attention_examples" in m
+        for m in shown
+    ), "the message names the run or file"
     # the page went on to its last section
     assert at.subheader[-1].value == "Attention-based dependency probe (Clark et al.)"
     assert str(tmp_path) not in all_text(at)
@@ -115,14 +165,15 @@ def test_head_detail_follows_the_selected_head(tmp_path, monkeypatch):
     pick.set_value("0-2").run()
     assert at.subheader[0].value == "Layer 0, head 2"
     assert any("type **special**" in m.value for m in at.markdown)
-    assert at.query_params["head"] in ("0-2", ["0-2"])   # the URL follows the pick
+    assert at.query_params["head"] in ("0-2", ["0-2"])  # the URL follows the pick
     # deep link: ?head=0-1
     at = open_page("Heads", root, monkeypatch, {"head": "0-1"})
     assert at.subheader[0].value == "Layer 0, head 1" and not at.warning
     # a head the run does not have: said, and the default shown
     at = open_page("Heads", root, monkeypatch, {"head": "3-8"})
-    assert any("?head=3-8: no such head in this run" in w.value and "layers 0-1, heads 0-2" in w.value
-               for w in at.warning)
+    assert any(
+        "?head=3-8: no such head in this run" in w.value and "layers 0-1, heads 0-2" in w.value for w in at.warning
+    )
     shown = at.subheader[0].value.replace("Layer ", "").replace(", head ", "-")
     assert at.query_params["head"] in (shown, [shown])
 
@@ -149,7 +200,9 @@ def test_two_runs_side_by_side(tmp_path, monkeypatch):
     age(a, 0)
     age(b, 100)
     at = open_page("Heads", root, monkeypatch, {"compare": "head_types/run-b"})
-    titles = [(s["layout"]["title"]["text"], s["layout"]["title"].get("subtitle", {}).get("text")) for s in chart_specs(at)]
+    titles = [
+        (s["layout"]["title"]["text"], s["layout"]["title"].get("subtitle", {}).get("text")) for s in chart_specs(at)
+    ]
     assert ("head types (A)", "head_types/run-a · model-a") in titles
     assert ("head types (B)", "head_types/run-b · model-b") in titles
     counts = at.dataframe[0].value.set_index("type")
@@ -167,8 +220,11 @@ def test_two_runs_side_by_side(tmp_path, monkeypatch):
     age(contextuality_run(root, "c-b", "model-b", shift=0.05), 100)
     at = open_page("Embeddings", root, monkeypatch, {"compare": "contextuality/c-b"})
     panel = chart_specs(at)[0]
-    raw_b = [t for t in panel["data"] if t["name"].startswith("contextuality/c-b") and "raw" in t["name"]
-             and t["xaxis"] == "x"]
+    raw_b = [
+        t
+        for t in panel["data"]
+        if t["name"].startswith("contextuality/c-b") and "raw" in t["name"] and t["xaxis"] == "x"
+    ]
     assert raw_b and raw_b[0]["y"] == pytest.approx([0.65, 0.55, 0.45])
     # the compare select offers "nothing" too: back to one run
     at.selectbox(key="ctx_compare").select_index(0).run()
@@ -194,9 +250,16 @@ def test_run_labels_tell_runs_apart(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
     run = tmp_path / "results" / "edge_probing" / "abc123-seed0"
     run.mkdir(parents=True)
-    write_results(run, {}, {"study": "edge_probing", "model": {"name": "minilm-l6"},
-                            "corpus": {"name": "brown-sample[:400]"},
-                            "config": {"tasks": ["pos", "deps"], "probe": "mlp", "model": "minilm-l6"}})
+    write_results(
+        run,
+        {},
+        {
+            "study": "edge_probing",
+            "model": {"name": "minilm-l6"},
+            "corpus": {"name": "brown-sample[:400]"},
+            "config": {"tasks": ["pos", "deps"], "probe": "mlp", "model": "minilm-l6"},
+        },
+    )
     assert describe(run) == "edge_probing/abc123-seed0 · minilm-l6 · brown-sample[:400] · pos,deps · mlp probe"
     bare = tmp_path / "results" / "edge_probing" / "old"
     bare.mkdir()

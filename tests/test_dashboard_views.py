@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from dashboard_planted import MARKUP, chart_specs, probing_run
 from streamlit.testing.v1 import AppTest
 
 from bertology.apps import figures, tables
 from bertology.apps.pages.probing import add_baseline_lines, random_baseline_means
-from dashboard_planted import MARKUP, chart_specs, probing_run
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
 
@@ -28,8 +28,20 @@ def open_page(results: Path, monkeypatch, page: str) -> AppTest:
 def baseline_rows(task: str = "pos", value: float = 0.3) -> pd.DataFrame:
     """``random_baseline`` rows (as ``layer_scores``): accuracy ``value`` at layers 0..2, one seed,
     plus a dev row and a control row that must not be drawn."""
-    rows = [{"task": task, "layer": l, "metric": "accuracy", "value": value, "seed": 0, "split": "test",
-             "mode": "per_layer", "control": False, "model": "random-init"} for l in range(3)]
+    rows = [
+        {
+            "task": task,
+            "layer": l,
+            "metric": "accuracy",
+            "value": value,
+            "seed": 0,
+            "split": "test",
+            "mode": "per_layer",
+            "control": False,
+            "model": "random-init",
+        }
+        for l in range(3)
+    ]
     rows.append({**rows[0], "split": "dev", "value": 0.99})
     rows.append({**rows[0], "control": True, "value": 0.01})
     return pd.DataFrame(rows)
@@ -45,8 +57,9 @@ def test_random_baseline_means_take_test_rows_of_the_metric_and_input():
 def test_baseline_lines_are_dashed_in_their_tasks_colour():
     curve = pd.DataFrame({"task": [MARKUP] * 3, "layer": [0, 1, 2], "mean": [0.5, 0.6, 0.7], "ci95": 0.01})
     fig = figures.line_with_band(curve, "layer", "task", "t", "accuracy")
-    add_baseline_lines(fig, random_baseline_means(baseline_rows(MARKUP), "accuracy", "per_layer"), "task",
-                       "random-init encoder")
+    add_baseline_lines(
+        fig, random_baseline_means(baseline_rows(MARKUP), "accuracy", "per_layer"), "task", "random-init encoder"
+    )
     solid, dashed = fig.data[1], fig.data[-1]
     assert dashed.name == "&lt;b&gt;x&lt;/b&gt; · random-init encoder" and dashed.line.dash == "dash"
     assert dashed.line.color == solid.line.color and list(dashed.y) == pytest.approx([0.3, 0.3, 0.3])
@@ -73,11 +86,16 @@ def test_search_rows_matches_any_text_column_literally():
 
 def test_neighbour_table_is_searchable(tmp_path, monkeypatch):
     from dashboard_planted import contextuality_run
+
     from bertology.results import read_table
 
     run = contextuality_run(tmp_path / "results", "c", "m")
-    neighbours = pd.concat([read_table(run, "neighbours"),
-                            pd.DataFrame({"word": ["bank"], "static_space": ["input embeddings"], "neighbour": ["river"]})])
+    neighbours = pd.concat(
+        [
+            read_table(run, "neighbours"),
+            pd.DataFrame({"word": ["bank"], "static_space": ["input embeddings"], "neighbour": ["river"]}),
+        ]
+    )
     neighbours.to_parquet(run / "neighbours.parquet")
     at = open_page(tmp_path / "results", monkeypatch, "Embeddings")
     assert len(at.dataframe[-1].value) == 2 and any(c.value == "2 of 2 rows" for c in at.caption)
@@ -91,12 +109,30 @@ def test_pruning_of_an_mlm_loss_is_drawn_as_the_loss_with_its_thresholds(tmp_pat
     from bertology.results import write_results
 
     metric = "MLM loss (metric: minus eval loss)"
-    curves = pd.DataFrame({"method": "importance", "seed": 0, "n_pruned": [0, 2, 4], "share_removed": [0.0, 0.5, 1.0],
-                           "value": [-6.2, -6.3, -6.5], "metric": metric})
-    thresholds = pd.DataFrame({"method": ["importance", "importance"], "seed": [0, 0], "tolerance": [0.01, 0.05],
-                               "removable_share": [0.5, 1.0], "value_test": [-6.3, -6.5]})
-    write_results(tmp_path / "results" / "pruning" / "mlm", {"pruning_curves": curves, "pruning_thresholds": thresholds},
-                  {"study": "pruning", "run_id": "mlm", "seed": 0, "model": {"name": "m"}})
+    curves = pd.DataFrame(
+        {
+            "method": "importance",
+            "seed": 0,
+            "n_pruned": [0, 2, 4],
+            "share_removed": [0.0, 0.5, 1.0],
+            "value": [-6.2, -6.3, -6.5],
+            "metric": metric,
+        }
+    )
+    thresholds = pd.DataFrame(
+        {
+            "method": ["importance", "importance"],
+            "seed": [0, 0],
+            "tolerance": [0.01, 0.05],
+            "removable_share": [0.5, 1.0],
+            "value_test": [-6.3, -6.5],
+        }
+    )
+    write_results(
+        tmp_path / "results" / "pruning" / "mlm",
+        {"pruning_curves": curves, "pruning_thresholds": thresholds},
+        {"study": "pruning", "run_id": "mlm", "seed": 0, "model": {"name": "m"}},
+    )
     at = open_page(tmp_path / "results", monkeypatch, "Pruning")
     assert not at.exception and not at.error
     spec = chart_specs(at)[0]
@@ -104,8 +140,10 @@ def test_pruning_of_an_mlm_loss_is_drawn_as_the_loss_with_its_thresholds(tmp_pat
     assert curve["y"] == pytest.approx([6.2, 6.3, 6.5])  # the loss itself, rising as heads go
     assert spec["layout"]["yaxis"]["title"]["text"] == "held-out MLM loss (nats/token; lower is better)"
     marks = {t["name"]: (t["x"][0], t["y"][0]) for t in spec["data"] if "threshold" in str(t.get("name"))}
-    assert marks == {"importance: 1% threshold": pytest.approx((0.5, 6.3)),
-                     "importance: 5% threshold": pytest.approx((1.0, 6.5))}
+    assert marks == {
+        "importance: 1% threshold": pytest.approx((0.5, 6.3)),
+        "importance: 5% threshold": pytest.approx((1.0, 6.5)),
+    }
     assert at.dataframe[0].value["removable_share"].tolist() == [0.5, 1.0]  # the thresholds table is shown
 
 
@@ -128,15 +166,41 @@ def test_selectivity_mdl_and_l0_gates_are_drawn_per_layer(tmp_path, monkeypatch)
 
     run = probing_run(tmp_path / "results", "p", "m")
     controls = pd.DataFrame(
-        [{"task": "pos", "layer": l, "control": False, "metric": "selectivity", "value": v}
-         for l, v in enumerate([0.1, 0.3, 0.2])]
-        + [{"task": "pos", "layer": l, "control": True, "metric": "accuracy", "value": 0.5} for l in range(3)])
+        [
+            {"task": "pos", "layer": l, "control": False, "metric": "selectivity", "value": v}
+            for l, v in enumerate([0.1, 0.3, 0.2])
+        ]
+        + [{"task": "pos", "layer": l, "control": True, "metric": "accuracy", "value": 0.5} for l in range(3)]
+    )
     controls.to_parquet(run / "controls.parquet")
-    mdl = pd.DataFrame([{"task": "pos", "mode": "per_layer", "probe": "mlp", "control": False, "layer": l, "seed": s,
-                         "metric": "compression", "value": v + (0.5 if s else -0.5)}
-                        for l, v in enumerate([2.0, 4.0, 3.0]) for s in (0, 1)]
-                       + [{"task": "pos", "mode": "per_layer", "probe": "mlp", "control": False, "layer": 0, "seed": 0,
-                           "metric": "online_bits", "value": 999.0}])
+    mdl = pd.DataFrame(
+        [
+            {
+                "task": "pos",
+                "mode": "per_layer",
+                "probe": "mlp",
+                "control": False,
+                "layer": l,
+                "seed": s,
+                "metric": "compression",
+                "value": v + (0.5 if s else -0.5),
+            }
+            for l, v in enumerate([2.0, 4.0, 3.0])
+            for s in (0, 1)
+        ]
+        + [
+            {
+                "task": "pos",
+                "mode": "per_layer",
+                "probe": "mlp",
+                "control": False,
+                "layer": 0,
+                "seed": 0,
+                "metric": "online_bits",
+                "value": 999.0,
+            }
+        ]
+    )
     mdl.to_parquet(run / "mdl.parquet")
     at = open_page(tmp_path / "results", monkeypatch, "Probing")
     assert not at.exception and not at.error
@@ -146,11 +210,23 @@ def test_selectivity_mdl_and_l0_gates_are_drawn_per_layer(tmp_path, monkeypatch)
     compression = specs["MDL compression per layer: uniform ÷ online codelength"]["data"][0]
     assert compression["y"] == pytest.approx([2.0, 4.0, 3.0])
 
-    gates = pd.DataFrame({"lam": 0.1, "seed": 0, "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
-                          "log_alpha": 0.0, "p_open": [0.9, 0.1, 0.8, 0.2], "gate": [1.0, 0.0, 1.0, 0.0],
-                          "kept": [True, False, True, False]})
-    write_results(tmp_path / "results" / "pruning" / "l0", {"l0_gates": gates},
-                  {"study": "pruning", "run_id": "l0", "seed": 0, "model": {"name": "m"}})
+    gates = pd.DataFrame(
+        {
+            "lam": 0.1,
+            "seed": 0,
+            "layer": [0, 0, 1, 1],
+            "head": [0, 1, 0, 1],
+            "log_alpha": 0.0,
+            "p_open": [0.9, 0.1, 0.8, 0.2],
+            "gate": [1.0, 0.0, 1.0, 0.0],
+            "kept": [True, False, True, False],
+        }
+    )
+    write_results(
+        tmp_path / "results" / "pruning" / "l0",
+        {"l0_gates": gates},
+        {"study": "pruning", "run_id": "l0", "seed": 0, "model": {"name": "m"}},
+    )
     at = open_page(tmp_path / "results", monkeypatch, "Pruning")
     assert not at.exception and not at.error
     gate_map = [s for s in chart_specs(at) if s["layout"]["title"]["text"].startswith("L0 head gates")][0]
@@ -165,16 +241,31 @@ def test_emergence_shows_the_reference_models_cloze_guesses(tmp_path, monkeypatc
     from dashboard_planted import emergence_run
 
     run = emergence_run(tmp_path / "results")
-    pd.DataFrame([{"sentence": "s1", "position": 1, "masked": "dog", "text": "the ___ barked", "rank": rank,
-                   "prediction": guess, "probability": p, "correct": guess == "dog", "model": "reference-mlm"}
-                  for rank, (guess, p) in enumerate((("dog", 0.9), ("puppy", 0.05)), 1)]
-                 ).to_parquet(run / "reference_cloze_predictions.parquet")
-    pd.DataFrame({"model": ["reference-mlm"], "n": [1], "top1": [1.0], "top5": [1.0]}
-                 ).to_parquet(run / "reference_cloze_accuracy.parquet")
+    pd.DataFrame(
+        [
+            {
+                "sentence": "s1",
+                "position": 1,
+                "masked": "dog",
+                "text": "the ___ barked",
+                "rank": rank,
+                "prediction": guess,
+                "probability": p,
+                "correct": guess == "dog",
+                "model": "reference-mlm",
+            }
+            for rank, (guess, p) in enumerate((("dog", 0.9), ("puppy", 0.05)), 1)
+        ]
+    ).to_parquet(run / "reference_cloze_predictions.parquet")
+    pd.DataFrame({"model": ["reference-mlm"], "n": [1], "top1": [1.0], "top5": [1.0]}).to_parquet(
+        run / "reference_cloze_accuracy.parquet"
+    )
     at = open_page(tmp_path / "results", monkeypatch, "Pretraining")
     assert not at.exception and not at.error
-    assert any("Reference, not a checkpoint of this run: reference-mlm" in c.value and "top-1 100%" in c.value
-               for c in at.caption)
+    assert any(
+        "Reference, not a checkpoint of this run: reference-mlm" in c.value and "top-1 100%" in c.value
+        for c in at.caption
+    )
     guesses = [d.value for d in at.dataframe if "top predictions" in d.value.columns]
     assert guesses[-1]["top predictions"].tolist() == ["dog (90.0%), puppy (5.0%)"]
 
@@ -191,11 +282,12 @@ def test_finetuning_page_shows_modes_with_intervals_and_change_per_layer(tmp_pat
     assert after["y"] == pytest.approx([0.4, 0.5, 0.6]) and before["y"] == pytest.approx([0.5, 0.6, 0.7])
     changes = at.dataframe[-1].value
     assert changes["changed_share"].tolist() == [0.25] and changes["most_common_changes"].tolist() == [
-        "syntactic → broad (1)"]
+        "syntactic → broad (1)"
+    ]
     bars = scores["data"][0]
     assert list(bars["y"]) == ["frozen", "full", "bitfit"] and bars["x"] == pytest.approx([0.90, 0.97, 0.95])
     assert bars["error_x"]["arrayminus"] == pytest.approx([0.02, 0.01, 0.02])
-    assert scores["layout"]["xaxis"]["range"][0] > 0.8          # the axis shows the differences
+    assert scores["layout"]["xaxis"]["range"][0] > 0.8  # the axis shows the differences
     cka = [t for t in change["data"] if t["name"] == "full" and t.get("xaxis", "x") == "x"][0]
     assert cka["y"] == pytest.approx([1.0, 0.9, 0.6])
     js = [t for t in change["data"] if t.get("xaxis") == "x3" and t["legendgroup"] == "full"][0]
@@ -207,8 +299,9 @@ def test_finetuning_page_shows_modes_with_intervals_and_change_per_layer(tmp_pat
 
 def test_a_page_compare_warns_when_the_two_runs_measure_different_things(tmp_path, monkeypatch):
     a = probing_run(tmp_path / "results", "p-a", "model-a")
-    b = probing_run(tmp_path / "results", "p-b", "model-b", config={"probe": "linear"})
+    probing_run(tmp_path / "results", "p-b", "model-b", config={"probe": "linear"})
     import os
+
     os.utime(a, (0, 0))
     monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
     at = AppTest.from_file(APP, default_timeout=60)
@@ -234,14 +327,23 @@ def test_compression_page_shows_the_fine_tune_pruning_and_quantization(tmp_path,
     assert ticket["x"] == pytest.approx([0.0, 0.5, 0.75]) and ticket["y"] == pytest.approx([0.95, 0.94, 0.92])
     two_bit = [t for t in probing["data"] if t.get("name") == "simulated-2bit"][0]
     assert two_bit["y"] == pytest.approx([-0.05, 0.05, 0.15])
-    by_name = {t["name"]: t for t in curves["data"] if t.get("mode") != "markers" and t.get("name") in ("importance", "random")}
+    by_name = {
+        t["name"]: t for t in curves["data"] if t.get("mode") != "markers" and t.get("name") in ("importance", "random")
+    }
     assert by_name["importance"]["y"] == pytest.approx([0.95, 0.90, 0.2])
     bars = quant["data"][0]
-    assert list(bars["y"]) == list(PLANTED_QUANT_ACCURACY) and bars["x"] == pytest.approx(list(PLANTED_QUANT_ACCURACY.values()))
-    assert "1.50× faster" in bars["text"][1] and "faster" not in bars["text"][2]   # simulated bits: no speed-up
+    assert list(bars["y"]) == list(PLANTED_QUANT_ACCURACY) and bars["x"] == pytest.approx(
+        list(PLANTED_QUANT_ACCURACY.values())
+    )
+    assert "1.50× faster" in bars["text"][1] and "faster" not in bars["text"][2]  # simulated bits: no speed-up
     assert "(packed)" in bars["text"][2]
     summary = at.dataframe[0].value
     assert summary["removable_share"].tolist() == [0.5, 0.2]
-    assert at.dataframe[1].value["test_accuracy"].tolist() == [0.95, 0.94, 0.9, 0.7]   # the sub-networks and summary["n_orders"].tolist() == [1, 3]
+    assert at.dataframe[1].value["test_accuracy"].tolist() == [
+        0.95,
+        0.94,
+        0.9,
+        0.7,
+    ]  # the sub-networks and summary["n_orders"].tolist() == [1, 3]
     shown = " ".join(m.value for m in at.expander[0].markdown)
     assert "Michel et al. 2019" in shown and "simulated b-bit" in shown

@@ -41,13 +41,23 @@ distributed.shutdown()
 
 
 def _env(tmp_path):
-    return {**os.environ, "OMP_NUM_THREADS": "1", "BERTOLOGY_HOME": str(tmp_path / "home"),
-            "TOKENIZERS_PARALLELISM": "false"}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "BERTOLOGY_HOME": str(tmp_path / "home"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 def _torchrun(tmp_path, *args, nproc=2):
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                           str(nproc), *args], env=_env(tmp_path), capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), *args],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def _store(root):
@@ -57,7 +67,7 @@ def _store(root):
 
 def _assert_identical(a, b):
     names = sorted(p.name for p in a.glob("shard-*"))
-    assert names == sorted(p.name for p in b.glob("shard-*")) and len(names) == 10   # 5 shards + checksums
+    assert names == sorted(p.name for p in b.glob("shard-*")) and len(names) == 10  # 5 shards + checksums
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
@@ -69,9 +79,29 @@ def model_and_single_store(tmp_path_factory):
     """The tiny model folder and the store one plain process writes (same thread count as the ranks)."""
     tmp = tmp_path_factory.mktemp("dist")
     model_dir = save_tiny_model_dir("bert", tmp / "model")
-    done = subprocess.run([sys.executable, "-m", "bertology.cli", "extract", "--model", str(model_dir), "--limit",
-                           "40", "--shard-size", "8", "--device", "cpu", "--root", str(tmp / "single")],
-                          env=_env(tmp), capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertology.cli",
+            "extract",
+            "--model",
+            str(model_dir),
+            "--limit",
+            "40",
+            "--shard-size",
+            "8",
+            "--device",
+            "cpu",
+            "--root",
+            str(tmp / "single"),
+        ],
+        env=_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return model_dir, _store(tmp / "single")
 
@@ -79,11 +109,25 @@ def model_and_single_store(tmp_path_factory):
 def test_two_gloo_processes_write_the_single_process_store(model_and_single_store, tmp_path):
     """The documented command: torchrun ... -m bertology.cli extract."""
     model_dir, single = model_and_single_store
-    done = _torchrun(tmp_path, "-m", "bertology.cli", "extract", "--model", str(model_dir), "--limit", "40",
-                     "--shard-size", "8", "--device", "cpu", "--root", str(tmp_path / "dist"))
+    done = _torchrun(
+        tmp_path,
+        "-m",
+        "bertology.cli",
+        "extract",
+        "--model",
+        str(model_dir),
+        "--limit",
+        "40",
+        "--shard-size",
+        "8",
+        "--device",
+        "cpu",
+        "--root",
+        str(tmp_path / "dist"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     store = _store(tmp_path / "dist")
-    assert store.name == single.name and done.stdout.count(str(store)) == 1   # rank 0 alone prints
+    assert store.name == single.name and done.stdout.count(str(store)) == 1  # rank 0 alone prints
     assert json.loads((store / "manifest.json").read_text())["extract_processes_last_run"] == 2
     _assert_identical(single, store)
 
@@ -116,6 +160,6 @@ def test_shards_are_split_by_cost_deterministically():
     # costs 9, 7, 5, 3, 1 over 2 ranks: 9 -> r0, 7 -> r1, 5 -> r1 (7 < 9), 3 -> r0 (9 < 12),
     # 1 -> r0 (12 = 12: the lower rank)
     assert assign_shards([0, 1, 2, 3, 4], [9, 7, 5, 3, 1], 2) == [[0, 3, 4], [1, 2]]
-    assert assign_shards([0, 1, 2], [1, 5, 2], 2) == [[1], [0, 2]]   # 5 -> r0; 2 -> r1; 1 -> r1 (2 < 5)
+    assert assign_shards([0, 1, 2], [1, 5, 2], 2) == [[1], [0, 2]]  # 5 -> r0; 2 -> r1; 1 -> r1 (2 < 5)
     assert assign_shards([4, 7], [1, 1], 3) == [[4], [7], []]
     assert assign_shards([2, 5], [3, 8], 1) == [[2, 5]]

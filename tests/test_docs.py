@@ -14,8 +14,12 @@ ROOMS = ["workbench", "probes", "studies", "apps", "benchmarks"]
 
 def modules(root: Path) -> list[Path]:
     """Every Python module of the rooms, without package markers (``__init__``, ``__main__``)."""
-    return sorted(p for room in ROOMS for p in (root / room).rglob("*.py")
-                  if not p.name.startswith("__") and "data" not in p.relative_to(root).parts)
+    return sorted(
+        p
+        for room in ROOMS
+        for p in (root / room).rglob("*.py")
+        if not p.name.startswith("__") and "data" not in p.relative_to(root).parts
+    )
 
 
 def unnamed_modules(root: Path, architecture: str) -> list[str]:

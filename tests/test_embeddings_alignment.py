@@ -5,8 +5,17 @@ import pandas as pd
 import pytest
 from scipy.stats import ortho_group
 
-from bertology.probes.embeddings.alignment import (AlignmentError, align, lstsq_map, mean_topk_cosine, most_moved_words,
-                              normalize_embeddings, procrustes, retrieve, topk_cosine)
+from bertology.probes.embeddings.alignment import (
+    AlignmentError,
+    align,
+    lstsq_map,
+    mean_topk_cosine,
+    most_moved_words,
+    normalize_embeddings,
+    procrustes,
+    retrieve,
+    topk_cosine,
+)
 from bertology.probes.embeddings.static_vectors import StaticVectors, unit_rows
 
 
@@ -155,7 +164,7 @@ def test_most_moved_words_finds_planted_shifts():
     moved = [7, 42, 99]
     y[moved] = rng.normal(size=(3, d))  # these words changed meaning
     a, b = StaticVectors(words, x), StaticVectors(words, y)
-    res = align(a, b, normalization="unit")   # default pairs: the shared vocabulary
+    res = align(a, b, normalization="unit")  # default pairs: the shared vocabulary
     df = most_moved_words(a, b, res, k=3)
     assert set(df["word"]) == {f"w{i}" for i in moved}
     assert list(df.columns) == ["rank", "word", "similarity", "source_neighbours", "target_neighbours"]
@@ -170,15 +179,17 @@ def test_each_embedding_analysis_is_one_function_for_study_and_cli():
     from bertology.probes.embeddings import analysis
     from bertology.studies import load_study
 
-    for study, defaults, run in (("contextuality", analysis.CONTEXTUALITY_DEFAULTS, analysis.contextuality_analysis),
-                                 ("alignment", analysis.ALIGNMENT_DEFAULTS, analysis.alignment_analysis),
-                                 ("align_spaces", analysis.ALIGN_SPACES_DEFAULTS, analysis.align_spaces_analysis)):
+    for study, defaults, run in (
+        ("contextuality", analysis.CONTEXTUALITY_DEFAULTS, analysis.contextuality_analysis),
+        ("alignment", analysis.ALIGNMENT_DEFAULTS, analysis.alignment_analysis),
+        ("align_spaces", analysis.ALIGN_SPACES_DEFAULTS, analysis.align_spaces_analysis),
+    ):
         module = load_study(study)
         assert module.DEFAULTS is defaults and module.run is run
     runner = CliRunner()
     for command in ("embeddings", "align"):
         assert "--force" in runner.invoke(app, [command, "--help"]).output
-    assert "--full" in runner.invoke(app, ["embeddings", "--help"]).output   # quick (500 sentences) unless --full
+    assert "--full" in runner.invoke(app, ["embeddings", "--help"]).output  # quick (500 sentences) unless --full
 
 
 def test_bfloat16_screening_gives_the_float32_neighbours():
@@ -200,8 +211,11 @@ def test_bfloat16_screening_gives_the_float32_neighbours():
         assert np.array_equal(exact[1], screened[1])
         assert np.allclose(exact[0], screened[0], atol=1e-5)
     # the pool given as the queries themselves takes the one-pass path: same numbers
-    assert np.allclose(retrieve(q, t, 5, "csls", source_pool=q, precision="float32")[0],
-                       retrieve(q, t, 5, "csls", precision="float32")[0], atol=1e-6)
+    assert np.allclose(
+        retrieve(q, t, 5, "csls", source_pool=q, precision="float32")[0],
+        retrieve(q, t, 5, "csls", precision="float32")[0],
+        atol=1e-6,
+    )
 
 
 def test_methods_are_compared_word_by_word_with_a_paired_interval():
@@ -211,11 +225,18 @@ def test_methods_are_compared_word_by_word_with_a_paired_interval():
     words = [f"w{i}" for i in range(400)]
     base = (rng.random(400) < 0.5).astype(int)  # 0 = first-rank hit, 1 = missed at k=1
     better = np.where(rng.random(400) < 0.4, 0, base)  # fixes ~40% of the misses
-    hits = pd.concat([pd.DataFrame({"method": m, "retrieval": "csls", "source": words, "first_hit": h})
-                      for m, h in (("procrustes", better), ("lstsq", base), ("copy", base))])
+    hits = pd.concat(
+        [
+            pd.DataFrame({"method": m, "retrieval": "csls", "source": words, "first_hit": h})
+            for m, h in (("procrustes", better), ("lstsq", base), ("copy", base))
+        ]
+    )
     table = compare_methods(hits, ks=(1,))
-    assert list(zip(table["method_a"], table["method_b"])) == [("procrustes", "lstsq"), ("procrustes", "copy"),
-                                                                ("lstsq", "copy")]
+    assert list(zip(table["method_a"], table["method_b"])) == [
+        ("procrustes", "lstsq"),
+        ("procrustes", "copy"),
+        ("lstsq", "copy"),
+    ]
     first = table.iloc[0]
     assert first["difference"] == pytest.approx((better == 0).mean() - (base == 0).mean())
     assert first["low"] > 0 and first["p_value"] < 0.01 and first["mcnemar_p"] < 0.01

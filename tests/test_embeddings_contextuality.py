@@ -3,9 +3,15 @@
 import numpy as np
 import pytest
 
-from bertology.probes.embeddings.contextuality import (contextuality, contextuality_by_word, mev_per_group,
-                                                       occurrence_groups, random_groups, to_long)
 from bertology.errors import WorkbenchError
+from bertology.probes.embeddings.contextuality import (
+    contextuality,
+    contextuality_by_word,
+    mev_per_group,
+    occurrence_groups,
+    random_groups,
+    to_long,
+)
 
 
 def _corpus(seed=0, n_types=25, n_words=800, sent_len=10, d=24):
@@ -26,8 +32,18 @@ def test_static_space_has_self_similarity_one_and_mev_one():
     assert row.loc["mev", "raw"] == pytest.approx(1.0, abs=1e-6)
     assert row.loc["mev", "baseline"] < 0.5  # random words' matrices are far from rank one
     assert row.loc["self_similarity", "n_items"] == 25  # lower-cased: W3 and w3 are one word
-    assert list(df.columns) == ["layer", "metric", "raw", "baseline", "adjusted", "n_items", "occurrences_min",
-                                "occurrences_mean", "occurrences_max", "seed"]
+    assert list(df.columns) == [
+        "layer",
+        "metric",
+        "raw",
+        "baseline",
+        "adjusted",
+        "n_items",
+        "occurrences_min",
+        "occurrences_mean",
+        "occurrences_max",
+        "seed",
+    ]
     assert np.allclose(df["adjusted"], df["raw"] - df["baseline"])
     # the earlier, uncentred MEV also gives 1 for a static space
     unc = contextuality(static, words, offsets, min_occurrences=5, mev_centering="uncentred").set_index("metric")
@@ -64,7 +80,7 @@ def test_mev_centred_vs_uncentred_hand_computed():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(7, 6)).astype(np.float32) + 4.0
     sv = np.linalg.svd(x.astype(np.float64) - x.mean(0), compute_uv=False)
-    assert mev_per_group(x, *_groups([7]))[0] == pytest.approx(sv[0] ** 2 / (sv ** 2).sum(), abs=1e-9)
+    assert mev_per_group(x, *_groups([7]))[0] == pytest.approx(sv[0] ** 2 / (sv**2).sum(), abs=1e-9)
 
 
 def test_mev_baseline_is_random_groups_of_the_same_sizes():
@@ -73,7 +89,7 @@ def test_mev_baseline_is_random_groups_of_the_same_sizes():
     ids = rng.integers(0, n_types, 900)
     words = [f"w{i}" for i in ids]
     offsets = np.arange(0, 901, 9)
-    layer = rng.normal(size=(900, d)).astype(np.float32) + 2.0   # every occurrence its own random vector
+    layer = rng.normal(size=(900, d)).astype(np.float32) + 2.0  # every occurrence its own random vector
     # groups of two occurrences: two points always lie on one line, so raw and baseline are exactly 1
     df = contextuality(layer[None], words, offsets, min_occurrences=2, max_occurrences=2).set_index("metric")
     assert df.loc["mev", "raw"] == pytest.approx(1.0) and df.loc["mev", "baseline"] == pytest.approx(1.0)
@@ -82,8 +98,12 @@ def test_mev_baseline_is_random_groups_of_the_same_sizes():
     # distinct occurrences of the layer (a Monte Carlo estimate with another generator agrees)
     df = contextuality(layer[None], words, offsets, min_occurrences=5, max_occurrences=12).set_index("metric")
     _, _, starts = occurrence_groups(words, min_occurrences=5, max_occurrences=12)
-    mc = np.mean([mev_per_group(layer, random_groups(900, starts, np.random.default_rng(100 + k)), starts).mean()
-                  for k in range(100)])
+    mc = np.mean(
+        [
+            mev_per_group(layer, random_groups(900, starts, np.random.default_rng(100 + k)), starts).mean()
+            for k in range(100)
+        ]
+    )
     assert df.loc["mev", "baseline"] == pytest.approx(mc, abs=0.01)
     draw = random_groups(900, starts, np.random.default_rng(0))
     assert len(draw) == starts[-1] and len(set(draw.tolist())) == len(draw) and draw.max() < 900
@@ -134,7 +154,7 @@ def test_groups_cap_and_by_word_and_long_form():
     words, ids, offsets, table, _ = _corpus()
     types, pos, starts = occurrence_groups(words, min_occurrences=5, max_occurrences=10, seed=0)
     assert np.diff(starts).max() <= 10 and len(set(pos)) == len(pos)
-    assert all(words[p].lower() == types[g] for g in range(len(types)) for p in pos[starts[g]:starts[g + 1]])
+    assert all(words[p].lower() == types[g] for g in range(len(types)) for p in pos[starts[g] : starts[g + 1]])
     by_word = contextuality_by_word(table[ids][None], words, offsets)
     assert np.allclose(by_word["self_similarity"], 1.0, atol=1e-6)
     long = to_long(contextuality(table[ids][None], words, offsets))

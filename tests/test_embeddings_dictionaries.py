@@ -5,8 +5,14 @@ import gzip
 import pandas as pd
 import pytest
 
-from bertology.probes.embeddings.dictionaries import (DictionaryError, bilingual_pairs, filter_to_vocab, parse_dictd,
-                                 read_freedict, split_dictionary)
+from bertology.probes.embeddings.dictionaries import (
+    DictionaryError,
+    bilingual_pairs,
+    filter_to_vocab,
+    parse_dictd,
+    read_freedict,
+    split_dictionary,
+)
 
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
@@ -27,9 +33,12 @@ ENTRIES = [
     ("come across", "come across /kʌməkrɔs/\nrencontrer\n"),
     ("surmise", "surmise /səːmaiz/\n1. conjecturer, se douter de\n2. supposer\n"),
     ("paris", "Paris /pari/ <n>\nParis\n"),
-    ("bank", "bank /baŋk/\nbanque [fin.] (établissement), rive\n"
-             "      \"the bank is closed\" - la banque est fermée\n"
-             "   Synonym: {shore}\n see: {banks}, {banking}\n         Note: also a verb\n"),
+    (
+        "bank",
+        "bank /baŋk/\nbanque [fin.] (établissement), rive\n"
+        '      "the bank is closed" - la banque est fermée\n'
+        "   Synonym: {shore}\n see: {banks}, {banking}\n         Note: also a verb\n",
+    ),
     ("dog", "dog /dɒɡ/ <n>\nchien, chienne; toutou\n"),  # duplicate entry: same text again
 ]
 
@@ -50,8 +59,15 @@ def test_parser_handles_freedict_quirks(tmp_path):
     _write(tmp_path)
     df = read_freedict("eng-fra", tmp_path)
     pairs = set(zip(df["source"], df["target"]))
-    assert pairs == {("dog", "chien"), ("dog", "chienne"), ("dog", "toutou"), ("surmise", "conjecturer"),
-                     ("surmise", "supposer"), ("bank", "banque"), ("bank", "rive")}
+    assert pairs == {
+        ("dog", "chien"),
+        ("dog", "chienne"),
+        ("dog", "toutou"),
+        ("surmise", "conjecturer"),
+        ("surmise", "supposer"),
+        ("bank", "banque"),
+        ("bank", "rive"),
+    }
     assert (df["licence"].str.contains("GPL-2.0")).all() and (df["dictionary"] == "freedict-eng-fra").all()
     assert set(df["source_lang"]) == {"eng"} and set(df["target_lang"]) == {"fra"}
 
@@ -88,6 +104,7 @@ def test_split_keeps_test_sources_out_of_training():
 
 # --- a changed dictionary is a new run (issue 26, item 8) ---------------------------------------
 
+
 def _letters(i: int) -> str:
     """i as a lower-case letter word (the dictd parser drops words with digits)."""
     return "".join("abcdefghijklmnopqrstuvwxyz"[int(d)] for d in f"{i:02d}")
@@ -101,8 +118,10 @@ def _plant_alignment_inputs(tmp_path, n_words: int = 40, dim: int = 6):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(n_words, dim))
     Q, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
-    for name, words, M in (("src.txt", [f"word{_letters(i)}" for i in range(n_words)], X),
-                           ("tgt.txt", [f"mot{_letters(i)}" for i in range(n_words)], X @ Q)):
+    for name, words, M in (
+        ("src.txt", [f"word{_letters(i)}" for i in range(n_words)], X),
+        ("tgt.txt", [f"mot{_letters(i)}" for i in range(n_words)], X @ Q),
+    ):
         lines = [f"{n_words} {dim}"] + [w + " " + " ".join(f"{v:.6f}" for v in row) for w, row in zip(words, M)]
         (tmp_path / name).write_text("\n".join(lines) + "\n")
     folder = tmp_path / "dictd"
@@ -129,8 +148,15 @@ def test_changed_dictionary_gives_a_new_run(tmp_path):
     from bertology.studies import run_study
 
     folder = _plant_alignment_inputs(tmp_path)
-    overrides = {"source": str(tmp_path / "src.txt"), "target": str(tmp_path / "tgt.txt"), "dictionary": "eng-fra",
-                 "dictd_dir": str(folder), "n_test": 10, "n_train": 30, "normalization": "none"}
+    overrides = {
+        "source": str(tmp_path / "src.txt"),
+        "target": str(tmp_path / "tgt.txt"),
+        "dictionary": "eng-fra",
+        "dictd_dir": str(folder),
+        "n_test": 10,
+        "n_train": 30,
+        "normalization": "none",
+    }
     results = tmp_path / "results"
     logs: list[str] = []
     first = run_study("align_spaces", overrides=overrides, results_root=results, log=logs.append)
@@ -140,12 +166,15 @@ def test_changed_dictionary_gives_a_new_run(tmp_path):
     assert run_study("align_spaces", overrides=overrides, results_root=results, log=logs.append) == first
     assert any("complete run found" in line for line in logs)
     # one translation changed: the same config, another dictionary content -> another run
-    _write_entries(folder, [(f"word{_letters(i)}", f"word{_letters(i)}\nmot{_letters(1 if i == 0 else i)}\n")
-                            for i in range(40)])
+    _write_entries(
+        folder, [(f"word{_letters(i)}", f"word{_letters(i)}\nmot{_letters(1 if i == 0 else i)}\n") for i in range(40)]
+    )
     second = run_study("align_spaces", overrides=overrides, results_root=results, log=logs.append)
     assert second != first and (second / "manifest.json").is_file()
-    assert (json.loads((second / "manifest.json").read_text())["inputs"]["dictionary_files"]["sha256"]
-            != inputs["dictionary_files"]["sha256"])
+    assert (
+        json.loads((second / "manifest.json").read_text())["inputs"]["dictionary_files"]["sha256"]
+        != inputs["dictionary_files"]["sha256"]
+    )
     # an explicit run id pointed at the old run recomputes rather than mixing
     logs.clear()
     run_study("align_spaces", overrides=overrides, results_root=results, run_id=first.name, log=logs.append)

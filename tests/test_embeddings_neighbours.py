@@ -3,7 +3,12 @@
 import numpy as np
 import pytest
 
-from bertology.probes.embeddings.neighbours import context_snippet, sense_cluster_figure, sense_clusters, static_vs_contextual_neighbours
+from bertology.probes.embeddings.neighbours import (
+    context_snippet,
+    sense_cluster_figure,
+    sense_clusters,
+    static_vs_contextual_neighbours,
+)
 from bertology.probes.embeddings.static_vectors import StaticVectors
 
 
@@ -27,8 +32,11 @@ def test_contextual_neighbours_share_the_sense():
     static = StaticVectors(["play", "game", "theatre"], np.array([[1, 0], [0.9, 0.1], [0.5, 0.5]], np.float32))
     df = static_vs_contextual_neighbours("play", static, vecs, words, offsets, occurrence=0, k=5)
     contextual_rows = df[df["space"] == "contextual"]
-    assert len(contextual_rows) == 5 and (contextual_rows["sentence"] % 2 == 0).all() \
+    assert (
+        len(contextual_rows) == 5
+        and (contextual_rows["sentence"] % 2 == 0).all()
         and (contextual_rows["sentence"] != 0).all()
+    )
     assert df[df["space"] == "static"]["neighbour"].tolist() == ["game", "theatre"]
     assert "[[play]]" in df["query_context"].iloc[0]
     assert context_snippet(2, words, offsets) == "a great [[play]] by them"
@@ -47,4 +55,5 @@ def test_sense_clusters_separate_the_planted_senses():
     # so the next process does not compile it again (~16 s on 2 cores)
     import umap.umap_
     from numba.core.caching import NullCache
+
     assert not isinstance(umap.umap_.fast_knn_indices._cache, NullCache)

@@ -44,10 +44,10 @@ def test_english_french_procrustes_beats_chance_and_csls_beats_nn():
 
 def test_cli_embeddings_and_align_on_a_tiny_model(tmp_path, monkeypatch):
     """`bertology embeddings` and `bertology align` end to end (tiny random BERT, real corpus)."""
+    import typer
     from typer.testing import CliRunner
 
     import bertology.cli.embeddings as cli_embeddings
-    import typer
 
     app = typer.Typer()
     cli_embeddings.register(app)
@@ -58,19 +58,27 @@ def test_cli_embeddings_and_align_on_a_tiny_model(tmp_path, monkeypatch):
 
     lm_real = models.load_model("minilm-l6", attentions=False)
     torch.manual_seed(0)
-    tiny = BertModel(BertConfig(vocab_size=lm_real.tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                num_attention_heads=4, intermediate_size=64))
+    tiny = BertModel(
+        BertConfig(
+            vocab_size=lm_real.tokenizer.vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+        )
+    )
     tiny_dir = tmp_path / "tiny"
     tiny.save_pretrained(tiny_dir)
     lm_real.tokenizer.save_pretrained(tiny_dir)
     monkeypatch.setenv("BERTOLOGY_HOME", str(tmp_path / "home"))
     runner = CliRunner()
-    res = runner.invoke(app, ["embeddings", "--model", str(tiny_dir), "--limit", "60", "--vectors",
-                              "--out", str(tmp_path / "emb")])
+    res = runner.invoke(
+        app, ["embeddings", "--model", str(tiny_dir), "--limit", "60", "--vectors", "--out", str(tmp_path / "emb")]
+    )
     assert res.exit_code == 0, res.output
     from bertology.results import read_manifest, read_table
 
-    (emb,) = (tmp_path / "emb" / "contextuality").iterdir()   # a contextuality study run
+    (emb,) = (tmp_path / "emb" / "contextuality").iterdir()  # a contextuality study run
     manifest = read_manifest(emb)
     assert manifest["study"] == "contextuality" and manifest["config"]["export_vectors"] is True
     assert manifest["config"]["limit"] == 60 and manifest["model"]["fingerprint"]
@@ -81,8 +89,22 @@ def test_cli_embeddings_and_align_on_a_tiny_model(tmp_path, monkeypatch):
     assert sources["source"].tolist() == ["distilled@0", "distilled@2", "word2vec", "input"]
     assert all((emb / f).is_file() for f in sources["file"])
     a, b = emb / "vectors-distilled-0.txt", emb / "vectors-distilled-2.txt"
-    res = runner.invoke(app, ["align", "--source", str(a), "--target", str(b), "--dictionary", "identical",
-                              "--n-test", "50", "--out", str(tmp_path / "al")])
+    res = runner.invoke(
+        app,
+        [
+            "align",
+            "--source",
+            str(a),
+            "--target",
+            str(b),
+            "--dictionary",
+            "identical",
+            "--n-test",
+            "50",
+            "--out",
+            str(tmp_path / "al"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     (al,) = (tmp_path / "al" / "align_spaces").iterdir()
     manifest = read_manifest(al)

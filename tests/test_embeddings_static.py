@@ -5,8 +5,15 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from bertology.probes.embeddings.static_vectors import (StaticVectors, VectorFileError, distill_static, from_input_embeddings,
-                                   read_word2vec, train_word2vec, word_vectors_from_pieces)
+from bertology.probes.embeddings.static_vectors import (
+    StaticVectors,
+    VectorFileError,
+    distill_static,
+    from_input_embeddings,
+    read_word2vec,
+    train_word2vec,
+    word_vectors_from_pieces,
+)
 
 
 def test_word2vec_text_round_trip(tmp_path):
@@ -27,12 +34,15 @@ def test_glove_style_file_without_header(tmp_path):
     assert v.dim == 2 and v.most_similar("a", 1)["word"].tolist() == ["b"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("2 3\nx 1 2 3\ny 1 2\n", r"v\.txt:3: expected a word and 3 numbers, got 2"),
-    ("2 3\nx 1 2 3\ny 1 zz 3\n", r"v\.txt:3: non-numeric"),
-    ("2 3\nx 1 2 3\n", r"header says 2 words, file has 1"),
-    ("two 3\n", r"v\.txt:1: header"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("2 3\nx 1 2 3\ny 1 2\n", r"v\.txt:3: expected a word and 3 numbers, got 2"),
+        ("2 3\nx 1 2 3\ny 1 zz 3\n", r"v\.txt:3: non-numeric"),
+        ("2 3\nx 1 2 3\n", r"header says 2 words, file has 1"),
+        ("two 3\n", r"v\.txt:1: header"),
+    ],
+)
 def test_malformed_lines_name_file_and_line(tmp_path, text, message):
     p = tmp_path / "v.txt"
     p.write_text(text, encoding="utf-8")
@@ -67,11 +77,14 @@ def test_input_embeddings_and_mean_of_pieces():
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "play", "##ing", "game"]
     tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
     torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=8, num_hidden_layers=1,
-                                 num_attention_heads=2, intermediate_size=16))
+    model = BertModel(
+        BertConfig(
+            vocab_size=len(vocab), hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16
+        )
+    )
     v = from_input_embeddings(model, tok)
     w = model.get_input_embeddings().weight.detach().numpy()
-    assert v.words[:len(vocab)] == vocab and np.allclose(v.vector("game"), w[7])
+    assert v.words[: len(vocab)] == vocab and np.allclose(v.vector("game"), w[7])
     pieces = word_vectors_from_pieces(model, tok, ["playing", "game"])
     assert pieces.metadata["n_pieces"] == [2, 1]
     assert np.allclose(pieces.vector("playing"), (w[5] + w[6]) / 2, atol=1e-6)

@@ -12,7 +12,7 @@ import torch
 
 from bertology.architectures import ffn_outputs, supported_types
 from bertology.probes.heads.gates import FFNGates
-from bertology.probes.heads.importance import ffn_importance_scores, mlm_loss, mask_batches
+from bertology.probes.heads.importance import ffn_importance_scores, mask_batches, mlm_loss
 from bertology.testing import tiny_model
 
 
@@ -29,9 +29,9 @@ def test_a_closed_gate_equals_a_zeroed_feed_forward_output(model_type):
     with torch.no_grad():
         plain = model(**inputs).last_hidden_state
         with FFNGates(model):
-            assert torch.equal(model(**inputs).last_hidden_state, plain)          # gates of 1: nothing changes
+            assert torch.equal(model(**inputs).last_hidden_state, plain)  # gates of 1: nothing changes
         n = len(ffn_outputs(model))
-        shared = len({id(m) for m in ffn_outputs(model)}) < n                   # ALBERT: one block at every position
+        shared = len({id(m) for m in ffn_outputs(model)}) < n  # ALBERT: one block at every position
         gates = torch.ones(n)
         if shared:
             gates[:] = 0.0

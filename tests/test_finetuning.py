@@ -38,20 +38,34 @@ def planted(tmp_path_factory) -> dict[str, Path]:
     token_lines, sentence_lines = [], []
     for i in range(150):
         words = [rng.choice(SET_A + SET_B) for _ in range(6)]
-        token_lines.append({"words": words, "labels": ["A" if w in SET_A else "B" for w in words],
-                            "document": f"doc{i % 30}"})
+        token_lines.append(
+            {"words": words, "labels": ["A" if w in SET_A else "B" for w in words], "document": f"doc{i % 30}"}
+        )
         label = rng.choice("AB")
-        sentence_lines.append({"text": " ".join(rng.choice(SET_A if label == "A" else SET_B) for _ in range(6)),
-                               "label": label})
+        sentence_lines.append(
+            {"text": " ".join(rng.choice(SET_A if label == "A" else SET_B) for _ in range(6)), "label": label}
+        )
     for name, lines in (("token", token_lines), ("sentence", sentence_lines)):
         (root / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    return {"model": save_tiny_model_dir("bert", root / "tiny-bert"), "token": root / "token.jsonl",
-            "sentence": root / "sentence.jsonl"}
+    return {
+        "model": save_tiny_model_dir("bert", root / "tiny-bert"),
+        "token": root / "token.jsonl",
+        "sentence": root / "sentence.jsonl",
+    }
 
 
 def _cfg(planted, tmp_path, **kw) -> FinetuneConfig:
-    base = dict(run_name="ft", model=str(planted["model"]), task=str(planted["token"]), batch_size=16, epochs=5,
-                learning_rate=1e-3, warmup_fraction=0.0, output_root=str(tmp_path / "models"), progress=False)
+    base = dict(
+        run_name="ft",
+        model=str(planted["model"]),
+        task=str(planted["token"]),
+        batch_size=16,
+        epochs=5,
+        learning_rate=1e-3,
+        warmup_fraction=0.0,
+        output_root=str(tmp_path / "models"),
+        progress=False,
+    )
     return FinetuneConfig(**{**base, **kw})
 
 
@@ -60,7 +74,7 @@ def _result(run: Path) -> dict:
 
 
 def _final_weights(run: Path) -> dict[str, torch.Tensor]:
-    (step, path), = list_checkpoints(run)
+    ((step, path),) = list_checkpoints(run)
     return load_file(str(path / "model.safetensors"))
 
 
@@ -72,6 +86,7 @@ def _pretrained(planted) -> dict[str, torch.Tensor]:
 
 # --------------------------------------------------------------------------- learning a planted task
 
+
 def test_planted_token_task_is_learnt_and_the_result_is_a_registry_model(planted, tmp_path, monkeypatch):
     run = run_finetuning(_cfg(planted, tmp_path))
     result = _result(run)
@@ -79,7 +94,7 @@ def test_planted_token_task_is_learnt_and_the_result_is_a_registry_model(planted
     info = json.loads((run / "run.json").read_text())
     assert info["task"]["kind"] == "token" and info["task"]["labels"] == ["A", "B"]
     # only the best-on-dev checkpoint stays, as a model directory with a model card
-    (step, path), = list_checkpoints(run)
+    ((step, path),) = list_checkpoints(run)
     assert step == result["best_step"]
     assert (path / "README.md").read_text().startswith("---\nbase_model: tiny-bert")
     assert not (path / "optimizer.pt").exists()
@@ -110,9 +125,14 @@ def test_pair_task_runs_with_two_segments(planted, tmp_path):
     lines = []
     for i in range(60):
         label = rng.choice("AB")
-        lines.append({"text_a": " ".join(rng.choice(SET_A + SET_B) for _ in range(3)),
-                      "text_b": " ".join(rng.choice(SET_A if label == "A" else SET_B) for _ in range(3)),
-                      "label": label, "split": "train" if i < 40 else ("dev" if i < 50 else "test")})
+        lines.append(
+            {
+                "text_a": " ".join(rng.choice(SET_A + SET_B) for _ in range(3)),
+                "text_b": " ".join(rng.choice(SET_A if label == "A" else SET_B) for _ in range(3)),
+                "label": label,
+                "split": "train" if i < 40 else ("dev" if i < 50 else "test"),
+            }
+        )
     path = tmp_path / "pairs.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     run = run_finetuning(_cfg(planted, tmp_path, task=str(path), max_steps=4))
@@ -122,6 +142,7 @@ def test_pair_task_runs_with_two_segments(planted, tmp_path):
 
 
 # --------------------------------------------------------------------------- modes
+
 
 def test_frozen_mode_leaves_the_encoder_bit_identical(planted, tmp_path):
     run = run_finetuning(_cfg(planted, tmp_path, mode="frozen", max_steps=6, eval_every=3))
@@ -178,7 +199,7 @@ def test_adapters_near_identity_then_only_adapters_and_layer_norms_train(planted
     assert adapter_count(lm.model) == 4
     for name, value in lm.encoder.named_parameters():
         assert torch.equal(value, after[f"bert.{name}"]), name
-    (_, path), = list_checkpoints(run)
+    ((_, path),) = list_checkpoints(run)
     without = AutoModel.from_pretrained(path, attn_implementation="eager").eval()  # adapters dropped
     with torch.no_grad():
         ours, plain = lm.encoder(input_ids=ids).last_hidden_state, without(input_ids=ids).last_hidden_state
@@ -186,6 +207,7 @@ def test_adapters_near_identity_then_only_adapters_and_layer_norms_train(planted
 
 
 # --------------------------------------------------------------------------- resume and DDP
+
 
 class _Killed(Exception):
     pass
@@ -217,11 +239,31 @@ def test_killed_run_resumes_to_identical_weights(planted, tmp_path):
 def test_two_process_gloo_ddp_keeps_replicas_identical(planted, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    args = ["--model", str(planted["model"]), "--task", str(planted["token"]), "--output", "ddp",
-            "--output-root", str(tmp_path / "models"), "--max-steps", "4", "--batch-size", "8",
-            "--learning-rate", "1e-3", "--no-progress"]
-    proc = subprocess.run([*torchrun, "-m", "bertology.finetuning", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240)
+    args = [
+        "--model",
+        str(planted["model"]),
+        "--task",
+        str(planted["token"]),
+        "--output",
+        "ddp",
+        "--output-root",
+        str(tmp_path / "models"),
+        "--max-steps",
+        "4",
+        "--batch-size",
+        "8",
+        "--learning-rate",
+        "1e-3",
+        "--no-progress",
+    ]
+    proc = subprocess.run(
+        [*torchrun, "-m", "bertology.finetuning", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((tmp_path / "models" / "ddp" / "run.json").read_text())
     assert info["world_size"] == 2
@@ -230,6 +272,7 @@ def test_two_process_gloo_ddp_keeps_replicas_identical(planted, tmp_path):
 
 
 # --------------------------------------------------------------------------- data and tasks
+
 
 def test_word_labels_sit_on_the_first_sub_word():
     tok = tiny_tokenizer("bert")
@@ -269,6 +312,7 @@ def test_split_is_by_document_and_genre_labels_are_gold_brown_genres():
 
 # --------------------------------------------------------------------------- bad input
 
+
 def test_bad_input_is_a_clear_error(planted, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "a b", "label": "x"}\n{"text": "a b"\n')
@@ -293,8 +337,22 @@ def test_bad_input_is_a_clear_error(planted, tmp_path):
 
 def test_cli_finetune_reports_bad_input_with_exit_2(planted, tmp_path):
     for args, named in ((["--task", str(tmp_path / "missing.jsonl")], "'task'"), (["--mode", "lora"], "'mode'")):
-        proc = subprocess.run([sys.executable, "-m", "bertology.cli", "finetune", "--model", str(planted["model"]),
-                               "--output-root", str(tmp_path), *args], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bertology.cli",
+                "finetune",
+                "--model",
+                str(planted["model"]),
+                "--output-root",
+                str(tmp_path),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert named in proc.stderr and "Traceback" not in proc.stderr
 

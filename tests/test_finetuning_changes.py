@@ -50,17 +50,23 @@ def test_module_kinds():
     assert module_kind("encoder.layer.3.attention.output.LayerNorm.weight") == (3, "layernorm")
     assert module_kind("bert.encoder.layer.0.intermediate.dense.weight") == (0, "ffn")
     assert module_kind("encoder.layer.0.output.dense.weight") == (0, "ffn")
-    for other in ("classifier.weight", "bert.pooler.dense.weight", "cls.predictions.bias",
-                  "bert.encoder.layer.0.output.adapter.down.weight"):
+    for other in (
+        "classifier.weight",
+        "bert.pooler.dense.weight",
+        "cls.predictions.bias",
+        "bert.encoder.layer.0.output.adapter.down.weight",
+    ):
         assert module_kind(other) is None
 
 
 def test_relative_weight_change_is_the_groups_norm_ratio():
     gen = torch.Generator().manual_seed(0)
-    before = {"encoder.layer.0.attention.self.query.weight": torch.randn(4, 4, generator=gen),
-              "encoder.layer.0.attention.self.key.weight": torch.randn(4, 4, generator=gen),
-              "encoder.layer.0.intermediate.dense.weight": torch.randn(8, 4, generator=gen),
-              "embeddings.word_embeddings.weight": torch.randn(10, 4, generator=gen)}
+    before = {
+        "encoder.layer.0.attention.self.query.weight": torch.randn(4, 4, generator=gen),
+        "encoder.layer.0.attention.self.key.weight": torch.randn(4, 4, generator=gen),
+        "encoder.layer.0.intermediate.dense.weight": torch.randn(8, 4, generator=gen),
+        "embeddings.word_embeddings.weight": torch.randn(10, 4, generator=gen),
+    }
     after = {f"bert.{k}": v.clone() for k, v in before.items()}
     after["bert.encoder.layer.0.attention.self.query.weight"] *= 1.5  # ΔW = 0.5 W on one attention tensor
     after["classifier.weight"] = torch.ones(2, 4)  # head: no "before", left out
@@ -89,17 +95,32 @@ def test_layer_cka_is_one_after_a_frozen_fine_tune_and_falls_after_a_full_one(tm
     rng = random.Random(0)
     sentences = [[rng.choice(TINY_WORDS[:40]) for _ in range(6)] for _ in range(60)]
     task = tmp_path / "words.jsonl"
-    task.write_text("".join(json.dumps({"words": w, "labels": ["A" if x in TINY_WORDS[:20] else "B" for x in w]})
-                            + "\n" for w in sentences))
-    held_out = Corpus("held-out", [Sentence(f"h{i}", [rng.choice(TINY_WORDS[:40]) for _ in range(5)])
-                                   for i in range(20)])
+    task.write_text(
+        "".join(
+            json.dumps({"words": w, "labels": ["A" if x in TINY_WORDS[:20] else "B" for x in w]}) + "\n"
+            for w in sentences
+        )
+    )
+    held_out = Corpus(
+        "held-out", [Sentence(f"h{i}", [rng.choice(TINY_WORDS[:40]) for _ in range(5)]) for i in range(20)]
+    )
     pretrained = load_model(model_dir)
     table = {}
     for mode in ("frozen", "full"):
-        run = run_finetuning(FinetuneConfig(run_name=mode, model=str(model_dir), task=str(task), mode=mode,
-                                            max_steps=6, batch_size=8, learning_rate=3e-3,
-                                            output_root=str(tmp_path / "models"), progress=False))
-        (_, path), = list_checkpoints(run)
+        run = run_finetuning(
+            FinetuneConfig(
+                run_name=mode,
+                model=str(model_dir),
+                task=str(task),
+                mode=mode,
+                max_steps=6,
+                batch_size=8,
+                learning_rate=3e-3,
+                output_root=str(tmp_path / "models"),
+                progress=False,
+            )
+        )
+        ((_, path),) = list_checkpoints(run)
         table[mode] = layer_cka(pretrained, load_model(path), held_out, root=tmp_path / "stores")
     frozen, full = table["frozen"], table["full"]
     assert list(frozen.layer) == [0, 1, 2] and (frozen.n_words == 100).all()

@@ -34,16 +34,28 @@ def planted(tmp_path_factory) -> dict[str, Path]:
     lines = []
     for i in range(120):
         words = [rng.choice(SET_A + SET_B) for _ in range(6)]
-        lines.append({"words": words, "labels": ["A" if w in SET_A else "B" for w in words],
-                      "document": f"doc{i % 24}"})
+        lines.append(
+            {"words": words, "labels": ["A" if w in SET_A else "B" for w in words], "document": f"doc{i % 24}"}
+        )
     (root / "token.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return {"model": save_tiny_model_dir("bert", root / "tiny-bert"), "token": root / "token.jsonl", "root": root}
 
 
 def _run(planted, tmp_path, **overrides) -> Path:
-    config = {"model": str(planted["model"]), "tasks": [str(planted["token"])], "seeds": [0, 1], "epochs": 2,
-              "batch_size": 16, "max_seq_len": 32, "adapter_size": 8, "cka_sentences": 12, "device": "cpu",
-              "probe_tasks": [], "head_types_change": False, **overrides}
+    config = {
+        "model": str(planted["model"]),
+        "tasks": [str(planted["token"])],
+        "seeds": [0, 1],
+        "epochs": 2,
+        "batch_size": 16,
+        "max_seq_len": 32,
+        "adapter_size": 8,
+        "cka_sentences": 12,
+        "device": "cpu",
+        "probe_tasks": [],
+        "head_types_change": False,
+        **overrides,
+    }
     return run_study("finetuning", overrides=config, results_root=tmp_path / "results", log=lambda _: None)
 
 
@@ -52,8 +64,9 @@ def _table(run_dir: Path, name: str) -> pd.DataFrame:
 
 
 def test_study_runs_end_to_end_with_known_answers(planted, tmp_path):
-    run_dir = _run(planted, tmp_path, probe_tasks=["pos"], head_types_change=True, cka_sentences=40,
-                   learning_rates={"full": 2e-3})
+    run_dir = _run(
+        planted, tmp_path, probe_tasks=["pos"], head_types_change=True, cka_sentences=40, learning_rates={"full": 2e-3}
+    )
     runs = _table(run_dir, "finetune_runs")
     assert len(runs) == 4 * 2 and set(runs["mode"]) == {"frozen", "full", "bitfit", "adapters"}
     rates = runs.groupby("mode")["learning_rate"].unique().map(list).to_dict()
@@ -75,8 +88,9 @@ def test_study_runs_end_to_end_with_known_answers(planted, tmp_path):
     comparisons = _table(run_dir, "finetune_comparisons")
     assert sorted(comparisons["mode"]) == ["adapters", "bitfit", "frozen"]
     assert (comparisons["reference"] == "full").all() and comparisons["low"].notna().all()
-    assert ((comparisons["low"] <= comparisons["difference"])
-            & (comparisons["difference"] <= comparisons["high"])).all()
+    assert (
+        (comparisons["low"] <= comparisons["difference"]) & (comparisons["difference"] <= comparisons["high"])
+    ).all()
 
     weights = _table(run_dir, "weight_change")
     frozen = weights[weights["mode"] == "frozen"]
@@ -145,6 +159,7 @@ def test_bad_study_configs_are_refused(planted, tmp_path):
 
 # --------------------------------------------------------------------------- the intervals
 
+
 def test_seed_interval_combines_seeds_and_examples():
     rng = np.random.default_rng(0)
     per_seed = [((rng.random(200) < p).astype(int), np.ones(200, int)) for p in (0.7, 0.8, 0.9)]
@@ -177,6 +192,7 @@ def test_paired_comparison_on_the_same_examples():
 
 # --------------------------------------------------------------------------- attention change
 
+
 def test_js_divergence_of_rows():
     p = np.array([[1.0, 0.0], [0.5, 0.5]])
     q = np.array([[0.0, 1.0], [0.5, 0.5]])
@@ -189,7 +205,7 @@ def test_js_divergence_of_rows():
 def test_attention_change_is_zero_for_identical_models_and_finds_a_forced_head(planted):
     before = load_model(planted["model"], attentions=True)
     after = load_model(planted["model"], attentions=True)
-    sentences = [list(SET_A[i:i + 5]) for i in range(8)]
+    sentences = [list(SET_A[i : i + 5]) for i in range(8)]
     same = attention_change(before, after, sentences, batch_size=3)
     assert len(same) == 2 * 4 and (same["js_divergence"] == 0).all() and (same["n_rows"] > 0).all()
 
@@ -204,6 +220,7 @@ def test_attention_change_is_zero_for_identical_models_and_finds_a_forced_head(p
 
 # --------------------------------------------------------------------------- State of the Union tasks
 
+
 def test_sotu_tasks_label_passages_by_party_and_decade_split_by_address(tmp_path, monkeypatch):
     """Six planted addresses (.txt + .json as the npm package has them): passages of three
     sentences, Democratic/Republican only for the party task, decades from the year, round-robin
@@ -211,8 +228,14 @@ def test_sotu_tasks_label_passages_by_party_and_decade_split_by_address(tmp_path
     from bertology.finetuning import build_task
     from bertology.finetuning.tasks import sotu_task
 
-    addresses = [(1851, "Whig"), (1913, "Democratic"), (1925, "Republican"), (1934, "Democratic"),
-                 (1961, "Democratic"), (1971, "Republican")]
+    addresses = [
+        (1851, "Whig"),
+        (1913, "Democratic"),
+        (1925, "Republican"),
+        (1934, "Democratic"),
+        (1961, "Democratic"),
+        (1971, "Republican"),
+    ]
     for year, party in addresses:
         name = f"{year}_someone"
         sentences = " ".join(f"Sentence {i} of {year} is here." for i in range(7))  # 7 sentences -> passages 3, 3, 1
@@ -222,10 +245,16 @@ def test_sotu_tasks_label_passages_by_party_and_decade_split_by_address(tmp_path
 
     party = sotu_task("party")
     assert len(party) == 5 * 3 and {e.label for e in party} == {"Democratic", "Republican"}
-    assert [e.document for e in party[:5]] == ["1913_someone", "1925_someone", "1934_someone", "1961_someone",
-                                               "1971_someone"]  # every address's first passage first
-    assert party[0].words == tuple("Sentence 0 of 1913 is here Sentence 1 of 1913 is here Sentence 2 of 1913 is here"
-                                   .split())
+    assert [e.document for e in party[:5]] == [
+        "1913_someone",
+        "1925_someone",
+        "1934_someone",
+        "1961_someone",
+        "1971_someone",
+    ]  # every address's first passage first
+    assert party[0].words == tuple(
+        "Sentence 0 of 1913 is here Sentence 1 of 1913 is here Sentence 2 of 1913 is here".split()
+    )
     assert party[-1].words == ("Sentence", "6", "of", "1971", "is", "here")  # the seventh sentence alone
     decade = build_task("sotu-decade", dev_fraction=0.2, test_fraction=0.2, seed=1)
     assert decade.kind == "sentence" and decade.labels == ["1850s", "1910s", "1920s", "1930s", "1960s", "1970s"]

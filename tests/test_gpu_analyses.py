@@ -28,10 +28,10 @@ from bertology.models import from_modules, model_device, to_device
 from bertology.testing import make_tiny_bert, plant_offset_head
 
 CPU = torch.device("cpu")
-RTOL, ATOL = 1e-3, 1e-4       # float32, GPU against CPU (see the module docstring)
-SHARE_ATOL = 0.05             # argmax shares of a random model: a few near-ties may flip
+RTOL, ATOL = 1e-3, 1e-4  # float32, GPU against CPU (see the module docstring)
+SHARE_ATOL = 0.05  # argmax shares of a random model: a few near-ties may flip
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-PLANTED = (1, 2)              # head (layer, head) planted on the previous token
+PLANTED = (1, 2)  # head (layer, head) planted on the previous token
 
 runner = CliRunner()
 
@@ -50,8 +50,14 @@ def batches_of(tokenizer, corpus, n: int = 12, size: int = 4) -> list[dict]:
     words = [list(s.words) for s in list(corpus)[:n]]
     out = []
     for start in range(0, n, size):
-        enc = tokenizer(words[start:start + size], is_split_into_words=True, truncation=True, max_length=48,
-                        padding=True, return_tensors="pt")
+        enc = tokenizer(
+            words[start : start + size],
+            is_split_into_words=True,
+            truncation=True,
+            max_length=48,
+            padding=True,
+            return_tensors="pt",
+        )
         out.append({k: v for k, v in enc.items() if k in MODEL_INPUTS})
     return out
 
@@ -99,6 +105,7 @@ def tiny_dir(tmp_path, minilm_tokenizer):
 
 # ------------------------------------------------------------------ gates
 
+
 @torch.no_grad()
 def _gated_outputs(model, batches, make_gates=None, gates_cls=None):
     from bertology.probes.heads import HeadGates
@@ -118,7 +125,7 @@ def check_head_gates(device, tiny_lm, batches):
 
     cpu_model, dev_model = tiny_lm.model, moved(tiny_lm.model, device)
     with HeadGates(dev_model) as g:
-        assert g.gates.device.type == device.type            # default gates: made on the model's device
+        assert g.gates.device.type == device.type  # default gates: made on the model's device
     per_example = torch.rand(len(batches[0]["input_ids"]), 2, 4, generator=torch.Generator().manual_seed(0))
     cases = {
         "all on": None,
@@ -132,7 +139,7 @@ def check_head_gates(device, tiny_lm, batches):
         theirs = _gated_outputs(cpu_model, batches, make)
         for a, b in zip(ours, theirs):
             close(a, b)
-        if make is not None:   # the gates did something
+        if make is not None:  # the gates did something
             assert not torch.allclose(theirs[0], reference[0], atol=1e-4), name
 
 
@@ -150,8 +157,10 @@ def check_ffn_gates(device, tiny_lm, batches):
 def check_l0_gates(device, mlm_lm, mlm_batches):
     from bertology.probes.heads import mlm_loss, train_l0_gates
 
-    tables = [train_l0_gates(m, mlm_batches, mlm_loss, 0.5, steps=4, lr=0.1, seed=0)
-              for m in (mlm_lm.model, moved(mlm_lm.model, device))]
+    tables = [
+        train_l0_gates(m, mlm_batches, mlm_loss, 0.5, steps=4, lr=0.1, seed=0)
+        for m in (mlm_lm.model, moved(mlm_lm.model, device))
+    ]
     for column in ("log_alpha", "p_open", "gate"):
         close(tables[1][column], tables[0][column])
     assert tables[1]["kept"].tolist() == tables[0]["kept"].tolist()
@@ -159,19 +168,28 @@ def check_l0_gates(device, mlm_lm, mlm_batches):
 
 # ------------------------------------------------------------------ importance
 
+
 def check_importance(device, mlm_lm, mlm_batches, minilm_tokenizer, small_corpus):
-    from bertology.probes.heads import (ablation_importance, ffn_importance_scores, importance_scores, mlm_loss,
-                                        tagging_batches, train_tagging_head)
+    from bertology.probes.heads import (
+        ablation_importance,
+        ffn_importance_scores,
+        importance_scores,
+        mlm_loss,
+        tagging_batches,
+        train_tagging_head,
+    )
 
     cpu_model, dev_model = mlm_lm.model, moved(mlm_lm.model, device)
     base = torch.ones(2, 4)
-    base[1, 2] = 0.0                                   # base gates given as a CPU tensor
+    base[1, 2] = 0.0  # base gates given as a CPU tensor
     for kwargs in ({}, {"base_gates": base}):
         ours, theirs = (importance_scores(m, mlm_batches, mlm_loss, **kwargs) for m in (dev_model, cpu_model))
         close(ours["importance_raw"], theirs["importance_raw"])
         close(ours["importance"], theirs["importance"])
-    ours, theirs = (ffn_importance_scores(m, mlm_batches, mlm_loss, base_gates=torch.tensor([1.0, 0.0]))
-                    for m in (dev_model, cpu_model))
+    ours, theirs = (
+        ffn_importance_scores(m, mlm_batches, mlm_loss, base_gates=torch.tensor([1.0, 0.0]))
+        for m in (dev_model, cpu_model)
+    )
     close(ours["importance_raw"], theirs["importance_raw"])
     assert theirs["importance_raw"].iloc[1] == 0.0
     ours, theirs = (ablation_importance(m, mlm_batches[:1], mlm_loss) for m in (dev_model, cpu_model))
@@ -179,8 +197,9 @@ def check_importance(device, mlm_lm, mlm_batches, minilm_tokenizer, small_corpus
     # an encoder without an MLM head: a POS tagging head trained on the frozen encoder (CPU batches)
     sentences = list(small_corpus)[:12]
     labels = sorted({t for s in sentences for t in s.upos})
-    tagged = tagging_batches(minilm_tokenizer, sentences, [s.upos for s in sentences],
-                             {t: i for i, t in enumerate(labels)}, batch_size=4)
+    tagged = tagging_batches(
+        minilm_tokenizer, sentences, [s.upos for s in sentences], {t: i for i, t in enumerate(labels)}, batch_size=4
+    )
     encoders = [mlm_lm.model.base_model, moved(mlm_lm.model.base_model, device)]
     heads = [train_tagging_head(m, tagged, len(labels), epochs=3, seed=0) for m in encoders]
     assert next(heads[1].parameters()).device.type == device.type
@@ -188,28 +207,49 @@ def check_importance(device, mlm_lm, mlm_batches, minilm_tokenizer, small_corpus
     ours, theirs = (importance_scores(m, tagged, h.loss) for m, h in zip(encoders[::-1], heads[::-1]))
     close(ours["importance_raw"], theirs["importance_raw"])
     (c1, n1), (c0, n0) = (h.sentence_scores(m, tagged) for m, h in zip(encoders[::-1], heads[::-1]))
-    assert np.array_equal(n1, n0) and np.abs(c1 - c0).sum() <= 2   # a near-tie argmax may flip
+    assert np.array_equal(n1, n0) and np.abs(c1 - c0).sum() <= 2  # a near-tie argmax may flip
 
 
 # ------------------------------------------------------------------ pruning
 
+
 def check_pruning(device, mlm_lm, small_corpus):
-    from bertology.probes.heads.pruning import (evaluate_l0_gates, measure_pruning, pruning_curve, pruning_task,
-                                                train_l0_gates)
+    from bertology.probes.heads.pruning import (
+        evaluate_l0_gates,
+        measure_pruning,
+        pruning_curve,
+        pruning_task,
+        train_l0_gates,
+    )
 
     lms = [mlm_lm, dataclasses.replace(mlm_lm, model=moved(mlm_lm.model, device))]
-    tasks = [pruning_task(lm, small_corpus, seed=0) for lm in lms]      # MLM: CPU batches, masked once
-    curves = [pruning_curve(lm.model, task.metric("dev"), method="random", seeds=(0,), step=0.25,
-                            report_metrics={"test": task.metric("test")}) for lm, task in zip(lms, tasks)]
+    tasks = [pruning_task(lm, small_corpus, seed=0) for lm in lms]  # MLM: CPU batches, masked once
+    curves = [
+        pruning_curve(
+            lm.model,
+            task.metric("dev"),
+            method="random",
+            seeds=(0,),
+            step=0.25,
+            report_metrics={"test": task.metric("test")},
+        )
+        for lm, task in zip(lms, tasks)
+    ]
     assert curves[1]["pruned"].tolist() == curves[0]["pruned"].tolist()
     close(curves[1]["metric"], curves[0]["metric"])
     close(curves[1]["metric_test"], curves[0]["metric_test"])
-    ranked = [pruning_curve(lm.model, task.metric("dev"), method="importance", batches=task.train,
-                            loss_fn=task.loss_fn, step=0.5) for lm, task in zip(lms, tasks)]
-    if ranked[1]["pruned"].tolist() == ranked[0]["pruned"].tolist():   # else a near-tie of importance
+    ranked = [
+        pruning_curve(
+            lm.model, task.metric("dev"), method="importance", batches=task.train, loss_fn=task.loss_fn, step=0.5
+        )
+        for lm, task in zip(lms, tasks)
+    ]
+    if ranked[1]["pruned"].tolist() == ranked[0]["pruned"].tolist():  # else a near-tie of importance
         close(ranked[1]["metric"], ranked[0]["metric"])
     gates = train_l0_gates(lms[0].model, tasks[0].train, tasks[0].loss_fn, 0.5, steps=3, seed=0)
-    ours, theirs = (evaluate_l0_gates(lm.model, gates, task, n_resamples=200) for lm, task in zip(lms[::-1], tasks[::-1]))
+    ours, theirs = (
+        evaluate_l0_gates(lm.model, gates, task, n_resamples=200) for lm, task in zip(lms[::-1], tasks[::-1])
+    )
     close(ours["value_dev"], theirs["value_dev"])
     close(ours["value"], theirs["value"])
     costs = [measure_pruning(lm.model, {0: [1], 1: [0, 2]}, task.dev, repeats=1) for lm, task in zip(lms, tasks)]
@@ -220,7 +260,7 @@ def check_pruning(device, mlm_lm, small_corpus):
 def check_real_pruning(device, tiny_lm, mlm_lm, batches):
     from bertology.probes.heads import HeadGates, gates_from_heads, prune_heads
 
-    remove = {0: [1], 1: [0, 1, 2, 3]}       # layer 1 loses every head: the empty-attention path
+    remove = {0: [1], 1: [0, 1, 2, 3]}  # layer 1 loses every head: the empty-attention path
     for lm in (tiny_lm, mlm_lm):
         cpu_pruned = prune_heads(copy.deepcopy(lm.model), remove)
         dev_model = moved(lm.model, device)
@@ -238,6 +278,7 @@ def check_real_pruning(device, tiny_lm, mlm_lm, batches):
 
 # ------------------------------------------------------------------ attention statistics, head types, probes
 
+
 def _stores(device, tiny_lm, corpus, root):
     """The planted tiny model's store extracted on the CPU and on ``device`` (separate roots: the
     store key does not name the device)."""
@@ -247,8 +288,9 @@ def _stores(device, tiny_lm, corpus, root):
     for name, model in (("cpu", tiny_lm.model), ("device", moved(tiny_lm.model, device))):
         handle = plant_offset_head(model, *PLANTED, offset=-1)
         lm = dataclasses.replace(tiny_lm, model=model)
-        stores.append(extract(lm, corpus, attentions=True, root=root / name, device=str(model_device(model)),
-                              progress=False))
+        stores.append(
+            extract(lm, corpus, attentions=True, root=root / name, device=str(model_device(model)), progress=False)
+        )
         handle.remove()
     return stores
 
@@ -258,7 +300,8 @@ def _compare_head_stats(ours: pd.DataFrame, theirs: pd.DataFrame) -> None:
     merged = ours.merge(theirs, on=key, suffixes=("_gpu", "_cpu"), validate="one_to_one")
     assert len(merged) == len(ours) == len(theirs)
     continuous = merged["statistic"].str.startswith("attn_") | merged["statistic"].isin(
-        ["entropy", "entropy_norm", "confidence"])
+        ["entropy", "entropy_norm", "confidence"]
+    )
     close(merged.loc[continuous, "value_gpu"], merged.loc[continuous, "value_cpu"])
     close(merged.loc[~continuous, "value_gpu"], merged.loc[~continuous, "value_cpu"], rtol=0, atol=SHARE_ATOL)
 
@@ -286,8 +329,10 @@ def check_attention_probe(device, tiny_lm, small_corpus, root):
 
     cpu_store, dev_store = _stores(device, tiny_lm, small_corpus, root)
     sentences = list(small_corpus)
-    ours, theirs = (attention_probe([s.attention(i) for i in range(len(sentences))], sentences, seed=0)
-                    for s in (dev_store, cpu_store))
+    ours, theirs = (
+        attention_probe([s.attention(i) for i in range(len(sentences))], sentences, seed=0)
+        for s in (dev_store, cpu_store)
+    )
     assert ours["method"].tolist() == theirs["method"].tolist()
     assert ours["n_test"].tolist() == theirs["n_test"].tolist()
     close(ours["uas"], theirs["uas"], rtol=0, atol=SHARE_ATOL)
@@ -306,23 +351,25 @@ def check_edge_probe(device, tiny_lm, small_corpus, root):
     ours, theirs = (probe_layers(store, small_corpus, "pos", device=str(d), **settings) for d in (device, CPU))
     test = [t[(t["split"] == "test") & (t["metric"] == "accuracy")].reset_index(drop=True) for t in (ours, theirs)]
     assert test[0]["layer"].tolist() == test[1]["layer"].tolist() and len(test[0]) == 3
-    close(test[0]["value"], test[1]["value"], rtol=0, atol=0.03)      # a few examples may flip
+    close(test[0]["value"], test[1]["value"], rtol=0, atol=0.03)  # a few examples may flip
     task = build_task(small_corpus, "pos")
     config = ProbeConfig(probe="linear", pooling="mean", max_epochs=4, precision="float32", device=str(device))
-    tensor_run = probe_arrays(torch.from_numpy(store.layers()), store.sentence_offsets, task, seeds=(0,),
-                              config=config)
+    tensor_run = probe_arrays(torch.from_numpy(store.layers()), store.sentence_offsets, task, seeds=(0,), config=config)
     accuracy = tensor_run[(tensor_run["split"] == "test") & (tensor_run["metric"] == "accuracy")]
     close(accuracy["value"], test[0]["value"], rtol=0, atol=0.03)
 
 
 # ------------------------------------------------------------------ MLM scoring
 
+
 def check_pseudo_likelihood(device, mlm_lm):
     from bertology.pseudo_likelihood import pseudo_log_likelihood
 
     texts = ["the jury said it did not", "a county election was held in the city", "dogs bark"]
-    ours, theirs = (pseudo_log_likelihood(lm, texts, batch_size=5)
-                    for lm in (dataclasses.replace(mlm_lm, model=moved(mlm_lm.model, device)), mlm_lm))
+    ours, theirs = (
+        pseudo_log_likelihood(lm, texts, batch_size=5)
+        for lm in (dataclasses.replace(mlm_lm, model=moved(mlm_lm.model, device)), mlm_lm)
+    )
     assert ours["n_pieces"].tolist() == theirs["n_pieces"].tolist()
     close(ours["nll"], theirs["nll"])
 
@@ -331,9 +378,11 @@ def check_masked_predictions(device, mlm_lm):
     from bertology.inspection import masked_predictions
 
     words = "the jury said the election was fair".split()
-    ours, theirs = (masked_predictions(lm, words, 2, k=5)
-                    for lm in (dataclasses.replace(mlm_lm, model=moved(mlm_lm.model, device)), mlm_lm))
-    close(ours["probability"], theirs["probability"])   # sorted: equal even where near-equal tokens swap
+    ours, theirs = (
+        masked_predictions(lm, words, 2, k=5)
+        for lm in (dataclasses.replace(mlm_lm, model=moved(mlm_lm.model, device)), mlm_lm)
+    )
+    close(ours["probability"], theirs["probability"])  # sorted: equal even where near-equal tokens swap
     p = theirs["probability"].to_numpy()
     if p[0] - p[1] > 1e-3 * p[0]:
         assert ours["token"].iloc[0] == theirs["token"].iloc[0]
@@ -354,11 +403,11 @@ def check_quantization(device, mlm_lm, batches, mlm_batches):
     # simulated bits: the theoretical packed size (torch.save's bytes name the device, so float32's differ)
     assert ours.loc["simulated-4bit", "size_bytes"] == theirs.loc["simulated-4bit", "size_bytes"]
     int8 = ours.loc["int8-dynamic"]
-    if device.type != "cpu":   # int8 has CPU kernels only: said in the row, never a crash inside torch
+    if device.type != "cpu":  # int8 has CPU kernels only: said in the row, never a crash inside torch
         assert "CPU only" in int8["note"] and str(device.type) in int8["note"] and np.isnan(int8["size_bytes"])
         run, note = quantized_model(dev_model, settings[1])
         assert run is None and "CPU only" in note
-        if int8_engine()[0] is not None:   # dynamic_int8 itself quantizes a CPU copy, and says so
+        if int8_engine()[0] is not None:  # dynamic_int8 itself quantizes a CPU copy, and says so
             copy_, note = dynamic_int8(dev_model)
             assert copy_ is not None and model_device(copy_).type == "cpu" and "CPU copy" in note
     elif int8_engine()[0] is not None:
@@ -366,6 +415,7 @@ def check_quantization(device, mlm_lm, batches, mlm_batches):
 
 
 # ------------------------------------------------------------------ the CLI
+
 
 def _cli(args: list[str]):
     from bertology.cli import app
@@ -394,12 +444,18 @@ def _cli_runs(device, monkeypatch, tmp_path, command: list[str], study: str):
 def check_heads_cli(device, monkeypatch, tmp_path, tiny_dir):
     from bertology.results import read_manifest, read_table
 
-    cpu_run, dev_run = _cli_runs(device, monkeypatch, tmp_path, [
-        "heads", "--model", str(tiny_dir), "--corpus", "brown-sample", "--limit", "40", "--word-vectors", "none"],
-        "head_types")
+    cpu_run, dev_run = _cli_runs(
+        device,
+        monkeypatch,
+        tmp_path,
+        ["heads", "--model", str(tiny_dir), "--corpus", "brown-sample", "--limit", "40", "--word-vectors", "none"],
+        "head_types",
+    )
     assert read_manifest(cpu_run)["tables"] == read_manifest(dev_run)["tables"]
-    _compare_head_stats(read_table(dev_run, "head_stats").drop(columns="attention_window", errors="ignore"),
-                        read_table(cpu_run, "head_stats").drop(columns="attention_window", errors="ignore"))
+    _compare_head_stats(
+        read_table(dev_run, "head_stats").drop(columns="attention_window", errors="ignore"),
+        read_table(cpu_run, "head_stats").drop(columns="attention_window", errors="ignore"),
+    )
     ours, theirs = read_table(dev_run, "head_types"), read_table(cpu_run, "head_types")
     close(ours["entropy_norm"], theirs["entropy_norm"])
 
@@ -407,15 +463,36 @@ def check_heads_cli(device, monkeypatch, tmp_path, tiny_dir):
 def check_prune_cli(device, monkeypatch, tmp_path, tiny_dir):
     from bertology.results import read_table
 
-    cpu_run, dev_run = _cli_runs(device, monkeypatch, tmp_path, [
-        "prune", "--model", str(tiny_dir), "--corpus", "brown-sample", "--limit", "40", "--method",
-        "importance,random,l0", "--step", "0.5", "--lam", "0.5", "--l0-steps", "3"], "pruning")
+    cpu_run, dev_run = _cli_runs(
+        device,
+        monkeypatch,
+        tmp_path,
+        [
+            "prune",
+            "--model",
+            str(tiny_dir),
+            "--corpus",
+            "brown-sample",
+            "--limit",
+            "40",
+            "--method",
+            "importance,random,l0",
+            "--step",
+            "0.5",
+            "--lam",
+            "0.5",
+            "--l0-steps",
+            "3",
+        ],
+        "pruning",
+    )
     # the POS head is trained by Adam on each device: its weights (and the gradients through it)
     # agree to ~1e-5 relative, accuracies to a word or two
     ours, theirs = read_table(dev_run, "importance"), read_table(cpu_run, "importance")
     close(ours["importance_raw"], theirs["importance_raw"], rtol=1e-2, atol=1e-4)
-    ours, theirs = (read_table(r, "pruning_curves").query("method == 'random'").reset_index(drop=True)
-                    for r in (dev_run, cpu_run))
+    ours, theirs = (
+        read_table(r, "pruning_curves").query("method == 'random'").reset_index(drop=True) for r in (dev_run, cpu_run)
+    )
     assert ours["pruned"].tolist() == theirs["pruned"].tolist()
     close(ours["value"], theirs["value"], rtol=0, atol=0.03)
     ours, theirs = read_table(dev_run, "l0_gates"), read_table(cpu_run, "l0_gates")
@@ -426,11 +503,17 @@ def check_prune_cli(device, monkeypatch, tmp_path, tiny_dir):
 def check_embeddings_cli(device, monkeypatch, tmp_path, tiny_dir):
     from bertology.results import read_table
 
-    cpu_run, dev_run = _cli_runs(device, monkeypatch, tmp_path, [
-        "embeddings", "--model", str(tiny_dir), "--corpus", "brown-sample", "--limit", "40",
-        "--min-occurrences", "2"], "contextuality")
-    ours, theirs = (read_table(r, "contextuality").sort_values(["layer", "metric"]).reset_index(drop=True)
-                    for r in (dev_run, cpu_run))
+    cpu_run, dev_run = _cli_runs(
+        device,
+        monkeypatch,
+        tmp_path,
+        ["embeddings", "--model", str(tiny_dir), "--corpus", "brown-sample", "--limit", "40", "--min-occurrences", "2"],
+        "contextuality",
+    )
+    ours, theirs = (
+        read_table(r, "contextuality").sort_values(["layer", "metric"]).reset_index(drop=True)
+        for r in (dev_run, cpu_run)
+    )
     assert ours[["layer", "metric"]].equals(theirs[["layer", "metric"]])
     for column in ("raw", "baseline", "adjusted"):
         close(ours[column], theirs[column])
@@ -456,18 +539,42 @@ def check_probe_cli(device, monkeypatch, tmp_path, tiny_dir):
     from bertology.results import read_table
 
     without_minilm(monkeypatch)
-    cpu_run, dev_run = _cli_runs(device, monkeypatch, tmp_path, [
-        "probe", "--model", str(tiny_dir), "--task", "pos", "--corpus", "brown-sample", "--limit", "40",
-        "--probe", "linear", "--max-epochs", "3"], "edge_probing")
+    cpu_run, dev_run = _cli_runs(
+        device,
+        monkeypatch,
+        tmp_path,
+        [
+            "probe",
+            "--model",
+            str(tiny_dir),
+            "--task",
+            "pos",
+            "--corpus",
+            "brown-sample",
+            "--limit",
+            "40",
+            "--probe",
+            "linear",
+            "--max-epochs",
+            "3",
+        ],
+        "edge_probing",
+    )
     # the command has no precision option: "auto" trains probes in bfloat16 on a GPU, float32 on
     # this CPU, so the accuracies agree only to a few points
-    ours, theirs = (read_table(r, "layer_scores").query("split == 'test' and metric == 'accuracy'")
-                    .sort_values("layer").reset_index(drop=True) for r in (dev_run, cpu_run))
+    ours, theirs = (
+        read_table(r, "layer_scores")
+        .query("split == 'test' and metric == 'accuracy'")
+        .sort_values("layer")
+        .reset_index(drop=True)
+        for r in (dev_run, cpu_run)
+    )
     assert ours["layer"].tolist() == theirs["layer"].tolist()
     close(ours["value"], theirs["value"], rtol=0, atol=0.1)
 
 
 # ------------------------------------------------------------------ the GPU tests
+
 
 @pytest.mark.gpu
 def test_head_gates_on_gpu(cuda, tiny_lm, batches):
@@ -551,8 +658,10 @@ def test_probe_cli_on_gpu_without_the_minilm_package(cuda, monkeypatch, tmp_path
 
 # ------------------------------------------------------------------ the same bodies on the CPU
 
-def test_gpu_check_bodies_on_cpu(tiny_lm, mlm_lm, batches, mlm_batches, minilm_tokenizer, small_corpus, tmp_path,
-                                 one_torch_thread):
+
+def test_gpu_check_bodies_on_cpu(
+    tiny_lm, mlm_lm, batches, mlm_batches, minilm_tokenizer, small_corpus, tmp_path, one_torch_thread
+):
     """The check bodies with the CPU as the "device" (so they are known to run and to hold where
     both sides are equal); the GPU tests above differ only in the device."""
     check_head_gates(CPU, tiny_lm, batches)
@@ -572,8 +681,7 @@ def test_gpu_check_bodies_on_cpu_stores_and_pruning(tiny_lm, mlm_lm, small_corpu
     check_edge_probe(CPU, tiny_lm, small_corpus, tmp_path / "edge")
 
 
-def test_probe_cli_runs_with_model_dir_where_minilm_is_not_installed(monkeypatch, tmp_path, tiny_dir,
-                                                                      one_torch_thread):
+def test_probe_cli_runs_with_model_dir_where_minilm_is_not_installed(monkeypatch, tmp_path, tiny_dir, one_torch_thread):
     """The default config's model (minilm-l6) is not checked when --model replaces it (on the CPU
     here; the GPU test runs the same with --device cuda)."""
     check_probe_cli(CPU, monkeypatch, tmp_path, tiny_dir)

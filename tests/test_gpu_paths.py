@@ -47,13 +47,21 @@ def test_store_default_settings_on_the_gpu_equal_the_cpu(tiny_lm, small_corpus, 
         np.testing.assert_allclose(gpu.hidden(i), cpu.hidden(i), atol=1e-4, rtol=1e-4)
         np.testing.assert_allclose(gpu.attention(i), cpu.attention(i), atol=1e-5)
     same = np.mean([np.array_equal(gpu.token_offsets(i), cpu.token_offsets(i)) for i in range(len(small_corpus))])
-    assert same >= 0.95          # argmax ties of a random model may break either way on either device
+    assert same >= 0.95  # argmax ties of a random model may break either way on either device
 
 
 def test_store_bf16_float16_storage_and_small_shards(tiny_lm, small_corpus, tmp_path, cuda):
     cpu = _extract(tiny_lm, small_corpus, tmp_path / "cpu", "cpu")
-    gpu = _extract(tiny_lm, small_corpus, tmp_path / "gpu", str(cuda), amp_dtype="bfloat16", storage="float16",
-                   shard_size=5, batch_tokens=128)
+    gpu = _extract(
+        tiny_lm,
+        small_corpus,
+        tmp_path / "gpu",
+        str(cuda),
+        amp_dtype="bfloat16",
+        storage="float16",
+        shard_size=5,
+        batch_tokens=128,
+    )
     assert gpu.manifest["settings"]["amp_dtype"] == "bfloat16"
     for i in range(len(small_corpus)):
         np.testing.assert_allclose(gpu.hidden(i), cpu.hidden(i), atol=0.1, rtol=0.05)
@@ -75,7 +83,7 @@ def test_store_sliding_windows_on_the_gpu(minilm_tokenizer, small_corpus, tmp_pa
 
     lm = from_modules("tiny-bert-24", make_tiny_bert(minilm_tokenizer, max_positions=24), minilm_tokenizer)
     corpus = small_corpus
-    assert max(len(s.words) for s in corpus.sentences) > 22       # some sentences need windows
+    assert max(len(s.words) for s in corpus.sentences) > 22  # some sentences need windows
     cpu = _extract(lm, corpus, tmp_path / "cpu", "cpu", attentions=False, long_policy="window")
     gpu = _extract(lm, corpus, tmp_path / "gpu", str(cuda), attentions=False, long_policy="window")
     for i in range(len(corpus)):
@@ -96,7 +104,7 @@ def test_storage_overflow_is_refused_on_the_gpu(tiny_lm, small_corpus, tmp_path,
     from bertology.errors import StoreError
 
     with torch.no_grad():
-        tiny_lm.model.embeddings.LayerNorm.bias.fill_(1e6)      # beyond float16's 65504
+        tiny_lm.model.embeddings.LayerNorm.bias.fill_(1e6)  # beyond float16's 65504
     with pytest.raises(StoreError, match="overflow"):
         _extract(tiny_lm, small_corpus, tmp_path / "gpu", str(cuda), storage="float16")
 
@@ -116,6 +124,7 @@ def test_inspection_on_the_gpu_equals_the_cpu(tiny_lm, cuda):
 
 # --------------------------------------------------------------------------- fine-tuning
 
+
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory) -> dict[str, Path]:
     from bertology.testing import save_tiny_model_dir, write_planted_token_task
@@ -128,9 +137,19 @@ def planted(tmp_path_factory) -> dict[str, Path]:
 def _finetune_cfg(planted, root: Path, device: str, **kw):
     from bertology.finetuning import FinetuneConfig
 
-    base = dict(run_name="ft", model=str(planted["model"]), task=str(planted["token"]), batch_size=16, epochs=1,
-                learning_rate=1e-3, warmup_fraction=0.0, max_seq_len=32, output_root=str(root / "models"),
-                progress=False, device=device)
+    base = dict(
+        run_name="ft",
+        model=str(planted["model"]),
+        task=str(planted["token"]),
+        batch_size=16,
+        epochs=1,
+        learning_rate=1e-3,
+        warmup_fraction=0.0,
+        max_seq_len=32,
+        output_root=str(root / "models"),
+        progress=False,
+        device=device,
+    )
     return FinetuneConfig(**{**base, **kw})
 
 
@@ -185,11 +204,30 @@ def _pretrain_cfg(data, root: Path, device: str, **kw):
     from bertology.pretraining import PretrainConfig
 
     corpus, tok = data
-    base = dict(run_name="tiny", corpus=str(corpus), tokenizer=str(tok), output_root=str(root / "models"),
-                num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64, max_seq_len=32,
-                batch_size=4, max_steps=4, warmup_steps=1, learning_rate=1e-3, log_every=2, eval_every=4,
-                eval_batches=2, save_every=4, keep_steps=[], heldout_fraction=0.1, progress=False, num_threads=1,
-                device=device)
+    base = dict(
+        run_name="tiny",
+        corpus=str(corpus),
+        tokenizer=str(tok),
+        output_root=str(root / "models"),
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_seq_len=32,
+        batch_size=4,
+        max_steps=4,
+        warmup_steps=1,
+        learning_rate=1e-3,
+        log_every=2,
+        eval_every=4,
+        eval_batches=2,
+        save_every=4,
+        keep_steps=[],
+        heldout_fraction=0.1,
+        progress=False,
+        num_threads=1,
+        device=device,
+    )
     base.update(kw)
     return PretrainConfig(**base)
 
@@ -198,8 +236,9 @@ def _pretrain_cfg(data, root: Path, device: str, **kw):
 def test_pretraining_every_objective_on_the_gpu(pretrain_data, tmp_path, cuda, objective):
     from bertology.pretraining import read_metrics, run_pretraining
 
-    run = run_pretraining(_pretrain_cfg(pretrain_data, tmp_path, str(cuda), run_name=objective.replace("+", "-"),
-                                        **OBJECTIVES[objective]))
+    run = run_pretraining(
+        _pretrain_cfg(pretrain_data, tmp_path, str(cuda), run_name=objective.replace("+", "-"), **OBJECTIVES[objective])
+    )
     metrics = read_metrics(run)
     losses = metrics[metrics.metric == "loss"].value
     assert len(losses) and np.isfinite(losses).all()

@@ -1,18 +1,31 @@
 """Head gates, real pruning, importance and L0 gates on tiny in-process BERT models."""
 
-
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 from scipy.stats import spearmanr
 
-from bertology.testing import MASK_ID, VOCAB, tiny_bert
-from bertology.probes.heads.gates import (HeadGates, attention_blocks, gates_from_heads, load_pruned, prune_heads,
-                               save_pruned, count_parameters)
-from bertology.probes.heads.importance import (ablation_importance, importance_scores, mask_batches, mlm_loss, mean_loss,
-                               tagging_batches, train_tagging_head)
+from bertology.probes.heads.gates import (
+    HeadGates,
+    attention_blocks,
+    count_parameters,
+    gates_from_heads,
+    load_pruned,
+    prune_heads,
+    save_pruned,
+)
+from bertology.probes.heads.importance import (
+    ablation_importance,
+    importance_scores,
+    mask_batches,
+    mean_loss,
+    mlm_loss,
+    tagging_batches,
+    train_tagging_head,
+)
 from bertology.probes.heads.pruning import measure_pruning, pruning_curve, train_l0_gates
+from bertology.testing import MASK_ID, VOCAB, tiny_bert
 
 
 def ids(seed=0, shape=(3, 9)):
@@ -78,13 +91,14 @@ def scaled_mlm(seed=0):
     with torch.no_grad():
         for layer, block in enumerate(attention_blocks(model)):
             for head in range(4):
-                block.output.weight[:, head * 8:(head + 1) * 8] *= scales[layer, head]
+                block.output.weight[:, head * 8 : (head + 1) * 8] *= scales[layer, head]
     return model, scales
 
 
 def mlm_batches(seed=0):
-    raw = [{"input_ids": ids(seed + i, (8, 12)), "attention_mask": torch.ones(8, 12, dtype=torch.long)}
-           for i in range(3)]
+    raw = [
+        {"input_ids": ids(seed + i, (8, 12)), "attention_mask": torch.ones(8, 12, dtype=torch.long)} for i in range(3)
+    ]
     return mask_batches(raw, mask_token_id=MASK_ID, vocab_size=VOCAB, special_token_ids=[0], seed=seed)
 
 
@@ -111,6 +125,7 @@ def test_gradient_importance_ranks_like_ablation():
 
 def test_tagging_head_loss_for_encoders_without_mlm_head():
     from transformers import BertTokenizerFast
+
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]
     tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)})  # transformers 5: a dict
     rng = np.random.default_rng(0)
@@ -127,17 +142,28 @@ def test_tagging_head_loss_for_encoders_without_mlm_head():
 def test_pruning_curves_and_real_removal():
     model, _ = scaled_mlm()
     batches = mlm_batches()
-    metric = lambda m, g: -mean_loss(m, batches, mlm_loss, g)
+
+    def metric(m, g):
+        return -mean_loss(m, batches, mlm_loss, g)
+
     imp = pruning_curve(model, metric, method="importance", batches=batches, loss_fn=mlm_loss, step=0.25)
     rnd = pruning_curve(model, metric, method="random", step=0.25, seeds=[0, 1])
     assert list(imp["n_pruned"]) == [0, 2, 4, 6, 8]
     assert len(rnd) == 10 and set(rnd["seed"]) == {0, 1}
+
     # importance order keeps the metric at least as high as random order at half the heads removed
-    half = lambda t: t[t.n_pruned == 4]["metric"].mean()
+    def half(t):
+        return t[t.n_pruned == 4]["metric"].mean()
+
     assert half(imp) >= half(rnd) - 1e-6
-    types = pd.DataFrame({"layer": [0, 0, 0, 0, 1, 1, 1, 1], "head": [0, 1, 2, 3] * 2,
-                          "type": ["positional", "other", "other", "syntactic", "other", "rare-token", "other", "broad"],
-                          "confidence": np.linspace(0, 1, 8)})
+    types = pd.DataFrame(
+        {
+            "layer": [0, 0, 0, 0, 1, 1, 1, 1],
+            "head": [0, 1, 2, 3] * 2,
+            "type": ["positional", "other", "other", "syntactic", "other", "rare-token", "other", "broad"],
+            "confidence": np.linspace(0, 1, 8),
+        }
+    )
     typ = pruning_curve(model, metric, method="type", head_types=types, step=0.25)
     first = eval(typ.iloc[1]["pruned"])
     assert set(first) <= {(0, 1), (0, 2), (1, 0), (1, 2)}

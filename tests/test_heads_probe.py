@@ -101,9 +101,10 @@ def test_attention_and_words_probe_learns_which_head_to_trust_per_word():
     # attention only: two equally likely peaks per word; with the words: the right head per word
     assert table.loc["learned_combination", "uas"] < 0.75
     assert table.loc["attention_and_words", "uas"] > 0.9
-    assert table.loc["distances_and_words", "uas"] < 0.35          # random trees: position and words say little
+    assert table.loc["distances_and_words", "uas"] < 0.35  # random trees: position and words say little
     # probe API: a head per word, 1-based, never the word itself
     from bertology.probes.heads.attention_probe import WordAwareDependencyProbe, _pair_features
+
     probe = WordAwareDependencyProbe(vectors).fit([_pair_features(a) for a in attentions[:100]], sentences[:100])
     pred = probe.predict([_pair_features(a) for a in attentions[100:103]], sentences[100:103])
     assert [len(p) for p in pred] == [len(s.words) for s in sentences[100:103]]

@@ -23,8 +23,7 @@ def test_forced_previous_token_head_through_store(tmp_path):
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
     tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)})
     rng = np.random.default_rng(0)
-    sentences = [Sentence(f"s{i}", list(rng.choice(WORDS, size=int(rng.integers(14, 22)))))
-                 for i in range(30)]
+    sentences = [Sentence(f"s{i}", list(rng.choice(WORDS, size=int(rng.integers(14, 22))))) for i in range(30)]
     corpus = Corpus("planted-previous", sentences)
     lm = from_modules("tiny-forced", model, tokenizer)
     store = extract(lm, corpus, attentions=True, root=tmp_path, progress=False)
@@ -36,10 +35,11 @@ def test_forced_previous_token_head_through_store(tmp_path):
     positional = types[types["type"] == "positional"]
     assert list(positional.index) == [FORCED]
     # the notebook function returns the same table
-    from bertology.probes.heads import head_types
     import pandas as pd
-    pd.testing.assert_frame_equal(head_types(store, corpus, frequencies={w: 1.0 for w in WORDS}),
-                                  tables["head_types"])
+
+    from bertology.probes.heads import head_types
+
+    pd.testing.assert_frame_equal(head_types(store, corpus, frequencies={w: 1.0 for w in WORDS}), tables["head_types"])
 
 
 @pytest.fixture(scope="module")

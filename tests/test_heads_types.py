@@ -6,9 +6,15 @@ import numpy as np
 import pytest
 
 from bertology.errors import WorkbenchError
-from bertology.probes.heads.stats import head_statistics, statistic_matrix, corpus_frequencies
-from bertology.probes.heads.classification import (DEPENDENT_TO_HEAD, HEAD_TO_DEPENDENT, classify_heads,
-                                               dependency_scores, type_matrix, canonical_relation)
+from bertology.probes.heads.classification import (
+    DEPENDENT_TO_HEAD,
+    HEAD_TO_DEPENDENT,
+    canonical_relation,
+    classify_heads,
+    dependency_scores,
+    type_matrix,
+)
+from bertology.probes.heads.stats import corpus_frequencies, head_statistics, statistic_matrix
 
 L, H = 2, 4
 POSITIONAL, SYNTACTIC, RARE = (0, 1), (1, 2), (1, 0)
@@ -29,10 +35,12 @@ def planted_corpus(n_sentences=60, seed=0):
         sentences.append(SimpleNamespace(sent_id=f"s{s}", words=words, upos=None, heads=heads, deprels=deprels))
         a = rng.dirichlet(np.ones(w), size=(L, H, w))  # background: diffuse random heads
         rarest = int(np.argmin([freq[x] for x in words]))
-        def onehot(targets):
+
+        def onehot(targets, w=w):
             m = np.full((w, w), 0.2 / (w - 1))
             m[np.arange(w), targets] = 0.8
             return m
+
         a[POSITIONAL] = onehot([max(i - 1, 0) for i in range(w)])
         a[SYNTACTIC] = onehot([h - 1 if h > 0 else i for i, h in enumerate(heads)])
         a[RARE] = onehot([rarest] * w)
@@ -46,8 +54,7 @@ def planted_corpus(n_sentences=60, seed=0):
 def test_statistics_recover_planted_heads():
     """special_tokens="drop": word rows renormalised (the word-only view)."""
     sentences, attentions, specials, freq = planted_corpus()
-    stats = head_statistics(attentions, sentences, special_attention=specials, frequencies=freq,
-                            special_tokens="drop")
+    stats = head_statistics(attentions, sentences, special_attention=specials, frequencies=freq, special_tokens="drop")
     assert set(stats.columns) == {"layer", "head", "statistic", "value", "n"}
     prev = statistic_matrix(stats, "argmax_offset_-1")
     others = prev.stack().drop(index=POSITIONAL)
@@ -108,6 +115,7 @@ def test_corpus_frequencies_counts_lowercase():
 
 # --------------------------------------------------------------------------- special tokens kept (Clark)
 
+
 def two_word_sentence():
     """One sentence, one head, two words: raw word attention and the mass on [CLS] / [SEP].
 
@@ -126,7 +134,7 @@ def test_statistics_over_full_rows_by_hand():
     assert keep(stats, "entropy").loc[0, 0] == pytest.approx((1.8464393 + 1.5709506) / 2)
     assert keep(stats, "entropy_norm").loc[0, 0] == pytest.approx((1.8464393 + 1.5709506) / 2 / 2)  # log2(4) = 2
     assert keep(stats, "confidence").loc[0, 0] == pytest.approx((0.4 + 0.6) / 2)
-    assert keep(stats, "argmax_special").loc[0, 0] == pytest.approx(0.5)   # row 0's maximum is [SEP]
+    assert keep(stats, "argmax_special").loc[0, 0] == pytest.approx(0.5)  # row 0's maximum is [SEP]
     assert keep(stats, "attn_special").loc[0, 0] == pytest.approx((0.7 + 0.3) / 2)
     assert keep(stats, "attn_sep").loc[0, 0] == pytest.approx(0.3)
     assert keep(stats, "attn_self").loc[0, 0] == pytest.approx((0.1 + 0.1) / 2)
@@ -140,7 +148,7 @@ def test_statistics_over_full_rows_by_hand():
     assert keep(drop, "entropy_norm").loc[0, 0] == pytest.approx((0.9182958 + 0.5916728) / 2)  # log2(2) = 1
     assert keep(drop, "confidence").loc[0, 0] == pytest.approx((2 / 3 + 6 / 7) / 2)
     assert "argmax_special" not in set(drop.statistic)
-    assert keep(drop, "attn_special").loc[0, 0] == pytest.approx(0.5)   # still reported
+    assert keep(drop, "attn_special").loc[0, 0] == pytest.approx(0.5)  # still reported
     # word-level argmax offsets are over words in both views: row 0 -> word 1 (+1), row 1 -> word 0 (-1)
     for table in (stats, drop):
         assert keep(table, "argmax_offset_1").loc[0, 0] == pytest.approx(0.5)
@@ -151,7 +159,7 @@ def sep_heads_corpus(n_sentences=30, w=20):
     """Head 0: 0.6 on [SEP], the rest spread evenly over the words; head 1: 0.45 on [SEP], same."""
     attentions, specials = [], []
     for _ in range(n_sentences):
-        sep = np.array([0.6, 0.45])[None, :, None]                              # [1, 2, 1]
+        sep = np.array([0.6, 0.45])[None, :, None]  # [1, 2, 1]
         words = np.broadcast_to((1 - sep)[..., None] / w, (1, 2, w, w)).copy()
         special = np.zeros((1, 2, w, 2))
         special[..., 1] = sep
@@ -165,12 +173,14 @@ def test_heads_that_attend_to_sep_are_special_not_broad():
     offsets = [np.array([[[0] * 4 + [20] + [0] * 5] * 2]) for _ in attentions]  # all at token offset 0
     kw = dict(special_attention=specials, token_offsets=offsets)
     keep = classify_heads(head_statistics(attentions, **kw), positional_threshold=1.1).set_index("head")
-    drop = classify_heads(head_statistics(attentions, special_tokens="drop", **kw),
-                          positional_threshold=1.1).set_index("head")
+    drop = classify_heads(head_statistics(attentions, special_tokens="drop", **kw), positional_threshold=1.1).set_index(
+        "head"
+    )
     # rows over words + [CLS] + [SEP]: entropy of (0.6, 20 x 0.02) / log2(22) = 0.605 -> not broad
     assert keep.loc[0, "types"] == "special"
     assert keep.loc[0, "entropy_norm"] == pytest.approx(
-        -(0.6 * np.log2(0.6) + 0.4 * np.log2(0.02)) / np.log2(22), rel=1e-6)
+        -(0.6 * np.log2(0.6) + 0.4 * np.log2(0.02)) / np.log2(22), rel=1e-6
+    )
     assert keep.loc[1, "type"] == "other" and keep.loc[1, "entropy_norm"] < 0.8
     assert keep.loc[1, "special_argmax_share"] == pytest.approx(1.0)
     # word rows renormalised: every word gets 1/20, entropy_norm 1 -> "broad"
@@ -180,6 +190,7 @@ def test_heads_that_attend_to_sep_are_special_not_broad():
 
 # --------------------------------------------------------------------------- token-level positional view
 
+
 def test_token_level_offsets_decide_positional_heads():
     """Head 0: its token-level argmax is the previous token for 28 of 30 query tokens, but its
     word-level maps point at the word itself (multi-piece words); head 1 the reverse."""
@@ -188,13 +199,13 @@ def test_token_level_offsets_decide_positional_heads():
     word_prev = np.full((w, w), 0.01)
     word_prev[np.arange(1, w), np.arange(w - 1)] = 0.9
     word_prev[0, 0] = 0.9
-    attention = np.stack([word_self, word_prev])[None]                          # [1, 2, w, w]
+    attention = np.stack([word_self, word_prev])[None]  # [1, 2, w, w]
     window = 3
     counts = np.zeros((1, 2, 2 * window + 2), dtype=np.int64)
-    counts[0, 0, window - 1] = 28            # offset -1
-    counts[0, 0, window] = 2                 # offset 0 ([CLS], its own row)
+    counts[0, 0, window - 1] = 28  # offset -1
+    counts[0, 0, window] = 2  # offset 0 ([CLS], its own row)
     counts[0, 1, window - 1] = 12
-    counts[0, 1, -1] = 18                    # "other"
+    counts[0, 1, -1] = 18  # "other"
     stats = head_statistics([attention], token_offsets=[counts])
     assert statistic_matrix(stats, "token_offset_-1").loc[0].tolist() == pytest.approx([28 / 30, 12 / 30])
     assert statistic_matrix(stats, "token_offset_other").loc[0, 1] == pytest.approx(18 / 30)
@@ -210,6 +221,7 @@ def test_token_level_offsets_decide_positional_heads():
 
 
 # --------------------------------------------------------------------------- syntactic heads
+
 
 def self_heavy_corpus(n_sentences=40, seed=0):
     """Head (0, 0): 0.5 on the word itself, 0.3 on its gold head, the rest spread; relations nsubj /
@@ -229,8 +241,9 @@ def self_heavy_corpus(n_sentences=40, seed=0):
                 target = h - 1 if h > 0 and rel in good else int(rng.choice([j for j in range(w) if j != i]))
                 row[target] += 0.3
                 a[0, head_index, i] = row / row.sum()
-        sentences.append(SimpleNamespace(sent_id=f"s{s}", words=[f"w{i}" for i in range(w)], upos=None,
-                                         heads=heads, deprels=rels))
+        sentences.append(
+            SimpleNamespace(sent_id=f"s{s}", words=[f"w{i}" for i in range(w)], upos=None, heads=heads, deprels=rels)
+        )
         attentions.append(a)
     return sentences, attentions
 
@@ -244,7 +257,7 @@ def test_syntactic_argmax_excludes_the_word_itself():
     assert (with_self.loc[with_self.direction == DEPENDENT_TO_HEAD, "accuracy"] == 0.0).all()  # self always wins
     stats = head_statistics(attentions, sentences, frequencies={})
     types = classify_heads(stats, dep, positional_level="word", min_count=10).set_index("head")
-    assert types.loc[0, "types"] == "positional;syntactic"   # its argmax over all words is itself (offset 0)
+    assert types.loc[0, "types"] == "positional;syntactic"  # its argmax over all words is itself (offset 0)
     assert types.loc[0, "syntactic_relation"] in ("nsubj", "amod")
     assert types.loc[0, "syntactic_direction"] == DEPENDENT_TO_HEAD
     assert not classify_heads(stats, with_self, positional_level="word", min_count=10)["is_syntactic"].any()
@@ -277,9 +290,9 @@ def test_held_out_best_head_is_chosen_on_dev_and_reported_on_test():
     row = d2h.loc["all"]
     everything = dependency_scores(attentions, sentences)
     total = everything[(everything.relation == "all") & (everything.direction == DEPENDENT_TO_HEAD)]["n"].iloc[0]
-    assert row.n_dev + row.n == total                                          # a split of the cases
-    assert row.accuracy == pytest.approx(1.0) and row.accuracy_low < 1.0      # never a zero-width interval
+    assert row.n_dev + row.n == total  # a split of the cases
+    assert row.accuracy == pytest.approx(1.0) and row.accuracy_low < 1.0  # never a zero-width interval
     assert row.gain > 0.5 and row.gain_low > 0 and row.gain_p_value < 0.01
     assert not row.small_sample and d2h.loc["amod"].small_sample == (d2h.loc["amod"].n < 100)
     with pytest.raises(WorkbenchError, match="min_count"):
-        held_out_best_heads(attentions, sentences, min_count=10 ** 6)
+        held_out_best_heads(attentions, sentences, min_count=10**6)

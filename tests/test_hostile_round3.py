@@ -23,18 +23,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_pretrain_trainer import _cfg, corpus_and_tokenizer  # noqa: F401  (the module's fixture)
 
 from bertology.errors import ConfigError, ModelError, StoreError
 from bertology.models import load_model
 from bertology.testing import save_tiny_model_dir
-from test_pretrain_trainer import _cfg, corpus_and_tokenizer  # noqa: F401  (the module's fixture)
 
 CLI = [sys.executable, "-m", "bertology.cli"]
 
 
 def _cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 def _refused(proc: subprocess.CompletedProcess, *needles: str) -> None:
@@ -62,12 +63,17 @@ def _copy_model(src: Path, dst: Path, *, config: dict | None = None, drop: tuple
 
 # --------------------------------------------------------------------------- 1. no tokenizer files
 
+
 def test_1_a_model_folder_without_tokenizer_files_is_refused(tiny_dir, tmp_path):
     bare = _copy_model(tiny_dir, tmp_path / "bare", drop=("tokenizer.json", "tokenizer_config.json"))
     with pytest.raises(ModelError, match=r"bare: no tokenizer files \(none of tokenizer.json, vocab.txt"):
         load_model(bare)
-    _refused(_cli("extract", "--model", str(bare), "--limit", "2"), str(bare), "no tokenizer files",
-             "found: config.json, model.safetensors")
+    _refused(
+        _cli("extract", "--model", str(bare), "--limit", "2"),
+        str(bare),
+        "no tokenizer files",
+        "found: config.json, model.safetensors",
+    )
     assert not (Path(os.environ["BERTOLOGY_HOME"]) / "stores").exists()  # nothing extracted
     assert load_model(tiny_dir).tokenizer.is_fast  # the complete folder still loads
     from bertology.models import embedded_models
@@ -80,6 +86,7 @@ def test_1_a_model_folder_without_tokenizer_files_is_refused(tiny_dir, tmp_path)
 
 
 # --------------------------------------------------------------------------- 2. diverged but finite
+
 
 def test_2_the_divergence_monitor_on_planted_losses():
     from bertology.pretraining.metrics import DivergenceMonitor
@@ -118,7 +125,8 @@ def test_2_a_diverged_finite_run_stops_and_keeps_the_last_good_checkpoint(corpus
 
     corpus, tok = corpus_and_tokenizer
     config = tmp_path / "lr10.yaml"
-    config.write_text(textwrap.dedent(f"""\
+    config.write_text(
+        textwrap.dedent(f"""\
         run_name: lr10
         corpus: {corpus}
         tokenizer: {tok}
@@ -140,10 +148,15 @@ def test_2_a_diverged_finite_run_stops_and_keeps_the_last_good_checkpoint(corpus
         eval_batches: 2
         num_threads: 1
         divergence_window: 5
-        """))
+        """)
+    )
     proc = _cli("pretrain", "--config", str(config), "--output-root", str(tmp_path / "models"), "--no-progress")
-    _refused(proc, "lr10: training diverged at step", "for 5 consecutive steps (divergence_window 5)",
-             "the last good checkpoint is step")
+    _refused(
+        proc,
+        "lr10: training diverged at step",
+        "for 5 consecutive steps (divergence_window 5)",
+        "the last good checkpoint is step",
+    )
     run = tmp_path / "models" / "lr10"
     kept = [s for s, _ in list_checkpoints(run)]
     aside = sorted(int(p.name.rsplit("-", 1)[1]) for p in run.glob("diverged-checkpoint-*"))
@@ -157,17 +170,25 @@ def test_2_a_diverged_finite_run_stops_and_keeps_the_last_good_checkpoint(corpus
 
 # --------------------------------------------------------------------------- 3. numbers
 
+
 def test_3_float_fields_take_numbers_as_people_write_them(tmp_path):
     from bertology.pretraining import load_config
     from bertology.runs import read_config_file, validate_config
     from bertology.studies import load_study
 
     recipe = tmp_path / "p.yaml"
-    recipe.write_text("learning_rate: 5e-4\nadam_eps: 1E-8\ndropout: .1\nweight_decay: 0\nmax_grad_norm: 1\n"
-                      "max_steps: 1e3\nwarmup_steps: 1_000\nmlm_probability: '15e-2'\n")
+    recipe.write_text(
+        "learning_rate: 5e-4\nadam_eps: 1E-8\ndropout: .1\nweight_decay: 0\nmax_grad_norm: 1\n"
+        "max_steps: 1e3\nwarmup_steps: 1_000\nmlm_probability: '15e-2'\n"
+    )
     cfg = load_config(recipe)
-    assert (cfg.learning_rate, cfg.adam_eps, cfg.dropout, cfg.weight_decay, cfg.max_grad_norm) == \
-        (5e-4, 1e-8, 0.1, 0.0, 1.0)
+    assert (cfg.learning_rate, cfg.adam_eps, cfg.dropout, cfg.weight_decay, cfg.max_grad_norm) == (
+        5e-4,
+        1e-8,
+        0.1,
+        0.0,
+        1.0,
+    )
     assert (cfg.max_steps, cfg.warmup_steps, cfg.mlm_probability) == (1000, 1000, 0.15)
     assert isinstance(cfg.max_steps, int) and isinstance(cfg.weight_decay, float)
     recipe.write_text("learning_rate: fast\n")
@@ -184,16 +205,22 @@ def test_3_float_fields_take_numbers_as_people_write_them(tmp_path):
     study.write_text("step: 5E-2\nl0_lambdas: [1e-2, .1, 1]\ntest_share: .5\nlimit: 1e2\n")
     defaults = load_study("pruning").DEFAULTS
     config = validate_config(defaults, read_config_file(study), f"pruning: {study}")
-    assert (config["step"], config["l0_lambdas"], config["test_share"], config["limit"]) == \
-        (0.05, [0.01, 0.1, 1], 0.5, 100)
+    assert (config["step"], config["l0_lambdas"], config["test_share"], config["limit"]) == (
+        0.05,
+        [0.01, 0.1, 1],
+        0.5,
+        100,
+    )
     study.write_text("step: a tenth\n")
     with pytest.raises(ConfigError, match=r"pruning.yaml: field 'step' must be a number \(e.g. 0.5, 5e-4\)"):
         validate_config(defaults, read_config_file(study), f"pruning: {study}")
     import yaml
+
     assert yaml.safe_load("x: 5e-4") == {"x": "5e-4"}  # the global loader is left as it was
 
 
 # --------------------------------------------------------------------------- 4. a long plain text
+
 
 def test_4_a_plain_text_over_a_million_characters_is_annotated_in_pieces(tmp_path):
     import spacy
@@ -221,8 +248,10 @@ def test_4_a_plain_text_over_a_million_characters_is_annotated_in_pieces(tmp_pat
 
 # --------------------------------------------------------------------------- 5. impossible sizes
 
-@pytest.mark.parametrize("field, value", [("num_hidden_layers", 0), ("num_attention_heads", -4),
-                                          ("hidden_size", 0), ("vocab_size", -1)])
+
+@pytest.mark.parametrize(
+    "field, value", [("num_hidden_layers", 0), ("num_attention_heads", -4), ("hidden_size", 0), ("vocab_size", -1)]
+)
 def test_5_config_sizes_below_one_are_refused_naming_the_field(tiny_dir, tmp_path, field, value):
     bad = _copy_model(tiny_dir, tmp_path / "bad", config={field: value})
     with pytest.raises(ModelError, match=rf"bad/config.json: field '{field}' must be an integer >= 1"):
@@ -231,8 +260,11 @@ def test_5_config_sizes_below_one_are_refused_naming_the_field(tiny_dir, tmp_pat
 
 def test_5_cli_names_the_config_field(tiny_dir, tmp_path):
     bad = _copy_model(tiny_dir, tmp_path / "zero", config={"num_hidden_layers": 0})
-    _refused(_cli("extract", "--model", str(bad), "--limit", "2"), "zero/config.json",
-             "field 'num_hidden_layers' must be an integer >= 1, got 0")
+    _refused(
+        _cli("extract", "--model", str(bad), "--limit", "2"),
+        "zero/config.json",
+        "field 'num_hidden_layers' must be an integer >= 1, got 0",
+    )
     odd = _copy_model(tiny_dir, tmp_path / "odd", config={"num_attention_heads": 5})
     with pytest.raises(ModelError, match="'hidden_size' \\(32\\) must be a multiple of 'num_attention_heads' \\(5\\)"):
         load_model(odd)
@@ -243,12 +275,17 @@ def test_5_cli_names_the_config_field(tiny_dir, tmp_path):
 
 # --------------------------------------------------------------------------- 6. --device cuda
 
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_6_extract_on_cuda_without_cuda_is_a_clear_error(tiny_dir):
-    _refused(_cli("extract", "--model", str(tiny_dir), "--limit", "2", "--device", "cuda"),
-             "--device cuda: no CUDA device is available here (use --device cpu)")
-    _refused(_cli("extract", "--model", str(tiny_dir), "--limit", "2", "--device", "gpu"),
-             "--device must be cpu, cuda or cuda:N, got 'gpu'")
+    _refused(
+        _cli("extract", "--model", str(tiny_dir), "--limit", "2", "--device", "cuda"),
+        "--device cuda: no CUDA device is available here (use --device cpu)",
+    )
+    _refused(
+        _cli("extract", "--model", str(tiny_dir), "--limit", "2", "--device", "gpu"),
+        "--device must be cpu, cuda or cuda:N, got 'gpu'",
+    )
 
 
 # --------------------------------------------------------------------------- 7. the dashboard's child
@@ -291,10 +328,15 @@ def test_7_stopping_the_dashboard_command_stops_its_server(tmp_path, signum):
     (fake / "__init__.py").write_text("")
     (fake / "__main__.py").write_text(CHILD)
     pid_file, stopped = tmp_path / "child.pid", tmp_path / "stopped"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")]),
-           "PID_FILE": str(pid_file), "STOPPED_FILE": str(stopped)}
-    command = subprocess.Popen([*CLI, "dashboard", "--port", "8599"], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")]),
+        "PID_FILE": str(pid_file),
+        "STOPPED_FILE": str(stopped),
+    }
+    command = subprocess.Popen(
+        [*CLI, "dashboard", "--port", "8599"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         _wait_for(lambda: pid_file.is_file() and pid_file.read_text().strip())
         child = int(pid_file.read_text())
@@ -304,7 +346,7 @@ def test_7_stopping_the_dashboard_command_stops_its_server(tmp_path, signum):
         if command.poll() is None:
             command.kill()
     assert stopped.read_text() == str(int(signum))  # the child got the signal ...
-    assert not _alive(child)                         # ... and is gone (reaped by the command)
+    assert not _alive(child)  # ... and is gone (reaped by the command)
     assert command.returncode == 0
 
 
@@ -317,6 +359,7 @@ def test_7_run_forwarding_signals_returns_the_childs_exit_code():
 
 # --------------------------------------------------------------------------- 8. shards outside the folder
 
+
 def _shard(model_dir: Path, shard_name: str, weights: Path) -> None:
     """Make ``model_dir`` a sharded checkpoint: an index naming ``shard_name`` for every tensor of ``weights``."""
     from safetensors import safe_open
@@ -324,7 +367,8 @@ def _shard(model_dir: Path, shard_name: str, weights: Path) -> None:
     with safe_open(str(weights), framework="pt") as f:
         keys = list(f.keys())
     (model_dir / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": {k: shard_name for k in keys}}))
+        json.dumps({"metadata": {}, "weight_map": {k: shard_name for k in keys}})
+    )
 
 
 def test_8_shard_files_outside_the_model_folder_are_refused(tiny_dir, tmp_path):
@@ -345,8 +389,10 @@ def test_8_shard_files_outside_the_model_folder_are_refused(tiny_dir, tmp_path):
     _shard(linked, "model-00001-of-00001.safetensors", tiny_dir / "model.safetensors")
     with pytest.raises(ModelError, match="outside the model folder"):
         load_model(linked)
-    _refused(_cli("extract", "--model", str(tmp_path / "dotdot"), "--limit", "2"),
-             "model.safetensors.index.json: weight_map names '../other/model.safetensors'")
+    _refused(
+        _cli("extract", "--model", str(tmp_path / "dotdot"), "--limit", "2"),
+        "model.safetensors.index.json: weight_map names '../other/model.safetensors'",
+    )
     broken = _copy_model(tiny_dir, tmp_path / "broken", drop=("model.safetensors",))
     (broken / "model.safetensors.index.json").write_text("[1, 2]")
     with pytest.raises(ModelError, match="not a safetensors index"):
@@ -354,6 +400,7 @@ def test_8_shard_files_outside_the_model_folder_are_refused(tiny_dir, tmp_path):
 
 
 # --------------------------------------------------------------------------- the smaller ones
+
 
 def test_verify_of_a_missing_store_says_it_does_not_exist(tmp_path):
     from bertology.store import verify_store
@@ -371,11 +418,13 @@ def test_limit_0_means_the_whole_corpus_for_extract_as_for_probe(tiny_dir, tmp_p
     proc = _cli("extract", "--model", str(tiny_dir), "--corpus", str(corpus), "--limit", "0", "--no-attentions")
     assert proc.returncode == 0, proc.stderr
     assert "3 sentences" in proc.stdout
-    _refused(_cli("extract", "--model", str(tiny_dir), "--corpus", str(corpus), "--limit", "-1"),
-             "--limit must be >= 0")
+    _refused(
+        _cli("extract", "--model", str(tiny_dir), "--corpus", str(corpus), "--limit", "-1"), "--limit must be >= 0"
+    )
     from typer.testing import CliRunner
 
     from bertology.cli import app
+
     for command in ("extract", "probe", "heads", "embeddings"):
         help_text = " ".join(CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output.split())
         assert "0 = all" in help_text or "0 = the whole" in help_text, command
@@ -386,8 +435,12 @@ def test_word_vectors_xx_is_refused_before_any_step(tiny_dir, tmp_path):
 
     results = tmp_path / "results"
     with pytest.raises(ConfigError, match=r"head_types: .*field 'word_vectors': xx: no spaCy vocab"):
-        run_study("head_types", overrides={"model": str(tiny_dir), "word_vectors": "xx", "limit": 3},
-                  results_root=results, log=lambda m: None)
+        run_study(
+            "head_types",
+            overrides={"model": str(tiny_dir), "word_vectors": "xx", "limit": 3},
+            results_root=results,
+            log=lambda m: None,
+        )
     assert not results.exists()
 
 
@@ -398,8 +451,11 @@ def test_model_null_or_unknown_makes_no_run_folder(tmp_path, model, shown):
     config = tmp_path / "bad.yaml"
     config.write_text(f"model: {json.dumps(model)}\nlimit: 3\n")
     results = tmp_path / "results"
-    with pytest.raises(ConfigError, match=rf"head_types: .*bad.yaml: field 'model' must be a registry name .*, "
-                                          rf"got {shown}"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"head_types: .*bad.yaml: field 'model' must be a registry name .*, "
+        rf"got {shown}",
+    ):
         run_study("head_types", config_file=config, results_root=results, log=lambda m: None)
     assert not results.exists()
     _refused(_cli("study", "run", "head_types", "--config", str(config)), "field 'model'", "bad.yaml")

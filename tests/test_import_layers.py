@@ -12,11 +12,11 @@ synthetic trees, so a checker that misses a kind of violation fails here.
 from __future__ import annotations
 
 import ast
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +56,7 @@ class Edge:
 
 # --------------------------------------------------------------------------- reading the tree
 
+
 def package_dirs(root: Path) -> dict[str, Path]:
     """``{package name: folder}`` for every package ``root/pyproject.toml`` lists."""
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
@@ -63,7 +64,7 @@ def package_dirs(root: Path) -> dict[str, Path]:
     out = {}
     for package in config["packages"]:
         base = max((p for p in mapping if package == p or package.startswith(p + ".")), key=len)
-        out[package] = root / mapping[base] / Path(*package[len(base):].split(".")[1:])
+        out[package] = root / mapping[base] / Path(*package[len(base) :].split(".")[1:])
     return out
 
 
@@ -94,8 +95,10 @@ def imported_names(file: Path, package: str | None = None) -> list[ImportedName]
                     raise ValueError(f"{file}:{node.lineno}: a relative import outside a package")
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            out += [ImportedName(file, node.lineno, base if alias.name == "*" else f"{base}.{alias.name}")
-                    for alias in node.names]
+            out += [
+                ImportedName(file, node.lineno, base if alias.name == "*" else f"{base}.{alias.name}")
+                for alias in node.names
+            ]
     return sorted(out)
 
 
@@ -130,6 +133,7 @@ def import_graph(edges: list[Edge], modules: set[str] | dict[str, Path]) -> dict
 
 
 # --------------------------------------------------------------------------- the rules
+
 
 def room_of(module: str) -> str:
     """``bertology.probes.heads.gates`` -> ``probes``; ``bertology.store`` -> ``core``."""
@@ -210,12 +214,22 @@ def check(root: Path) -> list[str]:
 
 # --------------------------------------------------------------------------- the real tree
 
+
 def test_every_installed_package_is_found():
     files = module_files(ROOT)
-    for expected in ("bertology.models", "bertology.store", "bertology.corpus", "bertology.corpus.conllu",
-                     "bertology.probes.probing.edge", "bertology.probes.heads.gates",
-                     "bertology.probes.embeddings.alignment", "bertology.pretraining.trainer", "bertology.cli",
-                     "bertology.studies.quickstart", "bertology.apps.dashboard"):
+    for expected in (
+        "bertology.models",
+        "bertology.store",
+        "bertology.corpus",
+        "bertology.corpus.conllu",
+        "bertology.probes.probing.edge",
+        "bertology.probes.heads.gates",
+        "bertology.probes.embeddings.alignment",
+        "bertology.pretraining.trainer",
+        "bertology.cli",
+        "bertology.studies.quickstart",
+        "bertology.apps.dashboard",
+    ):
         assert expected in files, expected
     # every folder with an __init__.py under a mapped root is a listed package (else the wheel misses it)
     listed = {f.parent for f in files.values()}
@@ -274,8 +288,9 @@ CLEAN_TREE = {
     "workbench/pretraining/__init__.py": "from bertology.store import extract, FeatureStore\n",
     "workbench/pretraining/trainer.py": "from bertology.pretraining import masking\nimport bertology.store\n",
     "workbench/pretraining/masking.py": "",
-    "workbench/cli/__init__.py": ("from bertology.studies import run_study\n"
-                                  "def probe():\n    from bertology.probes.heads import gates, stats\n"),
+    "workbench/cli/__init__.py": (
+        "from bertology.studies import run_study\ndef probe():\n    from bertology.probes.heads import gates, stats\n"
+    ),
     "probes/__init__.py": "",
     "probes/heads/__init__.py": "from .gates import HeadGates\n",
     "probes/heads/gates.py": "from bertology.store import extract\n",
@@ -283,58 +298,90 @@ CLEAN_TREE = {
     "studies/__init__.py": "from bertology.probes.heads import gates\nfrom bertology.pretraining import trainer\n",
     "apps/__init__.py": "",
     "apps/dashboard.py": "from bertology import results\ndef page():\n    from bertology.results import read_table\n",
-    "benchmarks/heads.py": ("from common import machine_line\nfrom bertology import __version__\n"
-                            "from bertology.probes.heads.gates import HeadGates\nimport bertology.cli\n"),
+    "benchmarks/heads.py": (
+        "from common import machine_line\nfrom bertology import __version__\n"
+        "from bertology.probes.heads.gates import HeadGates\nimport bertology.cli\n"
+    ),
     "benchmarks/common.py": "import time\n",
 }
 
 # (file, source planted in it, the one violation expected)
 PLANTED = {
     "multi-name import, the bad name second": (
-        "workbench/store.py", "from bertology import paths, studies\n",
-        "workbench/store.py:1: bertology.store (core) imports bertology.studies (studies)"),
+        "workbench/store.py",
+        "from bertology import paths, studies\n",
+        "workbench/store.py:1: bertology.store (core) imports bertology.studies (studies)",
+    ),
     "multi-name plain import": (
-        "workbench/results.py", "import bertology.paths, bertology.cli\n",
-        "workbench/results.py:1: bertology.results (core) imports bertology.cli (cli)"),
+        "workbench/results.py",
+        "import bertology.paths, bertology.cli\n",
+        "workbench/results.py:1: bertology.results (core) imports bertology.cli (cli)",
+    ),
     "relative multi-name import": (
-        "workbench/store.py", "from . import paths, studies\n",
-        "workbench/store.py:1: bertology.store (core) imports bertology.studies (studies)"),
+        "workbench/store.py",
+        "from . import paths, studies\n",
+        "workbench/store.py:1: bertology.store (core) imports bertology.studies (studies)",
+    ),
     "lazy import inside a function": (
-        "workbench/paths.py", "import os\n\ndef home():\n    from bertology.probes.heads import gates\n",
-        "workbench/paths.py:4: bertology.paths (core) imports bertology.probes.heads.gates (probes)"),
+        "workbench/paths.py",
+        "import os\n\ndef home():\n    from bertology.probes.heads import gates\n",
+        "workbench/paths.py:4: bertology.paths (core) imports bertology.probes.heads.gates (probes)",
+    ),
     "lazy import in a method of a class": (
-        "probes/heads/stats.py", "class A:\n    def f(self):\n        if True:\n            import bertology.studies\n",
-        "probes/heads/stats.py:4: bertology.probes.heads.stats (probes) imports bertology.studies (studies)"),
+        "probes/heads/stats.py",
+        "class A:\n    def f(self):\n        if True:\n            import bertology.studies\n",
+        "probes/heads/stats.py:4: bertology.probes.heads.stats (probes) imports bertology.studies (studies)",
+    ),
     "apps importing an analysis": (
-        "apps/dashboard.py", "from bertology import results\nfrom bertology.probes.heads import gates\n",
-        "apps/dashboard.py:2: bertology.apps.dashboard (apps) imports bertology.probes.heads.gates (probes)"),
+        "apps/dashboard.py",
+        "from bertology import results\nfrom bertology.probes.heads import gates\n",
+        "apps/dashboard.py:2: bertology.apps.dashboard (apps) imports bertology.probes.heads.gates (probes)",
+    ),
     "apps importing a study, lazily": (
-        "apps/dashboard.py", "def page():\n    from bertology.studies import run_study\n",
-        "apps/dashboard.py:2: bertology.apps.dashboard (apps) imports bertology.studies (studies)"),
+        "apps/dashboard.py",
+        "def page():\n    from bertology.studies import run_study\n",
+        "apps/dashboard.py:2: bertology.apps.dashboard (apps) imports bertology.studies (studies)",
+    ),
     "apps importing pretraining": (
-        "apps/dashboard.py", "from bertology.pretraining import trainer\n",
-        "apps/dashboard.py:1: bertology.apps.dashboard (apps) imports bertology.pretraining.trainer (pretraining)"),
+        "apps/dashboard.py",
+        "from bertology.pretraining import trainer\n",
+        "apps/dashboard.py:1: bertology.apps.dashboard (apps) imports bertology.pretraining.trainer (pretraining)",
+    ),
     "cli importing apps": (
-        "workbench/cli/__init__.py", "from bertology.apps import dashboard\n",
-        "workbench/cli/__init__.py:1: bertology.cli (cli) imports bertology.apps.dashboard (apps)"),
+        "workbench/cli/__init__.py",
+        "from bertology.apps import dashboard\n",
+        "workbench/cli/__init__.py:1: bertology.cli (cli) imports bertology.apps.dashboard (apps)",
+    ),
     "analysis importing pretraining": (
-        "probes/heads/gates.py", "from bertology.store import extract\nfrom bertology.pretraining import masking\n",
-        "probes/heads/gates.py:2: bertology.probes.heads.gates (probes) imports bertology.pretraining.masking"),
+        "probes/heads/gates.py",
+        "from bertology.store import extract\nfrom bertology.pretraining import masking\n",
+        "probes/heads/gates.py:2: bertology.probes.heads.gates (probes) imports bertology.pretraining.masking",
+    ),
     "pretraining importing an analysis": (
-        "workbench/pretraining/masking.py", "from bertology.probes.heads.stats import head_entropy\n",
-        "bertology.pretraining.masking (pretraining) imports bertology.probes.heads.stats (probes)"),
+        "workbench/pretraining/masking.py",
+        "from bertology.probes.heads.stats import head_entropy\n",
+        "bertology.pretraining.masking (pretraining) imports bertology.probes.heads.stats (probes)",
+    ),
     "study importing the CLI": (
-        "studies/__init__.py", "from bertology.probes.heads import gates\nfrom bertology import cli\n",
-        "studies/__init__.py:2: bertology.studies (studies) imports bertology.cli (cli)"),
+        "studies/__init__.py",
+        "from bertology.probes.heads import gates\nfrom bertology import cli\n",
+        "studies/__init__.py:2: bertology.studies (studies) imports bertology.cli (cli)",
+    ),
     "a cycle in core": (
-        "workbench/paths.py", "def f():\n    from bertology import store\n",
-        "import cycle: bertology.paths <-> bertology.results <-> bertology.store"),
+        "workbench/paths.py",
+        "def f():\n    from bertology import store\n",
+        "import cycle: bertology.paths <-> bertology.results <-> bertology.store",
+    ),
     "benchmark importing a private name": (
-        "benchmarks/heads.py", "from bertology.store import extract, _plan_shards\n",
-        "benchmarks/heads.py:1: imports the private name bertology.store._plan_shards"),
+        "benchmarks/heads.py",
+        "from bertology.store import extract, _plan_shards\n",
+        "benchmarks/heads.py:1: imports the private name bertology.store._plan_shards",
+    ),
     "benchmark importing a private module, lazily": (
-        "benchmarks/heads.py", "def main():\n    import bertology.probes.heads._impl\n",
-        "benchmarks/heads.py:2: imports the private name bertology.probes.heads._impl"),
+        "benchmarks/heads.py",
+        "def main():\n    import bertology.probes.heads._impl\n",
+        "benchmarks/heads.py:2: imports the private name bertology.probes.heads._impl",
+    ),
 }
 
 
@@ -351,10 +398,15 @@ def test_a_clean_tree_passes(tmp_path):
     assert check(root) == []
     edges = {(e.importer, e.target) for e in project_edges(root)}
     # every name of the multi-name, relative and lazy statements was read
-    assert {("bertology.store", "bertology.paths"), ("bertology.store", "bertology.results"),
-            ("bertology.cli", "bertology.probes.heads.gates"), ("bertology.cli", "bertology.probes.heads.stats"),
-            ("bertology", "bertology.store"), ("bertology.probes.heads", "bertology.probes.heads.gates"),
-            ("bertology.apps.dashboard", "bertology.results")} <= edges
+    assert {
+        ("bertology.store", "bertology.paths"),
+        ("bertology.store", "bertology.results"),
+        ("bertology.cli", "bertology.probes.heads.gates"),
+        ("bertology.cli", "bertology.probes.heads.stats"),
+        ("bertology", "bertology.store"),
+        ("bertology.probes.heads", "bertology.probes.heads.gates"),
+        ("bertology.apps.dashboard", "bertology.results"),
+    } <= edges
 
 
 @pytest.mark.parametrize("kind", PLANTED)

@@ -9,8 +9,16 @@ import pytest
 import torch
 
 from bertology.errors import CorpusError, ModelError
-from bertology.inspection import (EXACT_SCORE_TYPES, attention_rollout, attention_scores, inspect_sentence,
-                                  masked_input, masked_predictions, qk_contributions, split_words)
+from bertology.inspection import (
+    EXACT_SCORE_TYPES,
+    attention_rollout,
+    attention_scores,
+    inspect_sentence,
+    masked_input,
+    masked_predictions,
+    qk_contributions,
+    split_words,
+)
 from bertology.models import from_modules
 from bertology.testing import tiny_model, tiny_tokenizer
 
@@ -47,12 +55,13 @@ def test_word_maps_pool_pieces_as_clark_et_al(tiny_lm):
     ins = inspect_sentence(tiny_lm, words)
     assert len(ins.tokens) > len(words) + 2  # some words are split into pieces
     wid = np.array(ins.word_ids)
-    to_word = np.stack([(wid == w) for w in range(len(words))]).astype(float)           # [W, T]
+    to_word = np.stack([(wid == w) for w in range(len(words))]).astype(float)  # [W, T]
     from_word = to_word / to_word.sum(1, keepdims=True)
     by_hand = np.einsum("wt,lhts,vs->lhwv", from_word, ins.attentions.astype(float), to_word)
     np.testing.assert_allclose(ins.word_attention, by_hand, atol=1e-6)
-    np.testing.assert_allclose(ins.special_attention[..., 0],
-                               np.einsum("wt,lht->lhw", from_word, ins.attentions[..., 0]), atol=1e-6)
+    np.testing.assert_allclose(
+        ins.special_attention[..., 0], np.einsum("wt,lht->lhw", from_word, ins.attentions[..., 0]), atol=1e-6
+    )
     rows, columns, maps = ins.maps("word")
     assert rows == words and columns == ["[CLS]", *words, "[SEP]"]
     np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-5)  # every piece of mass is in some column
@@ -63,13 +72,12 @@ def test_qk_contributions_sum_to_the_scores_that_softmax_into_the_map(model_type
     lm = from_modules(model_type, tiny_model(model_type), tiny_tokenizer(model_type))
     ins = inspect_sentence(lm, split_words("the dog sat with the old man"))
     assert ins.exact_scores
-    scores = attention_scores(ins.queries, ins.keys)                                     # [L, H, T, T]
+    scores = attention_scores(ins.queries, ins.keys)  # [L, H, T, T]
     np.testing.assert_allclose(softmax(scores), ins.attentions, atol=1e-5)
     layer, head, query = 1, 2, 3
-    parts = qk_contributions(ins.queries[layer, head], ins.keys[layer, head], query)     # [T, d]
+    parts = qk_contributions(ins.queries[layer, head], ins.keys[layer, head], query)  # [T, d]
     assert parts.shape == (len(ins.tokens), ins.head_size)
-    np.testing.assert_allclose(parts.sum(-1) / np.sqrt(ins.head_size), scores[layer, head, query], rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(parts.sum(-1) / np.sqrt(ins.head_size), scores[layer, head, query], rtol=1e-5, atol=1e-6)
 
 
 def test_relative_position_models_are_flagged_as_content_scores_only():

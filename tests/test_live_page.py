@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dashboard_planted import MARKUP, PLANTED_GUESS, chart_specs, planted_mlm_dir
 from streamlit.testing.v1 import AppTest
 
 from bertology.apps.pages import live
 from bertology.inspection import inspect_sentence, split_words
 from bertology.models import load_model
-from dashboard_planted import MARKUP, PLANTED_GUESS, chart_specs, planted_mlm_dir
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
 SENTENCE = f"the old dog said {MARKUP} ."
@@ -59,8 +59,9 @@ def test_live_page_draws_the_models_own_maps_and_the_planted_guess(mlm_dir, tmp_
     mosaic = np.asarray(figure_titled(at, "planted-mlm: attention of every head")["data"][0]["z"], dtype=float)
     T = len(expected.tokens)
     assert mosaic.shape == (2 * (T + 1) - 1, 4 * (T + 1) - 1)
-    np.testing.assert_allclose(mosaic[T + 1: 2 * T + 1, 2 * (T + 1): 2 * (T + 1) + T], expected.attentions[1, 2],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        mosaic[T + 1 : 2 * T + 1, 2 * (T + 1) : 2 * (T + 1) + T], expected.attentions[1, 2], atol=1e-6
+    )
     # masked-word predictions: the planted token first
     table = at.dataframe[0].value
     assert table["token"].iloc[0] == PLANTED_GUESS and table["rank"].iloc[0] == 1

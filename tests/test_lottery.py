@@ -17,10 +17,17 @@ from bertology.errors import ConfigError
 from bertology.finetuning import FinetuneConfig, run_finetuning
 from bertology.finetuning.heads import load_classifier
 from bertology.finetuning.lottery import magnitude_lottery, training_differences
-from bertology.finetuning.masks import (apply_weight_masks, load_masks, magnitude_masks, mask_sparsity,
-                                        prunable_weight_names, random_masks, random_masks_like, save_masks)
+from bertology.finetuning.masks import (
+    apply_weight_masks,
+    load_masks,
+    magnitude_masks,
+    mask_sparsity,
+    prunable_weight_names,
+    random_masks,
+    random_masks_like,
+    save_masks,
+)
 from bertology.testing import save_tiny_model_dir, write_planted_token_task
-
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +43,19 @@ def _classifier(planted):
 
 
 def _cfg(planted, tmp_path, **kw) -> FinetuneConfig:
-    base = dict(run_name="ft", model=str(planted["model"]), task=str(planted["token"]), batch_size=16, epochs=3,
-                learning_rate=1e-3, warmup_fraction=0.0, max_seq_len=32, output_root=str(tmp_path / "models"),
-                progress=False, device="cpu")
+    base = dict(
+        run_name="ft",
+        model=str(planted["model"]),
+        task=str(planted["token"]),
+        batch_size=16,
+        epochs=3,
+        learning_rate=1e-3,
+        warmup_fraction=0.0,
+        max_seq_len=32,
+        output_root=str(tmp_path / "models"),
+        progress=False,
+        device="cpu",
+    )
     return FinetuneConfig(**{**base, **kw})
 
 
@@ -51,17 +68,17 @@ def test_magnitude_masks_remove_exactly_the_smallest_weights_and_nest(planted):
     planted_small = (names[0], (0, 0)), (names[-1], (1, 2))
     with torch.no_grad():
         for name, index in planted_small:
-            params[name][index] = 1e-9                       # the smallest magnitudes by construction
+            params[name][index] = 1e-9  # the smallest magnitudes by construction
     total = sum(params[n].numel() for n in names)
     first = magnitude_masks(model, 0.2)
     assert sum(int((~m).sum()) for m in first.values()) == round(0.2 * total)
     assert all(not bool(first[name][index]) for name, index in planted_small)
     removed = torch.cat([params[n].detach().abs().flatten()[~first[n].flatten()] for n in names])
     kept = torch.cat([params[n].detach().abs().flatten()[first[n].flatten()] for n in names])
-    assert removed.max() <= kept.min()                       # global: every removed weight is smaller than every kept one
+    assert removed.max() <= kept.min()  # global: every removed weight is smaller than every kept one
     second = magnitude_masks(model, 0.5, first)
     assert mask_sparsity(second) == pytest.approx(1 - 0.8 * 0.5, abs=1 / total)
-    assert all(bool((second[n] <= first[n]).all()) for n in names)      # nested: once removed, always removed
+    assert all(bool((second[n] <= first[n]).all()) for n in names)  # nested: once removed, always removed
     rand = random_masks(model, mask_sparsity(second), seed=3)
     assert sum(int((~m).sum()) for m in rand.values()) == sum(int((~m).sum()) for m in second.values())
     again = random_masks(model, mask_sparsity(second), seed=3)
@@ -85,17 +102,17 @@ def test_per_matrix_magnitude_masks_remove_the_share_of_every_matrix(planted):
     names = prunable_weight_names(model)
     params = dict(model.named_parameters())
     with torch.no_grad():
-        params[names[0]].mul_(1e-3)        # one matrix of tiny weights: global pruning would take it first
+        params[names[0]].mul_(1e-3)  # one matrix of tiny weights: global pruning would take it first
     global_ = magnitude_masks(model, 0.2)
     assert mask_sparsity({names[0]: global_[names[0]]}) > 0.9
     first = magnitude_masks(model, 0.2, scope="per_matrix")
     second = magnitude_masks(model, 0.5, first, scope="per_matrix")
     for name in names:
         w, numel = params[name].detach().abs(), params[name].numel()
-        assert int((~first[name]).sum()) == round(0.2 * numel)            # the share of this matrix, not of all
-        assert w[~first[name]].max() <= w[first[name]].min()              # its own smallest weights
+        assert int((~first[name]).sum()) == round(0.2 * numel)  # the share of this matrix, not of all
+        assert w[~first[name]].max() <= w[first[name]].min()  # its own smallest weights
         assert int((~second[name]).sum()) == round(0.2 * numel) + round(0.5 * int(first[name].sum()))
-        assert bool((second[name] <= first[name]).all())                  # nested
+        assert bool((second[name] <= first[name]).all())  # nested
     like = random_masks_like(second, seed=4)
     assert all(int(like[n].sum()) == int(second[n].sum()) for n in names)  # the same count in every matrix
     assert not all(torch.equal(like[n], second[n]) for n in names)
@@ -117,20 +134,27 @@ def test_a_masked_fine_tune_keeps_removed_weights_at_zero(planted, tmp_path):
     pretrained = dict(_classifier(planted).named_parameters())
     for name, keep in masks.items():
         assert bool((trained[name][~keep] == 0).all()), name
-        assert not torch.equal(trained[name][keep], pretrained[name].detach()[keep]), name   # the rest trained
+        assert not torch.equal(trained[name][keep], pretrained[name].detach()[keep]), name  # the rest trained
     assert "60.0% of the encoder's weight matrices removed" in (checkpoint / "README.md").read_text()
-    assert info["result"]["test_accuracy"] > 0.9             # the planted task survives 60% random sparsity
+    assert info["result"]["test_accuracy"] > 0.9  # the planted task survives 60% random sparsity
 
 
 def test_imp_with_rewinding_reaches_its_sparsity_and_is_compared_with_random(planted, tmp_path):
     runs, comparisons = magnitude_lottery(_cfg(planted, tmp_path), tmp_path / "lottery", rounds=2, prune_share=0.5)
-    assert runs[["kind", "round"]].values.tolist() == [["dense", 0], ["imp", 1], ["random", 1], ["imp", 2],
-                                                       ["random", 2]]
+    assert runs[["kind", "round"]].values.tolist() == [
+        ["dense", 0],
+        ["imp", 1],
+        ["random", 1],
+        ["imp", 2],
+        ["random", 2],
+    ]
     assert runs["sparsity"].tolist() == pytest.approx([0.0, 0.5, 0.5, 0.75, 0.75], abs=1e-3)
     first, second = (load_file(str(tmp_path / "lottery" / "masks" / f"imp-round{r}.safetensors")) for r in (1, 2))
     assert all(bool((second[n] <= first[n]).all()) for n in first)
     assert comparisons["round"].tolist() == [1, 2]
-    assert ((comparisons["low"] <= comparisons["difference"]) & (comparisons["difference"] <= comparisons["high"])).all()
+    assert (
+        (comparisons["low"] <= comparisons["difference"]) & (comparisons["difference"] <= comparisons["high"])
+    ).all()
     assert (runs["test_low"] <= runs["test_accuracy"]).all()
     # a finished lottery is reused, not retrained
     again, _ = magnitude_lottery(_cfg(planted, tmp_path), tmp_path / "lottery", rounds=2, prune_share=0.5)
@@ -141,9 +165,11 @@ def test_broken_mask_files_are_refused_naming_them(planted, tmp_path):
     model = _classifier(planted)
     name = prunable_weight_names(model)[0]
     shape = tuple(dict(model.named_parameters())[name].shape)
-    cases = {"other.safetensors": {"bert.embeddings.word_embeddings.weight": torch.ones(2, 2, dtype=torch.uint8)},
-             "shape.safetensors": {name: torch.ones(3, dtype=torch.uint8)},
-             "values.safetensors": {name: torch.full(shape, 2, dtype=torch.uint8)}}
+    cases = {
+        "other.safetensors": {"bert.embeddings.word_embeddings.weight": torch.ones(2, 2, dtype=torch.uint8)},
+        "shape.safetensors": {name: torch.ones(3, dtype=torch.uint8)},
+        "values.safetensors": {name: torch.full(shape, 2, dtype=torch.uint8)},
+    }
     for file, tensors in cases.items():
         save_file(tensors, str(tmp_path / file))
         with pytest.raises(ConfigError, match=file):

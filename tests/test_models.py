@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from bertology.testing import make_tiny_bert
 from bertology.errors import ModelError
 from bertology.models import list_models, load_model, random_init_like, trained_checkpoints
+from bertology.testing import make_tiny_bert
 
 
 def save_tiny(tokenizer, directory, *, mlm=False, safe=True):
@@ -107,8 +107,7 @@ def test_other_bert_families_load_and_extract_like_a_plain_forward(family, minil
     """RoBERTa, DistilBERT and ELECTRA directories load (eager attention, safetensors) and their
     stored word vectors and attention equal a plain HF forward pass."""
     import numpy as np
-    from transformers import (DistilBertConfig, DistilBertModel, ElectraConfig, ElectraModel, RobertaConfig,
-                              RobertaModel)
+    from transformers import DistilBertConfig, DistilBertModel, ElectraConfig, ElectraModel, RobertaConfig, RobertaModel
 
     from bertology.corpus import Corpus, Sentence
     from bertology.store import extract
@@ -116,22 +115,41 @@ def test_other_bert_families_load_and_extract_like_a_plain_forward(family, minil
     V = minilm_tokenizer.vocab_size
     torch.manual_seed(0)
     if family == "roberta":
-        model = RobertaModel(RobertaConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                           intermediate_size=64, max_position_embeddings=66,
-                                           pad_token_id=minilm_tokenizer.pad_token_id))
+        model = RobertaModel(
+            RobertaConfig(
+                vocab_size=V,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=64,
+                max_position_embeddings=66,
+                pad_token_id=minilm_tokenizer.pad_token_id,
+            )
+        )
     elif family == "distilbert":
-        model = DistilBertModel(DistilBertConfig(vocab_size=V, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
-                                                 max_position_embeddings=64))
+        model = DistilBertModel(
+            DistilBertConfig(vocab_size=V, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64)
+        )
     else:
-        model = ElectraModel(ElectraConfig(vocab_size=V, embedding_size=16, hidden_size=32, num_hidden_layers=2,
-                                           num_attention_heads=4, intermediate_size=64, max_position_embeddings=64))
+        model = ElectraModel(
+            ElectraConfig(
+                vocab_size=V,
+                embedding_size=16,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=64,
+                max_position_embeddings=64,
+            )
+        )
     model.eval().save_pretrained(tmp_path / family)
     minilm_tokenizer.save_pretrained(tmp_path / family)
     lm = load_model(tmp_path / family)
     assert lm.config._attn_implementation == "eager" and lm.num_layers == 2 and lm.num_heads == 4
     words = [["The", "unbelievable", "cat", "sat", "."], ["Dogs", "bark"]]
-    store = extract(lm, Corpus("c", [Sentence(f"s{i}", w) for i, w in enumerate(words)]), root=tmp_path / "st",
-                    progress=False)
+    store = extract(
+        lm, Corpus("c", [Sentence(f"s{i}", w) for i, w in enumerate(words)]), root=tmp_path / "st", progress=False
+    )
     for i, w in enumerate(words):
         enc = lm.tokenizer(w, is_split_into_words=True, return_tensors="pt")
         inputs = {k: v for k, v in enc.items() if k != "token_type_ids" or family != "distilbert"}
@@ -141,12 +159,17 @@ def test_other_bert_families_load_and_extract_like_a_plain_forward(family, minil
         first = [ids.index(k) for k in range(len(w))]
         ref = torch.stack(out.hidden_states)[:, 0, first].numpy()
         np.testing.assert_allclose(store.hidden(i), ref, atol=1e-5)
-        att = torch.stack(out.attentions)[:, 0].numpy()                   # [L, H, T, T]
+        att = torch.stack(out.attentions)[:, 0].numpy()  # [L, H, T, T]
         pieces = [[t for t, k in enumerate(ids) if k == j] for j in range(len(w))]
-        raw = np.stack([np.stack([att[:, :, p][:, :, :, q].sum(-1).mean(-1) for q in pieces], -1)
-                        for p in pieces], -2)
+        raw = np.stack([np.stack([att[:, :, p][:, :, :, q].sum(-1).mean(-1) for q in pieces], -1) for p in pieces], -2)
         np.testing.assert_allclose(store.attention(i, normalise=False), raw, atol=1e-5)
-    fast = extract(lm, Corpus("c", [Sentence(f"s{i}", w) for i, w in enumerate(words)]), root=tmp_path / "st",
-                   amp_dtype="bfloat16", storage="float16", progress=False)
+    fast = extract(
+        lm,
+        Corpus("c", [Sentence(f"s{i}", w) for i, w in enumerate(words)]),
+        root=tmp_path / "st",
+        amp_dtype="bfloat16",
+        storage="float16",
+        progress=False,
+    )
     assert np.abs(fast.layers() - store.layers()).max() < 0.02 * np.abs(store.layers()).max()
     assert np.abs(fast.attention(0) - store.attention(0)).max() < 0.05

@@ -11,8 +11,13 @@ import math
 import pytest
 import torch
 
-from bertology.architectures import (architecture_for, attention_windows, ensure_prefix_space, key_value_heads,
-                                     supported_types)
+from bertology.architectures import (
+    architecture_for,
+    attention_windows,
+    ensure_prefix_space,
+    key_value_heads,
+    supported_types,
+)
 from bertology.errors import ModelError
 from bertology.models import load_model
 from bertology.probes.heads.gates import HeadGates, attention_blocks, gates_from_heads, prune_heads
@@ -24,7 +29,7 @@ MODERN = ("modernbert", "eurobert", "nomic_bert")
 def _ids(n: int = 2, length: int = 11, seed: int = 0) -> dict[str, torch.Tensor]:
     ids = torch.randint(10, 200, (n, length), generator=torch.Generator().manual_seed(seed))
     mask = torch.ones(n, length, dtype=torch.long)
-    mask[-1, length - 3:] = 0 if n > 1 else 1  # padding in the last example of a batch
+    mask[-1, length - 3 :] = 0 if n > 1 else 1  # padding in the last example of a batch
     return {"input_ids": ids, "attention_mask": mask}
 
 
@@ -42,10 +47,10 @@ def test_local_layers_record_their_window_and_cannot_see_past_it():
     assert attention_windows(model) == [None, 2]
     batch = _ids(n=1, length=12)
     with torch.no_grad():
-        att = model(**batch, output_attentions=True).attentions      # [1, H, T, T] per layer
+        att = model(**batch, output_attentions=True).attentions  # [1, H, T, T] per layer
     T = batch["input_ids"].shape[1]
     distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs()
-    assert (att[0][0] > 0).all()                                      # global: every token in reach
+    assert (att[0][0] > 0).all()  # global: every token in reach
     local = att[1][0]
     assert (local[:, distance > 2] == 0).all() and (local[:, distance <= 2] > 0).all()
     for model_type in ("eurobert", "nomic_bert", "bert"):
@@ -110,7 +115,7 @@ def test_grouped_query_attention_gates_query_heads_and_refuses_pruning():
     zeroed = copy.deepcopy(model)
     block = attention_blocks(zeroed)[1]
     with torch.no_grad():
-        block.output.weight[:, block.head_dim:2 * block.head_dim] = 0
+        block.output.weight[:, block.head_dim : 2 * block.head_dim] = 0
     torch.testing.assert_close(gated, out(zeroed), atol=1e-6, rtol=1e-6)
     with pytest.raises(ModelError, match=r"eurobert uses grouped-query attention \(num_key_value_heads=2.*HeadGates"):
         prune_heads(copy.deepcopy(model), {0: [1]})
@@ -124,15 +129,17 @@ def test_generic_byte_level_tokenizer_gets_a_prefix_space_once(model_type, tmp_p
     a tokenizer saved after loading is not given a second one."""
     raw = tiny_tokenizer(model_type)
     split = raw(["it", "dog"], is_split_into_words=True, add_special_tokens=False).tokens()
-    assert split == ["it", "dog"]                                  # the defect the loader repairs
+    assert split == ["it", "dog"]  # the defect the loader repairs
     lm = load_model(save_tiny_model_dir(model_type, tmp_path / "m"))
-    assert lm.tokenizer(["it", "dog"], is_split_into_words=True, add_special_tokens=False).tokens() == \
-        ["\u0120it", "\u0120dog"]
+    assert lm.tokenizer(["it", "dog"], is_split_into_words=True, add_special_tokens=False).tokens() == [
+        "\u0120it",
+        "\u0120dog",
+    ]
     lm.tokenizer.save_pretrained(tmp_path / "m")
     again = load_model(tmp_path / "m").tokenizer
     assert again(["dog"], is_split_into_words=True, add_special_tokens=False).tokens() == ["\u0120dog"]
-    assert not ensure_prefix_space(again)                          # already has it
-    assert not ensure_prefix_space(tiny_tokenizer("bert"))          # WordPiece: nothing to do
+    assert not ensure_prefix_space(again)  # already has it
+    assert not ensure_prefix_space(tiny_tokenizer("bert"))  # WordPiece: nothing to do
 
 
 def test_head_types_run_records_the_local_windows(tmp_path, one_torch_thread):
@@ -142,8 +149,12 @@ def test_head_types_run_records_the_local_windows(tmp_path, one_torch_thread):
     from bertology.studies import run_study
 
     directory = save_tiny_model_dir("modernbert", tmp_path / "modernbert")
-    run = run_study("head_types", overrides={"model": str(directory), "limit": 6, "word_vectors": "none"},
-                    results_root=tmp_path / "results", log=lambda _m: None)
+    run = run_study(
+        "head_types",
+        overrides={"model": str(directory), "limit": 6, "word_vectors": "none"},
+        results_root=tmp_path / "results",
+        log=lambda _m: None,
+    )
     assert read_manifest(run)["attention_windows"] == [None, 2]
     for name in ("head_stats", "head_types"):
         table = read_table(run, name)
@@ -153,11 +164,11 @@ def test_head_types_run_records_the_local_windows(tmp_path, one_torch_thread):
     reach = read_table(run, "window_reach")
     assert set(reach["layer"]) == {1} and set(reach["statistic"]) >= {"word_pairs_in_reach", "cls_in_reach"}
     assert ((reach["value"] > 0) & (reach["value"] < 1)).all()
-    in_reach = read_table(run, "head_dependency_in_reach")   # the local layer's heads on the arcs they can see
+    in_reach = read_table(run, "head_dependency_in_reach")  # the local layer's heads on the arcs they can see
     assert set(in_reach["layer"]) == {1} and (in_reach["n_in_reach"] <= in_reach["n"]).all()
     assert (in_reach["accuracy"] <= in_reach["arcs_in_reach"] + 1e-12).all()
     stats = read_table(run, "head_stats").pivot_table(index=["layer", "head"], columns="statistic", values="value")
-    for plain in ("entropy_norm", "attn_cls", "attn_sep", "attn_special"):   # global layer: in reach = plain
+    for plain in ("entropy_norm", "attn_cls", "attn_sep", "attn_special"):  # global layer: in reach = plain
         assert stats.loc[0, f"{plain}_in_reach"].to_numpy() == pytest.approx(stats.loc[0, plain].to_numpy())
     assert (stats.loc[1, "entropy_norm_in_reach"] >= stats.loc[1, "entropy_norm"] - 1e-12).all()
     assert (stats.loc[1, "attn_cls_in_reach"] >= stats.loc[1, "attn_cls"] - 1e-12).all()
@@ -176,17 +187,19 @@ def test_window_column_refuses_a_table_of_other_layers():
 
 
 @pytest.mark.parametrize("model_type, config", [("modernbert", {}), ("eurobert", {"num_key_value_heads": 2})])
-def test_pruning_study_runs_and_skips_real_removal_only_where_refused(model_type, config, tmp_path,
-                                                                      one_torch_thread):
+def test_pruning_study_runs_and_skips_real_removal_only_where_refused(model_type, config, tmp_path, one_torch_thread):
     """The pruning study on a tiny MLM model: importance and curves through gates for both; the
     real-removal cost table for ModernBERT, none (reason recorded) under grouped-query attention."""
     from bertology.results import read_manifest, read_table
     from bertology.studies import run_study
 
     directory = save_tiny_model_dir(model_type, tmp_path / model_type, mlm=True, **config)
-    run = run_study("pruning", overrides={"model": str(directory), "limit": 12, "methods": ["importance"],
-                                          "step": 0.5, "l0_lambdas": []}, results_root=tmp_path / "res",
-                    log=lambda _m: None)
+    run = run_study(
+        "pruning",
+        overrides={"model": str(directory), "limit": 12, "methods": ["importance"], "step": 0.5, "l0_lambdas": []},
+        results_root=tmp_path / "res",
+        log=lambda _m: None,
+    )
     manifest = read_manifest(run)
     assert manifest["pruning_metric"].startswith("MLM loss")
     assert len(read_table(run, "importance")) == 8
@@ -201,14 +214,16 @@ def test_in_memory_models_get_the_prefix_space_too():
     from bertology.models import from_modules
 
     lm = from_modules("tiny-modernbert", tiny_model("modernbert"), tiny_tokenizer("modernbert"))
-    assert lm.tokenizer(["it", "dog"], is_split_into_words=True, add_special_tokens=False).tokens() == \
-        ["\u0120it", "\u0120dog"]
+    assert lm.tokenizer(["it", "dog"], is_split_into_words=True, add_special_tokens=False).tokens() == [
+        "\u0120it",
+        "\u0120dog",
+    ]
 
 
 def test_reachable_words_by_hand():
     from bertology.probes.heads.stats import reachable_words, special_reach
 
-    word_ids = [-1, 0, 0, 1, 2, 2, 2, 3, -1]   # [CLS] w0 w0 w1 w2 w2 w2 w3 [SEP]
+    word_ids = [-1, 0, 0, 1, 2, 2, 2, 3, -1]  # [CLS] w0 w0 w1 w2 w2 w2 w3 [SEP]
     expected = [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]]
     assert reachable_words(word_ids, 1, 4).astype(int).tolist() == expected
     assert reachable_words(word_ids, None, 4).all()
@@ -233,10 +248,10 @@ def test_stored_maps_of_a_local_layer_are_zero_exactly_out_of_reach(tmp_path):
     for i, (_, word_ids) in enumerate(encoded):
         n = len(corpus[i].words)
         reach, special = reachable_words(word_ids, window_local, n), special_reach(word_ids, window_local, n)
-        assert not reach.all()                                          # long enough to leave the window
-        local = store.attention(i, normalise=False)[1]                  # [H, W, W]
+        assert not reach.all()  # long enough to leave the window
+        local = store.attention(i, normalise=False)[1]  # [H, W, W]
         assert (local[:, ~reach] == 0).all() and (local[:, reach] > 0).all()
-        local_special = store.special_attention(i)[1]                   # [H, W, 2]
+        local_special = store.special_attention(i)[1]  # [H, W, 2]
         assert (local_special[:, ~special] == 0).all() and (local_special[:, special] > 0).all()
         assert (store.attention(i, normalise=False)[0] > 0).all() and window_global is None
 
@@ -245,14 +260,21 @@ def test_window_reach_counts_pairs_arcs_and_special_tokens():
     from bertology.corpus import Sentence
     from bertology.probes.heads.stats import window_reach
 
-    tok = tiny_tokenizer("bert")                       # WordPiece: one piece per known word
-    sentence = Sentence("s1", ["the", "dog", "said", "the", "jury"], heads=[2, 3, 0, 5, 3],
-                        deprels=["det", "nsubj", "root", "det", "obj"], upos=None, xpos=None, entities=None)
+    tok = tiny_tokenizer("bert")  # WordPiece: one piece per known word
+    sentence = Sentence(
+        "s1",
+        ["the", "dog", "said", "the", "jury"],
+        heads=[2, 3, 0, 5, 3],
+        deprels=["det", "nsubj", "root", "det", "obj"],
+        upos=None,
+        xpos=None,
+        entities=None,
+    )
     table = window_reach(tok, [sentence], [None, 1])
     values = table.set_index("statistic")["value"]
     assert set(table["layer"]) == {1} and set(table["attention_window"]) == {1}
-    assert values["word_pairs_in_reach"] == pytest.approx(8 / 20)      # neighbours only
-    assert values["arcs_in_reach"] == pytest.approx(3 / 4)             # jury -> said is 2 words away
+    assert values["word_pairs_in_reach"] == pytest.approx(8 / 20)  # neighbours only
+    assert values["arcs_in_reach"] == pytest.approx(3 / 4)  # jury -> said is 2 words away
     assert values["cls_in_reach"] == pytest.approx(1 / 5) and values["sep_in_reach"] == pytest.approx(1 / 5)
     assert window_reach(tok, [sentence], [None, None]).empty
 
@@ -266,23 +288,30 @@ def test_a_local_heads_accuracy_is_also_read_on_the_arcs_it_can_see():
     from bertology.probes.heads.classification import dependency_scores_in_reach
 
     tok = tiny_tokenizer("bert")
-    sentence = Sentence("s1", ["the", "dog", "said", "the", "jury"], heads=[2, 3, 0, 5, 3],
-                        deprels=["det", "nsubj", "root", "det", "obj"], upos=None, xpos=None, entities=None)
+    sentence = Sentence(
+        "s1",
+        ["the", "dog", "said", "the", "jury"],
+        heads=[2, 3, 0, 5, 3],
+        deprels=["det", "nsubj", "root", "det", "obj"],
+        upos=None,
+        xpos=None,
+        entities=None,
+    )
     attention = np.full((2, 2, 5, 5), 0.01)
-    for dependent, head in ((0, 1), (1, 2), (3, 4)):        # the arcs within one token
-        attention[1, 0, dependent, head] = 1.0                  # head 0 of the local layer follows them
-    attention[1, 0, 4, 3] = 1.0                                 # jury: its head (said) is out of reach
-    attention[1, 1, :, :] += np.eye(5, k=-1)                    # head 1: always the previous word
-    attention[1, 1, 0, 4] = 1.0                                 # (the first word: the last one)
+    for dependent, head in ((0, 1), (1, 2), (3, 4)):  # the arcs within one token
+        attention[1, 0, dependent, head] = 1.0  # head 0 of the local layer follows them
+    attention[1, 0, 4, 3] = 1.0  # jury: its head (said) is out of reach
+    attention[1, 1, :, :] += np.eye(5, k=-1)  # head 1: always the previous word
+    attention[1, 1, 0, 4] = 1.0  # (the first word: the last one)
     table = dependency_scores_in_reach([attention], [sentence], tok, [None, 1])
-    assert set(table["layer"]) == {1} and (table["attention_window"] == 1).all()   # global layer 0: no rows
+    assert set(table["layer"]) == {1} and (table["attention_window"] == 1).all()  # global layer 0: no rows
     row = table[(table["relation"] == "all") & (table["head"] == 0)].iloc[0]
     assert (row["n"], row["n_in_reach"], row["correct"]) == (4, 3, 3)
     assert row["accuracy"] == pytest.approx(0.75) and row["accuracy_in_reach"] == pytest.approx(1.0)
     assert row["arcs_in_reach"] == pytest.approx(0.75)
     previous = table[(table["relation"] == "all") & (table["head"] == 1)].iloc[0]
-    assert previous["correct"] == 0                      # every arc here points right
-    obj = table[(table["relation"].isin(["obj", "dobj"])) & (table["head"] == 0)].iloc[0]   # named as Voita et al.
+    assert previous["correct"] == 0  # every arc here points right
+    obj = table[(table["relation"].isin(["obj", "dobj"])) & (table["head"] == 0)].iloc[0]  # named as Voita et al.
     assert (obj["n"], obj["n_in_reach"]) == (1, 0) and np.isnan(obj["accuracy_in_reach"])
     assert dependency_scores_in_reach([attention], [sentence], tok, [None, None]).empty
 
@@ -296,10 +325,14 @@ def test_entropy_and_special_shares_are_also_read_on_what_a_head_can_reach():
     from bertology.probes.heads.stats import HeadStatistics, sentence_reach
 
     word_ids = [-1, 0, 1, 2, 3, -1]
-    reach = sentence_reach(word_ids, [1], 4)                               # [1, 4, 6]
-    assert reach[0].astype(int).tolist() == [[1, 1, 0, 0, 1, 0], [1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 0, 0],
-                                             [0, 0, 1, 1, 0, 1]]
-    rows = reach[0] / reach[0].sum(-1, keepdims=True)                      # uniform over what each row reaches
+    reach = sentence_reach(word_ids, [1], 4)  # [1, 4, 6]
+    assert reach[0].astype(int).tolist() == [
+        [1, 1, 0, 0, 1, 0],
+        [1, 1, 1, 0, 0, 0],
+        [0, 1, 1, 1, 0, 0],
+        [0, 0, 1, 1, 0, 1],
+    ]
+    rows = reach[0] / reach[0].sum(-1, keepdims=True)  # uniform over what each row reaches
     words, special = rows[None, None, :, :4], rows[None, None, :, 4:]
     stats = HeadStatistics(special_tokens="keep")
     stats.update(words, special=special, reach=reach)

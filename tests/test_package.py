@@ -4,8 +4,9 @@ through the package (not the checkout), and the version knows its commit."""
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY_FOLDERS = ("workbench", "probes", "studies", "apps")  # the folders mapped into `bertology`
@@ -17,8 +18,7 @@ INDIRECT = {"pyarrow": "pandas' parquet engine (DataFrame.to_parquet / read_parq
 
 def test_every_declared_dependency_is_imported_by_the_library():
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    text = "\n".join(f.read_text(encoding="utf-8") for folder in LIBRARY_FOLDERS
-                     for f in (ROOT / folder).rglob("*.py"))
+    text = "\n".join(f.read_text(encoding="utf-8") for folder in LIBRARY_FOLDERS for f in (ROOT / folder).rglob("*.py"))
     unused = []
     for dep in deps:
         name = re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower()

@@ -10,10 +10,10 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from bertology.checkpoints import list_checkpoints
+from bertology.cli.pretrain import register
 from bertology.errors import ConfigError
 from bertology.paths import package_data
-from bertology.cli.pretrain import register
-from bertology.checkpoints import list_checkpoints
 
 BROWN = package_data() / "brown.txt.gz"
 
@@ -40,8 +40,21 @@ def test_tokenizer_train_command(tmp_path):
     from transformers import AutoTokenizer
 
     text = _brown(tmp_path)
-    res = CliRunner().invoke(_app(), ["tokenizer", "train", "--input", str(text), "--kind", "bpe",
-                                      "--vocab-size", "400", "--output", str(tmp_path / "tok")])
+    res = CliRunner().invoke(
+        _app(),
+        [
+            "tokenizer",
+            "train",
+            "--input",
+            str(text),
+            "--kind",
+            "bpe",
+            "--vocab-size",
+            "400",
+            "--output",
+            str(tmp_path / "tok"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     tok = AutoTokenizer.from_pretrained(tmp_path / "tok")
     assert tok.mask_token == "<mask>" and len(tok) <= 400
@@ -49,9 +62,23 @@ def test_tokenizer_train_command(tmp_path):
 
 def test_pretrain_command_trains_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "models"))
-    cfg = dict(corpus=str(_brown(tmp_path)), vocab_size=200, num_hidden_layers=1, hidden_size=32,
-               num_attention_heads=2, intermediate_size=64, max_seq_len=32, batch_size=4, warmup_steps=1,
-               log_every=1, eval_every=2, save_every=2, keep_steps=[0], progress=False, num_threads=1)
+    cfg = dict(
+        corpus=str(_brown(tmp_path)),
+        vocab_size=200,
+        num_hidden_layers=1,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_seq_len=32,
+        batch_size=4,
+        warmup_steps=1,
+        log_every=1,
+        eval_every=2,
+        save_every=2,
+        keep_steps=[0],
+        progress=False,
+        num_threads=1,
+    )
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     app = _app()
@@ -64,8 +91,9 @@ def test_pretrain_command_trains_and_resumes(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["pretrain", "--config", str(path), "--output", "cli-run", "--max-steps", "4"])
     assert isinstance(res.exception, ConfigError) and "--new-phase" in str(res.exception)
     assert [s for s, _ in list_checkpoints(run)] == [0, 2]
-    res = CliRunner().invoke(app, ["pretrain", "--config", str(path), "--output", "cli-run", "--max-steps", "4",
-                                   "--new-phase"])
+    res = CliRunner().invoke(
+        app, ["pretrain", "--config", str(path), "--output", "cli-run", "--max-steps", "4", "--new-phase"]
+    )
     assert res.exit_code == 0, res.output
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]  # the finished step-2 checkpoint is kept
     phases = json.loads((run / "run.json").read_text())["phases"]
@@ -108,8 +136,14 @@ def test_python_m_bertology_pretraining_is_the_pretrain_command(tmp_path):
     import sys
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "bertology.pretraining", *args], capture_output=True,
-                              text=True, timeout=120, cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
+        return subprocess.run(
+            [sys.executable, "-m", "bertology.pretraining", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**os.environ, "COLUMNS": "200"},
+        )
 
     module_help = run("--help")
     assert module_help.returncode == 0, module_help.stderr

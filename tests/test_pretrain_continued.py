@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_pretrain_trainer import corpus_and_tokenizer, run_killed_after  # noqa: F401  (the shared fixture)
+from test_pretrain_variants import _cfg
 
 from bertology.errors import ConfigError
 from bertology.pretraining import PretrainConfig, run_pretraining
 from bertology.pretraining.objectives import build_model
-
-from test_pretrain_trainer import corpus_and_tokenizer, run_killed_after  # noqa: F401  (the shared fixture)
-from test_pretrain_variants import _cfg
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +44,7 @@ def test_starts_from_the_encoder_and_adds_a_bert_head(corpus_and_tokenizer, sour
     state = model.state_dict()
     for name, tensor in source.items():
         if name.startswith("pooler."):
-            continue                    # BertForMaskedLM has no pooler
+            continue  # BertForMaskedLM has no pooler
         key = name if name.startswith("bert.") else f"bert.{name}"
         assert torch.equal(state[key], tensor), key
     head = model.cls.predictions
@@ -55,7 +54,9 @@ def test_starts_from_the_encoder_and_adds_a_bert_head(corpus_and_tokenizer, sour
     # an encoder that has an MLM head keeps it
     with_head = build_model(_continued(corpus_and_tokenizer, tmp_path, mlm_dir), vocab_size=300, pad_token_id=0)
     trained = load_file(str(mlm_dir / "model.safetensors"))
-    assert torch.equal(with_head.cls.predictions.transform.dense.weight, trained["cls.predictions.transform.dense.weight"])
+    assert torch.equal(
+        with_head.cls.predictions.transform.dense.weight, trained["cls.predictions.transform.dense.weight"]
+    )
 
 
 def test_trains_and_resumes_exactly(corpus_and_tokenizer, source_models, tmp_path):
@@ -68,7 +69,7 @@ def test_trains_and_resumes_exactly(corpus_and_tokenizer, source_models, tmp_pat
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     start = load_file(str(bare / "model.safetensors"))
     moved = a["bert.encoder.layer.0.attention.self.query.weight"]
-    assert not torch.equal(moved, start["encoder.layer.0.attention.self.query.weight"])   # it trained
+    assert not torch.equal(moved, start["encoder.layer.0.attention.self.query.weight"])  # it trained
 
 
 def test_configs_that_do_not_match_the_model_are_refused(corpus_and_tokenizer, source_models, tmp_path):
@@ -78,7 +79,7 @@ def test_configs_that_do_not_match_the_model_are_refused(corpus_and_tokenizer, s
     with pytest.raises(ConfigError, match=r"'init_from'.*objective mlm"):
         _continued(corpus_and_tokenizer, tmp_path, bare, objective="electra")
     with pytest.raises(ConfigError, match=r"'tokenizer'.*init_from"):
-        _cfg(corpus_and_tokenizer, tmp_path, init_from=str(bare))      # _cfg names its own tokenizer
+        _cfg(corpus_and_tokenizer, tmp_path, init_from=str(bare))  # _cfg names its own tokenizer
     with pytest.raises(ConfigError, match=r"'init_from'.*unknown model"):
         build_model(_continued(corpus_and_tokenizer, tmp_path, tmp_path / "nowhere"), vocab_size=300, pad_token_id=0)
 
@@ -101,11 +102,16 @@ def test_a_later_stretch_continues_the_data_stream(corpus_and_tokenizer, source_
     one = _continued(corpus_and_tokenizer, tmp_path / "one", bare, max_steps=4)
     run_pretraining(one)
     current[0] = "later"
-    later = _continued(corpus_and_tokenizer, tmp_path / "later", bare, max_steps=2,
-                       stream_start=2 * one.batch_size * one.grad_accum_steps)
+    later = _continued(
+        corpus_and_tokenizer,
+        tmp_path / "later",
+        bare,
+        max_steps=2,
+        stream_start=2 * one.batch_size * one.grad_accum_steps,
+    )
     run_pretraining(later)
     assert len(seen["one"]) == 4 * one.grad_accum_steps
-    assert seen["later"] == seen["one"][2 * one.grad_accum_steps:]
+    assert seen["later"] == seen["one"][2 * one.grad_accum_steps :]
     with pytest.raises(ConfigError, match=r"'stream_start'.*>= 0"):
         _continued(corpus_and_tokenizer, tmp_path, bare, stream_start=-1)
 
@@ -121,18 +127,28 @@ def test_a_two_stretch_release_counts_steps_and_tokens_from_the_first(corpus_and
     _, bare = source_models
     one = _continued(corpus_and_tokenizer, tmp_path / "one", bare, run_name="stretch-one")
     first = run_pretraining(one)
-    second_cfg = _continued(corpus_and_tokenizer, tmp_path / "two", first / "checkpoint-6", run_name="stretch-two",
-                            max_steps=4, stream_start=6 * one.batch_size)
+    second_cfg = _continued(
+        corpus_and_tokenizer,
+        tmp_path / "two",
+        first / "checkpoint-6",
+        run_name="stretch-two",
+        max_steps=4,
+        stream_start=6 * one.batch_size,
+    )
     second = run_pretraining(second_cfg)
-    out = export_release(second, tmp_path / "release" / "two-stretch", steps=[4], score=False,
-                         earlier=[earlier_stretch(first)])
+    out = export_release(
+        second, tmp_path / "release" / "two-stretch", steps=[4], score=False, earlier=[earlier_stretch(first)]
+    )
     release = read_release(out)
-    entry, = release["checkpoints"]
+    (entry,) = release["checkpoints"]
     assert entry["step"] == 10 and (out / "checkpoint-10" / "model.safetensors").is_file()
     assert entry["sequences_seen"] == 10 * one.batch_size
     assert entry["tokens_seen_at_most"] == 10 * one.batch_size * one.max_seq_len
     rows = release["stretches"]
-    assert [(r["run"], r["first_step"], r["last_step"]) for r in rows] == [("stretch-one", 1, 6), ("stretch-two", 7, 10)]
+    assert [(r["run"], r["first_step"], r["last_step"]) for r in rows] == [
+        ("stretch-one", 1, 6),
+        ("stretch-two", 7, 10),
+    ]
     assert rows[0]["init_from"] == str(bare) and rows[1]["stream_start"] == 6 * one.batch_size
     events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert {e["stretch"] for e in events} == {1, 2} and max(e["step"] for e in events if e["stretch"] == 2) == 10

@@ -7,9 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from bertology.paths import package_data
 from bertology.errors import CorpusError, WorkbenchError
-from bertology.pretraining.text_corpus import corpus_hash, pack_documents, read_documents, split_sentences, tokenize_documents
+from bertology.paths import package_data
+from bertology.pretraining.text_corpus import (
+    corpus_hash,
+    pack_documents,
+    read_documents,
+    split_sentences,
+    tokenize_documents,
+)
 from bertology.pretraining.tokenizer import train_tokenizer
 
 BROWN = package_data() / "brown.txt.gz"
@@ -32,10 +38,15 @@ def brown_slice(tmp_path_factory) -> Path:
 
 
 def test_split_sentences_rules():
-    text = 'Mr. Smith went to Washington. He arrived at 5 p.m. on Friday! "Was it late?" she asked. J. F. Kennedy spoke.'
+    text = (
+        'Mr. Smith went to Washington. He arrived at 5 p.m. on Friday! "Was it late?" she asked. J. F. Kennedy spoke.'
+    )
     assert split_sentences(text) == [
-        "Mr. Smith went to Washington.", "He arrived at 5 p.m. on Friday!", '"Was it late?" she asked.',
-        "J. F. Kennedy spoke."]
+        "Mr. Smith went to Washington.",
+        "He arrived at 5 p.m. on Friday!",
+        '"Was it late?" she asked.',
+        "J. F. Kennedy spoke.",
+    ]
     assert split_sentences("   ") == []
 
 
@@ -79,12 +90,18 @@ def test_tokenizer_round_trip(brown_slice, tmp_path, kind):
     enc = tok(text, "A second segment.")
     ids = enc["input_ids"]
     if kind == "wordpiece":
-        assert (tok.cls_token, tok.sep_token, tok.mask_token, tok.pad_token, tok.unk_token) == \
-            ("[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]")
+        assert (tok.cls_token, tok.sep_token, tok.mask_token, tok.pad_token, tok.unk_token) == (
+            "[CLS]",
+            "[SEP]",
+            "[MASK]",
+            "[PAD]",
+            "[UNK]",
+        )
         assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
         assert enc["token_type_ids"][-1] == 1 and enc["token_type_ids"][0] == 0
-        assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True).replace(" ' ", "'") == \
-            text.lower().replace(".", " .").replace(" .", ".")
+        assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True).replace(" ' ", "'") == text.lower().replace(
+            ".", " ."
+        ).replace(" .", ".")
         assert (out / "vocab.txt").is_file()
     else:
         assert (tok.cls_token, tok.sep_token, tok.mask_token, tok.pad_token) == ("<s>", "</s>", "<mask>", "<pad>")
@@ -129,11 +146,11 @@ def test_wordpiece_vocabulary_order_is_canonical(brown_slice):
     assert vocab[:5] == WORDPIECE_SPECIALS
     singles = [t for t in vocab[5:] if len(t.removeprefix("##")) == 1]
     n = len(singles)
-    assert vocab[5:5 + n] == singles  # the alphabet comes right after the specials ...
+    assert vocab[5 : 5 + n] == singles  # the alphabet comes right after the specials ...
     initial = [t for t in singles if not t.startswith("##")]
     assert singles == sorted(initial) + sorted(t for t in singles if t.startswith("##"))  # ... by code point
     assert {"t", "##t", "e", "##e"} <= set(singles)
-    merged = vocab[5 + n:]
+    merged = vocab[5 + n :]
     assert merged and all(len(t.removeprefix("##")) > 1 for t in merged)
     assert not any(c.isupper() for c in initial)  # uncased: no upper-case characters survive
 
@@ -166,23 +183,23 @@ def test_full_sentences_packing_crosses_documents_with_a_separator():
 
     CLS, SEP = 1, 2
     docs = []
-    for d in range(6):   # documents of 3 sentences of 5 tokens: token ids 100 * (d + 1) + position
+    for d in range(6):  # documents of 3 sentences of 5 tokens: token ids 100 * (d + 1) + position
         sentences = [[100 * (d + 1) + 5 * s + t for t in range(5)] for s in range(3)]
         docs.append(TokenizedDocument(sentences, [[5 * s + t for t in range(5)] for s in range(3)]))
-    max_len = 13        # 11 positions a sequence: two sentences, or a sentence, a [SEP] and a sentence
+    max_len = 13  # 11 positions a sequence: two sentences, or a sentence, a [SEP] and a sentence
     full, full_words = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP, packing="full_sentences")
     own, _ = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP)
-    real = lambda seqs: [t for x in seqs for t in x if t > 2]   # noqa: E731
+    real = lambda seqs: [t for x in seqs for t in x if t > 2]  # noqa: E731
     assert real(full) == real(own) == [t for d in docs for s in d.sentences for t in s]
     assert all(len(x) <= max_len and x[0] == CLS and x[-1] == SEP and x[-2] != SEP for x in full)
     crossing = [x for x in full if len({t // 100 for t in x if t > 2}) == 2]
-    assert crossing and all(SEP in x[1:-1] for x in crossing)           # documents kept apart by a [SEP]
-    assert all(len({t // 100 for t in x if t > 2}) == 1 for x in own)   # DOC-SENTENCES never mixes
-    for x, w in zip(full, full_words):                                  # word ids: specials -1, words rising
+    assert crossing and all(SEP in x[1:-1] for x in crossing)  # documents kept apart by a [SEP]
+    assert all(len({t // 100 for t in x if t > 2}) == 1 for x in own)  # DOC-SENTENCES never mixes
+    for x, w in zip(full, full_words):  # word ids: specials -1, words rising
         assert [t <= 2 for t in x] == [v == -1 for v in w]
         words = [v for v in w if v >= 0]
         assert words[0] == 0 and words == sorted(words)
-    share = lambda seqs: real_token_share([len(x) for x in seqs], max_len)   # noqa: E731
+    share = lambda seqs: real_token_share([len(x) for x in seqs], max_len)  # noqa: E731
     assert share(full) > share(own)
     assert share(own) == pytest.approx(sum(len(x) for x in own) / (len(own) * max_len))
 
@@ -193,8 +210,13 @@ def test_token_blocks_fill_every_sequence_but_the_last():
     from bertology.pretraining.text_corpus import TokenizedDocument, real_token_share
 
     CLS, SEP = 1, 2
-    docs = [TokenizedDocument([[100 * (d + 1) + 7 * s + t for t in range(7)] for s in range(3)],
-                              [[3 * s + t // 3 for t in range(7)] for s in range(3)]) for d in range(5)]
+    docs = [
+        TokenizedDocument(
+            [[100 * (d + 1) + 7 * s + t for t in range(7)] for s in range(3)],
+            [[3 * s + t // 3 for t in range(7)] for s in range(3)],
+        )
+        for d in range(5)
+    ]
     max_len = 12
     blocks, words = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP, packing="token_blocks")
     real = [t for x in blocks for t in x if t > 2]
@@ -205,5 +227,5 @@ def test_token_blocks_fill_every_sequence_but_the_last():
         ws = [v for v in w if v >= 0]
         assert ws[0] == 0 and ws == sorted(ws) and [t <= 2 for t in x] == [v == -1 for v in w]
     own, _ = pack_documents(docs, max_seq_len=max_len, cls_id=CLS, sep_id=SEP)
-    share = lambda seqs: real_token_share([len(x) for x in seqs], max_len)   # noqa: E731
+    share = lambda seqs: real_token_share([len(x) for x in seqs], max_len)  # noqa: E731
     assert share(blocks) > 0.95 > share(own)

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-import torch
-
 import numpy as np
 import pytest
+import torch
 from scipy.stats import chisquare
 
 from bertology.pretraining.masking import (
-    IGNORE_INDEX, MaskingConfig, choose_positions, corrupt, encode_pair, expected_span_length, make_sentence_pairs,
-    mask_batch, ngram_length_probabilities, random_token_pool, sample_ngrams, span_ids, special_tokens_mask,
+    IGNORE_INDEX,
+    MaskingConfig,
+    choose_positions,
+    corrupt,
+    encode_pair,
+    expected_span_length,
+    make_sentence_pairs,
+    mask_batch,
+    ngram_length_probabilities,
+    random_token_pool,
+    sample_ngrams,
+    span_ids,
+    special_tokens_mask,
 )
 from bertology.pretraining.text_corpus import TokenizedDocument
 
@@ -26,21 +36,29 @@ def _batch(n_rows: int = 400, T: int = 64, seed: int = 0):
     words = torch.full((n_rows, T), -1)
     for r in range(n_rows):
         n = int(torch.randint(10, T - 2, (1,), generator=g))
-        ids[r, 0], ids[r, 1:n + 1], ids[r, n + 1] = CLS, torch.randint(5, VOCAB, (n,), generator=g), SEP
+        ids[r, 0], ids[r, 1 : n + 1], ids[r, n + 1] = CLS, torch.randint(5, VOCAB, (n,), generator=g), SEP
         w, pos = 0, 1
         while pos <= n:
             k = min(int(torch.randint(1, 4, (1,), generator=g)), n + 1 - pos)
-            words[r, pos:pos + k] = w
+            words[r, pos : pos + k] = w
             w, pos = w + 1, pos + k
     return ids, words
 
 
 def _mask(ids, words, strategy="token", seed=0, epoch=0, dynamic=True, pool="vocab"):
     special = special_tokens_mask(ids, SPECIALS)
-    return mask_batch(ids, special, sequence_indices=list(range(len(ids))), seed=seed, epoch=epoch,
-                      dynamic=dynamic, mask_token_id=MASK,
-                      random_token_ids=random_token_pool(VOCAB, SPECIALS, pool=pool),
-                      word_ids=words, config=MaskingConfig(strategy=strategy))
+    return mask_batch(
+        ids,
+        special,
+        sequence_indices=list(range(len(ids))),
+        seed=seed,
+        epoch=epoch,
+        dynamic=dynamic,
+        mask_token_id=MASK,
+        random_token_ids=random_token_pool(VOCAB, SPECIALS, pool=pool),
+        word_ids=words,
+        config=MaskingConfig(strategy=strategy),
+    )
 
 
 def test_bert_masking_proportions():
@@ -81,8 +99,13 @@ def test_random_replacements_follow_the_pool_and_80_10_10(pool):
     V, T = 50, 200_000
     pool_ids = random_token_pool(V, SPECIALS, pool=pool)
     ids = torch.full((T,), -2)
-    out, labels = corrupt(ids, torch.ones(T, dtype=torch.bool), torch.Generator().manual_seed(7),
-                          mask_token_id=-1, random_token_ids=pool_ids)
+    out, labels = corrupt(
+        ids,
+        torch.ones(T, dtype=torch.bool),
+        torch.Generator().manual_seed(7),
+        mask_token_id=-1,
+        random_token_ids=pool_ids,
+    )
     assert (labels == -2).all()
     masked, kept = int((out == -1).sum()), int((out == -2).sum())
     drawn = out[(out != -1) & (out != -2)]
@@ -142,6 +165,7 @@ def test_span_lengths_follow_truncated_geometric():
 
 # --------------------------------------------------------------------------- 80/10/10 per span (SpanBERT)
 
+
 def _planted_spans(n_rows: int = 300, T: int = 120, seed: int = 0):
     """Rows of ids 5..99 with planted spans (lengths 1-6, at least one unchosen token between two):
     ``(ids [B, T], chosen [B, T], spans [(row, start, end)])``, ends exclusive."""
@@ -155,7 +179,7 @@ def _planted_spans(n_rows: int = 300, T: int = 120, seed: int = 0):
             length = int(torch.randint(1, 7, (1,), generator=g))
             if pos + length > T:
                 break
-            chosen[r, pos:pos + length] = True
+            chosen[r, pos : pos + length] = True
             spans.append((r, pos, pos + length))
             pos += length + int(torch.randint(1, 6, (1,), generator=g))
     return ids, chosen, spans
@@ -168,8 +192,14 @@ def _span_cases(unit: str | None, strategy: str = "span"):
     config = MaskingConfig(strategy=strategy, replacement_unit=unit)
     out = torch.empty_like(ids)
     for r in range(len(ids)):
-        out[r], labels = corrupt(ids[r], chosen[r], torch.Generator().manual_seed(r), mask_token_id=MASK,
-                                 random_token_ids=pool, config=config)
+        out[r], labels = corrupt(
+            ids[r],
+            chosen[r],
+            torch.Generator().manual_seed(r),
+            mask_token_id=MASK,
+            random_token_ids=pool,
+            config=config,
+        )
         assert torch.equal(labels[chosen[r]], ids[r][chosen[r]]) and (labels[~chosen[r]] == IGNORE_INDEX).all()
         assert torch.equal(out[r][~chosen[r]], ids[r][~chosen[r]])
     cases = []
@@ -187,22 +217,22 @@ def _span_cases(unit: str | None, strategy: str = "span"):
 
 
 def test_span_masking_replaces_whole_spans_80_10_10():
-    assert MaskingConfig(strategy="span").unit == "span"                     # SpanBERT's default
+    assert MaskingConfig(strategy="span").unit == "span"  # SpanBERT's default
     assert all(MaskingConfig(strategy=s).unit == "token" for s in ("token", "whole_word", "ngram"))
     cases = _span_cases(None)
     n = len(cases)
-    assert n > 5000 and "mixed" not in cases                                 # every span wholly one case
+    assert n > 5000 and "mixed" not in cases  # every span wholly one case
     share = {c: cases.count(c) / n for c in ("mask", "random", "kept")}
-    assert abs(share["mask"] - 0.8) < 4 * (0.8 * 0.2 / n) ** 0.5, share     # 4 binomial s.d.
+    assert abs(share["mask"] - 0.8) < 4 * (0.8 * 0.2 / n) ** 0.5, share  # 4 binomial s.d.
     assert abs(share["random"] - 0.1) < 4 * (0.1 * 0.9 / n) ** 0.5, share
     assert abs(share["kept"] - 0.1) < 4 * (0.1 * 0.9 / n) ** 0.5, share
-    random_spans = _span_cases("span", "token")                              # the unit works for any strategy
+    random_spans = _span_cases("span", "token")  # the unit works for any strategy
     assert "mixed" not in random_spans
 
 
 def test_per_token_replacement_stays_reachable_for_span_masking():
     cases = _span_cases("token")
-    assert cases.count("mixed") / len(cases) > 0.2                           # spans of 2+ tokens get mixed
+    assert cases.count("mixed") / len(cases) > 0.2  # spans of 2+ tokens get mixed
 
 
 def test_span_ids_number_maximal_runs():
@@ -212,12 +242,13 @@ def test_span_ids_number_maximal_runs():
 
 # --------------------------------------------------------------------------- n-gram masking (ALBERT)
 
+
 def test_ngram_length_distribution_on_planted_words():
     probs = ngram_length_probabilities(3)
     assert torch.allclose(probs, torch.tensor([6 / 11, 3 / 11, 2 / 11], dtype=torch.float64))
     g = torch.Generator().manual_seed(0)
     first, every = [0, 0, 0], [0, 0, 0]
-    tokens_per_word = [1, 2, 1, 3] * 30                                      # planted words of 1-3 pieces
+    tokens_per_word = [1, 2, 1, 3] * 30  # planted words of 1-3 pieces
     for _ in range(3000):
         ngrams = sample_ngrams(tokens_per_word, budget=30, generator=g)
         # disjoint n-grams of 1-3 whole words, within the token budget
@@ -225,7 +256,7 @@ def test_ngram_length_distribution_on_planted_words():
         assert len(words) == len(set(words)) and sum(tokens_per_word[w] for w in words) <= 30
         start, n = ngrams[0]
         if start + 3 <= len(tokens_per_word):
-            first[n - 1] += 1     # the first draw: no overlap, no budget yet, every length fits -> exactly p(n)
+            first[n - 1] += 1  # the first draw: no overlap, no budget yet, every length fits -> exactly p(n)
         for _, n in ngrams:
             every[n - 1] += 1
     assert chisquare(first, probs.numpy() * sum(first)).pvalue > 1e-3, first
@@ -236,11 +267,11 @@ def test_ngram_length_distribution_on_planted_words():
 
 def test_ngram_masking_chooses_whole_words_to_the_token_budget():
     g = torch.Generator().manual_seed(1)
-    word_ids = torch.repeat_interleave(torch.arange(60), torch.tensor([1, 2, 3] * 20))   # 120 tokens
+    word_ids = torch.repeat_interleave(torch.arange(60), torch.tensor([1, 2, 3] * 20))  # 120 tokens
     maskable = torch.ones(120, dtype=torch.bool)
     for _ in range(50):
         chosen = choose_positions(maskable, g, MaskingConfig(strategy="ngram"), word_ids)
-        assert 15 <= int(chosen.sum()) <= 18                                 # round(0.15 * 120) = 18 at most
+        assert 15 <= int(chosen.sum()) <= 18  # round(0.15 * 120) = 18 at most
         for w in range(60):
             assert chosen[word_ids == w].all() or not chosen[word_ids == w].any()
 
@@ -267,8 +298,10 @@ def _docs(n_docs=30, seed=0):
     docs = []
     for d in range(n_docs):
         n_sent = int(torch.randint(2, 12, (1,), generator=g))
-        sents = [[1000 * (d + 1) + 10 * s + k for k in range(int(torch.randint(3, 9, (1,), generator=g)))]
-                 for s in range(n_sent)]
+        sents = [
+            [1000 * (d + 1) + 10 * s + k for k in range(int(torch.randint(3, 9, (1,), generator=g)))]
+            for s in range(n_sent)
+        ]
         words = [list(range(len(s))) for s in sents]
         docs.append(TokenizedDocument(sents, words))
     return docs

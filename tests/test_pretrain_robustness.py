@@ -10,19 +10,27 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_pretrain_trainer import _cfg, corpus_and_tokenizer, run_killed_after  # noqa: F401  (the module's fixture)
 
 from bertology.checkpoints import list_checkpoints
 from bertology.errors import CheckpointError, ConfigError
 from bertology.pretraining import TrainingDivergedError, load_config, read_metrics, run_pretraining
 from bertology.pretraining.objectives import perplexity
 from bertology.pretraining.runtime import Runtime
-from test_pretrain_trainer import _cfg, corpus_and_tokenizer, run_killed_after  # noqa: F401  (the module's fixture)
 
 
 def test_nan_loss_stops_at_once_and_keeps_the_finite_checkpoints(corpus_and_tokenizer, tmp_path):
     """learning_rate 1000 (the issue's case): the run stops with a clear error; no NaN is saved."""
-    cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name="lr1000", learning_rate=1000.0, max_steps=20,
-               save_every=2, keep_steps=[0], eval_every=100)
+    cfg = _cfg(
+        corpus_and_tokenizer,
+        tmp_path,
+        run_name="lr1000",
+        learning_rate=1000.0,
+        max_steps=20,
+        save_every=2,
+        keep_steps=[0],
+        eval_every=100,
+    )
     with pytest.raises(TrainingDivergedError, match=r"lr1000: training diverged at step \d+: loss (nan|inf)"):
         run_pretraining(cfg)
     run = tmp_path / "models" / "lr1000"
@@ -64,8 +72,9 @@ def _finite_worker(rank: int, init_file: str, values: list[float], out_dir: str)
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("values,expected", [([1.0, float("nan")], False), ([float("inf"), 2.0], False),
-                                             ([1.0, 2.0], True)])
+@pytest.mark.parametrize(
+    "values,expected", [([1.0, float("nan")], False), ([float("inf"), 2.0], False), ([1.0, 2.0], True)]
+)
 def test_ddp_ranks_agree_on_a_non_finite_loss(tmp_path, values, expected):
     """Only one rank sees the NaN; both stop (none would wait forever in the next all-reduce)."""
     import numpy as np
@@ -77,8 +86,16 @@ def test_ddp_ranks_agree_on_a_non_finite_loss(tmp_path, values, expected):
 
 
 def test_max_steps_change_is_refused_or_a_recorded_phase(corpus_and_tokenizer, tmp_path):
-    kw = dict(run_name="ph", max_steps=4, save_every=2, keep_steps=[], keep_last=1, warmup_steps=2,
-              learning_rate=3e-3, eval_every=100)
+    kw = dict(
+        run_name="ph",
+        max_steps=4,
+        save_every=2,
+        keep_steps=[],
+        keep_last=1,
+        warmup_steps=2,
+        learning_rate=3e-3,
+        eval_every=100,
+    )
     run = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, **kw))
     assert [s for s, _ in list_checkpoints(run)] == [2, 4]  # one rolling + the final
     with pytest.raises(ConfigError, match=r"max_steps 8.*schedule ends at 4.*new_phase=True"):
@@ -95,7 +112,7 @@ def test_max_steps_change_is_refused_or_a_recorded_phase(corpus_and_tokenizer, t
     assert info["phases"][1]["lr_multiplier_after"] == pytest.approx(4 / 6, abs=1e-6)
     lr = read_metrics(run).query("metric == 'lr'").set_index("step")["value"]
     assert lr[4] == pytest.approx(3e-3 * (4 - 3) / (4 - 2))  # phase 1, step index 3
-    assert lr[5] == pytest.approx(3e-3 * 4 / 6)              # phase 2 from step index 4
+    assert lr[5] == pytest.approx(3e-3 * 4 / 6)  # phase 2 from step index 4
     assert json.loads((run / "checkpoint-8" / "trainer_state.json").read_text())["max_steps"] == 8
     # the same command again is a finished run; a phase ending before the last checkpoint is refused
     assert run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, **{**kw, "max_steps": 8})) == run
@@ -106,20 +123,31 @@ def test_max_steps_change_is_refused_or_a_recorded_phase(corpus_and_tokenizer, t
 @pytest.fixture()
 def stopped_run(corpus_and_tokenizer, tmp_path):
     """A run "killed" after step 4 (checkpoints 0, 2, 4 of 6) and the config that resumes it."""
-    cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name="broken", max_steps=6, save_every=2, keep_steps=[0],
-               keep_last=2, eval_every=100)
+    cfg = _cfg(
+        corpus_and_tokenizer,
+        tmp_path,
+        run_name="broken",
+        max_steps=6,
+        save_every=2,
+        keep_steps=[0],
+        keep_last=2,
+        eval_every=100,
+    )
     run = run_killed_after(cfg, 4)
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]
     return run, cfg
 
 
-@pytest.mark.parametrize("name,content,message", [
-    ("optimizer.pt", b"garbage, not a torch file", r"checkpoint-4/optimizer.pt: corrupt or unreadable"),
-    ("scheduler.pt", b"", r"checkpoint-4/scheduler.pt: corrupt or unreadable"),
-    ("rng.safetensors", b"\x00\x01", r"checkpoint-4/rng.safetensors: corrupt RNG state"),
-    ("trainer_state.json", b'{"step": 4,', r"checkpoint-4/trainer_state.json:1: broken trainer state"),
-    ("trainer_state.json", b'{"stp": 4}', r"checkpoint-4/trainer_state.json: broken trainer state"),
-])
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("optimizer.pt", b"garbage, not a torch file", r"checkpoint-4/optimizer.pt: corrupt or unreadable"),
+        ("scheduler.pt", b"", r"checkpoint-4/scheduler.pt: corrupt or unreadable"),
+        ("rng.safetensors", b"\x00\x01", r"checkpoint-4/rng.safetensors: corrupt RNG state"),
+        ("trainer_state.json", b'{"step": 4,', r"checkpoint-4/trainer_state.json:1: broken trainer state"),
+        ("trainer_state.json", b'{"stp": 4}', r"checkpoint-4/trainer_state.json: broken trainer state"),
+    ],
+)
 def test_broken_trainer_state_files_are_clear_errors(stopped_run, name, content, message):
     run, cfg = stopped_run
     (run / "checkpoint-4" / name).write_bytes(content)
@@ -173,8 +201,11 @@ def test_disk_full_while_saving_leaves_nothing_partial(stopped_run, monkeypatch)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(checkpoint, "save_trainer_state", full_disk)
-    with pytest.raises(CheckpointError, match=r"checkpoint-6: cannot write the checkpoint \(No space left on "
-                                              r"device\); nothing of it was left behind.*steps \[0, 2, 4\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"checkpoint-6: cannot write the checkpoint \(No space left on "
+        r"device\); nothing of it was left behind.*steps \[0, 2, 4\]",
+    ):
         run_pretraining(cfg)
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]
     assert not [p for p in run.iterdir() if p.name.startswith(".")]  # no temporary folder left
@@ -185,7 +216,7 @@ def test_disk_full_while_saving_leaves_nothing_partial(stopped_run, monkeypatch)
 
 def test_half_written_checkpoint_folders_are_removed_on_resume(stopped_run):
     run, cfg = stopped_run
-    partial = run / ".checkpoint-6.k2j4x9.tmp"   # what a kill during atomic_dir leaves
+    partial = run / ".checkpoint-6.k2j4x9.tmp"  # what a kill during atomic_dir leaves
     partial.mkdir()
     (partial / "model.safetensors").write_bytes(b"half")
     (run / ".run.json.q8w1e2.tmp").write_text("{")
@@ -197,11 +228,16 @@ def test_half_written_checkpoint_folders_are_removed_on_resume(stopped_run):
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4, 6]
 
 
-@pytest.mark.parametrize("field,value", [("num_hidden_layers", 0), ("num_attention_heads", -4),
-                                         ("hidden_size", 0), ("batch_size", -1), ("max_steps", 0)])
+@pytest.mark.parametrize(
+    "field,value",
+    [("num_hidden_layers", 0), ("num_attention_heads", -4), ("hidden_size", 0), ("batch_size", -1), ("max_steps", 0)],
+)
 def test_shipped_recipe_with_zero_or_negative_sizes_is_refused(field, value):
-    with pytest.raises(ConfigError, match=rf"pretrain_default.yaml: config field '{field}': must be >= 1, "
-                                          rf"got {value}"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"pretrain_default.yaml: config field '{field}': must be >= 1, "
+        rf"got {value}",
+    ):
         load_config("default", **{field: value})
 
 

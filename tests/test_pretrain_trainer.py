@@ -31,6 +31,7 @@ class _Killed(Exception):
 def run_killed_after(cfg: PretrainConfig, step: int) -> Path:
     """Run ``cfg`` and stop it right after step ``step`` (logged, evaluated and saved as due) the way a
     kill does: the trainer's end-of-step hook raises there, so nothing of the run after it happens."""
+
     def end_of_step(done: int) -> None:
         if done >= step:
             raise _Killed(done)
@@ -72,8 +73,11 @@ def fixed_wordpiece(text_file: Path, out_dir: Path, vocab_size: int) -> Path:
 
     from transformers import BertTokenizerFast
 
-    words = Counter(w for line in text_file.read_text(encoding="utf-8").lower().split("\n")
-                    for w in line.replace(".", " . ").replace(",", " , ").split())
+    words = Counter(
+        w
+        for line in text_file.read_text(encoding="utf-8").lower().split("\n")
+        for w in line.replace(".", " . ").replace(",", " , ").split()
+    )
     chars = sorted({c for w in words for c in w})
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars + [f"##{c}" for c in chars]
     for w, _ in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -89,11 +93,29 @@ def fixed_wordpiece(text_file: Path, out_dir: Path, vocab_size: int) -> Path:
 
 def _cfg(corpus_and_tokenizer, tmp_path, **kw) -> PretrainConfig:
     corpus, tok = corpus_and_tokenizer
-    base = dict(run_name="tiny", corpus=str(corpus), tokenizer=str(tok), output_root=str(tmp_path / "models"),
-                num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64, max_seq_len=32,
-                batch_size=4, max_steps=6, warmup_steps=2, learning_rate=3e-3, log_every=1, eval_every=3,
-                eval_batches=2, save_every=2, keep_steps=[0, 3], heldout_fraction=0.1, progress=False,
-                num_threads=1)  # tiny model: one thread avoids OpenMP thrashing on a busy 2-core box
+    base = dict(
+        run_name="tiny",
+        corpus=str(corpus),
+        tokenizer=str(tok),
+        output_root=str(tmp_path / "models"),
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_seq_len=32,
+        batch_size=4,
+        max_steps=6,
+        warmup_steps=2,
+        learning_rate=3e-3,
+        log_every=1,
+        eval_every=3,
+        eval_batches=2,
+        save_every=2,
+        keep_steps=[0, 3],
+        heldout_fraction=0.1,
+        progress=False,
+        num_threads=1,
+    )  # tiny model: one thread avoids OpenMP thrashing on a busy 2-core box
     base.update(kw)
     return PretrainConfig(**base)
 
@@ -146,8 +168,18 @@ def test_gathered_mlm_loss_equals_hf_loss():
 def test_run_layout_checkpoints_and_metrics(corpus_and_tokenizer, tmp_path, monkeypatch):
     from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-    run = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_steps=30, save_every=10, eval_every=10,
-                               keep_steps=[0, 5], learning_rate=1e-2, warmup_steps=3))
+    run = run_pretraining(
+        _cfg(
+            corpus_and_tokenizer,
+            tmp_path,
+            max_steps=30,
+            save_every=10,
+            eval_every=10,
+            keep_steps=[0, 5],
+            learning_rate=1e-2,
+            warmup_steps=3,
+        )
+    )
     assert run == tmp_path / "models" / "tiny"
     steps = [s for s, _ in list_checkpoints(run)]
     assert steps == [0, 5, 20, 30]  # keep_steps + one rolling checkpoint + final; 10 was pruned
@@ -155,8 +187,9 @@ def test_run_layout_checkpoints_and_metrics(corpus_and_tokenizer, tmp_path, monk
     info = json.loads((run / "run.json").read_text())
     assert info["seed"] == 0 and len(info["corpus_sha256"]) == 64 and info["config"]["max_steps"] == 30
     ckpt = run / "checkpoint-30"
-    assert {"config.json", "model.safetensors", "tokenizer.json", "optimizer.pt", "rng.safetensors"} <= \
-        {p.name for p in ckpt.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "optimizer.pt", "rng.safetensors"} <= {
+        p.name for p in ckpt.iterdir()
+    }
     model = AutoModelForMaskedLM.from_pretrained(ckpt)
     assert type(model).__name__ == "BertForMaskedLM"
     assert type(AutoModel.from_pretrained(ckpt)).__name__ == "BertModel"
@@ -176,6 +209,7 @@ def test_run_layout_checkpoints_and_metrics(corpus_and_tokenizer, tmp_path, monk
     # the models registry sees every checkpoint as <run>@<step> and loads it with its MLM head
     monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "models"))
     from bertology.models import list_models, load_model
+
     assert {"tiny@0", "tiny@5", "tiny@20", "tiny@30", "tiny"} <= set(list_models()["name"])
     lm = load_model("tiny@30", mlm_head=True)
     assert lm.has_mlm_head and lm.config.num_hidden_layers == 2
@@ -183,8 +217,15 @@ def test_run_layout_checkpoints_and_metrics(corpus_and_tokenizer, tmp_path, monk
 
 @pytest.mark.parametrize("objective,masking,accum", [("mlm", "token", 1), ("mlm+sop", "whole_word", 2)])
 def test_resume_after_kill_equals_uninterrupted(corpus_and_tokenizer, tmp_path, objective, masking, accum):
-    kw = dict(objective=objective, masking=masking, grad_accum_steps=accum, max_steps=7, save_every=3,
-              keep_steps=[], dynamic_masking=True)
+    kw = dict(
+        objective=objective,
+        masking=masking,
+        grad_accum_steps=accum,
+        max_steps=7,
+        save_every=3,
+        keep_steps=[],
+        dynamic_masking=True,
+    )
     full = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="full", **kw))
     killed = run_killed_after(_cfg(corpus_and_tokenizer, tmp_path, run_name="killed", **kw), 5)
     assert [s for s, _ in list_checkpoints(killed)] == [3]  # "killed" after step 5, last checkpoint at 3
@@ -201,6 +242,7 @@ def test_resume_after_kill_equals_uninterrupted(corpus_and_tokenizer, tmp_path, 
     assert (merged.value_x - merged.value_y).abs().max() < 1e-6
     if objective != "mlm":
         from transformers import AutoModel, AutoModelForMaskedLM
+
         assert type(AutoModelForMaskedLM.from_pretrained(full / "checkpoint-7")).__name__ == "BertForMaskedLM"
         assert type(AutoModel.from_pretrained(full / "checkpoint-7")).__name__ == "BertModel"
         assert "eval_pair_accuracy" in set(ma.metric)
@@ -213,26 +255,31 @@ def test_resume_refuses_a_changed_config(corpus_and_tokenizer, tmp_path):
 
 
 def test_corrupt_checkpoint_is_a_clear_error(corpus_and_tokenizer, tmp_path):
-    run = run_killed_after(_cfg(corpus_and_tokenizer, tmp_path, run_name="bad", max_steps=6, save_every=3,
-                                keep_steps=[]), 4)
+    run = run_killed_after(
+        _cfg(corpus_and_tokenizer, tmp_path, run_name="bad", max_steps=6, save_every=3, keep_steps=[]), 4
+    )
     (run / "checkpoint-3" / "model.safetensors").write_bytes(b"truncated")
     with pytest.raises(CheckpointError, match=r"checkpoint-3/model.safetensors: corrupt checkpoint weights"):
-        run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="bad", max_steps=6, save_every=3,
-                             keep_steps=[]))
+        run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="bad", max_steps=6, save_every=3, keep_steps=[]))
 
 
 @pytest.mark.slow
 def test_two_process_gloo_ddp(corpus_and_tokenizer, tmp_path):
     import yaml
 
-    cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name="ddp", max_steps=4, save_every=2, keep_steps=[0],
-               dropout=0.1)
+    cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name="ddp", max_steps=4, save_every=2, keep_steps=[0], dropout=0.1)
     path = tmp_path / "ddp.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    proc = subprocess.run([*torchrun, "-m", "bertology.pretraining", "--config", str(path)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [*torchrun, "-m", "bertology.pretraining", "--config", str(path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "models" / "ddp"
     info = json.loads((run / "run.json").read_text())
@@ -276,8 +323,18 @@ def test_bpe_tokenizer_trained_by_the_run(corpus_and_tokenizer, tmp_path):
     from bertology.pretraining.tokenizer import train_tokenizer
 
     corpus, _ = corpus_and_tokenizer
-    cfg = _cfg(corpus_and_tokenizer, tmp_path, run_name="bpe", tokenizer=None, tokenizer_kind="bpe",
-               vocab_size=400, max_steps=2, keep_steps=[], masking="span", dynamic_masking=False)
+    cfg = _cfg(
+        corpus_and_tokenizer,
+        tmp_path,
+        run_name="bpe",
+        tokenizer=None,
+        tokenizer_kind="bpe",
+        vocab_size=400,
+        max_steps=2,
+        keep_steps=[],
+        masking="span",
+        dynamic_masking=False,
+    )
     run = run_pretraining(cfg)
     trained = json.loads((run / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8"))
     assert trained["model"]["type"] == "BPE" and trained["pre_tokenizer"]["type"] == "ByteLevel"
@@ -301,8 +358,10 @@ def test_bpe_tokenizer_trained_by_the_run(corpus_and_tokenizer, tmp_path):
 
     # the checkpoint carries it, the model's vocabulary is its, and it round-trips the corpus
     assert tok.backend_tokenizer.to_str() == AutoTokenizer.from_pretrained(run / "tokenizer").backend_tokenizer.to_str()
-    assert tok.mask_token == "<mask>" and json.loads((run / "checkpoint-2" / "config.json").read_text())[
-        "vocab_size"] == len(tok) <= 400
+    assert (
+        tok.mask_token == "<mask>"
+        and json.loads((run / "checkpoint-2" / "config.json").read_text())["vocab_size"] == len(tok) <= 400
+    )
     lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()][:50]
     ids = [tok(line, add_special_tokens=False)["input_ids"] for line in lines]
     assert [tok.decode(i, clean_up_tokenization_spaces=False) for i in ids] == [line.lower() for line in lines]
@@ -346,8 +405,12 @@ def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_pa
     from bertology.pretraining.release import export_release, read_release
 
     run_dir = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, keep_steps=[0, 3]))
-    out = export_release(run_dir, tmp_path / "release" / "tiny-en", steps=[0, 3, 6],
-                         card={"unigram_baseline": 5.5, "command": "bertology pretrain --config x.yaml"})
+    out = export_release(
+        run_dir,
+        tmp_path / "release" / "tiny-en",
+        steps=[0, 3, 6],
+        card={"unigram_baseline": 5.5, "command": "bertology pretrain --config x.yaml"},
+    )
     rel = read_release(out)
     assert [e["step"] for e in rel["checkpoints"]] == [0, 3, 6] and rel["final_step"] == 6
     assert rel["checkpoints"][-1]["eval_loss"] is not None and rel["recipe"]["max_steps"] == 6
@@ -373,13 +436,16 @@ def test_release_is_the_trainers_weights_in_float16(corpus_and_tokenizer, tmp_pa
         export_release(run_dir, tmp_path / "release" / "bad", steps=[5])
     # scored by pseudo-log-likelihood as shipped: recorded per checkpoint and in the card
     texts = ["the jury said it did", "the city of atlanta"]
-    scored = read_release(export_release(run_dir, tmp_path / "release" / "scored", steps=[0, 6], pll_texts=texts,
-                                         pll_source="two test sentences"))
+    scored = read_release(
+        export_release(
+            run_dir, tmp_path / "release" / "scored", steps=[0, 6], pll_texts=texts, pll_source="two test sentences"
+        )
+    )
     first, last = scored["checkpoints"]
     assert scored["pll_texts"] == {"source": "two test sentences", "sentences": 2}
     assert last["pll_words"] == 9 and last["pll_pieces"] >= 9
     assert last["pll_nats_per_piece_ci"][0] <= last["pll_nats_per_piece"] <= last["pll_nats_per_piece_ci"][1]
-    assert last["pll_nats_per_piece"] < first["pll_nats_per_piece"]       # 6 steps of MLM training
+    assert last["pll_nats_per_piece"] < first["pll_nats_per_piece"]  # 6 steps of MLM training
     assert "PLL nats/piece [95%]" in (tmp_path / "release" / "scored" / "README.md").read_text()
 
     # the registry lists a release shipped in the package's data/models/ and loads it in float32
@@ -414,14 +480,25 @@ def test_emergence_study_reads_a_shipped_release(corpus_and_tokenizer, tmp_path,
     run_dir = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, max_seq_len=128, max_steps=4, keep_steps=[0, 2]))
     export_release(run_dir, tmp_path / "shipped" / "tiny-en")
     monkeypatch.setattr(paths, "shipped_models_dir", lambda: tmp_path / "shipped")
-    out = run_study("emergence", overrides={"checkpoints": "tiny-en", "limit": 12, "tasks": ["pos"], "max_epochs": 2,
-                                            "cloze_sentences": 3, "reference_model": "tiny-en@4"},
-                    results_root=tmp_path / "res", log=lambda m: None)
+    out = run_study(
+        "emergence",
+        overrides={
+            "checkpoints": "tiny-en",
+            "limit": 12,
+            "tasks": ["pos"],
+            "max_epochs": 2,
+            "cloze_sentences": 3,
+            "reference_model": "tiny-en@4",
+        },
+        results_root=tmp_path / "res",
+        log=lambda m: None,
+    )
     manifest = read_manifest(out)
     assert manifest["model"] == {"name": "tiny-en", "kind": "shipped release"}
     assert manifest["checkpoints"] == ["tiny-en@0", "tiny-en@2", "tiny-en@4"]
-    pd.testing.assert_frame_equal(read_table(out, "training_metrics").drop(columns="run"),
-                                  read_metrics(run_dir).drop(columns="run"))
+    pd.testing.assert_frame_equal(
+        read_table(out, "training_metrics").drop(columns="run"), read_metrics(run_dir).drop(columns="run")
+    )
     assert sorted(read_table(out, "head_types_by_step")["step"].unique()) == [0, 2, 4]
     assert sorted(read_table(out, "probe_scores")["step"].unique()) == [0, 2, 4]
     acc = read_table(out, "cloze_accuracy")
@@ -444,7 +521,7 @@ def test_random_token_pool_is_a_config_field(corpus_and_tokenizer, tmp_path):
 
     tok = AutoTokenizer.from_pretrained(str(corpus_and_tokenizer[1]))
     whole = Masker(_cfg(corpus_and_tokenizer, tmp_path), tok).pool
-    assert whole.tolist() == list(range(len(tok)))                      # BERT: the whole vocabulary
+    assert whole.tolist() == list(range(len(tok)))  # BERT: the whole vocabulary
     plain = Masker(_cfg(corpus_and_tokenizer, tmp_path, random_token_pool="non_special"), tok).pool
     assert set(plain.tolist()) == set(range(len(tok))) - set(tok.all_special_ids)
     with pytest.raises(ConfigError, match="'random_token_pool'"):
@@ -463,25 +540,45 @@ def test_unigram_baseline_scores_the_eval_targets(corpus_and_tokenizer, tmp_path
     base = unigram_baseline(run_dir)
     tok = AutoTokenizer.from_pretrained(str(corpus_and_tokenizer[1]))
     ordinary = len(tok) - len(set(tok.all_special_ids))
-    assert 0 < base["unigram_eval_loss"] < math.log(ordinary)    # better than uniform guessing
+    assert 0 < base["unigram_eval_loss"] < math.log(ordinary)  # better than uniform guessing
     assert base["eval_targets"] > 0 and base["heldout_tokens"] >= base["eval_targets"]
     first_eval = read_metrics(run_dir).query("metric == 'eval_loss'")["value"].iloc[0]
-    assert first_eval > base["unigram_eval_loss"]                  # 3 steps of a random model: worse
+    assert first_eval > base["unigram_eval_loss"]  # 3 steps of a random model: worse
 
 
 def test_same_config_and_seed_give_the_same_bytes(corpus_and_tokenizer, tmp_path):
     """Issue 17.2: with the tokenizer trained by the run, two runs of one config give the same
     tokenizer.json and the same weights (they differed from step 5 on when tokenizers' WordPiece
     trainer numbered its ``##`` alphabet in hash-map order)."""
-    runs = [run_pretraining(_cfg(corpus_and_tokenizer, tmp_path / name, run_name="same", tokenizer=None,
-                                 vocab_size=300, max_steps=6, keep_steps=[], save_every=6, eval_every=6))
-            for name in ("a", "b")]
+    runs = [
+        run_pretraining(
+            _cfg(
+                corpus_and_tokenizer,
+                tmp_path / name,
+                run_name="same",
+                tokenizer=None,
+                vocab_size=300,
+                max_steps=6,
+                keep_steps=[],
+                save_every=6,
+                eval_every=6,
+            )
+        )
+        for name in ("a", "b")
+    ]
     a, b = (r / "tokenizer" / "tokenizer.json" for r in runs)
     assert a.read_bytes() == b.read_bytes()
     wa, wb = (load_file(str(r / "checkpoint-6" / "model.safetensors")) for r in runs)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-    for name in ("model.safetensors", "config.json", "tokenizer.json", "optimizer.pt", "scheduler.pt",
-                 "rng.safetensors", "trainer_state.json"):
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng.safetensors",
+        "trainer_state.json",
+    ):
         assert (runs[0] / "checkpoint-6" / name).read_bytes() == (runs[1] / "checkpoint-6" / name).read_bytes(), name
     ma, mb = (read_metrics(r).query("metric != 'tokens_per_s'") for r in runs)  # speed is the one difference
     assert ma.equals(mb) and len(ma) == 6 + 6 + 2  # loss and lr per step, eval_loss and perplexity

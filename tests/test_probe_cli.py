@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from bertology.testing import make_tiny_bert
-from bertology.probes.probing.edge import probe_layers
 from bertology.cli import app
+from bertology.probes.probing.edge import probe_layers
 from bertology.results import read_manifest, read_table
+from bertology.testing import make_tiny_bert
 
 runner = CliRunner()
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture
 def tiny_dir(tmp_path, minilm_tokenizer):
     path = tmp_path / "tiny-bert"
-    make_tiny_bert(minilm_tokenizer).save_pretrained(path)   # safetensors
+    make_tiny_bert(minilm_tokenizer).save_pretrained(path)  # safetensors
     minilm_tokenizer.save_pretrained(path)
     return path
 
@@ -34,9 +34,31 @@ def _only_run(root):
 
 def test_probe_command_writes_results(tiny_dir, tmp_path):
     out = tmp_path / "results"
-    result = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "pos", "--limit", "40",
-                                 "--seeds", "0", "--mode", "all", "--control", "--mdl", "--probe", "linear",
-                                 "--max-epochs", "3", "--full", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "probe",
+            "--model",
+            str(tiny_dir),
+            "--task",
+            "pos",
+            "--limit",
+            "40",
+            "--seeds",
+            "0",
+            "--mode",
+            "all",
+            "--control",
+            "--mdl",
+            "--probe",
+            "linear",
+            "--max-epochs",
+            "3",
+            "--full",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     run = _only_run(out)
     assert f"wrote {run}" in result.output
@@ -49,9 +71,18 @@ def test_probe_command_writes_results(tiny_dir, tmp_path):
     assert summary["task"].tolist() == ["pos"] and 0 <= summary["expected_layer_mix"].iloc[0] <= 2
     manifest = read_manifest(run)
     # the study config's random_baseline_tasks include pos: the baseline runs too
-    assert manifest["tables"] == ["controls", "layer_differences", "layer_intervals", "layer_scores", "mdl",
-                                  "mix_weights", "random_baseline", "summary", "test_sentences"]
-    differences = read_table(run, "layer_differences")   # the other two layers against the dev-chosen best
+    assert manifest["tables"] == [
+        "controls",
+        "layer_differences",
+        "layer_intervals",
+        "layer_scores",
+        "mdl",
+        "mix_weights",
+        "random_baseline",
+        "summary",
+        "test_sentences",
+    ]
+    differences = read_table(run, "layer_differences")  # the other two layers against the dev-chosen best
     assert len(differences) == 2 and (differences["reference_layer"] == summary["best_layer"].iloc[0]).all()
     # one seed: no interval; the test set's size and its small-sample flag are in the tables
     row = summary.iloc[0]
@@ -61,9 +92,31 @@ def test_probe_command_writes_results(tiny_dir, tmp_path):
     assert manifest["tasks"]["pos"]["source"].startswith("gold") and manifest["model"]["fingerprint"]
     assert manifest["config"]["tasks"] == ["pos"] and manifest["config"]["mdl_tasks"] == ["pos"]
     # a second call finds the complete run; --force recomputes it
-    again = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "pos", "--limit", "40",
-                                "--seeds", "0", "--mode", "all", "--control", "--mdl", "--probe", "linear",
-                                "--max-epochs", "3", "--full", "--out", str(out)])
+    again = runner.invoke(
+        app,
+        [
+            "probe",
+            "--model",
+            str(tiny_dir),
+            "--task",
+            "pos",
+            "--limit",
+            "40",
+            "--seeds",
+            "0",
+            "--mode",
+            "all",
+            "--control",
+            "--mdl",
+            "--probe",
+            "linear",
+            "--max-epochs",
+            "3",
+            "--full",
+            "--out",
+            str(out),
+        ],
+    )
     assert again.exit_code == 0 and "complete run found" in again.output
 
 
@@ -71,8 +124,24 @@ def test_probe_command_is_quick_unless_full(tiny_dir, tmp_path):
     """Without --full: per_layer, one seed, no control task, no MDL, no random-init baseline; said on
     the terminal and in --help, and an option given still wins."""
     out = tmp_path / "results"
-    result = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "pos", "--limit", "40",
-                                 "--probe", "linear", "--max-epochs", "2", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "probe",
+            "--model",
+            str(tiny_dir),
+            "--task",
+            "pos",
+            "--limit",
+            "40",
+            "--probe",
+            "linear",
+            "--max-epochs",
+            "2",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "quick run (per_layer, 1 seed, no control task, no MDL, no random-init baseline" in result.output
     assert "add --full" in result.output and "pos / per_layer: 1 seed(s) x every layer" in result.output
@@ -81,8 +150,27 @@ def test_probe_command_is_quick_unless_full(tiny_dir, tmp_path):
     assert config["modes"] == ["per_layer"] and config["seeds"] == [0] and config["control"] is False
     assert config["mdl_tasks"] == [] and config["random_baseline_tasks"] == []
     assert not {"controls", "mdl", "random_baseline"} & set(manifest["tables"])
-    given = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "pos", "--limit", "40", "--probe",
-                                "linear", "--max-epochs", "2", "--seeds", "0,1", "--control", "--out", str(tmp_path / "g")])
+    given = runner.invoke(
+        app,
+        [
+            "probe",
+            "--model",
+            str(tiny_dir),
+            "--task",
+            "pos",
+            "--limit",
+            "40",
+            "--probe",
+            "linear",
+            "--max-epochs",
+            "2",
+            "--seeds",
+            "0,1",
+            "--control",
+            "--out",
+            str(tmp_path / "g"),
+        ],
+    )
     assert given.exit_code == 0, given.output
     config = read_manifest(_only_run(tmp_path / "g"))["config"]
     assert config["seeds"] == [0, 1] and config["control"] is True and config["modes"] == ["per_layer"]
@@ -97,21 +185,60 @@ def test_cli_probe_run_is_a_study_run(tiny_dir, tmp_path):
     from bertology.studies import run_study
 
     out = tmp_path / "cli"
-    result = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", "entities", "--limit", "40",
-                                 "--mode", "per_layer", "--seeds", "0,1", "--probe", "linear", "--max-epochs", "2",
-                                 "--mdl", "--no-random-baseline", "--full", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "probe",
+            "--model",
+            str(tiny_dir),
+            "--task",
+            "entities",
+            "--limit",
+            "40",
+            "--mode",
+            "per_layer",
+            "--seeds",
+            "0,1",
+            "--probe",
+            "linear",
+            "--max-epochs",
+            "2",
+            "--mdl",
+            "--no-random-baseline",
+            "--full",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     cli_run = _only_run(out)
-    overrides = {"model": str(tiny_dir), "tasks": ["entities"], "limit": 40, "modes": ["per_layer"], "seeds": [0, 1],
-                 "probe": "linear", "max_epochs": 2, "mdl_tasks": ["entities"], "random_baseline_tasks": []}
+    overrides = {
+        "model": str(tiny_dir),
+        "tasks": ["entities"],
+        "limit": 40,
+        "modes": ["per_layer"],
+        "seeds": [0, 1],
+        "probe": "linear",
+        "max_epochs": 2,
+        "mdl_tasks": ["entities"],
+        "random_baseline_tasks": [],
+    }
     study_run = run_study("edge_probing", overrides=overrides, results_root=tmp_path / "study", log=lambda m: None)
     a, b = read_manifest(cli_run), read_manifest(study_run)
     assert set(a) == set(b) >= {"study", "run_id", "config", "seed", "tables", "model", "corpus", "tasks"}
     for key in ("study", "run_id", "config", "seed", "tables", "model", "corpus", "tasks", "description"):
         assert a[key] == b[key], key
     assert a["study"] == "edge_probing" and a["config"]["control"] is True  # not given: the study config's
-    assert a["tables"] == ["controls", "layer_differences", "layer_intervals", "layer_scores", "mdl", "mix_weights",
-                           "summary", "test_sentences"]
+    assert a["tables"] == [
+        "controls",
+        "layer_differences",
+        "layer_intervals",
+        "layer_scores",
+        "mdl",
+        "mix_weights",
+        "summary",
+        "test_sentences",
+    ]
     # 40 sentences hold a handful of entity mentions: flagged in the summary and on the terminal
     summary = read_table(cli_run, "summary").iloc[0]
     assert summary["small_sample"] and summary["n_test"] < 100 and summary["n_seeds"] == 2
@@ -125,16 +252,39 @@ def test_cli_probe_run_is_a_study_run(tiny_dir, tmp_path):
 
 def test_probe_command_reads_jsonl_task_and_reports_bad_line(tiny_dir, tmp_path):
     task = tmp_path / "toy.jsonl"
-    lines = [json.dumps({"text": f"the cat number {i} sat on mat {i}",
-                         "targets": [{"span1": [1, 2], "span2": [4, 5], "label": "subj"},
-                                     {"span1": [5, 7], "label": "loc"}][: 1]})
-             for i in range(40)]
-    lines += [json.dumps({"text": f"a dog {i} ran", "targets": [{"span1": [1, 2], "span2": [3, 4],
-                                                                 "label": "agent"}]}) for i in range(40)]
+    lines = [
+        json.dumps(
+            {
+                "text": f"the cat number {i} sat on mat {i}",
+                "targets": [{"span1": [1, 2], "span2": [4, 5], "label": "subj"}, {"span1": [5, 7], "label": "loc"}][:1],
+            }
+        )
+        for i in range(40)
+    ]
+    lines += [
+        json.dumps({"text": f"a dog {i} ran", "targets": [{"span1": [1, 2], "span2": [3, 4], "label": "agent"}]})
+        for i in range(40)
+    ]
     task.write_text("\n".join(lines) + "\n")
     out = tmp_path / "results"
-    result = runner.invoke(app, ["probe", "--model", str(tiny_dir), "--task", str(task), "--seeds", "0",
-                                 "--mode", "per_layer", "--max-epochs", "3", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "probe",
+            "--model",
+            str(tiny_dir),
+            "--task",
+            str(task),
+            "--seeds",
+            "0",
+            "--mode",
+            "per_layer",
+            "--max-epochs",
+            "3",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     run = _only_run(out)
     scores = read_table(run, "layer_scores")
@@ -148,8 +298,22 @@ def test_probe_command_reads_jsonl_task_and_reports_bad_line(tiny_dir, tmp_path)
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "bertology.cli", "probe", "--model", str(tiny_dir),
-                           "--task", str(task), "--out", str(tmp_path / "bad")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertology.cli",
+            "probe",
+            "--model",
+            str(tiny_dir),
+            "--task",
+            str(task),
+            "--out",
+            str(tmp_path / "bad"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "toy.jsonl:2" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -157,11 +321,9 @@ def test_probe_layers_on_store_and_on_model(tiny_lm, small_corpus):
     from bertology.store import extract
 
     store = extract(tiny_lm, small_corpus, attentions=False, progress=False)
-    df = probe_layers(store, small_corpus, "pos", seeds=(0,), probe="linear", layers=[0, 2],
-                      max_epochs=5)
+    df = probe_layers(store, small_corpus, "pos", seeds=(0,), probe="linear", layers=[0, 2], max_epochs=5)
     assert set(df["layer"]) >= {0, 2} and 1 not in set(df["layer"])
-    df2 = probe_layers(tiny_lm, small_corpus, "pos", seeds=(0,), probe="linear", layers=[0, 2],
-                       max_epochs=5)
+    df2 = probe_layers(tiny_lm, small_corpus, "pos", seeds=(0,), probe="linear", layers=[0, 2], max_epochs=5)
     pd.testing.assert_frame_equal(df.drop(columns="value"), df2.drop(columns="value"))
 
 
@@ -188,9 +350,10 @@ def test_each_probing_analysis_is_one_function_for_study_and_cli():
     from bertology.probes.probing import analysis
     from bertology.studies import load_study
 
-    for study, defaults, run in (("edge_probing", analysis.EDGE_PROBING_DEFAULTS, analysis.edge_probing_analysis),
-                                 ("feature_combinations", analysis.FEATURE_COMBINATIONS_DEFAULTS,
-                                  analysis.feature_combinations_analysis)):
+    for study, defaults, run in (
+        ("edge_probing", analysis.EDGE_PROBING_DEFAULTS, analysis.edge_probing_analysis),
+        ("feature_combinations", analysis.FEATURE_COMBINATIONS_DEFAULTS, analysis.feature_combinations_analysis),
+    ):
         module = load_study(study)
         assert module.DEFAULTS is defaults and module.run is run
     help_text = runner.invoke(app, ["probe", "--help"]).output
@@ -206,9 +369,11 @@ def test_quickstart_probe_batch_size_reaches_the_probes():
     from bertology.studies import default_config_file
 
     assert ProbeConfig().batch_size == 512 and analysis.EDGE_PROBING_DEFAULTS["batch_size"] == 512
-    for name, defaults, variant in (("edge_probing", analysis.EDGE_PROBING_DEFAULTS, "quickstart"),
-                                    ("edge_probing", analysis.EDGE_PROBING_DEFAULTS, "tour"),
-                                    ("feature_combinations", analysis.FEATURE_COMBINATIONS_DEFAULTS, "tour")):
+    for name, defaults, variant in (
+        ("edge_probing", analysis.EDGE_PROBING_DEFAULTS, "quickstart"),
+        ("edge_probing", analysis.EDGE_PROBING_DEFAULTS, "tour"),
+        ("feature_combinations", analysis.FEATURE_COMBINATIONS_DEFAULTS, "tour"),
+    ):
         path = default_config_file(name, variant)
         cfg = validate_config(defaults, read_config_file(path), str(path))
         assert cfg["batch_size"] == 128 and cfg["max_epochs"] == 4
@@ -218,13 +383,16 @@ def test_quickstart_probe_batch_size_reaches_the_probes():
         validate_config(analysis.EDGE_PROBING_DEFAULTS, {"batch_size": "big"}, "x.yaml")
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"seeds": "0,x"}, "--seeds must be comma-separated integers"),
-    ({"seeds": ","}, "--seeds: give at least one seed"),
-    ({"seeds": "0,-1"}, "--seeds must be integers >= 0"),
-    ({"mode": "sideways"}, "--mode must be one of"),
-    ({"split": "random"}, "--split must be fixed or per_seed"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"seeds": "0,x"}, "--seeds must be comma-separated integers"),
+        ({"seeds": ","}, "--seeds: give at least one seed"),
+        ({"seeds": "0,-1"}, "--seeds must be integers >= 0"),
+        ({"mode": "sideways"}, "--mode must be one of"),
+        ({"split": "random"}, "--split must be fixed or per_seed"),
+    ],
+)
 def test_bad_probe_options_are_config_errors(options, message):
     from bertology.cli.probe import probe_overrides
     from bertology.errors import ConfigError

@@ -28,8 +28,11 @@ def biased_mlm(minilm_tokenizer):
 
 
 def test_top_predictions_and_accuracy_are_the_planted_ones(biased_mlm):
-    sentences = [Sentence("s1", ["the", "cat", "sat"]), Sentence("s2", ["a", "dog", "ran", "home"]),
-                 Sentence("s3", ["The", "end"])]
+    sentences = [
+        Sentence("s1", ["the", "cat", "sat"]),
+        Sentence("s2", ["a", "dog", "ran", "home"]),
+        Sentence("s3", ["The", "end"]),
+    ]
     df = cloze_predictions(biased_mlm, sentences, words_per_sentence=4, k=2, seed=0)
     assert set(df["rank"]) == {1, 2}
     top = df[df["rank"] == 1]
@@ -37,11 +40,11 @@ def test_top_predictions_and_accuracy_are_the_planted_ones(biased_mlm):
     assert (df[df["rank"] == 2]["prediction"] == "a").all()
     # every single-piece word is masked once; correct where the word is "the"
     assert len(top) == 3 + 4 + 2
-    assert sorted(top[top["correct"]]["masked"]) == ["The", "the"]       # uncased tokenizer folds case
+    assert sorted(top[top["correct"]]["masked"]) == ["The", "the"]  # uncased tokenizer folds case
     row = top[(top["sentence"] == "s2") & (top["position"] == 1)].iloc[0]
     assert row["text"] == "a ___ ran home" and row["masked"] == "dog"
     acc = cloze_accuracy(df)
-    assert acc == {"n": 9, "top1": 2 / 9, "top5": 3 / 9}                 # "a" is found at rank 2
+    assert acc == {"n": 9, "top1": 2 / 9, "top5": 3 / 9}  # "a" is found at rank 2
 
 
 def test_needs_the_mlm_head(minilm_tokenizer):

@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 
 from bertology.errors import ConfigError
-from bertology.probes.probing.combinations import (COMBINATIONS, all_combinations, combination_layers, combine,
-                                                   combine_layers)
+from bertology.probes.probing.combinations import (
+    COMBINATIONS,
+    all_combinations,
+    combination_layers,
+    combine,
+    combine_layers,
+)
 from bertology.store import extract
 
 
@@ -50,11 +55,18 @@ def test_combination_summary_chooses_on_dev_and_reports_test_with_intervals():
     from bertology.probes.probing.synthetic import planted_task
 
     data = planted_task(n_layers=2, n_words=600, dim=8, signal_layers={1: 2.0}, seed=1)
-    frames = [probe_arrays(data.features[[layer]], data.sentence_offsets, data.task, seeds=[0, 1],
-                           config=ProbeConfig(probe="linear", max_epochs=20))
-              .assign(combination=name, description=name) for layer, name in ((0, "noise"), (1, "signal"))]
+    frames = [
+        probe_arrays(
+            data.features[[layer]],
+            data.sentence_offsets,
+            data.task,
+            seeds=[0, 1],
+            config=ProbeConfig(probe="linear", max_epochs=20),
+        ).assign(combination=name, description=name)
+        for layer, name in ((0, "noise"), (1, "signal"))
+    ]
     table = combination_summary(pd.concat(frames, ignore_index=True))
     assert table.loc[table["selected"], "combination"].tolist() == ["signal"]
     assert (table["selected_on"] == "dev").all()
     assert ((table["low"] <= table["score"]) & (table["score"] <= table["high"])).all()
-    assert (table["n_test"] < 100).all() and table["small_sample"].all()     # ~60 test words
+    assert (table["n_test"] < 100).all() and table["small_sample"].all()  # ~60 test words

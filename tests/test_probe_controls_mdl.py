@@ -16,7 +16,6 @@ SMALL = dict(proj_dim=32, hidden_dim=32, max_epochs=15, patience=3)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-
 @pytest.fixture(scope="module")
 def planted():
     return planted_task(n_layers=2, n_words=1500, dim=16, signal_layers={1: 2.0}, vocab=300, seed=2)
@@ -33,8 +32,7 @@ def test_control_labels_fixed_per_type_and_follow_distribution(planted):
     assert control_task(planted.task, planted.words, seed=0).examples == ctrl.examples
     assert control_task(planted.task, planted.words, seed=1).examples != ctrl.examples
     # control labels follow the task's label distribution (drawn once per type): 80% "A"
-    skewed = planted.task.with_labels([("A",) if i % 5 else ("B",) for i in range(len(planted.task))],
-                                      "skewed", "test")
+    skewed = planted.task.with_labels([("A",) if i % 5 else ("B",) for i in range(len(planted.task))], "skewed", "test")
     assert label_distribution(skewed)["A"] == pytest.approx(0.8, abs=0.01)
     ctrl_types = {}
     for e in control_task(skewed, planted.words, seed=0).examples:
@@ -46,8 +44,12 @@ def test_control_labels_fixed_per_type_and_follow_distribution(planted):
 def _deps_like():
     """Four sentences, two (dependent, head) examples each: span 1 = dependent, span 2 = head."""
     words = [["the", "cat", "sat"], ["the", "dog", "ran"], ["a", "cat", "ran"], ["the", "cat", "ran"]]
-    arcs = {0: [(0, 1, "det"), (1, 2, "nsubj")], 1: [(0, 1, "det"), (1, 2, "nsubj")],
-            2: [(0, 1, "det"), (1, 2, "nsubj")], 3: [(0, 1, "det"), (1, 2, "nsubj")]}
+    arcs = {
+        0: [(0, 1, "det"), (1, 2, "nsubj")],
+        1: [(0, 1, "det"), (1, 2, "nsubj")],
+        2: [(0, 1, "det"), (1, 2, "nsubj")],
+        3: [(0, 1, "det"), (1, 2, "nsubj")],
+    }
     examples = [EdgeExample(s, (d, d + 1), (h, h + 1), (rel,)) for s, a in arcs.items() for d, h, rel in a]
     task = EdgeTask("deps", examples, ["det", "nsubj"], "test", words=words)
     split = {"train": np.arange(4), "dev": np.arange(0), "test": np.arange(4, 8)}  # sentences 0-1 | 2-3
@@ -86,8 +88,8 @@ def test_span1_control_is_memorisable_pair_control_is_not():
     split = split_by_sentence(data.task, seed=0)
     share1 = control_key_seen_share(data.task, data.words, split)
     share_pair = control_key_seen_share(data.task, data.words, split, key="pair")
-    assert share1 == 1.0                 # 40 types, ~2,400 training examples: all seen
-    assert 0.5 < share_pair < 0.9        # 1,600 possible pairs: many test pairs never seen
+    assert share1 == 1.0  # 40 types, ~2,400 training examples: all seen
+    assert 0.5 < share_pair < 0.9  # 1,600 possible pairs: many test pairs never seen
     cfg = ProbeConfig(probe="mlp", proj_dim=32, hidden_dim=64, max_epochs=60, patience=8)
     acc = {}
     for key in ("span1", "pair"):
@@ -116,7 +118,7 @@ def test_probe_layers_reports_the_seen_share(planted):
     assert len(seen) == 2 and seen["control"].all() and (seen["layer"] == -1).all() and (seen["split"] == "param").all()
     split = split_by_sentence(planted.task, seed=0)
     assert seen["value"].iloc[0] == pytest.approx(control_key_seen_share(planted.task, planted.words, split))
-    assert 0.5 < seen["value"].iloc[0] <= 1.0   # 300 types, 1,200 training words
+    assert 0.5 < seen["value"].iloc[0] <= 1.0  # 300 types, 1,200 training words
 
 
 def test_controls_table_columns(planted):
@@ -125,10 +127,35 @@ def test_controls_table_columns(planted):
     from bertology.probes.probing.analysis import controls_table
 
     task, words, split = _deps_like()
-    rows = [dict(task="deps", mode="per_layer", probe="mlp", pooling="attention", control=c, layer=1, seed=0,
-                 split="test", metric="accuracy", value=v) for c, v in ((False, 0.9), (True, 0.6))]
-    rows.append(dict(task="deps", mode="per_layer", probe="mlp", pooling="attention", control=True, layer=-1,
-                     seed=0, split="param", metric="control_key_seen_share", value=0.75))
+    rows = [
+        dict(
+            task="deps",
+            mode="per_layer",
+            probe="mlp",
+            pooling="attention",
+            control=c,
+            layer=1,
+            seed=0,
+            split="test",
+            metric="accuracy",
+            value=v,
+        )
+        for c, v in ((False, 0.9), (True, 0.6))
+    ]
+    rows.append(
+        dict(
+            task="deps",
+            mode="per_layer",
+            probe="mlp",
+            pooling="attention",
+            control=True,
+            layer=-1,
+            seed=0,
+            split="param",
+            metric="control_key_seen_share",
+            value=0.75,
+        )
+    )
     df = pd.DataFrame(rows)
     df = pd.concat([df, selectivity(df)], ignore_index=True)
     out = controls_table(df, {"deps": (task, None, None)}, "span1")
@@ -139,11 +166,12 @@ def test_controls_table_columns(planted):
 
 
 def test_selectivity_positive_on_informative_layer_zero_on_noise(planted):
-    df = compare_probe_families(planted.features, planted.sentence_offsets, planted.task,
-                                planted.words, seeds=(0,), probes=("linear",), **SMALL)
+    df = compare_probe_families(
+        planted.features, planted.sentence_offsets, planted.task, planted.words, seeds=(0,), probes=("linear",), **SMALL
+    )
     sel = df[(df.metric == "selectivity") & (df.split == "test")].set_index("layer")["value"]
-    assert sel[1] > 0.5                       # informative layer: task >> control
-    assert abs(sel[0]) < 0.15                 # noise layer: both near chance
+    assert sel[1] > 0.5  # informative layer: task >> control
+    assert abs(sel[0]) < 0.15  # noise layer: both near chance
     ctrl = df[(df.control) & (df.metric == "accuracy") & (df.split == "test")]
     assert ctrl["value"].max() < 0.45
     assert set(df["probe"]) == {"linear"}
@@ -154,8 +182,20 @@ def test_selectivity_matches_rows():
 
     rows = []
     for control, v in ((False, 0.9), (True, 0.6)):
-        rows.append(dict(task="t", mode="per_layer", probe="mlp", pooling="attention", control=control,
-                         layer=3, seed=0, split="test", metric="accuracy", value=v))
+        rows.append(
+            dict(
+                task="t",
+                mode="per_layer",
+                probe="mlp",
+                pooling="attention",
+                control=control,
+                layer=3,
+                seed=0,
+                split="test",
+                metric="accuracy",
+                value=v,
+            )
+        )
     out = selectivity(pd.DataFrame(rows))
     assert out["value"].iloc[0] == pytest.approx(0.3) and out["metric"].iloc[0] == "selectivity"
 
@@ -174,11 +214,12 @@ def test_mdl_learnable_compresses_random_does_not(planted):
     uniform = df[df.metric == "uniform_bits"]["value"].iloc[0]
     assert uniform == pytest.approx(len(planted.task) * np.log2(4))
     assert comp[1] > 2.0 and bits[1] < uniform
-    assert 0.85 < comp[0] < 1.1                # noise layer: about the uniform code
+    assert 0.85 < comp[0] < 1.1  # noise layer: about the uniform code
     # random labels on the informative features: no compression either
     rng = np.random.default_rng(0)
-    shuffled = planted.task.with_labels([(l,) for l in rng.permutation(
-        [e.labels[0] for e in planted.task.examples])], "shuffled", "shuffled")
+    shuffled = planted.task.with_labels(
+        [(l,) for l in rng.permutation([e.labels[0] for e in planted.task.examples])], "shuffled", "shuffled"
+    )
     df2 = online_codelength(planted.features, planted.sentence_offsets, shuffled, config=cfg)
     comp2 = df2[df2.metric == "compression"].set_index("layer")["value"]
     assert (comp2 < 1.1).all() and (comp2 > 0.85).all()

@@ -6,11 +6,9 @@ import torch
 
 from bertology.errors import ConfigError
 from bertology.probes.probing._lbfgs import _LinearObjective
-from bertology.probes.probing.edge import (ProbeConfig, SpanFeatures, fit_joint, predict_logits, probe_arrays,
-                                           span_index)
+from bertology.probes.probing.edge import ProbeConfig, SpanFeatures, fit_joint, predict_logits, probe_arrays, span_index
 from bertology.probes.probing.synthetic import planted_task
 from bertology.probes.probing.tasks import split_by_sentence
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -32,11 +30,21 @@ def test_converged_lbfgs_matches_sklearn_logistic_regression():
     y = planted.task.label_ids()
     split = split_by_sentence(planted.task, seed=0)
     # unpenalised, dev = train: the kept "best dev" parameters are the training-loss minimum
-    cfg = ProbeConfig(probe="linear", solver="lbfgs", precision="float32", C=float("inf"),
-                      patience=10**6, max_epochs=100)
-    fit = fit_joint(data, y, split["train"], split["train"], n_labels=4, mixing=np.eye(3, dtype=bool),
-                    learned_mix=False, config=cfg, seed=0)
-    proba = torch.softmax(predict_logits(fit.model, data, split["test"]), -1).numpy()   # [3, n, 4]
+    cfg = ProbeConfig(
+        probe="linear", solver="lbfgs", precision="float32", C=float("inf"), patience=10**6, max_epochs=100
+    )
+    fit = fit_joint(
+        data,
+        y,
+        split["train"],
+        split["train"],
+        n_labels=4,
+        mixing=np.eye(3, dtype=bool),
+        learned_mix=False,
+        config=cfg,
+        seed=0,
+    )
+    proba = torch.softmax(predict_logits(fit.model, data, split["test"]), -1).numpy()  # [3, n, 4]
     X = data.cached[:, :, 0, 0].numpy()
     for layer in range(3):
         clf = LogisticRegression(C=np.inf, max_iter=5000, tol=1e-8).fit(X[layer][split["train"]], y[split["train"]])
@@ -65,10 +73,18 @@ def test_solver_choice_and_validation(planted):
     tokens, mask = span_index(planted.task, planted.sentence_offsets)
     data = SpanFeatures(planted.features, tokens, mask, True, "cpu")
     split = split_by_sentence(planted.task, seed=0)
-    with pytest.raises(ConfigError, match="lbfgs"):            # an MLP cannot use L-BFGS
-        fit_joint(data, planted.task.label_ids(), split["train"], split["dev"], n_labels=4,
-                  mixing=np.eye(3, dtype=bool), learned_mix=False,
-                  config=ProbeConfig(probe="mlp", solver="lbfgs"), seed=0)
+    with pytest.raises(ConfigError, match="lbfgs"):  # an MLP cannot use L-BFGS
+        fit_joint(
+            data,
+            planted.task.label_ids(),
+            split["train"],
+            split["dev"],
+            n_labels=4,
+            mixing=np.eye(3, dtype=bool),
+            learned_mix=False,
+            config=ProbeConfig(probe="mlp", solver="lbfgs"),
+            seed=0,
+        )
 
 
 @pytest.mark.parametrize("multilabel", [False, True])
@@ -78,16 +94,20 @@ def test_linear_objective_matches_autograd(multilabel):
     gen = torch.Generator().manual_seed(0)
     P, n_train, n_dev, F_, K, C = 3, 40, 9, 6, 5, 2.0
     X = torch.randn(P, n_train + n_dev, F_, generator=gen)
-    y = (torch.rand(n_train + n_dev, K, generator=gen) < 0.3).float() if multilabel else \
-        torch.randint(0, K, (n_train + n_dev,), generator=gen)
+    y = (
+        (torch.rand(n_train + n_dev, K, generator=gen) < 0.3).float()
+        if multilabel
+        else torch.randint(0, K, (n_train + n_dev,), generator=gen)
+    )
     Wt = torch.randn(P, K, F_, generator=gen, requires_grad=True)
     b = torch.randn(P, K, generator=gen, requires_grad=True)
     loss, dWt, db, dev_loss = _LinearObjective(X, y, n_train, multilabel, C)(Wt.detach(), b.detach())
 
     logits = torch.einsum("pnf,pkf->pnk", X, Wt) + b[:, None]
     if multilabel:
-        rows = torch.nn.functional.binary_cross_entropy_with_logits(
-            logits, y.expand_as(logits), reduction="none").sum(-1)
+        rows = torch.nn.functional.binary_cross_entropy_with_logits(logits, y.expand_as(logits), reduction="none").sum(
+            -1
+        )
     else:
         rows = -torch.log_softmax(logits, -1).gather(-1, y.view(1, -1, 1).expand(P, -1, 1))[..., 0]
     alpha = 1.0 / (C * n_train)

@@ -6,7 +6,6 @@ import pytest
 from bertology.probes.probing.edge import ProbeConfig, probe_arrays, summarise
 from bertology.probes.probing.tasks import build_task
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -40,7 +39,7 @@ def test_minilm_layers_carry_pos_deps_entities():
     majority = max(np.bincount(pos.label_ids())) / len(pos)
     best = table.set_index("task")
     assert best.loc["pos", "best_layer_score"] > max(0.85, majority + 0.5)
-    assert best.loc["pos", "best_layer"] >= 1          # context helps over the embeddings
+    assert best.loc["pos", "best_layer"] >= 1  # context helps over the embeddings
     assert best.loc["deps", "best_layer_score"] > 0.6
     deps_majority = max(np.bincount(build_task(corpus, "deps").label_ids())) / len(build_task(corpus, "deps"))
     assert best.loc["deps", "best_layer_score"] > deps_majority + 0.3

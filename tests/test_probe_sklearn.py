@@ -15,8 +15,6 @@ from bertology.probes.probing.synthetic import planted_task
 FAST = dict(hidden_dim=16, proj_dim=16, max_epochs=8, patience=2)
 
 
-
-
 def test_params_clone_and_fit_returns_self(one_torch_thread):
     est = EdgeProbe(probe="linear", lr=1e-2, **FAST)
     assert est.get_params()["probe"] == "linear"
@@ -32,7 +30,7 @@ def test_params_clone_and_fit_returns_self(one_torch_thread):
     assert proba.shape == (len(X), 4) and np.allclose(proba.sum(1), 1, atol=1e-5)
     assert est.score(X, y) > 0.9
     X0 = pooled_features(data.features[0], data.sentence_offsets, data.task)
-    assert clone(est).fit(X0, y).score(X0, y) < 0.6    # noise layer
+    assert clone(est).fit(X0, y).score(X0, y) < 0.6  # noise layer
 
 
 def test_grid_search_and_pipeline(one_torch_thread):
@@ -52,8 +50,7 @@ def test_sklearn_estimator_checks(one_torch_thread):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        results = check_estimator(EdgeProbe(hidden_dim=16, proj_dim=16, max_epochs=4, patience=2),
-                                  on_fail=None)
+        results = check_estimator(EdgeProbe(hidden_dim=16, proj_dim=16, max_epochs=4, patience=2), on_fail=None)
     failed = [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"]
     assert not failed, failed
     assert sum(r["status"] == "passed" for r in results) > 40

@@ -5,21 +5,45 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bertology.probes.probing.tasks import (EdgeExample, EdgeTask, TaskError, build_task, deps_task, entities_task,
-                          pos_task, read_jsonl, split_by_sentence, write_jsonl, xpos_task)
 from bertology.errors import WorkbenchError
+from bertology.probes.probing.tasks import (
+    EdgeExample,
+    EdgeTask,
+    TaskError,
+    build_task,
+    deps_task,
+    entities_task,
+    pos_task,
+    read_jsonl,
+    split_by_sentence,
+    write_jsonl,
+    xpos_task,
+)
 
 
 def _corpus():
     ent = lambda s, e, l: SimpleNamespace(start=s, end=e, label=l)  # noqa: E731
-    s1 = SimpleNamespace(sent_id="a", words=["The", "cat", "sat", "."], upos=["DET", "NOUN", "VERB", "PUNCT"],
-                         xpos=["DT", "NN", "VBD", "."], heads=[2, 3, 0, 3],
-                         deprels=["det", "nsubj", "root", "punct"], entities=[])
-    s2 = SimpleNamespace(sent_id="b", words=["New", "York", "sleeps"], upos=["PROPN", "PROPN", "VERB"],
-                         xpos=["NNP", "NNP", "VBZ"], heads=[2, 3, 0],
-                         deprels=["compound", "nsubj", "root"], entities=[ent(0, 2, "GPE")])
-    return SimpleNamespace(name="toy", sentences=[s1, s2],
-                           sources={"upos": "gold: toy", "deps": "silver: toy", "entities": "silver: toy"})
+    s1 = SimpleNamespace(
+        sent_id="a",
+        words=["The", "cat", "sat", "."],
+        upos=["DET", "NOUN", "VERB", "PUNCT"],
+        xpos=["DT", "NN", "VBD", "."],
+        heads=[2, 3, 0, 3],
+        deprels=["det", "nsubj", "root", "punct"],
+        entities=[],
+    )
+    s2 = SimpleNamespace(
+        sent_id="b",
+        words=["New", "York", "sleeps"],
+        upos=["PROPN", "PROPN", "VERB"],
+        xpos=["NNP", "NNP", "VBZ"],
+        heads=[2, 3, 0],
+        deprels=["compound", "nsubj", "root"],
+        entities=[ent(0, 2, "GPE")],
+    )
+    return SimpleNamespace(
+        name="toy", sentences=[s1, s2], sources={"upos": "gold: toy", "deps": "silver: toy", "entities": "silver: toy"}
+    )
 
 
 def test_builders_read_the_corpus():
@@ -29,7 +53,7 @@ def test_builders_read_the_corpus():
     assert pos.source == "gold: toy" and "PROPN" in pos.labels and not pos.multilabel
     assert xpos_task(c).examples[0].labels == ("DT",)
     deps = deps_task(c)
-    assert len(deps) == 5 and deps.n_spans == 2          # roots skipped
+    assert len(deps) == 5 and deps.n_spans == 2  # roots skipped
     assert deps.examples[0] == EdgeExample(0, (0, 1), (1, 2), ("det",))
     assert deps.source.startswith("silver")
     ents = entities_task(c)
@@ -59,15 +83,19 @@ def test_jsonl_round_trip_two_spans_and_multilabel(tmp_path):
 
 def test_jsonl_errors_name_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"text": "a b", "targets": [{"span1": [0, 1], "label": "x"}]}\n'
-                    '{"text": "a b", "targets": [{"span1": [0, 5], "label": "x"}]}\n')
+    path.write_text(
+        '{"text": "a b", "targets": [{"span1": [0, 1], "label": "x"}]}\n'
+        '{"text": "a b", "targets": [{"span1": [0, 5], "label": "x"}]}\n'
+    )
     with pytest.raises(WorkbenchError, match=r"bad.jsonl:2 target 0 span1"):
         read_jsonl(path)
     path.write_text('{"text": "a b", "targets": []}\nnot json\n')
     with pytest.raises(TaskError, match=r"bad.jsonl:2: not JSON"):
         read_jsonl(path)
-    path.write_text('{"text": "a b", "targets": [{"span1": [0, 1], "label": "x"}, '
-                    '{"span1": [0, 1], "span2": [1, 2], "label": "x"}]}\n')
+    path.write_text(
+        '{"text": "a b", "targets": [{"span1": [0, 1], "label": "x"}, '
+        '{"span1": [0, 1], "span2": [1, 2], "label": "x"}]}\n'
+    )
     with pytest.raises(TaskError, match="bad.jsonl:1 target 1"):
         read_jsonl(path)
     with pytest.raises(TaskError, match="not found"):

@@ -15,8 +15,8 @@ from bertology.errors import WorkbenchError
 from bertology.probes.heads.pruning import compare_orders, pruning_curve, pruning_task, removable_shares
 from bertology.testing import TINY_WORDS, tiny_bert, tiny_model, tiny_tokenizer
 
-TRUE_THRESHOLD = 13          # heads removable before the planted metric drops by more than 1%
-N_HEADS = 4 * 8              # the model below: 4 layers x 8 heads; step 0.25 -> grid 0, 8, 16, 24, 32
+TRUE_THRESHOLD = 13  # heads removable before the planted metric drops by more than 1%
+N_HEADS = 4 * 8  # the model below: 4 layers x 8 heads; step 0.25 -> grid 0, 8, 16, 24, 32
 
 
 def planted_metric(gates: torch.Tensor, *, scale: float = 1.0) -> float:
@@ -31,9 +31,17 @@ def model():
 
 
 def curve_of(model, refine, max_share=1.0, tolerances=(0.01,)):
-    return pruning_curve(model, lambda m, g: planted_metric(g), method="random", step=0.25, seeds=[0],
-                         max_share=max_share, refine=refine, tolerances=tolerances,
-                         report_metrics={"test": lambda m, g: planted_metric(g, scale=0.9)})
+    return pruning_curve(
+        model,
+        lambda m, g: planted_metric(g),
+        method="random",
+        step=0.25,
+        seeds=[0],
+        max_share=max_share,
+        refine=refine,
+        tolerances=tolerances,
+        report_metrics={"test": lambda m, g: planted_metric(g, scale=0.9)},
+    )
 
 
 def test_coarse_grid_gives_only_a_lower_bound(model):
@@ -41,12 +49,12 @@ def test_coarse_grid_gives_only_a_lower_bound(model):
     assert curve["n_pruned"].tolist() == [0, 8, 16, 24, 32] and not curve["refined"].any()
     row = removable_shares(curve, (0.01,)).iloc[0]
     assert row["n_removable"] == 8 and row["next_n_pruned"] == 16 and row["resolution_heads"] == 8
-    assert row["threshold_is_lower_bound"]          # the truth (13) lies somewhere in [8, 16)
+    assert row["threshold_is_lower_bound"]  # the truth (13) lies somewhere in [8, 16)
 
 
 def test_bracket_refinement_finds_the_planted_threshold_to_one_head(model):
     curve = curve_of(model, "bracket")
-    assert set(curve.loc[curve["refined"], "n_pruned"]) == set(range(9, 16))   # only between 8 and 16
+    assert set(curve.loc[curve["refined"], "n_pruned"]) == set(range(9, 16))  # only between 8 and 16
     row = removable_shares(curve, (0.01,), report_column="metric_test").iloc[0]
     assert row["n_removable"] == TRUE_THRESHOLD and row["removable_share"] == TRUE_THRESHOLD / N_HEADS
     assert row["resolution_heads"] == 1 and not row["threshold_is_lower_bound"]
@@ -78,14 +86,16 @@ def test_refinement_follows_the_importance_order_within_a_step():
 
     mlm = tiny_bert(mlm=True, layers=2, heads=4)
     batches = pair_batches(2, seed=1)
-    metric = lambda m, g: planted_metric(g)
+
+    def metric(m, g):
+        return planted_metric(g)
+
     coarse = pruning_curve(mlm, metric, method="importance", batches=batches, loss_fn=mlm_loss, step=0.5)
-    fine = pruning_curve(mlm, metric, method="importance", batches=batches, loss_fn=mlm_loss, step=0.5,
-                         refine="all")
+    fine = pruning_curve(mlm, metric, method="importance", batches=batches, loss_fn=mlm_loss, step=0.5, refine="all")
     grid = fine[~fine["refined"]].reset_index(drop=True)
-    pd.testing.assert_frame_equal(grid[coarse.columns], coarse)   # the grid points do not move
+    pd.testing.assert_frame_equal(grid[coarse.columns], coarse)  # the grid points do not move
     sets = [set(eval(p)) for p in fine["pruned"]]
-    assert all(a < b and len(b - a) == 1 for a, b in zip(sets, sets[1:]))   # one head at a time
+    assert all(a < b and len(b - a) == 1 for a, b in zip(sets, sets[1:]))  # one head at a time
 
 
 def test_unknown_refinement_is_refused(model):
@@ -100,17 +110,23 @@ class _Corpus(list):
 def test_task_splits_held_out_sentences_into_dev_and_test_by_sentence():
     rng = np.random.default_rng(0)
     words = [w for w in TINY_WORDS if w.isalpha()][:12]
-    corpus = _Corpus(Sentence(sent_id=f"s{i}", words=[str(w) for w in rng.choice(words, size=5 + i % 3)],
-                              upos=["NOUN", "VERB"] * 3 + ["ADJ"]) for i in range(40))
+    corpus = _Corpus(
+        Sentence(
+            sent_id=f"s{i}",
+            words=[str(w) for w in rng.choice(words, size=5 + i % 3)],
+            upos=["NOUN", "VERB"] * 3 + ["ADJ"],
+        )
+        for i in range(40)
+    )
     for s in corpus:
-        s.upos = s.upos[:len(s.words)]
+        s.upos = s.upos[: len(s.words)]
     tok = tiny_tokenizer("bert")
     lm = SimpleNamespace(model=tiny_model("bert"), tokenizer=tok, has_mlm_head=False)
     task = pruning_task(lm, corpus, eval_share=0.5, test_share=0.5, epochs=2, seed=3)
     assert task.n_sentences == {"train": 20, "dev": 10, "test": 10}
     assert task.n_items["test"] == sum(task.sentence_scores(lm.model, None, task.test)[1])  # scored words
     again = pruning_task(lm, corpus, eval_share=0.5, test_share=0.5, epochs=2, seed=3)
-    assert torch.equal(again.test[0]["input_ids"], task.test[0]["input_ids"])             # seeded
+    assert torch.equal(again.test[0]["input_ids"], task.test[0]["input_ids"])  # seeded
     other = pruning_task(lm, corpus, eval_share=0.5, test_share=0.5, epochs=2, seed=4)
     assert not all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(other.test, task.test))
     gates = torch.ones(2, 4)
@@ -130,8 +146,15 @@ def test_orders_compared_on_the_same_sentences(model):
 
     layer0 = str([(0, h) for h in range(8)])
     elsewhere = str([(1, h) for h in range(8)])
-    curve = pd.DataFrame({"method": ["importance", "random", "random"], "seed": [0, 0, 1], "n_pruned": 8,
-                          "share_pruned": 0.25, "pruned": [elsewhere, layer0, elsewhere]})
+    curve = pd.DataFrame(
+        {
+            "method": ["importance", "random", "random"],
+            "seed": [0, 0, 1],
+            "n_pruned": 8,
+            "share_pruned": 0.25,
+            "pruned": [elsewhere, layer0, elsewhere],
+        }
+    )
     out = compare_orders(model, curve, scores, [], [0.25], n_resamples=500)
     row = out.iloc[0]
     assert (row["method_a"], row["method_b"], row["n_seeds_b"]) == ("importance", "random", 2)
@@ -140,8 +163,20 @@ def test_orders_compared_on_the_same_sentences(model):
     assert row["p_value"] <= 1 / 500 + 1e-12 and row["n_sentences"] == n_sentences and not row["small_sample"]
     # a point refined near importance's threshold (7 heads) is nearer 0.2 but only importance has it:
     # the orders are compared at the nearest count both evaluated (8), not dropped
-    refined = pd.concat([curve, pd.DataFrame({"method": ["importance"], "seed": [0], "n_pruned": [7],
-                                              "share_pruned": [7 / 32], "pruned": [str([(1, h) for h in range(7)])]})])
+    refined = pd.concat(
+        [
+            curve,
+            pd.DataFrame(
+                {
+                    "method": ["importance"],
+                    "seed": [0],
+                    "n_pruned": [7],
+                    "share_pruned": [7 / 32],
+                    "pruned": [str([(1, h) for h in range(7)])],
+                }
+            ),
+        ]
+    )
     again = compare_orders(model, refined, scores, [], [0.2], n_resamples=500)
     assert again["n_pruned"].tolist() == [8] and again["difference"].iloc[0] == pytest.approx(0.2)
 
@@ -158,15 +193,24 @@ def test_l0_evaluation_scores_exactly_the_heads_the_gates_keep():
         n = len(batches)
         return np.full(n, value), np.ones(n)
 
-    task = SimpleNamespace(dev=list(range(40)), test=list(range(60)), sentence_scores=sentence_scores,
-                           description="planted", metric=lambda split: (lambda m, g: planted_metric(g)))
+    task = SimpleNamespace(
+        dev=list(range(40)),
+        test=list(range(60)),
+        sentence_scores=sentence_scores,
+        description="planted",
+        metric=lambda split: lambda m, g: planted_metric(g),
+    )
     layers, heads = np.indices((2, 4))
-    gates = pd.concat([pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "kept": kept, "lam": lam,
-                                     "seed": 0})
-                       for lam, kept in ((0.0, [True] * 8), (1.0, [False, True] * 4))], ignore_index=True)
+    gates = pd.concat(
+        [
+            pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "kept": kept, "lam": lam, "seed": 0})
+            for lam, kept in ((0.0, [True] * 8), (1.0, [False, True] * 4))
+        ],
+        ignore_index=True,
+    )
     rows = evaluate_l0_gates(model, gates, task, n_resamples=200).set_index("lam")
     assert rows.loc[0.0, "heads_kept"] == 8 and rows.loc[0.0, "value"] == pytest.approx(rows.loc[0.0, "base"])
     assert rows.loc[1.0, "heads_kept"] == 4 and rows.loc[1.0, "share_removed"] == 0.5
     assert rows.loc[1.0, "value"] == pytest.approx(planted_metric(torch.tensor([0.0] * 4 + [1.0] * 4)))
     assert rows.loc[1.0, "value_dev"] == pytest.approx(rows.loc[1.0, "value"])
-    assert (rows["selected_on"] == "none").all() and rows["small_sample"].all()   # 60 test items < 100
+    assert (rows["selected_on"] == "none").all() and rows["small_sample"].all()  # 60 test items < 100

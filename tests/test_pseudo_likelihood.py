@@ -20,7 +20,7 @@ def _loop_pll(model, tokenizer, text: str) -> tuple[float, int]:
     """-PLL by hand: one unbatched, unpadded forward pass per masked piece."""
     ids = tokenizer(text, return_tensors="pt")["input_ids"]
     total, n = 0.0, 0
-    for position in range(1, ids.shape[1] - 1):       # every piece but [CLS] and [SEP]
+    for position in range(1, ids.shape[1] - 1):  # every piece but [CLS] and [SEP]
         masked = ids.clone()
         masked[0, position] = tokenizer.mask_token_id
         with torch.no_grad():
@@ -33,7 +33,7 @@ def _loop_pll(model, tokenizer, text: str) -> tuple[float, int]:
 def test_batched_scores_equal_a_plain_loop(minilm_tokenizer):
     model = make_tiny_bert(minilm_tokenizer, mlm=True).eval()
     lm = from_modules("tiny", model, minilm_tokenizer)
-    scores = pseudo_log_likelihood(lm, TEXTS, batch_size=5)   # batches mix sentences of different lengths
+    scores = pseudo_log_likelihood(lm, TEXTS, batch_size=5)  # batches mix sentences of different lengths
     for row, text in zip(scores.itertuples(), TEXTS):
         nll, n = _loop_pll(model, minilm_tokenizer, text)
         assert row.n_pieces == n and row.n_words == len(text.split())
@@ -50,12 +50,13 @@ def test_batched_scores_equal_a_plain_loop(minilm_tokenizer):
 def test_a_model_certain_of_every_piece_scores_zero_and_a_uniform_one_log_v(minilm_tokenizer):
     model = make_tiny_bert(minilm_tokenizer, mlm=True).eval()
     decoder = model.cls.predictions.decoder
-    decoder.weight = torch.nn.Parameter(torch.zeros_like(decoder.weight))   # untie: logits = bias only
+    decoder.weight = torch.nn.Parameter(torch.zeros_like(decoder.weight))  # untie: logits = bias only
     with torch.no_grad():
         decoder.bias.zero_()
     uniform = pseudo_log_likelihood(from_modules("uniform", model, minilm_tokenizer), ["the the the"])
-    assert uniform["nll"].iloc[0] / uniform["n_pieces"].iloc[0] == pytest.approx(math.log(len(minilm_tokenizer)),
-                                                                                  rel=1e-5)
+    assert uniform["nll"].iloc[0] / uniform["n_pieces"].iloc[0] == pytest.approx(
+        math.log(len(minilm_tokenizer)), rel=1e-5
+    )
     with torch.no_grad():
         decoder.bias[minilm_tokenizer.convert_tokens_to_ids("the")] = 60.0
     certain = pseudo_log_likelihood(from_modules("certain", model, minilm_tokenizer), ["the the the"])

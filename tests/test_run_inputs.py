@@ -20,6 +20,7 @@ def test_alignment_fingerprints_the_plain_text_corpora_it_reads():
     # the digest moves with the file's content: it covers the sha256 of brown.txt.gz
     content = hashlib.sha256((paths.package_data() / "brown.txt.gz").read_bytes()).hexdigest()
     from bertology.fingerprints import file_digest
+
     assert file_digest(paths.package_data() / "brown.txt.gz") == content
     assert alignment_inputs({"crosslingual": False, "corpora": []}) == {}
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import shipped_release
 
 from bertology.models import list_models, load_model
-from conftest import shipped_release
 
 NAME = "minilm-english-mlm"
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
@@ -27,7 +27,7 @@ def test_listed_within_budget_with_its_recipe_and_pll_on_the_card(release):
     size = sum(f.stat().st_size for f in release["path"].rglob("*") if f.is_file())
     assert size <= 60 * 2**20, size
     card = json.loads((release["path"] / "release.json").read_text())
-    first = card.get("recipe_first_stretch", card["recipe"])     # trained in stretches: the first one's start
+    first = card.get("recipe_first_stretch", card["recipe"])  # trained in stretches: the first one's start
     assert first["init_from"] == "minilm-l6" and card["recipe"]["objective"] == "mlm"
     final = card["checkpoints"][-1]
     # measured at release (two stretches, step 2,000): 4.83 [4.76, 4.91] nats per piece; the target is <= 5.0
@@ -46,9 +46,11 @@ def test_knows_english_better_than_the_from_scratch_model_per_word(release):
     from bertology.uncertainty import paired_bootstrap
 
     texts = [s.text for s in load_corpus("brown-sample", limit=30)]
-    scores = {name: pseudo_log_likelihood(load_model(name, mlm_head=True, attentions=False), texts, batch_size=128)
-              for name in (NAME, "bert-mini-english")}
+    scores = {
+        name: pseudo_log_likelihood(load_model(name, mlm_head=True, attentions=False), texts, batch_size=128)
+        for name in (NAME, "bert-mini-english")
+    }
     ours, small = scores[NAME], scores["bert-mini-english"]
     assert (ours["n_words"] == small["n_words"]).all()
     comparison = paired_bootstrap(ours["nll"], small["nll"], ours["n_words"], small["n_words"])
-    assert comparison.difference < 0 and comparison.high < 0, comparison   # fewer nats per word, paired
+    assert comparison.difference < 0 and comparison.high < 0, comparison  # fewer nats per word, paired

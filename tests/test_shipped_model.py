@@ -7,9 +7,9 @@ import json
 
 import pytest
 import torch
+from conftest import shipped_release
 
 from bertology.models import list_models, load_model
-from conftest import shipped_release
 
 NAME = "bert-mini-english"
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
@@ -29,7 +29,7 @@ def test_release_is_listed_with_its_checkpoints_and_fits_the_budget(release):
     assert size <= 60 * 2**20, size
     card = json.loads((release["path"] / "release.json").read_text())
     final = card["checkpoints"][-1]
-    assert final["eval_loss"] < card["unigram_baseline"] - 0.5      # well below the unigram baseline
+    assert final["eval_loss"] < card["unigram_baseline"] - 0.5  # well below the unigram baseline
     assert (release["path"] / "README.md").is_file() and (release["path"] / "metrics.jsonl").is_file()
 
 
@@ -48,9 +48,21 @@ def test_loads_in_float32_and_predicts_masked_words_better_than_at_step_0(releas
         assert all(p.dtype == torch.float32 for p in lm.model.parameters())
         tok = lm.tokenizer
         words = [s.words for s in load_corpus("brown-sample", limit=64)]
-        batches = [{k: v for k, v in tok(words[i:i + 16], is_split_into_words=True, truncation=True,
-                                         max_length=128, padding=True, return_tensors="pt").items()
-                    if k in ("input_ids", "attention_mask", "token_type_ids")} for i in range(0, 64, 16)]
+        batches = [
+            {
+                k: v
+                for k, v in tok(
+                    words[i : i + 16],
+                    is_split_into_words=True,
+                    truncation=True,
+                    max_length=128,
+                    padding=True,
+                    return_tensors="pt",
+                ).items()
+                if k in ("input_ids", "attention_mask", "token_type_ids")
+            }
+            for i in range(0, 64, 16)
+        ]
         masked = mask_batches(batches, tok.mask_token_id, len(tok), list(tok.all_special_ids), seed=0)
         losses[name] = mean_loss(lm.model, masked, mlm_loss)
-    assert losses[NAME] < losses[f"{NAME}@0"] - 2.0, losses   # learned English: far better than at init
+    assert losses[NAME] < losses[f"{NAME}@0"] - 2.0, losses  # learned English: far better than at init

@@ -3,18 +3,17 @@ kill-and-resume byte identity, content addressing, long-sentence policy, bad inp
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
+from store_interrupt import interrupted_after
 
-from bertology.testing import make_tiny_bert
 from bertology.corpus import Corpus, Sentence, load_corpus
 from bertology.errors import StoreError
 from bertology.features import segment_sentence
 from bertology.models import from_modules
 from bertology.store import FeatureStore, extract
-from store_interrupt import interrupted_after
+from bertology.testing import make_tiny_bert
 
 
 def hf_reference(lm, words):
@@ -75,11 +74,13 @@ def test_token_offsets_count_the_token_level_argmax(tiny_lm, small_corpus, tmp_p
     total = np.zeros((2, 4, 2 * window + 2), dtype=np.int64)
     for i in (0, 7, 23, 39):
         _, att, word_ids = hf_reference(tiny_lm, small_corpus[i].words)
-        offset = att.argmax(-1) - np.arange(att.shape[-1])                 # [L, H, T]
+        offset = att.argmax(-1) - np.arange(att.shape[-1])  # [L, H, T]
         bins = np.where(np.abs(offset) <= window, offset + window, 2 * window + 1)
         special = np.array([w is None for w in word_ids])
         for queries, rows in (("all", ~np.zeros_like(special)), ("words", ~special), ("special", special)):
-            expected = np.stack([np.bincount(b, minlength=2 * window + 2) for b in bins[..., rows].reshape(-1, rows.sum())])
+            expected = np.stack(
+                [np.bincount(b, minlength=2 * window + 2) for b in bins[..., rows].reshape(-1, rows.sum())]
+            )
             np.testing.assert_array_equal(store.token_offsets(i, queries=queries), expected.reshape(2, 4, -1))
         assert store.token_offsets(i).sum(-1).tolist() == [[len(word_ids)] * 4] * 2
     for i in range(len(small_corpus)):
@@ -123,7 +124,7 @@ def test_kill_and_resume_gives_byte_identical_store(tiny_lm, small_corpus, tmp_p
     # corrupt one finished shard: resume must recompute it, not trust it
     shard = sorted(store_dir.glob("shard-*.safetensors"))[0]
     shard.write_bytes(shard.read_bytes()[:100])
-    (store_dir / ".shard-00003.safetensors.x1y2ab_9.tmp").write_bytes(b"half a shard")   # killed mid-write
+    (store_dir / ".shard-00003.safetensors.x1y2ab_9.tmp").write_bytes(b"half a shard")  # killed mid-write
     resumed = extract(tiny_lm, small_corpus, root=tmp_path / "b", shard_size=8, progress=False)
     assert not list(store_dir.glob(".*.tmp"))
     for a, b in zip(sorted(ref.path.glob("shard-*")), sorted(resumed.path.glob("shard-*"))):
@@ -156,7 +157,7 @@ def test_long_sentences_error_names_sentence_or_use_windows(minilm_tokenizer, tm
     # the first words come from the first window: equal to a direct forward pass of that window
     enc = minilm_tokenizer(long_words, is_split_into_words=True)
     n_first = max(w for w in enc.word_ids()[:15] if w is not None)  # words fully inside 14 tokens
-    window_words = long_words[: n_first]
+    window_words = long_words[:n_first]
     ref_hidden, _, word_ids = hf_reference(lm, window_words)
     first_pos = [word_ids.index(w) for w in range(2)]
     np.testing.assert_allclose(hidden[:, :2], ref_hidden[:, first_pos], atol=1e-5)
@@ -164,10 +165,9 @@ def test_long_sentences_error_names_sentence_or_use_windows(minilm_tokenizer, tm
     segments = segment_sentence(minilm_tokenizer, long_words, 1, 16, "window", "long-7")
     assert len(segments) > 2 and sum(int(s.keep.sum()) for s in segments) == 30
     for seg in segments:
-        ref_hidden, _, word_ids = hf_reference(lm, long_words[seg.word_start:seg.word_end])
+        ref_hidden, _, word_ids = hf_reference(lm, long_words[seg.word_start : seg.word_end])
         for w in np.flatnonzero(seg.keep):
-            np.testing.assert_allclose(hidden[:, seg.word_start + w], ref_hidden[:, word_ids.index(w)],
-                                       atol=1e-5)
+            np.testing.assert_allclose(hidden[:, seg.word_start + w], ref_hidden[:, word_ids.index(w)], atol=1e-5)
     np.testing.assert_allclose(store.hidden(0), hf_reference(lm, ["a", "cat"])[0][:, [1, 2]], atol=1e-5)
 
 
@@ -195,8 +195,9 @@ def test_word_without_pieces_gets_the_unknown_token(minilm_tokenizer, tmp_path):
     """A word the tokenizer drops (a zero-width space) still gets a vector: that of [UNK]."""
     lm = from_modules("tiny-unk", make_tiny_bert(minilm_tokenizer), minilm_tokenizer)
     words = ["a", "\u200b", "cat"]
-    store = extract(lm, Corpus("z", [Sentence("z-1", words), Sentence("z-2", ["the", "dog"])]), root=tmp_path,
-                    progress=False)
+    store = extract(
+        lm, Corpus("z", [Sentence("z-1", words), Sentence("z-2", ["the", "dog"])]), root=tmp_path, progress=False
+    )
     ref_hidden, _, word_ids = hf_reference(lm, ["a", minilm_tokenizer.unk_token, "cat"])
     np.testing.assert_allclose(store.hidden(0), ref_hidden[:, [word_ids.index(w) for w in range(3)]], atol=1e-5)
     assert store.attention(0).shape == (2, 4, 3, 3)
@@ -207,8 +208,9 @@ def test_fast_settings_stay_close_to_float32_and_restore_the_model(tiny_lm, smal
     model's float32 weights are untouched afterwards."""
     before = {k: v.clone() for k, v in tiny_lm.model.state_dict().items()}
     exact = extract(tiny_lm, small_corpus, root=tmp_path, progress=False)
-    fast = extract(tiny_lm, small_corpus, root=tmp_path, amp_dtype="bfloat16", storage="float16",
-                   batch_tokens=4096, progress=False)
+    fast = extract(
+        tiny_lm, small_corpus, root=tmp_path, amp_dtype="bfloat16", storage="float16", batch_tokens=4096, progress=False
+    )
     assert fast.path != exact.path and fast.manifest["settings"]["storage"] == "float16"
     for k, v in tiny_lm.model.state_dict().items():
         assert v.dtype == before[k].dtype and torch.equal(v, before[k]), k
@@ -229,7 +231,7 @@ def test_fast_settings_stay_close_to_float32_and_restore_the_model(tiny_lm, smal
 def test_float16_storage_refuses_values_it_cannot_hold(minilm_tokenizer, tmp_path):
     model = make_tiny_bert(minilm_tokenizer)
     with torch.no_grad():
-        model.embeddings.LayerNorm.weight.fill_(1e6)   # embedding outputs far beyond float16's 65504
+        model.embeddings.LayerNorm.weight.fill_(1e6)  # embedding outputs far beyond float16's 65504
     lm = from_modules("huge-bert", model, minilm_tokenizer)
     corpus = Corpus("c", [Sentence("a", ["a", "cat"])])
     with pytest.raises(StoreError, match="overflow .*float16 storage.*storage='float32'"):
@@ -258,8 +260,9 @@ lm = from_modules("tiny-bert", make_tiny_bert(tok), tok)
 extract(lm, load_corpus("brown-sample", limit=600), root=sys.argv[1], shard_size=4, progress=False)
 """
     root = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         if len(list(root.glob("*/shard-*.safetensors"))) >= 3:
@@ -289,8 +292,11 @@ def test_hashing_beside_the_write_gives_the_same_file_and_digest(tmp_path, monke
 
     monkeypatch.setattr(write, "_HASH_CHUNK", 1024)
     gen = torch.Generator().manual_seed(0)
-    tensors = {"hidden": torch.randn(3, 50, 40, generator=gen).half(), "ids": torch.arange(7),
-               "counts": torch.randint(0, 9, (5, 4), dtype=torch.int32, generator=gen)}
+    tensors = {
+        "hidden": torch.randn(3, 50, 40, generator=gen).half(),
+        "ids": torch.arange(7),
+        "counts": torch.randint(0, 9, (5, 4), dtype=torch.int32, generator=gen),
+    }
     plain = write.save_safetensors(tensors, tmp_path / "plain.safetensors")
     beside = write.save_safetensors(tensors, tmp_path / "beside.safetensors", hash_beside=True)
     data = (tmp_path / "beside.safetensors").read_bytes()

@@ -15,6 +15,7 @@ import threading
 
 import numpy as np
 import pytest
+from store_interrupt import interrupted_after
 
 from bertology import atomic
 from bertology.corpus import Corpus, Sentence
@@ -24,7 +25,6 @@ from bertology.models import load_model
 from bertology.store import FeatureStore, extract, verify_store
 from bertology.store import write as store_write
 from bertology.testing import save_tiny_model_dir, tiny_tokenizer
-from store_interrupt import interrupted_after
 
 
 def _shards(store_dir):
@@ -54,6 +54,7 @@ def _copy_store(store, dest):
 
 # --------------------------------------------------------------------------- the key covers the tokenizer
 
+
 def test_a_different_tokenizer_beside_the_same_weights_gets_its_own_store(tmp_path):
     """The issue's case: one folder, same weights and config.json, the tokenizer swapped for a cased
     one. The model fingerprint (weights + config) is unchanged, the store is not."""
@@ -66,7 +67,7 @@ def test_a_different_tokenizer_beside_the_same_weights_gets_its_own_store(tmp_pa
     cased_tok = transformers.BertTokenizer(vocab=dict(tiny_tokenizer("bert").get_vocab()), do_lower_case=False)
     cased_tok.save_pretrained(model_dir)
     cased = load_model(model_dir)
-    assert cased.fingerprint == uncased.fingerprint          # weights + config.json: the same
+    assert cased.fingerprint == uncased.fingerprint  # weights + config.json: the same
     assert cased.tokenizer("Cat")["input_ids"] != uncased.tokenizer("Cat")["input_ids"]
     second = extract(cased, corpus, root=tmp_path / "stores", progress=False)
     assert second.path != first.path
@@ -90,6 +91,7 @@ def test_tokenizer_fingerprint_is_stable_and_ignores_the_last_calls_padding(mini
 
 # --------------------------------------------------------------------------- checksums and repair
 
+
 def test_shards_carry_checksums_in_sha256sum_format(ref_store):
     import hashlib
 
@@ -111,15 +113,21 @@ def test_shards_are_written_byte_for_byte_as_safetensors_writes_them(tmp_path):
     from bertology.store import save_safetensors
 
     g = torch.Generator().manual_seed(0)
-    tensors = {"sentence_ids": torch.arange(5), "word_counts": torch.tensor([3, 4, 5, 6, 7]),
-               "hidden": torch.randn(3, 25, 8, generator=g),
-               "attention": torch.randn(2, 4, 135, generator=g).half(),
-               "special": torch.randn(2, 25, 4, 2, generator=g).bfloat16().transpose(1, 2),  # not contiguous
-               "token_offsets": torch.randint(0, 9, (5, 2, 4, 2, 18), generator=g, dtype=torch.int32),
-               "empty": torch.zeros(0, 3)}
+    tensors = {
+        "sentence_ids": torch.arange(5),
+        "word_counts": torch.tensor([3, 4, 5, 6, 7]),
+        "hidden": torch.randn(3, 25, 8, generator=g),
+        "attention": torch.randn(2, 4, 135, generator=g).half(),
+        "special": torch.randn(2, 25, 4, 2, generator=g).bfloat16().transpose(1, 2),  # not contiguous
+        "token_offsets": torch.randint(0, 9, (5, 2, 4, 2, 18), generator=g, dtype=torch.int32),
+        "empty": torch.zeros(0, 3),
+    }
     digest = save_safetensors(tensors, tmp_path / "ours.safetensors")
     data = (tmp_path / "ours.safetensors").read_bytes()
-    assert data == save({name: t.contiguous() for name, t in tensors.items()}) and digest == hashlib.sha256(data).hexdigest()
+    assert (
+        data == save({name: t.contiguous() for name, t in tensors.items()})
+        and digest == hashlib.sha256(data).hexdigest()
+    )
     for name, t in load_file(tmp_path / "ours.safetensors").items():
         assert torch.equal(t, tensors[name]), name
     with pytest.raises(StoreError, match="'flags'.*cannot be written"):
@@ -138,11 +146,11 @@ def test_a_flipped_float_is_detected_on_read_and_repaired_by_extract(tiny_lm, sm
     victim = _shards(store_dir)[2]
     _flip_a_float(victim)
     assert verify_store(store_dir) == [(victim.name, "contents altered (sha256 differs from the manifest's)")]
-    store = FeatureStore(store_dir)                        # sizes are fine: opening is cheap and succeeds
+    store = FeatureStore(store_dir)  # sizes are fine: opening is cheap and succeeds
     k = store.manifest["shards"].index(victim.name)
     sentence = store.manifest["plan"][k][0]
     with pytest.raises(StoreError, match=rf"{victim.name}: contents altered.*recomputes exactly the damaged"):
-        store.hidden(sentence)                             # the first read of that shard hashes it
+        store.hidden(sentence)  # the first read of that shard hashes it
     untouched = {p.name: p.stat().st_mtime_ns for p in _shards(store_dir) if p != victim}
     repaired = extract(tiny_lm, small_corpus, root=tmp_path / "copy", shard_size=8, progress=False)
     assert repaired.path == store_dir
@@ -164,8 +172,9 @@ def test_full_verification_catches_what_lazy_opening_does_not(tiny_lm, small_cor
 
 
 @pytest.mark.parametrize("damage", ["truncate", "delete"])
-def test_a_truncated_or_deleted_shard_is_found_at_open_and_recomputed(tiny_lm, small_corpus, ref_store, tmp_path,
-                                                                      damage):
+def test_a_truncated_or_deleted_shard_is_found_at_open_and_recomputed(
+    tiny_lm, small_corpus, ref_store, tmp_path, damage
+):
     store_dir = _copy_store(ref_store, tmp_path / "copy" / ref_store.path.name)
     victim = _shards(store_dir)[1]
     if damage == "truncate":
@@ -194,7 +203,7 @@ def test_resume_recomputes_an_altered_finished_shard(tiny_lm, small_corpus, ref_
 
 def test_force_recomputes_every_shard(tiny_lm, small_corpus, ref_store, tmp_path):
     for shard in _shards(ref_store.path):
-        os.utime(shard, ns=(10**18, 10**18))   # stamp 2001: a rewritten file gets the current time
+        os.utime(shard, ns=(10**18, 10**18))  # stamp 2001: a rewritten file gets the current time
     again = extract(tiny_lm, small_corpus, root=tmp_path / "ref", shard_size=8, progress=False, force=True)
     assert len(_shards(again.path)) == 5
     assert all(p.stat().st_mtime_ns > 10**18 for p in _shards(again.path))  # every shard rewritten
@@ -203,17 +212,24 @@ def test_force_recomputes_every_shard(tiny_lm, small_corpus, ref_store, tmp_path
 
 # --------------------------------------------------------------------------- the manifest
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda m: {}, r"field 'version' is missing"),
-    (lambda m: [], r"expected a JSON object, found list"),
-    (lambda m: {**m, "word_counts": [m["word_counts"][0] + 1] + m["word_counts"][1:]},
-     r"edited or damaged \(its content no longer matches its checksum"),
-    (lambda m: {**m, "word_counts": m["word_counts"][:-1]}, r"field 'word_counts' must list one"),
-    (lambda m: {**m, "n_layers": "3"}, r"field 'n_layers' must be a positive integer"),
-    (lambda m: {**m, "shards": ["../../etc/passwd"] + m["shards"][1:]}, r"field 'shards' must list file names"),
-])
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: {}, r"field 'version' is missing"),
+        (lambda m: [], r"expected a JSON object, found list"),
+        (
+            lambda m: {**m, "word_counts": [m["word_counts"][0] + 1] + m["word_counts"][1:]},
+            r"edited or damaged \(its content no longer matches its checksum",
+        ),
+        (lambda m: {**m, "word_counts": m["word_counts"][:-1]}, r"field 'word_counts' must list one"),
+        (lambda m: {**m, "n_layers": "3"}, r"field 'n_layers' must be a positive integer"),
+        (lambda m: {**m, "shards": ["../../etc/passwd"] + m["shards"][1:]}, r"field 'shards' must list file names"),
+    ],
+)
 def test_a_damaged_or_edited_manifest_is_refused_by_field_and_rebuilt_by_extract(
-        tiny_lm, small_corpus, ref_store, tmp_path, edit, message):
+    tiny_lm, small_corpus, ref_store, tmp_path, edit, message
+):
     store_dir = _copy_store(ref_store, tmp_path / "copy" / ref_store.path.name)
     manifest = json.loads((store_dir / "manifest.json").read_text())
     (store_dir / "manifest.json").write_text(json.dumps(edit(manifest)))
@@ -224,11 +240,13 @@ def test_a_damaged_or_edited_manifest_is_refused_by_field_and_rebuilt_by_extract
     assert {p.name: p.stat().st_mtime_ns for p in _shards(store_dir)} == mtimes  # verified, not recomputed
     assert rebuilt.manifest["word_counts"] == ref_store.manifest["word_counts"]
     skip = {"extract_seconds_last_run", "manifest_sha256"}
-    assert {k: v for k, v in rebuilt.manifest.items() if k not in skip} == \
-        {k: v for k, v in ref_store.manifest.items() if k not in skip}
+    assert {k: v for k, v in rebuilt.manifest.items() if k not in skip} == {
+        k: v for k, v in ref_store.manifest.items() if k not in skip
+    }
 
 
 # --------------------------------------------------------------------------- one writer at a time
+
 
 def test_a_second_extraction_does_not_touch_the_first_ones_temporary_file(tiny_lm, small_corpus, tmp_path):
     """While one extraction holds the store, another neither deletes its in-flight temporary nor
@@ -244,7 +262,7 @@ def test_a_second_extraction_does_not_touch_the_first_ones_temporary_file(tiny_l
         assert in_flight.read_bytes() == b"being written by the first extraction"
         assert len(_shards(store_dir)) == 1
     store = extract(tiny_lm, small_corpus, root=tmp_path, shard_size=8, progress=False)
-    assert not in_flight.exists() and len(_shards(store.path)) == 5   # a killed writer's leftover: removed
+    assert not in_flight.exists() and len(_shards(store.path)) == 5  # a killed writer's leftover: removed
 
 
 def test_folder_lock_waits_for_the_holder():
@@ -276,8 +294,10 @@ def test_folder_lock_waits_for_the_holder():
 
 
 def test_the_lock_of_a_killed_process_is_released(tmp_path):
-    script = ("import sys, time\nfrom bertology import atomic\n"
-              "with atomic.folder_lock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(600)\n")
+    script = (
+        "import sys, time\nfrom bertology import atomic\n"
+        "with atomic.folder_lock(sys.argv[1]):\n    print('locked', flush=True)\n    time.sleep(600)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "locked"
@@ -309,20 +329,25 @@ def test_stale_temporaries_of_killed_writes_are_removed(tmp_path):
             assert atomic.TEMPORARY_NAME.match(tmp.name)
             raise RuntimeError
     removed = atomic.remove_stale_temporaries(tmp_path)
-    assert sorted(p.name for p in removed) == [".checkpoint-40.zz99yy88.old", ".checkpoint-50.q8w7e6r5.tmp",
-                                               ".shard-00001.safetensors.ab12cd_3.tmp"]
+    assert sorted(p.name for p in removed) == [
+        ".checkpoint-40.zz99yy88.old",
+        ".checkpoint-50.q8w7e6r5.tmp",
+        ".shard-00001.safetensors.ab12cd_3.tmp",
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)
 
 
 # --------------------------------------------------------------------------- a full disk
 
-def test_disk_full_leaves_nothing_half_written_and_resume_completes(tiny_lm, small_corpus, ref_store, tmp_path,
-                                                                   monkeypatch):
+
+def test_disk_full_leaves_nothing_half_written_and_resume_completes(
+    tiny_lm, small_corpus, ref_store, tmp_path, monkeypatch
+):
     real_save = store_write.save_safetensors
     written = []
 
     def save_until_full(tensors, filename, *args, **kwargs):
-        if len(written) == 2:   # the third shard: half of it reaches the disk, then the disk is full
+        if len(written) == 2:  # the third shard: half of it reaches the disk, then the disk is full
             with open(filename, "wb") as fh:
                 fh.write(b"\0" * 4096)
             raise OSError(errno.ENOSPC, "No space left on device", filename)
@@ -330,15 +355,18 @@ def test_disk_full_leaves_nothing_half_written_and_resume_completes(tiny_lm, sma
         return real_save(tensors, filename, *args, **kwargs)
 
     monkeypatch.setattr(store_write, "save_safetensors", save_until_full)
-    with pytest.raises(StoreError, match=r"disk full while writing .*needs about \d+ MB more.*Nothing half-written"
-                                         r".*run extract again to resume") as info:
+    with pytest.raises(
+        StoreError,
+        match=r"disk full while writing .*needs about \d+ MB more.*Nothing half-written"
+        r".*run extract again to resume",
+    ) as info:
         extract(tiny_lm, small_corpus, root=tmp_path / "full", shard_size=8, progress=False)
     assert "Traceback" not in str(info.value)
     store_dir = next((tmp_path / "full").iterdir())
     assert not [p.name for p in store_dir.iterdir() if p.name.endswith(".tmp")]
     assert not (store_dir / "manifest.json").exists()
     assert len(_shards(store_dir)) == 2
-    for shard in _shards(store_dir):   # what is left is whole and checksummed
+    for shard in _shards(store_dir):  # what is left is whole and checksummed
         assert (store_dir / (shard.name + ".sha256")).is_file()
     monkeypatch.setattr(store_write, "save_safetensors", real_save)
     extract(tiny_lm, small_corpus, root=tmp_path / "full", shard_size=8, progress=False)
@@ -351,7 +379,7 @@ def test_disk_full_at_the_manifest_leaves_no_manifest(tiny_lm, small_corpus, tmp
     def write_json(path, obj):
         if str(path).endswith("manifest.json"):
             with atomic.atomic_path(path) as tmp:
-                tmp.write_text("{\"half\": ")
+                tmp.write_text('{"half": ')
                 raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
         return real(path, obj)
 
@@ -368,7 +396,7 @@ def test_cli_verify_reports_damage_with_exit_code_2(ref_store, tmp_path, monkeyp
 
     store_dir = _copy_store(ref_store, tmp_path / "copy" / ref_store.path.name)
     monkeypatch.setattr(sys, "argv", ["bertology", "verify", str(store_dir)])
-    main()                                                   # a sound store: returns normally (exit code 0)
+    main()  # a sound store: returns normally (exit code 0)
     assert "sound (manifest and every shard's sha256 checked)" in capsys.readouterr().out
     victim = _shards(store_dir)[3]
     _flip_a_float(victim)

@@ -16,22 +16,33 @@ DEFAULTS = {"n": 3, "rate": 0.5, "name": "x", "seed": 0}
 
 def toy_analysis(ctx) -> None:
     """A toy analysis: one table step, one two-table step, one extra; CALLS counts what is computed."""
+
     def compute():
         CALLS.append(1)
         return pd.DataFrame({"i": range(ctx.config["n"]), "seed": ctx.seed})
+
     ctx.step("numbers", compute)
 
     def pair():
         CALLS.append(2)
         return {"a": pd.DataFrame({"x": [1]}), "b": pd.DataFrame({"y": [2, 3]})}
+
     ctx.steps(["a", "b"], pair)
     ctx.extra("plot", lambda: {"x": [1, 2]})
     ctx.record(model={"name": "none"})
 
 
 def run_toy(tmp_path, config, **kw):
-    return run_analysis("toy", "toy study", toy_analysis, validate_config(DEFAULTS, config, "test"), seed=0,
-                        run_dir=tmp_path / "res" / "toy" / "run1", log=lambda m: None, **kw)
+    return run_analysis(
+        "toy",
+        "toy study",
+        toy_analysis,
+        validate_config(DEFAULTS, config, "test"),
+        seed=0,
+        run_dir=tmp_path / "res" / "toy" / "run1",
+        log=lambda m: None,
+        **kw,
+    )
 
 
 def test_validate_config_names_the_field():
@@ -101,6 +112,7 @@ def _toy_corpus_study(ctx) -> None:
         TOY_CALLS.append(ctx.config["corpus"])
         corpus = load_corpus(ctx.config["corpus"])
         return pd.DataFrame({"sentences": [len(corpus)], "first_word": [corpus[0].words[0]]})
+
     ctx.step("size", compute)
 
 
@@ -125,8 +137,10 @@ def _conllu(path, words_per_sentence):
     lines = []
     for s, words in enumerate(words_per_sentence):
         lines.append(f"# sent_id = s{s}")
-        lines += [f"{i + 1}\t{w}\t_\tNOUN\t_\t_\t{0 if i == 0 else 1}\t{'root' if i == 0 else 'dep'}\t_\t_"
-                  for i, w in enumerate(words)]  # a tree: word 1 the root, every other word its dependent
+        lines += [
+            f"{i + 1}\t{w}\t_\tNOUN\t_\t_\t{0 if i == 0 else 1}\t{'root' if i == 0 else 'dep'}\t_\t_"
+            for i, w in enumerate(words)
+        ]  # a tree: word 1 the root, every other word its dependent
         lines.append("")
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -139,16 +153,16 @@ def test_run_id_follows_the_corpus_content_not_its_name(toy_study, tmp_path):
     res = tmp_path / "res"
     first = run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, log=lambda m: None)
     assert run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, log=lambda m: None) == first
-    assert TOY_CALLS == [str(corpus)]                                 # identical inputs: resumed, nothing redone
+    assert TOY_CALLS == [str(corpus)]  # identical inputs: resumed, nothing redone
     manifest = read_manifest(first)
     assert manifest["inputs"]["corpus"]["sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
     assert manifest["inputs"]["corpus"]["kind"] == "file" and "code_version" in manifest
 
-    _conllu(corpus, [["one"], ["two"], ["three"]])                    # edit the corpus, same file name
+    _conllu(corpus, [["one"], ["two"], ["three"]])  # edit the corpus, same file name
     second = run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, log=lambda m: None)
     assert second != first and len(TOY_CALLS) == 2
     assert read_table(second, "size")["sentences"].tolist() == [3]
-    assert read_table(first, "size")["sentences"].tolist() == [2]      # the old run is left as it was
+    assert read_table(first, "size")["sentences"].tolist() == [2]  # the old run is left as it was
     assert read_manifest(second)["inputs"]["corpus"]["sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
 
 
@@ -156,15 +170,14 @@ def test_an_explicit_run_id_never_mixes_steps_of_old_and_new_inputs(toy_study, t
     corpus = _conllu(tmp_path / "c.conllu", [["a", "cat"], ["the", "dog"]])
     res, logs = tmp_path / "res", []
     run = run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, run_id="mine", log=logs.append)
-    (run / "manifest.json").unlink()                                  # an interrupted run of the old corpus
+    (run / "manifest.json").unlink()  # an interrupted run of the old corpus
     _conllu(corpus, [["one"], ["two"], ["three"]])
     again = run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, run_id="mine", log=logs.append)
-    assert again == run and len(TOY_CALLS) == 2                       # the saved step was not reused
+    assert again == run and len(TOY_CALLS) == 2  # the saved step was not reused
     assert read_table(run, "size")["first_word"].tolist() == ["one"]
     assert any("inputs changed" in m and "'corpus'" in m for m in logs)
     # --force recomputes a complete run
-    run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, run_id="mine", force=True,
-              log=logs.append)
+    run_study("toy", overrides={"corpus": str(corpus)}, results_root=res, run_id="mine", force=True, log=logs.append)
     assert len(TOY_CALLS) == 3 and read_manifest(run)["inputs"]["corpus"]["kind"] == "file"
 
 
@@ -179,8 +192,9 @@ def test_run_id_follows_the_model_folder_tokenizer_included(toy_study, tmp_path)
     overrides = {"corpus": str(corpus), "model": str(model_dir)}
     first = run_study("toy", overrides=overrides, results_root=res, log=lambda m: None)
     assert read_manifest(first)["inputs"]["model"]["kind"] == "model"
-    transformers.BertTokenizer(vocab=dict(tiny_tokenizer("bert").get_vocab()), do_lower_case=False) \
-        .save_pretrained(model_dir)                                   # same weights, a cased tokenizer
+    transformers.BertTokenizer(vocab=dict(tiny_tokenizer("bert").get_vocab()), do_lower_case=False).save_pretrained(
+        model_dir
+    )  # same weights, a cased tokenizer
     assert run_study("toy", overrides=overrides, results_root=res, log=lambda m: None) != first
 
 
@@ -194,10 +208,10 @@ def test_force_recomputes_every_step(tmp_path):
 def test_a_run_directory_from_other_inputs_or_without_a_record_is_recomputed(tmp_path):
     CALLS.clear()
     run_dir = run_toy(tmp_path, {"n": 2})
-    (run_dir / "inputs.json").unlink()                                # made by an older version
+    (run_dir / "inputs.json").unlink()  # made by an older version
     run_toy(tmp_path, {"n": 2})
     assert CALLS == [1, 2, 1, 2]
-    run_toy(tmp_path, {"n": 4})                                       # same directory, another config
+    run_toy(tmp_path, {"n": 4})  # same directory, another config
     assert CALLS == [1, 2, 1, 2, 1, 2] and read_table(run_dir, "numbers")["i"].tolist() == [0, 1, 2, 3]
 
 
@@ -244,7 +258,9 @@ def test_a_manifest_that_is_not_an_object_is_a_clear_error(tmp_path, text):
     from bertology.results import ResultError, read_manifest
 
     (tmp_path / "manifest.json").write_text(text)
-    with pytest.raises(ResultError, match=r"manifest.json: corrupt manifest: holds (null|a list|a string|a number) .*not a JSON object"):
+    with pytest.raises(
+        ResultError, match=r"manifest.json: corrupt manifest: holds (null|a list|a string|a number) .*not a JSON object"
+    ):
         read_manifest(tmp_path)
 
 
@@ -260,8 +276,9 @@ def test_declared_inputs_join_the_run_id_without_their_paths(tmp_path):
     moved.write_bytes(b"\x00" * 64)
 
     def declared(folder, version="1.0"):
-        return lambda config: {"vectors": files_input_digest("vector package", [folder / "vectors"],
-                                                             name="pkg", version=version)}
+        return lambda config: {
+            "vectors": files_input_digest("vector package", [folder / "vectors"], name="pkg", version=version)
+        }
 
     @reads_inputs(declared(table.parent))
     def analysis(ctx) -> None:
@@ -269,12 +286,12 @@ def test_declared_inputs_join_the_run_id_without_their_paths(tmp_path):
 
     inputs = analysis_inputs(analysis, {})
     assert inputs["vectors"]["kind"] == "vector package" and inputs["vectors"]["version"] == "1.0"
-    assert analysis_inputs(toy_analysis, {}) == {}                     # nothing declared
+    assert analysis_inputs(toy_analysis, {}) == {}  # nothing declared
     run_id = config_hash({}, 0, inputs)
-    assert config_hash({}, 0, declared(moved.parent)({})) == run_id      # same bytes elsewhere: same run
-    assert config_hash({}, 0, declared(table.parent, "1.1")({})) != run_id   # another package version
+    assert config_hash({}, 0, declared(moved.parent)({})) == run_id  # same bytes elsewhere: same run
+    assert config_hash({}, 0, declared(table.parent, "1.1")({})) != run_id  # another package version
     table.write_bytes(b"\x01" * 64)
-    assert config_hash({}, 0, declared(table.parent)({})) != run_id      # other vectors: another run
+    assert config_hash({}, 0, declared(table.parent)({})) != run_id  # other vectors: another run
 
 
 def test_a_failed_start_leaves_no_run_folder_but_a_failure_after_a_step_keeps_it(tmp_path):
@@ -291,7 +308,7 @@ def test_a_failed_start_leaves_no_run_folder_but_a_failure_after_a_step_keeps_it
     assert not run_dir.exists() and not run_dir.parent.exists()
     with pytest.raises(WorkbenchError, match="later"):
         run_analysis("toy", "toy", fails_after_a_step, dict(DEFAULTS), seed=0, run_dir=run_dir, log=lambda m: None)
-    assert (run_dir / "numbers.parquet").is_file()          # resumable: the saved step stays
+    assert (run_dir / "numbers.parquet").is_file()  # resumable: the saved step stays
 
 
 def test_study_clean_lists_then_removes_unfinished_runs_never_a_running_one(tmp_path, monkeypatch):
@@ -320,4 +337,3 @@ def test_study_clean_lists_then_removes_unfinished_runs_never_a_running_one(tmp_
         removed = runner.invoke(app, ["study", "clean", "--yes"])
         assert removed.exit_code == 0 and "removed 2 run folder(s)" in removed.output
         assert not stopped.exists() and not broken.exists() and running.is_dir() and complete.is_dir()
-

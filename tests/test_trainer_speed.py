@@ -16,18 +16,18 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_finetuning import _cfg as _ft_cfg  # noqa: F401  (the module's fixture)
+from test_pretrain_trainer import _cfg, corpus_and_tokenizer, run_killed_after  # noqa: F401
 
 import bertology.pretraining.loop as loop_module
 from bertology.checkpoints import list_checkpoints
 from bertology.errors import ConfigError
 from bertology.finetuning import FinetuneConfig, run_finetuning
-from bertology.pretraining import PretrainConfig, read_metrics, run_pretraining
+from bertology.pretraining import read_metrics, run_pretraining
 from bertology.pretraining.flops import gpu_peak_flops, peak_flops, pretraining_flops_per_token
 from bertology.pretraining.loop import Prefetcher
 from bertology.pretraining.objectives import PretrainingLoss, build_model, target_positions
 from bertology.pretraining.optimization import adamw_implementation, make_optimizer
-from test_finetuning import _cfg as _ft_cfg, planted  # noqa: F401  (the module's fixture)
-from test_pretrain_trainer import _cfg, corpus_and_tokenizer, run_killed_after  # noqa: F401
 
 
 def _prefetch(monkeypatch, depth: int) -> None:
@@ -36,8 +36,10 @@ def _prefetch(monkeypatch, depth: int) -> None:
 
 
 def _metrics(run) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k not in ("tokens_per_s", "mfu")}
-            for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in ("tokens_per_s", "mfu")}
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def _weights(run, step: int) -> dict[str, torch.Tensor]:
@@ -49,6 +51,7 @@ def _same_weights(a: dict, b: dict) -> bool:
 
 
 # --------------------------------------------------------------------------- prefetching
+
 
 def test_prefetcher_keeps_order_raises_the_builders_error_and_stops():
     built = []
@@ -117,8 +120,8 @@ def test_prefetched_finetuning_gives_the_same_run(planted, tmp_path, monkeypatch
     _prefetch(monkeypatch, 2)
     ahead = run_finetuning(_ft_cfg(planted, tmp_path, run_name="ahead", **kw))
     assert _metrics(plain) == _metrics(ahead)
-    (_, a), = list_checkpoints(plain)
-    (_, b), = list_checkpoints(ahead)
+    ((_, a),) = list_checkpoints(plain)
+    ((_, b),) = list_checkpoints(ahead)
     assert _same_weights(load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors")))
 
 
@@ -145,8 +148,8 @@ def test_targets_found_on_the_cpu_give_the_same_loss_and_gradients(corpus_and_to
 
 # --------------------------------------------------------------------------- compile
 
-def test_compile_is_a_checked_field_and_compiles_only_the_training_forward(corpus_and_tokenizer, tmp_path,
-                                                                           monkeypatch):
+
+def test_compile_is_a_checked_field_and_compiles_only_the_training_forward(corpus_and_tokenizer, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="'compile'.*true/false"):
         _cfg(corpus_and_tokenizer, tmp_path, compile="yes")
     with pytest.raises(ConfigError, match="'compile'"):
@@ -160,16 +163,16 @@ def test_compile_is_a_checked_field_and_compiles_only_the_training_forward(corpu
     monkeypatch.setattr(torch, "compile", fake_compile)
     plain = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="plain", max_steps=2, keep_steps=[]))
     assert compiled == []
-    run = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="comp", max_steps=2, keep_steps=[],
-                               compile=True))
+    run = run_pretraining(
+        _cfg(corpus_and_tokenizer, tmp_path, run_name="comp", max_steps=2, keep_steps=[], compile=True)
+    )
     assert len(compiled) == 1 and isinstance(compiled[0], PretrainingLoss)
     assert _weights(run, 2).keys() == _weights(plain, 2).keys()
     assert not any("_orig_mod" in k for k in _weights(run, 2))
     assert json.loads((run / "run.json").read_text())["config"]["compile"] is True
     # a runtime field: a run resumes with it switched (and old runs, without it, resume)
     run_killed_after(_cfg(corpus_and_tokenizer, tmp_path, run_name="switch", max_steps=4, save_every=2), 2)
-    run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="switch", max_steps=4, save_every=2,
-                         compile=True))
+    run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="switch", max_steps=4, save_every=2, compile=True))
     assert len(compiled) == 2
 
 
@@ -178,11 +181,12 @@ def test_finetuning_compile_wraps_the_training_forward(planted, tmp_path, monkey
     monkeypatch.setattr(torch, "compile", lambda module, *a, **k: compiled.append(module) or module)
     run = run_finetuning(_ft_cfg(planted, tmp_path, run_name="comp", max_steps=2, compile=True))
     assert len(compiled) == 1 and type(compiled[0]).__name__.endswith("ForTokenClassification")
-    (_, path), = list_checkpoints(run)
+    ((_, path),) = list_checkpoints(run)
     assert not any("_orig_mod" in k for k in load_file(str(path / "model.safetensors")))
 
 
 # --------------------------------------------------------------------------- fused AdamW
+
 
 def test_fused_adamw_only_for_parameters_on_cuda(corpus_and_tokenizer, tmp_path):
     assert adamw_implementation(torch.device("cuda", 0)) == {"fused": True}
@@ -194,6 +198,7 @@ def test_fused_adamw_only_for_parameters_on_cuda(corpus_and_tokenizer, tmp_path)
 
 
 # --------------------------------------------------------------------------- MFU
+
 
 def test_gpu_peaks_and_the_override(monkeypatch):
     assert gpu_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
@@ -234,6 +239,7 @@ def test_finetuning_logs_mfu_with_a_peak(planted, tmp_path, monkeypatch):  # noq
 
 
 # --------------------------------------------------------------------------- on a GPU
+
 
 @pytest.mark.gpu
 def test_cuda_run_prefetches_uses_fused_adamw_and_logs_mfu(corpus_and_tokenizer, tmp_path, monkeypatch):

@@ -7,8 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from bertology.uncertainty import (MIN_TEST_ITEMS, is_small_sample, mcnemar_p, paired_bootstrap, ratio_bootstrap,
-                                   t_interval, wilson_interval)
+from bertology.uncertainty import (
+    MIN_TEST_ITEMS,
+    is_small_sample,
+    mcnemar_p,
+    paired_bootstrap,
+    ratio_bootstrap,
+    t_interval,
+    wilson_interval,
+)
 
 
 def clustered_items(rng, n_sentences: int, p: float, spread: float = 0.15):
@@ -90,7 +97,7 @@ def test_paired_bootstrap_p_values_are_uniform_under_the_null():
 def test_mcnemar_exact():
     a = np.array([1, 1, 1, 1, 1, 1, 1, 1, 0, 0], bool)
     b = np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 0], bool)
-    assert mcnemar_p(a, b) == pytest.approx(2 * 0.5 ** 8)
+    assert mcnemar_p(a, b) == pytest.approx(2 * 0.5**8)
     assert mcnemar_p(a, a) == 1.0
 
 

@@ -9,7 +9,8 @@ analyse layers and heads. The three-line notebook API::
 from __future__ import annotations
 
 try:
-    from importlib.metadata import PackageNotFoundError, version as _version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _version
 
     __version__ = _version("bertology-workbench")
 except PackageNotFoundError:  # running from files that were never installed

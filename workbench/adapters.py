@@ -36,7 +36,7 @@ class Adapter(nn.Module):
         return hidden + self.up(nn.functional.gelu(self.down(hidden)))
 
 
-def _apply_adapter(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+def _apply_adapter(module: nn.Module, inputs: object, output: torch.Tensor) -> torch.Tensor:
     """Forward hook of an output block's ``dense``: its output through the block's adapter."""
     return module._bertology_adapter(output)
 
@@ -46,14 +46,15 @@ def _output_blocks(model: nn.Module) -> list[nn.Module]:
     base = getattr(model, "base_model", model)
     layers = getattr(getattr(base, "encoder", None), "layer", None)
     if layers is None:
-        raise ModelError(f"adapters need BERT-style layers (encoder.layer.N.attention.output."
-                          f"dense, .output.dense); {type(base).__name__} has none")
+        raise ModelError(
+            f"adapters need BERT-style layers (encoder.layer.N.attention.output."
+            f"dense, .output.dense); {type(base).__name__} has none"
+        )
     blocks = []
     for layer in layers:
         for block in (getattr(getattr(layer, "attention", None), "output", None), getattr(layer, "output", None)):
             if block is None or not isinstance(getattr(block, "dense", None), nn.Linear):
-                raise ModelError(f"adapters need BERT-style output blocks; "
-                                  f"{type(layer).__name__} has none")
+                raise ModelError(f"adapters need BERT-style output blocks; {type(layer).__name__} has none")
             blocks.append(block)
     return blocks
 
@@ -75,7 +76,6 @@ def attach_adapters(model: nn.Module, size: int) -> int:
 def adapter_count(model: nn.Module) -> int:
     """How many adapters ``model`` holds."""
     return sum(isinstance(m, Adapter) for m in model.modules())
-
 
 
 def restore_adapters(model: nn.Module, weights: dict[str, torch.Tensor]) -> int:

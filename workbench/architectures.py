@@ -28,9 +28,23 @@ from typing import Any
 
 from bertology.errors import ModelError
 
-__all__ = ["Architecture", "ARCHITECTURES", "SUPPORTED_TYPES", "AttentionLayer", "architecture_for",
-           "supported_types", "num_layers", "num_heads", "hidden_size", "attention_layers", "get_module", "mlm_parts",
-           "attention_windows", "key_value_heads", "ensure_prefix_space"]
+__all__ = [
+    "Architecture",
+    "ARCHITECTURES",
+    "SUPPORTED_TYPES",
+    "AttentionLayer",
+    "architecture_for",
+    "supported_types",
+    "num_layers",
+    "num_heads",
+    "hidden_size",
+    "attention_layers",
+    "get_module",
+    "mlm_parts",
+    "attention_windows",
+    "key_value_heads",
+    "ensure_prefix_space",
+]
 
 
 @dataclass(frozen=True)
@@ -132,48 +146,132 @@ class Architecture:
         """Refuse a config this table entry cannot handle (clear message naming the field)."""
         for field, expected in self.requirements:
             if getattr(config, field, expected) != expected:
-                raise ModelError(f"model_type {self.model_type!r}: the workbench needs {field}={expected!r}, "
-                                 f"this config has {getattr(config, field)!r}")
+                raise ModelError(
+                    f"model_type {self.model_type!r}: the workbench needs {field}={expected!r}, "
+                    f"this config has {getattr(config, field)!r}"
+                )
 
 
-_BERT_LAYER = dict(layers="encoder.layer", attention="attention.self", query="attention.self.query",
-                   key="attention.self.key", value="attention.self.value", output="attention.output.dense")
+_BERT_LAYER = dict(
+    layers="encoder.layer",
+    attention="attention.self",
+    query="attention.self.query",
+    key="attention.self.key",
+    value="attention.self.value",
+    output="attention.output.dense",
+)
 _ROBERTA_LIKE = dict(_BERT_LAYER, prefix_space=True, pooler=True, mlm_keys=("lm_head",), position_offset=2)
 
-ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in (
-    Architecture("bert", **_BERT_LAYER, pooler=True, mlm_keys=("cls.predictions",)),
-    Architecture("roberta", **_ROBERTA_LIKE),
-    Architecture("xlm-roberta", **_ROBERTA_LIKE),
-    Architecture("camembert", **_ROBERTA_LIKE),
-    Architecture("electra", **_BERT_LAYER, mlm_keys=("generator_lm_head", "generator_predictions")),
-    Architecture("distilbert", layers="transformer.layer", attention="attention", query="attention.q_lin",
-                 key="attention.k_lin", value="attention.v_lin", output="attention.out_lin",
-                 layers_field="n_layers", heads_field="n_heads", hidden_field="dim", heads_attr="n_heads",
-                 ffn_output="ffn.lin2", mlm_keys=("vocab_projector", "vocab_transform")),
-    Architecture("albert", layers="encoder.albert_layer_groups", attention="albert_layers.0.attention",
-                 query="albert_layers.0.attention.query", key="albert_layers.0.attention.key",
-                 value="albert_layers.0.attention.value", output="albert_layers.0.attention.dense",
-                 ffn_output="albert_layers.0.ffn_output", prefix_space=True, pooler=True, mlm_keys=("predictions.",), groups_field="num_hidden_groups",
-                 requirements=(("inner_group_num", 1),)),
-    Architecture("deberta-v2", layers="encoder.layer", attention="attention.self",
-                 query="attention.self.query_proj", key="attention.self.key_proj",
-                 value="attention.self.value_proj", output="attention.output.dense",
-                 extra_head_projections=("pos_key_proj", "pos_query_proj"), prefix_space=True,
-                 mlm_keys=("cls.predictions", "lm_predictions")),
-    Architecture("mpnet", layers="encoder.layer", attention="attention.attn", query="attention.attn.q",
-                 key="attention.attn.k", value="attention.attn.v", output="attention.attn.o",
-                 head_bias_argument="position_bias", pooler=True, mlm_keys=("lm_head",), position_offset=2),
-    # rotary encoders: no position embeddings (offset 0), gated FFN, head count from the projections
-    Architecture("modernbert", layers="layers", attention="attn", query="", key="", value="", qkv="attn.Wqkv",
-                 output="attn.Wo", ffn_output="mlp.Wo", head_size_attr="head_dim", heads_attr=None, prefix_space=True,
-                 mlm_keys=("head.dense", "decoder.")),
-    Architecture("eurobert", layers="layers", attention="self_attn", query="self_attn.q_proj",
-                 key="self_attn.k_proj", value="self_attn.v_proj", output="self_attn.o_proj", head_size_attr="head_dim",
-                 ffn_output="mlp.down_proj", heads_attr=None, kv_heads_field="num_key_value_heads", prefix_space=True, mlm_keys=("lm_head",)),
-    Architecture("nomic_bert", layers="layers", attention="self_attn", query="self_attn.q_proj",
-                 key="self_attn.k_proj", value="self_attn.v_proj", output="self_attn.o_proj", head_size_attr="head_dim",
-                 ffn_output="mlp.down_proj", heads_attr=None, pooler=True, mlm_keys=("cls.predictions",)),
-)}
+ARCHITECTURES: dict[str, Architecture] = {
+    a.model_type: a
+    for a in (
+        Architecture("bert", **_BERT_LAYER, pooler=True, mlm_keys=("cls.predictions",)),
+        Architecture("roberta", **_ROBERTA_LIKE),
+        Architecture("xlm-roberta", **_ROBERTA_LIKE),
+        Architecture("camembert", **_ROBERTA_LIKE),
+        Architecture("electra", **_BERT_LAYER, mlm_keys=("generator_lm_head", "generator_predictions")),
+        Architecture(
+            "distilbert",
+            layers="transformer.layer",
+            attention="attention",
+            query="attention.q_lin",
+            key="attention.k_lin",
+            value="attention.v_lin",
+            output="attention.out_lin",
+            layers_field="n_layers",
+            heads_field="n_heads",
+            hidden_field="dim",
+            heads_attr="n_heads",
+            ffn_output="ffn.lin2",
+            mlm_keys=("vocab_projector", "vocab_transform"),
+        ),
+        Architecture(
+            "albert",
+            layers="encoder.albert_layer_groups",
+            attention="albert_layers.0.attention",
+            query="albert_layers.0.attention.query",
+            key="albert_layers.0.attention.key",
+            value="albert_layers.0.attention.value",
+            output="albert_layers.0.attention.dense",
+            ffn_output="albert_layers.0.ffn_output",
+            prefix_space=True,
+            pooler=True,
+            mlm_keys=("predictions.",),
+            groups_field="num_hidden_groups",
+            requirements=(("inner_group_num", 1),),
+        ),
+        Architecture(
+            "deberta-v2",
+            layers="encoder.layer",
+            attention="attention.self",
+            query="attention.self.query_proj",
+            key="attention.self.key_proj",
+            value="attention.self.value_proj",
+            output="attention.output.dense",
+            extra_head_projections=("pos_key_proj", "pos_query_proj"),
+            prefix_space=True,
+            mlm_keys=("cls.predictions", "lm_predictions"),
+        ),
+        Architecture(
+            "mpnet",
+            layers="encoder.layer",
+            attention="attention.attn",
+            query="attention.attn.q",
+            key="attention.attn.k",
+            value="attention.attn.v",
+            output="attention.attn.o",
+            head_bias_argument="position_bias",
+            pooler=True,
+            mlm_keys=("lm_head",),
+            position_offset=2,
+        ),
+        # rotary encoders: no position embeddings (offset 0), gated FFN, head count from the projections
+        Architecture(
+            "modernbert",
+            layers="layers",
+            attention="attn",
+            query="",
+            key="",
+            value="",
+            qkv="attn.Wqkv",
+            output="attn.Wo",
+            ffn_output="mlp.Wo",
+            head_size_attr="head_dim",
+            heads_attr=None,
+            prefix_space=True,
+            mlm_keys=("head.dense", "decoder."),
+        ),
+        Architecture(
+            "eurobert",
+            layers="layers",
+            attention="self_attn",
+            query="self_attn.q_proj",
+            key="self_attn.k_proj",
+            value="self_attn.v_proj",
+            output="self_attn.o_proj",
+            head_size_attr="head_dim",
+            ffn_output="mlp.down_proj",
+            heads_attr=None,
+            kv_heads_field="num_key_value_heads",
+            prefix_space=True,
+            mlm_keys=("lm_head",),
+        ),
+        Architecture(
+            "nomic_bert",
+            layers="layers",
+            attention="self_attn",
+            query="self_attn.q_proj",
+            key="self_attn.k_proj",
+            value="self_attn.v_proj",
+            output="self_attn.o_proj",
+            head_size_attr="head_dim",
+            ffn_output="mlp.down_proj",
+            heads_attr=None,
+            pooler=True,
+            mlm_keys=("cls.predictions",),
+        ),
+    )
+}
 
 SUPPORTED_TYPES = frozenset(ARCHITECTURES)
 
@@ -204,8 +302,10 @@ def architecture_for(config_or_model: Any) -> Architecture:
     model_type = config_or_model if config is None else config.model_type
     arch = ARCHITECTURES.get(model_type)
     if arch is None:
-        raise ModelError(f"model_type {model_type!r} is not a BERT-family encoder the workbench supports "
-                         f"(supported: {', '.join(supported_types())})")
+        raise ModelError(
+            f"model_type {model_type!r} is not a BERT-family encoder the workbench supports "
+            f"(supported: {', '.join(supported_types())})"
+        )
     if config is not None:
         arch.check(config)
         _layer_windows(config, arch.num_layers(config))  # local / global layers the workbench can describe
@@ -263,12 +363,15 @@ def _layer_windows(config: Any, n: int) -> list[int | None]:
         raise ModelError(f"model_type {config.model_type!r}: {len(kinds)} layer_types for {n} layers")
     unknown = sorted(set(kinds) - {"full_attention", "sliding_attention"})
     if unknown:
-        raise ModelError(f"model_type {config.model_type!r}: layer type(s) {unknown} are not understood by the "
-                         "workbench (known: full_attention, sliding_attention)")
+        raise ModelError(
+            f"model_type {config.model_type!r}: layer type(s) {unknown} are not understood by the "
+            "workbench (known: full_attention, sliding_attention)"
+        )
     window = getattr(config, "sliding_window", None)
     if "sliding_attention" in kinds and not isinstance(window, int):
-        raise ModelError(f"model_type {config.model_type!r}: sliding_attention layers without an integer "
-                         f"sliding_window ({window!r})")
+        raise ModelError(
+            f"model_type {config.model_type!r}: sliding_attention layers without an integer sliding_window ({window!r})"
+        )
     return [window if kind == "sliding_attention" else None for kind in kinds]
 
 
@@ -327,9 +430,9 @@ class AttentionLayer:
     Layers sharing parameters (ALBERT) give the same modules at several positions."""
 
     position: int
-    module: Any          # the layer module (entry of the layer list)
+    module: Any  # the layer module (entry of the layer list)
     attention: Any
-    query: Any           # None when the architecture fuses query / key / value (then ``qkv``)
+    query: Any  # None when the architecture fuses query / key / value (then ``qkv``)
     key: Any
     value: Any
     output: Any
@@ -351,8 +454,10 @@ def layer_modules(model: Any) -> list[Any]:
         groups = int(getattr(model.config, arch.groups_field))
         modules = [modules[int(i / (n / groups))] for i in range(n)]
     if len(modules) != n:
-        raise ModelError(f"{type(model).__name__} ({arch.model_type}): {len(modules)} layers at {arch.layers!r}, "
-                         f"config {arch.layers_field}={n}")
+        raise ModelError(
+            f"{type(model).__name__} ({arch.model_type}): {len(modules)} layers at {arch.layers!r}, "
+            f"config {arch.layers_field}={n}"
+        )
     return modules
 
 
@@ -363,8 +468,10 @@ def ffn_outputs(model: Any) -> list[Any]:
     for position, layer in enumerate(layer_modules(model)):
         module = get_module(layer, arch.ffn_output)
         if module is None:
-            raise ModelError(f"{type(model).__name__} ({arch.model_type}) layer {position}: no feed-forward output "
-                             f"projection at {arch.ffn_output!r}")
+            raise ModelError(
+                f"{type(model).__name__} ({arch.model_type}) layer {position}: no feed-forward output "
+                f"projection at {arch.ffn_output!r}"
+            )
         out.append(module)
     return out
 
@@ -381,8 +488,18 @@ def attention_layers(model: Any) -> list[AttentionLayer]:
         absent = [f"{role} ({getattr(arch, role)})" for role, m in parts.items() if m is None]
         if absent:
             raise ModelError(f"{type(model).__name__} ({arch.model_type}) layer {position}: no {', '.join(absent)}")
-        out.append(AttentionLayer(position, layer, parts["attention"], parts.get("query"), parts.get("key"),
-                                  parts.get("value"), parts["output"], parts.get("qkv")))
+        out.append(
+            AttentionLayer(
+                position,
+                layer,
+                parts["attention"],
+                parts.get("query"),
+                parts.get("key"),
+                parts.get("value"),
+                parts["output"],
+                parts.get("qkv"),
+            )
+        )
     return out
 
 
@@ -410,6 +527,9 @@ def mlm_parts(model: Any) -> tuple[Any, Any, Any]:
     if model_type == "nomic_bert" and hasattr(model, "cls"):
         return model.nomic_bert, model.cls, None
     if hasattr(model, "distilbert") and hasattr(model, "vocab_projector"):
-        return model.distilbert, lambda h: model.vocab_projector(
-            model.vocab_layer_norm(model.activation(model.vocab_transform(h)))), None
+        return (
+            model.distilbert,
+            lambda h: model.vocab_projector(model.vocab_layer_norm(model.activation(model.vocab_transform(h)))),
+            None,
+        )
     raise ModelError(f"{type(model).__name__}: no MLM head of a known layout")

@@ -18,9 +18,10 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from bertology.errors import WorkbenchError
 
@@ -100,8 +101,13 @@ def _lock_holder(lock_file: Path) -> str:
 
 
 @contextmanager
-def folder_lock(folder: str | os.PathLike, *, wait: bool = True, poll_seconds: float = 0.5,
-                on_wait: Callable[[str], None] | None = None) -> Iterator[Path]:
+def folder_lock(
+    folder: str | os.PathLike,
+    *,
+    wait: bool = True,
+    poll_seconds: float = 0.5,
+    on_wait: Callable[[str], None] | None = None,
+) -> Iterator[Path]:
     """Hold an exclusive lock on ``folder`` (an ``fcntl.flock`` on ``folder/.lock``) for the block.
 
     The operating system releases the lock when the holder exits, however it exits (a crash or
@@ -120,11 +126,11 @@ def folder_lock(folder: str | os.PathLike, *, wait: bool = True, poll_seconds: f
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                message = (f"{folder} is locked by {_lock_holder(lock_file)} (another extraction or run is "
-                           f"writing it)")
+                message = f"{folder} is locked by {_lock_holder(lock_file)} (another extraction or run is writing it)"
                 if not wait:
-                    raise LockHeld(f"{message}; wait for it to finish, or stop it -- its lock is released "
-                                   "when it exits") from None
+                    raise LockHeld(
+                        f"{message}; wait for it to finish, or stop it -- its lock is released when it exits"
+                    ) from None
                 if not told and on_wait is not None:
                     on_wait(f"{message}; waiting for it to finish")
                 told = True

@@ -16,9 +16,10 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -28,6 +29,8 @@ from bertology.errors import CheckpointError
 
 _CKPT = re.compile(r"^checkpoint-(\d+)$")
 STATE_FILE = "trainer_state.json"
+
+
 # Names that atomic_dir / bertology.atomic.atomic_path give their temporary entries: ".<name>.<random>.tmp"
 # (and ".<name>.<random>.old" for a replaced directory on its way out).
 @contextmanager
@@ -106,8 +109,14 @@ def set_rng_state(state: dict[str, torch.Tensor]) -> None:
             torch.cuda.set_rng_state_all(cuda)
 
 
-def save_trainer_state(ckpt_dir: Path, *, optimizer: torch.optim.Optimizer,
-                       scheduler: Any, state: dict[str, Any], rng: dict[str, torch.Tensor]) -> None:
+def save_trainer_state(
+    ckpt_dir: Path,
+    *,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    state: dict[str, Any],
+    rng: dict[str, torch.Tensor],
+) -> None:
     """Write optimizer, scheduler, RNG and JSON trainer state into ``ckpt_dir`` (a temp dir)."""
     torch.save(optimizer.state_dict(), ckpt_dir / "optimizer.pt")
     torch.save(scheduler.state_dict(), ckpt_dir / "scheduler.pt")
@@ -132,8 +141,10 @@ def read_trainer_state(ckpt_dir: Path) -> dict[str, Any]:
     path = Path(ckpt_dir) / STATE_FILE
     state = read_json_file(path, "trainer state")
     if not isinstance(state, dict) or not isinstance(state.get("step"), int) or state["step"] < 0:
-        raise CheckpointError(f"{path}: broken trainer state (expected an object with a non-negative integer "
-                              f"'step', got {str(state)[:80]})")
+        raise CheckpointError(
+            f"{path}: broken trainer state (expected an object with a non-negative integer "
+            f"'step', got {str(state)[:80]})"
+        )
     return state
 
 
@@ -149,11 +160,14 @@ def load_trainer_state(ckpt_dir: Path) -> tuple[dict, dict, dict[str, Any], dict
         try:
             loaded[name] = torch.load(ckpt_dir / name, map_location="cpu", weights_only=True)
         except Exception as exc:  # OSError, UnpicklingError, RuntimeError ("invalid load key"), EOFError...
-            raise CheckpointError(f"{ckpt_dir / name}: corrupt or unreadable trainer state "
-                                  f"({type(exc).__name__}: {str(exc)[:200]}); {hint}") from exc
+            raise CheckpointError(
+                f"{ckpt_dir / name}: corrupt or unreadable trainer state "
+                f"({type(exc).__name__}: {str(exc)[:200]}); {hint}"
+            ) from exc
         if not isinstance(loaded[name], dict):
-            raise CheckpointError(f"{ckpt_dir / name}: expected a state dict, found {type(loaded[name]).__name__}; "
-                                  f"{hint}")
+            raise CheckpointError(
+                f"{ckpt_dir / name}: expected a state dict, found {type(loaded[name]).__name__}; {hint}"
+            )
     try:
         rng = load_file(str(ckpt_dir / "rng.safetensors"))
     except Exception as exc:  # safetensors raises its own error types for truncated headers

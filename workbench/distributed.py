@@ -27,8 +27,9 @@ from __future__ import annotations
 import datetime
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import torch
 

@@ -23,9 +23,10 @@ layer and head, how many query tokens have their attention argmax at relative to
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -173,29 +174,29 @@ class BatchLayout:
     own_columns: torch.Tensor
 
     @classmethod
-    def build(cls, segments: Sequence[Segment], n_tokens: int, pooling: Pooling) -> "BatchLayout":
+    def build(cls, segments: Sequence[Segment], n_tokens: int, pooling: Pooling) -> BatchLayout:
         B, T = len(segments), n_tokens
         W = max(s.n_words for s in segments)
-        wid = np.full((B, T), -2, dtype=np.int64)           # -1 special token, -2 padding
+        wid = np.full((B, T), -2, dtype=np.int64)  # -1 special token, -2 padding
         for b, seg in enumerate(segments):
             wid[b, : seg.n_tokens] = seg.word_ids
         wid_t = torch.from_numpy(wid)
-        to_word = (wid_t[:, None, :] == torch.arange(W)[None, :, None]).float()       # [B, W, T]
+        to_word = (wid_t[:, None, :] == torch.arange(W)[None, :, None]).float()  # [B, W, T]
         special = wid_t == -1
         first_special = special & (special.cumsum(1) == 1)
         to_special = torch.stack([first_special, special & ~first_special], 1).float()  # [B, 2, T]
         n_words = torch.tensor([s.n_words for s in segments])
         segment_of = torch.repeat_interleave(torch.arange(B), n_words)
         word_index = torch.arange(int(n_words.sum())) - torch.repeat_interleave(
-            torch.cumsum(n_words, 0) - n_words, n_words)
+            torch.cumsum(n_words, 0) - n_words, n_words
+        )
         if pooling == "last":
-            position = T - 1 - to_word.flip(-1).argmax(-1)                            # [B, W]
+            position = T - 1 - to_word.flip(-1).argmax(-1)  # [B, W]
         else:
-            position = to_word.argmax(-1)                                               # first piece
+            position = to_word.argmax(-1)  # first piece
         pick = segment_of * T + position[segment_of, word_index]
         own_columns = torch.arange(W)[None, :] < n_words[segment_of][:, None]
-        return cls(to_word, to_special, to_word.sum(-1).clamp(min=1.0), pick, segment_of * W + word_index,
-                   own_columns)
+        return cls(to_word, to_special, to_word.sum(-1).clamp(min=1.0), pick, segment_of * W + word_index, own_columns)
 
 
 @contextmanager
@@ -241,16 +242,18 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
     device = attentions[0].device
     lengths = torch.tensor([s.n_tokens for s in segments], device=device)
     positions = torch.arange(T, device=device)
-    valid = positions[None, :] < lengths[:, None]                                   # [B, T]
+    valid = positions[None, :] < lengths[:, None]  # [B, T]
     wid = torch.full((B, T), -2, dtype=torch.long)
     for b, seg in enumerate(segments):
         wid[b, : seg.n_tokens] = torch.tensor(seg.word_ids)
-    kind = (wid == -1).long().to(device)                                             # [B, T]
+    kind = (wid == -1).long().to(device)  # [B, T]
     # flat index of (sequence, head, kind) for every query, and the queries that count
-    base = ((torch.arange(B, device=device)[:, None, None] * H + torch.arange(H, device=device)[None, :, None]) * 2
-            + kind[:, None, :]) * n_bins                                             # [B, H, T]
+    base = (
+        (torch.arange(B, device=device)[:, None, None] * H + torch.arange(H, device=device)[None, :, None]) * 2
+        + kind[:, None, :]
+    ) * n_bins  # [B, H, T]
     rows = valid[:, None, :].expand(B, H, T)
-    dump = B * H * 2 * n_bins                     # padding queries are counted here, then dropped
+    dump = B * H * 2 * n_bins  # padding queries are counted here, then dropped
     lengths_bht = lengths[:, None, None]
     on_cpu = device.type == "cpu"
     for l, a in enumerate(attentions):
@@ -259,7 +262,7 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
         # fallback; on an accelerator always masked (the same argmax: padding keys come after the
         # real ones, so the first maximal key is unchanged), since the check would wait for the device
         if on_cpu:
-            best = a.argmax(-1)                                                      # [B, H, T]
+            best = a.argmax(-1)  # [B, H, T]
             if bool(((best >= lengths_bht) & rows).any()):
                 best = a.masked_fill(~valid[:, None, None, :], -1.0).argmax(-1)
         else:
@@ -269,9 +272,8 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
         flat = torch.where(rows, base + bins, dump).flatten()
         if on_cpu:
             counts = torch.bincount(flat, minlength=dump + 1)
-        else:   # bincount sizes its output from the input's maximum: a host sync on CUDA
-            counts = torch.zeros(dump + 1, dtype=torch.long, device=device).index_add_(
-                0, flat, torch.ones_like(flat))
+        else:  # bincount sizes its output from the input's maximum: a host sync on CUDA
+            counts = torch.zeros(dump + 1, dtype=torch.long, device=device).index_add_(0, flat, torch.ones_like(flat))
         out[:, l] = counts[:dump].view(B, H, 2, n_bins).to(out.device, out.dtype)
 
 
@@ -317,8 +319,12 @@ def forward_segments(
     """
     ids, mask = padded_inputs(segments, pad_id)
     B, T = ids.shape
-    kwargs = {"input_ids": ids.to(device), "attention_mask": mask.to(device),
-              "output_hidden_states": True, "output_attentions": attentions}
+    kwargs = {
+        "input_ids": ids.to(device),
+        "attention_mask": mask.to(device),
+        "output_hidden_states": True,
+        "output_attentions": attentions,
+    }
     with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
         result = model(**kwargs)
     layout = BatchLayout.build(segments, T, pooling)
@@ -326,19 +332,21 @@ def forward_segments(
     D = result.hidden_states[0].shape[-1]
     L, H = len(result.hidden_states) - 1, num_heads(model.config)
     if out is None:
-        out = (torch.empty(L + 1, n_words, D, dtype=out_dtype),
-               torch.empty(L, H, int(layout.own_columns.sum()), dtype=out_dtype) if attentions else None,
-               torch.empty(L, H, n_words, 2, dtype=out_dtype) if attentions else None)
+        out = (
+            torch.empty(L + 1, n_words, D, dtype=out_dtype),
+            torch.empty(L, H, int(layout.own_columns.sum()), dtype=out_dtype) if attentions else None,
+            torch.empty(L, H, n_words, 2, dtype=out_dtype) if attentions else None,
+        )
     word_hidden, word_att, special = out
-    weights = (layout.to_word / layout.counts[..., None]).to(device)                  # [B, W, T]
+    weights = (layout.to_word / layout.counts[..., None]).to(device)  # [B, W, T]
     rows, pick = layout.flat_words.to(device), layout.pick.to(device)
     for l, h in enumerate(result.hidden_states):
         target = word_hidden[l]
-        if pooling == "mean":   # mean over each word's pieces: one [B, W, T] x [B, T, D] product
+        if pooling == "mean":  # mean over each word's pieces: one [B, W, T] x [B, T, D] product
             picked = torch.bmm(weights, h.float()).view(-1, D).index_select(0, rows)
             target.copy_(picked)
         elif target.dtype == h.dtype and target.is_contiguous() and target.device == h.device:
-            picked = torch.index_select(h.reshape(B * T, D), 0, pick, out=target)   # straight into the shard
+            picked = torch.index_select(h.reshape(B * T, D), 0, pick, out=target)  # straight into the shard
         else:
             picked = h.reshape(B * T, D).index_select(0, pick)
             target.copy_(picked)
@@ -357,7 +365,7 @@ def forward_segments(
     for l, a in enumerate(result.attentions):
         summed = torch.bmm(a.float().reshape(B, H * T, T), columns).view(B, H, T, W + 2)
         by_row = summed.transpose(1, 2).reshape(B, T, H * (W + 2))
-        pooled = torch.bmm(weights, by_row)                                     # [B, W, H * (W+2)]
+        pooled = torch.bmm(weights, by_row)  # [B, W, H * (W+2)]
         # one gather each straight from the [B*W, H, W+2] grid: each word's row of its own
         # segment's columns, and its two special-token columns
         word_att[l] = torch.take(pooled, att_index)
@@ -372,11 +380,11 @@ def _pooled_attention_index(layout: BatchLayout, n_heads: int) -> tuple[torch.Te
     special-token attention ``[H, Σ w, 2]``."""
     W = layout.to_word.shape[1]
     width = W + 2
-    head = torch.arange(n_heads) * width                                                    # [H]
-    word, column = layout.own_columns.nonzero(as_tuple=True)          # row-major: (word, own column)
-    row_start = layout.flat_words * (n_heads * width)                                       # [Σw]
-    att = head[:, None] + (row_start[word] + column)[None, :]                               # [H, Σw²]
-    special = head[:, None, None] + (row_start + W)[None, :, None] + torch.arange(2)        # [H, Σw, 2]
+    head = torch.arange(n_heads) * width  # [H]
+    word, column = layout.own_columns.nonzero(as_tuple=True)  # row-major: (word, own column)
+    row_start = layout.flat_words * (n_heads * width)  # [Σw]
+    att = head[:, None] + (row_start[word] + column)[None, :]  # [H, Σw²]
+    special = head[:, None, None] + (row_start + W)[None, :, None] + torch.arange(2)  # [H, Σw, 2]
     return att, special
 
 
@@ -387,6 +395,8 @@ def _check_finite(stored: torch.Tensor, source: torch.Tensor, segments: Sequence
         return
     which = sorted({s.sentence for s in segments})[:5]
     if bool(torch.isfinite(source).all()):
-        raise StoreError(f"hidden values up to {float(source.abs().max()):.3g} overflow {stored.dtype} storage "
-                         f"(sentences {which}…); use storage='float32'")
+        raise StoreError(
+            f"hidden values up to {float(source.abs().max()):.3g} overflow {stored.dtype} storage "
+            f"(sentences {which}…); use storage='float32'"
+        )
     raise StoreError(f"non-finite values in hidden states for sentences {which}…: the model produced NaN/inf")

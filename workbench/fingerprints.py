@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from bertology import atomic, paths
 
@@ -76,8 +77,7 @@ def folder_digest(folder: str | os.PathLike, *, recursive: bool = True) -> str:
     """Digest of every regular file under ``folder`` (hidden names -- temporary files -- skipped)."""
     folder = Path(folder)
     walk = folder.rglob("*") if recursive else folder.iterdir()
-    files = [p for p in walk if p.is_file()
-             and not any(part.startswith(".") for part in p.relative_to(folder).parts)]
+    files = [p for p in walk if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)]
     return files_digest(files, folder)
 
 
@@ -111,7 +111,8 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
             definition.pop("padding", None)
             record["backend"] = definition
             _TOKENIZER_FINGERPRINTS[seen] = hashlib.sha256(
-                json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+                json.dumps(record, sort_keys=True, default=str).encode()
+            ).hexdigest()
         return _TOKENIZER_FINGERPRINTS[seen]
     # a slow tokenizer: its vocabulary and class settings
     record["vocab"] = sorted(tokenizer.get_vocab().items())
@@ -123,6 +124,7 @@ _TOKENIZER_FINGERPRINTS: dict[str, str] = {}  # digest of (settings, raw definit
 
 
 # --------------------------------------------------------------------------- inputs named by a config
+
 
 def files_input_digest(kind: str, files: Sequence[str | os.PathLike], **info: str) -> dict[str, str]:
     """``{"kind", "path", "sha256", **info}`` of an input made of named files (a vector package's

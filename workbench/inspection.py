@@ -22,8 +22,9 @@ Nothing here writes a file.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -34,8 +35,17 @@ from bertology.errors import CorpusError, ModelError
 from bertology.features import Segment, forward_segments, model_max_tokens, tokenize_sentences
 from bertology.models import LoadedModel
 
-__all__ = ["Inspection", "inspect_sentence", "split_words", "qk_contributions", "attention_scores",
-           "attention_rollout", "masked_input", "masked_predictions", "EXACT_SCORE_TYPES"]
+__all__ = [
+    "Inspection",
+    "inspect_sentence",
+    "split_words",
+    "qk_contributions",
+    "attention_scores",
+    "attention_rollout",
+    "masked_input",
+    "masked_predictions",
+    "EXACT_SCORE_TYPES",
+]
 
 Level = Literal["token", "word"]
 
@@ -72,11 +82,11 @@ class Inspection:
     words: list[str]
     tokens: list[str]
     word_ids: list[int]
-    attentions: np.ndarray          # [L, H, T, T]
-    queries: np.ndarray             # [L, H, T, d]
-    keys: np.ndarray                # [L, H, T, d]
-    word_attention: np.ndarray      # [L, H, W, W]
-    special_attention: np.ndarray   # [L, H, W, 2]
+    attentions: np.ndarray  # [L, H, T, T]
+    queries: np.ndarray  # [L, H, T, d]
+    keys: np.ndarray  # [L, H, T, d]
+    word_attention: np.ndarray  # [L, H, W, W]
+    special_attention: np.ndarray  # [L, H, W, 2]
     special_tokens: tuple[str, str]
     exact_scores: bool
 
@@ -102,8 +112,9 @@ class Inspection:
         if level != "word":
             raise ValueError(f"level must be 'token' or 'word', not {level!r}")
         first, rest = self.special_tokens
-        maps = np.concatenate([self.special_attention[..., :1], self.word_attention,
-                               self.special_attention[..., 1:]], axis=-1)
+        maps = np.concatenate(
+            [self.special_attention[..., :1], self.word_attention, self.special_attention[..., 1:]], axis=-1
+        )
         return list(self.words), [first, *self.words, rest], maps
 
 
@@ -141,6 +152,7 @@ class _ProjectionRecorder:
     def _recorder(self, role: str):
         def hook(module, args, output):
             self.outputs.setdefault((role, self.position), output.detach().float())
+
         return hook
 
     def per_head(self, role: str, n_layers: int, n_heads: int) -> np.ndarray:
@@ -148,7 +160,7 @@ class _ProjectionRecorder:
         missing = [l for l in range(n_layers) if (role, l) not in self.outputs]
         if missing:
             raise ModelError(f"no {role} projection recorded for layers {missing}")
-        stacked = torch.cat([self.outputs[(role, l)] for l in range(n_layers)], 0)      # [L, T, H*d]
+        stacked = torch.cat([self.outputs[(role, l)] for l in range(n_layers)], 0)  # [L, T, H*d]
         L, T, width = stacked.shape
         return stacked.view(L, T, n_heads, width // n_heads).permute(0, 2, 1, 3).contiguous().cpu().numpy()
 
@@ -183,21 +195,35 @@ def inspect_sentence(lm: LoadedModel, words: Sequence[str]) -> Inspection:
     segment = Segment(0, 0, len(words), ids, word_ids, np.ones(len(words), dtype=bool))
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     try:
-        _, word_att, special = forward_segments(encoder, [segment], pooling="first", attentions=True, pad_id=pad_id,
-                                                device=next(encoder.parameters()).device)
+        _, word_att, special = forward_segments(
+            encoder,
+            [segment],
+            pooling="first",
+            attentions=True,
+            pad_id=pad_id,
+            device=next(encoder.parameters()).device,
+        )
     finally:
         grab.remove()
         recorder.remove()
-    attentions = torch.stack([a[0].float() for a in captured["out"].attentions]).cpu().numpy()   # [L, H, T, T]
+    attentions = torch.stack([a[0].float() for a in captured["out"].attentions]).cpu().numpy()  # [L, H, T, T]
     L, H = attentions.shape[:2]
     W = len(words)
     tokens = lm.tokenizer.convert_ids_to_tokens(ids)
     return Inspection(
-        model_name=lm.name, model_type=str(lm.config.model_type), words=list(words), tokens=list(tokens),
-        word_ids=list(word_ids), attentions=attentions,
-        queries=recorder.per_head("query", L, H), keys=recorder.per_head("key", L, H),
-        word_attention=word_att.view(L, H, W, W).numpy(), special_attention=special.numpy(),
-        special_tokens=_special_names(tokens, word_ids), exact_scores=lm.config.model_type in EXACT_SCORE_TYPES)
+        model_name=lm.name,
+        model_type=str(lm.config.model_type),
+        words=list(words),
+        tokens=list(tokens),
+        word_ids=list(word_ids),
+        attentions=attentions,
+        queries=recorder.per_head("query", L, H),
+        keys=recorder.per_head("key", L, H),
+        word_attention=word_att.view(L, H, W, W).numpy(),
+        special_attention=special.numpy(),
+        special_tokens=_special_names(tokens, word_ids),
+        exact_scores=lm.config.model_type in EXACT_SCORE_TYPES,
+    )
 
 
 def qk_contributions(queries: np.ndarray, keys: np.ndarray, query: int) -> np.ndarray:
@@ -224,7 +250,7 @@ def attention_rollout(attentions: np.ndarray, residual: float = 0.5) -> np.ndarr
     ``l`` flows from each input token."""
     attentions = np.asarray(attentions, dtype=np.float64)
     T = attentions.shape[-1]
-    mixed = residual * np.eye(T) + (1.0 - residual) * attentions.mean(axis=1)          # [L, T, T]
+    mixed = residual * np.eye(T) + (1.0 - residual) * attentions.mean(axis=1)  # [L, T, T]
     mixed /= mixed.sum(axis=-1, keepdims=True)
     out = np.empty_like(mixed)
     running = np.eye(T)
@@ -245,7 +271,7 @@ def masked_input(lm: LoadedModel, words: Sequence[str], word: int) -> tuple[list
     ids, word_ids = _token_ids(lm, words)
     pieces = [t for t, w in enumerate(word_ids) if w == word]
     position = pieces[0]
-    masked = ids[:position] + [mask_id] + ids[pieces[-1] + 1:]
+    masked = ids[:position] + [mask_id] + ids[pieces[-1] + 1 :]
     return masked, position
 
 
@@ -259,12 +285,16 @@ def masked_predictions(lm: LoadedModel, words: Sequence[str], word: int, k: int 
         raise ModelError(f"{lm.name}: no MLM head loaded; load it with mlm_head=True (its weights must carry one)")
     ids, position = masked_input(lm, words, word)
     device = next(lm.model.parameters()).device
-    logits = lm.model(input_ids=torch.tensor([ids], device=device)).logits[0, position].float()   # [V]
+    logits = lm.model(input_ids=torch.tensor([ids], device=device)).logits[0, position].float()  # [V]
     special = [i for i in lm.tokenizer.all_special_ids if i < logits.shape[-1]]
     logits[special] = float("-inf")
     probabilities = torch.softmax(logits, dim=-1)
     top = torch.topk(probabilities, min(k, int(torch.isfinite(logits).sum())))
     token_ids = top.indices.tolist()
-    return pd.DataFrame({"rank": np.arange(1, len(token_ids) + 1),
-                         "token": lm.tokenizer.convert_ids_to_tokens(token_ids),
-                         "probability": top.values.cpu().numpy().astype(float)})
+    return pd.DataFrame(
+        {
+            "rank": np.arange(1, len(token_ids) + 1),
+            "token": lm.tokenizer.convert_ids_to_tokens(token_ids),
+            "probability": top.values.cpu().numpy().astype(float),
+        }
+    )

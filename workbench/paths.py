@@ -42,14 +42,15 @@ def shipped_models_dir() -> Path:
     return package_data() / "models"
 
 
-
 def plain_name(value: object, what: str) -> str:
     """``value`` if it is a plain folder name (letters, digits and ``. _ - @ + =``, starting with a
     letter or digit: no ``/``, ``\\``, ``..`` or absolute path), else a :class:`ConfigError` naming
     ``what`` -- so a run id or a study name can never point outside its folder."""
     if not isinstance(value, str) or not _PLAIN_NAME.match(value):
-        raise ConfigError(f"{what} {value!r} is not a plain name: use letters, digits and . _ - @ + = only "
-                          "(no path separators, no leading dot), so nothing is written outside its folder")
+        raise ConfigError(
+            f"{what} {value!r} is not a plain name: use letters, digits and . _ - @ + = only "
+            "(no path separators, no leading dot), so nothing is written outside its folder"
+        )
     return value
 
 

@@ -14,9 +14,9 @@ scores lower per piece without knowing the language better.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -29,8 +29,9 @@ __all__ = ["pseudo_log_likelihood", "pll_summary"]
 PLL_COLUMNS = ["sentence", "text", "n_words", "n_pieces", "nll", "truncated"]
 
 
-def pseudo_log_likelihood(lm: Any, texts: Sequence[str], *, batch_size: int = 64, max_length: int = 128,
-                          progress: bool = False) -> pd.DataFrame:
+def pseudo_log_likelihood(
+    lm: Any, texts: Sequence[str], *, batch_size: int = 64, max_length: int = 128, progress: bool = False
+) -> pd.DataFrame:
     """Score each text by pseudo-log-likelihood.
 
     ``lm``: a ``LoadedModel`` loaded with ``mlm_head=True``; ``texts``: sentences as plain strings
@@ -56,26 +57,35 @@ def pseudo_log_likelihood(lm: Any, texts: Sequence[str], *, batch_size: int = 64
         full = tok(text, add_special_tokens=True)["input_ids"]
         ids = full if len(full) <= max_length else tok(text, truncation=True, max_length=max_length)["input_ids"]
         encoded.append(ids)
-        rows.append({"sentence": index, "text": text, "n_words": len(text.split()), "n_pieces": 0, "nll": 0.0,
-                     "truncated": len(full) > len(ids)})
+        rows.append(
+            {
+                "sentence": index,
+                "text": text,
+                "n_words": len(text.split()),
+                "n_pieces": 0,
+                "nll": 0.0,
+                "truncated": len(full) > len(ids),
+            }
+        )
     jobs = [(s, p) for s, ids in enumerate(encoded) for p, t in enumerate(ids) if t not in special]
     iterator = range(0, len(jobs), batch_size)
     if progress:
         from tqdm.auto import tqdm
+
         iterator = tqdm(iterator, desc="pseudo-log-likelihood", unit="batch")
     was_training = model.training
     model.eval()
     with torch.inference_mode():
         for start in iterator:
-            chunk = jobs[start:start + batch_size]
+            chunk = jobs[start : start + batch_size]
             width = max(len(encoded[s]) for s, _ in chunk)
             ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
             mask = torch.zeros((len(chunk), width), dtype=torch.long)
             targets = torch.empty(len(chunk), dtype=torch.long)
             for row, (s, p) in enumerate(chunk):
                 seq = encoded[s]
-                ids[row, :len(seq)] = torch.tensor(seq)
-                mask[row, :len(seq)] = 1
+                ids[row, : len(seq)] = torch.tensor(seq)
+                mask[row, : len(seq)] = 1
                 targets[row] = seq[p]
                 ids[row, p] = tok.mask_token_id
             where = torch.tensor([p for _, p in chunk])
@@ -90,8 +100,9 @@ def pseudo_log_likelihood(lm: Any, texts: Sequence[str], *, batch_size: int = 64
     return pd.DataFrame(rows, columns=PLL_COLUMNS)
 
 
-def pll_summary(scores: pd.DataFrame, *, confidence: float = 0.95, n_resamples: int = 2000,
-                seed: int = 0) -> dict[str, Any]:
+def pll_summary(
+    scores: pd.DataFrame, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+) -> dict[str, Any]:
     """Nats per piece and per word of :func:`pseudo_log_likelihood` rows, with bootstrap intervals
     over sentences: ``{"nats_per_piece": Interval, "nats_per_word": Interval, "sentences",
     "pieces", "words", "truncated"}``."""
@@ -99,10 +110,17 @@ def pll_summary(scores: pd.DataFrame, *, confidence: float = 0.95, n_resamples: 
     if scored.empty:
         raise ValueError("pll_summary: no scored piece (every text was empty after tokenisation)")
     nll = scored["nll"].to_numpy(float)
-    per_piece: Interval = ratio_bootstrap(nll, scored["n_pieces"].to_numpy(float), confidence=confidence,
-                                          n_resamples=n_resamples, seed=seed)
-    per_word: Interval = ratio_bootstrap(nll, scored["n_words"].to_numpy(float), confidence=confidence,
-                                         n_resamples=n_resamples, seed=seed)
-    return {"nats_per_piece": per_piece, "nats_per_word": per_word, "sentences": int(len(scored)),
-            "pieces": int(scored["n_pieces"].sum()), "words": int(scored["n_words"].sum()),
-            "truncated": int(scored["truncated"].sum())}
+    per_piece: Interval = ratio_bootstrap(
+        nll, scored["n_pieces"].to_numpy(float), confidence=confidence, n_resamples=n_resamples, seed=seed
+    )
+    per_word: Interval = ratio_bootstrap(
+        nll, scored["n_words"].to_numpy(float), confidence=confidence, n_resamples=n_resamples, seed=seed
+    )
+    return {
+        "nats_per_piece": per_piece,
+        "nats_per_word": per_word,
+        "sentences": int(len(scored)),
+        "pieces": int(scored["n_pieces"].sum()),
+        "words": int(scored["n_words"].sum()),
+        "truncated": int(scored["truncated"].sum()),
+    }

@@ -20,8 +20,17 @@ import pandas as pd
 from bertology import atomic
 from bertology.errors import WorkbenchError
 
-TRACKED_PACKAGES = ("torch", "transformers", "tokenizers", "scikit-learn", "numpy", "pandas", "spacy",
-                    "umap-learn", "bertology-workbench")
+TRACKED_PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "scikit-learn",
+    "numpy",
+    "pandas",
+    "spacy",
+    "umap-learn",
+    "bertology-workbench",
+)
 
 
 class ResultError(WorkbenchError):
@@ -53,10 +62,16 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
     folder = Path(cwd) if cwd else Path(__file__).resolve().parent
     if cwd or _is_source_checkout(folder):
         try:
-            head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True,
-                                  timeout=5).stdout.strip()
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
-                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            head = subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=5
+            ).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=folder,
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
             if head:
                 return head + ("+dirty" if dirty else "")
         except Exception:
@@ -93,8 +108,9 @@ def write_table(run_dir: str | Path, name: str, df: pd.DataFrame) -> Path:
     return path
 
 
-def write_results(run_dir: str | Path, tables: dict[str, pd.DataFrame], manifest: dict[str, Any],
-                  extras: dict[str, Any] | None = None) -> Path:
+def write_results(
+    run_dir: str | Path, tables: dict[str, pd.DataFrame], manifest: dict[str, Any], extras: dict[str, Any] | None = None
+) -> Path:
     """Write tables (parquet), extras (JSON) and finally ``manifest.json`` with provenance added."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -122,13 +138,20 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
         raise ResultError(f"{path}: corrupt manifest ({exc})") from exc
     if not isinstance(manifest, dict):
         kind = _JSON_KINDS.get(type(manifest), type(manifest).__name__)
-        raise ResultError(f"{path}: corrupt manifest: holds {kind} ({str(manifest)[:40]!r}), "
-                          "not a JSON object of run fields")
+        raise ResultError(
+            f"{path}: corrupt manifest: holds {kind} ({str(manifest)[:40]!r}), not a JSON object of run fields"
+        )
     return manifest
 
 
-_JSON_KINDS = {type(None): "null", list: "a list", str: "a string", int: "a number", float: "a number",
-               bool: "a boolean"}
+_JSON_KINDS = {
+    type(None): "null",
+    list: "a list",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+}
 
 
 def read_table(run_dir: str | Path, name: str) -> pd.DataFrame:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -31,8 +32,9 @@ from bertology.validation import as_float, as_int, check_values, load_yaml
 INPUTS_FILE = "inputs.json"
 
 
-def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source: str, *,
-                    replaced: Any = ()) -> dict[str, Any]:
+def validate_config(
+    defaults: dict[str, Any], overrides: dict[str, Any], source: str, *, replaced: Any = ()
+) -> dict[str, Any]:
     """Merge overrides into defaults; refuse unknown fields and wrong types, naming the field.
 
     ``replaced``: fields a later layer of the config gives anew (the command line's options over a
@@ -52,7 +54,8 @@ def validate_config(defaults: dict[str, Any], overrides: dict[str, Any], source:
                 ok_types = (list, tuple)
             if isinstance(default, bool) != isinstance(value, bool) or not isinstance(value, ok_types):
                 what = {"float": "a number (e.g. 0.5, 5e-4)", "int": "an integer"}.get(
-                    type(default).__name__, type(default).__name__)
+                    type(default).__name__, type(default).__name__
+                )
                 raise ConfigError(f"{source}: field {key!r} must be {what}, got {value!r}")
         config[key] = value
     skip = set(replaced)
@@ -65,12 +68,19 @@ def _as_default_number(default: Any, value: Any) -> Any:
     for a float, :func:`~bertology.validation.as_int` for an int, item by item for a list of numbers):
     ``"5e-4"`` -> 0.0005, ``1e3`` -> 1000 for an int field. Anything else is returned unchanged (and
     refused by the type check, naming the field)."""
+
     def one(default_item: Any, item: Any) -> Any:
         if isinstance(default_item, bool) or isinstance(item, bool) or isinstance(item, int):
             return item  # an int stays an int (a float field takes it as it is)
-        number = as_float(item) if isinstance(default_item, float) else \
-            as_int(item) if isinstance(default_item, int) else None
+        number = (
+            as_float(item)
+            if isinstance(default_item, float)
+            else as_int(item)
+            if isinstance(default_item, int)
+            else None
+        )
         return item if number is None else number
+
     if isinstance(default, (list, tuple)) and default and isinstance(value, (list, tuple)):
         return [one(default[0], item) for item in value]
     return one(default, value)
@@ -110,7 +120,7 @@ class StudyContext:
             df = results.read_table(self.run_dir, name)
             self.log(f"  {name}: reused from {path}")
         else:
-            self.log(f"  {name} ...")            # a line before a step that may take minutes
+            self.log(f"  {name} ...")  # a line before a step that may take minutes
             started = time.perf_counter()
             df = compute()
             results.write_table(self.run_dir, name, df)
@@ -161,9 +171,11 @@ def reads_inputs(fingerprint: InputsFn) -> Callable[[Callable], Callable]:
     :func:`bertology.fingerprints.files_input_digest` makes them) is called before the run starts;
     its digests join the run id and the manifest's ``inputs`` (:func:`analysis_inputs`).
     """
+
     def mark(analysis: Callable) -> Callable:
         analysis.fingerprint_inputs = fingerprint
         return analysis
+
     return mark
 
 
@@ -184,8 +196,10 @@ def analysis_inputs(analysis: Callable, config: dict[str, Any], source: str | No
 def _content_only(inputs: dict[str, Any]) -> dict[str, Any]:
     """Input digests without their paths: moving a model, corpus or dictionary does not change a run
     (everything else a digest holds -- kind, sha256, a package's name and version -- does)."""
+
     def strip(d):
         return None if d is None else {k: v for k, v in d.items() if k != "path"}
+
     return {k: [strip(d) for d in v] if isinstance(v, list) else strip(v) for k, v in inputs.items()}
 
 
@@ -229,9 +243,19 @@ def _clear_run_dir(run_dir: Path) -> int:
     return n
 
 
-def run_analysis(name: str, description: str, run: Callable[[StudyContext], None], config: dict[str, Any], *,
-                 seed: int, run_dir: Path, config_file: str | None = None, force: bool = False,
-                 log: Callable[[str], None] = print, inputs: dict[str, Any] | None = None) -> Path:
+def run_analysis(
+    name: str,
+    description: str,
+    run: Callable[[StudyContext], None],
+    config: dict[str, Any],
+    *,
+    seed: int,
+    run_dir: Path,
+    config_file: str | None = None,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+    inputs: dict[str, Any] | None = None,
+) -> Path:
     """Run (or resume) one analysis into ``run_dir`` and write its manifest; return ``run_dir``.
 
     The one place a run's manifest is made: studies and the CLI both come through here, so every
@@ -249,12 +273,26 @@ def run_analysis(name: str, description: str, run: Callable[[StudyContext], None
     fresh = not run_dir.exists()
     failed_before_any_step = False
     try:
-        return _run_locked(name, description, run, config, seed=seed, run_dir=run_dir, config_file=config_file,
-                           force=force, log=log, inputs=inputs, record=record)
+        return _run_locked(
+            name,
+            description,
+            run,
+            config,
+            seed=seed,
+            run_dir=run_dir,
+            config_file=config_file,
+            force=force,
+            log=log,
+            inputs=inputs,
+            record=record,
+        )
     except BaseException:
         # a failed start (an unknown model, a corpus too small...) leaves no run folder behind
-        failed_before_any_step = fresh and run_dir.is_dir() and not any(
-            p.name not in (atomic.LOCK_NAME, INPUTS_FILE) for p in run_dir.iterdir())
+        failed_before_any_step = (
+            fresh
+            and run_dir.is_dir()
+            and not any(p.name not in (atomic.LOCK_NAME, INPUTS_FILE) for p in run_dir.iterdir())
+        )
         raise
     finally:
         if failed_before_any_step:
@@ -265,9 +303,20 @@ def run_analysis(name: str, description: str, run: Callable[[StudyContext], None
                 run_dir.parent.rmdir()
 
 
-def _run_locked(name: str, description: str, run: Callable[[StudyContext], None], config: dict[str, Any], *,
-                seed: int, run_dir: Path, config_file: str | None, force: bool, log: Callable[[str], None],
-                inputs: dict[str, Any] | None, record: dict[str, Any]) -> Path:
+def _run_locked(
+    name: str,
+    description: str,
+    run: Callable[[StudyContext], None],
+    config: dict[str, Any],
+    *,
+    seed: int,
+    run_dir: Path,
+    config_file: str | None,
+    force: bool,
+    log: Callable[[str], None],
+    inputs: dict[str, Any] | None,
+    record: dict[str, Any],
+) -> Path:
     """:func:`run_analysis` under the run folder's lock."""
     with atomic.folder_lock(run_dir, on_wait=log):
         atomic.remove_stale_temporaries(run_dir)
@@ -279,12 +328,16 @@ def _run_locked(name: str, description: str, run: Callable[[StudyContext], None]
         if force and saved:
             log(f"{name}: --force: discarding {_clear_run_dir(run_dir)} saved files in {run_dir}, recomputing")
         elif saved and previous is None:
-            log(f"{name}: {run_dir} has no record of the inputs its steps were computed from; "
-                f"discarding {_clear_run_dir(run_dir)} saved files and recomputing")
+            log(
+                f"{name}: {run_dir} has no record of the inputs its steps were computed from; "
+                f"discarding {_clear_run_dir(run_dir)} saved files and recomputing"
+            )
         elif saved and previous != record:
             changed = _what_changed(previous, record)
-            log(f"{name}: inputs changed since the steps in {run_dir} were computed ({changed}); "
-                f"discarding {_clear_run_dir(run_dir)} saved files and recomputing")
+            log(
+                f"{name}: inputs changed since the steps in {run_dir} were computed ({changed}); "
+                f"discarding {_clear_run_dir(run_dir)} saved files and recomputing"
+            )
         elif (run_dir / "manifest.json").is_file():
             log(f"{name}: complete run found at {run_dir} (use --force to recompute)")
             return run_dir
@@ -320,8 +373,15 @@ def list_runs(results_root: str | Path | None = None) -> pd.DataFrame:
     for d in sorted(root.glob("*/*")):
         if d.is_dir():
             status = run_status(d)
-            rows.append({"study": d.parent.name, "run_id": d.name, "path": str(d), "complete": status == "complete",
-                         "status": status})
+            rows.append(
+                {
+                    "study": d.parent.name,
+                    "run_id": d.name,
+                    "path": str(d),
+                    "complete": status == "complete",
+                    "status": status,
+                }
+            )
     return pd.DataFrame(rows, columns=["study", "run_id", "path", "complete", "status"])
 
 
@@ -359,8 +419,13 @@ def remove_unfinished_runs(results_root: str | Path | None = None) -> list[Path]
     return removed
 
 
-def model_corpus_store(ctx: StudyContext, *, attentions: bool = False, limit_key: str = "limit",
-                       check_corpus: Callable[[Any], None] | None = None):
+def model_corpus_store(
+    ctx: StudyContext,
+    *,
+    attentions: bool = False,
+    limit_key: str = "limit",
+    check_corpus: Callable[[Any], None] | None = None,
+):
     """``(LoadedModel, Corpus, FeatureStore)`` for ``ctx.config['model' | 'corpus' | limit_key]``
     (and ``'pooling'``; the model on ``'device'``, cpu when absent, and the store extracted there),
     recorded in the run's provenance. The store is cached on disk.
@@ -378,11 +443,21 @@ def model_corpus_store(ctx: StudyContext, *, attentions: bool = False, limit_key
         check_corpus(corpus)
     store = extract(lm, corpus, attentions=attentions, pooling=cfg.get("pooling", "first"), verify=ctx.force)
     ctx.record(
-        model={"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint,
-               "tokenizer_fingerprint": store.manifest["model"].get("tokenizer_fingerprint")},
-        corpus={"name": corpus.name, "path": corpus.path, "fingerprint": corpus.fingerprint, "sentences": len(corpus),
-                "words": corpus.n_words, "sources": corpus.sources, "licence": corpus.licence},
+        model={
+            "name": lm.name,
+            "path": str(lm.path) if lm.path else None,
+            "fingerprint": lm.fingerprint,
+            "tokenizer_fingerprint": store.manifest["model"].get("tokenizer_fingerprint"),
+        },
+        corpus={
+            "name": corpus.name,
+            "path": corpus.path,
+            "fingerprint": corpus.fingerprint,
+            "sentences": len(corpus),
+            "words": corpus.n_words,
+            "sources": corpus.sources,
+            "licence": corpus.licence,
+        },
         store=str(store.path),
     )
     return lm, corpus, store
-

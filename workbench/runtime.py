@@ -172,7 +172,7 @@ def measure_speedup(dtype: torch.dtype, device: torch.device | str = "cpu", *, r
         torch.set_num_threads(1)
     try:
         F.linear(x, w)
-        F.linear(x.to(dtype), w_low)                           # first calls: kernel selection
+        F.linear(x.to(dtype), w_low)  # first calls: kernel selection
         # interleaved, so that anything else going on hits both sides alike
         t32 = t_low = float("inf")
         for _ in range(repeat):
@@ -180,7 +180,7 @@ def measure_speedup(dtype: torch.dtype, device: torch.device | str = "cpu", *, r
             t_low = min(t_low, once(lambda: F.linear(x.to(dtype), w_low)))
             if t_low > 4 * t32:
                 break
-    except RuntimeError:                                       # no kernel for dtype on this device
+    except RuntimeError:  # no kernel for dtype on this device
         return 0.0
     finally:
         torch.set_num_threads(threads)
@@ -211,7 +211,7 @@ def low_precision_speedup(dtype: torch.dtype | str, device: torch.device | str =
         try:
             atomic.write_json(cache_file, cached)
         except OSError:
-            pass                                               # read-only home: measure per process
+            pass  # read-only home: measure per process
     _speedups[key] = float(value)
     return float(value)
 
@@ -224,8 +224,13 @@ def cuda_bf16_supported(device: torch.device | str) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 8
 
 
-def resolve_precision(requested: str | None, device: torch.device | str = "cpu", *,
-                      what: str = "computation", default: str | None = "float32") -> torch.dtype | None:
+def resolve_precision(
+    requested: str | None,
+    device: torch.device | str = "cpu",
+    *,
+    what: str = "computation",
+    default: str | None = "float32",
+) -> torch.dtype | None:
     """The low-precision dtype to compute in, or None for float32.
 
     ``requested``: ``"auto"`` (bfloat16 where :func:`low_precision_speedup` measured it at least
@@ -250,8 +255,12 @@ def resolve_precision(requested: str | None, device: torch.device | str = "cpu",
         if requested == "auto":
             return torch.bfloat16 if supported else None
         if requested == "bfloat16" and not supported:
-            warnings.warn(f"bfloat16 {what} on {_device_name(device)}: no bfloat16 tensor cores on this GPU "
-                          f"(compute capability below 8.0); 'auto' picks float32 here", PrecisionWarning, stacklevel=3)
+            warnings.warn(
+                f"bfloat16 {what} on {_device_name(device)}: no bfloat16 tensor cores on this GPU "
+                f"(compute capability below 8.0); 'auto' picks float32 here",
+                PrecisionWarning,
+                stacklevel=3,
+            )
         return _LOW[requested]
     if requested == "auto":
         return torch.bfloat16 if low_precision_speedup(torch.bfloat16, device) >= AUTO_MIN_SPEEDUP else None
@@ -259,7 +268,10 @@ def resolve_precision(requested: str | None, device: torch.device | str = "cpu",
     if speedup < 1.0:
         where = cpu_info().describe() if device.type == "cpu" else _device_name(device)
         slower = f"{1 / speedup:.1f}x slower" if speedup > 0 else "not supported"
-        warnings.warn(f"{requested} {what} on {where}: measured {slower} than float32 on this machine; "
-                      f"'auto' picks the faster of the two",
-                      PrecisionWarning, stacklevel=3)
+        warnings.warn(
+            f"{requested} {what} on {where}: measured {slower} than float32 on this machine; "
+            f"'auto' picks the faster of the two",
+            PrecisionWarning,
+            stacklevel=3,
+        )
     return _LOW[requested]

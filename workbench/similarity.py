@@ -25,8 +25,9 @@ def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
     either side is constant over the items. ``ConfigError`` for mismatched or too few rows."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
-        raise ConfigError(f"linear_cka: expected [n, d1] and [n, d2] arrays over the same items, got "
-                          f"{x.shape} and {y.shape}")
+        raise ConfigError(
+            f"linear_cka: expected [n, d1] and [n, d2] arrays over the same items, got {x.shape} and {y.shape}"
+        )
     if x.shape[0] < 2:
         raise ConfigError(f"linear_cka: needs at least 2 items, got {x.shape[0]}")
     x = x - x.mean(axis=0)

@@ -19,19 +19,46 @@ from typing import Any
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
-__all__ = ["make_tiny_bert", "tiny_config", "tiny_bert", "pair_batches", "trained_pair_model",
-           "VOCAB", "MASK_ID", "PAD_ID", "tiny_tokenizer", "tiny_model", "save_tiny_model_dir", "TINY_WORDS",
-           "plant_offset_head", "write_planted_token_task"]
+__all__ = [
+    "make_tiny_bert",
+    "tiny_config",
+    "tiny_bert",
+    "pair_batches",
+    "trained_pair_model",
+    "VOCAB",
+    "MASK_ID",
+    "PAD_ID",
+    "tiny_tokenizer",
+    "tiny_model",
+    "save_tiny_model_dir",
+    "TINY_WORDS",
+    "plant_offset_head",
+    "write_planted_token_task",
+]
 
 VOCAB, MASK_ID, PAD_ID = 40, 3, 0
 
 
-def make_tiny_bert(tokenizer: Any, *, layers: int = 2, heads: int = 4, hidden: int = 32, seed: int = 0,
-                   max_positions: int = 64, mlm: bool = False) -> BertModel | BertForMaskedLM:
+def make_tiny_bert(
+    tokenizer: Any,
+    *,
+    layers: int = 2,
+    heads: int = 4,
+    hidden: int = 32,
+    seed: int = 0,
+    max_positions: int = 64,
+    mlm: bool = False,
+) -> BertModel | BertForMaskedLM:
     """A random BERT (eager attention, eval mode) with ``tokenizer``'s vocabulary size."""
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=2 * hidden,
-                        max_position_embeddings=max_positions, attn_implementation="eager")
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=max_positions,
+        attn_implementation="eager",
+    )
     torch.manual_seed(seed)
     model = (BertForMaskedLM if mlm else BertModel)(config)
     return model.eval()
@@ -39,9 +66,17 @@ def make_tiny_bert(tokenizer: Any, *, layers: int = 2, heads: int = 4, hidden: i
 
 def tiny_config(layers: int = 2, heads: int = 4, hidden: int = 32) -> BertConfig:
     """Config of the toy-world BERT: vocabulary ``VOCAB``, no dropout, eager attention."""
-    return BertConfig(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                      intermediate_size=2 * hidden, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                      attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    return BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="eager",
+    )
 
 
 def tiny_bert(seed: int = 0, mlm: bool = False, **kw: Any) -> BertModel | BertForMaskedLM:
@@ -87,7 +122,8 @@ def trained_pair_model(steps: int = 150, seed: int = 0, **kw: Any) -> BertForMas
 
 # --------------------------------------------------------------------------- every architecture
 
-TINY_WORDS = tuple("""
+TINY_WORDS = tuple(
+    """
 the of and to a in that is was he for it with as his on be at by i this had not are but from or have
 an they which one you were her all she there would their we him been has when who will more no if out
 so said what up its about into than them can only other new some could time these two may then do
@@ -96,7 +132,8 @@ back years where much your way well down should because each just those people h
 good very make world still own see men work long get here between both life being under never day
 same another know while last might us great old year off come since against go came right used take
 three house city sat cat dog dogs bark jury said county election court report
-""".split())
+""".split()
+)
 
 _BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _ROBERTA_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -128,8 +165,11 @@ def _tokenizer_spec(model_type: str) -> tuple[str, str, tuple[str, ...]]:
     arch = architecture_for(model_type)
     if model_type in _TOKENIZERS:
         return _TOKENIZERS[model_type]
-    return ("RobertaTokenizer", "bpe", _ROBERTA_SPECIALS) if arch.prefix_space else \
-        ("BertTokenizer", "wordpiece", _BERT_SPECIALS)
+    return (
+        ("RobertaTokenizer", "bpe", _ROBERTA_SPECIALS)
+        if arch.prefix_space
+        else ("BertTokenizer", "wordpiece", _BERT_SPECIALS)
+    )
 
 
 def tiny_tokenizer(model_type: str = "bert") -> Any:
@@ -175,7 +215,7 @@ def _byte_level_vocab(specials: tuple[str, ...]) -> tuple[dict[str, int], list[t
     merges: list[tuple[str, str]] = []
     for word in TINY_WORDS:
         for current in ("\u0120", word[0]):  # Ġ: the byte-level space
-            for ch in (word if current == "\u0120" else word[1:]):
+            for ch in word if current == "\u0120" else word[1:]:
                 merges.append((current, ch))
                 current += ch
                 tokens.append(current)
@@ -196,49 +236,84 @@ def _generic_byte_level(kind: str, specials: tuple[str, ...]) -> Any:
         pad, unk, cls, sep, mask = specials
         names = {"cls_token": cls, "sep_token": sep, "pad_token": pad, "unk_token": unk, "mask_token": mask}
     else:
-        split = Regex(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                      r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(split, behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        split = Regex(
+            r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+            r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+        )
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(split, behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
         cls, sep, mask, pad = specials
         names = {"bos_token": cls, "eos_token": sep, "pad_token": pad, "mask_token": mask}
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B {sep}",
-        special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
+        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B {sep}", special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])]
+    )
     return TokenizersBackend(tokenizer_object=tok, **names)
 
 
-def _tiny_config(model_type: str, *, vocab_size: int, layers: int, heads: int, hidden: int,
-                 special_ids: dict[str, int]) -> Any:
+def _tiny_config(
+    model_type: str, *, vocab_size: int, layers: int, heads: int, hidden: int, special_ids: dict[str, int]
+) -> Any:
     from transformers import AutoConfig
 
     from bertology.architectures import architecture_for
 
     arch = architecture_for(model_type)
-    kwargs: dict[str, Any] = {"vocab_size": vocab_size, arch.layers_field: layers, arch.heads_field: heads,
-                              arch.hidden_field: hidden, "max_position_embeddings": 512 + arch.position_offset,
-                              "attn_implementation": "eager", **special_ids}
-    kwargs.update({"distilbert": {"hidden_dim": 2 * hidden},
-                   "electra": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
-                   "albert": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
-                   # DeBERTa-v3 style: relative positions (shared key projections), no absolute ones
-                   # alternate global / local layers with a window of 2 tokens each side (tests see it)
-                   "modernbert": {"intermediate_size": 2 * hidden, "global_attn_every_n_layers": 2,
-                                  "local_attention": 4, "max_position_embeddings": 512},
-                   "deberta-v2": {"intermediate_size": 2 * hidden, "relative_attention": True,
-                                  "pos_att_type": ["p2c", "c2p"], "position_buckets": 16,
-                                  "max_relative_positions": -1, "position_biased_input": False,
-                                  "share_att_key": True, "norm_rel_ebd": "layer_norm", "type_vocab_size": 0},
-                   }.get(model_type, {"intermediate_size": 2 * hidden}))
+    kwargs: dict[str, Any] = {
+        "vocab_size": vocab_size,
+        arch.layers_field: layers,
+        arch.heads_field: heads,
+        arch.hidden_field: hidden,
+        "max_position_embeddings": 512 + arch.position_offset,
+        "attn_implementation": "eager",
+        **special_ids,
+    }
+    kwargs.update(
+        {
+            "distilbert": {"hidden_dim": 2 * hidden},
+            "electra": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
+            "albert": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
+            # DeBERTa-v3 style: relative positions (shared key projections), no absolute ones
+            # alternate global / local layers with a window of 2 tokens each side (tests see it)
+            "modernbert": {
+                "intermediate_size": 2 * hidden,
+                "global_attn_every_n_layers": 2,
+                "local_attention": 4,
+                "max_position_embeddings": 512,
+            },
+            "deberta-v2": {
+                "intermediate_size": 2 * hidden,
+                "relative_attention": True,
+                "pos_att_type": ["p2c", "c2p"],
+                "position_buckets": 16,
+                "max_relative_positions": -1,
+                "position_biased_input": False,
+                "share_att_key": True,
+                "norm_rel_ebd": "layer_norm",
+                "type_vocab_size": 0,
+            },
+        }.get(model_type, {"intermediate_size": 2 * hidden})
+    )
     config = AutoConfig.for_model(model_type, **kwargs)
     architecture_for(config)
     return config
 
 
-def tiny_model(model_type: str = "bert", *, mlm: bool = False, seed: int = 0, vocab_size: int | None = None,
-               layers: int = 2, heads: int = 4, hidden: int = 32, **config: Any) -> Any:
+def tiny_model(
+    model_type: str = "bert",
+    *,
+    mlm: bool = False,
+    seed: int = 0,
+    vocab_size: int | None = None,
+    layers: int = 2,
+    heads: int = 4,
+    hidden: int = 32,
+    **config: Any,
+) -> Any:
     """A tiny random model of a :mod:`bertology.architectures` type (eager attention, eval mode):
     the base encoder, or ``*ForMaskedLM`` with ``mlm=True``. ``vocab_size`` defaults to
     :func:`tiny_tokenizer`'s, whose special-token ids (padding, begin / end) the config takes;
@@ -246,13 +321,21 @@ def tiny_model(model_type: str = "bert", *, mlm: bool = False, seed: int = 0, vo
     from transformers import AutoModel, AutoModelForMaskedLM
 
     tok = tiny_tokenizer(model_type)
-    ids = {f"{name}_token_id": getattr(tok, f"{name}_token_id") for name in ("pad", "bos", "eos")
-           if getattr(tok, f"{name}_token_id", None) is not None}
+    ids = {
+        f"{name}_token_id": getattr(tok, f"{name}_token_id")
+        for name in ("pad", "bos", "eos")
+        if getattr(tok, f"{name}_token_id", None) is not None
+    }
     if model_type == "modernbert":  # its configs name [CLS] / [SEP] as begin / end too
-        ids.update(bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id, cls_token_id=tok.cls_token_id,
-                   sep_token_id=tok.sep_token_id)
-    cfg = _tiny_config(model_type, vocab_size=vocab_size or len(tok), layers=layers, heads=heads, hidden=hidden,
-                       special_ids=ids)
+        ids.update(
+            bos_token_id=tok.cls_token_id,
+            eos_token_id=tok.sep_token_id,
+            cls_token_id=tok.cls_token_id,
+            sep_token_id=tok.sep_token_id,
+        )
+    cfg = _tiny_config(
+        model_type, vocab_size=vocab_size or len(tok), layers=layers, heads=heads, hidden=hidden, special_ids=ids
+    )
     for key, value in config.items():
         setattr(cfg, key, value)
     with torch.random.fork_rng(devices=[]):
@@ -261,8 +344,9 @@ def tiny_model(model_type: str = "bert", *, mlm: bool = False, seed: int = 0, vo
     return model.eval()
 
 
-def save_tiny_model_dir(model_type: str, path: str | os.PathLike, *, mlm: bool = False, seed: int = 0,
-                        **kw: Any) -> Path:
+def save_tiny_model_dir(
+    model_type: str, path: str | os.PathLike, *, mlm: bool = False, seed: int = 0, **kw: Any
+) -> Path:
     """Save :func:`tiny_model` (safetensors) and :func:`tiny_tokenizer` as a local model directory
     that :func:`bertology.models.load_model` loads; returns the directory. ``kw``: as for tiny_model."""
     from transformers.utils import logging as hf_logging
@@ -280,6 +364,7 @@ def save_tiny_model_dir(model_type: str, path: str | os.PathLike, *, mlm: bool =
 
 
 # --------------------------------------------------------------------------- planted heads
+
 
 def plant_offset_head(model: Any, layer: int, head: int, offset: int = -1) -> Any:
     """Force head ``head`` of layer ``layer`` of a BERT-style encoder to put all its attention on the
@@ -304,19 +389,22 @@ def plant_offset_head(model: Any, layer: int, head: int, offset: int = -1) -> An
         elif mask.dtype == torch.bool:
             valid = mask.expand(B, 1, T, T)[:, 0, -1] if mask.dim() == 4 else mask.bool()
         else:
-            valid = (mask.expand(B, 1, T, T)[:, 0, -1] > torch.finfo(mask.dtype).min / 2) if mask.dim() == 4 \
-                else mask > 0
+            valid = (
+                (mask.expand(B, 1, T, T)[:, 0, -1] > torch.finfo(mask.dtype).min / 2) if mask.dim() == 4 else mask > 0
+            )
         positions = torch.arange(T, device=weights.device)
         target = (positions + offset).expand(B, T)
         inside = (target >= 0) & (target < T)
         inside &= torch.gather(valid, 1, target.clamp(0, T - 1))
         target = torch.where(inside, target, positions.expand(B, T))
-        forced = torch.nn.functional.one_hot(target, T).to(weights.dtype)            # [B, T, T]
-        value = mod.value(hidden).view(B, T, -1, size)[:, :, head]                   # [B, T, d]
+        forced = torch.nn.functional.one_hot(target, T).to(weights.dtype)  # [B, T, T]
+        value = mod.value(hidden).view(B, T, -1, size)[:, :, head]  # [B, T, d]
         weights = weights.clone()
         weights[:, head] = forced
         attn_output = attn_output.clone()
-        attn_output[..., head * size:(head + 1) * size] = torch.bmm(forced, value.to(forced.dtype)).to(attn_output.dtype)
+        attn_output[..., head * size : (head + 1) * size] = torch.bmm(forced, value.to(forced.dtype)).to(
+            attn_output.dtype
+        )
         return (attn_output, weights, *output[2:])
 
     return module.register_forward_hook(hook, with_kwargs=True, prepend=True)
@@ -324,8 +412,10 @@ def plant_offset_head(model: Any, layer: int, head: int, offset: int = -1) -> An
 
 # --------------------------------------------------------------------------- a planted fine-tuning task
 
-def write_planted_token_task(path: str | os.PathLike, *, n_sentences: int = 120, n_documents: int = 24,
-                             seed: int = 0) -> Path:
+
+def write_planted_token_task(
+    path: str | os.PathLike, *, n_sentences: int = 120, n_documents: int = 24, seed: int = 0
+) -> Path:
     """Write a planted token-classification task as JSONL (docs/finetuning.md's format) and return its
     path: ``n_sentences`` six-word sentences of :data:`TINY_WORDS`, spread over ``n_documents``
     documents; a word's label is the set it comes from (``A``: the first 20 words, ``B``: the next
@@ -338,8 +428,9 @@ def write_planted_token_task(path: str | os.PathLike, *, n_sentences: int = 120,
     lines = []
     for i in range(n_sentences):
         words = [rng.choice(set_a + set_b) for _ in range(6)]
-        lines.append({"words": words, "labels": ["A" if w in set_a else "B" for w in words],
-                      "document": f"doc{i % n_documents}"})
+        lines.append(
+            {"words": words, "labels": ["A" if w in set_a else "B" for w in words], "document": f"doc{i % n_documents}"}
+        )
     path = Path(path)
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path

@@ -120,10 +120,12 @@ def combine_seed_and_sentence(t: Interval, below: float, above: float, shared: b
     the t interval already holds the test sampling error and the bootstrap is a floor (each side
     the wider). Returns ``(low, high, method name)``."""
     if shared:
-        return (t.estimate - math.hypot(below, t.half_width), t.estimate + math.hypot(above, t.half_width),
-                SHARED_TEST_INTERVAL)
+        return (
+            t.estimate - math.hypot(below, t.half_width),
+            t.estimate + math.hypot(above, t.half_width),
+            SHARED_TEST_INTERVAL,
+        )
     return min(t.low, t.estimate - below), max(t.high, t.estimate + above), PER_SEED_TEST_INTERVAL
-
 
 
 def group_sums(values, groups) -> tuple[np.ndarray, np.ndarray]:
@@ -146,13 +148,21 @@ def _as_items(numerator, denominator, groups) -> tuple[np.ndarray, np.ndarray, n
     den = np.ones_like(num) if denominator is None else np.asarray(denominator, dtype=float)
     grp = np.arange(num.size) if groups is None else np.asarray(groups)
     if not (num.shape == den.shape == grp.shape) or num.ndim != 1:
-        raise ValueError(f"numerator {num.shape}, denominator {den.shape} and groups {grp.shape} "
-                         "must be 1-D arrays of one length")
+        raise ValueError(
+            f"numerator {num.shape}, denominator {den.shape} and groups {grp.shape} must be 1-D arrays of one length"
+        )
     return num, den, grp
 
 
-def ratio_bootstrap(numerator, denominator=None, groups=None, *, confidence: float = 0.95,
-                    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Interval:
+def ratio_bootstrap(
+    numerator,
+    denominator=None,
+    groups=None,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> Interval:
     """``sum(numerator) / sum(denominator)`` over items with a percentile bootstrap interval that
     resamples whole ``groups`` (sentence ids; default: every item its own group).
 
@@ -174,9 +184,17 @@ def ratio_bootstrap(numerator, denominator=None, groups=None, *, confidence: flo
     return Interval(estimate, float(low), float(high), int(num.size), "bootstrap", confidence)
 
 
-def paired_bootstrap(numerator_a, numerator_b, denominator_a=None, denominator_b=None, groups=None, *,
-                     confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
-                     seed: int = 0) -> PairedComparison:
+def paired_bootstrap(
+    numerator_a,
+    numerator_b,
+    denominator_a=None,
+    denominator_b=None,
+    groups=None,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> PairedComparison:
     """Statistic(a) - statistic(b) on the same items (each a ratio of sums as in
     :func:`ratio_bootstrap`), both resampled with the same sentences. The p-value is two-sided:
     twice the smaller share of resampled differences on either side of zero (floored at
@@ -188,8 +206,9 @@ def paired_bootstrap(numerator_a, numerator_b, denominator_a=None, denominator_b
     sums = [group_sums(v, grp)[1] for v in (num_a, den_a, num_b, den_b)]
     n_groups = sums[0].size
     if n_groups < 2:
-        return PairedComparison(diff, math.nan, math.nan, math.nan, n_groups, int(num_a.size), "paired bootstrap",
-                                confidence)
+        return PairedComparison(
+            diff, math.nan, math.nan, math.nan, n_groups, int(num_a.size), "paired bootstrap", confidence
+        )
     w = _resample_weights(n_groups, n_resamples, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         samples = (w @ sums[0]) / (w @ sums[1]) - (w @ sums[2]) / (w @ sums[3])
@@ -200,27 +219,56 @@ def paired_bootstrap(numerator_a, numerator_b, denominator_a=None, denominator_b
     else:
         p = min(1.0, 2 * min(np.mean(samples <= 0), np.mean(samples >= 0)))
         p = max(p, 1.0 / samples.size)
-    return PairedComparison(diff, float(low), float(high), float(p), n_groups, int(num_a.size),
-                            "paired bootstrap", confidence)
+    return PairedComparison(
+        diff, float(low), float(high), float(p), n_groups, int(num_a.size), "paired bootstrap", confidence
+    )
 
 
-def paired_on_shared_groups(groups_a, numerator_a, denominator_a, groups_b, numerator_b, denominator_b, *,
-                           confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
-                           seed: int = 0) -> tuple[PairedComparison, int]:
+def paired_on_shared_groups(
+    groups_a,
+    numerator_a,
+    denominator_a,
+    groups_b,
+    numerator_b,
+    denominator_b,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> tuple[PairedComparison, int]:
     """:func:`paired_bootstrap` of two ratio statistics measured on two tables of per-group sums
     (e.g. two runs' per-sentence correct / scored counts, ``[G_a]`` and ``[G_b]``), paired on the
     groups both hold. Returns the comparison on the shared groups and how many groups of either
     side had no partner (0 when the two ran on the same test sentences)."""
-    a = pd.DataFrame({"g": np.asarray(groups_a), "na": np.asarray(numerator_a, dtype=float),
-                      "da": np.asarray(denominator_a, dtype=float)}).groupby("g").sum()
-    b = pd.DataFrame({"g": np.asarray(groups_b), "nb": np.asarray(numerator_b, dtype=float),
-                      "db": np.asarray(denominator_b, dtype=float)}).groupby("g").sum()
+    a = (
+        pd.DataFrame(
+            {
+                "g": np.asarray(groups_a),
+                "na": np.asarray(numerator_a, dtype=float),
+                "da": np.asarray(denominator_a, dtype=float),
+            }
+        )
+        .groupby("g")
+        .sum()
+    )
+    b = (
+        pd.DataFrame(
+            {
+                "g": np.asarray(groups_b),
+                "nb": np.asarray(numerator_b, dtype=float),
+                "db": np.asarray(denominator_b, dtype=float),
+            }
+        )
+        .groupby("g")
+        .sum()
+    )
     both = a.join(b, how="inner")
     unmatched = len(a) + len(b) - 2 * len(both)
     if both.empty:
         return PairedComparison(math.nan, math.nan, math.nan, math.nan, 0, 0, "paired bootstrap", confidence), unmatched
-    return paired_bootstrap(both["na"], both["nb"], both["da"], both["db"], confidence=confidence,
-                            n_resamples=n_resamples, seed=seed), unmatched
+    return paired_bootstrap(
+        both["na"], both["nb"], both["da"], both["db"], confidence=confidence, n_resamples=n_resamples, seed=seed
+    ), unmatched
 
 
 def mcnemar_p(correct_a, correct_b) -> float:

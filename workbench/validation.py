@@ -19,25 +19,39 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from bertology.errors import ConfigError
 
-__all__ = ["Rule", "FIELD_RULES", "STUDY_FIELD_RULES", "CROSS_FIELD_RULES", "rule_for", "check_values",
-           "study_from_source", "load_yaml", "as_float", "as_int"]
+__all__ = [
+    "Rule",
+    "FIELD_RULES",
+    "STUDY_FIELD_RULES",
+    "CROSS_FIELD_RULES",
+    "rule_for",
+    "check_values",
+    "study_from_source",
+    "load_yaml",
+    "as_float",
+    "as_int",
+]
 
 
 # --------------------------------------------------------------------------- numbers as people write them
 
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 # YAML 1.1's floats, with the exponent's sign optional and an exponent allowed without a dot (YAML 1.2)
-_YAML_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+_YAML_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
     |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
     |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
 _NUMBER_TEXT = re.compile(r"[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?")
 
 
@@ -50,7 +64,8 @@ def _number_loader() -> type:
 
     NumberLoader.yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != _FLOAT_TAG]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
     NumberLoader.add_implicit_resolver(_FLOAT_TAG, _YAML_FLOAT, list("-+0123456789."))
     return NumberLoader
 
@@ -84,7 +99,7 @@ def as_int(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     number = as_float(value)
-    return int(number) if number is not None and number.is_integer() and abs(number) < 2 ** 53 else None
+    return int(number) if number is not None and number.is_integer() and abs(number) < 2**53 else None
 
 
 @dataclass(frozen=True)
@@ -131,7 +146,7 @@ def _model_resolves(v: Any) -> bool:
 
 POSITIVE_INT = Rule("an integer >= 1", lambda v: _int(v) and v >= 1)
 NON_NEGATIVE_INT = Rule("an integer >= 0", lambda v: _int(v) and v >= 0)
-SEED = Rule("an integer in [0, 2**32 - 1]", lambda v: _int(v) and 0 <= v < 2 ** 32)
+SEED = Rule("an integer in [0, 2**32 - 1]", lambda v: _int(v) and 0 <= v < 2**32)
 LAYER = Rule("a layer index (an integer; negative counts from the last layer)", _int)
 PROBABILITY = Rule("a number in [0, 1]", lambda v: _number(v) and 0 <= v <= 1)
 SHARE_STEP = Rule("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1)
@@ -141,10 +156,11 @@ FIELD_RULES: dict[str, Rule] = {
     # the model, checked before a run folder is made (`bertology models` lists the names)
     "model": Rule("a registry name or a model directory (`bertology models` lists them)", _model_resolves),
     # where the model (and the probes) run; whether a GPU is there is checked when the run starts
-    "device": Rule("cpu, cuda, cuda:N or auto", lambda v: isinstance(v, str) and bool(re.fullmatch(r"cpu|cuda(:\d+)?|auto", v))),
+    "device": Rule(
+        "cpu, cuda, cuda:N or auto", lambda v: isinstance(v, str) and bool(re.fullmatch(r"cpu|cuda(:\d+)?|auto", v))
+    ),
     # corpus and sizes
-    "limit": Rule("an integer >= 1 (the first N sentences) or null (the whole corpus)",
-                  POSITIVE_INT.ok, optional=True),
+    "limit": Rule("an integer >= 1 (the first N sentences) or null (the whole corpus)", POSITIVE_INT.ok, optional=True),
     "seed": SEED,
     "seeds": Rule("a list of integers in [0, 2**32 - 1]", SEED.ok, each=True),
     "max_epochs": POSITIVE_INT,
@@ -181,8 +197,9 @@ FIELD_RULES: dict[str, Rule] = {
     "n_test_sources": POSITIVE_INT,
     "vocab_cutoff": POSITIVE_INT,
     "max_iter": POSITIVE_INT,
-    "layer_pair": Rule("two layer indices", lambda v: isinstance(v, (list, tuple)) and len(v) == 2
-                       and all(_int(x) for x in v)),
+    "layer_pair": Rule(
+        "two layer indices", lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(_int(x) for x in v)
+    ),
     "top": NON_NEGATIVE_INT,
     "top_moved": NON_NEGATIVE_INT,
     "drift_min_count": POSITIVE_INT,
@@ -201,14 +218,18 @@ FIELD_RULES: dict[str, Rule] = {
     # emergence
     "cloze_sentences": NON_NEGATIVE_INT,
     # fine-tuning (the finetuning study)
-    "max_examples": Rule("an integer >= 3 (the first N examples: train, dev and test) or null (all)",
-                         lambda v: _int(v) and v >= 3, optional=True),
+    "max_examples": Rule(
+        "an integer >= 3 (the first N examples: train, dev and test) or null (all)",
+        lambda v: _int(v) and v >= 3,
+        optional=True,
+    ),
     "epochs": POSITIVE_INT,
     "max_seq_len": Rule("an integer >= 8", lambda v: _int(v) and v >= 8),
     "adapter_size": POSITIVE_INT,
-    "learning_rates": Rule("a mapping of fine-tuning mode to a learning rate > 0, e.g. {full: 1.0e-4}",
-                           lambda v: isinstance(v, dict) and all(isinstance(k, str) and _number(x) and x > 0
-                                                                 for k, x in v.items())),
+    "learning_rates": Rule(
+        "a mapping of fine-tuning mode to a learning rate > 0, e.g. {full: 1.0e-4}",
+        lambda v: isinstance(v, dict) and all(isinstance(k, str) and _number(x) and x > 0 for k, x in v.items()),
+    ),
     "cka_sentences": Rule("an integer >= 2 (CKA needs two items)", lambda v: _int(v) and v >= 2),
     # compression of a fine-tuned model
     "importance_examples": POSITIVE_INT,
@@ -229,8 +250,11 @@ STUDY_FIELD_RULES: dict[str, dict[str, Rule]] = {}
 
 # (fields, holds(config) -> bool, what must hold)
 CROSS_FIELD_RULES: list[tuple[tuple[str, ...], Callable[[dict[str, Any]], bool], str]] = [
-    (("min_occurrences", "max_occurrences"),
-     lambda c: c["min_occurrences"] <= c["max_occurrences"], "min_occurrences must be <= max_occurrences"),
+    (
+        ("min_occurrences", "max_occurrences"),
+        lambda c: c["min_occurrences"] <= c["max_occurrences"],
+        "min_occurrences must be <= max_occurrences",
+    ),
 ]
 
 
@@ -246,8 +270,7 @@ def study_from_source(source: str) -> str | None:
     if head != source and head.isidentifier():
         return head
     name = source.replace("\\", "/").rsplit("/", 1)[-1]
-    return name.removesuffix(".yaml") if name.endswith(".yaml") and "/configs/" in source.replace("\\", "/") \
-        else None
+    return name.removesuffix(".yaml") if name.endswith(".yaml") and "/configs/" in source.replace("\\", "/") else None
 
 
 def check_values(config: dict[str, Any], source: str, study: str | None = None) -> None:

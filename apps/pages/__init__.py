@@ -14,13 +14,37 @@ result; the dashboard has already written the page's title and line.
 
 from __future__ import annotations
 
-from bertology.apps.pages import (alignment, combinations, compare, compression, embeddings, finetuning, heads, live,
-                                  pretraining, probing, pruning, runs, semantic_change)
+from bertology.apps.pages import (
+    alignment,
+    combinations,
+    compare,
+    compression,
+    embeddings,
+    finetuning,
+    heads,
+    live,
+    pretraining,
+    probing,
+    pruning,
+    runs,
+    semantic_change,
+)
 from bertology.apps.pages.page import Page
 
 PAGES: tuple[Page, ...] = (
-    runs.PAGE, live.PAGE, probing.PAGE, combinations.PAGE, heads.PAGE, pruning.PAGE, embeddings.PAGE, alignment.PAGE,
-    semantic_change.PAGE, pretraining.PAGE, finetuning.PAGE, compression.PAGE, compare.PAGE,
+    runs.PAGE,
+    live.PAGE,
+    probing.PAGE,
+    combinations.PAGE,
+    heads.PAGE,
+    pruning.PAGE,
+    embeddings.PAGE,
+    alignment.PAGE,
+    semantic_change.PAGE,
+    pretraining.PAGE,
+    finetuning.PAGE,
+    compression.PAGE,
+    compare.PAGE,
 )
 PAGE_BY_KEY: dict[str, Page] = {p.key: p for p in PAGES}
 

@@ -8,7 +8,6 @@ import streamlit as st
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import load_table, optional_table, pick_run, searchable_table
 
-
 TRANSLATIONS_SHOWN = 300  # rows of the translations table on the page
 
 
@@ -32,8 +31,14 @@ def alignment_page(page: Page) -> None:
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Alignment", title="Rotation alignment (Procrustes, self-learning, CSLS)",
-            intro="Two embedding spaces mapped onto each other by a rotation learnt from a seed dictionary, "
-                  "scored by translation retrieval (P@k, CSLS). Mikolov et al. 2013; Conneau et al. 2018; "
-                  "Artetxe et al. 2017.",
-            render=alignment_page, study="alignment", main_table="precision", min_tables=1)
+PAGE = Page(
+    key="Alignment",
+    title="Rotation alignment (Procrustes, self-learning, CSLS)",
+    intro="Two embedding spaces mapped onto each other by a rotation learnt from a seed dictionary, "
+    "scored by translation retrieval (P@k, CSLS). Mikolov et al. 2013; Conneau et al. 2018; "
+    "Artetxe et al. 2017.",
+    render=alignment_page,
+    study="alignment",
+    main_table="precision",
+    min_tables=1,
+)

@@ -48,14 +48,18 @@ def compare_page(page: Page) -> None:
             if df is not None:
                 if study == "edge_probing" and {"task", "layer", "value", "metric"} <= set(df.columns):
                     means = tables.layer_means(accuracy_per_layer(df))
-                    st.plotly_chart(figures.line_with_band(means, "layer", "task", run_label(run), "score"),
-                                    width="stretch", key=f"cmp-{side}-{run_label(run)}")  # A and B may be one run
+                    st.plotly_chart(
+                        figures.line_with_band(means, "layer", "task", run_label(run), "score"),
+                        width="stretch",
+                        key=f"cmp-{side}-{run_label(run)}",
+                    )  # A and B may be one run
                 st.dataframe(df, width="stretch")
     if study == "edge_probing" and a != b:
         paired_difference(a, b)
 
 
 # --------------------------------------------------------------------------- data shaping
+
 
 def accuracy_per_layer(scores: pd.DataFrame) -> pd.DataFrame:
     """The rows of a ``layer_scores`` table a two-run comparison draws: accuracy where the table has
@@ -68,6 +72,10 @@ def accuracy_per_layer(scores: pd.DataFrame) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Compare runs", title="Compare two runs",
-            intro="The main table of two runs of one study side by side (another model, seed or config).",
-            render=compare_page, min_tables=2)
+PAGE = Page(
+    key="Compare runs",
+    title="Compare two runs",
+    intro="The main table of two runs of one study side by side (another model, seed or config).",
+    render=compare_page,
+    min_tables=2,
+)

@@ -14,8 +14,15 @@ from bertology.apps import tables
 from bertology.apps.figures import esc
 from bertology.apps.locations import describe
 from bertology.apps.pages.page import Page
-from bertology.apps.ui import (guard, has_columns_or_explain, load_table, optional_table, pick_other, pick_run,
-                               searchable_table)
+from bertology.apps.ui import (
+    guard,
+    has_columns_or_explain,
+    load_table,
+    optional_table,
+    pick_other,
+    pick_run,
+    searchable_table,
+)
 from bertology.results import read_table
 
 
@@ -30,16 +37,16 @@ def embeddings_page(page: Page) -> None:
             if other is None:
                 st.plotly_chart(contextuality_multiples(contextuality), width="stretch")
             else:
-                both = tables.stack_runs([(describe(run), contextuality),
-                                          (describe(other), read_table(other, "contextuality"))])
+                both = tables.stack_runs(
+                    [(describe(run), contextuality), (describe(other), read_table(other, "contextuality"))]
+                )
                 st.plotly_chart(contextuality_multiples(both, run_column="run"), width="stretch")
     clusters = load_table(run, "sense_clusters")
     if has_columns_or_explain(clusters, ["word", "x", "y"], "sense_clusters", run):
         with guard("the sense clusters", run):
             word = st.selectbox("polysemous word", sorted(clusters["word"].astype(str).unique()))
             occurrences = word_occurrences(clusters, word)
-            st.plotly_chart(cluster_figure(occurrences, word, clusters_layer(occurrences)),
-                            width="stretch")
+            st.plotly_chart(cluster_figure(occurrences, word, clusters_layer(occurrences)), width="stretch")
     neighbours = optional_table(run, "neighbours")
     if neighbours is not None:
         st.subheader("Static vs contextual neighbours")
@@ -47,6 +54,7 @@ def embeddings_page(page: Page) -> None:
 
 
 # --------------------------------------------------------------------------- data shaping
+
 
 def word_occurrences(clusters: pd.DataFrame, word: str) -> pd.DataFrame:
     """The rows of a ``sense_clusters`` table (``word, x, y``...) for one word."""
@@ -63,8 +71,11 @@ def clusters_layer(occurrences: pd.DataFrame) -> Any:
 KIND_COLOURS = {"raw": "#1f77b4", "baseline": "#7f7f7f", "adjusted": "#d62728"}
 
 
-MEASURE_NAMES = {"self_similarity": "self-similarity", "intra_sentence_similarity": "intra-sentence similarity",
-                 "mev": "maximum explainable variance"}
+MEASURE_NAMES = {
+    "self_similarity": "self-similarity",
+    "intra_sentence_similarity": "intra-sentence similarity",
+    "mev": "maximum explainable variance",
+}
 
 
 def contextuality_multiples(contextuality: pd.DataFrame, run_column: str | None = None) -> go.Figure:
@@ -79,15 +90,35 @@ def contextuality_multiples(contextuality: pd.DataFrame, run_column: str | None 
     long["measure"] = long["metric"].map(lambda m: MEASURE_NAMES.get(m, str(m))).map(esc)
     if run_column:
         long[run_column] = long[run_column].map(esc)
-        fig = px.line(long, x="layer", y="value", color=run_column, line_dash="kind", facet_col="measure",
-                      markers=True, facet_col_spacing=0.06)
+        fig = px.line(
+            long,
+            x="layer",
+            y="value",
+            color=run_column,
+            line_dash="kind",
+            facet_col="measure",
+            markers=True,
+            facet_col_spacing=0.06,
+        )
     else:
-        fig = px.line(long, x="layer", y="value", color="kind", facet_col="measure", markers=True,
-                      color_discrete_map=KIND_COLOURS, facet_col_spacing=0.06)
+        fig = px.line(
+            long,
+            x="layer",
+            y="value",
+            color="kind",
+            facet_col="measure",
+            markers=True,
+            color_discrete_map=KIND_COLOURS,
+            facet_col_spacing=0.06,
+        )
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
     fig.update_yaxes(matches=None, showticklabels=True)
-    fig.update_layout(height=380, title="per layer: raw, anisotropy baseline (random words), adjusted = raw − baseline",
-                      margin=dict(t=80), legend=dict(orientation="h", y=-0.2))
+    fig.update_layout(
+        height=380,
+        title="per layer: raw, anisotropy baseline (random words), adjusted = raw − baseline",
+        margin=dict(t=80),
+        legend=dict(orientation="h", y=-0.2),
+    )
     return fig
 
 
@@ -106,20 +137,39 @@ def cluster_figure(part: pd.DataFrame, word: str, layer: Any = None) -> go.Figur
     where = f"layer {int(layer)} vectors" if layer is not None and pd.notna(layer) else "vectors"
     fig = go.Figure()
     for name, g in part.groupby("group", sort=True):
-        fig.add_trace(go.Scatter(x=g["x"], y=g["y"], mode="markers", name=name, marker=dict(size=9),
-                                 hovertext=[esc(c) for c in g["context"]] if "context" in g else None,
-                                 hoverinfo="text" if "context" in g else "x+y"))
-    fig.update_layout(title=f"'{esc(word)}' in context: UMAP of its {where}",
-                      legend_title_text="k-means cluster of its contexts (not gold senses)", height=440,
-                      xaxis_title="UMAP 1", yaxis_title="UMAP 2")
+        fig.add_trace(
+            go.Scatter(
+                x=g["x"],
+                y=g["y"],
+                mode="markers",
+                name=name,
+                marker=dict(size=9),
+                hovertext=[esc(c) for c in g["context"]] if "context" in g else None,
+                hoverinfo="text" if "context" in g else "x+y",
+            )
+        )
+    fig.update_layout(
+        title=f"'{esc(word)}' in context: UMAP of its {where}",
+        legend_title_text="k-means cluster of its contexts (not gold senses)",
+        height=440,
+        xaxis_title="UMAP 1",
+        yaxis_title="UMAP 2",
+    )
     return fig
 
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Embeddings", title="Static vs contextual embeddings (Ethayarajh 2019)",
-            intro="How contextual is each layer: self-similarity of a word across its contexts, similarity of words "
-                  "within a sentence, and the variance one static vector can explain (MEV), each beside the "
-                  "anisotropy baseline of random words. Ethayarajh 2019, *How Contextual are Contextualized Word "
-                  "Representations?*.",
-            render=embeddings_page, study="contextuality", main_table="contextuality", compare=True, min_charts=2)
+PAGE = Page(
+    key="Embeddings",
+    title="Static vs contextual embeddings (Ethayarajh 2019)",
+    intro="How contextual is each layer: self-similarity of a word across its contexts, similarity of words "
+    "within a sentence, and the variance one static vector can explain (MEV), each beside the "
+    "anisotropy baseline of random words. Ethayarajh 2019, *How Contextual are Contextualized Word "
+    "Representations?*.",
+    render=embeddings_page,
+    study="contextuality",
+    main_table="contextuality",
+    compare=True,
+    min_charts=2,
+)

@@ -28,8 +28,9 @@ def finetuning_page(page: Page) -> None:
                 st.warning(f"small test sets (< 100 scored items per seed): {', '.join(map(str, flagged))}")
             st.dataframe(scores, width="stretch", hide_index=True)
     comparisons = optional_table(run, "finetune_comparisons")
-    if has_columns_or_explain(comparisons, ["task", "mode", "difference", "low", "high", "p_value"],
-                              "finetune_comparisons", run):
+    if has_columns_or_explain(
+        comparisons, ["task", "mode", "difference", "low", "high", "p_value"], "finetune_comparisons", run
+    ):
         st.subheader("Each mode against full fine-tuning, paired on the same test examples")
         st.dataframe(comparisons, width="stretch", hide_index=True)
     change = optional_table(run, "change_by_layer")
@@ -37,22 +38,27 @@ def finetuning_page(page: Page) -> None:
         with guard("the change per layer", run):
             tasks = list(dict.fromkeys(change["task"].astype(str)))
             task = st.selectbox("task", tasks, key="finetune_task") if len(tasks) > 1 else tasks[0]
-            st.plotly_chart(finetune_change_figure(change.assign(task=change["task"].astype(str)), task),
-                            width="stretch")
+            st.plotly_chart(
+                finetune_change_figure(change.assign(task=change["task"].astype(str)), task), width="stretch"
+            )
             probes = optional_table(run, "probing_before_after")
-            if has_columns_or_explain(probes, ["task", "mode", "probe_task", "layer", "split", "accuracy"],
-                                      "probing_before_after", run):
-                st.plotly_chart(probing_before_after_figure(probes.assign(task=probes["task"].astype(str)),
-                                                                    task), width="stretch")
+            if has_columns_or_explain(
+                probes, ["task", "mode", "probe_task", "layer", "split", "accuracy"], "probing_before_after", run
+            ):
+                st.plotly_chart(
+                    probing_before_after_figure(probes.assign(task=probes["task"].astype(str)), task), width="stretch"
+                )
             types = optional_table(run, "head_types_before_after")
-            if has_columns_or_explain(types, ["task", "mode", "type_before", "type_after", "changed"],
-                                      "head_types_before_after", run):
+            if has_columns_or_explain(
+                types, ["task", "mode", "type_before", "type_after", "changed"], "head_types_before_after", run
+            ):
                 part = types[types["task"].astype(str) == task]
                 st.caption("heads whose type changed with fine-tuning (of all heads, mean over seeds):")
                 st.dataframe(type_changes(part), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- data shaping
+
 
 def type_changes(types: pd.DataFrame) -> pd.DataFrame:
     """Per mode: the share of heads whose type changed with fine-tuning and the most common
@@ -61,12 +67,18 @@ def type_changes(types: pd.DataFrame) -> pd.DataFrame:
     for mode, part in types.groupby("mode", sort=False):
         moved = part[part["changed"].astype(bool)]
         common = (moved["type_before"].astype(str) + " → " + moved["type_after"].astype(str)).value_counts().head(3)
-        rows.append({"mode": mode, "changed_share": float(part["changed"].astype(bool).mean()),
-                     "most_common_changes": ", ".join(f"{k} ({v})" for k, v in common.items()) or "none"})
+        rows.append(
+            {
+                "mode": mode,
+                "changed_share": float(part["changed"].astype(bool).mean()),
+                "most_common_changes": ", ".join(f"{k} ({v})" for k, v in common.items()) or "none",
+            }
+        )
     return pd.DataFrame(rows, columns=["mode", "changed_share", "most_common_changes"])
 
 
 # --------------------------------------------------------------------------- figures
+
 
 def finetune_scores_figure(scores: pd.DataFrame) -> go.Figure:
     """Horizontal bars: test accuracy of each fine-tuning mode per task with its 95% interval
@@ -78,20 +90,37 @@ def finetune_scores_figure(scores: pd.DataFrame) -> go.Figure:
     axis = zoomed_range(low, high)
     fig = go.Figure()
     for task, part in shown.groupby("task", sort=False):
-        fig.add_trace(go.Bar(
-            y=part["mode"], x=part["accuracy"], orientation="h", name=task,
-            error_x=dict(type="data", symmetric=False, array=(high[part.index] - part["accuracy"]).tolist(),
-                         arrayminus=(part["accuracy"] - low[part.index]).tolist()),
-            text=[f"{v:.3f}" for v in part["accuracy"]], textposition="inside"))
-    fig.update_layout(barmode="group", title="test accuracy by fine-tuning mode (95% interval)",
-                      xaxis=dict(range=axis, title=f"test accuracy (axis starts at {axis[0]:.3f}, not 0)"),
-                      yaxis_title="", height=160 + 40 * len(shown))
+        fig.add_trace(
+            go.Bar(
+                y=part["mode"],
+                x=part["accuracy"],
+                orientation="h",
+                name=task,
+                error_x=dict(
+                    type="data",
+                    symmetric=False,
+                    array=(high[part.index] - part["accuracy"]).tolist(),
+                    arrayminus=(part["accuracy"] - low[part.index]).tolist(),
+                ),
+                text=[f"{v:.3f}" for v in part["accuracy"]],
+                textposition="inside",
+            )
+        )
+    fig.update_layout(
+        barmode="group",
+        title="test accuracy by fine-tuning mode (95% interval)",
+        xaxis=dict(range=axis, title=f"test accuracy (axis starts at {axis[0]:.3f}, not 0)"),
+        yaxis_title="",
+        height=160 + 40 * len(shown),
+    )
     return fig
 
 
-FINETUNE_CHANGE_PANELS = (("cka", "CKA with the pretrained layer (1 = unchanged)"),
-                          ("weight", "relative weight change ‖ΔW‖/‖W‖"),
-                          ("attention_js", "attention change (mean JS divergence per head)"))
+FINETUNE_CHANGE_PANELS = (
+    ("cka", "CKA with the pretrained layer (1 = unchanged)"),
+    ("weight", "relative weight change ‖ΔW‖/‖W‖"),
+    ("attention_js", "attention change (mean JS divergence per head)"),
+)
 
 
 def finetune_change_figure(change: pd.DataFrame, task: str) -> go.Figure:
@@ -108,18 +137,48 @@ def finetune_change_figure(change: pd.DataFrame, task: str) -> go.Figure:
     for m, mode in enumerate(modes):
         rows = part[part["mode"] == mode].sort_values("layer")
         colour = palette[m % len(palette)]
-        fig.add_trace(go.Scatter(x=rows["layer"], y=rows["cka"], mode="lines+markers", name=esc(mode),
-                                 legendgroup=esc(mode), line=dict(color=colour)), 1, 1)
+        fig.add_trace(
+            go.Scatter(
+                x=rows["layer"],
+                y=rows["cka"],
+                mode="lines+markers",
+                name=esc(mode),
+                legendgroup=esc(mode),
+                line=dict(color=colour),
+            ),
+            1,
+            1,
+        )
         for k, column in enumerate(modules):
             values = rows[["layer", column]].dropna()
-            fig.add_trace(go.Scatter(x=values["layer"], y=values[column], mode="lines+markers",
-                                     name=f"{esc(mode)} · {esc(column.removeprefix('weight_'))}",
-                                     legendgroup=esc(mode), showlegend=True,
-                                     line=dict(color=colour, dash=dashes[k % len(dashes)])), 1, 2)
+            fig.add_trace(
+                go.Scatter(
+                    x=values["layer"],
+                    y=values[column],
+                    mode="lines+markers",
+                    name=f"{esc(mode)} · {esc(column.removeprefix('weight_'))}",
+                    legendgroup=esc(mode),
+                    showlegend=True,
+                    line=dict(color=colour, dash=dashes[k % len(dashes)]),
+                ),
+                1,
+                2,
+            )
         js = rows[["layer", "attention_js"]].dropna()
         if len(js):
-            fig.add_trace(go.Scatter(x=js["layer"], y=js["attention_js"], mode="lines+markers", name=esc(mode),
-                                     legendgroup=esc(mode), showlegend=False, line=dict(color=colour)), 1, 3)
+            fig.add_trace(
+                go.Scatter(
+                    x=js["layer"],
+                    y=js["attention_js"],
+                    mode="lines+markers",
+                    name=esc(mode),
+                    legendgroup=esc(mode),
+                    showlegend=False,
+                    line=dict(color=colour),
+                ),
+                1,
+                3,
+            )
     for c in (1, 2, 3):
         fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=1, row=1, col=c)
     fig.update_layout(title=f"what fine-tuning changed, layer by layer: {esc(task)}", height=430)
@@ -139,25 +198,54 @@ def probing_before_after_figure(probes: pd.DataFrame, task: str) -> go.Figure:
     for c, probe_task in enumerate(probe_tasks, 1):
         rows = means[means["probe_task"] == probe_task]
         before = rows[rows["mode"] == "pretrained"].sort_values("layer")
-        fig.add_trace(go.Scatter(x=before["layer"], y=before["accuracy"], mode="lines+markers", name="pretrained",
-                                 legendgroup="pretrained", showlegend=c == 1,
-                                 line=dict(color="black", dash="dash")), 1, c)
+        fig.add_trace(
+            go.Scatter(
+                x=before["layer"],
+                y=before["accuracy"],
+                mode="lines+markers",
+                name="pretrained",
+                legendgroup="pretrained",
+                showlegend=c == 1,
+                line=dict(color="black", dash="dash"),
+            ),
+            1,
+            c,
+        )
         for m, mode in enumerate(modes):
             after = rows[rows["mode"] == mode].sort_values("layer")
-            fig.add_trace(go.Scatter(x=after["layer"], y=after["accuracy"], mode="lines+markers", name=esc(mode),
-                                     legendgroup=esc(mode), showlegend=c == 1,
-                                     line=dict(color=palette[m % len(palette)])), 1, c)
+            fig.add_trace(
+                go.Scatter(
+                    x=after["layer"],
+                    y=after["accuracy"],
+                    mode="lines+markers",
+                    name=esc(mode),
+                    legendgroup=esc(mode),
+                    showlegend=c == 1,
+                    line=dict(color=palette[m % len(palette)]),
+                ),
+                1,
+                c,
+            )
         fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=1, row=1, col=c)
-    fig.update_layout(title=f"probe accuracy per layer before and after fine-tuning on {esc(task)} (test)",
-                      yaxis_title="accuracy", height=420)
+    fig.update_layout(
+        title=f"probe accuracy per layer before and after fine-tuning on {esc(task)} (test)",
+        yaxis_title="accuracy",
+        height=420,
+    )
     return fig
 
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Fine-tuning", title="Fine-tuning and what it changes",
-            intro="The same encoder fine-tuned four ways on the same tasks and test examples: frozen (a classifier on "
-                  "frozen features), full, BitFit (biases only; Ben Zaken et al. 2022) and adapters (Houlsby et al. "
-                  "2019), each against full fine-tuning; then, layer by layer, how far each moved from the pretrained "
-                  "model: weights, representations (linear CKA, Kornblith et al. 2019) and attention.",
-            render=finetuning_page, study="finetuning", main_table="finetune_scores", min_charts=2)
+PAGE = Page(
+    key="Fine-tuning",
+    title="Fine-tuning and what it changes",
+    intro="The same encoder fine-tuned four ways on the same tasks and test examples: frozen (a classifier on "
+    "frozen features), full, BitFit (biases only; Ben Zaken et al. 2022) and adapters (Houlsby et al. "
+    "2019), each against full fine-tuning; then, layer by layer, how far each moved from the pretrained "
+    "model: weights, representations (linear CKA, Kornblith et al. 2019) and attention.",
+    render=finetuning_page,
+    study="finetuning",
+    main_table="finetune_scores",
+    min_charts=2,
+)

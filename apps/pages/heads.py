@@ -5,8 +5,9 @@ falls, the relations it tracks, and its attention on example sentences."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,8 +19,16 @@ from bertology.apps import figures
 from bertology.apps.figures import esc, word_labels
 from bertology.apps.locations import describe, run_label
 from bertology.apps.pages.page import Page
-from bertology.apps.ui import (guard, has_columns_or_explain, load_extra, load_table, optional_table, pick_other,
-                               pick_run, query)
+from bertology.apps.ui import (
+    guard,
+    has_columns_or_explain,
+    load_extra,
+    load_table,
+    optional_table,
+    pick_other,
+    pick_run,
+    query,
+)
 from bertology.results import ResultError, read_manifest
 
 
@@ -38,10 +47,14 @@ def heads_page(page: Page) -> None:
             head_maps(run, other, types, layer, head)
             labels = type_by_head(types)
             pick_key = head_pick_key(run)
-            st.selectbox("head (or click one on the map)", heads, key=pick_key,
-                         format_func=lambda k: f"layer {k.split('-')[0]}, head {k.split('-')[1]} — {labels.get(k, '?')}")
+            st.selectbox(
+                "head (or click one on the map)",
+                heads,
+                key=pick_key,
+                format_func=lambda k: f"layer {k.split('-')[0]}, head {k.split('-')[1]} — {labels.get(k, '?')}",
+            )
             layer, head = map(int, st.session_state[pick_key].split("-"))
-            st.query_params["head"] = st.session_state[pick_key]   # the URL follows clicks and picks
+            st.query_params["head"] = st.session_state[pick_key]  # the URL follows clicks and picks
         head_detail(run, types, layer, head)
     probe = load_table(run, "attention_probe")
     if probe is not None:
@@ -84,8 +97,10 @@ def selected_head(run: Path, types: pd.DataFrame, heads: list[str]) -> str:
         st.session_state[pick_key] = wanted if wanted in heads else default_head(types)
         if wanted is not None and wanted not in heads:
             n_layers, n_heads = int(types["layer"].max()) + 1, int(types["head"].max()) + 1
-            st.warning(f"?head={esc(wanted)}: no such head in this run (write it as layer-head, layers 0-{n_layers - 1}, "
-                       f"heads 0-{n_heads - 1}); showing {st.session_state[pick_key]}")
+            st.warning(
+                f"?head={esc(wanted)}: no such head in this run (write it as layer-head, layers 0-{n_layers - 1}, "
+                f"heads 0-{n_heads - 1}); showing {st.session_state[pick_key]}"
+            )
     click = clicked_head(st.session_state.get("head_map"))
     if click in heads and click != st.session_state.get("head_last_click"):
         st.session_state["head_last_click"] = click
@@ -98,18 +113,29 @@ def head_maps(run: Path, other: Path | None, types: pd.DataFrame, layer: int, he
     per type of both."""
     title, subtitle = "head types" + (" (A)" if other is not None else ""), describe(run)
     if other is None:
-        st.plotly_chart(figures.head_map(types, title, selected=(layer, head), subtitle=subtitle), width="stretch",
-                        key="head_map", on_select="rerun", selection_mode="points")
+        st.plotly_chart(
+            figures.head_map(types, title, selected=(layer, head), subtitle=subtitle),
+            width="stretch",
+            key="head_map",
+            on_select="rerun",
+            selection_mode="points",
+        )
         return
     c1, c2 = st.columns(2)
     with c1:
-        st.plotly_chart(figures.head_map(types, title, selected=(layer, head), subtitle=subtitle), width="stretch",
-                        key="head_map", on_select="rerun", selection_mode="points")
+        st.plotly_chart(
+            figures.head_map(types, title, selected=(layer, head), subtitle=subtitle),
+            width="stretch",
+            key="head_map",
+            on_select="rerun",
+            selection_mode="points",
+        )
     with c2, guard("the second head map", other):
         types_b = head_types_table(other)
         if types_b is not None:
-            st.plotly_chart(figures.head_map(types_b, "head types (B)", subtitle=describe(other)), width="stretch",
-                            key="head_map_b")
+            st.plotly_chart(
+                figures.head_map(types_b, "head types (B)", subtitle=describe(other)), width="stretch", key="head_map_b"
+            )
             st.caption(f"heads per type: A = {describe(run)}, B = {describe(other)}")
             st.dataframe(type_counts_side_by_side(types, types_b), hide_index=True)
 
@@ -117,8 +143,10 @@ def head_maps(run: Path, other: Path | None, types: pd.DataFrame, layer: int, he
 def head_facts(row: pd.Series) -> str:
     """One markdown line on a head: its type, where its argmax falls, its entropy, its attention on
     [CLS]/[SEP] (each where its ``head_types`` row has the column). Brackets are escaped."""
-    facts = [f"type **{esc(row['type'])}**" + (f" (all: {esc(row['types'])})" if "types" in row and
-                                               str(row["types"]) not in ("", str(row["type"])) else "")]
+    facts = [
+        f"type **{esc(row['type'])}**"
+        + (f" (all: {esc(row['types'])})" if "types" in row and str(row["types"]) not in ("", str(row["type"])) else "")
+    ]
     if "positional_offset" in row and pd.notna(row.get("positional_share")):
         facts.append(f"{row['positional_share']:.0%} of its argmaxes at offset {int(row['positional_offset']):+d}")
     if "entropy_norm" in row and pd.notna(row["entropy_norm"]):
@@ -133,8 +161,12 @@ def head_relations(run: Path, deps: pd.DataFrame | None, layer: int, head: int) 
     ``deps``: the run's ``head_dependency`` table (None: the run has none)."""
     if deps is not None and deps.empty:
         st.info("The corpus of this run has no dependencies: no relations to score.")
-    elif has_columns_or_explain(deps, ["layer", "head", "relation", "direction", "n", "accuracy", "baseline_offset",
-                                       "baseline_accuracy", "gain"], "head_dependency", run):
+    elif has_columns_or_explain(
+        deps,
+        ["layer", "head", "relation", "direction", "n", "accuracy", "baseline_offset", "baseline_accuracy", "gain"],
+        "head_dependency",
+        run,
+    ):
         try:
             config = read_manifest(run).get("config")
         except ResultError:
@@ -146,9 +178,11 @@ def head_relations(run: Path, deps: pd.DataFrame | None, layer: int, head: int) 
         else:
             st.plotly_chart(relation_figure(rel, layer, head), width="stretch", key="relations")
             best = rel.iloc[0]
-            st.caption(f"Best: {esc(best['relation'])} ({DIRECTIONS.get(best['direction'], best['direction'])})"
-                       f", accuracy {best['accuracy']:.2f} vs {best['baseline_accuracy']:.2f} for the best fixed "
-                       f"offset ({int(best['baseline_offset']):+d}); n = {int(best['n'])}.".replace("_", "\\_"))
+            st.caption(
+                f"Best: {esc(best['relation'])} ({DIRECTIONS.get(best['direction'], best['direction'])})"
+                f", accuracy {best['accuracy']:.2f} vs {best['baseline_accuracy']:.2f} for the best fixed "
+                f"offset ({int(best['baseline_offset']):+d}); n = {int(best['n'])}.".replace("_", "\\_")
+            )
 
 
 def head_examples(run: Path, layer: int, head: int) -> None:
@@ -160,14 +194,20 @@ def head_examples(run: Path, layer: int, head: int) -> None:
             st.markdown("**Its attention on example sentences** (row = attending word, column = attended word)")
             st.plotly_chart(attention_small_multiples(sents, layer, head), width="stretch", key="examples")
             st.markdown("**Head view of one sentence** (bertviz-style, drawn offline)")
-            k = st.selectbox("sentence", range(len(sents)), format_func=lambda i: " ".join(sents[i]["words"])[:90],
-                             key="head_sentence")
+            k = st.selectbox(
+                "sentence",
+                range(len(sents)),
+                format_func=lambda i: " ".join(sents[i]["words"])[:90],
+                key="head_sentence",
+            )
             c3, c4 = st.columns(2)
             words, matrix = sents[k]["words"], sents[k]["attention"][layer][head]
-            c3.plotly_chart(figures.head_view(words, matrix, f"layer {layer}, head {head}"), width="stretch",
-                            key="head_view")
-            c4.plotly_chart(figures.attention_heatmap(words, matrix, f"layer {layer}, head {head}"), width="stretch",
-                            key="heatmap")
+            c3.plotly_chart(
+                figures.head_view(words, matrix, f"layer {layer}, head {head}"), width="stretch", key="head_view"
+            )
+            c4.plotly_chart(
+                figures.attention_heatmap(words, matrix, f"layer {layer}, head {head}"), width="stretch", key="heatmap"
+            )
 
 
 def head_detail(run: Path, types: pd.DataFrame, layer: int, head: int) -> None:
@@ -193,17 +233,21 @@ def head_detail(run: Path, types: pd.DataFrame, layer: int, head: int) -> None:
 
 # --------------------------------------------------------------------------- data shaping
 
+
 def checked_head_types(types: pd.DataFrame) -> pd.DataFrame:
     """A ``head_types`` table (``layer, head, type``...) with integer layers and heads; raises
     ``ValueError`` for a layer or head that is not a number and :class:`ResultError` for a head
     listed twice."""
-    types = types.assign(layer=pd.to_numeric(types["layer"], errors="raise").astype(int),
-                         head=pd.to_numeric(types["head"], errors="raise").astype(int))
+    types = types.assign(
+        layer=pd.to_numeric(types["layer"], errors="raise").astype(int),
+        head=pd.to_numeric(types["head"], errors="raise").astype(int),
+    )
     duplicated = types.duplicated(["layer", "head"])
     if duplicated.any():
         first = types[duplicated].iloc[0]
-        raise ResultError(f"head_types has {int(duplicated.sum())} repeated head(s), e.g. layer {first['layer']} "
-                          f"head {first['head']}")
+        raise ResultError(
+            f"head_types has {int(duplicated.sum())} repeated head(s), e.g. layer {first['layer']} head {first['head']}"
+        )
     return types
 
 
@@ -235,8 +279,11 @@ def head_row(types: pd.DataFrame, layer: int, head: int) -> pd.Series:
 
 def type_counts_side_by_side(types_a: pd.DataFrame, types_b: pd.DataFrame) -> pd.DataFrame:
     """Heads per type in two runs: ``type, A, B`` (0 where a run has none of a type)."""
-    counts = pd.concat([types_a["type"].value_counts().rename("A"), types_b["type"].value_counts().rename("B")],
-                       axis=1).fillna(0).astype(int)
+    counts = (
+        pd.concat([types_a["type"].value_counts().rename("A"), types_b["type"].value_counts().rename("B")], axis=1)
+        .fillna(0)
+        .astype(int)
+    )
     return counts.rename_axis("type").reset_index()
 
 
@@ -269,8 +316,9 @@ def offset_histogram(stats: pd.DataFrame, layer: int, head: int) -> pd.DataFrame
     for name, value in zip(part["statistic"], part["value"]):
         m = _OFFSET.match(str(name))
         if m:
-            rows.append({"level": "token" if m.group(1) == "token" else "word", "offset": m.group(2),
-                         "share": float(value)})
+            rows.append(
+                {"level": "token" if m.group(1) == "token" else "word", "offset": m.group(2), "share": float(value)}
+            )
     out = pd.DataFrame(rows, columns=["level", "offset", "share"])
     key = out["offset"].map(offset_sort_key)
     return out.assign(_k=key).sort_values(["level", "_k"]).drop(columns="_k").reset_index(drop=True)
@@ -302,18 +350,34 @@ def attention_small_multiples(sentences: Sequence[dict], layer: int, head: int, 
     n = len(sentences)
     rows = (n + columns - 1) // columns
     titles = [esc(" ".join(s["words"])[:60]) for s in sentences]
-    fig = make_subplots(rows=rows, cols=columns, subplot_titles=titles, horizontal_spacing=0.18,
-                        vertical_spacing=0.22 / max(rows, 1) + 0.08)
+    fig = make_subplots(
+        rows=rows,
+        cols=columns,
+        subplot_titles=titles,
+        horizontal_spacing=0.18,
+        vertical_spacing=0.22 / max(rows, 1) + 0.08,
+    )
     for k, s in enumerate(sentences):
         labels = word_labels(s["words"])
-        fig.add_trace(go.Heatmap(z=np.asarray(s["attention"][layer][head], dtype=float), x=labels, y=labels,
-                                 coloraxis="coloraxis", hovertemplate="%{y} → %{x}: %{z:.2f}<extra></extra>"),
-                      row=k // columns + 1, col=k % columns + 1)
+        fig.add_trace(
+            go.Heatmap(
+                z=np.asarray(s["attention"][layer][head], dtype=float),
+                x=labels,
+                y=labels,
+                coloraxis="coloraxis",
+                hovertemplate="%{y} → %{x}: %{z:.2f}<extra></extra>",
+            ),
+            row=k // columns + 1,
+            col=k % columns + 1,
+        )
     fig.update_yaxes(autorange="reversed", tickfont=dict(size=9))
     fig.update_xaxes(tickfont=dict(size=9), tickangle=-60)
-    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="attention")),
-                      height=380 * rows, title=f"layer {layer}, head {head} on example sentences "
-                                               "(row attends to column)", margin=dict(t=80))
+    fig.update_layout(
+        coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="attention")),
+        height=380 * rows,
+        title=f"layer {layer}, head {head} on example sentences (row attends to column)",
+        margin=dict(t=80),
+    )
     for annotation in fig.layout.annotations:
         annotation.font.size = 11
     return fig
@@ -328,11 +392,19 @@ def offset_figure(hist: pd.DataFrame, layer: int, head: int) -> go.Figure:
         part = hist[hist["level"] == level]
         if len(part):
             fig.add_trace(go.Bar(x=part["offset"], y=part["share"], name=f"{level} level", marker_color=colour))
-    fig.update_layout(title=f"layer {layer}, head {head}: where its attention argmax falls (relative offset)",
-                      xaxis=dict(title="offset of the most-attended position (−1 = previous)", type="category",
-                                 categoryorder="array", categoryarray=order),
-                      yaxis=dict(title="share of queries", range=[0, 1]), barmode="group", height=360,
-                      margin=dict(t=50))
+    fig.update_layout(
+        title=f"layer {layer}, head {head}: where its attention argmax falls (relative offset)",
+        xaxis=dict(
+            title="offset of the most-attended position (−1 = previous)",
+            type="category",
+            categoryorder="array",
+            categoryarray=order,
+        ),
+        yaxis=dict(title="share of queries", range=[0, 1]),
+        barmode="group",
+        height=360,
+        margin=dict(t=50),
+    )
     return fig
 
 
@@ -341,25 +413,46 @@ def relation_figure(rel: pd.DataFrame, layer: int, head: int) -> go.Figure:
     ``rel``: ``relation, direction, accuracy, baseline_offset, baseline_accuracy``
     (:func:`relation_table`), best first."""
     labels = [f"{esc(r)} ({DIRECTIONS.get(d, esc(d))})" for r, d in zip(rel["relation"], rel["direction"])]
-    fig = go.Figure([
-        go.Bar(y=labels, x=rel["accuracy"], name="this head", marker_color="#d62728", orientation="h"),
-        go.Bar(y=labels, x=rel["baseline_accuracy"], name="best fixed offset (baseline)", marker_color="#7f7f7f",
-               orientation="h", hovertext=[f"offset {int(o):+d}" for o in rel["baseline_offset"]],
-               hoverinfo="text+x")])
-    fig.update_layout(title=f"layer {layer}, head {head}: relations it finds best vs the offset baseline",
-                      xaxis=dict(title="accuracy (share of relation instances found by the argmax)", range=[0, 1]),
-                      yaxis=dict(autorange="reversed"), barmode="group", height=360, margin=dict(t=50),
-                      legend=dict(orientation="h", y=-0.25))
+    fig = go.Figure(
+        [
+            go.Bar(y=labels, x=rel["accuracy"], name="this head", marker_color="#d62728", orientation="h"),
+            go.Bar(
+                y=labels,
+                x=rel["baseline_accuracy"],
+                name="best fixed offset (baseline)",
+                marker_color="#7f7f7f",
+                orientation="h",
+                hovertext=[f"offset {int(o):+d}" for o in rel["baseline_offset"]],
+                hoverinfo="text+x",
+            ),
+        ]
+    )
+    fig.update_layout(
+        title=f"layer {layer}, head {head}: relations it finds best vs the offset baseline",
+        xaxis=dict(title="accuracy (share of relation instances found by the argmax)", range=[0, 1]),
+        yaxis=dict(autorange="reversed"),
+        barmode="group",
+        height=360,
+        margin=dict(t=50),
+        legend=dict(orientation="h", y=-0.25),
+    )
     return fig
 
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Heads", title="Attention heads (Voita et al. 2019, Clark et al. 2019)",
-            intro="Each square is one attention head, coloured by what it does: attends to a fixed relative position "
-                  "(positional), to a word's syntactic head or dependent (syntactic), to rare words, to [CLS]/[SEP] "
-                  "(special), or broadly. Click a head (or pick it below) for its attention on example sentences, "
-                  "where its attention peaks, and the relations it tracks. Voita et al. 2019, *Analyzing Multi-Head "
-                  "Self-Attention*; Clark et al. 2019, *What Does BERT Look At?*.",
-            render=heads_page, study="head_types", main_table="head_types", compare=True, min_charts=5,
-            compare_charts=6)
+PAGE = Page(
+    key="Heads",
+    title="Attention heads (Voita et al. 2019, Clark et al. 2019)",
+    intro="Each square is one attention head, coloured by what it does: attends to a fixed relative position "
+    "(positional), to a word's syntactic head or dependent (syntactic), to rare words, to [CLS]/[SEP] "
+    "(special), or broadly. Click a head (or pick it below) for its attention on example sentences, "
+    "where its attention peaks, and the relations it tracks. Voita et al. 2019, *Analyzing Multi-Head "
+    "Self-Attention*; Clark et al. 2019, *What Does BERT Look At?*.",
+    render=heads_page,
+    study="head_types",
+    main_table="head_types",
+    compare=True,
+    min_charts=5,
+    compare_charts=6,
+)

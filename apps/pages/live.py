@@ -12,7 +12,8 @@ or folder>`` and ``?text=<sentence>``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,8 +27,14 @@ from bertology.apps.locations import clean
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, query
 from bertology.errors import WorkbenchError
-from bertology.inspection import (Inspection, attention_rollout, inspect_sentence, masked_predictions,
-                                  qk_contributions, split_words)
+from bertology.inspection import (
+    Inspection,
+    attention_rollout,
+    inspect_sentence,
+    masked_predictions,
+    qk_contributions,
+    split_words,
+)
 from bertology.models import DEFAULT_MODEL, LoadedModel, list_models, load_model
 
 DEFAULT_TEXT = "The old jury said the county election was conducted well, didn't it?"
@@ -80,12 +87,20 @@ def pick_model() -> str | None:
     wanted = query("model")
     options = [*names, DIRECTORY]
     index = options.index(wanted) if wanted in names else (len(names) if wanted else 0)
-    choice = st.selectbox("model", options, index=index, key="live_model",
-                          help="a model of the registry (`bertology models`) or a local Hugging Face folder")
+    choice = st.selectbox(
+        "model",
+        options,
+        index=index,
+        key="live_model",
+        help="a model of the registry (`bertology models`) or a local Hugging Face folder",
+    )
     if choice != DIRECTORY:
         return choice
-    folder = st.text_input("model directory (config.json + model.safetensors + tokenizer.json)",
-                           value=wanted if wanted and wanted not in names else "", key="live_dir")
+    folder = st.text_input(
+        "model directory (config.json + model.safetensors + tokenizer.json)",
+        value=wanted if wanted and wanted not in names else "",
+        key="live_dir",
+    )
     return folder.strip() or None
 
 
@@ -94,16 +109,18 @@ def pick_words() -> tuple[str, ...] | None:
     tokenised there (``?text=`` fills the box)."""
     source = st.radio("sentence", ["type one", f"from the {CORPUS} corpus"], horizontal=True, key="live_source")
     if source == "type one":
-        text = st.text_input("sentence (press Enter)", value=query("text") or DEFAULT_TEXT, key="live_text",
-                             max_chars=1000)
+        text = st.text_input(
+            "sentence (press Enter)", value=query("text") or DEFAULT_TEXT, key="live_text", max_chars=1000
+        )
         try:
             return tuple(split_words(text))
         except WorkbenchError as exc:
             st.warning(clean(exc))
             return None
     sentences = corpus_sentences()
-    pick = st.selectbox("corpus sentence", range(len(sentences)), key="live_corpus",
-                        format_func=lambda k: " ".join(sentences[k])[:120])
+    pick = st.selectbox(
+        "corpus sentence", range(len(sentences)), key="live_corpus", format_func=lambda k: " ".join(sentences[k])[:120]
+    )
     return sentences[pick]
 
 
@@ -116,49 +133,84 @@ def head_section(ins: Inspection, level: str) -> tuple[int, int]:
     rows, columns, maps = ins.maps(level)
     matrix = maps[layer, head]
     left, right = st.columns(2)
-    left.plotly_chart(figures.attention_heatmap(rows, matrix, f"layer {layer}, head {head} ({level}s)",
-                                                columns=columns), width="stretch", key="live_head_map")
-    right.plotly_chart(figures.head_view(rows, matrix, f"layer {layer}, head {head}: lines ≥ 0.05",
-                                         targets=columns), width="stretch", key="live_head_lines")
+    left.plotly_chart(
+        figures.attention_heatmap(rows, matrix, f"layer {layer}, head {head} ({level}s)", columns=columns),
+        width="stretch",
+        key="live_head_map",
+    )
+    right.plotly_chart(
+        figures.head_view(rows, matrix, f"layer {layer}, head {head}: lines ≥ 0.05", targets=columns),
+        width="stretch",
+        key="live_head_lines",
+    )
     return layer, head
 
 
 def neuron_section(ins: Inspection, layer: int, head: int) -> None:
     st.subheader("Neuron view")
-    st.caption("How the head's score for one query token is built: its query vector q times each token's key "
-               "vector k, dimension by dimension; the sum of q ⊙ k over the head's dimensions divided by √d is "
-               "the score, and the row of scores softmaxes into the attention row (right).")
+    st.caption(
+        "How the head's score for one query token is built: its query vector q times each token's key "
+        "vector k, dimension by dimension; the sum of q ⊙ k over the head's dimensions divided by √d is "
+        "the score, and the row of scores softmaxes into the attention row (right)."
+    )
     if not ins.exact_scores:
         st.info(f"{ins.model_type} adds relative-position terms to the score: q·k/√d is only its content part.")
-    query_token = st.selectbox("query token", range(len(ins.tokens)), index=min(1, len(ins.tokens) - 1),
-                               key="live_query", format_func=lambda t: f"{t}: {ins.tokens[t]}")
+    query_token = st.selectbox(
+        "query token",
+        range(len(ins.tokens)),
+        index=min(1, len(ins.tokens) - 1),
+        key="live_query",
+        format_func=lambda t: f"{t}: {ins.tokens[t]}",
+    )
     q, k = ins.queries[layer, head], ins.keys[layer, head]
-    st.plotly_chart(neuron_view(ins.tokens, q[query_token], k, qk_contributions(q, k, query_token),
-                                        ins.attentions[layer, head, query_token],
-                                        query_token, f"layer {layer}, head {head}, query {query_token}"),
-                    width="stretch", key="live_neurons")
+    st.plotly_chart(
+        neuron_view(
+            ins.tokens,
+            q[query_token],
+            k,
+            qk_contributions(q, k, query_token),
+            ins.attentions[layer, head, query_token],
+            query_token,
+            f"layer {layer}, head {head}, query {query_token}",
+        ),
+        width="stretch",
+        key="live_neurons",
+    )
 
 
 def rollout_section(ins: Inspection) -> None:
     st.subheader("Attention rollout (Abnar & Zuidema 2020)")
-    st.caption("Per layer A′ = ½·(mean of the heads' maps) + ½·I (the residual connection), rows renormalised; "
-               "the rollout after layer l is A′ₗ·…·A′₀: how much of each token's representation there flows "
-               "from each input token.")
+    st.caption(
+        "Per layer A′ = ½·(mean of the heads' maps) + ½·I (the residual connection), rows renormalised; "
+        "the rollout after layer l is A′ₗ·…·A′₀: how much of each token's representation there flows "
+        "from each input token."
+    )
     rollout = attention_rollout(ins.attentions)
-    layer = st.select_slider("after layer", options=list(range(ins.n_layers)), value=ins.n_layers - 1,
-                             key="live_rollout_layer")
-    st.plotly_chart(figures.attention_heatmap(ins.tokens, rollout[layer], f"rollout after layer {layer}"),
-                    width="stretch", key="live_rollout")
+    layer = st.select_slider(
+        "after layer", options=list(range(ins.n_layers)), value=ins.n_layers - 1, key="live_rollout_layer"
+    )
+    st.plotly_chart(
+        figures.attention_heatmap(ins.tokens, rollout[layer], f"rollout after layer {layer}"),
+        width="stretch",
+        key="live_rollout",
+    )
 
 
 def mlm_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
     st.subheader("Masked-word predictions")
     if not lm.has_mlm_head or lm.model is lm.encoder:
-        st.info(f"{name} has no MLM head (its weights carry none), so it cannot guess a masked word. Pick a "
-                "model with one, e.g. the workbench's own minilm-english-mlm (or bert-mini-english).")
+        st.info(
+            f"{name} has no MLM head (its weights carry none), so it cannot guess a masked word. Pick a "
+            "model with one, e.g. the workbench's own minilm-english-mlm (or bert-mini-english)."
+        )
         return
-    word = st.selectbox("word to mask", range(len(words)), index=min(1, len(words) - 1), key="live_mask",
-                        format_func=lambda w: f"{w}: {words[w]}")
+    word = st.selectbox(
+        "word to mask",
+        range(len(words)),
+        index=min(1, len(words) - 1),
+        key="live_mask",
+        format_func=lambda w: f"{w}: {words[w]}",
+    )
     top = cached_predictions(name, words, word)
     left, right = st.columns([3, 2])
     left.plotly_chart(predictions_figure(top, words[word]), width="stretch", key="live_predictions")
@@ -177,16 +229,25 @@ def live_page(page: Page) -> None:
     except WorkbenchError as exc:
         st.error(clean(exc))
         return
-    st.caption(f"{lm.name}: {ins.n_layers} layers × {ins.n_heads} heads, {len(ins.tokens)} tokens for "
-               f"{len(ins.words)} words")
-    level = st.radio("units", ["token", "word"], horizontal=True, key="live_level",
-                     help="word: attention to a word summed over its pieces, from a word averaged over its pieces "
-                          "(Clark et al. 2019); the special tokens stay as columns")
+    st.caption(
+        f"{lm.name}: {ins.n_layers} layers × {ins.n_heads} heads, {len(ins.tokens)} tokens for {len(ins.words)} words"
+    )
+    level = st.radio(
+        "units",
+        ["token", "word"],
+        horizontal=True,
+        key="live_level",
+        help="word: attention to a word summed over its pieces, from a word averaged over its pieces "
+        "(Clark et al. 2019); the special tokens stay as columns",
+    )
     rows, columns, maps = ins.maps(level)
     with guard("the model view"):
         st.subheader("Model view: every head of every layer")
-        st.plotly_chart(model_view(maps, f"{lm.name}: attention of every head ({level}s; row attends to "
-                                                 "column)"), width="stretch", key="live_model_view")
+        st.plotly_chart(
+            model_view(maps, f"{lm.name}: attention of every head ({level}s; row attends to column)"),
+            width="stretch",
+            key="live_model_view",
+        )
     with guard("the head view"):
         layer, head = head_section(ins, level)
         neuron_section(ins, layer, head)
@@ -198,6 +259,7 @@ def live_page(page: Page) -> None:
 
 # --------------------------------------------------------------------------- figures
 
+
 def model_view(maps: Any, title: str, width: int = 1100) -> go.Figure:
     """bertviz's model view as one mosaic: the attention map of every head of every layer at once
     (row = layer, layer 0 at the top; column = head), shared colour scale 0..1, maps separated by a
@@ -207,22 +269,48 @@ def model_view(maps: Any, title: str, width: int = 1100) -> go.Figure:
     mosaic = np.full((L * (R + 1) - 1, H * (C + 1) - 1), np.nan)
     for l in range(L):
         for h in range(H):
-            mosaic[l * (R + 1): l * (R + 1) + R, h * (C + 1): h * (C + 1) + C] = maps[l, h]
-    fig = go.Figure(go.Heatmap(z=mosaic, colorscale="Blues", zmin=0, zmax=1, hoverongaps=False,
-                               colorbar=dict(title="attention"), hovertemplate="%{z:.2f}<extra></extra>"))
+            mosaic[l * (R + 1) : l * (R + 1) + R, h * (C + 1) : h * (C + 1) + C] = maps[l, h]
+    fig = go.Figure(
+        go.Heatmap(
+            z=mosaic,
+            colorscale="Blues",
+            zmin=0,
+            zmax=1,
+            hoverongaps=False,
+            colorbar=dict(title="attention"),
+            hovertemplate="%{z:.2f}<extra></extra>",
+        )
+    )
     cell = max(2.0, min(12.0, (width - 160) / (H * (C + 1))))
     fig.update_layout(
-        title=esc(title), height=int(min(2400, 120 + cell * L * (R + 1))), plot_bgcolor="white", margin=dict(t=60),
-        xaxis=dict(tickmode="array", tickvals=[h * (C + 1) + (C - 1) / 2 for h in range(H)],
-                   ticktext=[f"head {h}" for h in range(H)], side="top", showgrid=False, zeroline=False),
-        yaxis=dict(tickmode="array", tickvals=[l * (R + 1) + (R - 1) / 2 for l in range(L)],
-                   ticktext=[f"layer {l}" for l in range(L)], autorange="reversed", showgrid=False, zeroline=False,
-                   scaleanchor="x"))
+        title=esc(title),
+        height=int(min(2400, 120 + cell * L * (R + 1))),
+        plot_bgcolor="white",
+        margin=dict(t=60),
+        xaxis=dict(
+            tickmode="array",
+            tickvals=[h * (C + 1) + (C - 1) / 2 for h in range(H)],
+            ticktext=[f"head {h}" for h in range(H)],
+            side="top",
+            showgrid=False,
+            zeroline=False,
+        ),
+        yaxis=dict(
+            tickmode="array",
+            tickvals=[l * (R + 1) + (R - 1) / 2 for l in range(L)],
+            ticktext=[f"layer {l}" for l in range(L)],
+            autorange="reversed",
+            showgrid=False,
+            zeroline=False,
+            scaleanchor="x",
+        ),
+    )
     return fig
 
 
-def neuron_view(tokens: Sequence[str], query_vector: Any, keys: Any, contributions: Any, attention_row: Any,
-                query: int, title: str) -> go.Figure:
+def neuron_view(
+    tokens: Sequence[str], query_vector: Any, keys: Any, contributions: Any, attention_row: Any, query: int, title: str
+) -> go.Figure:
     """bertviz's neuron view of one head for one query token: its query vector ``q`` (``[d]``, top),
     every token's key vector ``k_j`` (``[T, d]``), the elementwise products ``q ⊙ k_j`` (``[T, d]``;
     their sum over ``d`` divided by ``sqrt(d)`` is the score) and the attention row it softmaxes
@@ -232,20 +320,60 @@ def neuron_view(tokens: Sequence[str], query_vector: Any, keys: Any, contributio
     labels = word_labels(tokens)
     d = q.shape[1]
     scale = lambda a: float(np.abs(a).max()) or 1.0  # noqa: E731
-    fig = make_subplots(rows=2, cols=3, column_widths=[0.38, 0.38, 0.24], row_heights=[0.1, 0.9],
-                        horizontal_spacing=0.04, vertical_spacing=0.06, shared_yaxes=False,
-                        specs=[[{"colspan": 2}, None, None], [{}, {}, {}]],
-                        subplot_titles=[f"query q of {labels[query]}", "keys k_j", "q ⊙ k_j (sum / √d = score)",
-                                        "attention"])
-    fig.add_trace(go.Heatmap(z=q, x=list(range(d)), y=[labels[query]], colorscale="RdBu", zmid=0,
-                             zmin=-scale(q), zmax=scale(q), showscale=False,
-                             hovertemplate="dim %{x}: %{z:.3f}<extra></extra>"), row=1, col=1)
+    fig = make_subplots(
+        rows=2,
+        cols=3,
+        column_widths=[0.38, 0.38, 0.24],
+        row_heights=[0.1, 0.9],
+        horizontal_spacing=0.04,
+        vertical_spacing=0.06,
+        shared_yaxes=False,
+        specs=[[{"colspan": 2}, None, None], [{}, {}, {}]],
+        subplot_titles=[f"query q of {labels[query]}", "keys k_j", "q ⊙ k_j (sum / √d = score)", "attention"],
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=q,
+            x=list(range(d)),
+            y=[labels[query]],
+            colorscale="RdBu",
+            zmid=0,
+            zmin=-scale(q),
+            zmax=scale(q),
+            showscale=False,
+            hovertemplate="dim %{x}: %{z:.3f}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
     for col, z in ((1, keys), (2, parts)):
-        fig.add_trace(go.Heatmap(z=z, x=list(range(d)), y=labels, colorscale="RdBu", zmid=0, zmin=-scale(z),
-                                 zmax=scale(z), showscale=False,
-                                 hovertemplate="%{y}, dim %{x}: %{z:.3f}<extra></extra>"), row=2, col=col)
-    fig.add_trace(go.Bar(x=np.asarray(attention_row, dtype=float), y=labels, orientation="h", marker_color="#1f77b4",
-                         hovertemplate="%{y}: %{x:.2f}<extra></extra>", showlegend=False), row=2, col=3)
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=list(range(d)),
+                y=labels,
+                colorscale="RdBu",
+                zmid=0,
+                zmin=-scale(z),
+                zmax=scale(z),
+                showscale=False,
+                hovertemplate="%{y}, dim %{x}: %{z:.3f}<extra></extra>",
+            ),
+            row=2,
+            col=col,
+        )
+    fig.add_trace(
+        go.Bar(
+            x=np.asarray(attention_row, dtype=float),
+            y=labels,
+            orientation="h",
+            marker_color="#1f77b4",
+            hovertemplate="%{y}: %{x:.2f}<extra></extra>",
+            showlegend=False,
+        ),
+        row=2,
+        col=3,
+    )
     for col in (1, 2, 3):
         fig.update_yaxes(autorange="reversed", row=2, col=col, showticklabels=col == 1, tickfont=dict(size=10))
     fig.update_xaxes(title_text="dimension of the head", row=2, col=1)
@@ -259,21 +387,36 @@ def predictions_figure(top: pd.DataFrame, word: str) -> go.Figure:
     """Horizontal bars: the MLM's top tokens for a masked word, best first, with their probability.
     ``top``: ``rank, token, probability`` (:func:`bertology.inspection.masked_predictions`)."""
     labels = [f"{int(r)}. {esc(t)}" for r, t in zip(top["rank"], top["token"])]
-    fig = go.Figure(go.Bar(x=top["probability"], y=labels, orientation="h", marker_color="#9467bd",
-                           text=[f"{p:.1%}" for p in top["probability"]], textposition="outside",
-                           hovertemplate="%{y}: %{x:.3f}<extra></extra>"))
-    fig.update_layout(title=f"what the MLM head puts in place of '{esc(word)}'", height=120 + 28 * len(labels),
-                      xaxis=dict(title="probability", range=[0, min(1.0, 1.3 * float(top["probability"].max()))]),
-                      yaxis=dict(autorange="reversed"),
-                      margin=dict(t=50))
+    fig = go.Figure(
+        go.Bar(
+            x=top["probability"],
+            y=labels,
+            orientation="h",
+            marker_color="#9467bd",
+            text=[f"{p:.1%}" for p in top["probability"]],
+            textposition="outside",
+            hovertemplate="%{y}: %{x:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=f"what the MLM head puts in place of '{esc(word)}'",
+        height=120 + 28 * len(labels),
+        xaxis=dict(title="probability", range=[0, min(1.0, 1.3 * float(top["probability"].max()))]),
+        yaxis=dict(autorange="reversed"),
+        margin=dict(t=50),
+    )
     return fig
 
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Live", title="Live: any sentence through any model",
-            intro="Type a sentence (or pick one from the corpus) and see what a model does with it, computed now: "
-                  "every head of every layer at once and one head in detail (as bertviz's model and head views; "
-                  "Vig 2019), how a head's query and key neurons make its scores (neuron view), attention rollout "
-                  "across layers (Abnar & Zuidema 2020), and an MLM's guesses for a masked word.",
-            render=live_page, min_charts=4)
+PAGE = Page(
+    key="Live",
+    title="Live: any sentence through any model",
+    intro="Type a sentence (or pick one from the corpus) and see what a model does with it, computed now: "
+    "every head of every layer at once and one head in detail (as bertviz's model and head views; "
+    "Vig 2019), how a head's query and key neurons make its scores (neuron view), attention rollout "
+    "across layers (Abnar & Zuidema 2020), and an MLM's guesses for a masked word.",
+    render=live_page,
+    min_charts=4,
+)

@@ -3,8 +3,8 @@ the tests know of a page. Each page module defines its own entry, ``PAGE``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)

@@ -56,21 +56,32 @@ def head_maps_by_step(run: Path) -> None:
     if has_columns_or_explain(by_step, ["step", "layer", "head", "type"], "head_types_by_step", run):
         with guard("the head maps by checkpoint", run):
             steps = checkpoint_steps(by_step)
-            step = st.select_slider("checkpoint step (head map)", options=steps,
-                                    value=start_step(steps, query("step")), key="pt_step")
-            versus = st.selectbox("beside it, step", [None, *[s for s in steps if s != step]], key="pt_versus",
-                                  format_func=lambda s: "nothing" if s is None else f"step {s}")
+            step = st.select_slider(
+                "checkpoint step (head map)", options=steps, value=start_step(steps, query("step")), key="pt_step"
+            )
+            versus = st.selectbox(
+                "beside it, step",
+                [None, *[s for s in steps if s != step]],
+                key="pt_versus",
+                format_func=lambda s: "nothing" if s is None else f"step {s}",
+            )
             shown = [step] if versus is None else [step, versus]
             for col, s in zip(st.columns(len(shown)), shown):
-                col.plotly_chart(figures.head_map(at_step(by_step, s), f"head types at step {s}"),
-                                 width="stretch", key=f"pt_map_{s}")
+                col.plotly_chart(
+                    figures.head_map(at_step(by_step, s), f"head types at step {s}"), width="stretch", key=f"pt_map_{s}"
+                )
 
 
 def cloze_section(run: Path) -> None:
     """What each checkpoint predicts for the masked words, with its top-1 / top-5 accuracy."""
     cloze = optional_table(run, "cloze_predictions")
-    if cloze is not None and not cloze.empty and has_columns_or_explain(
-            cloze, ["step", "text", "masked", "rank", "prediction", "probability"], "cloze_predictions", run):
+    if (
+        cloze is not None
+        and not cloze.empty
+        and has_columns_or_explain(
+            cloze, ["step", "text", "masked", "rank", "prediction", "probability"], "cloze_predictions", run
+        )
+    ):
         with guard("the masked-word predictions", run):
             st.subheader("What the model predicts for a masked word")
             accuracy = load_table(run, "cloze_accuracy")
@@ -80,8 +91,13 @@ def cloze_section(run: Path) -> None:
             step = st.select_slider("checkpoint step (predictions)", options=steps, value=steps[-1], key="cloze_step")
             st.dataframe(cloze_guesses(cloze, step), hide_index=True, width="stretch")
     reference = optional_table(run, "reference_cloze_predictions")
-    if reference is not None and not reference.empty and has_columns_or_explain(
-            reference, ["text", "masked", "rank", "prediction", "probability"], "reference_cloze_predictions", run):
+    if (
+        reference is not None
+        and not reference.empty
+        and has_columns_or_explain(
+            reference, ["text", "masked", "rank", "prediction", "probability"], "reference_cloze_predictions", run
+        )
+    ):
         with guard("the reference model's predictions", run):
             accuracy = optional_table(run, "reference_cloze_accuracy")
             name = esc(str(reference["model"].iloc[0])) if "model" in reference else "the reference model"
@@ -94,6 +110,7 @@ def cloze_section(run: Path) -> None:
 
 
 # --------------------------------------------------------------------------- data shaping
+
 
 def loss_rows(metrics: pd.DataFrame) -> pd.DataFrame:
     """Training and held-out loss rows of a ``training_metrics`` table (``step, metric, value``)."""
@@ -128,15 +145,20 @@ def best_layer_by_step(probes: pd.DataFrame, best_layers: pd.DataFrame | None = 
     test means (``step, task, layer, value``), which picks the layer on test and reads high."""
     if best_layers is not None and {"step", "task", "best_layer_score"} <= set(best_layers.columns):
         return best_layers.rename(columns={"best_layer_score": "value"})[["step", "task", "value"]]
-    return probes.groupby(["step", "task", "layer"], as_index=False)["value"].mean() \
-        .groupby(["step", "task"], as_index=False)["value"].max()
+    return (
+        probes.groupby(["step", "task", "layer"], as_index=False)["value"]
+        .mean()
+        .groupby(["step", "task"], as_index=False)["value"]
+        .max()
+    )
 
 
 def cloze_accuracy_line(accuracy: pd.DataFrame) -> str:
     """``"top-1 / top-5 accuracy per step: 0: 0% / 5%, ..."`` from a ``cloze_accuracy`` table
     (``step, top1, top5``)."""
     return "top-1 / top-5 accuracy per step: " + ", ".join(
-        f"{int(r.step)}: {r.top1:.0%} / {r.top5:.0%}" for r in accuracy.itertuples())
+        f"{int(r.step)}: {r.top1:.0%} / {r.top5:.0%}" for r in accuracy.itertuples()
+    )
 
 
 def cloze_guesses(cloze: pd.DataFrame, step: Any) -> pd.DataFrame:
@@ -144,18 +166,25 @@ def cloze_guesses(cloze: pd.DataFrame, step: Any) -> pd.DataFrame:
     predictions`` (``"guess (12.5%), ..."`` in rank order), one row per masked sentence.
     ``cloze``: the ``cloze_predictions`` table (``step, text, masked, rank, prediction, probability``)."""
     shown = cloze[cloze["step"] == step]
-    table = (shown.assign(guess=shown["prediction"].astype(str) + " ("
-                          + (shown["probability"] * 100).round(1).astype(str) + "%)")
-             .groupby(["text", "masked"], sort=False)["guess"].apply(lambda g: ", ".join(g)).reset_index())
+    table = (
+        shown.assign(
+            guess=shown["prediction"].astype(str) + " (" + (shown["probability"] * 100).round(1).astype(str) + "%)"
+        )
+        .groupby(["text", "masked"], sort=False)["guess"]
+        .apply(lambda g: ", ".join(g))
+        .reset_index()
+    )
     return table.rename(columns={"text": "sentence", "masked": "masked word", "guess": "top predictions"})
 
 
 # --------------------------------------------------------------------------- figures
 
+
 def loss_figure(loss: pd.DataFrame) -> go.Figure:
     """Training and held-out MLM loss per step. ``loss``: ``step, metric, value`` (:func:`loss_rows`)."""
-    return px.line(loss, x="step", y="value", color="metric", markers=True,
-                   title="MLM loss (nats/token): training and held-out")
+    return px.line(
+        loss, x="step", y="value", color="metric", markers=True, title="MLM loss (nats/token): training and held-out"
+    )
 
 
 def perplexity_figure(perplexity: pd.DataFrame) -> go.Figure:
@@ -169,10 +198,23 @@ def type_counts_figure(counts: pd.DataFrame) -> go.Figure:
     kinds = ordered_types(wide.columns)
     fig = go.Figure()
     for kind in kinds:
-        fig.add_trace(go.Scatter(x=wide.index, y=wide[kind], name=esc(kind), stackgroup="types", mode="lines+markers",
-                                 line=dict(color=type_colour(kind, kinds))))
-    fig.update_layout(title="head types across checkpoints", xaxis_title="training step", yaxis_title="heads",
-                      height=360, margin=dict(t=50))
+        fig.add_trace(
+            go.Scatter(
+                x=wide.index,
+                y=wide[kind],
+                name=esc(kind),
+                stackgroup="types",
+                mode="lines+markers",
+                line=dict(color=type_colour(kind, kinds)),
+            )
+        )
+    fig.update_layout(
+        title="head types across checkpoints",
+        xaxis_title="training step",
+        yaxis_title="heads",
+        height=360,
+        margin=dict(t=50),
+    )
     return fig
 
 
@@ -182,28 +224,54 @@ def probe_by_step(scores: pd.DataFrame) -> go.Figure:
     mean = scores.groupby(["task", "step", "layer"], as_index=False)["value"].mean()
     mean["step"] = mean["step"].astype(int)
     steps = sorted(mean["step"].unique())
-    colours = px.colors.sample_colorscale("Viridis", [0.85 * (1 - k / max(len(steps) - 1, 1)) for k in range(len(steps))])
+    colours = px.colors.sample_colorscale(
+        "Viridis", [0.85 * (1 - k / max(len(steps) - 1, 1)) for k in range(len(steps))]
+    )
     mean["task"] = mean["task"].map(esc)
     mean["checkpoint"] = mean["step"].map(lambda s: f"step {s}")
-    fig = px.line(mean, x="layer", y="value", color="checkpoint", facet_col="task", markers=True,
-                  color_discrete_sequence=colours, category_orders={"checkpoint": [f"step {s}" for s in steps]})
+    fig = px.line(
+        mean,
+        x="layer",
+        y="value",
+        color="checkpoint",
+        facet_col="task",
+        markers=True,
+        color_discrete_sequence=colours,
+        category_orders={"checkpoint": [f"step {s}" for s in steps]},
+    )
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
-    fig.update_layout(height=380, title="probe accuracy per layer at each checkpoint (test split)",
-                      yaxis_title="accuracy", margin=dict(t=80))
+    fig.update_layout(
+        height=380,
+        title="probe accuracy per layer at each checkpoint (test split)",
+        yaxis_title="accuracy",
+        margin=dict(t=80),
+    )
     return fig
 
 
 def best_layer_figure(best: pd.DataFrame) -> go.Figure:
     """Best-layer probe accuracy per checkpoint step, one line per task.
     ``best``: ``step, task, value`` (:func:`best_layer_by_step`)."""
-    return px.line(best.assign(task=best["task"].map(esc)), x="step", y="value", color="task", markers=True,
-                   title="best-layer probe accuracy across checkpoints")
+    return px.line(
+        best.assign(task=best["task"].map(esc)),
+        x="step",
+        y="value",
+        color="task",
+        markers=True,
+        title="best-layer probe accuracy across checkpoints",
+    )
 
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Pretraining", title="Pretraining and emergence",
-            intro="The project's own BERT during masked-language-model pretraining (Devlin et al. 2019): loss, and at "
-                  "each saved checkpoint its head types, probe accuracy and masked-word guesses; Voita et al. 2019 "
-                  "see positional heads appear early.",
-            render=pretraining_page, study="emergence", main_table="probe_scores", min_charts=4)
+PAGE = Page(
+    key="Pretraining",
+    title="Pretraining and emergence",
+    intro="The project's own BERT during masked-language-model pretraining (Devlin et al. 2019): loss, and at "
+    "each saved checkpoint its head types, probe accuracy and masked-word guesses; Voita et al. 2019 "
+    "see positional heads appear early.",
+    render=pretraining_page,
+    study="emergence",
+    main_table="probe_scores",
+    min_charts=4,
+)

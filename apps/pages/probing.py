@@ -4,8 +4,9 @@ random-init baseline, a second run beside the first with the paired difference o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 import plotly.express as px
@@ -43,8 +44,10 @@ def probing_page(page: Page) -> None:
                 means, band = tables.layer_means(probe_part(scores, metric, mode)), "mean ± 95% CI over seeds"
             small = [] if intervals is None else tables.small_sample_tasks(intervals)
             if small:
-                st.warning(f"Small sample: {', '.join(small)} scored on fewer than {MIN_TEST_ITEMS} test items; "
-                           "its best layer and differences between layers are not reliable.")
+                st.warning(
+                    f"Small sample: {', '.join(small)} scored on fewer than {MIN_TEST_ITEMS} test items; "
+                    "its best layer and differences between layers are not reliable."
+                )
             if other is None:
                 fig = figures.line_with_band(means, "layer", "task", f"{metric} per layer ({band})", metric)
                 baseline = optional_table(run, "random_baseline")
@@ -53,9 +56,11 @@ def probing_page(page: Page) -> None:
                     add_baseline_lines(fig, random_means, "task", "random-init encoder")
                 st.plotly_chart(fig, width="stretch")
                 if random_means is not None:
-                    st.caption("Dashed: the same probe on a randomly initialised copy of the model (same architecture "
-                               "and tokenizer): what the probe reads from the input words and the architecture alone. "
-                               "The distance between a solid curve and its dashed one is what pretraining added.")
+                    st.caption(
+                        "Dashed: the same probe on a randomly initialised copy of the model (same architecture "
+                        "and tokenizer): what the probe reads from the input words and the architecture alone. "
+                        "The distance between a solid curve and its dashed one is what pretraining added."
+                    )
             else:
                 means_b = tables.layer_means(probe_part(read_table(other, "layer_scores"), metric, mode))
                 both = tables.stack_runs([(describe(run), means), (describe(other), means_b)])
@@ -65,8 +70,10 @@ def probing_page(page: Page) -> None:
     differences = optional_table(run, "layer_differences")
     if differences is not None and not differences.empty:
         st.subheader("Each layer against the best layer (chosen on dev), paired on the same test sentences")
-        st.caption("difference = layer − best layer on test; low/high: 95% interval (paired sentence bootstrap, "
-                   "widened by the seeds' spread); significant: the interval excludes 0.")
+        st.caption(
+            "difference = layer − best layer on test; low/high: 95% interval (paired sentence bootstrap, "
+            "widened by the seeds' spread); significant: the interval excludes 0."
+        )
         st.dataframe(differences, width="stretch", hide_index=True)
     summary = load_table(run, "summary")
     if summary is not None:
@@ -82,16 +89,29 @@ def probing_page(page: Page) -> None:
         st.subheader("Control tasks (Hewitt & Liang 2019) and MDL (Voita & Titov 2020)")
     if has_columns_or_explain(controls, ["task", "layer", "control", "metric", "value"], "controls", run):
         with guard("the selectivity curves", run):
-            st.plotly_chart(per_layer_lines(selectivity_by_layer(controls), "selectivity",
-                                                    "selectivity per layer: task − control accuracy (test)",
-                                                    "selectivity", zero_line=True), width="stretch")
+            st.plotly_chart(
+                per_layer_lines(
+                    selectivity_by_layer(controls),
+                    "selectivity",
+                    "selectivity per layer: task − control accuracy (test)",
+                    "selectivity",
+                    zero_line=True,
+                ),
+                width="stretch",
+            )
         with st.expander("controls table"):
             st.dataframe(controls, width="stretch")
     if has_columns_or_explain(mdl, ["task", "layer", "metric", "value"], "mdl", run):
         with guard("the MDL curves", run):
-            st.plotly_chart(per_layer_lines(mdl_by_layer(mdl), "compression",
-                                                    "MDL compression per layer: uniform ÷ online codelength",
-                                                    "compression (×)"), width="stretch")
+            st.plotly_chart(
+                per_layer_lines(
+                    mdl_by_layer(mdl),
+                    "compression",
+                    "MDL compression per layer: uniform ÷ online codelength",
+                    "compression (×)",
+                ),
+                width="stretch",
+            )
         with st.expander("MDL table"):
             st.dataframe(mdl, width="stretch")
 
@@ -102,8 +122,10 @@ def paired_difference(run: Path, other: Path) -> None:
     parts = [optional_table(r, name) for r in (run, other) for name in ("summary", "test_sentences")]
     st.subheader(f"{run_label(run)} − {run_label(other)}: best layers, paired on the same test sentences")
     if any(p is None for p in parts):
-        st.info("No paired difference: a run without per-sentence test scores (`test_sentences`, written by "
-                "runs of this version). The curves above are two measurements side by side, not a difference.")
+        st.info(
+            "No paired difference: a run without per-sentence test scores (`test_sentences`, written by "
+            "runs of this version). The curves above are two measurements side by side, not a difference."
+        )
         return
     with guard("the paired difference", run):
         diff = best_layer_difference(*parts)
@@ -111,14 +133,19 @@ def paired_difference(run: Path, other: Path) -> None:
             st.info("No task probed by both runs.")
             return
         if (diff["unpaired sentences"] > 0).any():
-            st.warning("The two runs were not tested on the same sentences (another corpus, limit or split): "
-                       "the difference is over the sentences they share only.")
-        st.caption("A − B on test with a 95% paired bootstrap interval over the shared test sentences and its "
-                   "two-sided p-value; each run at its own best layer chosen on dev.")
+            st.warning(
+                "The two runs were not tested on the same sentences (another corpus, limit or split): "
+                "the difference is over the sentences they share only."
+            )
+        st.caption(
+            "A − B on test with a 95% paired bootstrap interval over the shared test sentences and its "
+            "two-sided p-value; each run at its own best layer chosen on dev."
+        )
         st.dataframe(diff, width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- data shaping
+
 
 def options_and_default(values: Sequence[Any], preferred: str) -> tuple[list[str], int]:
     """The distinct ``values`` as sorted strings, and the index of ``preferred`` among them (0 when
@@ -180,7 +207,7 @@ def selectivity_by_layer(controls: pd.DataFrame) -> pd.DataFrame:
     """``task, layer, selectivity``: the test selectivity rows of a ``controls`` table (task rows,
     already means over seeds), one per task and layer."""
     rows = controls[(controls["metric"] == "selectivity") & ~controls["control"].astype(bool)]
-    if rows.empty:   # selectivity rows carry the control flag in some runs
+    if rows.empty:  # selectivity rows carry the control flag in some runs
         rows = controls[controls["metric"] == "selectivity"]
     return rows.groupby(["task", "layer"], as_index=False)["value"].mean().rename(columns={"value": "selectivity"})
 
@@ -194,14 +221,20 @@ def mdl_by_layer(mdl: pd.DataFrame) -> pd.DataFrame:
     return rows.groupby(["task", "layer"], as_index=False)["value"].mean().rename(columns={"value": "compression"})
 
 
-def best_layer_difference(summary_a: pd.DataFrame, sentences_a: pd.DataFrame, summary_b: pd.DataFrame,
-                          sentences_b: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
+def best_layer_difference(
+    summary_a: pd.DataFrame,
+    sentences_a: pd.DataFrame,
+    summary_b: pd.DataFrame,
+    sentences_b: pd.DataFrame,
+    metric: str = "accuracy",
+) -> pd.DataFrame:
     """Run A minus run B per task, each at its own best layer (chosen on dev: ``summary``'s
     ``best_layer``), paired on the test sentences both runs scored (``test_sentences`` tables:
     ``task, mode, control, layer, sentence, metric, numerator, denominator``). Returns ``task,
     layer A, layer B, A, B, A − B, low, high, p, shared sentences, unpaired sentences, small sample``
     (95% paired sentence bootstrap, :func:`bertology.uncertainty.paired_on_shared_groups`); a task
     whose runs share no test sentence has NaN difference and says so by its unpaired count."""
+
     def at_best(summary: pd.DataFrame, sentences: pd.DataFrame) -> dict[str, pd.DataFrame]:
         keep = (sentences["metric"] == metric) & (sentences["mode"] == "per_layer") & ~sentences["control"].astype(bool)
         rows = sentences[keep]
@@ -214,19 +247,47 @@ def best_layer_difference(summary_a: pd.DataFrame, sentences_a: pd.DataFrame, su
     rows = []
     for task in [t for t in a if t in b]:
         (layer_a, sa), (layer_b, sb) = a[task], b[task]
-        cmp, unmatched = paired_on_shared_groups(sa["sentence"], sa["numerator"], sa["denominator"],
-                                                 sb["sentence"], sb["numerator"], sb["denominator"])
+        cmp, unmatched = paired_on_shared_groups(
+            sa["sentence"], sa["numerator"], sa["denominator"], sb["sentence"], sb["numerator"], sb["denominator"]
+        )
         n_items = int(sa[sa["sentence"].isin(sb["sentence"])]["denominator"].sum())
-        rows.append({"task": task, "layer A": layer_a, "layer B": layer_b,
-                     "A": sa["numerator"].sum() / sa["denominator"].sum(),
-                     "B": sb["numerator"].sum() / sb["denominator"].sum(), "A − B": cmp.difference,
-                     "low": cmp.low, "high": cmp.high, "p": cmp.p_value, "shared sentences": cmp.n_groups,
-                     "unpaired sentences": unmatched, "small sample": is_small_sample(n_items)})
-    return pd.DataFrame(rows, columns=["task", "layer A", "layer B", "A", "B", "A − B", "low", "high", "p",
-                                       "shared sentences", "unpaired sentences", "small sample"])
+        rows.append(
+            {
+                "task": task,
+                "layer A": layer_a,
+                "layer B": layer_b,
+                "A": sa["numerator"].sum() / sa["denominator"].sum(),
+                "B": sb["numerator"].sum() / sb["denominator"].sum(),
+                "A − B": cmp.difference,
+                "low": cmp.low,
+                "high": cmp.high,
+                "p": cmp.p_value,
+                "shared sentences": cmp.n_groups,
+                "unpaired sentences": unmatched,
+                "small sample": is_small_sample(n_items),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "task",
+            "layer A",
+            "layer B",
+            "A",
+            "B",
+            "A − B",
+            "low",
+            "high",
+            "p",
+            "shared sentences",
+            "unpaired sentences",
+            "small sample",
+        ],
+    )
 
 
 # --------------------------------------------------------------------------- figures
+
 
 def add_baseline_lines(fig: go.Figure, means: pd.DataFrame, color: str, label: str) -> go.Figure:
     """Dashed lines of a baseline over ``fig``'s curves (:func:`line_with_band`), one per value of
@@ -235,8 +296,15 @@ def add_baseline_lines(fig: go.Figure, means: pd.DataFrame, color: str, label: s
     colours = {t.name: t.line.color for t in fig.data if t.mode == "lines+markers"}
     for name, part in means.groupby(color):
         part = part.sort_values("layer")
-        fig.add_trace(go.Scatter(x=part["layer"], y=part["mean"], mode="lines", name=f"{esc(name)} · {esc(label)}",
-                                 line=dict(color=colours.get(esc(name), "#7f7f7f"), dash="dash", width=2)))
+        fig.add_trace(
+            go.Scatter(
+                x=part["layer"],
+                y=part["mean"],
+                mode="lines",
+                name=f"{esc(name)} · {esc(label)}",
+                line=dict(color=colours.get(esc(name), "#7f7f7f"), dash="dash", width=2),
+            )
+        )
     return fig
 
 
@@ -245,8 +313,16 @@ def layer_curves_two_runs(both: pd.DataFrame, metric: str) -> go.Figure:
     interval. ``both``: ``run, task, layer, mean, ci95`` (:func:`tables.stack_runs` of two
     :func:`tables.layer_means`)."""
     both = both.assign(run=both["run"].map(esc), task=both["task"].map(esc))
-    fig = px.line(both, x="layer", y="mean", error_y="ci95", color="run", facet_col="task", markers=True,
-                  title=f"{metric} per layer, two runs (mean ± 95% CI over seeds)")
+    fig = px.line(
+        both,
+        x="layer",
+        y="mean",
+        error_y="ci95",
+        color="run",
+        facet_col="task",
+        markers=True,
+        title=f"{metric} per layer, two runs (mean ± 95% CI over seeds)",
+    )
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
     fig.update_layout(height=420, legend=dict(orientation="h", y=-0.25))
     return fig
@@ -255,8 +331,14 @@ def layer_curves_two_runs(both: pd.DataFrame, metric: str) -> go.Figure:
 def mix_weights_figure(weights: pd.DataFrame) -> go.Figure:
     """Grouped bars: the scalar-mix weight of each layer, one colour per task.
     ``weights``: ``task, layer, weight`` (:func:`mean_mix_weights`)."""
-    return px.bar(weights.assign(task=weights["task"].map(esc)), x="layer", y="weight", color="task",
-                  barmode="group", title="scalar-mix weights")
+    return px.bar(
+        weights.assign(task=weights["task"].map(esc)),
+        x="layer",
+        y="weight",
+        color="task",
+        barmode="group",
+        title="scalar-mix weights",
+    )
 
 
 def per_layer_lines(df: pd.DataFrame, y: str, title: str, y_title: str, *, zero_line: bool = False) -> go.Figure:
@@ -272,8 +354,15 @@ def per_layer_lines(df: pd.DataFrame, y: str, title: str, y_title: str, *, zero_
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Probing", title="Edge probing (Tenney et al. 2019)",
-            intro="A small classifier per layer predicts each word's label (part of speech, entity...) from that "
-                  "layer's frozen vectors: where the curve rises is where the information becomes linearly readable. "
-                  "Tenney et al. 2019, *BERT Rediscovers the Classical NLP Pipeline*; controls: Hewitt & Liang 2019.",
-            render=probing_page, study="edge_probing", main_table="layer_scores", compare=True, min_charts=1)
+PAGE = Page(
+    key="Probing",
+    title="Edge probing (Tenney et al. 2019)",
+    intro="A small classifier per layer predicts each word's label (part of speech, entity...) from that "
+    "layer's frozen vectors: where the curve rises is where the information becomes linearly readable. "
+    "Tenney et al. 2019, *BERT Rediscovers the Classical NLP Pipeline*; controls: Hewitt & Liang 2019.",
+    render=probing_page,
+    study="edge_probing",
+    main_table="layer_scores",
+    compare=True,
+    min_charts=1,
+)

@@ -45,14 +45,21 @@ def pruning_sections(run: Path) -> None:
     if has_columns_or_explain(curves, ["method", "share_removed", "value"], "pruning_curves", run):
         with guard("the pruning curves", run):
             sign, y_title = pruning_scale(curves)
-            fig = figures.line_with_band(on_own_scale(pruning_means(curves), sign), "share_removed",
-                                         "method", "test metric vs share of heads removed", y_title)
+            fig = figures.line_with_band(
+                on_own_scale(pruning_means(curves), sign),
+                "share_removed",
+                "method",
+                "test metric vs share of heads removed",
+                y_title,
+            )
             if thresholds is not None and {"method", "tolerance", "removable_share"} <= set(thresholds.columns):
                 add_threshold_marks(fig, threshold_marks(thresholds, sign))
             fig.update_xaxes(tickformat=".0%", title="share of heads removed")
             st.plotly_chart(fig, width="stretch")
-            st.caption("Markers: how many heads each order removes before the metric on dev worsens by more than "
-                       "the tolerance (thresholds chosen on dev, the curve and the markers' height read on test).")
+            st.caption(
+                "Markers: how many heads each order removes before the metric on dev worsens by more than "
+                "the tolerance (thresholds chosen on dev, the curve and the markers' height read on test)."
+            )
     summary = optional_table(run, "pruning_threshold_summary")
     if summary is not None:
         st.subheader("Removable share per order")
@@ -76,6 +83,7 @@ def pruning_sections(run: Path) -> None:
 
 
 # --------------------------------------------------------------------------- data shaping
+
 
 def grid_points(curves: pd.DataFrame) -> pd.DataFrame:
     """The ``pruning_curves`` rows on the shared grid of shares: the single-head points added near a
@@ -121,7 +129,8 @@ def threshold_marks(thresholds: pd.DataFrame, sign: float) -> pd.DataFrame:
     ``value_test``, times ``sign``). ``thresholds``: the ``pruning_thresholds`` table."""
     value = "value_test" if "value_test" in thresholds.columns else "value"
     marks = thresholds.groupby(["method", "tolerance"], as_index=False).agg(
-        share_removed=("removable_share", "mean"), value=(value, "mean"))
+        share_removed=("removable_share", "mean"), value=(value, "mean")
+    )
     marks["value"] = sign * marks["value"]
     return marks
 
@@ -142,6 +151,7 @@ def first_seed(gates: pd.DataFrame) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- figures
 
+
 def add_threshold_marks(fig: go.Figure, marks: pd.DataFrame) -> go.Figure:
     """Each order's pruning thresholds as markers on its curve (:func:`line_with_band` by method),
     in the curve's colour, one symbol per tolerance. ``marks``: ``method, tolerance, share_removed,
@@ -152,20 +162,31 @@ def add_threshold_marks(fig: go.Figure, marks: pd.DataFrame) -> go.Figure:
         part = marks[marks["tolerance"] == tolerance]
         for _, row in part.iterrows():
             name = esc(row["method"])
-            fig.add_trace(go.Scatter(
-                x=[row["share_removed"]], y=[row["value"]], mode="markers", name=f"{name}: {tolerance:.0%} threshold",
-                marker=dict(symbol=symbols[k % len(symbols)], size=13, color=colours.get(name, "#000000"),
-                            line=dict(width=1, color="black")),
-                hovertemplate=f"{name}: %{{x:.0%}} of heads removable before the dev metric worsens by more than "
-                              f"{tolerance:.0%}<br>test value there %{{y:.4g}}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=[row["share_removed"]],
+                    y=[row["value"]],
+                    mode="markers",
+                    name=f"{name}: {tolerance:.0%} threshold",
+                    marker=dict(
+                        symbol=symbols[k % len(symbols)],
+                        size=13,
+                        color=colours.get(name, "#000000"),
+                        line=dict(width=1, color="black"),
+                    ),
+                    hovertemplate=f"{name}: %{{x:.0%}} of heads removable before the dev metric worsens by more than "
+                    f"{tolerance:.0%}<br>test value there %{{y:.4g}}<extra></extra>",
+                )
+            )
     return fig
 
 
 def importance_figure(grid: pd.DataFrame) -> go.Figure:
     """Heatmap of head importance. ``grid``: ``[layers, heads]``, index = layer, columns = head
     (:func:`importance_grid`)."""
-    return px.imshow(grid, labels=dict(x="head", y="layer", color="importance"),
-                     title="head importance (normalised per layer)")
+    return px.imshow(
+        grid, labels=dict(x="head", y="layer", color="importance"), title="head importance (normalised per layer)"
+    )
 
 
 def l0_gates_figure(gates: pd.DataFrame) -> go.Figure:
@@ -174,30 +195,66 @@ def l0_gates_figure(gates: pd.DataFrame) -> go.Figure:
     marked with an x. ``gates``: ``lam, layer, head, p_open, kept`` (:func:`train_l0_gates`; the first
     seed of each λ)."""
     lams = sorted(gates["lam"].unique())
-    fig = make_subplots(rows=1, cols=len(lams), subplot_titles=[f"λ = {lam:g}: {int(gates[gates['lam'] == lam]['kept'].sum())} "
-                                                               f"of {int((gates['lam'] == lam).sum())} heads kept"
-                                                               for lam in lams], shared_yaxes=True)
+    fig = make_subplots(
+        rows=1,
+        cols=len(lams),
+        subplot_titles=[
+            f"λ = {lam:g}: {int(gates[gates['lam'] == lam]['kept'].sum())} "
+            f"of {int((gates['lam'] == lam).sum())} heads kept"
+            for lam in lams
+        ],
+        shared_yaxes=True,
+    )
     for c, lam in enumerate(lams, 1):
         part = gates[gates["lam"] == lam]
         grid = part.pivot_table(index="layer", columns="head", values="p_open", aggfunc="mean")
-        fig.add_trace(go.Heatmap(z=grid.to_numpy(), x=list(grid.columns), y=list(grid.index), zmin=0, zmax=1,
-                                 colorscale="Blues", colorbar=dict(title="P(open)"), showscale=c == 1,
-                                 hovertemplate="layer %{y}, head %{x}: P(open) %{z:.2f}<extra></extra>"), 1, c)
+        fig.add_trace(
+            go.Heatmap(
+                z=grid.to_numpy(),
+                x=list(grid.columns),
+                y=list(grid.index),
+                zmin=0,
+                zmax=1,
+                colorscale="Blues",
+                colorbar=dict(title="P(open)"),
+                showscale=c == 1,
+                hovertemplate="layer %{y}, head %{x}: P(open) %{z:.2f}<extra></extra>",
+            ),
+            1,
+            c,
+        )
         off = part[~part["kept"].astype(bool)]
-        fig.add_trace(go.Scatter(x=off["head"], y=off["layer"], mode="markers", name="removed" if c == 1 else None,
-                                 showlegend=c == 1, marker=dict(symbol="x", color="crimson", size=9)), 1, c)
+        fig.add_trace(
+            go.Scatter(
+                x=off["head"],
+                y=off["layer"],
+                mode="markers",
+                name="removed" if c == 1 else None,
+                showlegend=c == 1,
+                marker=dict(symbol="x", color="crimson", size=9),
+            ),
+            1,
+            c,
+        )
         fig.update_xaxes(title_text="head", dtick=1, row=1, col=c)
     n_layers = int(gates["layer"].max()) + 1
     fig.update_yaxes(autorange="reversed", dtick=1, title_text="layer", row=1, col=1)
-    fig.update_layout(title="L0 head gates (Voita et al. 2019): which heads each penalty keeps",
-                      height=180 + 34 * n_layers)
+    fig.update_layout(
+        title="L0 head gates (Voita et al. 2019): which heads each penalty keeps", height=180 + 34 * n_layers
+    )
     return fig
 
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Pruning", title="Head importance and pruning (Michel et al. 2019, Voita et al. 2019)",
-            intro="How much the metric worsens as heads are removed, most or least important first; importance is the "
-                  "gradient of the loss with respect to a gate on each head. Michel et al. 2019, *Are Sixteen Heads "
-                  "Really Better than One?*; L0 gates: Voita et al. 2019.",
-            render=pruning_page, study="pruning", main_table="pruning_curves", min_charts=2)
+PAGE = Page(
+    key="Pruning",
+    title="Head importance and pruning (Michel et al. 2019, Voita et al. 2019)",
+    intro="How much the metric worsens as heads are removed, most or least important first; importance is the "
+    "gradient of the loss with respect to a gate on each head. Michel et al. 2019, *Are Sixteen Heads "
+    "Really Better than One?*; L0 gates: Voita et al. 2019.",
+    render=pruning_page,
+    study="pruning",
+    main_table="pruning_curves",
+    min_charts=2,
+)

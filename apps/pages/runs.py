@@ -24,7 +24,11 @@ def runs_page(page: Page) -> None:
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Runs", title="Runs",
-            intro="Every study run under the results folder, newest first: its seed, model and tables. "
-                  "A run whose manifest cannot be read says why; the other runs still show.",
-            render=runs_page, min_tables=1)
+PAGE = Page(
+    key="Runs",
+    title="Runs",
+    intro="Every study run under the results folder, newest first: its seed, model and tables. "
+    "A run whose manifest cannot be read says why; the other runs still show.",
+    render=runs_page,
+    min_tables=1,
+)

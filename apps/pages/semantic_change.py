@@ -12,7 +12,6 @@ from bertology.apps.figures import esc
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, has_columns_or_explain, load_table, optional_table, pick_run, searchable_table
 
-
 CHANGE_WORDS_SHOWN = 25  # words per most-moved / most-stable chart
 
 
@@ -21,8 +20,12 @@ def semantic_change_page(page: Page) -> None:
     if run is None:
         return
     change = load_table(run, "word_change")
-    if not has_columns_or_explain(change, ["comparison", "word", "cosine_distance", "low", "high",
-                                           "control_threshold", "moved"], "word_change", run):
+    if not has_columns_or_explain(
+        change,
+        ["comparison", "word", "cosine_distance", "low", "high", "control_threshold", "moved"],
+        "word_change",
+        run,
+    ):
         return
     with guard("the semantic change", run):
         comparison = st.selectbox("comparison", list(dict.fromkeys(change["comparison"].astype(str))))
@@ -30,20 +33,38 @@ def semantic_change_page(page: Page) -> None:
         if slices is not None and "comparison" in slices:
             st.dataframe(slices[slices["comparison"] == comparison], width="stretch", hide_index=True)
         part = change[change["comparison"] == comparison]
-        st.caption(f"{int(part['moved'].sum())} of {len(part)} scored words moved beyond the frequency-matched "
-                   "control.")
+        st.caption(
+            f"{int(part['moved'].sum())} of {len(part)} scored words moved beyond the frequency-matched control."
+        )
         for most in ("moved", "stable"):
             rows = change_rows(change, comparison, CHANGE_WORDS_SHOWN, most)
-            st.plotly_chart(change_figure(rows, f"{comparison}: most {most} words"), width="stretch",
-                            key=f"change-{most}")
+            st.plotly_chart(
+                change_figure(rows, f"{comparison}: most {most} words"), width="stretch", key=f"change-{most}"
+            )
         st.subheader("Any word: its change and its neighbours in each slice")
-        columns = [c for c in ("word", "count_a", "count_b", "cosine_distance", "low", "high",
-                               "neighbourhood_distance", "control_threshold", "moved", "stable", "neighbours_a",
-                               "neighbours_b") if c in part]
+        columns = [
+            c
+            for c in (
+                "word",
+                "count_a",
+                "count_b",
+                "cosine_distance",
+                "low",
+                "high",
+                "neighbourhood_distance",
+                "control_threshold",
+                "moved",
+                "stable",
+                "neighbours_a",
+                "neighbours_b",
+            )
+            if c in part
+        ]
         searchable_table(part[columns], "change_word_search", "words")
 
 
 # --------------------------------------------------------------------------- data shaping
+
 
 def change_rows(word_change: pd.DataFrame, comparison: str, n: int, most: str = "moved") -> pd.DataFrame:
     """The ``n`` most moved (highest ``cosine_distance``) or most stable (lowest upper end ``high``)
@@ -57,6 +78,7 @@ def change_rows(word_change: pd.DataFrame, comparison: str, n: int, most: str = 
 
 # --------------------------------------------------------------------------- figures
 
+
 def change_figure(rows: pd.DataFrame, title: str) -> go.Figure:
     """Horizontal bars: each word's change (cosine distance after alignment, mean over replicates)
     with its replicate interval, and an ``x`` at its frequency bin's control threshold; moved words
@@ -65,25 +87,57 @@ def change_figure(rows: pd.DataFrame, title: str) -> go.Figure:
     shown = rows.iloc[::-1]
     words = [esc(w) for w in shown["word"]]
     colour = np.where(shown["moved"].astype(bool), "#d62728", "#7f7f7f")
-    fig = go.Figure(go.Bar(
-        y=words, x=shown["cosine_distance"], orientation="h", marker_color=colour, name="change",
-        error_x=dict(type="data", symmetric=False, array=(shown["high"] - shown["cosine_distance"]).clip(lower=0),
-                     arrayminus=(shown["cosine_distance"] - shown["low"]).clip(lower=0)),
-        hovertext=[f"{w}: {m:.3f} [{lo:.3f}, {hi:.3f}], control {c:.3f}" for w, m, lo, hi, c in zip(
-            words, shown["cosine_distance"], shown["low"], shown["high"], shown["control_threshold"])],
-        hoverinfo="text"))
-    fig.add_trace(go.Scatter(y=words, x=shown["control_threshold"], mode="markers", name="control threshold",
-                             marker=dict(symbol="x", size=9, color="black")))
-    fig.update_layout(title=esc(title), xaxis_title="cosine distance after alignment (mean over replicates)",
-                      height=140 + 22 * len(shown), legend=dict(orientation="h"))
+    fig = go.Figure(
+        go.Bar(
+            y=words,
+            x=shown["cosine_distance"],
+            orientation="h",
+            marker_color=colour,
+            name="change",
+            error_x=dict(
+                type="data",
+                symmetric=False,
+                array=(shown["high"] - shown["cosine_distance"]).clip(lower=0),
+                arrayminus=(shown["cosine_distance"] - shown["low"]).clip(lower=0),
+            ),
+            hovertext=[
+                f"{w}: {m:.3f} [{lo:.3f}, {hi:.3f}], control {c:.3f}"
+                for w, m, lo, hi, c in zip(
+                    words, shown["cosine_distance"], shown["low"], shown["high"], shown["control_threshold"]
+                )
+            ],
+            hoverinfo="text",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            y=words,
+            x=shown["control_threshold"],
+            mode="markers",
+            name="control threshold",
+            marker=dict(symbol="x", size=9, color="black"),
+        )
+    )
+    fig.update_layout(
+        title=esc(title),
+        xaxis_title="cosine distance after alignment (mean over replicates)",
+        height=140 + 22 * len(shown),
+        legend=dict(orientation="h"),
+    )
     return fig
 
 
 # --------------------------------------------------------------------------- the registry entry
 
-PAGE = Page(key="Semantic change", title="Semantic change between slices of documents",
-            intro="Which words moved between two slices of documents (1900 vs 1990, one party vs another): each "
-                  "slice gets its own vectors, one is rotated onto the other, and a word's change is checked against "
-                  "how far words of its frequency move between two random halves of one slice. Hamilton et al. "
-                  "2016, *Diachronic Word Embeddings Reveal Statistical Laws of Semantic Change*.",
-            render=semantic_change_page, study="semantic_change", main_table="word_change", min_charts=2)
+PAGE = Page(
+    key="Semantic change",
+    title="Semantic change between slices of documents",
+    intro="Which words moved between two slices of documents (1900 vs 1990, one party vs another): each "
+    "slice gets its own vectors, one is rotated onto the other, and a word's change is checked against "
+    "how far words of its frequency move between two random halves of one slice. Hamilton et al. "
+    "2016, *Diachronic Word Embeddings Reveal Statistical Laws of Semantic Change*.",
+    render=semantic_change_page,
+    study="semantic_change",
+    main_table="word_change",
+    min_charts=2,
+)

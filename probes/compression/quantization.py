@@ -39,8 +39,8 @@ import math
 import statistics
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -88,13 +88,28 @@ class QuantSetting:
 
 
 DEFAULT_SETTINGS = (QuantSetting("float32"), QuantSetting("int8-dynamic"), QuantSetting("simulated", 4))
-SUMMARY_COLUMNS = ["setting", "kind", "bits", "real_kernels", "size_bytes", "size_kind", "size_ratio", "mlm_loss",
-                   "max_relative_change", "mean_relative_change", "pooled_cosine", "seconds", "cpu_seconds", "speedup",
-                   "threads",
-                   "note"]
+SUMMARY_COLUMNS = [
+    "setting",
+    "kind",
+    "bits",
+    "real_kernels",
+    "size_bytes",
+    "size_kind",
+    "size_ratio",
+    "mlm_loss",
+    "max_relative_change",
+    "mean_relative_change",
+    "pooled_cosine",
+    "seconds",
+    "cpu_seconds",
+    "speedup",
+    "threads",
+    "note",
+]
 
 
 # ---------------------------------------------------------------- which layers
+
 
 def encoder_linear_names(model: nn.Module) -> list[str]:
     """Qualified names (``model.named_modules()``) of every ``nn.Linear`` inside the encoder's
@@ -113,8 +128,10 @@ def encoder_linear_names(model: nn.Module) -> list[str]:
 
 # ---------------------------------------------------------------- simulated b-bit weights
 
-def fake_quantize_weight(weight: torch.Tensor, bits: int, group_size: int | None = None
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
+
+def fake_quantize_weight(
+    weight: torch.Tensor, bits: int, group_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric round-to-nearest quantize-dequantize of a weight ``[out, in]`` to ``bits`` bits.
 
     Levels are ``scale * k`` for integers ``|k| <= qmax = 2^(bits-1) - 1`` (2 bits: -1, 0, 1); one
@@ -131,9 +148,9 @@ def fake_quantize_weight(weight: torch.Tensor, bits: int, group_size: int | None
     group = group_size or in_features
     if in_features % group:
         raise ConfigError(f"group_size: {group_size} does not divide the {in_features} input columns")
-    grouped = w.reshape(out_features, in_features // group, group)          # [out, groups, group]
+    grouped = w.reshape(out_features, in_features // group, group)  # [out, groups, group]
     qmax = 2 ** (bits - 1) - 1
-    scales = grouped.abs().amax(dim=-1) / qmax                              # [out, groups]
+    scales = grouped.abs().amax(dim=-1) / qmax  # [out, groups]
     safe = torch.where(scales > 0, scales, torch.ones_like(scales))[..., None]
     levels = torch.clamp(torch.round(grouped / safe), -qmax, qmax)
     return (levels * safe).reshape(out_features, in_features), scales  # a zero group: levels 0 -> stays 0
@@ -156,8 +173,9 @@ def theoretical_packed_bytes(model: nn.Module, bits: int, group_size: int | None
     """Bytes of ``model`` stored with its encoder Linear weights packed at ``bits`` bits each plus
     one float32 scale per output channel (or group), everything else (biases, embeddings, norms,
     heads; tied tensors once) at 4 bytes per value. Theoretical: no file format is written."""
-    linear_weights = {id(model.get_submodule(n).weight): model.get_submodule(n).weight
-                      for n in encoder_linear_names(model)}
+    linear_weights = {
+        id(model.get_submodule(n).weight): model.get_submodule(n).weight for n in encoder_linear_names(model)
+    }
     total = 0
     for p in {id(p): p for p in model.parameters()}.values():
         if id(p) in linear_weights:
@@ -170,6 +188,7 @@ def theoretical_packed_bytes(model: nn.Module, bits: int, group_size: int | None
 
 
 # ---------------------------------------------------------------- real int8 (torch's dynamic quantization)
+
 
 def int8_engine() -> tuple[str | None, str]:
     """``(engine, reason)``: the quantized engine torch uses on this CPU (``x86``, ``fbgemm``,
@@ -189,8 +208,10 @@ def int8_cpu_only(model: nn.Module) -> str | None:
     device = model_device(model)
     if device.type == "cpu":
         return None
-    return (f"int8-dynamic runs on the CPU only (torch's dynamic quantization has no {device.type} kernels) and "
-            f"the model is on {device}: compare it with the model on the CPU (model.cpu()), or leave int8-dynamic out")
+    return (
+        f"int8-dynamic runs on the CPU only (torch's dynamic quantization has no {device.type} kernels) and "
+        f"the model is on {device}: compare it with the model on the CPU (model.cpu()), or leave int8-dynamic out"
+    )
 
 
 def dynamic_int8(model: nn.Module, per_channel: bool = False) -> tuple[nn.Module | None, str]:
@@ -210,11 +231,15 @@ def dynamic_int8(model: nn.Module, per_channel: bool = False) -> tuple[nn.Module
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*(deprecated|quantize_per).*")
             torch.backends.quantized.engine = engine
-            qconfig = (torch.ao.quantization.per_channel_dynamic_qconfig if per_channel
-                       else torch.ao.quantization.default_dynamic_qconfig)
+            qconfig = (
+                torch.ao.quantization.per_channel_dynamic_qconfig
+                if per_channel
+                else torch.ao.quantization.default_dynamic_qconfig
+            )
             spec = {name: qconfig for name in encoder_linear_names(model)}
             quantized = torch.ao.quantization.quantize_dynamic(
-                copy.deepcopy(model).float().cpu().eval(), spec, dtype=torch.qint8)
+                copy.deepcopy(model).float().cpu().eval(), spec, dtype=torch.qint8
+            )
             probe = torch.zeros(1, 4, dtype=torch.long)
             with torch.no_grad():
                 getattr(quantized, "base_model", quantized)(input_ids=probe)
@@ -236,14 +261,16 @@ def serialized_bytes(model: nn.Module) -> int:
 
 # ---------------------------------------------------------------- measuring against float32
 
+
 def encode_sentences(tokenizer, sentences: Sequence, batch_size: int = 16, max_length: int = 128) -> list[Batch]:
     """Tokenised batches (``input_ids``, ``attention_mask``, ...) ``[batch, tokens]`` of
     ``sentences`` (strings, word lists, or corpus ``Sentence``s), in order."""
     texts = [s if isinstance(s, str) else " ".join(getattr(s, "words", s)) for s in sentences]
     batches = []
     for start in range(0, len(texts), batch_size):
-        enc = tokenizer(texts[start:start + batch_size], truncation=True, max_length=max_length,
-                        padding=True, return_tensors="pt")
+        enc = tokenizer(
+            texts[start : start + batch_size], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+        )
         batches.append(model_inputs(dict(enc)))
     return batches
 
@@ -254,41 +281,53 @@ def hidden_states(model: nn.Module, batches: Sequence[Batch]) -> list[torch.Tens
     embeddings) as float32 CPU tensors (the batches run on the model's device)."""
     encoder = getattr(model, "base_model", model)
     device = model_device(model)
-    return [torch.stack(encoder(**to_device(model_inputs(b), device), output_hidden_states=True).hidden_states)
-            .float().cpu() for b in batches]
+    return [
+        torch.stack(encoder(**to_device(model_inputs(b), device), output_hidden_states=True).hidden_states)
+        .float()
+        .cpu()
+        for b in batches
+    ]
 
 
-def relative_changes(reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor],
-                     batches: Sequence[Batch]) -> pd.DataFrame:
+def relative_changes(
+    reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor], batches: Sequence[Batch]
+) -> pd.DataFrame:
     """Per layer, ``‖h' - h‖ / ‖h‖`` of each real (non-padding) token's hidden state, ``h`` from
     ``reference``: columns ``layer, max_relative_change, mean_relative_change`` (one row per hidden
     layer, 0 = embeddings). Inputs: per batch ``[layers + 1, batch, tokens, dim]``."""
     per_layer: list[torch.Tensor] = []
     for ref, new, batch in zip(reference, other, batches):
-        mask = batch.get("attention_mask", torch.ones(ref.shape[1:3])).bool()          # [batch, tokens]
-        change = (new - ref).norm(dim=-1) / ref.norm(dim=-1).clamp(min=1e-12)        # [layers, batch, tokens]
-        per_layer.append(change[:, mask])                                              # [layers, real tokens]
+        mask = batch.get("attention_mask", torch.ones(ref.shape[1:3])).bool()  # [batch, tokens]
+        change = (new - ref).norm(dim=-1) / ref.norm(dim=-1).clamp(min=1e-12)  # [layers, batch, tokens]
+        per_layer.append(change[:, mask])  # [layers, real tokens]
     changes = torch.cat(per_layer, dim=1).double()
-    return pd.DataFrame({"layer": range(changes.shape[0]), "max_relative_change": changes.amax(1).numpy(),
-                         "mean_relative_change": changes.mean(1).numpy()})
+    return pd.DataFrame(
+        {
+            "layer": range(changes.shape[0]),
+            "max_relative_change": changes.amax(1).numpy(),
+            "mean_relative_change": changes.mean(1).numpy(),
+        }
+    )
 
 
-def pooled_cosines(reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor],
-                   batches: Sequence[Batch]) -> torch.Tensor:
+def pooled_cosines(
+    reference: Sequence[torch.Tensor], other: Sequence[torch.Tensor], batches: Sequence[Batch]
+) -> torch.Tensor:
     """Cosine ``[sentences]`` between the float32 and the quantized sentence vectors: the last
     hidden layer mean-pooled over real tokens (how a sentence-embedding model such as MiniLM is
     used). Inputs: per batch ``[layers + 1, batch, tokens, dim]``."""
     out = []
     for ref, new, batch in zip(reference, other, batches):
-        mask = batch.get("attention_mask", torch.ones(ref.shape[1:3])).float()[..., None]   # [batch, tokens, 1]
-        pool = [(h[-1] * mask).sum(1) / mask.sum(1).clamp(min=1) for h in (ref, new)]       # [batch, dim]
+        mask = batch.get("attention_mask", torch.ones(ref.shape[1:3])).float()[..., None]  # [batch, tokens, 1]
+        pool = [(h[-1] * mask).sum(1) / mask.sum(1).clamp(min=1) for h in (ref, new)]  # [batch, dim]
         out.append(nn.functional.cosine_similarity(pool[0], pool[1], dim=-1))
     return torch.cat(out)
 
 
 @torch.no_grad()
-def forward_seconds(models: Sequence[nn.Module], batches: Sequence[Batch], repeat: int = 5
-                    ) -> list[tuple[float, float]]:
+def forward_seconds(
+    models: Sequence[nn.Module], batches: Sequence[Batch], repeat: int = 5
+) -> list[tuple[float, float]]:
     """Per model, ``(median wall seconds, median CPU seconds of this process)`` of one encoder
     forward pass over all ``batches``, with torch's current thread count. The models take turns
     (one warm-up round, then ``repeat`` rounds of one pass each), so load from other processes on
@@ -317,8 +356,7 @@ def forward_seconds(models: Sequence[nn.Module], batches: Sequence[Batch], repea
     return [(statistics.median(w), statistics.median(c)) for w, c in zip(wall, cpu)]
 
 
-def quantized_model(model: nn.Module, setting: QuantSetting, *, cpu_copy: bool = False
-                    ) -> tuple[nn.Module | None, str]:
+def quantized_model(model: nn.Module, setting: QuantSetting, *, cpu_copy: bool = False) -> tuple[nn.Module | None, str]:
     """``(model run under setting, note)``; None with the reason when int8 cannot run here: no
     engine, or ``model`` is not on the CPU (:func:`int8_cpu_only`) unless ``cpu_copy`` (then int8
     runs on a CPU copy and the note says so)."""
@@ -344,16 +382,21 @@ def setting_size(model: nn.Module, run: nn.Module, setting: QuantSetting) -> tup
 
 def _setting_row(setting: QuantSetting, note: str) -> dict:
     """The columns every per-setting row starts with: ``setting, kind, bits, real_kernels, threads, note``."""
-    return {"setting": setting.name, "kind": setting.kind, "bits": 8 if setting.kind == "int8-dynamic" else setting.bits,
-            "real_kernels": setting.kind != "simulated", "threads": torch.get_num_threads(), "note": note}
+    return {
+        "setting": setting.name,
+        "kind": setting.kind,
+        "bits": 8 if setting.kind == "int8-dynamic" else setting.bits,
+        "real_kernels": setting.kind != "simulated",
+        "threads": torch.get_num_threads(),
+        "note": note,
+    }
 
 
-def _add_forward_times(model: nn.Module, runs: list[tuple[dict, nn.Module]], batches: list[Batch],
-                       repeat: int) -> None:
+def _add_forward_times(model: nn.Module, runs: list[tuple[dict, nn.Module]], batches: list[Batch], repeat: int) -> None:
     """Fill ``seconds``, ``cpu_seconds`` and ``speedup`` of each ``(row, run)``: float32 (``run is
     model``) and every setting taking turns (:func:`forward_seconds`); a speed-up only where real
     low-precision kernels ran (NaN for simulated bits: float32 kernels)."""
-    others = [(row, run) for row, run in runs if run is not model]           # float32 itself is the baseline
+    others = [(row, run) for row, run in runs if run is not model]  # float32 itself is the baseline
     base, *timings = forward_seconds([model] + [run for _, run in others], batches, repeat)
     for row, run in runs:
         if run is model:
@@ -363,10 +406,14 @@ def _add_forward_times(model: nn.Module, runs: list[tuple[dict, nn.Module]], bat
         row["speedup"] = base[0] / seconds if row["real_kernels"] else math.nan
 
 
-def compare_quantization(model: nn.Module, batches: Sequence[Batch], *,
-                         settings: Sequence[QuantSetting] = DEFAULT_SETTINGS,
-                         mlm_batches: Sequence[Batch] | None = None,
-                         repeat: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
+def compare_quantization(
+    model: nn.Module,
+    batches: Sequence[Batch],
+    *,
+    settings: Sequence[QuantSetting] = DEFAULT_SETTINGS,
+    mlm_batches: Sequence[Batch] | None = None,
+    repeat: int = 5,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every setting against float32, in this process, on the same ``batches`` and threads.
 
     ``model``: a float32 encoder (an MLM model gives MLM loss on ``mlm_batches``, the
@@ -402,8 +449,14 @@ def compare_quantization(model: nn.Module, batches: Sequence[Batch], *,
     return summary, layer_table
 
 
-def _measure(model: nn.Module, run: nn.Module, setting: QuantSetting, reference: list[torch.Tensor],
-             batches: list[Batch], mlm_batches: Sequence[Batch] | None) -> tuple[dict, pd.DataFrame]:
+def _measure(
+    model: nn.Module,
+    run: nn.Module,
+    setting: QuantSetting,
+    reference: list[torch.Tensor],
+    batches: list[Batch],
+    mlm_batches: Sequence[Batch] | None,
+) -> tuple[dict, pd.DataFrame]:
     """Size, MLM loss and hidden-state change of ``run`` (``model`` under ``setting``)."""
     row: dict = {}
     row["size_bytes"], row["size_kind"], row["size_ratio"] = setting_size(model, run, setting)
@@ -418,14 +471,40 @@ def _measure(model: nn.Module, run: nn.Module, setting: QuantSetting, reference:
 
 
 TaskScoresFn = Callable[[nn.Module, "torch.Tensor | None", Sequence[Batch]], tuple[np.ndarray, np.ndarray]]
-TASK_COLUMNS = ["setting", "kind", "bits", "real_kernels", "accuracy", "low", "high", "difference", "difference_low",
-                "difference_high", "p_value", "n_examples", "n_items", "small_sample", "size_bytes", "size_kind",
-                "size_ratio", "seconds", "speedup", "threads", "note"]
+TASK_COLUMNS = [
+    "setting",
+    "kind",
+    "bits",
+    "real_kernels",
+    "accuracy",
+    "low",
+    "high",
+    "difference",
+    "difference_low",
+    "difference_high",
+    "p_value",
+    "n_examples",
+    "n_items",
+    "small_sample",
+    "size_bytes",
+    "size_kind",
+    "size_ratio",
+    "seconds",
+    "speedup",
+    "threads",
+    "note",
+]
 
 
-def task_quantization(model: nn.Module, batches: Sequence[Batch], sentence_scores: TaskScoresFn, *,
-                      settings: Sequence[QuantSetting] = DEFAULT_SETTINGS, repeat: int = 5,
-                      seed: int = 0) -> pd.DataFrame:
+def task_quantization(
+    model: nn.Module,
+    batches: Sequence[Batch],
+    sentence_scores: TaskScoresFn,
+    *,
+    settings: Sequence[QuantSetting] = DEFAULT_SETTINGS,
+    repeat: int = 5,
+    seed: int = 0,
+) -> pd.DataFrame:
     """A fine-tuned classifier's task accuracy under every setting against float32, on the same test
     ``batches``, in this process.
 
@@ -450,10 +529,18 @@ def task_quantization(model: nn.Module, batches: Sequence[Batch], sentence_score
             correct, scored = (base_correct, base_scored) if run is model else sentence_scores(run, None, batches)
             iv = ratio_bootstrap(correct, scored, seed=seed)
             diff = paired_bootstrap(correct, base_correct, scored, base_scored, seed=seed)
-            row |= {"accuracy": iv.estimate, "low": iv.low, "high": iv.high, "difference": diff.difference,
-                    "difference_low": diff.low, "difference_high": diff.high, "p_value": diff.p_value,
-                    "n_examples": int(np.asarray(scored).size), "n_items": int(np.asarray(scored).sum()),
-                    "small_sample": is_small_sample(int(np.asarray(scored).sum()))}
+            row |= {
+                "accuracy": iv.estimate,
+                "low": iv.low,
+                "high": iv.high,
+                "difference": diff.difference,
+                "difference_low": diff.low,
+                "difference_high": diff.high,
+                "p_value": diff.p_value,
+                "n_examples": int(np.asarray(scored).size),
+                "n_items": int(np.asarray(scored).sum()),
+                "small_sample": is_small_sample(int(np.asarray(scored).sum())),
+            }
             row["size_bytes"], row["size_kind"], row["size_ratio"] = setting_size(model, run, setting)
             runs.append((row, run))
         rows.append(row)
@@ -461,12 +548,28 @@ def task_quantization(model: nn.Module, batches: Sequence[Batch], sentence_score
     return pd.DataFrame(rows).reindex(columns=TASK_COLUMNS)
 
 
-PROBING_COLUMNS = ["setting", "kind", "bits", "layer", "accuracy", "low", "high", "difference", "difference_low",
-                   "difference_high", "p_value", "n_test_sentences", "n_test_items", "probe_task", "note"]
+PROBING_COLUMNS = [
+    "setting",
+    "kind",
+    "bits",
+    "layer",
+    "accuracy",
+    "low",
+    "high",
+    "difference",
+    "difference_low",
+    "difference_high",
+    "p_value",
+    "n_test_sentences",
+    "n_test_items",
+    "probe_task",
+    "note",
+]
 
 
-def quantized_probing(lm, corpus, *, settings: Sequence[QuantSetting] = DEFAULT_SETTINGS, task: str = "pos",
-                      seed: int = 0, root=None) -> pd.DataFrame:
+def quantized_probing(
+    lm, corpus, *, settings: Sequence[QuantSetting] = DEFAULT_SETTINGS, task: str = "pos", seed: int = 0, root=None
+) -> pd.DataFrame:
     """What each layer still makes linearly readable when the encoder runs quantized: a linear edge
     probe of ``task`` per layer (Tenney et al.'s per-layer probe, the ``linear`` probe, probe seed and
     sentence split ``seed``, the same for every setting) trained and tested on the hidden states of
@@ -486,13 +589,15 @@ def quantized_probing(lm, corpus, *, settings: Sequence[QuantSetting] = DEFAULT_
 
     def per_layer(sentences: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         acc = sentences[sentences["metric"] == "accuracy"].sort_values(["layer", "sentence"])
-        return {int(layer): (g["numerator"].to_numpy(float), g["denominator"].to_numpy(float))
-                for layer, g in acc.groupby("layer")}
+        return {
+            int(layer): (g["numerator"].to_numpy(float), g["denominator"].to_numpy(float))
+            for layer, g in acc.groupby("layer")
+        }
 
     rows, reference = [], None
     with tempfile.TemporaryDirectory(dir=root, prefix="quantized-stores-") as stores:
         for setting in settings:
-            run, note = quantized_model(lm.model, setting, cpu_copy=True)   # int8: extracted on the CPU
+            run, note = quantized_model(lm.model, setting, cpu_copy=True)  # int8: extracted on the CPU
             base = {**_setting_row(setting, note), "probe_task": task}
             if run is None:
                 rows.append(base)
@@ -500,16 +605,28 @@ def quantized_probing(lm, corpus, *, settings: Sequence[QuantSetting] = DEFAULT_
             fingerprint = hashlib.sha256(f"{lm.fingerprint}:{setting.name}".encode()).hexdigest()
             quantized = dataclasses.replace(lm, model=run, fingerprint=fingerprint)
             store = extract(quantized, corpus, attentions=False, root=stores, progress=False)
-            _, sentences = probe_layers(store, corpus, task, seeds=(int(seed),), split_seed=int(seed), probe="linear",
-                                        test_sentences=True)
+            _, sentences = probe_layers(
+                store, corpus, task, seeds=(int(seed),), split_seed=int(seed), probe="linear", test_sentences=True
+            )
             layers = per_layer(sentences)
             if reference is None:
                 reference = layers
             for layer, (numerator, denominator) in layers.items():
                 iv = ratio_bootstrap(numerator, denominator, seed=seed)
                 diff = paired_bootstrap(numerator, reference[layer][0], denominator, reference[layer][1], seed=seed)
-                rows.append({**base, "layer": layer, "accuracy": iv.estimate, "low": iv.low, "high": iv.high,
-                             "difference": diff.difference, "difference_low": diff.low,
-                             "difference_high": diff.high, "p_value": diff.p_value,
-                             "n_test_sentences": int(numerator.size), "n_test_items": int(denominator.sum())})
+                rows.append(
+                    {
+                        **base,
+                        "layer": layer,
+                        "accuracy": iv.estimate,
+                        "low": iv.low,
+                        "high": iv.high,
+                        "difference": diff.difference,
+                        "difference_low": diff.low,
+                        "difference_high": diff.high,
+                        "p_value": diff.p_value,
+                        "n_test_sentences": int(numerator.size),
+                        "n_test_items": int(denominator.sum()),
+                    }
+                )
     return pd.DataFrame(rows).reindex(columns=PROBING_COLUMNS)

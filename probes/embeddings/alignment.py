@@ -16,8 +16,8 @@ Convention: rows are vectors, a source row ``x`` maps to ``x @ W``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -126,8 +126,9 @@ class _Keys:
             q = torch.cat([q, torch.full((q.shape[0], 1), -1.0)], dim=1)
         return q.to(self.low.dtype) @ self.low.T
 
-    def block_topk(self, q: torch.Tensor, k: int, *, scale: float = 1.0,
-                   exclude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def block_topk(
+        self, q: torch.Tensor, k: int, *, scale: float = 1.0, exclude: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-``k`` of ``scale * (q @ keysᵀ) - bias`` per row of ``q [b, d]`` -> ``(values [b, k],
         indices [b, k])``, best first; ``exclude [b]``: a key index each row may not pick.
 
@@ -149,7 +150,7 @@ class _Keys:
             sims[torch.arange(q.shape[0]), exclude] = -float("inf")
         if not screen:
             return torch.topk(sims, k, dim=1)
-        _, cand = torch.topk(sims, k + RESCORE_MARGIN, dim=1)                          # [b, c]
+        _, cand = torch.topk(sims, k + RESCORE_MARGIN, dim=1)  # [b, c]
         exact = torch.einsum("bd,bcd->bc", q, self.exact[cand])
         if self.bias is not None:
             exact -= self.bias[cand]
@@ -160,7 +161,11 @@ class _Keys:
 
 
 def topk_cosine(
-    queries: np.ndarray, keys: np.ndarray, k: int, batch_size: int = 4096, exclude_self: bool = False,
+    queries: np.ndarray,
+    keys: np.ndarray,
+    k: int,
+    batch_size: int = 4096,
+    exclude_self: bool = False,
     precision: str = "auto",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` dot products of each query row with all key rows, in query batches.
@@ -179,22 +184,25 @@ def topk_cosine(
     idx = np.empty((q.shape[0], k), np.int64)
     with torch.no_grad():
         for start in range(0, q.shape[0], batch_size):
-            block = q[start:start + batch_size]
+            block = q[start : start + batch_size]
             exclude = torch.arange(start, start + len(block)) if exclude_self else None
             s, i = kk.block_topk(block, k, exclude=exclude)
-            scores[start:start + len(s)] = s.numpy()
-            idx[start:start + len(s)] = i.numpy()
+            scores[start : start + len(s)] = s.numpy()
+            idx[start : start + len(s)] = i.numpy()
     return scores, idx
 
 
-def mean_topk_cosine(queries: np.ndarray, keys: np.ndarray, k: int = 10, batch_size: int = 4096,
-                     precision: str = "auto") -> np.ndarray:
+def mean_topk_cosine(
+    queries: np.ndarray, keys: np.ndarray, k: int = 10, batch_size: int = 4096, precision: str = "auto"
+) -> np.ndarray:
     """``r`` of CSLS: mean cosine of each query to its ``k`` nearest keys, ``[n]`` (batched)."""
     scores, _ = topk_cosine(queries, keys, k, batch_size, precision=precision)
     return scores.mean(axis=1)
 
 
-def _mutual_mean_topk(queries: np.ndarray, target: np.ndarray, k: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def _mutual_mean_topk(
+    queries: np.ndarray, target: np.ndarray, k: int, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``r_T`` ``[n]`` and ``r_S`` ``[m]`` when the source pool is the queries, in one pass.
 
     Each query batch's similarity block ``[b, m]`` gives the rows' top-k directly and updates a
@@ -209,8 +217,8 @@ def _mutual_mean_topk(queries: np.ndarray, target: np.ndarray, k: int, batch_siz
     running = torch.full((t.shape[0], kt), -float("inf"))
     with torch.no_grad():
         for start in range(0, q.shape[0], batch_size):
-            sims = q[start:start + batch_size] @ t.T
-            r_target[start:start + len(sims)] = torch.topk(sims, kq, dim=1).values.mean(dim=1).numpy()
+            sims = q[start : start + batch_size] @ t.T
+            r_target[start : start + len(sims)] = torch.topk(sims, kq, dim=1).values.mean(dim=1).numpy()
             col = torch.topk(sims.T, min(kt, sims.shape[0]), dim=1).values
             running = torch.topk(torch.cat([running, col], dim=1), kt, dim=1).values
     return r_target, running.mean(dim=1).numpy()
@@ -235,7 +243,7 @@ def retrieve(
     or pass ``r_source`` ``[m]`` precomputed. Returns ``(scores [n, k], indices [n, k])``.
     ``precision``: as :func:`topk_cosine` (bfloat16 screening where faster, float32 rescoring).
     """
-    pool_is_queries = source_pool is queries          # one pass then gives both r_T and r_S
+    pool_is_queries = source_pool is queries  # one pass then gives both r_T and r_S
     queries = unit_rows(queries)
     target = unit_rows(target)
     if method == "nn":
@@ -258,9 +266,9 @@ def retrieve(
     idx = np.empty((len(queries), k), np.int64)
     with torch.no_grad():
         for start in range(0, len(queries), batch_size):
-            s, i = keys.block_topk(q[start:start + batch_size], k, scale=2.0)
-            scores[start:start + len(s)] = s.numpy() - r_target[start:start + len(s), None]
-            idx[start:start + len(s)] = i.numpy()
+            s, i = keys.block_topk(q[start : start + batch_size], k, scale=2.0)
+            scores[start : start + len(s)] = s.numpy() - r_target[start : start + len(s), None]
+            idx[start : start + len(s)] = i.numpy()
     return scores, idx
 
 
@@ -279,13 +287,15 @@ def as_pairs(pairs: pd.DataFrame | Iterable[tuple[str, str]] | None) -> pd.DataF
     return df.drop_duplicates().reset_index(drop=True)
 
 
-def identical_pairs(source: StaticVectors, target: StaticVectors, numerals_only: bool = False,
-                    exclude: Iterable[str] = ()) -> pd.DataFrame:
+def identical_pairs(
+    source: StaticVectors, target: StaticVectors, numerals_only: bool = False, exclude: Iterable[str] = ()
+) -> pd.DataFrame:
     """Seed dictionary of words spelled the same in both spaces (or only numerals ``\\d+``)."""
     exclude = set(exclude)
     numeral = re.compile(r"^\d+$")
-    words = [w for w in source.words if w in target and w not in exclude
-             and (numeral.match(w) if numerals_only else True)]
+    words = [
+        w for w in source.words if w in target and w not in exclude and (numeral.match(w) if numerals_only else True)
+    ]
     return pd.DataFrame({"source": words, "target": words})
 
 
@@ -310,9 +320,11 @@ class AlignmentResult:
     info: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        return (f"AlignmentResult({self.method}: W {self.W.shape[0]}×{self.W.shape[1]}, "
-                f"{len(self.train_pairs)} training pairs, normalisation {'-'.join(self.normalization) or 'none'}, "
-                f"{len(self.history)} iterations)")
+        return (
+            f"AlignmentResult({self.method}: W {self.W.shape[0]}×{self.W.shape[1]}, "
+            f"{len(self.train_pairs)} training pairs, normalisation {'-'.join(self.normalization) or 'none'}, "
+            f"{len(self.history)} iterations)"
+        )
 
     def map_source(self, x: StaticVectors | np.ndarray) -> np.ndarray:
         """Source vectors preprocessed then mapped: ``[n, d_t]``, unit rows."""
@@ -325,22 +337,42 @@ class AlignmentResult:
         yn, _ = normalize_embeddings(m, self.normalization, self.target_means)
         return unit_rows(yn)
 
-    def translate(self, words: Sequence[str], source: StaticVectors, target: StaticVectors, k: int = 5,
-                  retrieval: str = "csls", csls_k: int = 10, batch_size: int = 4096) -> pd.DataFrame:
+    def translate(
+        self,
+        words: Sequence[str],
+        source: StaticVectors,
+        target: StaticVectors,
+        k: int = 5,
+        retrieval: str = "csls",
+        csls_k: int = 10,
+        batch_size: int = 4096,
+    ) -> pd.DataFrame:
         """Top-``k`` translations -> DataFrame ``(source, rank, target, score, retrieval)``."""
         words = [w for w in words if w in source]
         mapped_all = self.map_source(source)
         tgt = self.prepare_target(target)
-        r_source = (mean_topk_cosine(tgt, mapped_all, csls_k, batch_size) if retrieval == "csls" else None)
-        scores, idx = retrieve(mapped_all[source.indices(words)], tgt, k, retrieval, csls_k,
-                               r_source=r_source, batch_size=batch_size)
-        rows = [(w, r + 1, target.words[idx[i, r]], float(scores[i, r]), retrieval)
-                for i, w in enumerate(words) for r in range(idx.shape[1])]
+        r_source = mean_topk_cosine(tgt, mapped_all, csls_k, batch_size) if retrieval == "csls" else None
+        scores, idx = retrieve(
+            mapped_all[source.indices(words)], tgt, k, retrieval, csls_k, r_source=r_source, batch_size=batch_size
+        )
+        rows = [
+            (w, r + 1, target.words[idx[i, r]], float(scores[i, r]), retrieval)
+            for i, w in enumerate(words)
+            for r in range(idx.shape[1])
+        ]
         return pd.DataFrame(rows, columns=["source", "rank", "target", "score", "retrieval"])
 
-    def evaluate(self, source: StaticVectors, target: StaticVectors, test_pairs: pd.DataFrame,
-                 retrieval: Sequence[str] = ("nn", "csls"), ks: Sequence[int] = (1, 5, 10),
-                 csls_k: int = 10, batch_size: int = 4096, hits: list[pd.DataFrame] | None = None) -> pd.DataFrame:
+    def evaluate(
+        self,
+        source: StaticVectors,
+        target: StaticVectors,
+        test_pairs: pd.DataFrame,
+        retrieval: Sequence[str] = ("nn", "csls"),
+        ks: Sequence[int] = (1, 5, 10),
+        csls_k: int = 10,
+        batch_size: int = 4096,
+        hits: list[pd.DataFrame] | None = None,
+    ) -> pd.DataFrame:
         return evaluate_alignment(self, source, target, test_pairs, retrieval, ks, csls_k, batch_size, hits=hits)
 
 
@@ -385,18 +417,29 @@ def align(
     elif method == "self-learning":
         if train_pairs is None:
             if seed_dictionary not in ("identical", "numerals"):
-                raise AlignmentError(f"unknown seed dictionary {seed_dictionary!r} "
-                                     "(use 'identical', 'numerals' or pass train_pairs)")
-            pairs = identical_pairs(source, target, numerals_only=seed_dictionary == "numerals",
-                                    exclude=exclude_from_seed)
+                raise AlignmentError(
+                    f"unknown seed dictionary {seed_dictionary!r} (use 'identical', 'numerals' or pass train_pairs)"
+                )
+            pairs = identical_pairs(
+                source, target, numerals_only=seed_dictionary == "numerals", exclude=exclude_from_seed
+            )
         si, ti = _pair_indices(source, target, pairs)
-        w, history, si, ti = self_learning(xs, zt, si, ti, max_iter, tol, induction, direction,
-                                           vocab_cutoff, csls_k, batch_size)
+        w, history, si, ti = self_learning(
+            xs, zt, si, ti, max_iter, tol, induction, direction, vocab_cutoff, csls_k, batch_size
+        )
         used = pd.DataFrame({"source": [source.words[i] for i in si], "target": [target.words[i] for i in ti]})
     else:
         raise AlignmentError(f"unknown method {method!r} (use 'procrustes', 'lstsq' or 'self-learning')")
-    return AlignmentResult(w, method, steps, s_means, t_means, history, used,
-                           {"source": source.name, "target": target.name, "n_input_pairs": len(pairs)})
+    return AlignmentResult(
+        w,
+        method,
+        steps,
+        s_means,
+        t_means,
+        history,
+        used,
+        {"source": source.name, "target": target.name, "n_input_pairs": len(pairs)},
+    )
 
 
 def self_learning(
@@ -443,8 +486,14 @@ def self_learning(
             objs.append(s_b[:, 0])
         objective = float(np.concatenate(objs).mean())
         improvement = objective - best
-        rows.append({"iteration": it, "n_pairs": len(src), "objective": objective,
-                     "improvement": improvement if np.isfinite(improvement) else np.nan})
+        rows.append(
+            {
+                "iteration": it,
+                "n_pairs": len(src),
+                "objective": objective,
+                "improvement": improvement if np.isfinite(improvement) else np.nan,
+            }
+        )
         if improvement <= tol:
             break  # this W is no better than the last: keep the last
         best, w_best, src_best, tgt_best = objective, w, src, tgt
@@ -498,9 +547,18 @@ def evaluate_alignment(
             hits.append(pd.DataFrame({"retrieval": method, "source": queries, "first_hit": first_hit}))
         for k in ks:
             interval = ratio_bootstrap((first_hit < k).astype(float))
-            rows.append({"retrieval": method, "k": int(k), "metric": "precision",
-                         "value": float(np.mean(first_hit < k)), "n_queries": len(queries),
-                         "coverage": len(queries) / max(n_sources, 1), "low": interval.low, "high": interval.high})
+            rows.append(
+                {
+                    "retrieval": method,
+                    "k": int(k),
+                    "metric": "precision",
+                    "value": float(np.mean(first_hit < k)),
+                    "n_queries": len(queries),
+                    "coverage": len(queries) / max(n_sources, 1),
+                    "low": interval.low,
+                    "high": interval.high,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -525,14 +583,41 @@ def compare_methods(hits: pd.DataFrame, ks: Sequence[int] = (1,)) -> pd.DataFram
             for a, b in combinations(methods, 2):
                 hit_a, hit_b = (wide[a] < k).to_numpy(float), (wide[b] < k).to_numpy(float)
                 diff = paired_bootstrap(hit_a, hit_b)
-                rows.append({"retrieval": retrieval, "k": int(k), "method_a": a, "method_b": b,
-                             "precision_a": float(hit_a.mean()), "precision_b": float(hit_b.mean()),
-                             "difference": diff.difference, "low": diff.low, "high": diff.high,
-                             "p_value": diff.p_value, "mcnemar_p": mcnemar_p(hit_a, hit_b),
-                             "n_queries": len(wide), "small_sample": is_small_sample(len(wide))})
-    return pd.DataFrame(rows, columns=["retrieval", "k", "method_a", "method_b", "precision_a", "precision_b",
-                                       "difference", "low", "high", "p_value", "mcnemar_p", "n_queries",
-                                       "small_sample"])
+                rows.append(
+                    {
+                        "retrieval": retrieval,
+                        "k": int(k),
+                        "method_a": a,
+                        "method_b": b,
+                        "precision_a": float(hit_a.mean()),
+                        "precision_b": float(hit_b.mean()),
+                        "difference": diff.difference,
+                        "low": diff.low,
+                        "high": diff.high,
+                        "p_value": diff.p_value,
+                        "mcnemar_p": mcnemar_p(hit_a, hit_b),
+                        "n_queries": len(wide),
+                        "small_sample": is_small_sample(len(wide)),
+                    }
+                )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "retrieval",
+            "k",
+            "method_a",
+            "method_b",
+            "precision_a",
+            "precision_b",
+            "difference",
+            "low",
+            "high",
+            "p_value",
+            "mcnemar_p",
+            "n_queries",
+            "small_sample",
+        ],
+    )
 
 
 def most_moved_words(
@@ -561,13 +646,15 @@ def most_moved_words(
     sims = np.sum(xs_all[si] * zt_all[ti], axis=1)
     order = np.argsort(sims, kind="stable")[:k]
     sel = [common[i] for i in order]
-    return pd.DataFrame({
-        "rank": np.arange(1, len(sel) + 1),
-        "word": sel,
-        "similarity": sims[order].astype(float),
-        "source_neighbours": neighbour_names(source, sel, n_neighbours),
-        "target_neighbours": neighbour_names(target, sel, n_neighbours),
-    })
+    return pd.DataFrame(
+        {
+            "rank": np.arange(1, len(sel) + 1),
+            "word": sel,
+            "similarity": sims[order].astype(float),
+            "source_neighbours": neighbour_names(source, sel, n_neighbours),
+            "target_neighbours": neighbour_names(target, sel, n_neighbours),
+        }
+    )
 
 
 def neighbour_names(space: StaticVectors, words: Sequence[str], n: int) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bertology.corpus.plain_text import load_text
 from bertology.errors import ConfigError, WorkbenchError
 from bertology.probes.embeddings.alignment import align, identical_pairs, most_moved_words
 from bertology.probes.embeddings.contextuality import MEV_CENTERINGS, contextuality, contextuality_by_word
@@ -23,11 +24,17 @@ from bertology.probes.embeddings.crosslingual import crosslingual_experiment
 from bertology.probes.embeddings.dictionaries import bilingual_files, bilingual_pairs, filter_to_vocab, split_dictionary
 from bertology.probes.embeddings.drift import compare_corpora, compare_spaces
 from bertology.probes.embeddings.neighbours import sense_clusters, static_vs_contextual_neighbours
-from bertology.probes.embeddings.static_vectors import (SPACY_PACKAGES, StaticVectors, distill_static,
-                                                        load_spacy_vectors, read_word2vec, spacy_vocab_dir,
-                                                        train_word2vec, word_vectors_from_pieces)
+from bertology.probes.embeddings.static_vectors import (
+    SPACY_PACKAGES,
+    StaticVectors,
+    distill_static,
+    load_spacy_vectors,
+    read_word2vec,
+    spacy_vocab_dir,
+    train_word2vec,
+    word_vectors_from_pieces,
+)
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
-from bertology.corpus.plain_text import load_text
 
 CONTEXTUALITY_DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6",
@@ -39,8 +46,24 @@ CONTEXTUALITY_DEFAULTS: dict[str, Any] = {
     # MEV as Ethayarajh computes it: first principal component of the word's centred occurrence
     # matrix (PCA); "uncentred" = the raw matrix's σ1²/Σσi² (the workbench's earlier definition)
     "mev_centering": "centred",
-    "words": ["state", "play", "light", "place", "right", "time", "part", "court", "interest", "field", "line",
-              "order", "present", "point", "bank", "run"],
+    "words": [
+        "state",
+        "play",
+        "light",
+        "place",
+        "right",
+        "time",
+        "part",
+        "court",
+        "interest",
+        "field",
+        "line",
+        "order",
+        "present",
+        "point",
+        "bank",
+        "run",
+    ],
     "min_word_occurrences": 8,
     "neighbours_k": 8,
     "n_clusters": 2,
@@ -48,7 +71,7 @@ CONTEXTUALITY_DEFAULTS: dict[str, Any] = {
     # embeddings) as word2vec text files vectors-<source>.txt into the run directory
     "export_vectors": False,
     "export_layers": [0, -1],
-    "device": "cpu",                # where the model runs (the store is extracted there): cpu, cuda, cuda:N or auto
+    "device": "cpu",  # where the model runs (the store is extracted there): cpu, cuda, cuda:N or auto
     "seed": 0,
 }
 
@@ -57,7 +80,7 @@ ALIGNMENT_DEFAULTS: dict[str, Any] = {
     "source": "en",
     "target": "fr",
     "dictionary": ["eng", "fra"],
-    "dictd_dir": "",                # folder of the FreeDict dictd files ("" = $BERTOLOGY_DICTD_DIR or /usr/share/dictd)
+    "dictd_dir": "",  # folder of the FreeDict dictd files ("" = $BERTOLOGY_DICTD_DIR or /usr/share/dictd)
     "methods": ["procrustes", "lstsq", "self-learning:identical", "self-learning:numerals"],
     "n_train": 5000,
     "n_test_sources": 1500,
@@ -76,19 +99,19 @@ ALIGNMENT_DEFAULTS: dict[str, Any] = {
 }
 
 ALIGN_SPACES_DEFAULTS: dict[str, Any] = {
-    "source": "spacy:en",           # word2vec text file, spacy:en|fr, or store:<dir>:<layer>
+    "source": "spacy:en",  # word2vec text file, spacy:en|fr, or store:<dir>:<layer>
     "target": "spacy:fr",
     # FreeDict pair (eng-fra, eng-spa, eng-deu) or "identical" (same vocabulary: two layers,
     # corpora or models)
     "dictionary": "eng-fra",
-    "dictd_dir": "",                # folder of the FreeDict dictd files ("" = $BERTOLOGY_DICTD_DIR or /usr/share/dictd)
-    "method": "procrustes",         # procrustes | lstsq | self-learning
-    "retrieval": "csls",            # nn | csls (csls also reports nn)
+    "dictd_dir": "",  # folder of the FreeDict dictd files ("" = $BERTOLOGY_DICTD_DIR or /usr/share/dictd)
+    "method": "procrustes",  # procrustes | lstsq | self-learning
+    "retrieval": "csls",  # nn | csls (csls also reports nn)
     "seed_dictionary": "identical",  # self-learning seed: identical | numerals
-    "n_train": 5000,                # training pairs (supervised methods)
-    "n_test": 1500,                 # held-out source words
+    "n_train": 5000,  # training pairs (supervised methods)
+    "n_test": 1500,  # held-out source words
     "normalization": "unit-center-unit",  # none | unit | center | unit-center-unit
-    "top": 20,                      # most-moved words listed ("identical" dictionary)
+    "top": 20,  # most-moved words listed ("identical" dictionary)
     "seed": 0,
 }
 
@@ -112,8 +135,7 @@ def spacy_vectors_digest(lang_or_path: str) -> dict[str, str]:
         version = metadata.version(package)
     except metadata.PackageNotFoundError:
         version = ""  # a pipeline folder outside any installed package: its files decide
-    return files_input_digest("vector package", [vocab / f for f in SPACY_VECTOR_FILES],
-                              name=package, version=version)
+    return files_input_digest("vector package", [vocab / f for f in SPACY_VECTOR_FILES], name=package, version=version)
 
 
 def dictionary_digest(source_lang: str, target_lang: str, directory: str | None) -> dict[str, str]:
@@ -121,8 +143,11 @@ def dictionary_digest(source_lang: str, target_lang: str, directory: str | None)
     reverse when installed)."""
     from bertology.fingerprints import files_input_digest
 
-    return files_input_digest("dictionary", bilingual_files(source_lang, target_lang, directory=directory or None),
-                              name=f"freedict {source_lang}-{target_lang}")
+    return files_input_digest(
+        "dictionary",
+        bilingual_files(source_lang, target_lang, directory=directory or None),
+        name=f"freedict {source_lang}-{target_lang}",
+    )
 
 
 def space_digest(spec: str) -> dict[str, str] | None:
@@ -134,7 +159,7 @@ def space_digest(spec: str) -> dict[str, str] | None:
     if spec.startswith("spacy:"):
         return spacy_vectors_digest(spec.split(":", 1)[1])
     if spec.startswith("store:"):
-        store_dir = spec[len("store:"):].rpartition(":")[0]
+        store_dir = spec[len("store:") :].rpartition(":")[0]
         return files_input_digest("feature store", [Path(store_dir) / "manifest.json"])
     return None
 
@@ -148,8 +173,11 @@ def alignment_inputs(config: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if config["crosslingual"]:
         source, target = config["source"], config["target"]
-        out.update(source_vectors=spacy_vectors_digest(source), target_vectors=spacy_vectors_digest(target),
-                   dictionary_files=dictionary_digest(*config["dictionary"], config["dictd_dir"]))
+        out.update(
+            source_vectors=spacy_vectors_digest(source),
+            target_vectors=spacy_vectors_digest(target),
+            dictionary_files=dictionary_digest(*config["dictionary"], config["dictd_dir"]),
+        )
     for name in config.get("corpora") or []:
         out[f"text_{name}"] = files_input_digest("plain text", text_files(name), name=name)
     return out
@@ -165,6 +193,7 @@ def align_spaces_inputs(config: dict[str, Any]) -> dict[str, Any]:
 
 # --- spaces -------------------------------------------------------------------------------------
 
+
 def load_space(spec: str, lower: bool = True) -> StaticVectors:
     """A ``StaticVectors`` from ``spacy:en`` / ``spacy:fr``, ``store:<dir>:<layer>`` (distilled mean
     of a feature store layer) or a word2vec text file path."""
@@ -173,7 +202,7 @@ def load_space(spec: str, lower: bool = True) -> StaticVectors:
     if spec.startswith("store:"):
         from bertology.store import open_store
 
-        body = spec[len("store:"):]
+        body = spec[len("store:") :]
         path, _, layer = body.rpartition(":")
         if not path or not layer.lstrip("-").isdigit():
             raise WorkbenchError(f"{spec!r}: use store:<store dir>:<layer number>")
@@ -197,6 +226,7 @@ def _store_words(store: Any) -> list[str]:
 
 # --- contextuality ------------------------------------------------------------------------------
 
+
 def contextuality_analysis(ctx: StudyContext) -> None:
     """Static vs contextual (Ethayarajh 2019): self-similarity, intra-sentence similarity and MEV per
     layer with anisotropy baselines, per-word contextuality, static vs contextual neighbours of
@@ -217,49 +247,78 @@ def contextuality_analysis(ctx: StudyContext) -> None:
 
     if cfg["mev_centering"] not in MEV_CENTERINGS:
         raise ConfigError(f"mev_centering must be one of {', '.join(MEV_CENTERINGS)}, got {cfg['mev_centering']!r}")
-    ctx.step("contextuality", lambda: contextuality(
-        layers, words, offsets, min_occurrences=cfg["min_occurrences"], max_occurrences=cfg["max_occurrences"],
-        seed=ctx.seed, mev_centering=cfg["mev_centering"]))
-    ctx.step("contextuality_by_word", lambda: contextuality_by_word(
-        layers, words, offsets, min_occurrences=cfg["min_occurrences"], max_occurrences=cfg["max_occurrences"],
-        seed=ctx.seed, mev_centering=cfg["mev_centering"]))
+    ctx.step(
+        "contextuality",
+        lambda: contextuality(
+            layers,
+            words,
+            offsets,
+            min_occurrences=cfg["min_occurrences"],
+            max_occurrences=cfg["max_occurrences"],
+            seed=ctx.seed,
+            mev_centering=cfg["mev_centering"],
+        ),
+    )
+    ctx.step(
+        "contextuality_by_word",
+        lambda: contextuality_by_word(
+            layers,
+            words,
+            offsets,
+            min_occurrences=cfg["min_occurrences"],
+            max_occurrences=cfg["max_occurrences"],
+            seed=ctx.seed,
+            mev_centering=cfg["mev_centering"],
+        ),
+    )
     chosen = [w for w in cfg["words"] if (lowered == w).sum() >= cfg["min_word_occurrences"]]
     ctx.record(polysemous_words=chosen)
     last = store.n_layers - 1
 
     def neighbours() -> pd.DataFrame:
-        vocab = sorted({w for w in lowered if (lowered == w).sum() >= 3} if len(lowered) < 5000 else
-                       set(pd.Series(lowered).value_counts().loc[lambda s: s >= 3].index))
-        statics = {"input embeddings": word_vectors_from_pieces(lm.encoder, lm.tokenizer, vocab),
-                   f"distilled layer {last}": distill_static(layers[last], words, name=f"distilled@{last}")}
+        vocab = sorted(
+            {w for w in lowered if (lowered == w).sum() >= 3}
+            if len(lowered) < 5000
+            else set(pd.Series(lowered).value_counts().loc[lambda s: s >= 3].index)
+        )
+        statics = {
+            "input embeddings": word_vectors_from_pieces(lm.encoder, lm.tokenizer, vocab),
+            f"distilled layer {last}": distill_static(layers[last], words, name=f"distilled@{last}"),
+        }
         frames = []
         for word in chosen:
             for name, static in statics.items():
-                df = static_vs_contextual_neighbours(word, static, layers[last], words, offsets,
-                                                     k=cfg["neighbours_k"])
+                df = static_vs_contextual_neighbours(word, static, layers[last], words, offsets, k=cfg["neighbours_k"])
                 frames.append(df.assign(word=word, static_space=name))
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     ctx.step("neighbours", neighbours)
 
     def clusters() -> pd.DataFrame:
-        frames = [sense_clusters(w, layers[last], words, offsets, n_clusters=cfg["n_clusters"], seed=ctx.seed)
-                  .assign(word=w, layer=last) for w in chosen]
+        frames = [
+            sense_clusters(w, layers[last], words, offsets, n_clusters=cfg["n_clusters"], seed=ctx.seed).assign(
+                word=w, layer=last
+            )
+            for w in chosen
+        ]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     ctx.step("sense_clusters", clusters)
 
     if cfg["export_vectors"]:
+
         def export() -> pd.DataFrame:
             spaces: dict[str, StaticVectors] = {}
             for l in cfg["export_layers"]:
                 li = int(l) % len(layers)
                 spaces[f"distilled@{li}"] = distill_static(layers[li], words, name=f"distilled@{li}")
             sentences = [lowered[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
-            spaces["word2vec"] = train_word2vec(sentences, dim=100, min_count=min(5, cfg["min_occurrences"]),
-                                                seed=ctx.seed)
-            spaces["input"] = word_vectors_from_pieces(lm.encoder, lm.tokenizer, sorted(set(lowered.tolist())),
-                                                       name="input")
+            spaces["word2vec"] = train_word2vec(
+                sentences, dim=100, min_count=min(5, cfg["min_occurrences"]), seed=ctx.seed
+            )
+            spaces["input"] = word_vectors_from_pieces(
+                lm.encoder, lm.tokenizer, sorted(set(lowered.tolist())), name="input"
+            )
             rows = []
             for name, vectors in spaces.items():
                 path = vectors.save_word2vec(ctx.run_dir / f"vectors-{name.replace('@', '-')}.txt")
@@ -270,6 +329,7 @@ def contextuality_analysis(ctx: StudyContext) -> None:
 
 
 # --- the alignment study's experiments ----------------------------------------------------------
+
 
 @reads_inputs(alignment_inputs)
 def alignment_analysis(ctx: StudyContext) -> None:
@@ -284,17 +344,32 @@ def alignment_analysis(ctx: StudyContext) -> None:
     cfg = ctx.config
     precision, moved = [], []
     if cfg["crosslingual"]:
+
         def cross() -> dict[str, pd.DataFrame]:
-            tables = crosslingual_experiment(cfg["source"], cfg["target"], tuple(cfg["dictionary"]),
-                                             methods=cfg["methods"], n_train=cfg["n_train"],
-                                             n_test_sources=cfg["n_test_sources"], vocab_cutoff=cfg["vocab_cutoff"],
-                                             max_iter=cfg["max_iter"], seed=ctx.seed, dictd_dir=cfg["dictd_dir"])
+            tables = crosslingual_experiment(
+                cfg["source"],
+                cfg["target"],
+                tuple(cfg["dictionary"]),
+                methods=cfg["methods"],
+                n_train=cfg["n_train"],
+                n_test_sources=cfg["n_test_sources"],
+                vocab_cutoff=cfg["vocab_cutoff"],
+                max_iter=cfg["max_iter"],
+                seed=ctx.seed,
+                dictd_dir=cfg["dictd_dir"],
+            )
             experiment = f"{cfg['source']}→{cfg['target']}"
-            return {"precision_crosslingual": tables["precision"].assign(experiment=experiment),
-                    **{name: tables[name].assign(experiment=experiment)
-                       for name in ("translations", "history", "dictionary", "method_comparison")}}
-        made = ctx.steps(["precision_crosslingual", "translations", "history", "dictionary", "method_comparison"],
-                         cross)
+            return {
+                "precision_crosslingual": tables["precision"].assign(experiment=experiment),
+                **{
+                    name: tables[name].assign(experiment=experiment)
+                    for name in ("translations", "history", "dictionary", "method_comparison")
+                },
+            }
+
+        made = ctx.steps(
+            ["precision_crosslingual", "translations", "history", "dictionary", "method_comparison"], cross
+        )
         precision.append(made["precision_crosslingual"])
 
     _, corpus, store = model_corpus_store(ctx)
@@ -306,9 +381,11 @@ def alignment_analysis(ctx: StudyContext) -> None:
         vb = distill_static(store.layer(b), words, name=f"layer {b}")
         res = compare_spaces(va, vb, top=cfg["top_moved"], seed=ctx.seed)
         return res["most_moved"].assign(experiment=f"{store.manifest['model']['name']}: layer {a} vs layer {b}")
+
     moved.append(ctx.step("moved_layers", layers))
 
     if cfg["other_model"]:
+
         def models() -> pd.DataFrame:
             from bertology.models import load_model
             from bertology.store import extract
@@ -319,18 +396,22 @@ def alignment_analysis(ctx: StudyContext) -> None:
             vb = distill_static(other.layer(other.n_layers - 1), words, name=cfg["other_model"])
             res = compare_spaces(va, vb, top=cfg["top_moved"], seed=ctx.seed)
             return res["most_moved"].assign(experiment=f"{va.name} vs {vb.name} (last layers)")
+
         moved.append(ctx.step("moved_models", models))
 
     if cfg["corpora"]:
+
         def eras() -> pd.DataFrame:
             try:
                 a, b = (load_text(name) for name in cfg["corpora"])
             except WorkbenchError as exc:
                 ctx.log(f"    skipped two-corpora drift: {exc}")
                 return pd.DataFrame()
-            res = compare_corpora(a, b, top=cfg["top_moved"], seed=ctx.seed, names=tuple(cfg["corpora"]),
-                                  min_count=cfg["drift_min_count"])
+            res = compare_corpora(
+                a, b, top=cfg["top_moved"], seed=ctx.seed, names=tuple(cfg["corpora"]), min_count=cfg["drift_min_count"]
+            )
             return res["most_moved"].assign(experiment=f"{cfg['corpora'][0]} vs {cfg['corpora'][1]} (word2vec)")
+
         moved.append(ctx.step("moved_corpora", eras))
 
     ctx.step("precision", lambda: pd.concat(precision, ignore_index=True) if precision else pd.DataFrame())
@@ -338,6 +419,7 @@ def alignment_analysis(ctx: StudyContext) -> None:
 
 
 # --- any two spaces -----------------------------------------------------------------------------
+
 
 @reads_inputs(align_spaces_inputs)
 def align_spaces_analysis(ctx: StudyContext) -> None:
@@ -368,12 +450,22 @@ def align_spaces_analysis(ctx: StudyContext) -> None:
         else:
             a, b = dictionary.split("-")
             pairs = filter_to_vocab(bilingual_pairs(a, b, directory=cfg["dictd_dir"] or None), src.words, tgt.words)
-        train, test = split_dictionary(pairs, n_test_sources=min(cfg["n_test"], pairs["source"].nunique() // 2),
-                                       n_train=cfg["n_train"], seed=ctx.seed)
+        train, test = split_dictionary(
+            pairs,
+            n_test_sources=min(cfg["n_test"], pairs["source"].nunique() // 2),
+            n_train=cfg["n_train"],
+            seed=ctx.seed,
+        )
         held_out = set(test["source"])
-        res = align(src, tgt, None if method == "self-learning" else train, method=method,
-                    normalization=cfg["normalization"], seed_dictionary=cfg["seed_dictionary"],
-                    exclude_from_seed=held_out)
+        res = align(
+            src,
+            tgt,
+            None if method == "self-learning" else train,
+            method=method,
+            normalization=cfg["normalization"],
+            seed_dictionary=cfg["seed_dictionary"],
+            exclude_from_seed=held_out,
+        )
         ev = res.evaluate(src, tgt, test, retrieval=(retrieval,) if retrieval == "nn" else ("nn", "csls"))
         ev = ev.assign(method=method, source=src.name, target=tgt.name, dictionary=dictionary, seed=ctx.seed)
         tables = {"precision": ev, "history": res.history}
@@ -381,47 +473,66 @@ def align_spaces_analysis(ctx: StudyContext) -> None:
             tables["most_moved"] = most_moved_words(src, tgt, res, k=cfg["top"])
         with atomic_path(ctx.run_dir / "W.npy") as tmp, open(tmp, "wb") as fh:
             np.save(fh, res.W)
-        info.update(source_space={"name": src.name, "words": len(src), "dim": src.dim},
-                    target_space={"name": tgt.name, "words": len(tgt), "dim": tgt.dim},
-                    n_train_pairs=len(res.train_pairs), n_test_sources=len(held_out), W_shape=list(res.W.shape))
+        info.update(
+            source_space={"name": src.name, "words": len(src), "dim": src.dim},
+            target_space={"name": tgt.name, "words": len(tgt), "dim": tgt.dim},
+            n_train_pairs=len(res.train_pairs),
+            n_test_sources=len(held_out),
+            W_shape=list(res.W.shape),
+        )
         return tables
 
     ctx.steps(names, compute)
     ctx.record(**ctx.extra("alignment", lambda: info))
 
 
-__all__ = ["CONTEXTUALITY_DEFAULTS", "ALIGNMENT_DEFAULTS", "ALIGN_SPACES_DEFAULTS", "contextuality_analysis",
-           "alignment_analysis", "align_spaces_analysis", "load_space", "alignment_inputs", "align_spaces_inputs",
-           "spacy_vectors_digest", "dictionary_digest", "space_digest", "SEMANTIC_CHANGE_DEFAULTS",
-           "semantic_change_analysis", "semantic_change_inputs"]
+__all__ = [
+    "CONTEXTUALITY_DEFAULTS",
+    "ALIGNMENT_DEFAULTS",
+    "ALIGN_SPACES_DEFAULTS",
+    "contextuality_analysis",
+    "alignment_analysis",
+    "align_spaces_analysis",
+    "load_space",
+    "alignment_inputs",
+    "align_spaces_inputs",
+    "spacy_vectors_digest",
+    "dictionary_digest",
+    "space_digest",
+    "SEMANTIC_CHANGE_DEFAULTS",
+    "semantic_change_analysis",
+    "semantic_change_inputs",
+]
 
 
 # --- semantic change between slices of documents ------------------------------------------------
 
 SEMANTIC_CHANGE_DEFAULTS: dict[str, Any] = {
-    "documents": "sotu",            # sotu (State of the Union, scripts/setup.sh --with-pretraining-corpus) | a folder
-    "comparisons": {                # name -> {a: slice, b: slice}; a slice: years [first, last] and/or field values
+    "documents": "sotu",  # sotu (State of the Union, scripts/setup.sh --with-pretraining-corpus) | a folder
+    "comparisons": {  # name -> {a: slice, b: slice}; a slice: years [first, last] and/or field values
         "1900s_vs_1990s": {"a": {"years": [1900, 1929]}, "b": {"years": [1990, 2021]}},
-        "democratic_vs_republican": {"a": {"years": [1950, 2021], "party": "Democratic"},
-                                     "b": {"years": [1950, 2021], "party": "Republican"}},
+        "democratic_vs_republican": {
+            "a": {"years": [1950, 2021], "party": "Democratic"},
+            "b": {"years": [1950, 2021], "party": "Republican"},
+        },
     },
-    "space": "word2vec",            # word2vec | contextual (mean contextual vector of a word per slice)
-    "model": "minilm-l6",           # contextual: the encoder
+    "space": "word2vec",  # word2vec | contextual (mean contextual vector of a word per slice)
+    "model": "minilm-l6",  # contextual: the encoder
     "contextual_layer": -1,
     "contextual_max_sentences": 40,  # contextual: the first N sentences of each document
-    "vector_dim": 100,              # word2vec (skip-gram)
+    "vector_dim": 100,  # word2vec (skip-gram)
     "vector_window": 5,
     "vector_epochs": 5,
-    "replicates": 10,               # document bootstraps (word2vec: each with its own seed)
-    "control_replicates": 3,        # random halves of each slice
-    "min_count": 20,                # scored words: at least this often in both slices
-    "anchors": 2000,                # Procrustes anchors: the most frequent shared words
-    "tested": [],                   # words under test (always scored; with exclude_tested not anchors)
+    "replicates": 10,  # document bootstraps (word2vec: each with its own seed)
+    "control_replicates": 3,  # random halves of each slice
+    "min_count": 20,  # scored words: at least this often in both slices
+    "anchors": 2000,  # Procrustes anchors: the most frequent shared words
+    "tested": [],  # words under test (always scored; with exclude_tested not anchors)
     "exclude_tested": False,
-    "neighbourhood_k": 10,          # Hamilton et al. (2016b) second-order measure
+    "neighbourhood_k": 10,  # Hamilton et al. (2016b) second-order measure
     "frequency_bins": 5,
-    "control_quantile": 0.95,       # family-wise within a frequency bin
-    "top": 30,                      # most moved / most stable words printed per comparison
+    "control_quantile": 0.95,  # family-wise within a frequency bin
+    "top": 30,  # most moved / most stable words printed per comparison
     "seed": 0,
 }
 
@@ -448,10 +559,19 @@ def _slice_builder(ctx: StudyContext, docs: list, name: str, lm: Any = None):
     cfg = ctx.config
     sentences = slice_sentences(docs)
     if cfg["space"] == "word2vec":
-        return (word2vec_builder(sentences, dim=cfg["vector_dim"], window=cfg["vector_window"],
-                                 epochs=cfg["vector_epochs"], min_count=5, name=name),
-                word_counts(sentences), sentences)
-    kept = [doc[:cfg["contextual_max_sentences"]] for doc in sentences]
+        return (
+            word2vec_builder(
+                sentences,
+                dim=cfg["vector_dim"],
+                window=cfg["vector_window"],
+                epochs=cfg["vector_epochs"],
+                min_count=5,
+                name=name,
+            ),
+            word_counts(sentences),
+            sentences,
+        )
+    kept = [doc[: cfg["contextual_max_sentences"]] for doc in sentences]
     sums, counts = _document_sums(lm, kept, cfg["contextual_layer"], name)
     return contextual_builder(sums, counts, min_count=5, name=name), sum(counts, Counter()), kept
 
@@ -502,43 +622,86 @@ def semantic_change_analysis(ctx: StudyContext) -> None:
     if cfg["space"] not in ("word2vec", "contextual"):
         raise ConfigError(f"space must be word2vec or contextual, got {cfg['space']!r}")
     comparisons = cfg["comparisons"]
-    if not isinstance(comparisons, dict) or not comparisons or not all(
-            isinstance(c, dict) and set(c) == {"a", "b"} for c in comparisons.values()):
+    if (
+        not isinstance(comparisons, dict)
+        or not comparisons
+        or not all(isinstance(c, dict) and set(c) == {"a", "b"} for c in comparisons.values())
+    ):
         raise ConfigError("comparisons: a mapping of name -> {a: slice, b: slice}")
     docs = load_documents(cfg["documents"])
-    specs = {name: (SliceSpec.from_config(f"{name}.a", c["a"]), SliceSpec.from_config(f"{name}.b", c["b"]))
-             for name, c in comparisons.items()}
+    specs = {
+        name: (SliceSpec.from_config(f"{name}.a", c["a"]), SliceSpec.from_config(f"{name}.b", c["b"]))
+        for name, c in comparisons.items()
+    }
     chosen = {name: (select_documents(docs, a), select_documents(docs, b)) for name, (a, b) in specs.items()}
     lm = load_model(cfg["model"]) if cfg["space"] == "contextual" else None
-    settings = ChangeSettings(replicates=cfg["replicates"], control_replicates=cfg["control_replicates"],
-                              min_count=cfg["min_count"], anchors=cfg["anchors"],
-                              exclude_tested=bool(cfg["exclude_tested"]), tested=tuple(cfg["tested"]),
-                              k=cfg["neighbourhood_k"], frequency_bins=cfg["frequency_bins"],
-                              control_quantile=cfg["control_quantile"], seed=ctx.seed)
+    settings = ChangeSettings(
+        replicates=cfg["replicates"],
+        control_replicates=cfg["control_replicates"],
+        min_count=cfg["min_count"],
+        anchors=cfg["anchors"],
+        exclude_tested=bool(cfg["exclude_tested"]),
+        tested=tuple(cfg["tested"]),
+        k=cfg["neighbourhood_k"],
+        frequency_bins=cfg["frequency_bins"],
+        control_quantile=cfg["control_quantile"],
+        seed=ctx.seed,
+    )
 
     def run_all() -> dict[str, pd.DataFrame]:
         slices, changes, controls, replicates = [], [], [], []
         for name, (docs_a, docs_b) in chosen.items():
-            ctx.log(f"  {name}: {specs[name][0].describe()} ({len(docs_a)} documents) vs "
-                    f"{specs[name][1].describe()} ({len(docs_b)} documents)")
+            ctx.log(
+                f"  {name}: {specs[name][0].describe()} ({len(docs_a)} documents) vs "
+                f"{specs[name][1].describe()} ({len(docs_b)} documents)"
+            )
             built = [_slice_builder(ctx, d, f"{name}.{side}", lm) for d, side in ((docs_a, "a"), (docs_b, "b"))]
             for (_, counts, sentences), side, d in zip(built, "ab", (docs_a, docs_b)):
-                slices.append({"comparison": name, "side": side, "slice": specs[name]["ab".index(side)].describe(),
-                               "documents": len(d), "sentences": sum(len(x) for x in sentences),
-                               "words": sum(counts.values()), "vocabulary": len(counts)})
-            result = semantic_change(built[0][0], built[1][0], built[0][1], built[1][1], (len(docs_a), len(docs_b)),
-                                     settings, comparison=name, progress=ctx.log)
+                slices.append(
+                    {
+                        "comparison": name,
+                        "side": side,
+                        "slice": specs[name]["ab".index(side)].describe(),
+                        "documents": len(d),
+                        "sentences": sum(len(x) for x in sentences),
+                        "words": sum(counts.values()),
+                        "vocabulary": len(counts),
+                    }
+                )
+            result = semantic_change(
+                built[0][0],
+                built[1][0],
+                built[0][1],
+                built[1][1],
+                (len(docs_a), len(docs_b)),
+                settings,
+                comparison=name,
+                progress=ctx.log,
+            )
             changes.append(result["word_change"])
             controls.append(result["control"])
             replicates.append(result["replicates"])
-        return {"slices": pd.DataFrame(slices), "word_change": pd.concat(changes, ignore_index=True),
-                "control": pd.concat(controls, ignore_index=True),
-                "replicates": pd.concat(replicates, ignore_index=True)}
+        return {
+            "slices": pd.DataFrame(slices),
+            "word_change": pd.concat(changes, ignore_index=True),
+            "control": pd.concat(controls, ignore_index=True),
+            "replicates": pd.concat(replicates, ignore_index=True),
+        }
 
     tables = ctx.steps(["slices", "word_change", "control", "replicates"], run_all)
     ctx.record(slices=tables["slices"].to_dict("records"), space=cfg["space"])
-    shown = ["word", "count_a", "count_b", "cosine_distance", "low", "high", "control_threshold", "moved",
-             "neighbours_a", "neighbours_b"]
+    shown = [
+        "word",
+        "count_a",
+        "count_b",
+        "cosine_distance",
+        "low",
+        "high",
+        "control_threshold",
+        "moved",
+        "neighbours_a",
+        "neighbours_b",
+    ]
     for name, part in tables["word_change"].groupby("comparison", sort=False):
         ctx.log(f"\n{name}: {int(part['moved'].sum())} of {len(part)} words moved beyond the control; most moved:")
         ctx.log(part.head(cfg["top"])[shown].round(3).to_string(index=False))

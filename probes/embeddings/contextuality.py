@@ -19,14 +19,14 @@ Everything is vectorised: sums over groups (``np.add.reduceat``), batched Gram e
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-from bertology.probes.embeddings.static_vectors import unit_rows
 from bertology.errors import WorkbenchError
+from bertology.probes.embeddings.static_vectors import unit_rows
 
 METRICS = ("self_similarity", "intra_sentence_similarity", "mev")
 
@@ -83,8 +83,9 @@ def _check_centering(centering: str) -> None:
         raise WorkbenchError(f"MEV centering must be one of {', '.join(MEV_CENTERINGS)}, got {centering!r}")
 
 
-def mev_per_group(vectors: np.ndarray, positions: np.ndarray, starts: np.ndarray, batch: int = 256,
-                  centering: str = "centred") -> np.ndarray:
+def mev_per_group(
+    vectors: np.ndarray, positions: np.ndarray, starts: np.ndarray, batch: int = 256, centering: str = "centred"
+) -> np.ndarray:
     """Share of variance explained by the first principal component of each group, ``[n_groups]``.
 
     ``centering="centred"`` (default; PCA, as Ethayarajh's code): ``σ1² / Σ σi²`` of the group's
@@ -111,7 +112,7 @@ def mev_per_group(vectors: np.ndarray, positions: np.ndarray, starts: np.ndarray
         raw_total = torch.zeros(n_b, dtype=torch.float64).index_add_(0, g, (rows * rows).sum(1))
         if centering == "centred":
             sums = torch.zeros(n_b, x.shape[1], dtype=torch.float64).index_add_(0, g, rows)
-            rows = rows - (sums / torch.from_numpy(sizes[b0:b0 + n_b]).double()[:, None])[g]
+            rows = rows - (sums / torch.from_numpy(sizes[b0 : b0 + n_b]).double()[:, None])[g]
         padded = torch.zeros(n_b, n_max, x.shape[1], dtype=torch.float64)
         padded[g, torch.from_numpy(slot[sel])] = rows
         gram = padded @ padded.transpose(1, 2)
@@ -122,7 +123,7 @@ def mev_per_group(vectors: np.ndarray, positions: np.ndarray, starts: np.ndarray
             ratio = torch.where(total <= 1e-12 * raw_total, torch.ones_like(ratio), ratio)
         else:
             ratio = torch.where(total > 0, ratio, torch.zeros_like(ratio))
-        out[b0:b0 + n_b] = ratio.numpy()
+        out[b0 : b0 + n_b] = ratio.numpy()
     return out
 
 
@@ -193,13 +194,15 @@ def contextuality(
         aniso = random_pair_similarity(vectors, offsets, n_baseline_pairs, rng)
         intra = intra_sentence_per_sentence(vectors, offsets)
         no_occ = (np.nan,) * 3
-        rows.append(("intra_sentence_similarity", float(intra.mean()) if len(intra) else np.nan, aniso, len(intra),
-                     *no_occ))
+        rows.append(
+            ("intra_sentence_similarity", float(intra.mean()) if len(intra) else np.nan, aniso, len(intra), *no_occ)
+        )
         if types:
             ss = self_similarity_per_word(vectors, positions, starts)
             mev = mev_per_group(vectors, positions, starts, centering=mev_centering)
-            mev_base = mev_per_group(vectors, random_groups(vectors.shape[0], starts, rng), starts,
-                                     centering=mev_centering)
+            mev_base = mev_per_group(
+                vectors, random_groups(vectors.shape[0], starts, rng), starts, centering=mev_centering
+            )
             rows.append(("self_similarity", float(ss.mean()), aniso, len(types), *occ))
             rows.append(("mev", float(mev.mean()), float(mev_base.mean()), len(types), *occ))
         else:
@@ -217,8 +220,14 @@ def contextuality(
 
 
 def contextuality_by_word(
-    layers: np.ndarray, words: Sequence[str], offsets: np.ndarray, lower: bool = True,
-    min_occurrences: int = 5, max_occurrences: int | None = 50, seed: int = 0, mev_centering: str = "centred",
+    layers: np.ndarray,
+    words: Sequence[str],
+    offsets: np.ndarray,
+    lower: bool = True,
+    min_occurrences: int = 5,
+    max_occurrences: int | None = 50,
+    seed: int = 0,
+    mev_centering: str = "centred",
 ) -> pd.DataFrame:
     """Per word and layer: ``layer, word, n_occurrences, self_similarity, mev`` (``mev_centering``:
     see :func:`mev_per_group`)."""
@@ -227,14 +236,23 @@ def contextuality_by_word(
     types, positions, starts = occurrence_groups(words, lower, min_occurrences, max_occurrences, seed)
     if not types:
         return pd.DataFrame(columns=["layer", "word", "n_occurrences", "self_similarity", "mev"])
-    frames = [pd.DataFrame({"layer": li, "word": types, "n_occurrences": np.diff(starts),
-                            "self_similarity": self_similarity_per_word(v, positions, starts),
-                            "mev": mev_per_group(v, positions, starts, centering=mev_centering)})
-              for li, v in enumerate(layers)]
+    frames = [
+        pd.DataFrame(
+            {
+                "layer": li,
+                "word": types,
+                "n_occurrences": np.diff(starts),
+                "self_similarity": self_similarity_per_word(v, positions, starts),
+                "mev": mev_per_group(v, positions, starts, centering=mev_centering),
+            }
+        )
+        for li, v in enumerate(layers)
+    ]
     return pd.concat(frames, ignore_index=True)
 
 
 def to_long(df: pd.DataFrame) -> pd.DataFrame:
     """``(layer, metric, raw, baseline, adjusted)`` -> long ``(layer, metric, kind, value)``."""
-    return df.melt(id_vars=["layer", "metric"], value_vars=["raw", "baseline", "adjusted"],
-                   var_name="kind", value_name="value")
+    return df.melt(
+        id_vars=["layer", "metric"], value_vars=["raw", "baseline", "adjusted"], var_name="kind", value_name="value"
+    )

@@ -9,7 +9,7 @@ vocabulary by NN and CSLS.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -61,9 +61,17 @@ def crosslingual_experiment(
         method, _, seed_kind = spec.partition(":")
         t0 = time.perf_counter()
         if method == "self-learning":
-            res = align(src, tgt, None, method="self-learning", seed_dictionary=seed_kind or "identical",
-                        exclude_from_seed=held_out, normalization=normalization, vocab_cutoff=vocab_cutoff,
-                        max_iter=max_iter)
+            res = align(
+                src,
+                tgt,
+                None,
+                method="self-learning",
+                seed_dictionary=seed_kind or "identical",
+                exclude_from_seed=held_out,
+                normalization=normalization,
+                vocab_cutoff=vocab_cutoff,
+                max_iter=max_iter,
+            )
             seed_pairs = identical_pairs(src, tgt, numerals_only=seed_kind == "numerals", exclude=held_out)
             n_seed = len(seed_pairs)
             assert not held_out & set(seed_pairs["source"])
@@ -76,24 +84,68 @@ def crosslingual_experiment(
         method_hits: list[pd.DataFrame] = []
         ev = res.evaluate(src, tgt, test, retrieval=retrieval, ks=ks, hits=method_hits)
         hits.extend(h.assign(method=spec) for h in method_hits)
-        precision.append(ev.assign(method=spec, seed_dictionary=n_seed, n_train_pairs=len(res.train_pairs),
-                                   iterations=len(res.history), seconds=seconds, seed=seed))
-    cols = ["method", "seed_dictionary", "retrieval", "k", "metric", "value", "low", "high", "n_queries",
-            "coverage", "n_train_pairs", "iterations", "seconds", "seed"]
+        precision.append(
+            ev.assign(
+                method=spec,
+                seed_dictionary=n_seed,
+                n_train_pairs=len(res.train_pairs),
+                iterations=len(res.history),
+                seconds=seconds,
+                seed=seed,
+            )
+        )
+    cols = [
+        "method",
+        "seed_dictionary",
+        "retrieval",
+        "k",
+        "metric",
+        "value",
+        "low",
+        "high",
+        "n_queries",
+        "coverage",
+        "n_train_pairs",
+        "iterations",
+        "seconds",
+        "seed",
+    ]
     precision_df = pd.concat(precision, ignore_index=True)[cols]
-    history_df = (pd.concat(history, ignore_index=True)[["method", "iteration", "n_pairs", "objective", "improvement"]]
-                  if history else pd.DataFrame(columns=["method", "iteration", "n_pairs", "objective", "improvement"]))
-    dictionary_df = pd.DataFrame([{
-        "source": src.name, "target": tgt.name, "dictionary": f"freedict {dictionary[0]}-{dictionary[1]} ∪ reverse",
-        "licence": LICENCE, "n_pairs": len(all_pairs), "n_pairs_in_vocab": len(pairs),
-        "n_train_pairs": len(train), "n_test_pairs": len(test), "n_test_sources": test["source"].nunique(),
-        "source_vocab": len(src), "target_vocab": len(tgt), "seed": seed,
-    }])
+    history_df = (
+        pd.concat(history, ignore_index=True)[["method", "iteration", "n_pairs", "objective", "improvement"]]
+        if history
+        else pd.DataFrame(columns=["method", "iteration", "n_pairs", "objective", "improvement"])
+    )
+    dictionary_df = pd.DataFrame(
+        [
+            {
+                "source": src.name,
+                "target": tgt.name,
+                "dictionary": f"freedict {dictionary[0]}-{dictionary[1]} ∪ reverse",
+                "licence": LICENCE,
+                "n_pairs": len(all_pairs),
+                "n_pairs_in_vocab": len(pairs),
+                "n_train_pairs": len(train),
+                "n_test_pairs": len(test),
+                "n_test_sources": test["source"].nunique(),
+                "source_vocab": len(src),
+                "target_vocab": len(tgt),
+                "seed": seed,
+            }
+        ]
+    )
     sample = sorted(held_out)[:: max(1, len(held_out) // 25)][:25]
     translations = first.translate(sample, src, tgt, k=5, retrieval="csls") if first is not None else pd.DataFrame()
     if len(translations):
         gold = test.groupby("source")["target"].agg(set)
-        translations["correct"] = [t in gold.get(s, set()) for s, t in zip(translations["source"], translations["target"])]
+        translations["correct"] = [
+            t in gold.get(s, set()) for s, t in zip(translations["source"], translations["target"])
+        ]
     comparison = compare_methods(pd.concat(hits, ignore_index=True), ks=(1,)).assign(seed=seed)
-    return {"precision": precision_df, "history": history_df, "dictionary": dictionary_df, "translations": translations,
-            "method_comparison": comparison}
+    return {
+        "precision": precision_df,
+        "history": history_df,
+        "dictionary": dictionary_df,
+        "translations": translations,
+        "method_comparison": comparison,
+    }

@@ -13,8 +13,8 @@ from __future__ import annotations
 import gzip
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -60,8 +60,9 @@ def _single_words(text: str, keep_capitalised: bool) -> list[str]:
     return out
 
 
-def parse_dictd(index_text: str, dict_bytes: bytes, source_name: str = "dictd",
-                keep_capitalised_targets: bool = False) -> pd.DataFrame:
+def parse_dictd(
+    index_text: str, dict_bytes: bytes, source_name: str = "dictd", keep_capitalised_targets: bool = False
+) -> pd.DataFrame:
     """Single-word translation pairs from one dictd database -> DataFrame ``(source, target)``.
 
     ``index_text``: the ``.index`` file's text; ``dict_bytes``: the uncompressed ``.dict``.
@@ -84,7 +85,7 @@ def parse_dictd(index_text: str, dict_bytes: bytes, source_name: str = "dictd",
         seen.add((offset, length))
         if offset + length > len(dict_bytes):
             raise DictionaryError(f"{source_name}.index:{line_no}: entry runs past the end of the .dict data")
-        entry = dict_bytes[offset:offset + length].decode("utf-8", errors="replace").splitlines()
+        entry = dict_bytes[offset : offset + length].decode("utf-8", errors="replace").splitlines()
         entry = [e for e in entry if e.strip()]
         if not entry:
             continue
@@ -112,14 +113,14 @@ def dictd_files(pair: str, directory: str | Path | None = None) -> tuple[Path, P
     index, data = directory / f"freedict-{pair}.index", directory / f"freedict-{pair}.dict.dz"
     if not index.exists() or not data.exists():
         raise DictionaryError(
-            f"FreeDict {pair} not found ({index}); install it with "
-            f"`apt-get install dict-freedict-{pair}`"
+            f"FreeDict {pair} not found ({index}); install it with `apt-get install dict-freedict-{pair}`"
         )
     return index, data
 
 
-def bilingual_files(source_lang: str, target_lang: str, include_reverse: bool = True,
-                    directory: str | Path | None = None) -> list[Path]:
+def bilingual_files(
+    source_lang: str, target_lang: str, include_reverse: bool = True, directory: str | Path | None = None
+) -> list[Path]:
     """The dictd files :func:`bilingual_pairs` reads with the same arguments: ``<src>-<tgt>``'s index
     and data, and the reversed pair's when installed and asked (what a run's fingerprint hashes)."""
     files = list(dictd_files(f"{source_lang}-{target_lang}", directory))
@@ -135,13 +136,22 @@ def read_freedict(pair: str = "eng-fra", directory: str | Path | None = None) ->
     src_lang, tgt_lang = pair.split("-")
     with gzip.open(data, "rb") as fh:
         dict_bytes = fh.read()
-    df = parse_dictd(index.read_text(encoding="utf-8"), dict_bytes, str(index.with_suffix("")),
-                     keep_capitalised_targets=tgt_lang == "deu")
+    df = parse_dictd(
+        index.read_text(encoding="utf-8"),
+        dict_bytes,
+        str(index.with_suffix("")),
+        keep_capitalised_targets=tgt_lang == "deu",
+    )
     return df.assign(source_lang=src_lang, target_lang=tgt_lang, dictionary=f"freedict-{pair}", licence=LICENCE)
 
 
-def bilingual_pairs(source_lang: str = "eng", target_lang: str = "fra", include_reverse: bool = True,
-                    directory: str | Path | None = None, lower: bool = True) -> pd.DataFrame:
+def bilingual_pairs(
+    source_lang: str = "eng",
+    target_lang: str = "fra",
+    include_reverse: bool = True,
+    directory: str | Path | None = None,
+    lower: bool = True,
+) -> pd.DataFrame:
     """Union of ``<src>-<tgt>`` and (when installed and asked) the reversed ``<tgt>-<src>`` pairs.
 
     Columns ``(source, target, dictionary, licence)``; lower-cased when ``lower``.
@@ -165,8 +175,13 @@ def filter_to_vocab(pairs: pd.DataFrame, source_vocab: Iterable[str], target_voc
     return pairs[pairs["source"].isin(s) & pairs["target"].isin(t)].reset_index(drop=True)
 
 
-def split_dictionary(pairs: pd.DataFrame, n_test_sources: int = 1500, n_train: int | None = 5000,
-                     seed: int = 0, exclude_from_train: Iterable[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
+def split_dictionary(
+    pairs: pd.DataFrame,
+    n_test_sources: int = 1500,
+    n_train: int | None = 5000,
+    seed: int = 0,
+    exclude_from_train: Iterable[str] = (),
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Split by SOURCE word: test source words never occur as a training source word.
 
     ``n_test_sources`` distinct source words (all their pairs) go to test; training pairs are drawn

@@ -8,13 +8,14 @@ those share its sense. ``sense_clusters`` projects all occurrences of a word wit
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from bertology.probes.embeddings.static_vectors import StaticVectors, unit_rows
 from bertology.errors import WorkbenchError
+from bertology.probes.embeddings.static_vectors import StaticVectors, unit_rows
 
 
 def _occurrences(word: str, words: Sequence[str], lower: bool) -> np.ndarray:
@@ -102,10 +103,16 @@ def sense_clusters(
     clusters = KMeans(n_clusters=min(n_clusters, len(occ)), n_init=10, random_state=seed).fit_predict(x)
     xy = _umap_2d(x, seed, n_neighbors)
     sentence = np.searchsorted(offsets, occ, side="right") - 1
-    return pd.DataFrame({
-        "x": xy[:, 0], "y": xy[:, 1], "position": occ, "sentence": sentence,
-        "context": [context_snippet(int(p), words, offsets) for p in occ], "cluster": clusters.astype(int),
-    })
+    return pd.DataFrame(
+        {
+            "x": xy[:, 0],
+            "y": xy[:, 1],
+            "position": occ,
+            "sentence": sentence,
+            "context": [context_snippet(int(p), words, offsets) for p in occ],
+            "cluster": clusters.astype(int),
+        }
+    )
 
 
 @functools.cache
@@ -145,8 +152,13 @@ def _umap_2d(x: np.ndarray, seed: int, n_neighbors: int) -> np.ndarray:
     n = len(x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # umap warns that a random_state disables parallelism
-        reducer = umap.UMAP(n_components=2, n_neighbors=max(2, min(n_neighbors, n - 1)), random_state=seed,
-                            metric="cosine", init="random" if n < 10 else "spectral")
+        reducer = umap.UMAP(
+            n_components=2,
+            n_neighbors=max(2, min(n_neighbors, n - 1)),
+            random_state=seed,
+            metric="cosine",
+            init="random" if n < 10 else "spectral",
+        )
         return reducer.fit_transform(x).astype(np.float32)
 
 
@@ -159,8 +171,8 @@ def compile_umap() -> float:
 
     started = time.perf_counter()
     x = np.random.default_rng(0).normal(size=(40, 16)).astype(np.float32)
-    _umap_2d(x, 0, 15)              # spectral initialisation
-    _umap_2d(x[:8], 0, 15)          # random initialisation (fewer than 10 points)
+    _umap_2d(x, 0, 15)  # spectral initialisation
+    _umap_2d(x[:8], 0, 15)  # random initialisation (fewer than 10 points)
     return time.perf_counter() - started
 
 
@@ -168,8 +180,13 @@ def sense_cluster_figure(df: pd.DataFrame, word: str = "") -> Any:
     """Plotly scatter of ``sense_clusters`` output, coloured by cluster, context on hover."""
     import plotly.express as px
 
-    fig = px.scatter(df.assign(cluster=df["cluster"].astype(str)), x="x", y="y", color="cluster",
-                     hover_data={"context": True, "sentence": True, "x": False, "y": False},
-                     title=f"Occurrences of {word!r} (UMAP)" if word else "Occurrences (UMAP)")
+    fig = px.scatter(
+        df.assign(cluster=df["cluster"].astype(str)),
+        x="x",
+        y="y",
+        color="cluster",
+        hover_data={"context": True, "sentence": True, "x": False, "y": False},
+        title=f"Occurrences of {word!r} (UMAP)" if word else "Occurrences (UMAP)",
+    )
     fig.update_layout(xaxis_title="UMAP 1", yaxis_title="UMAP 2")
     return fig

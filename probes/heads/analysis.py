@@ -22,44 +22,75 @@ from bertology.architectures import attention_windows
 from bertology.errors import ConfigError, WorkbenchError
 from bertology.models import load_model, model_device
 from bertology.probes.heads.attention_probe import attention_probe
+from bertology.probes.heads.classification import (
+    POSITIONAL_LEVELS,
+    VOITA_RELATIONS,
+    analyse_store,
+    classify_heads,
+    dependency_scores,
+    dependency_scores_in_reach,
+    held_out_best_heads,
+    type_matrix,
+)
 from bertology.probes.heads.gates import real_pruning_refusal
-from bertology.probes.heads.classification import (POSITIONAL_LEVELS, VOITA_RELATIONS, analyse_store, classify_heads,
-                                                   dependency_scores, dependency_scores_in_reach, held_out_best_heads,
-                                                   type_matrix)
 from bertology.probes.heads.importance import importance_scores
-from bertology.probes.heads.pruning import (REFINE_MODES, PruningTask, compare_orders, evaluate_l0_gates, heads_dict,
-                                            heads_pruned_at, measure_pruning, pruning_curve, pruning_task, removable_shares,
-                                            train_l0_gates)
-from bertology.probes.heads.stats import (SPECIAL_TOKENS, corpus_frequencies, corpus_reach, head_statistics,
-                                          window_reach, with_attention_windows)
+from bertology.probes.heads.pruning import (
+    REFINE_MODES,
+    PruningTask,
+    compare_orders,
+    evaluate_l0_gates,
+    heads_dict,
+    heads_pruned_at,
+    measure_pruning,
+    pruning_curve,
+    pruning_task,
+    removable_shares,
+    train_l0_gates,
+)
+from bertology.probes.heads.stats import (
+    SPECIAL_TOKENS,
+    corpus_frequencies,
+    corpus_reach,
+    head_statistics,
+    window_reach,
+    with_attention_windows,
+)
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
 from bertology.uncertainty import is_small_sample, t_interval
 
-__all__ = ["CURVE_METHODS", "HEAD_TYPES_DEFAULTS", "PRUNING_DEFAULTS", "PRUNING_METHODS", "head_types_analysis",
-           "pruning_analysis", "prune_on_task", "threshold_summary"]
+__all__ = [
+    "CURVE_METHODS",
+    "HEAD_TYPES_DEFAULTS",
+    "PRUNING_DEFAULTS",
+    "PRUNING_METHODS",
+    "head_types_analysis",
+    "pruning_analysis",
+    "prune_on_task",
+    "threshold_summary",
+]
 
 HEAD_TYPES_DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6",
     "corpus": "brown-sample",
     "limit": 600,
     "pooling": "first",
-    "frequencies": "corpus",        # corpus | wordfreq
-    "positional_level": "token",    # token (Voita: argmax over sub-word tokens, specials in place) | word
-    "positional_queries": "all",    # token level: all query tokens | words (special tokens' rows left out)
-    "special_tokens": "keep",       # keep (Clark: rows over words + [CLS] + [SEP]) | drop (word rows renormalised)
-    "exclude_self": True,           # syntactic argmax over the other words (Clark) | False: the word itself counts
-    "syntactic_relations": list(VOITA_RELATIONS),   # Voita's nsubj, dobj, amod, advmod; [all] = every relation
+    "frequencies": "corpus",  # corpus | wordfreq
+    "positional_level": "token",  # token (Voita: argmax over sub-word tokens, specials in place) | word
+    "positional_queries": "all",  # token level: all query tokens | words (special tokens' rows left out)
+    "special_tokens": "keep",  # keep (Clark: rows over words + [CLS] + [SEP]) | drop (word rows renormalised)
+    "exclude_self": True,  # syntactic argmax over the other words (Clark) | False: the word itself counts
+    "syntactic_relations": list(VOITA_RELATIONS),  # Voita's nsubj, dobj, amod, advmod; [all] = every relation
     "positional_threshold": 0.9,
     "syntactic_margin": 0.10,
     "min_count": 20,
-    "best_head_dev_share": 0.5,     # head_best: the head and the offset baseline chosen on this share, reported on the rest
+    "best_head_dev_share": 0.5,  # head_best: the head and the offset baseline chosen on this share, reported on the rest
     "rare_threshold": 0.5,
     "special_threshold": 0.5,
     "broad_entropy": 0.8,
     "example_sentences": 4,
     "example_max_words": 14,
-    "word_vectors": "en",           # spaCy vectors for the attention-and-words probe (Clark's GloVe); none = skip
-    "device": "cpu",                # where the model runs (the store is extracted there): cpu, cuda, cuda:N or auto
+    "word_vectors": "en",  # spaCy vectors for the attention-and-words probe (Clark's GloVe); none = skip
+    "device": "cpu",  # where the model runs (the store is extracted there): cpu, cuda, cuda:N or auto
     "seed": 0,
 }
 
@@ -71,20 +102,20 @@ PRUNING_DEFAULTS: dict[str, Any] = {
     "corpus": "brown-sample",
     "limit": 300,
     "pooling": "first",
-    "metric": "auto",       # auto: MLM loss if the weights carry an MLM head, else a POS head | mlm | pos
-    "methods": ["importance", "random", "type", "l0"],   # pruning curves by these orders; l0 = L0 gates
+    "metric": "auto",  # auto: MLM loss if the weights carry an MLM head, else a POS head | mlm | pos
+    "methods": ["importance", "random", "type", "l0"],  # pruning curves by these orders; l0 = L0 gates
     "step": 0.1,
-    "max_share": 1.0,        # curves run until every head is removed (below 1: thresholds may be "≥")
+    "max_share": 1.0,  # curves run until every head is removed (below 1: thresholds may be "≥")
     "random_seeds": 3,
     "l0_lambdas": [0.01, 0.1],
     "l0_steps": 150,
-    "tolerances": [0.01, 0.05],   # relative worsening of the metric for the removable-share table
+    "tolerances": [0.01, 0.05],  # relative worsening of the metric for the removable-share table
     # thresholds to one head: none (the step grid only) | bracket (single heads between the last grid
     # point within each tolerance and the first beyond it) | all (every head count)
     "refine": "bracket",
-    "test_share": 0.5,       # of the held-out sentences: test (reported); the rest: dev (thresholds chosen)
+    "test_share": 0.5,  # of the held-out sentences: test (reported); the rest: dev (thresholds chosen)
     "compare_shares": [0.3, 0.5],  # pruning orders compared pairwise at these shares, on test sentences
-    "device": "cpu",         # where the model runs (extraction, importance, curves, gates): cpu, cuda, cuda:N or auto
+    "device": "cpu",  # where the model runs (extraction, importance, curves, gates): cpu, cuda, cuda:N or auto
     "seed": 0,
 }
 
@@ -165,7 +196,7 @@ def head_types_analysis(ctx: StudyContext) -> None:
     _check_head_type_options(cfg)
     too_few: list[str] = []
 
-    def check(c: Any) -> None:   # before any extraction: say what the corpus is too small for
+    def check(c: Any) -> None:  # before any extraction: say what the corpus is too small for
         message = dependency_cases_problem(c, cfg)
         if message:
             ctx.log(f"  {message}")
@@ -180,34 +211,77 @@ def head_types_analysis(ctx: StudyContext) -> None:
     freqs = corpus_frequencies(sentences) if cfg["frequencies"] == "corpus" else None
 
     local = any(window is not None for window in windows)
-    stats = ctx.step("head_stats", lambda: with_attention_windows(head_statistics(
-        (store.attention(i, normalise=False) for i in range(n)), sentences,
-        special_attention=(store.special_attention(i) for i in range(n)), frequencies=freqs,
-        token_offsets=(store.token_offsets(i, queries=cfg["positional_queries"]) for i in range(n)),
-        special_tokens=cfg["special_tokens"],
-        reach=corpus_reach(lm.tokenizer, sentences, windows) if local else None), windows))
-    deps = ctx.step("head_dependency", lambda: dependency_scores(
-        (store.attention(i, normalise=False) for i in range(n)), sentences,
-        exclude_self=cfg["exclude_self"]) if has_deps else pd.DataFrame())
-    types = ctx.step("head_types", lambda: with_attention_windows(classify_heads(
-        stats.drop(columns="attention_window", errors="ignore"), deps if has_deps else None,
-        positional_threshold=cfg["positional_threshold"],
-        syntactic_margin=cfg["syntactic_margin"], min_count=cfg["min_count"], rare_threshold=cfg["rare_threshold"],
-        special_threshold=cfg["special_threshold"], broad_entropy=cfg["broad_entropy"],
-        relations=cfg["syntactic_relations"], positional_level=cfg["positional_level"]), windows))
+    stats = ctx.step(
+        "head_stats",
+        lambda: with_attention_windows(
+            head_statistics(
+                (store.attention(i, normalise=False) for i in range(n)),
+                sentences,
+                special_attention=(store.special_attention(i) for i in range(n)),
+                frequencies=freqs,
+                token_offsets=(store.token_offsets(i, queries=cfg["positional_queries"]) for i in range(n)),
+                special_tokens=cfg["special_tokens"],
+                reach=corpus_reach(lm.tokenizer, sentences, windows) if local else None,
+            ),
+            windows,
+        ),
+    )
+    deps = ctx.step(
+        "head_dependency",
+        lambda: (
+            dependency_scores(
+                (store.attention(i, normalise=False) for i in range(n)), sentences, exclude_self=cfg["exclude_self"]
+            )
+            if has_deps
+            else pd.DataFrame()
+        ),
+    )
+    types = ctx.step(
+        "head_types",
+        lambda: with_attention_windows(
+            classify_heads(
+                stats.drop(columns="attention_window", errors="ignore"),
+                deps if has_deps else None,
+                positional_threshold=cfg["positional_threshold"],
+                syntactic_margin=cfg["syntactic_margin"],
+                min_count=cfg["min_count"],
+                rare_threshold=cfg["rare_threshold"],
+                special_threshold=cfg["special_threshold"],
+                broad_entropy=cfg["broad_entropy"],
+                relations=cfg["syntactic_relations"],
+                positional_level=cfg["positional_level"],
+            ),
+            windows,
+        ),
+    )
     ctx.step("head_type_matrix", lambda: type_matrix(types).reset_index())
     if local:  # local layers: what their heads can reach at all
         ctx.step("window_reach", lambda: window_reach(lm.tokenizer, sentences, windows))
-        if has_deps:   # and how well they do on the arcs they can see
-            ctx.step("head_dependency_in_reach", lambda: dependency_scores_in_reach(
-                (store.attention(i, normalise=False) for i in range(n)), sentences, lm.tokenizer, windows,
-                exclude_self=cfg["exclude_self"]))
+        if has_deps:  # and how well they do on the arcs they can see
+            ctx.step(
+                "head_dependency_in_reach",
+                lambda: dependency_scores_in_reach(
+                    (store.attention(i, normalise=False) for i in range(n)),
+                    sentences,
+                    lm.tokenizer,
+                    windows,
+                    exclude_self=cfg["exclude_self"],
+                ),
+            )
     if too_few:
         ctx.record(head_best_skipped=too_few[0])
     if has_deps and not too_few:
-        ctx.step("head_best", lambda: held_out_best_heads(
-            (store.attention(i, normalise=False) for i in range(n)), sentences, dev_share=cfg["best_head_dev_share"],
-            seed=ctx.seed, min_count=cfg["min_count"], exclude_self=cfg["exclude_self"]))
+        ctx.step(
+            "head_best",
+            lambda: held_out_best_heads(
+                (store.attention(i, normalise=False) for i in range(n)),
+                sentences,
+                dev_share=cfg["best_head_dev_share"],
+                seed=ctx.seed,
+                min_count=cfg["min_count"],
+                exclude_self=cfg["exclude_self"],
+            ),
+        )
     if has_deps:
         vectors = None
         if cfg["word_vectors"] != "none":
@@ -215,24 +289,39 @@ def head_types_analysis(ctx: StudyContext) -> None:
 
             vectors = load_spacy_vectors(cfg["word_vectors"])
             ctx.record(word_vectors=vectors.metadata)
-        ctx.step("attention_probe", lambda: attention_probe(
-            [store.attention(i) for i in range(len(corpus))], sentences, seed=ctx.seed, word_vectors=vectors))
+        ctx.step(
+            "attention_probe",
+            lambda: attention_probe(
+                [store.attention(i) for i in range(len(corpus))], sentences, seed=ctx.seed, word_vectors=vectors
+            ),
+        )
     else:
         ctx.log(f"  corpus {corpus.name} has no dependencies: no head_best, no attention_probe")
 
     def examples() -> dict:
         short = [i for i, s in enumerate(sentences) if 6 <= len(s) <= cfg["example_max_words"]]
         chosen = short[: cfg["example_sentences"]]
-        return {"sentences": [{"sent_id": sentences[i].sent_id, "words": sentences[i].words,
-                               "attention": np.round(store.attention(i), 4).tolist()} for i in chosen]}
+        return {
+            "sentences": [
+                {
+                    "sent_id": sentences[i].sent_id,
+                    "words": sentences[i].words,
+                    "attention": np.round(store.attention(i), 4).tolist(),
+                }
+                for i in chosen
+            ]
+        }
 
     ctx.extra("attention_examples", examples)
 
 
 def _check_head_type_options(cfg: dict[str, Any]) -> None:
     """Refuse an unknown head-type definition before any work."""
-    for key, allowed in (("positional_level", POSITIONAL_LEVELS), ("positional_queries", ("all", "words")),
-                         ("special_tokens", SPECIAL_TOKENS)):
+    for key, allowed in (
+        ("positional_level", POSITIONAL_LEVELS),
+        ("positional_queries", ("all", "words")),
+        ("special_tokens", SPECIAL_TOKENS),
+    ):
         if cfg[key] not in allowed:
             raise ConfigError(f"head_types: {key} must be one of {', '.join(allowed)}, not {cfg[key]!r}")
     if not cfg["syntactic_relations"]:
@@ -249,16 +338,18 @@ def dependency_cases_problem(corpus: Any, cfg: dict[str, Any]) -> str | None:
 
     sentences = list(corpus)
     if not sentences or not all(s.heads is not None and s.deprels is not None for s in sentences):
-        return None   # no dependencies: no best-head table, nothing to check
+        return None  # no dependencies: no best-head table, nothing to check
     counts = Counter(rel for s in sentences for h, rel in zip(s.heads, s.deprels) if h != 0)
     need = int(np.ceil(cfg["min_count"] / cfg["best_head_dev_share"]))
     relation, most = counts.most_common(1)[0] if counts else ("none", 0)
     if most < need:
-        return (f"head_best left out: corpus {corpus.name!r} ({len(sentences)} sentences) has at most {most} arcs "
-                f"of one relation ({relation}); choosing the best head per relation on the dev share "
-                f"(best_head_dev_share={cfg['best_head_dev_share']}) needs about {need} (min_count={cfg['min_count']} "
-                "dev cases): use more sentences (--limit, a larger corpus) or lower min_count "
-                "(bertology heads --min-count N, or min_count in the study config)")
+        return (
+            f"head_best left out: corpus {corpus.name!r} ({len(sentences)} sentences) has at most {most} arcs "
+            f"of one relation ({relation}); choosing the best head per relation on the dev share "
+            f"(best_head_dev_share={cfg['best_head_dev_share']}) needs about {need} (min_count={cfg['min_count']} "
+            "dev cases): use more sentences (--limit, a larger corpus) or lower min_count "
+            "(bertology heads --min-count N, or min_count in the study config)"
+        )
     return None
 
 
@@ -266,8 +357,9 @@ def _check_methods(methods: Any, l0_lambdas: Any) -> list[str]:
     methods = list(methods or [])
     unknown = [m for m in methods if m not in PRUNING_METHODS]
     if unknown:
-        raise ConfigError(f"pruning: unknown method(s) {', '.join(map(repr, unknown))}; "
-                          f"choose from {', '.join(PRUNING_METHODS)}")
+        raise ConfigError(
+            f"pruning: unknown method(s) {', '.join(map(repr, unknown))}; choose from {', '.join(PRUNING_METHODS)}"
+        )
     if "l0" in methods and not l0_lambdas:
         raise ConfigError("pruning: method 'l0' needs at least one value in l0_lambdas")
     return methods
@@ -344,15 +436,16 @@ def pruning_analysis(ctx: StudyContext) -> None:
     lm, corpus, store = model_corpus_store(ctx, attentions=True)
     if cfg["metric"] == "mlm" and not lm.has_mlm_head:
         raise ConfigError(f"pruning: metric mlm, but the weights of {lm.name} carry no MLM head")
-    if lm.has_mlm_head and cfg["metric"] in ("auto", "mlm"):   # Michel's metric: the model's own loss
+    if lm.has_mlm_head and cfg["metric"] in ("auto", "mlm"):  # Michel's metric: the model's own loss
         lm = load_model(cfg["model"], attentions=True, mlm_head=True, device=model_device(lm.model))
     # else lm is the base encoder: pruning_task trains a POS head on it
     task = pruning_task(lm, corpus, test_share=cfg["test_share"], seed=ctx.seed)
     prune_on_task(ctx, lm.model, task, methods, store=store, corpus=corpus)
 
 
-def prune_on_task(ctx: StudyContext, model: Any, task: PruningTask, methods: list[str], *, store: Any = None,
-                  corpus: Any = None) -> None:
+def prune_on_task(
+    ctx: StudyContext, model: Any, task: PruningTask, methods: list[str], *, store: Any = None, corpus: Any = None
+) -> None:
     """Every table of :func:`pruning_analysis` for ``model`` on ``task`` (importance on ``task.train``,
     thresholds chosen on dev, reported on test), plus ``pruning_threshold_summary``: per order and
     tolerance the removable share with a t-interval over the random orders' seeds (one deterministic
@@ -365,8 +458,15 @@ def prune_on_task(ctx: StudyContext, model: Any, task: PruningTask, methods: lis
         raise WorkbenchError("prune_on_task: the type order needs the model's feature store and its corpus")
     curve_methods = [m for m in methods if m in CURVE_METHODS]
     train, loss_fn, description = task.train, task.loss_fn, task.description
-    ctx.record(pruning_metric=description, pruning_split={"sentences": task.n_sentences, "items": task.n_items,
-                                                          "selected_on": "dev", "reported_on": "test"})
+    ctx.record(
+        pruning_metric=description,
+        pruning_split={
+            "sentences": task.n_sentences,
+            "items": task.n_items,
+            "selected_on": "dev",
+            "reported_on": "test",
+        },
+    )
 
     ctx.step("importance", lambda: importance_scores(model, train, loss_fn, normalise=True))
     if curve_methods:
@@ -375,13 +475,29 @@ def prune_on_task(ctx: StudyContext, model: Any, task: PruningTask, methods: lis
         thresholds = ctx.step("pruning_thresholds", lambda: _thresholds_table(curve, cfg["tolerances"], task))
         ctx.step("pruning_threshold_summary", lambda: threshold_summary(thresholds))
         if cfg["compare_shares"] and len(curve_methods) > 1:
-            ctx.step("pruning_order_comparison", lambda: compare_orders(
-                model, curve, task.sentence_scores, task.test, cfg["compare_shares"], seed=ctx.seed,
-                share_column="share_removed").assign(metric=description))
+            ctx.step(
+                "pruning_order_comparison",
+                lambda: compare_orders(
+                    model,
+                    curve,
+                    task.sentence_scores,
+                    task.test,
+                    cfg["compare_shares"],
+                    seed=ctx.seed,
+                    share_column="share_removed",
+                ).assign(metric=description),
+            )
     if "l0" in methods:
-        gates = ctx.step("l0_gates", lambda: pd.concat(
-            [train_l0_gates(model, train, loss_fn, float(lam), steps=cfg["l0_steps"], seed=ctx.seed)
-             for lam in cfg["l0_lambdas"]], ignore_index=True))
+        gates = ctx.step(
+            "l0_gates",
+            lambda: pd.concat(
+                [
+                    train_l0_gates(model, train, loss_fn, float(lam), steps=cfg["l0_steps"], seed=ctx.seed)
+                    for lam in cfg["l0_lambdas"]
+                ],
+                ignore_index=True,
+            ),
+        )
         ctx.step("l0_evaluation", lambda: evaluate_l0_gates(model, gates, task, seed=ctx.seed))
 
 
@@ -393,12 +509,23 @@ def threshold_summary(thresholds: pd.DataFrame, confidence: float = 0.95) -> pd.
     rows = []
     for (method, tolerance), group in thresholds.groupby(["method", "tolerance"], sort=False):
         iv = t_interval(group["removable_share"].to_numpy(float), confidence)
-        rows.append({"method": method, "tolerance": float(tolerance), "removable_share": iv.estimate,
-                     "low": iv.low, "high": iv.high, "n_orders": iv.n,
-                     "interval": (f"t over {iv.n} orders ({confidence:.0%})" if iv.n > 1
-                                  else "one order: no interval (compare orders in pruning_order_comparison)"),
-                     "drop_test": float(group["drop_test"].mean()),
-                     "small_sample": bool(group["small_sample"].any())})
+        rows.append(
+            {
+                "method": method,
+                "tolerance": float(tolerance),
+                "removable_share": iv.estimate,
+                "low": iv.low,
+                "high": iv.high,
+                "n_orders": iv.n,
+                "interval": (
+                    f"t over {iv.n} orders ({confidence:.0%})"
+                    if iv.n > 1
+                    else "one order: no interval (compare orders in pruning_order_comparison)"
+                ),
+                "drop_test": float(group["drop_test"].mean()),
+                "small_sample": bool(group["small_sample"].any()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -410,16 +537,42 @@ def _pruning_curves(ctx: StudyContext, model, corpus, store, task, curve_methods
     for method in curve_methods:
         ctx.log(f"    pruning by {method}")
         seeds = [ctx.seed + k for k in range(cfg["random_seeds"])] if method == "random" else [ctx.seed]
-        frames.append(pruning_curve(model, task.metric("dev"), method=method, batches=task.train,
-                                    loss_fn=task.loss_fn, step=cfg["step"], seeds=seeds, head_types=head_types,
-                                    max_share=cfg["max_share"], refine=cfg["refine"], tolerances=cfg["tolerances"],
-                                    report_metrics={"test": task.metric("test")}))
+        frames.append(
+            pruning_curve(
+                model,
+                task.metric("dev"),
+                method=method,
+                batches=task.train,
+                loss_fn=task.loss_fn,
+                step=cfg["step"],
+                seeds=seeds,
+                head_types=head_types,
+                max_share=cfg["max_share"],
+                refine=cfg["refine"],
+                tolerances=cfg["tolerances"],
+                report_metrics={"test": task.metric("test")},
+            )
+        )
     out = pd.concat(frames, ignore_index=True).rename(
-        columns={"share_pruned": "share_removed", "metric": "value_dev", "metric_test": "value"})
+        columns={"share_pruned": "share_removed", "metric": "value_dev", "metric_test": "value"}
+    )
     out["metric"] = task.description
     out["split"] = "test"  # the split of ``value``; ``value_dev`` is what thresholds are chosen on
-    return out[["method", "seed", "n_pruned", "share_removed", "value", "pruned", "metric", "value_dev", "split",
-                "refined", "n_heads"]]
+    return out[
+        [
+            "method",
+            "seed",
+            "n_pruned",
+            "share_removed",
+            "value",
+            "pruned",
+            "metric",
+            "value_dev",
+            "split",
+            "refined",
+            "n_heads",
+        ]
+    ]
 
 
 def _pruning_cost(ctx: StudyContext, model, curve: pd.DataFrame, task) -> None:
@@ -441,8 +594,13 @@ def _pruning_cost(ctx: StudyContext, model, curve: pd.DataFrame, task) -> None:
             row, removed = heads_pruned_at(imp, share, share_column="share_removed")
             if removed:
                 report = measure_pruning(model, heads_dict(removed), task.dev + task.test)
-                rows.append({"share_removed": float(row["share_removed"]), "metric_value": float(row["value"]),
-                             **{k: v for k, v in report.items() if not isinstance(v, (list, dict))}})
+                rows.append(
+                    {
+                        "share_removed": float(row["share_removed"]),
+                        "metric_value": float(row["value"]),
+                        **{k: v for k, v in report.items() if not isinstance(v, (list, dict))},
+                    }
+                )
         return pd.DataFrame(rows)
 
     ctx.step("pruning_cost", cost)
@@ -450,9 +608,15 @@ def _pruning_cost(ctx: StudyContext, model, curve: pd.DataFrame, task) -> None:
 
 def _thresholds_table(curve: pd.DataFrame, tolerances, task) -> pd.DataFrame:
     """:func:`removable_shares` chosen on dev, read on test, with the split sizes and a small-sample flag."""
-    out = removable_shares(curve, tolerances, share_column="share_removed", value_column="value_dev",
-                           report_column="value")
+    out = removable_shares(
+        curve, tolerances, share_column="share_removed", value_column="value_dev", report_column="value"
+    )
     out = out.rename(columns={"base_report": "base_test", "value_report": "value_test", "drop_report": "drop_test"})
     n_test = int(task.n_items.get("test", 0))
-    return out.assign(selected_on="dev", reported_on="test", n_dev_items=int(task.n_items.get("dev", 0)),
-                      n_test_items=n_test, small_sample=is_small_sample(n_test))
+    return out.assign(
+        selected_on="dev",
+        reported_on="test",
+        n_dev_items=int(task.n_items.get("dev", 0)),
+        n_test_items=n_test,
+        small_sample=is_small_sample(n_test),
+    )

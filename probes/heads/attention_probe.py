@@ -16,15 +16,15 @@ Root words (head 0) are left out of training and scoring: UAS is over non-root w
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-from bertology.probes.heads.classification import DEPENDENT_TO_HEAD, argmax_other_word, dependency_scores
-from bertology.probes.embeddings.static_vectors import StaticVectors
 from bertology.errors import WorkbenchError
+from bertology.probes.embeddings.static_vectors import StaticVectors
+from bertology.probes.heads.classification import DEPENDENT_TO_HEAD, argmax_other_word, dependency_scores
 
 
 def best_heads(dependency: pd.DataFrame, min_count: int = 1) -> pd.DataFrame:
@@ -88,7 +88,7 @@ class AttentionDependencyProbe:
         logits = x @ self.weight_
         return logits.masked_fill(~valid, float("-inf"))
 
-    def fit(self, attentions: Sequence[np.ndarray], sentences: Sequence) -> "AttentionDependencyProbe":
+    def fit(self, attentions: Sequence[np.ndarray], sentences: Sequence) -> AttentionDependencyProbe:
         x, valid, gold = _design(attentions, sentences)
         torch.manual_seed(self.seed)
         self.shape_ = np.shape(attentions[0])[:2]
@@ -97,7 +97,7 @@ class AttentionDependencyProbe:
 
         def closure():
             opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(self._logits(x, valid), gold) + self.l2 * (self.weight_ ** 2).sum()
+            loss = torch.nn.functional.cross_entropy(self._logits(x, valid), gold) + self.l2 * (self.weight_**2).sum()
             loss.backward()
             return loss
 
@@ -145,8 +145,7 @@ class WordAwareDependencyProbe:
     case with zero word weights. Trained full-batch with L-BFGS on sentences bucketed by length.
     """
 
-    def __init__(self, vectors: StaticVectors, l2: float = 1e-3, max_iter: int = 100,
-                 bucket_pairs: int = 200_000):
+    def __init__(self, vectors: StaticVectors, l2: float = 1e-3, max_iter: int = 100, bucket_pairs: int = 200_000):
         self.vectors, self.l2, self.max_iter, self.bucket_pairs = vectors, l2, max_iter, bucket_pairs
         norms = np.linalg.norm(vectors.matrix, axis=1)
         self._scale = float(norms[norms > 0].mean()) if (norms > 0).any() else 1.0
@@ -195,12 +194,12 @@ class WordAwareDependencyProbe:
         return out
 
     def _logits(self, feats: torch.Tensor, words: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        p = words @ self.P_.T                                                  # [S, W, K]
+        p = words @ self.P_.T  # [S, W, K]
         q = words @ self.Q_.T
         logits = torch.einsum("sijk,sik->sij", feats, p) + torch.einsum("sijk,sjk->sij", feats, q)
         return logits.masked_fill(~valid, float("-inf"))
 
-    def fit(self, pair_features: Sequence[np.ndarray], sentences: Sequence) -> "WordAwareDependencyProbe":
+    def fit(self, pair_features: Sequence[np.ndarray], sentences: Sequence) -> WordAwareDependencyProbe:
         buckets = self._buckets(pair_features, sentences, with_gold=True)
         n_rows = sum(int((gold >= 0).sum()) for *_, gold in buckets)
         if n_rows == 0:
@@ -212,7 +211,7 @@ class WordAwareDependencyProbe:
 
         def closure():
             opt.zero_grad()
-            loss = self.l2 * ((self.P_ ** 2).sum() + (self.Q_ ** 2).sum())
+            loss = self.l2 * ((self.P_**2).sum() + (self.Q_**2).sum())
             for _, feats, words, valid, gold in buckets:
                 rows = gold >= 0
                 logits = self._logits(feats, words, valid)[rows]
@@ -265,8 +264,15 @@ def _uas_offset(sentences, offset: int) -> float:
     return correct / max(total, 1)
 
 
-def attention_probe(attentions: Sequence[np.ndarray], sentences: Sequence, *, test_size: float = 0.2,
-                    seed: int = 0, l2: float = 1e-3, word_vectors: StaticVectors | None = None) -> pd.DataFrame:
+def attention_probe(
+    attentions: Sequence[np.ndarray],
+    sentences: Sequence,
+    *,
+    test_size: float = 0.2,
+    seed: int = 0,
+    l2: float = 1e-3,
+    word_vectors: StaticVectors | None = None,
+) -> pd.DataFrame:
     """Held-out UAS of the best fixed offset, the best single head and the learned combination;
     with ``word_vectors`` also the attention-and-words probe and the distances-and-words baseline.
 
@@ -275,8 +281,10 @@ def attention_probe(attentions: Sequence[np.ndarray], sentences: Sequence, *, te
     """
     attentions, sentences = list(attentions), list(sentences)
     if len(attentions) != len(sentences) or len(sentences) < 2:
-        raise WorkbenchError(f"attention_probe: need ≥ 2 sentences with one attention array each, "
-                             f"got {len(sentences)} sentences and {len(attentions)} arrays")
+        raise WorkbenchError(
+            f"attention_probe: need ≥ 2 sentences with one attention array each, "
+            f"got {len(sentences)} sentences and {len(attentions)} arrays"
+        )
     order = np.random.default_rng(seed).permutation(len(sentences))
     n_test = max(1, int(round(test_size * len(sentences))))
     test, train = order[:n_test], order[n_test:]
@@ -296,8 +304,10 @@ def attention_probe(attentions: Sequence[np.ndarray], sentences: Sequence, *, te
     probe = AttentionDependencyProbe(l2=l2, seed=seed).fit(a_tr, s_tr)
     rows.append(("learned_combination", None, None, None, probe.score(a_te, s_te)))
     if word_vectors is not None:
-        for method, make in (("attention_and_words", _pair_features),
-                             ("distances_and_words", lambda a: distance_features(np.shape(a)[-1]))):
+        for method, make in (
+            ("attention_and_words", _pair_features),
+            ("distances_and_words", lambda a: distance_features(np.shape(a)[-1])),
+        ):
             f_tr, f_te = [make(a) for a in a_tr], [make(a) for a in a_te]
             aware = WordAwareDependencyProbe(word_vectors, l2=l2).fit(f_tr, s_tr)
             rows.append((method, None, None, None, aware.score(f_te, s_te)))

@@ -20,25 +20,57 @@ A head can meet several criteria; ``type`` is the first met in the order above, 
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from bertology.probes.heads.stats import DEFAULT_WINDOW, head_statistics
 from bertology.errors import WorkbenchError
+from bertology.probes.heads.stats import DEFAULT_WINDOW, head_statistics
 
 # ClearNLP (spaCy English) and UD spellings of the same relations -> one canonical label.
-RELATION_ALIASES = {"obj": "dobj", "nmod:poss": "poss", "nsubj:pass": "nsubjpass", "aux:pass": "auxpass",
-                    "obl": "obl", "compound:prt": "prt"}
-CORE_RELATIONS = ("nsubj", "dobj", "amod", "advmod", "det", "prep", "case", "pobj", "poss", "aux",
-                  "compound", "conj", "cc", "mark", "nsubjpass", "auxpass", "acomp", "attr", "nummod", "obl",
-                  "nmod", "xcomp", "ccomp", "advcl", "relcl", "acl", "punct")
+RELATION_ALIASES = {
+    "obj": "dobj",
+    "nmod:poss": "poss",
+    "nsubj:pass": "nsubjpass",
+    "aux:pass": "auxpass",
+    "obl": "obl",
+    "compound:prt": "prt",
+}
+CORE_RELATIONS = (
+    "nsubj",
+    "dobj",
+    "amod",
+    "advmod",
+    "det",
+    "prep",
+    "case",
+    "pobj",
+    "poss",
+    "aux",
+    "compound",
+    "conj",
+    "cc",
+    "mark",
+    "nsubjpass",
+    "auxpass",
+    "acomp",
+    "attr",
+    "nummod",
+    "obl",
+    "nmod",
+    "xcomp",
+    "ccomp",
+    "advcl",
+    "relcl",
+    "acl",
+    "punct",
+)
 TYPE_ORDER = ("positional", "syntactic", "rare-token", "special", "broad")
 # Voita et al. 2019 (Section 5.2): the relations their syntactic heads are judged on
 VOITA_RELATIONS = ("nsubj", "dobj", "amod", "advmod")
-DEPENDENT_TO_HEAD = "dependent_attends_to_head"   # the dependent's argmax is on its syntactic head
-HEAD_TO_DEPENDENT = "head_attends_to_dependent"   # the head's argmax is on one of its dependents
+DEPENDENT_TO_HEAD = "dependent_attends_to_head"  # the dependent's argmax is on its syntactic head
+HEAD_TO_DEPENDENT = "head_attends_to_dependent"  # the head's argmax is on one of its dependents
 DIRECTIONS = (DEPENDENT_TO_HEAD, HEAD_TO_DEPENDENT)
 POSITIONAL_LEVELS = ("token", "word")
 
@@ -85,9 +117,10 @@ def _sentence_cases(attention: np.ndarray, sentence, offsets: Sequence[int], exc
         raise WorkbenchError(f"sentence {sentence.sent_id}: no dependency annotation (heads/deprels)")
     a = np.asarray(attention)
     if a.shape[-1] != len(sentence.words):
-        raise WorkbenchError(f"sentence {sentence.sent_id}: {len(sentence.words)} words but attention "
-                             f"over {a.shape[-1]}")
-    n_layers, n_heads, w = a.shape[0], a.shape[1], a.shape[-1]
+        raise WorkbenchError(
+            f"sentence {sentence.sent_id}: {len(sentence.words)} words but attention over {a.shape[-1]}"
+        )
+    w = a.shape[-1]
     argmax = argmax_other_word(a, exclude_self)  # [L, H, w]
     dep_to_head, head_to_deps = _relation_cases(sentence.heads, sentence.deprels)
     dep_to_head["all"] = [p for pairs in dep_to_head.values() for p in pairs]
@@ -116,8 +149,9 @@ def _sentence_cases(attention: np.ndarray, sentence, offsets: Sequence[int], exc
     return out
 
 
-def _sentence_case_counts(attentions: Iterable[np.ndarray], sentences: Iterable, offsets: Sequence[int],
-                          exclude_self: bool) -> tuple[list[CaseCounts], tuple[int, int]]:
+def _sentence_case_counts(
+    attentions: Iterable[np.ndarray], sentences: Iterable, offsets: Sequence[int], exclude_self: bool
+) -> tuple[list[CaseCounts], tuple[int, int]]:
     """:func:`_sentence_cases` of every sentence, and the ``(layers, heads)`` shape."""
     per_sentence, shape = [], None
     for attention, sentence in zip(attentions, sentences):
@@ -147,8 +181,13 @@ def _best_offset_index(offset_hits: np.ndarray, offsets: Sequence[int]) -> int:
     return max(range(len(offsets)), key=lambda i: (offset_hits[i], -abs(offsets[i])))
 
 
-def dependency_scores(attentions: Iterable[np.ndarray], sentences: Iterable,
-                      window: Sequence[int] = DEFAULT_WINDOW, *, exclude_self: bool = True) -> pd.DataFrame:
+def dependency_scores(
+    attentions: Iterable[np.ndarray],
+    sentences: Iterable,
+    window: Sequence[int] = DEFAULT_WINDOW,
+    *,
+    exclude_self: bool = True,
+) -> pd.DataFrame:
     """Per head, relation and direction, the share of cases whose argmax hits the gold partner.
 
     attentions: per sentence ``[layers, heads, words, words]`` word attention (special tokens are
@@ -170,20 +209,48 @@ def dependency_scores(attentions: Iterable[np.ndarray], sentences: Iterable,
     for key, (total, n, offset_hits) in _pool(per_sentence).items():
         best = _best_offset_index(offset_hits, offsets)
         accuracy = np.asarray(total, dtype=np.float64) / n
-        frames.append(pd.DataFrame({
-            "layer": layers.ravel(), "head": heads_.ravel(), "relation": key[0], "direction": key[1],
-            "n": n, "correct": np.asarray(total).ravel(), "accuracy": accuracy.ravel(),
-            "baseline_offset": offsets[best], "baseline_accuracy": offset_hits[best] / n,
-            "gain": accuracy.ravel() - offset_hits[best] / n}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "layer": layers.ravel(),
+                    "head": heads_.ravel(),
+                    "relation": key[0],
+                    "direction": key[1],
+                    "n": n,
+                    "correct": np.asarray(total).ravel(),
+                    "accuracy": accuracy.ravel(),
+                    "baseline_offset": offsets[best],
+                    "baseline_accuracy": offset_hits[best] / n,
+                    "gain": accuracy.ravel() - offset_hits[best] / n,
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
-IN_REACH_COLUMNS = ["layer", "head", "attention_window", "relation", "direction", "n", "n_in_reach", "arcs_in_reach",
-                    "correct", "accuracy", "accuracy_in_reach"]
+IN_REACH_COLUMNS = [
+    "layer",
+    "head",
+    "attention_window",
+    "relation",
+    "direction",
+    "n",
+    "n_in_reach",
+    "arcs_in_reach",
+    "correct",
+    "accuracy",
+    "accuracy_in_reach",
+]
 
 
-def dependency_scores_in_reach(attentions: Iterable[np.ndarray], sentences: Sequence, tokenizer,
-                               windows: Sequence[int | None], *, exclude_self: bool = True) -> pd.DataFrame:
+def dependency_scores_in_reach(
+    attentions: Iterable[np.ndarray],
+    sentences: Sequence,
+    tokenizer,
+    windows: Sequence[int | None],
+    *,
+    exclude_self: bool = True,
+) -> pd.DataFrame:
     """A local head's dependency accuracy on the arcs it can see: for each layer with a local window
     (``windows[layer]`` tokens each side; ModernBERT's local layers), each head and relation, the
     dependent-attends-to-head cases split by whether the head word lies within the window of some
@@ -207,7 +274,7 @@ def dependency_scores_in_reach(attentions: Iterable[np.ndarray], sentences: Sequ
     for attention, sentence, (_, word_ids) in zip(attentions, sentences, encoded):
         if sentence.heads is None or sentence.deprels is None:
             raise WorkbenchError(f"sentence {sentence.sent_id}: no dependency annotation (heads/deprels)")
-        argmax = argmax_other_word(np.asarray(attention), exclude_self)          # [L, H, w]
+        argmax = argmax_other_word(np.asarray(attention), exclude_self)  # [L, H, w]
         dep_to_head, _ = _relation_cases(sentence.heads, sentence.deprels)
         dep_to_head["all"] = [p for pairs in dep_to_head.values() for p in pairs]
         reach = {w: reachable_words(word_ids, w, len(sentence.words)) for w in {windows[l] for l in local}}
@@ -215,8 +282,8 @@ def dependency_scores_in_reach(attentions: Iterable[np.ndarray], sentences: Sequ
             if not pairs:
                 continue
             src, tgt = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
-            hits = argmax[local][:, :, src] == tgt                             # [local layers, H, cases]
-            inside = np.stack([reach[windows[l]][src, tgt] for l in local])     # [local layers, cases]
+            hits = argmax[local][:, :, src] == tgt  # [local layers, H, cases]
+            inside = np.stack([reach[windows[l]][src, tgt] for l in local])  # [local layers, cases]
             entry = sums.setdefault(rel, [0, np.zeros(len(local)), np.zeros(hits.shape[:2])])
             entry[0] += len(pairs)
             entry[1] += inside.sum(-1)
@@ -225,24 +292,60 @@ def dependency_scores_in_reach(attentions: Iterable[np.ndarray], sentences: Sequ
     for rel, (n, n_in, correct) in sums.items():
         for i, layer in enumerate(local):
             for head in range(correct.shape[1]):
-                rows.append({"layer": layer, "head": head, "attention_window": windows[layer], "relation": rel,
-                             "direction": DEPENDENT_TO_HEAD, "n": n, "n_in_reach": int(n_in[i]),
-                             "arcs_in_reach": n_in[i] / n, "correct": int(correct[i, head]),
-                             "accuracy": correct[i, head] / n,
-                             "accuracy_in_reach": correct[i, head] / n_in[i] if n_in[i] else float("nan")})
+                rows.append(
+                    {
+                        "layer": layer,
+                        "head": head,
+                        "attention_window": windows[layer],
+                        "relation": rel,
+                        "direction": DEPENDENT_TO_HEAD,
+                        "n": n,
+                        "n_in_reach": int(n_in[i]),
+                        "arcs_in_reach": n_in[i] / n,
+                        "correct": int(correct[i, head]),
+                        "accuracy": correct[i, head] / n,
+                        "accuracy_in_reach": correct[i, head] / n_in[i] if n_in[i] else float("nan"),
+                    }
+                )
     return pd.DataFrame(rows, columns=IN_REACH_COLUMNS)
 
 
-BEST_HEAD_COLUMNS = ["relation", "direction", "layer", "head", "selected_on", "n_dev", "dev_accuracy",
-                     "baseline_offset", "dev_baseline_accuracy", "n", "n_sentences", "accuracy", "accuracy_low",
-                     "accuracy_high", "baseline_accuracy", "gain", "gain_low", "gain_high", "gain_p_value",
-                     "small_sample"]
+BEST_HEAD_COLUMNS = [
+    "relation",
+    "direction",
+    "layer",
+    "head",
+    "selected_on",
+    "n_dev",
+    "dev_accuracy",
+    "baseline_offset",
+    "dev_baseline_accuracy",
+    "n",
+    "n_sentences",
+    "accuracy",
+    "accuracy_low",
+    "accuracy_high",
+    "baseline_accuracy",
+    "gain",
+    "gain_low",
+    "gain_high",
+    "gain_p_value",
+    "small_sample",
+]
 
 
-def held_out_best_heads(attentions: Iterable[np.ndarray], sentences: Sequence, *, dev_share: float = 0.5,
-                        seed: int = 0, min_count: int = 1, window: Sequence[int] = DEFAULT_WINDOW,
-                        exclude_self: bool = True, relations: Sequence[str] | None = None,
-                        n_resamples: int = 2000) -> pd.DataFrame:
+def held_out_best_heads(
+    attentions: Iterable[np.ndarray],
+    sentences: Sequence,
+    *,
+    dev_share: float = 0.5,
+    seed: int = 0,
+    min_count: int = 1,
+    window: Sequence[int] = DEFAULT_WINDOW,
+    exclude_self: bool = True,
+    relations: Sequence[str] | None = None,
+    n_resamples: int = 2000,
+) -> pd.DataFrame:
     """The best head per relation and direction (Clark et al. 2019, Table / Fig. 5), chosen on dev
     and reported on test, against the best fixed-offset baseline chosen the same way.
 
@@ -277,23 +380,42 @@ def held_out_best_heads(attentions: Iterable[np.ndarray], sentences: Sequence, *
         cases = [c[key] for c in test if key in c]
         if not cases:
             continue
-        head_hits = np.array([float(h[layer, head]) for h, _, _ in cases])   # per test sentence
+        head_hits = np.array([float(h[layer, head]) for h, _, _ in cases])  # per test sentence
         base_hits = np.array([float(o[k]) for _, _, o in cases])
         n_cases = np.array([float(n) for _, n, _ in cases])
         n = int(n_cases.sum())
         boot = ratio_bootstrap(head_hits, n_cases, n_resamples=n_resamples, seed=seed)
         floor = wilson_interval(int(head_hits.sum()), n)
         gain = paired_bootstrap(head_hits, base_hits, n_cases, n_cases, n_resamples=n_resamples, seed=seed)
-        rows.append({"relation": key[0], "direction": key[1], "layer": int(layer), "head": int(head),
-                     "selected_on": "dev", "n_dev": dev_n, "dev_accuracy": dev_hits[layer, head] / dev_n,
-                     "baseline_offset": offsets[k], "dev_baseline_accuracy": dev_offsets[k] / dev_n, "n": n,
-                     "n_sentences": len(cases), "accuracy": boot.estimate,
-                     "accuracy_low": min(boot.low, floor.low), "accuracy_high": max(boot.high, floor.high),
-                     "baseline_accuracy": base_hits.sum() / n, "gain": gain.difference, "gain_low": gain.low,
-                     "gain_high": gain.high, "gain_p_value": gain.p_value, "small_sample": is_small_sample(n)})
+        rows.append(
+            {
+                "relation": key[0],
+                "direction": key[1],
+                "layer": int(layer),
+                "head": int(head),
+                "selected_on": "dev",
+                "n_dev": dev_n,
+                "dev_accuracy": dev_hits[layer, head] / dev_n,
+                "baseline_offset": offsets[k],
+                "dev_baseline_accuracy": dev_offsets[k] / dev_n,
+                "n": n,
+                "n_sentences": len(cases),
+                "accuracy": boot.estimate,
+                "accuracy_low": min(boot.low, floor.low),
+                "accuracy_high": max(boot.high, floor.high),
+                "baseline_accuracy": base_hits.sum() / n,
+                "gain": gain.difference,
+                "gain_low": gain.low,
+                "gain_high": gain.high,
+                "gain_p_value": gain.p_value,
+                "small_sample": is_small_sample(n),
+            }
+        )
     if not rows:
-        raise WorkbenchError(f"held_out_best_heads: no relation with at least min_count={min_count} dev cases "
-                             f"and a test case (option min_count)")
+        raise WorkbenchError(
+            f"held_out_best_heads: no relation with at least min_count={min_count} dev cases "
+            f"and a test case (option min_count)"
+        )
     out = pd.DataFrame(rows, columns=BEST_HEAD_COLUMNS)
     return out.sort_values(["n", "relation", "direction"], ascending=[False, True, True]).reset_index(drop=True)
 
@@ -309,7 +431,7 @@ def _best_offset(wide: pd.DataFrame, prefix: str) -> tuple[np.ndarray, np.ndarra
         return None
     shares = wide[cols].to_numpy()
     best = shares.argmax(1)
-    offsets = np.array([int(cols[i][len(prefix):]) for i in best])
+    offsets = np.array([int(cols[i][len(prefix) :]) for i in best])
     return offsets, shares[np.arange(len(wide)), best]
 
 
@@ -322,11 +444,19 @@ def _wanted_relations(relations: Sequence[str] | str | None) -> set[str] | None:
     return {canonical_relation(r) for r in relations}
 
 
-def classify_heads(stats: pd.DataFrame, dependency: pd.DataFrame | None = None, *,
-                   positional_threshold: float = 0.9, syntactic_margin: float = 0.10,
-                   min_count: int = 20, rare_threshold: float = 0.5, special_threshold: float = 0.5,
-                   broad_entropy: float = 0.8, relations: Sequence[str] | str | None = VOITA_RELATIONS,
-                   positional_level: str = "token") -> pd.DataFrame:
+def classify_heads(
+    stats: pd.DataFrame,
+    dependency: pd.DataFrame | None = None,
+    *,
+    positional_threshold: float = 0.9,
+    syntactic_margin: float = 0.10,
+    min_count: int = 20,
+    rare_threshold: float = 0.5,
+    special_threshold: float = 0.5,
+    broad_entropy: float = 0.8,
+    relations: Sequence[str] | str | None = VOITA_RELATIONS,
+    positional_level: str = "token",
+) -> pd.DataFrame:
     """One row per head: ``layer, head, type, types`` (``;``-joined) and the scores behind them.
 
     stats: :func:`bertology.probes.heads.stats.head_statistics` table; dependency: :func:`dependency_scores`.
@@ -348,14 +478,20 @@ def classify_heads(stats: pd.DataFrame, dependency: pd.DataFrame | None = None, 
     views = {"token": _best_offset(wide, "token_offset_"), "word": _best_offset(wide, "argmax_offset_")}
     if views[positional_level] is None:
         if positional_level == "token":
-            raise WorkbenchError("classify_heads: positional_level='token' needs token-level argmax offsets "
-                                 "(token_offset_* statistics: head_statistics(..., token_offsets=[store.token_offsets(i) "
-                                 "...]) from a store of version 2); positional_level='word' uses word-level maps")
+            raise WorkbenchError(
+                "classify_heads: positional_level='token' needs token-level argmax offsets "
+                "(token_offset_* statistics: head_statistics(..., token_offsets=[store.token_offsets(i) "
+                "...]) from a store of version 2); positional_level='word' uses word-level maps"
+            )
         raise WorkbenchError("classify_heads: stats have no argmax_offset_* statistics")
     out = wide[["layer", "head"]].copy()
     out["positional_offset"], out["positional_share"] = views[positional_level]
-    for col, name in (("argmax_rarest", "rare_share"), ("attn_special", "special_share"),
-                      ("entropy_norm", "entropy_norm"), ("confidence", "confidence")):
+    for col, name in (
+        ("argmax_rarest", "rare_share"),
+        ("attn_special", "special_share"),
+        ("entropy_norm", "entropy_norm"),
+        ("confidence", "confidence"),
+    ):
         out[name] = wide[col].to_numpy() if col in wide else np.nan
     out["syntactic_relation"] = None
     out["syntactic_direction"] = None
@@ -402,9 +538,18 @@ def type_matrix(head_types: pd.DataFrame, column: str = "type") -> pd.DataFrame:
     return head_types.pivot(index="layer", columns="head", values=column).sort_index()
 
 
-def analyse_store(store, corpus, *, frequencies=None, special_attention=None, positional_level: str = "token",
-                  positional_queries: str = "all", special_tokens: str = "keep", exclude_self: bool = True,
-                  **thresholds) -> dict[str, pd.DataFrame]:
+def analyse_store(
+    store,
+    corpus,
+    *,
+    frequencies=None,
+    special_attention=None,
+    positional_level: str = "token",
+    positional_queries: str = "all",
+    special_tokens: str = "keep",
+    exclude_self: bool = True,
+    **thresholds,
+) -> dict[str, pd.DataFrame]:
     """Stats, dependency scores and types from a ``FeatureStore`` with attention and its corpus.
 
     positional_level (``"token"``: the store's token-level argmax offsets, Voita et al.; ``"word"``),
@@ -432,20 +577,30 @@ def analyse_store(store, corpus, *, frequencies=None, special_attention=None, po
             special_attention = None
     has_offsets = getattr(store, "has_token_offsets", False)
     if positional_level == "token" and not has_offsets:
-        raise WorkbenchError(f"feature store {getattr(store, 'path', '')} has no token-level argmax offsets "
-                             "(extract it again: store version 2), or use positional_level='word'")
+        raise WorkbenchError(
+            f"feature store {getattr(store, 'path', '')} has no token-level argmax offsets "
+            "(extract it again: store version 2), or use positional_level='word'"
+        )
     offsets = (store.token_offsets(i, queries=positional_queries) for i in range(n)) if has_offsets else None
-    stats = head_statistics(attentions(), list(corpus), special_attention=special_attention,
-                            frequencies=frequencies, token_offsets=offsets, special_tokens=special_tokens)
+    stats = head_statistics(
+        attentions(),
+        list(corpus),
+        special_attention=special_attention,
+        frequencies=frequencies,
+        token_offsets=offsets,
+        special_tokens=special_tokens,
+    )
     has_deps = all(s.heads is not None and s.deprels is not None for s in corpus)
-    dependency = dependency_scores(attentions(), list(corpus), exclude_self=exclude_self) if has_deps \
-        else pd.DataFrame()
+    dependency = (
+        dependency_scores(attentions(), list(corpus), exclude_self=exclude_self) if has_deps else pd.DataFrame()
+    )
     types = classify_heads(stats, dependency if has_deps else None, positional_level=positional_level, **thresholds)
     return {"head_stats": stats, "head_dependency": dependency, "head_types": types}
 
 
-def heads_across_checkpoints(checkpoints: Sequence[tuple[int, str]], corpus, *, frequencies=None,
-                             device: str = "cpu", **thresholds) -> pd.DataFrame:
+def heads_across_checkpoints(
+    checkpoints: Sequence[tuple[int, str]], corpus, *, frequencies=None, device: str = "cpu", **thresholds
+) -> pd.DataFrame:
     """Head types for each ``(step, model_name)`` checkpoint: the :func:`classify_heads` table with
     ``step`` and ``model`` columns. Uses ``bertology.models.load_model`` (on ``device``) and
     ``bertology.store.extract`` (cached feature stores)."""

@@ -29,15 +29,22 @@ import inspect
 import json
 import types
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from torch import nn
 
-from bertology.architectures import (Architecture, architecture_for, attention_layers, get_module, key_value_heads,
-                                     num_heads, num_layers)
+from bertology.architectures import (
+    Architecture,
+    architecture_for,
+    attention_layers,
+    get_module,
+    key_value_heads,
+    num_heads,
+    num_layers,
+)
 from bertology.errors import ModelError
 from bertology.models import model_device
 
@@ -49,7 +56,7 @@ class AttentionBlock:
     """Handles on one layer's self-attention: the projections a gate or a pruning touches."""
 
     self_attention: nn.Module  # the module computing attention (knows the head size)
-    query: nn.Linear | None    # None when query / key / value are fused (``qkv``)
+    query: nn.Linear | None  # None when query / key / value are fused (``qkv``)
     key: nn.Linear | None
     value: nn.Linear | None
     output: nn.Linear  # the projection whose input is the concatenation of head outputs
@@ -68,9 +75,20 @@ def attention_blocks(model: nn.Module) -> list[AttentionBlock]:
     """The self-attention blocks of a supported encoder (:mod:`bertology.architectures`), one per
     layer position, in order (layers sharing parameters give the same modules at several positions)."""
     arch = architecture_for(model)
-    return [AttentionBlock(at.attention, at.query, at.key, at.value, at.output,
-                           int(getattr(at.attention, arch.head_size_attr)), at.module, arch, at.qkv)
-            for at in attention_layers(model)]
+    return [
+        AttentionBlock(
+            at.attention,
+            at.query,
+            at.key,
+            at.value,
+            at.output,
+            int(getattr(at.attention, arch.head_size_attr)),
+            at.module,
+            arch,
+            at.qkv,
+        )
+        for at in attention_layers(model)
+    ]
 
 
 def kept_heads(model: nn.Module) -> list[list[int]]:
@@ -143,13 +161,13 @@ class HeadGates(_PositionGates):
 
     def _hook(self, layer: int):
         block = self.blocks[layer]
-        kept = {}   # the kept heads' index, per device it was needed on (made once)
+        kept = {}  # the kept heads' index, per device it was needed on (made once)
 
         def pre_hook(module: nn.Module, args: tuple) -> tuple:
             (x, *rest) = args
             if not self.kept[layer]:
                 return args
-            g = self.gates.to(x.device)          # the gates themselves when already there
+            g = self.gates.to(x.device)  # the gates themselves when already there
             if x.device not in kept:
                 kept[x.device] = torch.tensor(self.kept[layer], dtype=torch.long, device=x.device)
             g = g[..., layer, :].index_select(-1, kept[x.device]).to(x.dtype)  # [H'] or [B, H']
@@ -206,7 +224,7 @@ class FFNGates(_PositionGates):
     layers share parameters (ALBERT). Default gates are made on the model's device; gates on another
     device are copied to the output's device at each forward."""
 
-    _pre = False   # a forward hook: the block's output, bias included, is scaled
+    _pre = False  # a forward hook: the block's output, bias included, is scaled
 
     def __init__(self, model: nn.Module, gates: torch.Tensor | None = None):
         from bertology.architectures import ffn_outputs
@@ -221,10 +239,11 @@ class FFNGates(_PositionGates):
 
     def _hook(self, layer: int):
         def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-            g = self.gates[..., layer].to(output.device, output.dtype)      # [] or [B]
+            g = self.gates[..., layer].to(output.device, output.dtype)  # [] or [B]
             if g.dim() == 1:
                 g = g.view(g.shape[0], *([1] * (output.dim() - 1)))
             return output * g
+
         return hook
 
     def _hooked_modules(self) -> list[nn.Module]:
@@ -240,7 +259,7 @@ def gates_from_heads(model: nn.Module, heads_off: dict[int, list[int]] | list[tu
     for layer, heads in items:
         for head in heads:
             gates[int(layer), int(head)] = 0.0
-    return gates.to(model_device(model))   # filled on the CPU, moved once
+    return gates.to(model_device(model))  # filled on the CPU, moved once
 
 
 def ones_gates(model: nn.Module, *shape: int) -> torch.Tensor:
@@ -263,8 +282,9 @@ def _slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear
         bias = linear.bias.detach().clone() if dim == 1 else linear.bias.detach().index_select(0, index).clone()
     with warnings.catch_warnings():  # zero-width layers (all heads removed) warn at init
         warnings.simplefilter("ignore")
-        new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
-                        device=weight.device, dtype=weight.dtype)
+        new = nn.Linear(
+            weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype
+        )
     new.weight = nn.Parameter(weight, requires_grad=linear.weight.requires_grad)
     if bias is not None:
         new.bias = nn.Parameter(bias, requires_grad=linear.bias.requires_grad)
@@ -300,7 +320,7 @@ def _select_head_bias(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tup
     elif position < len(args) and args[position] is not None:
         bias = args[position]
         index = torch.tensor(heads, dtype=torch.long, device=bias.device)
-        args = (*args[:position], bias.index_select(1, index), *args[position + 1:])
+        args = (*args[:position], bias.index_select(1, index), *args[position + 1 :])
     return args, kwargs
 
 
@@ -339,8 +359,9 @@ def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Mo
             continue
         positions = [kept.index(h) for h in new_kept]  # positions in the current (maybe pruned) module
         d = block.head_dim
-        index = torch.tensor([p * d + i for p in positions for i in range(d)], dtype=torch.long,
-                             device=block.output.weight.device)
+        index = torch.tensor(
+            [p * d + i for p in positions for i in range(d)], dtype=torch.long, device=block.output.weight.device
+        )
         sa = block.self_attention
         if arch.qkv:  # fused rows [q | k | v] of the current heads, each heads-major
             width = block.n_heads * d
@@ -361,7 +382,7 @@ def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Mo
         if arch.head_bias_argument:
             _keep_head_bias(sa, arch.head_bias_argument, new_kept)
         if not new_kept:
-            sa._bertology_output_name = arch.output[len(arch.attention) + 1:] if arch.output_inside_attention else None
+            sa._bertology_output_name = arch.output[len(arch.attention) + 1 :] if arch.output_inside_attention else None
             sa.forward = types.MethodType(_empty_forward, sa)
         kept_all[layer] = new_kept
     setattr(model.config, KEPT_HEADS_ATTR, {str(layer): heads for layer, heads in enumerate(kept_all)})
@@ -374,16 +395,20 @@ def real_pruning_refusal(model: nn.Module) -> str | None:
     heads than query heads). Gates (:class:`HeadGates`) work in both cases."""
     arch = architecture_for(model)
     if arch.shares_layers:
-        return (f"{arch.model_type} layers share their parameters ({arch.groups_field}="
-                f"{getattr(model.config, arch.groups_field)} for {num_layers(model.config)} layers), so removing a "
-                "head would remove it at every layer position; real pruning is not supported for "
-                f"{arch.model_type} — switch heads off per position with HeadGates instead")
+        return (
+            f"{arch.model_type} layers share their parameters ({arch.groups_field}="
+            f"{getattr(model.config, arch.groups_field)} for {num_layers(model.config)} layers), so removing a "
+            "head would remove it at every layer position; real pruning is not supported for "
+            f"{arch.model_type} — switch heads off per position with HeadGates instead"
+        )
     n_heads, n_kv = num_heads(model.config), key_value_heads(model.config)
     if n_kv != n_heads:
-        return (f"{arch.model_type} uses grouped-query attention ({arch.kv_heads_field}={n_kv} key / value heads "
-                f"for {n_heads} query heads), so each key / value head serves {n_heads // n_kv} query heads and a "
-                "query head cannot be removed with its own key and value rows; real pruning is not supported for "
-                f"this {arch.model_type} model — switch query heads off with HeadGates instead")
+        return (
+            f"{arch.model_type} uses grouped-query attention ({arch.kv_heads_field}={n_kv} key / value heads "
+            f"for {n_heads} query heads), so each key / value head serves {n_heads // n_kv} query heads and a "
+            "query head cannot be removed with its own key and value rows; real pruning is not supported for "
+            f"this {arch.model_type} model — switch query heads off with HeadGates instead"
+        )
     return None
 
 
@@ -437,12 +462,16 @@ def load_pruned(directory: str | Path, model_class=None, **kwargs) -> nn.Module:
     kept = getattr(config, KEPT_HEADS_ATTR, None)
     if hasattr(config, KEPT_HEADS_ATTR):
         delattr(config, KEPT_HEADS_ATTR)  # build the full model first, then prune to the record
-    model = model_class.from_config(config, **kwargs) if model_class is transformers.AutoModel \
+    model = (
+        model_class.from_config(config, **kwargs)
+        if model_class is transformers.AutoModel
         else model_class._from_config(config, **kwargs)
+    )
     if kept:
         n_heads = head_shape(model)[1]
-        prune_heads(model, {int(layer): [h for h in range(n_heads) if h not in set(heads)]
-                            for layer, heads in kept.items()})
+        prune_heads(
+            model, {int(layer): [h for h in range(n_heads) if h not in set(heads)] for layer, heads in kept.items()}
+        )
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise ModelError(f"{directory}: no *.safetensors weights")
@@ -452,11 +481,16 @@ def load_pruned(directory: str | Path, model_class=None, **kwargs) -> nn.Module:
     missing, unexpected = model.load_state_dict(state, strict=False)
     # tied weights (e.g. MLM decoder) may be absent from the file; anything else is an error
     tied = set(getattr(model, "all_tied_weights_keys", None) or {})
-    missing = [k for k in missing if k not in tied and not k.endswith(("decoder.weight", "decoder.bias"))
-               and "position_ids" not in k]
+    missing = [
+        k
+        for k in missing
+        if k not in tied and not k.endswith(("decoder.weight", "decoder.bias")) and "position_ids" not in k
+    ]
     if missing or unexpected:
-        raise ModelError(f"{directory}: weights do not match the pruned architecture: "
-                         f"missing {missing[:5]}, unexpected {list(unexpected)[:5]}")
+        raise ModelError(
+            f"{directory}: weights do not match the pruned architecture: "
+            f"missing {missing[:5]}, unexpected {list(unexpected)[:5]}"
+        )
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     model.eval()

@@ -18,8 +18,8 @@ made there, and results come back to the CPU before they become numpy arrays.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -69,12 +69,24 @@ def normalise_per_layer(scores: np.ndarray) -> np.ndarray:
 
 def _table(scores: np.ndarray, raw: np.ndarray, method: str) -> pd.DataFrame:
     layers, heads = np.indices(scores.shape)
-    return pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "importance": scores.ravel(),
-                         "importance_raw": raw.ravel(), "method": method})
+    return pd.DataFrame(
+        {
+            "layer": layers.ravel(),
+            "head": heads.ravel(),
+            "importance": scores.ravel(),
+            "importance_raw": raw.ravel(),
+            "method": method,
+        }
+    )
 
 
-def importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn, normalise: bool = True,
-                      base_gates: torch.Tensor | None = None) -> pd.DataFrame:
+def importance_scores(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    loss_fn: LossFn,
+    normalise: bool = True,
+    base_gates: torch.Tensor | None = None,
+) -> pd.DataFrame:
     """Gradient importance of every head, one backward pass per batch.
 
     base_gates: ``[layers, heads]`` gates the model runs with (1 = on; heads at 0 stay off and
@@ -92,8 +104,9 @@ def importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: LossF
     return _table(normalise_per_layer(raw) if normalise else raw, raw, "gradient")
 
 
-def _mean_gate_gradients(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn, gates, base: torch.Tensor,
-                         caller: str) -> torch.Tensor:
+def _mean_gate_gradients(
+    model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn, gates, base: torch.Tensor, caller: str
+) -> torch.Tensor:
     """``E_x |∂L(x)/∂ξ|`` (float64 on the CPU, ``base``'s shape) for the installed gates object
     ``gates`` (:class:`HeadGates` or :class:`FFNGates`) at ``base``: each example gets its own copy of
     the gates, so one backward pass per batch gives every example's gradient. The gates are made on
@@ -116,8 +129,13 @@ def _mean_gate_gradients(model: nn.Module, batches: Iterable[Batch], loss_fn: Lo
     return total / count
 
 
-def ffn_importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn, normalise: bool = True,
-                          base_gates: torch.Tensor | None = None) -> pd.DataFrame:
+def ffn_importance_scores(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    loss_fn: LossFn,
+    normalise: bool = True,
+    base_gates: torch.Tensor | None = None,
+) -> pd.DataFrame:
     """Gradient importance of every layer's feed-forward block (Prasanna et al. 2020's MLP importance,
     Michel et al.'s estimator): ``I_l = E_x |∂L(x)/∂ξ_l|`` with a gate ``ξ_l`` on the block's output
     (:class:`~bertology.probes.heads.gates.FFNGates`), one backward pass per batch (per-example gates).
@@ -137,13 +155,15 @@ def ffn_importance_scores(model: nn.Module, batches: Iterable[Batch], loss_fn: L
     raw = mean.numpy() * base.numpy()
     norm = np.linalg.norm(raw)
     scores = raw / norm if normalise and norm > 0 else raw
-    return pd.DataFrame({"layer": np.arange(n_layers), "importance": scores, "importance_raw": raw,
-                         "method": "gradient"})
+    return pd.DataFrame(
+        {"layer": np.arange(n_layers), "importance": scores, "importance_raw": raw, "method": "gradient"}
+    )
 
 
 @torch.no_grad()
-def example_losses(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn,
-                   gates: torch.Tensor | None = None) -> torch.Tensor:
+def example_losses(
+    model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, gates: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-example losses ``[examples]`` (on the model's device) with the model run under ``gates``
     ``[layers, heads]``; each batch is moved to the model's device first."""
     device = model_device(model)
@@ -151,8 +171,7 @@ def example_losses(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn,
         return torch.cat([loss_fn(model, to_device(batch, device)).detach().flatten() for batch in batches])
 
 
-def mean_loss(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn,
-              gates: torch.Tensor | None = None) -> float:
+def mean_loss(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, gates: torch.Tensor | None = None) -> float:
     """Mean per-example loss with the model run under ``gates`` ``[layers, heads]`` (None = all on)."""
     return float(example_losses(model, batches, loss_fn, gates).mean())
 
@@ -162,8 +181,9 @@ def _null():
     yield None
 
 
-def ablation_importance(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn,
-                        normalise: bool = False) -> pd.DataFrame:
+def ablation_importance(
+    model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, normalise: bool = False
+) -> pd.DataFrame:
     """Brute force: gate each head alone to 0 (layers × heads + 1 forward passes over the data).
 
     ``importance`` = E_x |L(x; ξ_h = 0) − L(x)| (the quantity Michel's first-order I_h
@@ -192,8 +212,15 @@ def ablation_importance(model: nn.Module, batches: Sequence[Batch], loss_fn: Los
 
 # ---------------------------------------------------------------- MLM loss
 
-def mask_batches(batches: Iterable[Batch], mask_token_id: int, vocab_size: int,
-                 special_token_ids: Sequence[int] = (), probability: float = 0.15, seed: int = 0) -> list[Batch]:
+
+def mask_batches(
+    batches: Iterable[Batch],
+    mask_token_id: int,
+    vocab_size: int,
+    special_token_ids: Sequence[int] = (),
+    probability: float = 0.15,
+    seed: int = 0,
+) -> list[Batch]:
     """BERT masking with a seeded generator, fixed once (so every pass sees the same masks).
 
     15% of non-special, non-padding positions chosen (at least one per example); of those 80% ->
@@ -244,7 +271,7 @@ def mlm_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
         encoder, head, _ = mlm_parts(model)
     except ModelError:
         return token_cross_entropy(model(**model_inputs(batch)).logits, labels)
-    hidden = encoder(**model_inputs(batch))[0]                                   # [B, T, D]
+    hidden = encoder(**model_inputs(batch))[0]  # [B, T, D]
     scored = labels != -100
     ce = nn.functional.cross_entropy(head(hidden[scored]).float(), labels[scored], reduction="none")  # [n]
     example = scored.nonzero()[:, 0]
@@ -254,17 +281,25 @@ def mlm_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
 
 # ---------------------------------------------------------------- token-classification task head
 
-def tagging_batches(tokenizer, sentences: Sequence, labels: Sequence[Sequence[str]], label_index: dict[str, int],
-                    batch_size: int = 16, max_length: int = 128) -> list[Batch]:
+
+def tagging_batches(
+    tokenizer,
+    sentences: Sequence,
+    labels: Sequence[Sequence[str]],
+    label_index: dict[str, int],
+    batch_size: int = 16,
+    max_length: int = 128,
+) -> list[Batch]:
     """Tokenise word lists; ``labels`` on the first piece of each word, -100 elsewhere."""
     batches = []
     for start in range(0, len(sentences), batch_size):
-        chunk = sentences[start:start + batch_size]
+        chunk = sentences[start : start + batch_size]
         words = [list(getattr(s, "words", s)) for s in chunk]
-        enc = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length,
-                        padding=True, return_tensors="pt")
+        enc = tokenizer(
+            words, is_split_into_words=True, truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+        )
         lab = torch.full(enc["input_ids"].shape, -100, dtype=torch.long)
-        for row, tags in enumerate(labels[start:start + batch_size]):
+        for row, tags in enumerate(labels[start : start + batch_size]):
             previous = None
             for pos, word_id in enumerate(enc.word_ids(row)):
                 if word_id is not None and word_id != previous:
@@ -312,8 +347,9 @@ class TaggingHead(nn.Module):
         return correct / max(total, 1)
 
     @torch.no_grad()
-    def sentence_scores(self, model: nn.Module, batches: Iterable[Batch],
-                        gates: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def sentence_scores(
+        self, model: nn.Module, batches: Iterable[Batch], gates: torch.Tensor | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(correct, scored)`` per sentence ``[sentences]``, in batch order: accuracy is
         ``correct.sum() / scored.sum()``, and a bootstrap over sentences resamples these pairs."""
         correct, scored_n = [], []
@@ -328,8 +364,9 @@ class TaggingHead(nn.Module):
         return np.concatenate(correct).astype(float), np.concatenate(scored_n).astype(float)
 
 
-def train_tagging_head(model: nn.Module, batches: Sequence[Batch], n_labels: int, *, epochs: int = 30,
-                       lr: float = 1e-2, seed: int = 0) -> TaggingHead:
+def train_tagging_head(
+    model: nn.Module, batches: Sequence[Batch], n_labels: int, *, epochs: int = 30, lr: float = 1e-2, seed: int = 0
+) -> TaggingHead:
     """Fit a :class:`TaggingHead` with the encoder frozen (its last layer computed once), on the
     encoder's device (initialised on the CPU first, so every device starts from the same weights)."""
     torch.manual_seed(seed)

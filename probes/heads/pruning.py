@@ -26,19 +26,25 @@ import contextlib
 import copy
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
-from bertology.models import model_device, to_device
-from bertology.probes.heads.gates import (HeadGates, count_parameters, gates_from_heads, head_shape, ones_gates,
-                                          prune_heads)
-from bertology.probes.heads.importance import Batch, LossFn, frozen, importance_scores, model_inputs
 from bertology.errors import WorkbenchError
+from bertology.models import model_device, to_device
+from bertology.probes.heads.gates import (
+    HeadGates,
+    count_parameters,
+    gates_from_heads,
+    head_shape,
+    ones_gates,
+    prune_heads,
+)
+from bertology.probes.heads.importance import Batch, LossFn, frozen, importance_scores, model_inputs
 from bertology.uncertainty import DEFAULT_RESAMPLES, is_small_sample, paired_bootstrap, ratio_bootstrap
 
 MetricFn = Callable[[nn.Module, torch.Tensor], float]  # (model, gates [L, H]) -> metric
@@ -53,9 +59,16 @@ def _steps(n_heads: int, step: float) -> list[int]:
     return list(range(0, n_heads + 1, per)) + ([n_heads] if n_heads % per else [])
 
 
-def removal_order(model: nn.Module, method: str, counts: Sequence[int], *, seed: int = 0,
-                  batches: Sequence[Batch] | None = None, loss_fn: LossFn | None = None,
-                  head_types: pd.DataFrame | None = None) -> list[tuple[int, int]]:
+def removal_order(
+    model: nn.Module,
+    method: str,
+    counts: Sequence[int],
+    *,
+    seed: int = 0,
+    batches: Sequence[Batch] | None = None,
+    loss_fn: LossFn | None = None,
+    head_types: pd.DataFrame | None = None,
+) -> list[tuple[int, int]]:
     """The ``(layer, head)`` removal order of one pruning curve, ``counts[-1]`` heads long.
 
     ``importance``: at each count of ``counts`` (the coarse grid) importance is re-scored with the
@@ -69,15 +82,17 @@ def removal_order(model: nn.Module, method: str, counts: Sequence[int], *, seed:
     total = n_layers * n_heads
     if method == "random":
         perm = np.random.default_rng(seed).permutation(total)
-        return [(int(i) // n_heads, int(i) % n_heads) for i in perm][:counts[-1]]
+        return [(int(i) // n_heads, int(i) % n_heads) for i in perm][: counts[-1]]
     if method == "type":
         if head_types is None:
             raise WorkbenchError("pruning_curve(method='type') needs head_types")
         rng = np.random.default_rng(seed)
-        t = head_types.assign(_tie=rng.random(len(head_types)),
-                              _rank=head_types["type"].map({k: i for i, k in enumerate(TYPE_PRUNE_ORDER)}))
+        t = head_types.assign(
+            _tie=rng.random(len(head_types)),
+            _rank=head_types["type"].map({k: i for i, k in enumerate(TYPE_PRUNE_ORDER)}),
+        )
         t = t.sort_values(["_rank", "confidence", "_tie"])
-        return [(int(r.layer), int(r.head)) for r in t.itertuples()][:counts[-1]]
+        return [(int(r.layer), int(r.head)) for r in t.itertuples()][: counts[-1]]
     if method != "importance":
         raise WorkbenchError(f"pruning_curve: unknown method {method!r} (importance, random, type)")
     if batches is None or loss_fn is None:
@@ -115,11 +130,21 @@ def _refine_counts(points: dict[int, float], tolerances: Sequence[float]) -> set
     return wanted - set(points)
 
 
-def pruning_curve(model: nn.Module, metric_fn: MetricFn, *, method: str = "importance",
-                  batches: Sequence[Batch] | None = None, loss_fn: LossFn | None = None,
-                  step: float = 0.1, seeds: Sequence[int] = (0,), head_types: pd.DataFrame | None = None,
-                  max_share: float = 1.0, refine: str = "none", tolerances: Sequence[float] = (),
-                  report_metrics: dict[str, MetricFn] | None = None) -> pd.DataFrame:
+def pruning_curve(
+    model: nn.Module,
+    metric_fn: MetricFn,
+    *,
+    method: str = "importance",
+    batches: Sequence[Batch] | None = None,
+    loss_fn: LossFn | None = None,
+    step: float = 0.1,
+    seeds: Sequence[int] = (0,),
+    head_types: pd.DataFrame | None = None,
+    max_share: float = 1.0,
+    refine: str = "none",
+    tolerances: Sequence[float] = (),
+    report_metrics: dict[str, MetricFn] | None = None,
+) -> pd.DataFrame:
     """Metric as heads are removed ``step`` × all heads at a time, refined near thresholds.
 
     method: ``importance`` (needs ``batches`` and ``loss_fn``; importance re-scored with the
@@ -144,39 +169,57 @@ def pruning_curve(model: nn.Module, metric_fn: MetricFn, *, method: str = "impor
     grid = [c for c in _steps(total, step) if c <= max_share * total + 1e-9]
     device = model_device(model)
     rows = []
-    for seed in (seeds if method in ("random", "type") else seeds[:1]):
+    for seed in seeds if method in ("random", "type") else seeds[:1]:
         order = removal_order(model, method, grid, seed=seed, batches=batches, loss_fn=loss_fn, head_types=head_types)
 
-        def gates_for(count: int) -> torch.Tensor:
+        def gates_for(count: int, order: list = order) -> torch.Tensor:  # this seed's order
             gates = torch.ones(n_layers, n_heads)
             for layer, head in order[:count]:
                 gates[layer, head] = 0.0
-            return gates.to(device)   # filled on the CPU, moved once
+            return gates.to(device)  # filled on the CPU, moved once
 
         points = {count: float(metric_fn(model, gates_for(count))) for count in grid}
-        extra = set(range(grid[-1] + 1)) - set(points) if refine == "all" else (
-            _refine_counts(points, tolerances) if refine == "bracket" else set())
+        extra = (
+            set(range(grid[-1] + 1)) - set(points)
+            if refine == "all"
+            else (_refine_counts(points, tolerances) if refine == "bracket" else set())
+        )
         points |= {count: float(metric_fn(model, gates_for(count))) for count in sorted(extra)}
         for count in sorted(points):
-            row = {"method": method, "seed": seed, "n_pruned": count, "share_pruned": count / total,
-                   "metric": points[count], "pruned": str(sorted(order[:count])), "n_heads": total,
-                   "refined": count not in grid}
+            row = {
+                "method": method,
+                "seed": seed,
+                "n_pruned": count,
+                "share_pruned": count / total,
+                "metric": points[count],
+                "pruned": str(sorted(order[:count])),
+                "n_heads": total,
+                "refined": count not in grid,
+            }
             for name, fn in (report_metrics or {}).items():
                 row[f"metric_{name}"] = float(fn(model, gates_for(count)))
             rows.append(row)
     return pd.DataFrame(rows)
 
 
-def heads_pruned_at(curve: pd.DataFrame, share: float, share_column: str = "share_pruned") -> tuple[pd.Series, list[tuple[int, int]]]:
+def heads_pruned_at(
+    curve: pd.DataFrame, share: float, share_column: str = "share_pruned"
+) -> tuple[pd.Series, list[tuple[int, int]]]:
     """The curve row nearest ``share`` of heads removed and its ``(layer, head)`` list (the ``pruned``
     column is stored as a string so the table stays plain parquet)."""
     row = curve.iloc[(curve[share_column] - share).abs().argmin()]
     return row, [(int(l), int(h)) for l, h in ast.literal_eval(row["pruned"])]
 
 
-def removable_shares(curve: pd.DataFrame, tolerances: Sequence[float] = (0.01, 0.05), *,
-                     share_column: str = "share_pruned", value_column: str = "metric",
-                     report_column: str | None = None, n_heads: int | None = None) -> pd.DataFrame:
+def removable_shares(
+    curve: pd.DataFrame,
+    tolerances: Sequence[float] = (0.01, 0.05),
+    *,
+    share_column: str = "share_pruned",
+    value_column: str = "metric",
+    report_column: str | None = None,
+    n_heads: int | None = None,
+) -> pd.DataFrame:
     """How many heads can go before the metric worsens by each relative ``tolerance`` (Michel et al.'s
     question: "what share of heads can be removed before a noticeable drop?").
 
@@ -211,24 +254,54 @@ def removable_shares(curve: pd.DataFrame, tolerances: Sequence[float] = (0.01, 0
             next_n = int(g["n_pruned"].iloc[over[0]]) if len(over) else -1
             ran_to_end = total is not None and int(g["n_pruned"].max()) >= total
             lower_bound = (next_n - n_removable > 1) if len(over) else not ran_to_end
-            out = {"method": method, "seed": int(seed), "tolerance": float(tol),
-                   "removable_share": float(row[share_column]), "n_removable": n_removable,
-                   "base": base, "value": float(row[value_column]), "next_n_pruned": next_n,
-                   "resolution_heads": (next_n - n_removable) if len(over) else -1,
-                   "threshold_is_lower_bound": bool(lower_bound)}
+            out = {
+                "method": method,
+                "seed": int(seed),
+                "tolerance": float(tol),
+                "removable_share": float(row[share_column]),
+                "n_removable": n_removable,
+                "base": base,
+                "value": float(row[value_column]),
+                "next_n_pruned": next_n,
+                "resolution_heads": (next_n - n_removable) if len(over) else -1,
+                "threshold_is_lower_bound": bool(lower_bound),
+            }
             if report_column is not None:
                 base_report = float(start[report_column].iloc[0])
-                out |= {"base_report": base_report, "value_report": float(row[report_column]),
-                        "drop_report": float(_degradation(base_report, np.array([row[report_column]]))[0])}
+                out |= {
+                    "base_report": base_report,
+                    "value_report": float(row[report_column]),
+                    "drop_report": float(_degradation(base_report, np.array([row[report_column]]))[0]),
+                }
             rows.append(out)
-    columns = ["method", "seed", "tolerance", "removable_share", "n_removable", "base", "value", "next_n_pruned",
-               "resolution_heads", "threshold_is_lower_bound"]
-    return pd.DataFrame(rows, columns=columns + (["base_report", "value_report", "drop_report"] if report_column else []))
+    columns = [
+        "method",
+        "seed",
+        "tolerance",
+        "removable_share",
+        "n_removable",
+        "base",
+        "value",
+        "next_n_pruned",
+        "resolution_heads",
+        "threshold_is_lower_bound",
+    ]
+    return pd.DataFrame(
+        rows, columns=columns + (["base_report", "value_report", "drop_report"] if report_column else [])
+    )
 
 
-def compare_orders(model: nn.Module, curve: pd.DataFrame, sentence_scores: "SentenceScoresFn",
-                   batches: Sequence[Batch], shares: Sequence[float], *, seed: int = 0,
-                   share_column: str = "share_pruned", n_resamples: int = DEFAULT_RESAMPLES) -> pd.DataFrame:
+def compare_orders(
+    model: nn.Module,
+    curve: pd.DataFrame,
+    sentence_scores: SentenceScoresFn,
+    batches: Sequence[Batch],
+    shares: Sequence[float],
+    *,
+    seed: int = 0,
+    share_column: str = "share_pruned",
+    n_resamples: int = DEFAULT_RESAMPLES,
+) -> pd.DataFrame:
     """Every pair of pruning orders (``method`` of ``curve``) at each share of heads removed, on the
     same sentences: difference of the metric with a paired bootstrap interval and p-value.
 
@@ -240,8 +313,25 @@ def compare_orders(model: nn.Module, curve: pd.DataFrame, sentence_scores: "Sent
     n_seeds_b, value_a, value_b, difference, low, high, p_value, n_sentences, n_items, comparison,
     split, small_sample`` (``n_items``: the metric's denominator summed, e.g. scored words).
     """
-    columns = ["share_removed", "n_pruned", "method_a", "method_b", "n_seeds_a", "n_seeds_b", "value_a", "value_b",
-               "difference", "low", "high", "p_value", "n_sentences", "n_items", "comparison", "split", "small_sample"]
+    columns = [
+        "share_removed",
+        "n_pruned",
+        "method_a",
+        "method_b",
+        "n_seeds_a",
+        "n_seeds_b",
+        "value_a",
+        "value_b",
+        "difference",
+        "low",
+        "high",
+        "p_value",
+        "n_sentences",
+        "n_items",
+        "comparison",
+        "split",
+        "small_sample",
+    ]
     methods = list(dict.fromkeys(curve["method"]))
     rows = []
     n_layers, n_heads = head_shape(model)
@@ -250,7 +340,7 @@ def compare_orders(model: nn.Module, curve: pd.DataFrame, sentence_scores: "Sent
     for share in shares:
         if not common:
             break
-        count = min(common, key=lambda c: (abs(c / total - share), c))   # evaluated by every order
+        count = min(common, key=lambda c: (abs(c / total - share), c))  # evaluated by every order
         scores = {}
         for method in methods:
             at = curve[(curve["method"] == method) & (curve["n_pruned"] == count)]
@@ -263,19 +353,33 @@ def compare_orders(model: nn.Module, curve: pd.DataFrame, sentence_scores: "Sent
             if per_seed:
                 scores[method] = (np.mean([n for n, _ in per_seed], axis=0), per_seed[0][1], len(per_seed))
         for i, a in enumerate(methods):
-            for b in methods[i + 1:]:
+            for b in methods[i + 1 :]:
                 if a not in scores or b not in scores:
                     continue
                 (num_a, den, k_a), (num_b, _, k_b) = scores[a], scores[b]
                 cmp = paired_bootstrap(num_a, num_b, den, den, n_resamples=n_resamples, seed=seed)
                 n_items = int(den.sum())
-                rows.append({"share_removed": count / (n_layers * n_heads), "n_pruned": count, "method_a": a,
-                             "method_b": b, "n_seeds_a": k_a, "n_seeds_b": k_b,
-                             "value_a": float(num_a.sum() / den.sum()), "value_b": float(num_b.sum() / den.sum()),
-                             "difference": cmp.difference, "low": cmp.low, "high": cmp.high, "p_value": cmp.p_value,
-                             "n_sentences": cmp.n_groups, "n_items": n_items,
-                             "comparison": "paired bootstrap over test sentences", "split": "test",
-                             "small_sample": is_small_sample(n_items)})
+                rows.append(
+                    {
+                        "share_removed": count / (n_layers * n_heads),
+                        "n_pruned": count,
+                        "method_a": a,
+                        "method_b": b,
+                        "n_seeds_a": k_a,
+                        "n_seeds_b": k_b,
+                        "value_a": float(num_a.sum() / den.sum()),
+                        "value_b": float(num_b.sum() / den.sum()),
+                        "difference": cmp.difference,
+                        "low": cmp.low,
+                        "high": cmp.high,
+                        "p_value": cmp.p_value,
+                        "n_sentences": cmp.n_groups,
+                        "n_items": n_items,
+                        "comparison": "paired bootstrap over test sentences",
+                        "split": "test",
+                        "small_sample": is_small_sample(n_items),
+                    }
+                )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -309,8 +413,9 @@ def _time_forward(model: nn.Module, batches: Sequence[Batch], repeats: int) -> f
     return best
 
 
-def measure_pruning(model: nn.Module, heads_to_prune: dict[int, list[int]], batches: Sequence[Batch],
-                    repeats: int = 3) -> dict[str, float]:
+def measure_pruning(
+    model: nn.Module, heads_to_prune: dict[int, list[int]], batches: Sequence[Batch], repeats: int = 3
+) -> dict[str, float]:
     """Really remove heads from a copy of ``model``; parameters and best-of-``repeats`` forward time.
 
     Returns ``heads_pruned, params_full, params_pruned, params_saved_share, seconds_full,
@@ -320,9 +425,15 @@ def measure_pruning(model: nn.Module, heads_to_prune: dict[int, list[int]], batc
     t_full = _time_forward(model.eval(), batches, repeats)
     t_pruned = _time_forward(pruned, batches, repeats)
     p_full, p_pruned = count_parameters(model), count_parameters(pruned)
-    return {"heads_pruned": sum(len(v) for v in heads_to_prune.values()), "params_full": p_full,
-            "params_pruned": p_pruned, "params_saved_share": 1 - p_pruned / p_full,
-            "seconds_full": t_full, "seconds_pruned": t_pruned, "time_saved_share": 1 - t_pruned / t_full}
+    return {
+        "heads_pruned": sum(len(v) for v in heads_to_prune.values()),
+        "params_full": p_full,
+        "params_pruned": p_pruned,
+        "params_saved_share": 1 - p_pruned / p_full,
+        "seconds_full": t_full,
+        "seconds_pruned": t_pruned,
+        "time_saved_share": 1 - t_pruned / t_full,
+    }
 
 
 class HardConcreteGates(nn.Module):
@@ -333,8 +444,15 @@ class HardConcreteGates(nn.Module):
     sigmoid(log_alpha − β log(−γ / ζ)).
     """
 
-    def __init__(self, n_layers: int, n_heads: int, beta: float = 2 / 3, gamma: float = -0.1, zeta: float = 1.1,
-                 init: float = 2.0):
+    def __init__(
+        self,
+        n_layers: int,
+        n_heads: int,
+        beta: float = 2 / 3,
+        gamma: float = -0.1,
+        zeta: float = 1.1,
+        init: float = 2.0,
+    ):
         super().__init__()
         self.log_alpha = nn.Parameter(torch.full((n_layers, n_heads), float(init)))
         self.beta, self.gamma, self.zeta = beta, gamma, zeta
@@ -356,8 +474,16 @@ class HardConcreteGates(nn.Module):
         return torch.sigmoid(self.log_alpha - self.beta * math.log(-self.gamma / self.zeta))
 
 
-def train_l0_gates(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, lam: float, *,
-                   steps: int = 200, lr: float = 0.1, seed: int = 0) -> pd.DataFrame:
+def train_l0_gates(
+    model: nn.Module,
+    batches: Sequence[Batch],
+    loss_fn: LossFn,
+    lam: float,
+    *,
+    steps: int = 200,
+    lr: float = 0.1,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Learn Hard Concrete head gates on a frozen model: loss = mean task loss + λ Σ P(gate ≠ 0).
 
     Returns ``layer, head, log_alpha, p_open, gate, kept, lam, seed`` (``gate``: deterministic
@@ -387,13 +513,23 @@ def train_l0_gates(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, 
     with torch.no_grad():
         z, p = hard().cpu(), hard.p_open().cpu()
     layers, heads = np.indices((n_layers, n_heads))
-    return pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(),
-                         "log_alpha": hard.log_alpha.detach().cpu().numpy().ravel(), "p_open": p.numpy().ravel(),
-                         "gate": z.numpy().ravel(), "kept": (z.numpy() > 0).ravel(), "lam": lam, "seed": seed})
+    return pd.DataFrame(
+        {
+            "layer": layers.ravel(),
+            "head": heads.ravel(),
+            "log_alpha": hard.log_alpha.detach().cpu().numpy().ravel(),
+            "p_open": p.numpy().ravel(),
+            "gate": z.numpy().ravel(),
+            "kept": (z.numpy() > 0).ravel(),
+            "lam": lam,
+            "seed": seed,
+        }
+    )
 
 
-def evaluate_l0_gates(model: nn.Module, gates: pd.DataFrame, task: "PruningTask", *, seed: int = 0,
-                      n_resamples: int = DEFAULT_RESAMPLES) -> pd.DataFrame:
+def evaluate_l0_gates(
+    model: nn.Module, gates: pd.DataFrame, task: PruningTask, *, seed: int = 0, n_resamples: int = DEFAULT_RESAMPLES
+) -> pd.DataFrame:
     """What each λ's learned gates cost: the heads whose deterministic gate is 0 (``kept`` False in
     :func:`train_l0_gates`' table) switched off, the metric on dev and on test.
 
@@ -413,12 +549,26 @@ def evaluate_l0_gates(model: nn.Module, gates: pd.DataFrame, task: "PruningTask"
         numerator, denominator = task.sentence_scores(model, mask, task.test)
         boot = ratio_bootstrap(numerator, denominator, n_resamples=n_resamples, seed=seed)
         n_items = int(np.sum(denominator))
-        rows.append({"lam": float(lam), "seed": int(gate_seed), "heads_kept": n_layers * n_heads - len(off),
-                     "n_heads": n_layers * n_heads, "share_removed": len(off) / (n_layers * n_heads),
-                     "value_dev": task.metric("dev")(model, mask), "value": boot.estimate, "value_low": boot.low,
-                     "value_high": boot.high, "base_dev": base_dev, "base": base, "metric": task.description,
-                     "selected_on": "none", "split": "test", "n_test_items": n_items,
-                     "small_sample": is_small_sample(n_items)})
+        rows.append(
+            {
+                "lam": float(lam),
+                "seed": int(gate_seed),
+                "heads_kept": n_layers * n_heads - len(off),
+                "n_heads": n_layers * n_heads,
+                "share_removed": len(off) / (n_layers * n_heads),
+                "value_dev": task.metric("dev")(model, mask),
+                "value": boot.estimate,
+                "value_low": boot.low,
+                "value_high": boot.high,
+                "base_dev": base_dev,
+                "base": base,
+                "metric": task.description,
+                "selected_on": "none",
+                "split": "test",
+                "n_test_items": n_items,
+                "small_sample": is_small_sample(n_items),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -443,7 +593,7 @@ class PruningTask:
     sentence_scores: SentenceScoresFn
     description: str
     n_sentences: dict[str, int] = field(default_factory=dict)  # {"train", "dev", "test"}: sentences per split
-    n_items: dict[str, int] = field(default_factory=dict)      # scored words (POS) or sentences (MLM) per split
+    n_items: dict[str, int] = field(default_factory=dict)  # scored words (POS) or sentences (MLM) per split
 
     def metric(self, split: str) -> MetricFn:
         """``metric(model, gates) -> float`` on ``dev``, ``test`` or ``heldout`` (dev + test)."""
@@ -452,11 +602,20 @@ class PruningTask:
         def value(model: nn.Module, gates: torch.Tensor) -> float:
             numerator, denominator = self.sentence_scores(model, gates, batches)
             return float(numerator.sum() / max(denominator.sum(), 1e-12))
+
         return value
 
 
-def pruning_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, test_share: float = 0.5,
-                 epochs: int = 30, seed: int = 0) -> PruningTask:
+def pruning_task(
+    lm,
+    corpus,
+    *,
+    batch_size: int = 16,
+    eval_share: float = 0.3,
+    test_share: float = 0.5,
+    epochs: int = 30,
+    seed: int = 0,
+) -> PruningTask:
     """The task behind importance and pruning for an encoder: MLM loss when the model has an MLM
     head, else a POS tagging head (linear probe on the last layer, encoder frozen) on ``corpus.upos``.
 
@@ -464,14 +623,23 @@ def pruning_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, t
     sentence into dev (``1 - test_share`` of them) and test (``test_share``; at least one sentence
     each when two or more are held out).
     """
-    from bertology.probes.heads.importance import example_losses, mask_batches, mlm_loss, tagging_batches, train_tagging_head
+    from bertology.probes.heads.importance import (
+        example_losses,
+        mask_batches,
+        mlm_loss,
+        tagging_batches,
+        train_tagging_head,
+    )
 
     sentences = list(corpus)
     order = np.random.default_rng(seed).permutation(len(sentences))
     n_eval = max(1, int(round(eval_share * len(sentences))))
     n_test = min(n_eval - 1, max(1, int(round(test_share * n_eval)))) if n_eval > 1 else 0
-    split = {"test": [sentences[i] for i in order[:n_test]], "dev": [sentences[i] for i in order[n_test:n_eval]],
-             "train": [sentences[i] for i in order[n_eval:]]}
+    split = {
+        "test": [sentences[i] for i in order[:n_test]],
+        "dev": [sentences[i] for i in order[n_test:n_eval]],
+        "train": [sentences[i] for i in order[n_eval:]],
+    }
     counts = {name: len(ss) for name, ss in split.items()}
     if lm.has_mlm_head and lm.model is not getattr(lm.model, "base_model", lm.model):
         tok = lm.tokenizer
@@ -479,30 +647,56 @@ def pruning_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, t
         def enc(ss):
             out = []
             for start in range(0, len(ss), batch_size):
-                e = tok([s.words for s in ss[start:start + batch_size]], is_split_into_words=True, truncation=True,
-                        max_length=128, padding=True, return_tensors="pt")
+                e = tok(
+                    [s.words for s in ss[start : start + batch_size]],
+                    is_split_into_words=True,
+                    truncation=True,
+                    max_length=128,
+                    padding=True,
+                    return_tensors="pt",
+                )
                 out.append({k: v for k, v in e.items() if k in ("input_ids", "attention_mask", "token_type_ids")})
             return out
+
         special = list(tok.all_special_ids)
-        batches = {name: mask_batches(enc(split[name]), tok.mask_token_id, len(tok), special, seed=seed + k)
-                   for k, name in enumerate(("train", "dev", "test"))}
+        batches = {
+            name: mask_batches(enc(split[name]), tok.mask_token_id, len(tok), special, seed=seed + k)
+            for k, name in enumerate(("train", "dev", "test"))
+        }
 
         def mlm_scores(model, gates, bs):
             losses = example_losses(model, bs, mlm_loss, gates).cpu().numpy().astype(float)
             return -losses, np.ones_like(losses)
-        return PruningTask(batches["train"], batches["dev"], batches["test"], mlm_loss, mlm_scores,
-                           "MLM loss (metric: minus eval loss)", counts, dict(counts))
+
+        return PruningTask(
+            batches["train"],
+            batches["dev"],
+            batches["test"],
+            mlm_loss,
+            mlm_scores,
+            "MLM loss (metric: minus eval loss)",
+            counts,
+            dict(counts),
+        )
     if any(s.upos is None for s in sentences):
         raise WorkbenchError(f"corpus {corpus.name}: no UPOS tags for the POS task head")
     labels = sorted({t for s in sentences for t in s.upos})
     index = {t: i for i, t in enumerate(labels)}
-    batches = {name: tagging_batches(lm.tokenizer, ss, [s.upos for s in ss], index, batch_size)
-               for name, ss in split.items()}
+    batches = {
+        name: tagging_batches(lm.tokenizer, ss, [s.upos for s in ss], index, batch_size) for name, ss in split.items()
+    }
     head = train_tagging_head(lm.model, batches["train"], len(labels), epochs=epochs, seed=seed)
     words = {name: sum(len(s.words) for s in ss) for name, ss in split.items()}
-    return PruningTask(batches["train"], batches["dev"], batches["test"], head.loss,
-                       lambda model, gates, bs: head.sentence_scores(model, bs, gates),
-                       f"POS tagging head ({corpus.sources.get('upos', 'upos')}), metric: accuracy", counts, words)
+    return PruningTask(
+        batches["train"],
+        batches["dev"],
+        batches["test"],
+        head.loss,
+        lambda model, gates, bs: head.sentence_scores(model, bs, gates),
+        f"POS tagging head ({corpus.sources.get('upos', 'upos')}), metric: accuracy",
+        counts,
+        words,
+    )
 
 
 def classifier_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -521,8 +715,9 @@ def classifier_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
 
 
 @torch.no_grad()
-def classifier_sentence_scores(model: nn.Module, gates: torch.Tensor | None,
-                               batches: Sequence[Batch]) -> tuple[np.ndarray, np.ndarray]:
+def classifier_sentence_scores(
+    model: nn.Module, gates: torch.Tensor | None, batches: Sequence[Batch]
+) -> tuple[np.ndarray, np.ndarray]:
     """``(correct, scored)`` per example ``[examples]`` of a fine-tuned classifier under ``gates``
     ``[layers, heads]``: right labelled words and labelled words (token tasks), or 1/0 and 1
     (sentence tasks). Accuracy is ``correct.sum() / scored.sum()``."""
@@ -545,21 +740,31 @@ def classifier_sentence_scores(model: nn.Module, gates: torch.Tensor | None,
     return np.concatenate(correct), np.concatenate(scored)
 
 
-def classifier_task(model: nn.Module, train: list[Batch], dev: list[Batch], test: list[Batch],
-                    description: str) -> PruningTask:
+def classifier_task(
+    model: nn.Module, train: list[Batch], dev: list[Batch], test: list[Batch], description: str
+) -> PruningTask:
     """Michel et al.'s own setting: the task behind importance and pruning is the fine-tuned
     classifier's loss (:func:`classifier_loss`, importance on ``train``) and its accuracy (thresholds
     chosen on ``dev``, reported on ``test``: the fine-tune's own splits). ``model`` keeps its trained
     head; nothing is retrained. Batches: ``input_ids``, ``attention_mask``, ``token_type_ids``,
     ``labels`` (``[B, T]`` with -100 off first sub-words, or ``[B]``)."""
+
     def count(batches: list[Batch]) -> tuple[int, int]:
         examples = sum(int(b["labels"].shape[0]) for b in batches)
         items = sum(int((b["labels"] != -100).sum()) for b in batches)
         return examples, items
 
     sizes = {name: count(bs) for name, bs in (("train", train), ("dev", dev), ("test", test))}
-    return PruningTask(list(train), list(dev), list(test), classifier_loss, classifier_sentence_scores,
-                       description, {k: v[0] for k, v in sizes.items()}, {k: v[1] for k, v in sizes.items()})
+    return PruningTask(
+        list(train),
+        list(dev),
+        list(test),
+        classifier_loss,
+        classifier_sentence_scores,
+        description,
+        {k: v[0] for k, v in sizes.items()},
+        {k: v[1] for k, v in sizes.items()},
+    )
 
 
 def pos_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, epochs: int = 30, seed: int = 0):
@@ -571,6 +776,7 @@ def pos_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, epoch
 
 
 # ---------------------------------------------------------------- structured sub-networks (Prasanna et al. 2020)
+
 
 @dataclass
 class StructuredPruning:
@@ -586,8 +792,9 @@ class StructuredPruning:
     trace: pd.DataFrame
 
 
-def structured_prune(model: nn.Module, task: PruningTask, *, head_step: float = 0.1, ffn_step: int = 1,
-                     keep: float = 0.9) -> StructuredPruning:
+def structured_prune(
+    model: nn.Module, task: PruningTask, *, head_step: float = 0.1, ffn_step: int = 1, keep: float = 0.9
+) -> StructuredPruning:
     """Prasanna et al. (2020)'s "good" sub-network of a fine-tuned model: at each step remove the
     ``head_step`` share of all heads (at least one) and ``ffn_step`` feed-forward blocks with the
     lowest importance among those left (Michel et al.'s gradient importance on ``task.train``,
@@ -599,7 +806,7 @@ def structured_prune(model: nn.Module, task: PruningTask, *, head_step: float = 
 
     n_layers, n_heads = head_shape(model)
     per_step = max(1, int(round(head_step * n_layers * n_heads)))
-    head_gates = torch.ones(n_layers, n_heads)   # bookkeeping on the CPU; the model gets copies on its device
+    head_gates = torch.ones(n_layers, n_heads)  # bookkeeping on the CPU; the model gets copies on its device
     ffn_gates = torch.ones(n_layers)
     device = model_device(model)
     dev = task.metric("dev")
@@ -635,9 +842,16 @@ def structured_prune(model: nn.Module, task: PruningTask, *, head_step: float = 
         value = metric()
         relative = value / base if base else float("nan")
         kept = bool(relative >= keep)
-        trace.append({"step": step, "heads_removed": len(removed_heads) + len(new_heads),
-                      "ffn_removed": len(removed_ffn) + len(new_ffn), "dev_metric": value, "relative": relative,
-                      "kept": kept})
+        trace.append(
+            {
+                "step": step,
+                "heads_removed": len(removed_heads) + len(new_heads),
+                "ffn_removed": len(removed_ffn) + len(new_ffn),
+                "dev_metric": value,
+                "relative": relative,
+                "kept": kept,
+            }
+        )
         if not kept:
             break
         removed_heads += new_heads
@@ -646,8 +860,9 @@ def structured_prune(model: nn.Module, task: PruningTask, *, head_step: float = 
     return StructuredPruning(removed_heads, removed_ffn, first_heads, first_ffn, pd.DataFrame(trace))
 
 
-def matched_components(pruning: StructuredPruning, kind: str, *, seed: int = 0
-                       ) -> tuple[list[tuple[int, int]], list[int]]:
+def matched_components(
+    pruning: StructuredPruning, kind: str, *, seed: int = 0
+) -> tuple[list[tuple[int, int]], list[int]]:
     """Sub-networks of the same size as the good one: ``"bad"`` removes the as many heads and blocks
     with the *highest* importance on the unpruned model, ``"random"`` as many chosen uniformly with
     ``seed``, ``"good"`` is the pruning's own result."""

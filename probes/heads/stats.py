@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from typing import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -84,8 +84,9 @@ def _upos(sentence) -> list[str] | None:
     return getattr(sentence, "upos", None)
 
 
-def rarest_word_index(words: Sequence[str], frequency: Callable[[str], float],
-                      upos: Sequence[str] | None = None) -> int:
+def rarest_word_index(
+    words: Sequence[str], frequency: Callable[[str], float], upos: Sequence[str] | None = None
+) -> int:
     """Index of the least frequent non-punctuation word (first on ties); -1 if none."""
     best, best_f = -1, np.inf
     for i, word in enumerate(words):
@@ -97,8 +98,9 @@ def rarest_word_index(words: Sequence[str], frequency: Callable[[str], float],
     return best
 
 
-def frequency_function(frequencies: Mapping[str, float] | Callable[[str], float] | str | None,
-                       lang: str = "en") -> Callable[[str], float]:
+def frequency_function(
+    frequencies: Mapping[str, float] | Callable[[str], float] | str | None, lang: str = "en"
+) -> Callable[[str], float]:
     """``None`` / ``"wordfreq"`` -> wordfreq; a mapping -> lookup (0 for unseen); a callable as is."""
     if frequencies is None or frequencies == "wordfreq":
         cache: dict[str, float] = {}
@@ -146,9 +148,16 @@ class HeadStatistics:
         elif self.shape != shape:
             raise WorkbenchError(f"{what} shape {shape} differs from earlier {self.shape}")
 
-    def update(self, attention: np.ndarray, words: Sequence[str] | None = None, upos=None,
-               special: np.ndarray | None = None, rarest: int = -1,
-               token_offsets: np.ndarray | None = None, reach: np.ndarray | None = None) -> None:
+    def update(
+        self,
+        attention: np.ndarray,
+        words: Sequence[str] | None = None,
+        upos=None,
+        special: np.ndarray | None = None,
+        rarest: int = -1,
+        token_offsets: np.ndarray | None = None,
+        reach: np.ndarray | None = None,
+    ) -> None:
         """Add one sentence: ``attention [L, H, w, w]`` (raw or renormalised word attention),
         ``special [L, H, w, 2]`` or None, ``token_offsets [L, H, 2K+2]`` (counts of query tokens per
         token-level argmax offset ``-K..K`` and "other", :meth:`FeatureStore.token_offsets`) or None,
@@ -167,19 +176,20 @@ class HeadStatistics:
         if special is not None:
             s = np.asarray(special, dtype=np.float64)
             if s.shape != (n_layers, n_heads, w, 2):
-                raise WorkbenchError(f"special_attention must be [layers, heads, words, 2] = "
-                                     f"{(n_layers, n_heads, w, 2)}, got {s.shape}")
+                raise WorkbenchError(
+                    f"special_attention must be [layers, heads, words, 2] = {(n_layers, n_heads, w, 2)}, got {s.shape}"
+                )
         eps = 1e-12
         argmax = a.argmax(-1)  # [L, H, w]: over words only (the word-level positional view)
         word_mass = np.clip(a.sum(-1, keepdims=True), eps, None)
         if self.special_tokens == "drop":
-            a = a / word_mass                                       # word rows sum to 1
+            a = a / word_mass  # word rows sum to 1
             full = a
         elif s is not None:
             a = a / word_mass * np.clip(1.0 - s.sum(-1, keepdims=True), 0.0, None)  # words get 1 - special
-            full = np.concatenate([a, s], axis=-1)                  # [L, H, w, w + 2]
+            full = np.concatenate([a, s], axis=-1)  # [L, H, w, w + 2]
         else:
-            full = a                                                # rows taken as given
+            full = a  # rows taken as given
         n_entries = full.shape[-1]
         entropy = -(full * np.log2(full + eps)).sum(-1)  # [L, H, w]
         self._add("entropy", entropy.sum(-1), w)
@@ -203,8 +213,7 @@ class HeadStatistics:
             self._add("attn_next", np.einsum("lhii->lhi", a[:, :, :-1, 1:]).sum(-1), w - 1)
         if words is not None:
             punct = np.array([is_punctuation(wd, upos[i] if upos else None) for i, wd in enumerate(words)])
-            self._add("attn_punct", a[..., punct].sum(-1).sum(-1) if punct.any()
-                      else np.zeros((n_layers, n_heads)), w)
+            self._add("attn_punct", a[..., punct].sum(-1).sum(-1) if punct.any() else np.zeros((n_layers, n_heads)), w)
         if rarest >= 0 and w > 1:
             rows = np.arange(w) != rarest
             self._add("attn_rarest", a[:, :, rows, rarest].sum(-1), rows.sum())
@@ -216,21 +225,30 @@ class HeadStatistics:
         if reach is not None:
             self._add_in_reach(np.asarray(reach, dtype=bool), entropy, full.shape[-1], s, (n_layers, w))
 
-    def _add_in_reach(self, reach: np.ndarray, entropy: np.ndarray, n_entries: int, special: np.ndarray | None,
-                      shape: tuple[int, int]) -> None:
+    def _add_in_reach(
+        self, reach: np.ndarray, entropy: np.ndarray, n_entries: int, special: np.ndarray | None, shape: tuple[int, int]
+    ) -> None:
         """The ``*_in_reach`` statistics of one sentence (see the module docstring)."""
         n_layers, w = shape
         if reach.shape != (n_layers, w, w + 2):
-            raise WorkbenchError(f"reach must be [layers, words, words + 2] = {(n_layers, w, w + 2)}, got {reach.shape}")
-        entries = reach if n_entries == w + 2 else reach[..., :n_entries]       # special tokens dropped: words only
-        reachable = np.maximum(entries.sum(-1), 2)                               # [L, w]; one entry: entropy 0
+            raise WorkbenchError(
+                f"reach must be [layers, words, words + 2] = {(n_layers, w, w + 2)}, got {reach.shape}"
+            )
+        entries = reach if n_entries == w + 2 else reach[..., :n_entries]  # special tokens dropped: words only
+        reachable = np.maximum(entries.sum(-1), 2)  # [L, w]; one entry: entropy 0
         self._add("entropy_norm_in_reach", (entropy / np.log2(reachable)[:, None, :]).sum(-1), w)
         if special is None:
             return
-        rows = {"attn_cls_in_reach": reach[..., w], "attn_sep_in_reach": reach[..., w + 1],
-                "attn_special_in_reach": reach[..., w] | reach[..., w + 1]}              # [L, w] each
-        masses = {"attn_cls_in_reach": special[..., 0], "attn_sep_in_reach": special[..., 1],
-                  "attn_special_in_reach": special.sum(-1)}                               # [L, H, w]
+        rows = {
+            "attn_cls_in_reach": reach[..., w],
+            "attn_sep_in_reach": reach[..., w + 1],
+            "attn_special_in_reach": reach[..., w] | reach[..., w + 1],
+        }  # [L, w] each
+        masses = {
+            "attn_cls_in_reach": special[..., 0],
+            "attn_sep_in_reach": special[..., 1],
+            "attn_special_in_reach": special.sum(-1),
+        }  # [L, H, w]
         for name, can in rows.items():
             self._add(name, (masses[name] * can[:, None, :]).sum(-1), can.sum(-1, keepdims=True).astype(np.float64))
 
@@ -262,19 +280,34 @@ class HeadStatistics:
         for name, mean in self.means().items():
             layers, heads = np.indices(mean.shape)
             n = np.broadcast_to(np.asarray(self.counts[name]), mean.shape).astype(np.int64)
-            rows.append(pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "statistic": name,
-                                      "value": mean.ravel(), "n": n.ravel()}))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "layer": layers.ravel(),
+                        "head": heads.ravel(),
+                        "statistic": name,
+                        "value": mean.ravel(),
+                        "n": n.ravel(),
+                    }
+                )
+            )
         if not rows:
             return pd.DataFrame(columns=["layer", "head", "statistic", "value", "n"])
         return pd.concat(rows, ignore_index=True)
 
 
-def head_statistics(attentions: Iterable[np.ndarray], sentences: Iterable | None = None,
-                    special_attention: Iterable[np.ndarray] | None = None,
-                    frequencies: Mapping[str, float] | Callable[[str], float] | str | None = None,
-                    window: Sequence[int] = DEFAULT_WINDOW, lang: str = "en", *,
-                    token_offsets: Iterable[np.ndarray] | None = None,
-                    special_tokens: str = "keep", reach: Iterable[np.ndarray] | None = None) -> pd.DataFrame:
+def head_statistics(
+    attentions: Iterable[np.ndarray],
+    sentences: Iterable | None = None,
+    special_attention: Iterable[np.ndarray] | None = None,
+    frequencies: Mapping[str, float] | Callable[[str], float] | str | None = None,
+    window: Sequence[int] = DEFAULT_WINDOW,
+    lang: str = "en",
+    *,
+    token_offsets: Iterable[np.ndarray] | None = None,
+    special_tokens: str = "keep",
+    reach: Iterable[np.ndarray] | None = None,
+) -> pd.DataFrame:
     """Statistics of every head over a corpus, one vectorised pass per sentence.
 
     attentions: per sentence ``[layers, heads, words, words]`` (raw, ``FeatureStore.attention(i,
@@ -304,13 +337,22 @@ def head_statistics(attentions: Iterable[np.ndarray], sentences: Iterable | None
                 raise WorkbenchError(f"head_statistics: fewer sentences than attention arrays (at {index})") from None
             words, upos = _words(sentence), _upos(sentence)
             if len(words) != np.shape(attention)[-1]:
-                raise WorkbenchError(f"sentence {getattr(sentence, 'sent_id', index)}: {len(words)} words but "
-                                     f"attention over {np.shape(attention)[-1]}")
+                raise WorkbenchError(
+                    f"sentence {getattr(sentence, 'sent_id', index)}: {len(words)} words but "
+                    f"attention over {np.shape(attention)[-1]}"
+                )
             rarest = rarest_word_index(words, frequency, upos)
         special = next(special_iter) if special_iter is not None else None
         offsets = next(offsets_iter) if offsets_iter is not None else None
-        stats.update(attention, words, upos, special, rarest, token_offsets=offsets,
-                     reach=next(reach_iter) if reach_iter is not None else None)
+        stats.update(
+            attention,
+            words,
+            upos,
+            special,
+            rarest,
+            token_offsets=offsets,
+            reach=next(reach_iter) if reach_iter is not None else None,
+        )
     return stats.table()
 
 
@@ -327,8 +369,9 @@ def with_attention_windows(table: pd.DataFrame, windows: Sequence[int | None]) -
         raise WorkbenchError(f"with_attention_windows: the table has no layer column ({list(table.columns)})")
     layers = table["layer"].astype(int).to_numpy()
     if len(layers) and (layers.min() < 0 or layers.max() >= len(windows)):
-        raise WorkbenchError(f"with_attention_windows: layers {layers.min()}..{layers.max()} but windows for "
-                             f"{len(windows)} layers")
+        raise WorkbenchError(
+            f"with_attention_windows: layers {layers.min()}..{layers.max()} but windows for {len(windows)} layers"
+        )
     out = table.copy()
     out["attention_window"] = pd.array([windows[layer] for layer in layers], dtype="Int64")
     return out
@@ -343,8 +386,8 @@ def reachable_words(word_ids: Sequence[int], window: int | None, n_words: int) -
         return np.ones((n_words, n_words), dtype=bool)
     ids = np.asarray(word_ids)
     positions = np.arange(len(ids))
-    token_reach = np.abs(positions[:, None] - positions[None, :]) <= window          # [T, T]
-    pieces = (ids[None, :] == np.arange(n_words)[:, None]).astype(np.int64)          # [W, T]
+    token_reach = np.abs(positions[:, None] - positions[None, :]) <= window  # [T, T]
+    pieces = (ids[None, :] == np.arange(n_words)[:, None]).astype(np.int64)  # [W, T]
     return (pieces @ token_reach.astype(np.int64) @ pieces.T) > 0
 
 
@@ -373,8 +416,9 @@ def sentence_reach(word_ids: Sequence[int], windows: Sequence[int | None], n_wor
     for special tokens."""
     cache: dict[int | None, np.ndarray] = {}
     for window in set(windows):
-        cache[window] = np.concatenate([reachable_words(word_ids, window, n_words),
-                                        special_reach(word_ids, window, n_words)], axis=1)
+        cache[window] = np.concatenate(
+            [reachable_words(word_ids, window, n_words), special_reach(word_ids, window, n_words)], axis=1
+        )
     return np.stack([cache[window] for window in windows])
 
 
@@ -404,8 +448,7 @@ def window_reach(tokenizer, sentences: Sequence, windows: Sequence[int | None]) 
         return pd.DataFrame(columns=["layer", "attention_window", "statistic", "value", "n"])
     words = [_words(s) for s in sentences]
     encoded = tokenize_sentences(tokenizer, words)
-    totals = {w: dict.fromkeys(("pairs", "pairs_in", "arcs", "arcs_in", "words", "cls_in", "sep_in"), 0)
-              for w in local}
+    totals = {w: dict.fromkeys(("pairs", "pairs_in", "arcs", "arcs_in", "words", "cls_in", "sep_in"), 0) for w in local}
     for sentence, sentence_words, (_, word_ids) in zip(sentences, words, encoded):
         n = len(sentence_words)
         heads = getattr(sentence, "heads", None)
@@ -428,11 +471,22 @@ def window_reach(tokenizer, sentences: Sequence, windows: Sequence[int | None]) 
         if window is None:
             continue
         t = totals[window]
-        for statistic, hit, n in (("word_pairs_in_reach", "pairs_in", "pairs"), ("arcs_in_reach", "arcs_in", "arcs"),
-                                  ("cls_in_reach", "cls_in", "words"), ("sep_in_reach", "sep_in", "words")):
+        for statistic, hit, n in (
+            ("word_pairs_in_reach", "pairs_in", "pairs"),
+            ("arcs_in_reach", "arcs_in", "arcs"),
+            ("cls_in_reach", "cls_in", "words"),
+            ("sep_in_reach", "sep_in", "words"),
+        ):
             if t[n]:
-                rows.append({"layer": layer, "attention_window": window, "statistic": statistic,
-                             "value": t[hit] / t[n], "n": t[n]})
+                rows.append(
+                    {
+                        "layer": layer,
+                        "attention_window": window,
+                        "statistic": statistic,
+                        "value": t[hit] / t[n],
+                        "n": t[n],
+                    }
+                )
     return pd.DataFrame(rows, columns=["layer", "attention_window", "statistic", "value", "n"])
 
 

@@ -38,11 +38,18 @@ def head_dependency(store: Any, corpus: Any, **options: Any) -> pd.DataFrame:
     return analyse_store(store, corpus, **options)["head_dependency"]
 
 
-def best_head_per_relation(store: Any, corpus: Any, *, dev_share: float = 0.5, seed: int = 0, min_count: int = 20,
-                           exclude_self: bool = True) -> pd.DataFrame:
+def best_head_per_relation(
+    store: Any, corpus: Any, *, dev_share: float = 0.5, seed: int = 0, min_count: int = 20, exclude_self: bool = True
+) -> pd.DataFrame:
     """The best head per relation and direction chosen on a dev share of the sentences and reported
     on the rest with intervals and a paired test against the best fixed offset (the study's
     ``head_best`` table; :func:`~bertology.probes.heads.classification.held_out_best_heads`)."""
     n = len(corpus)
-    return held_out_best_heads((store.attention(i, normalise=False) for i in range(n)), list(corpus),
-                               dev_share=dev_share, seed=seed, min_count=min_count, exclude_self=exclude_self)
+    return held_out_best_heads(
+        (store.attention(i, normalise=False) for i in range(n)),
+        list(corpus),
+        dev_share=dev_share,
+        seed=seed,
+        min_count=min_count,
+        exclude_self=exclude_self,
+    )

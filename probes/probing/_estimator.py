@@ -25,11 +25,21 @@ class EdgeProbe(ClassifierMixin, BaseEstimator):
     A random ``validation_fraction`` of the training rows drives early stopping.
     """
 
-    def __init__(self, probe: str = "mlp", hidden_dim: int = 256, proj_dim: int = 256,
-                 dropout: float = 0.2, lr: float = 1e-3, weight_decay: float = 0.0,
-                 batch_size: int = 256, max_epochs: int = 100, patience: int = 5,
-                 validation_fraction: float = 0.1, standardize: bool = True,
-                 random_state: int | None = 0):
+    def __init__(
+        self,
+        probe: str = "mlp",
+        hidden_dim: int = 256,
+        proj_dim: int = 256,
+        dropout: float = 0.2,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        batch_size: int = 256,
+        max_epochs: int = 100,
+        patience: int = 5,
+        validation_fraction: float = 0.1,
+        standardize: bool = True,
+        random_state: int | None = 0,
+    ):
         self.probe = probe
         self.hidden_dim = hidden_dim
         self.proj_dim = proj_dim
@@ -44,22 +54,30 @@ class EdgeProbe(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
 
     def _config(self) -> ProbeConfig:
-        return ProbeConfig(probe=self.probe, pooling="mean", proj_dim=self.proj_dim,
-                           hidden_dim=self.hidden_dim, dropout=self.dropout, lr=self.lr,
-                           weight_decay=self.weight_decay, batch_size=self.batch_size,
-                           max_epochs=self.max_epochs, patience=self.patience,
-                           standardize=self.standardize)
+        return ProbeConfig(
+            probe=self.probe,
+            pooling="mean",
+            proj_dim=self.proj_dim,
+            hidden_dim=self.hidden_dim,
+            dropout=self.dropout,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            batch_size=self.batch_size,
+            max_epochs=self.max_epochs,
+            patience=self.patience,
+            standardize=self.standardize,
+        )
 
     def _data(self, X: np.ndarray) -> SpanFeatures:
         X = np.asarray(X, dtype=np.float32)
         if self.standardize:
-            X = (X - self.mean_) * self.scale_       # training-set statistics
-        feats = np.ascontiguousarray(X, dtype=np.float32)[None]           # [1, n, d]
+            X = (X - self.mean_) * self.scale_  # training-set statistics
+        feats = np.ascontiguousarray(X, dtype=np.float32)[None]  # [1, n, d]
         n = feats.shape[1]
         tokens = np.arange(n, dtype=np.int64).reshape(n, 1, 1)
         return SpanFeatures(feats, tokens, np.ones((n, 1, 1), dtype=bool), False, "cpu")
 
-    def fit(self, X: Any, y: Any) -> "EdgeProbe":
+    def fit(self, X: Any, y: Any) -> EdgeProbe:
         X, y = validate_data(self, X, y, dtype=np.float32)
         check_classification_targets(y)
         self.classes_, y_ids = np.unique(y, return_inverse=True)
@@ -70,9 +88,17 @@ class EdgeProbe(ClassifierMixin, BaseEstimator):
         order = np.random.default_rng(seed).permutation(n)
         n_dev = int(round(self.validation_fraction * n)) if n >= 10 else 0
         dev, train = (order[:n_dev], order[n_dev:]) if n_dev else (order, order)
-        fit = fit_joint(self._data(X), y_ids, train, dev, n_labels=len(self.classes_),
-                        mixing=np.ones((1, 1), dtype=bool), learned_mix=False,
-                        config=self._config(), seed=seed)
+        fit = fit_joint(
+            self._data(X),
+            y_ids,
+            train,
+            dev,
+            n_labels=len(self.classes_),
+            mixing=np.ones((1, 1), dtype=bool),
+            learned_mix=False,
+            config=self._config(),
+            seed=seed,
+        )
         self.model_ = fit.model
         self.n_epochs_ = fit.epochs
         return self
@@ -91,6 +117,6 @@ class EdgeProbe(ClassifierMixin, BaseEstimator):
 def pooled_features(features: np.ndarray, sentence_offsets: np.ndarray, task: EdgeTask) -> np.ndarray:
     """Mean-pooled span features for :class:`EdgeProbe`: ``[n_examples, S * D]`` from ``[n_words, D]``."""
     tokens, mask = span_index(task, sentence_offsets)
-    g = np.asarray(features)[tokens]                               # [n, S, M, D]
+    g = np.asarray(features)[tokens]  # [n, S, M, D]
     pooled = (g * mask[..., None]).sum(2) / mask.sum(2)[..., None]
     return pooled.reshape(len(tokens), -1).astype(np.float32)

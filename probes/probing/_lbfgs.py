@@ -25,8 +25,10 @@ def _uses_lbfgs(config: ProbeConfig, learned_mix: bool, max_span: int) -> bool:
     """Full-batch L-BFGS applies when the probe is linear and its pooled inputs are fixed."""
     fixed_inputs = config.probe == "linear" and not learned_mix and (max_span == 1 or config.pooling == "mean")
     if config.solver == "lbfgs" and not fixed_inputs:
-        raise ConfigError("solver 'lbfgs' needs a linear probe on fixed inputs (width-1 or mean-pooled "
-                          "spans, per-layer or fixed mixing)")
+        raise ConfigError(
+            "solver 'lbfgs' needs a linear probe on fixed inputs (width-1 or mean-pooled "
+            "spans, per-layer or fixed mixing)"
+        )
     return fixed_inputs and config.solver != "adam"
 
 
@@ -37,12 +39,17 @@ def _pooled_inputs(data: SpanFeatures, mixing: np.ndarray, chunk: int = 4096) ->
     n, S, M = data.tokens.shape
     device = data.feats.device
     L = data.feats.shape[0]
-    if (data.cached is not None and M == 1 and mixing.dtype == bool and len(mixing) == L
-            and (mixing.argmax(1) == np.arange(L)).all()):
-        return data.cached.view(L, n, -1)                  # per-layer probes: no copy
+    if (
+        data.cached is not None
+        and M == 1
+        and mixing.dtype == bool
+        and len(mixing) == L
+        and (mixing.argmax(1) == np.arange(L)).all()
+    ):
+        return data.cached.view(L, n, -1)  # per-layer probes: no copy
     parts = []
     for start in range(0, n, chunk):
-        g, m = data(torch.arange(start, min(start + chunk, n), device=device))   # [L, B, S, M, D]
+        g, m = data(torch.arange(start, min(start + chunk, n), device=device))  # [L, B, S, M, D]
         if g.shape[3] == 1:
             pooled = g[:, :, :, 0]
         else:
@@ -83,20 +90,21 @@ class _LinearObjective:
         self.X, self.n, self.multilabel = X, n_train, multilabel
         P, N, _ = X.shape
         if multilabel:
-            self.yT = y.t().contiguous()[None]                                       # [1, K, N]
+            self.yT = y.t().contiguous()[None]  # [1, K, N]
         else:
             self.idx = y.view(1, 1, N).expand(P, 1, N)
             self.minus_one = torch.full((P, 1, N), -1.0, device=X.device)
         self.alpha = 1.0 / (C * n_train) if C > 0 and math.isfinite(C) else 0.0
 
-    def __call__(self, Wt: torch.Tensor, b: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, Wt: torch.Tensor, b: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Total training loss (scalar), ``dWt [P, K, F]``, ``db [P, K]``, dev loss ``[P]``."""
         X, n = self.X, self.n
         P, N, _ = X.shape
-        logits = torch.bmm(X, Wt.to(X.dtype).transpose(1, 2))                         # [P, N, K]
+        logits = torch.bmm(X, Wt.to(X.dtype).transpose(1, 2))  # [P, N, K]
         z = torch.empty(P, Wt.shape[1], N, device=X.device).copy_(logits.transpose(1, 2))
-        z.add_(b[:, :, None])                                                           # [P, K, N]
+        z.add_(b[:, :, None])  # [P, K, N]
         if self.multilabel:
             yT = self.yT.expand_as(z)
             rows = F.binary_cross_entropy_with_logits(z, yT, reduction="none").sum(1)
@@ -105,12 +113,12 @@ class _LinearObjective:
             z.sub_(z.amax(1, keepdim=True))
             G = z.exp()
             total = G.sum(1, keepdim=True)
-            rows = (total.log() - z.gather(1, self.idx)).squeeze(1)                    # [P, N]
+            rows = (total.log() - z.gather(1, self.idx)).squeeze(1)  # [P, N]
             G.div_(total).scatter_add_(1, self.idx, self.minus_one)
         loss = rows[:, :n].sum(1) / n
         dev_loss = rows[:, n:].mean(1)
-        G[:, :, n:] = 0.0          # dev rows: scored, not trained on (a row slice of X is slow)
-        dWt = torch.bmm(G.to(X.dtype), X).float().div_(n)                              # [P, K, F]
+        G[:, :, n:] = 0.0  # dev rows: scored, not trained on (a row slice of X is slow)
+        dWt = torch.bmm(G.to(X.dtype), X).float().div_(n)  # [P, K, F]
         db = G.sum(-1).div_(n)
         if self.alpha:
             dWt.add_(Wt, alpha=self.alpha)
@@ -126,18 +134,40 @@ def _lbfgs(W: torch.Tensor, b: torch.Tensor, max_iter: int) -> torch.optim.LBFGS
     """L-BFGS over ``W`` and ``b`` whose first step is the negative gradient with ``t = 1``
     (torch's default first step, ``1 / |g|_1``, is tiny here: standardised inputs make the
     logistic Hessian's scale about 1)."""
-    opt = torch.optim.LBFGS([W, b], lr=1, max_iter=max_iter, max_eval=2 * max_iter,
-                            history_size=10, line_search_fn="strong_wolfe",
-                            tolerance_grad=1e-6, tolerance_change=1e-9)
+    opt = torch.optim.LBFGS(
+        [W, b],
+        lr=1,
+        max_iter=max_iter,
+        max_eval=2 * max_iter,
+        history_size=10,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=1e-6,
+        tolerance_change=1e-9,
+    )
     numel, device = W.numel() + b.numel(), W.device
-    opt.state[W].update(n_iter=1, d=torch.zeros(numel, device=device), t=0.0, old_dirs=[],
-                        old_stps=[], ro=[], H_diag=1.0, prev_flat_grad=torch.zeros(numel, device=device))
+    opt.state[W].update(
+        n_iter=1,
+        d=torch.zeros(numel, device=device),
+        t=0.0,
+        old_dirs=[],
+        old_stps=[],
+        ro=[],
+        H_diag=1.0,
+        prev_flat_grad=torch.zeros(numel, device=device),
+    )
     return opt
 
 
-def _fit_lbfgs(data: SpanFeatures, yt: torch.Tensor, train: torch.Tensor, dev: torch.Tensor,
-               model: JointProbes, mixing: np.ndarray, config: ProbeConfig,
-               multilabel: bool) -> tuple[int, torch.Tensor]:
+def _fit_lbfgs(
+    data: SpanFeatures,
+    yt: torch.Tensor,
+    train: torch.Tensor,
+    dev: torch.Tensor,
+    model: JointProbes,
+    mixing: np.ndarray,
+    config: ProbeConfig,
+    multilabel: bool,
+) -> tuple[int, torch.Tensor]:
     """Train the linear probes of ``model`` (``w2``, ``b2``) full-batch with L-BFGS (strong-Wolfe
     line search) from zero weights.
 
@@ -149,11 +179,11 @@ def _fit_lbfgs(data: SpanFeatures, yt: torch.Tensor, train: torch.Tensor, dev: t
     """
     bf16 = resolve_precision(config.precision, data.feats.device, what="linear probes") == torch.bfloat16
     rows = torch.cat([train, dev])
-    X = _fit_inputs(data, mixing, rows, torch.bfloat16 if bf16 else torch.float32)   # [P, n, F]
+    X = _fit_inputs(data, mixing, rows, torch.bfloat16 if bf16 else torch.float32)  # [P, n, F]
     y = yt[rows]
     P = model.w2.shape[0]
     device = model.w2.device
-    Wt_all = torch.zeros_like(model.w2.detach().transpose(1, 2).contiguous())     # [P, K, F]
+    Wt_all = torch.zeros_like(model.w2.detach().transpose(1, 2).contiguous())  # [P, K, F]
     b_all = torch.zeros_like(model.b2.detach())
     best_W, best_b = Wt_all.clone(), b_all.clone()
     best_loss = torch.full((P,), float("inf"), device=device)
@@ -164,13 +194,12 @@ def _fit_lbfgs(data: SpanFeatures, yt: torch.Tensor, train: torch.Tensor, dev: t
         # (re)start on the probes still running, from their last weights
         active = torch.nonzero(~done).flatten()
         everyone = len(active) == P
-        objective = _LinearObjective(X if everyone else X.index_select(0, active), y, len(train),
-                                     multilabel, config.C)
+        objective = _LinearObjective(X if everyone else X.index_select(0, active), y, len(train), multilabel, config.C)
         W = Wt_all[active].clone().requires_grad_(True)
         b = b_all[active].clone().requires_grad_(True)
         opt = _lbfgs(W, b, budget - evals)
 
-        def closure() -> torch.Tensor:
+        def closure(objective=objective, W=W, b=b, active=active) -> torch.Tensor:  # this round's probes
             nonlocal evals
             with torch.no_grad():
                 loss, dW, db, dev_loss = objective(W, b)
@@ -187,7 +216,7 @@ def _fit_lbfgs(data: SpanFeatures, yt: torch.Tensor, train: torch.Tensor, dev: t
 
         try:
             opt.step(closure)
-            done[active] = True                    # converged or out of budget
+            done[active] = True  # converged or out of budget
         except _Stop:
             done[active] |= stale[active] >= config.patience
         with torch.no_grad():

@@ -17,7 +17,7 @@ order of :meth:`JointProbes.forward`:
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -29,8 +29,7 @@ from bertology.probes.probing._config import ProbeConfig
 MODES = ("per_layer", "mix", "cumulative", "fixed")
 
 
-def mixing_spec(mode: str, n_layers: int, weights: np.ndarray | None = None
-                ) -> tuple[np.ndarray, bool, list[int]]:
+def mixing_spec(mode: str, n_layers: int, weights: np.ndarray | None = None) -> tuple[np.ndarray, bool, list[int]]:
     """Which layers each probe reads.
 
     ``per_layer``: probe ``p`` reads layer ``p`` only; ``mix``: one probe reads a learned scalar
@@ -72,8 +71,18 @@ class JointProbes(torch.nn.Module):
     has its own generator (``seed + 2``), so seeded runs repeat exactly.
     """
 
-    def __init__(self, n_probes: int, n_layers: int, dim: int, n_spans: int, n_labels: int,
-                 mixing: np.ndarray, learned_mix: bool, config: ProbeConfig, seed: int):
+    def __init__(
+        self,
+        n_probes: int,
+        n_layers: int,
+        dim: int,
+        n_spans: int,
+        n_labels: int,
+        mixing: np.ndarray,
+        learned_mix: bool,
+        config: ProbeConfig,
+        seed: int,
+    ):
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         # a linear probe reads the (pooled) features directly: softmax(W pool(x) + b)
@@ -162,8 +171,8 @@ class JointProbes(torch.nn.Module):
 
         ``active``: indices of the probes to run (the others have stopped training); default all.
         """
-        x = self.mix(g, active)                                  # [P, B, S, M, D]
-        z = self.project_tokens(x, active)                       # [P, B, S, M, H]
-        pooled = self.pool(z, mask, active)                      # [P, B, S, H]
+        x = self.mix(g, active)  # [P, B, S, M, D]
+        z = self.project_tokens(x, active)  # [P, B, S, M, H]
+        pooled = self.pool(z, mask, active)  # [P, B, S, H]
         P, B = pooled.shape[:2]
         return self.classify(pooled.reshape(P, B, -1), active)

@@ -8,7 +8,8 @@ Liang control task and selectivity.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,15 +18,31 @@ import torch
 from bertology.errors import ConfigError
 from bertology.probes.probing._config import ProbeConfig
 from bertology.probes.probing._model import mixing_spec
-from bertology.probes.probing._scores import (INTERVAL_METRICS, classification_metrics, item_statistics,
-                                              seed_and_sentence_interval, sentence_sums)
+from bertology.probes.probing._scores import (
+    INTERVAL_METRICS,
+    classification_metrics,
+    item_statistics,
+    seed_and_sentence_interval,
+    sentence_sums,
+)
 from bertology.probes.probing._spans import SpanFeatures, span_index
 from bertology.probes.probing._training import JointFit, _loss, fit_joint, predict_logits
 from bertology.probes.probing.tasks import EdgeTask, build_task, split_by_sentence
 
 SCORE_COLUMNS = ["task", "mode", "probe", "pooling", "control", "layer", "seed", "split", "metric", "value"]
-SENTENCE_COLUMNS = ["task", "mode", "probe", "pooling", "control", "layer", "seed", "sentence", "metric",
-                    "numerator", "denominator"]
+SENTENCE_COLUMNS = [
+    "task",
+    "mode",
+    "probe",
+    "pooling",
+    "control",
+    "layer",
+    "seed",
+    "sentence",
+    "metric",
+    "numerator",
+    "denominator",
+]
 """The per-sentence test sums ``probe_arrays(..., test_sentences=True)`` returns: per probe, seed, test
 sentence and metric of :data:`INTERVAL_METRICS` the sentence's numerator and denominator (the score
 over any set of sentences is ``sum(numerator) / sum(denominator)``), what paired comparisons of two
@@ -37,11 +54,20 @@ def label_matrix(task: EdgeTask) -> np.ndarray:
     return task.label_matrix() if task.multilabel else task.label_ids()
 
 
-def probe_arrays(features: np.ndarray | torch.Tensor, sentence_offsets: np.ndarray, task: EdgeTask,
-                 *, mode: str = "per_layer", seeds: Sequence[int] = (0, 1, 2),
-                 layer_ids: Sequence[int] | None = None, config: ProbeConfig = ProbeConfig(),
-                 split_seed: int | None = 0, fixed_weights: np.ndarray | None = None,
-                 control: bool = False, test_sentences: bool = False) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
+def probe_arrays(
+    features: np.ndarray | torch.Tensor,
+    sentence_offsets: np.ndarray,
+    task: EdgeTask,
+    *,
+    mode: str = "per_layer",
+    seeds: Sequence[int] = (0, 1, 2),
+    layer_ids: Sequence[int] | None = None,
+    config: ProbeConfig = ProbeConfig(),
+    split_seed: int | None = 0,
+    fixed_weights: np.ndarray | None = None,
+    control: bool = False,
+    test_sentences: bool = False,
+) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """Probe features ``[L, n_words, D]`` for ``task``; one vectorised training pass per seed.
 
     ``layer_ids`` names the ``L`` layers (default ``0..L-1``). ``split_seed``: the seed of the one
@@ -69,55 +95,78 @@ def probe_arrays(features: np.ndarray | torch.Tensor, sentence_offsets: np.ndarr
     data = SpanFeatures(features, tokens, mask, config.standardize, config.device)
     y = label_matrix(task)
     rows: list[dict[str, Any]] = []
-    base = {"task": task.name, "mode": mode, "probe": config.probe, "pooling": config.pooling,
-            "control": control}
+    base = {"task": task.name, "mode": mode, "probe": config.probe, "pooling": config.pooling, "control": control}
     sentence_of = task.sentence_ids()
-    test_sums: list[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] = []   # per seed
+    test_sums: list[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] = []  # per seed
     n_test: list[int] = []
-    test_scores: list[dict[str, np.ndarray]] = []   # per seed: metric -> [P]
+    test_scores: list[dict[str, np.ndarray]] = []  # per seed: metric -> [P]
     for seed in seeds:
         split = split_by_sentence(task, seed=seed if split_seed is None else split_seed)
-        fit = fit_joint(data, y, split["train"], split["dev"], n_labels=len(task.labels),
-                        mixing=mixing, learned_mix=learned, config=config, seed=seed,
-                        multilabel=task.multilabel)
+        fit = fit_joint(
+            data,
+            y,
+            split["train"],
+            split["dev"],
+            n_labels=len(task.labels),
+            mixing=mixing,
+            learned_mix=learned,
+            config=config,
+            seed=seed,
+            multilabel=task.multilabel,
+        )
         for part in ("dev", "test"):
             scores, items = _split_scores(fit, data, y, split[part], task.multilabel)
             for metric, values in scores.items():
                 for layer, value in zip(probe_layer_ids, values):
-                    rows.append({**base, "layer": layer, "seed": seed, "split": part,
-                                 "metric": metric, "value": float(value)})
+                    rows.append(
+                        {**base, "layer": layer, "seed": seed, "split": part, "metric": metric, "value": float(value)}
+                    )
         test_scores.append(scores)
         test_sums.append(_sentence_sums(items, sentence_of[split["test"]]))
         n_test.append(len(split["test"]))
-        rows.extend({**base, "seed": seed, "split": "param", **row}
-                    for row in _param_rows(fit, layer_ids, mode))
-    rows.extend({**base, "seed": -1, "split": "interval", **row}
-                for row in _interval_rows(test_scores, test_sums, n_test, probe_layer_ids))
+        rows.extend({**base, "seed": seed, "split": "param", **row} for row in _param_rows(fit, layer_ids, mode))
+    rows.extend(
+        {**base, "seed": -1, "split": "interval", **row}
+        for row in _interval_rows(test_scores, test_sums, n_test, probe_layer_ids)
+    )
     scores = pd.DataFrame(rows, columns=SCORE_COLUMNS)
     if not test_sentences:
         return scores
     return scores, _sentence_frame(base, seeds, test_sums, probe_layer_ids)
 
 
-def _sentence_frame(base: dict[str, Any], seeds: Sequence[int],
-                    test_sums: list[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]],
-                    probe_layer_ids: list[int]) -> pd.DataFrame:
+def _sentence_frame(
+    base: dict[str, Any],
+    seeds: Sequence[int],
+    test_sums: list[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]],
+    probe_layer_ids: list[int],
+) -> pd.DataFrame:
     """The :data:`SENTENCE_COLUMNS` table from each seed's per-sentence sums ``[P, G]``."""
     frames = []
     for seed, sums in zip(seeds, test_sums):
         for metric, (sentences, numerator, denominator) in sums.items():
             P, G = numerator.shape
-            frames.append(pd.DataFrame({
-                "layer": np.repeat(probe_layer_ids, G), "seed": int(seed), "sentence": np.tile(sentences, P),
-                "metric": metric, "numerator": numerator.ravel(), "denominator": denominator.ravel()}))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "layer": np.repeat(probe_layer_ids, G),
+                        "seed": int(seed),
+                        "sentence": np.tile(sentences, P),
+                        "metric": metric,
+                        "numerator": numerator.ravel(),
+                        "denominator": denominator.ravel(),
+                    }
+                )
+            )
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     for key, value in base.items():
         out[key] = value
     return out.reindex(columns=SENTENCE_COLUMNS)
 
 
-def _split_scores(fit: JointFit, data: SpanFeatures, y: np.ndarray, examples: np.ndarray,
-                  multilabel: bool) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+def _split_scores(
+    fit: JointFit, data: SpanFeatures, y: np.ndarray, examples: np.ndarray, multilabel: bool
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """``accuracy``, ``micro_f1``, ``macro_f1`` and ``loss`` (each ``[P]``) of the fitted probes on
     ``examples``, and the per-example statistics of :func:`item_statistics` (``[P, n]`` each)."""
     logits = predict_logits(fit.model, data, examples)
@@ -127,8 +176,10 @@ def _split_scores(fit: JointFit, data: SpanFeatures, y: np.ndarray, examples: np
     return scores, item_statistics(logits, y[examples], multilabel)
 
 
-def _sentence_sums(items: dict[str, tuple[np.ndarray, np.ndarray]], sentences: np.ndarray,
-                   ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _sentence_sums(
+    items: dict[str, tuple[np.ndarray, np.ndarray]],
+    sentences: np.ndarray,
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per metric: (test sentences ``[G]``, numerator sums ``[P, G]``, denominator sums ``[P, G]``)."""
     out = {}
     for metric, (num, den) in items.items():
@@ -137,8 +188,12 @@ def _sentence_sums(items: dict[str, tuple[np.ndarray, np.ndarray]], sentences: n
     return out
 
 
-def _interval_rows(test_scores: list[dict[str, np.ndarray]], test_sums: list[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]],
-                   n_test: list[int], probe_layer_ids: list[int]) -> list[dict[str, Any]]:
+def _interval_rows(
+    test_scores: list[dict[str, np.ndarray]],
+    test_sums: list[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]],
+    n_test: list[int],
+    probe_layer_ids: list[int],
+) -> list[dict[str, Any]]:
     """The ``interval`` rows (``layer``, ``metric``, ``value``): per probe, the 95% interval of each
     of :data:`INTERVAL_METRICS` over the seeds' test scores and test sentences, and ``n_seeds``,
     ``n_test``, ``shared_test``."""
@@ -148,13 +203,16 @@ def _interval_rows(test_scores: list[dict[str, np.ndarray]], test_sums: list[dic
         for metric in INTERVAL_METRICS:
             seed_scores = [scores[metric][p] for scores in test_scores]
             sums = [(s[metric][0], s[metric][1][p], s[metric][2][p]) for s in test_sums]
-            interval = seed_and_sentence_interval(seed_scores, sums,
-                                                  n_items=min(n_test) if shared else sum(n_test))
-            out += [{"layer": layer, "metric": f"{metric}_low", "value": interval["low"]},
-                    {"layer": layer, "metric": f"{metric}_high", "value": interval["high"]}]
-        out += [{"layer": layer, "metric": "n_seeds", "value": float(len(test_sums))},
-                {"layer": layer, "metric": "n_test", "value": float(min(n_test))},
-                {"layer": layer, "metric": "shared_test", "value": float(shared)}]
+            interval = seed_and_sentence_interval(seed_scores, sums, n_items=min(n_test) if shared else sum(n_test))
+            out += [
+                {"layer": layer, "metric": f"{metric}_low", "value": interval["low"]},
+                {"layer": layer, "metric": f"{metric}_high", "value": interval["high"]},
+            ]
+        out += [
+            {"layer": layer, "metric": "n_seeds", "value": float(len(test_sums))},
+            {"layer": layer, "metric": "n_test", "value": float(min(n_test))},
+            {"layer": layer, "metric": "shared_test", "value": float(shared)},
+        ]
     return out
 
 
@@ -163,8 +221,9 @@ def _param_rows(fit: JointFit, layer_ids: list[int], mode: str) -> list[dict[str
     layer and gamma (mode ``mix``), then the epochs and seconds it took (layer -1)."""
     rows = []
     if mode == "mix":
-        rows += [{"layer": layer_ids[l], "metric": "mix_weight", "value": float(w)}
-                 for l, w in enumerate(fit.mix_weights[0])]
+        rows += [
+            {"layer": layer_ids[l], "metric": "mix_weight", "value": float(w)} for l, w in enumerate(fit.mix_weights[0])
+        ]
         rows.append({"layer": -1, "metric": "gamma", "value": float(fit.gamma[0])})
     rows.append({"layer": -1, "metric": "epochs", "value": float(fit.epochs)})
     rows.append({"layer": -1, "metric": "seconds", "value": float(fit.seconds)})
@@ -191,11 +250,23 @@ def layer_features(store_or_model: Any, corpus: Any, layers: Any) -> tuple[np.nd
     return store.layers(layer_ids), np.asarray(store.sentence_offsets), layer_ids, meta
 
 
-def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, layers: Any = "all",
-                 mode: str = "per_layer", seeds: Sequence[int] = (0, 1, 2), probe: str = "mlp",
-                 pooling: str = "attention", control: bool = False, control_key: str = "span1",
-                 split_seed: int | None = 0, fixed_weights: np.ndarray | None = None,
-                 test_sentences: bool = False, **config: Any) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
+def probe_layers(
+    store_or_model: Any,
+    corpus: Any,
+    task: EdgeTask | str,
+    *,
+    layers: Any = "all",
+    mode: str = "per_layer",
+    seeds: Sequence[int] = (0, 1, 2),
+    probe: str = "mlp",
+    pooling: str = "attention",
+    control: bool = False,
+    control_key: str = "span1",
+    split_seed: int | None = 0,
+    fixed_weights: np.ndarray | None = None,
+    test_sentences: bool = False,
+    **config: Any,
+) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """Probe every requested layer of a store (or a model, extracted over ``corpus``).
 
     ``task``: an :class:`EdgeTask` or a name/JSONL path for :func:`bertology.probes.probing.tasks.build_task`.
@@ -214,8 +285,18 @@ def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, laye
         task = build_task(corpus, task)
     cfg = ProbeConfig(probe=probe, pooling=pooling, **config)
     feats, offsets, layer_ids, _ = layer_features(store_or_model, corpus, layers)
-    df, sentences = probe_arrays(feats, offsets, task, mode=mode, seeds=seeds, layer_ids=layer_ids, config=cfg,
-                                 split_seed=split_seed, fixed_weights=fixed_weights, test_sentences=True)
+    df, sentences = probe_arrays(
+        feats,
+        offsets,
+        task,
+        mode=mode,
+        seeds=seeds,
+        layer_ids=layer_ids,
+        config=cfg,
+        split_seed=split_seed,
+        fixed_weights=fixed_weights,
+        test_sentences=True,
+    )
     if not control:
         return (df, sentences) if test_sentences else df
     from bertology.probes.probing.controls import control_key_seen_share, control_task, selectivity
@@ -225,14 +306,35 @@ def probe_layers(store_or_model: Any, corpus: Any, task: EdgeTask | str, *, laye
     seen = []
     for seed in seeds:
         ctask = control_task(task, words, seed=seed, key=control_key)
-        frames.append(probe_arrays(feats, offsets, ctask, mode=mode, seeds=[seed],
-                                   layer_ids=layer_ids, config=cfg, split_seed=split_seed,
-                                   fixed_weights=fixed_weights, control=True))
+        frames.append(
+            probe_arrays(
+                feats,
+                offsets,
+                ctask,
+                mode=mode,
+                seeds=[seed],
+                layer_ids=layer_ids,
+                config=cfg,
+                split_seed=split_seed,
+                fixed_weights=fixed_weights,
+                control=True,
+            )
+        )
         split = split_by_sentence(task, seed=seed if split_seed is None else split_seed)
-        seen.append({"task": task.name, "mode": mode, "probe": cfg.probe, "pooling": cfg.pooling,
-                     "control": True, "layer": -1, "seed": seed, "split": "param",
-                     "metric": "control_key_seen_share",
-                     "value": control_key_seen_share(task, words, split, key=control_key)})
+        seen.append(
+            {
+                "task": task.name,
+                "mode": mode,
+                "probe": cfg.probe,
+                "pooling": cfg.pooling,
+                "control": True,
+                "layer": -1,
+                "seed": seed,
+                "split": "param",
+                "metric": "control_key_seen_share",
+                "value": control_key_seen_share(task, words, split, key=control_key),
+            }
+        )
     out = pd.concat(frames, ignore_index=True)
     out["task"] = task.name  # control rows carry the task's name, flagged by `control`
     out = pd.concat([out, selectivity(out), pd.DataFrame(seen, columns=SCORE_COLUMNS)], ignore_index=True)

@@ -7,7 +7,8 @@ comparisons")."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,16 +16,25 @@ import torch
 import torch.nn.functional as F
 
 from bertology.errors import ConfigError
-from bertology.uncertainty import (PER_SEED_TEST_INTERVAL, SHARED_TEST_INTERVAL, Interval, combine_seed_and_sentence,
-                                   group_sums, is_small_sample, paired_bootstrap, paired_on_shared_groups,
-                                   ratio_bootstrap, t_interval, wilson_interval)
+from bertology.uncertainty import (
+    PER_SEED_TEST_INTERVAL,
+    SHARED_TEST_INTERVAL,
+    Interval,
+    combine_seed_and_sentence,
+    group_sums,
+    is_small_sample,
+    paired_bootstrap,
+    paired_on_shared_groups,
+    ratio_bootstrap,
+    t_interval,
+    wilson_interval,
+)
 
 INTERVAL_METRICS = ("accuracy", "micro_f1")
 """The scores that get an interval: both are ratios of per-item sums, so a sentence bootstrap applies."""
 
 SELECTED_ON = "dev"
 """The split every reported argmax (best layer, best combination) is chosen on."""
-
 
 
 def _decisions(logits: torch.Tensor, y: np.ndarray, multilabel: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -47,11 +57,11 @@ def classification_metrics(logits: torch.Tensor, y: np.ndarray, multilabel: bool
     F1 counts label decisions (sigmoid > 0.5).
     """
     pred, gold = _decisions(logits, y, multilabel)
-    tp = (pred & gold).sum(1).astype(float)          # [P, K]
+    tp = (pred & gold).sum(1).astype(float)  # [P, K]
     fp = (pred & ~gold).sum(1).astype(float)
     fn = (~pred & gold).sum(1).astype(float)
     micro = 2 * tp.sum(1) / np.maximum(2 * tp.sum(1) + fp.sum(1) + fn.sum(1), 1)
-    present = gold[0].any(0) | pred.any(1)           # labels seen in gold or predicted  [P, K]
+    present = gold[0].any(0) | pred.any(1)  # labels seen in gold or predicted  [P, K]
     f1 = 2 * tp / np.maximum(2 * tp + fp + fn, 1)
     macro = (f1 * present).sum(1) / np.maximum(present.sum(1), 1)
     accuracy = (pred == gold).all(-1).mean(1)
@@ -64,7 +74,7 @@ def item_statistics(logits: torch.Tensor, y: np.ndarray, multilabel: bool) -> di
     (what a sentence bootstrap resamples): accuracy = (correct, 1), micro-F1 = (2·tp, 2·tp + fp + fn)
     with tp/fp/fn counted over the example's label decisions."""
     pred, gold = _decisions(logits, y, multilabel)
-    tp = (pred & gold).sum(-1).astype(float)         # [P, n]
+    tp = (pred & gold).sum(-1).astype(float)  # [P, n]
     fp = (pred & ~gold).sum(-1).astype(float)
     fn = (~pred & gold).sum(-1).astype(float)
     correct = (pred == gold).all(-1).astype(float)
@@ -77,9 +87,15 @@ def sentence_sums(values: np.ndarray, sentence_ids: np.ndarray) -> tuple[np.ndar
     return sentences, sums
 
 
-def seed_and_sentence_interval(seed_scores: Sequence[float], test_sums: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
-                               *, n_items: int | None = None, confidence: float = 0.95,
-                               n_resamples: int = 2000, bootstrap_seed: int = 0) -> dict[str, Any]:
+def seed_and_sentence_interval(
+    seed_scores: Sequence[float],
+    test_sums: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    *,
+    n_items: int | None = None,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    bootstrap_seed: int = 0,
+) -> dict[str, Any]:
     """The interval of a test score averaged over probe seeds (docs/METHODS.md, "Intervals,
     selection and comparisons").
 
@@ -133,8 +149,9 @@ def cumulative_deltas(scores: Sequence[float]) -> np.ndarray:
     return s[1:] - s[:-1]
 
 
-def cumulative_expected_layer(scores: Sequence[float], layers: Sequence[int] | None = None,
-                              clip_negative: bool = False) -> float:
+def cumulative_expected_layer(
+    scores: Sequence[float], layers: Sequence[int] | None = None, clip_negative: bool = False
+) -> float:
     """``E_Delta[l] = sum_l l * Delta(l) / sum_l Delta(l)`` from cumulative scores ``[L]`` (l >= 1).
 
     Tenney et al. (2019a): the raw differentials ``Delta(l) = score(l) - score(l-1)``, negative
@@ -164,8 +181,18 @@ def confidence_intervals(df: pd.DataFrame) -> pd.DataFrame:
 
 
 INTERVAL_KEYS = ["task", "mode", "probe", "pooling", "control", "layer"]
-LAYER_INTERVAL_COLUMNS = [*INTERVAL_KEYS, "metric", "dev_score", "score", "low", "high", "n_seeds", "n_test",
-                          "small_sample", "interval"]
+LAYER_INTERVAL_COLUMNS = [
+    *INTERVAL_KEYS,
+    "metric",
+    "dev_score",
+    "score",
+    "low",
+    "high",
+    "n_seeds",
+    "n_test",
+    "small_sample",
+    "interval",
+]
 
 
 def layer_intervals(df: pd.DataFrame, metrics: Sequence[str] = INTERVAL_METRICS) -> pd.DataFrame:
@@ -185,31 +212,75 @@ def layer_intervals(df: pd.DataFrame, metrics: Sequence[str] = INTERVAL_METRICS)
     for key, row in means.iterrows():
         task_key, metric = key[:-1], key[-1]
         mine = inter[(inter[keys] == pd.Series(task_key, index=keys)).all(axis=1)].set_index("metric")["value"]
-        test = scored[(scored["split"] == "test") & (scored["metric"] == metric)
-                      & (scored[keys] == pd.Series(task_key, index=keys)).all(axis=1)]["value"]
+        test = scored[
+            (scored["split"] == "test")
+            & (scored["metric"] == metric)
+            & (scored[keys] == pd.Series(task_key, index=keys)).all(axis=1)
+        ]["value"]
         if f"{metric}_low" in mine.index:
             low, high = mine[f"{metric}_low"], mine[f"{metric}_high"]
             n_seeds, n_test = int(mine["n_seeds"]), int(mine["n_test"])
-            method = "n=1" if n_seeds < 2 else \
-                SHARED_TEST_INTERVAL if mine.get("shared_test", 1.0) else PER_SEED_TEST_INTERVAL
+            method = (
+                "n=1"
+                if n_seeds < 2
+                else SHARED_TEST_INTERVAL
+                if mine.get("shared_test", 1.0)
+                else PER_SEED_TEST_INTERVAL
+            )
         else:
             t = t_interval(test.values)
             low, high, n_seeds, n_test, method = t.low, t.high, t.n, math.nan, "t over seeds"
         small = pd.NA if pd.isna(n_test) else is_small_sample(int(n_test))
-        out.append({**dict(zip(keys, task_key)), "metric": metric, "dev_score": row["dev_score"],
-                    "score": row["score"], "low": low, "high": high, "n_seeds": n_seeds, "n_test": n_test,
-                    "small_sample": small, "interval": method})
-    return _typed(pd.DataFrame(out).reindex(columns=[c for c in LAYER_INTERVAL_COLUMNS
-                                                     if c in keys or c not in INTERVAL_KEYS]))
+        out.append(
+            {
+                **dict(zip(keys, task_key)),
+                "metric": metric,
+                "dev_score": row["dev_score"],
+                "score": row["score"],
+                "low": low,
+                "high": high,
+                "n_seeds": n_seeds,
+                "n_test": n_test,
+                "small_sample": small,
+                "interval": method,
+            }
+        )
+    return _typed(
+        pd.DataFrame(out).reindex(columns=[c for c in LAYER_INTERVAL_COLUMNS if c in keys or c not in INTERVAL_KEYS])
+    )
 
 
-LAYER_DIFFERENCE_COLUMNS = ["task", "mode", "probe", "pooling", "metric", "layer", "reference_layer", "selected_on",
-                            "score", "reference_score", "difference", "low", "high", "p_value", "significant",
-                            "n_sentences", "n_seeds", "interval"]
+LAYER_DIFFERENCE_COLUMNS = [
+    "task",
+    "mode",
+    "probe",
+    "pooling",
+    "metric",
+    "layer",
+    "reference_layer",
+    "selected_on",
+    "score",
+    "reference_score",
+    "difference",
+    "low",
+    "high",
+    "p_value",
+    "significant",
+    "n_sentences",
+    "n_seeds",
+    "interval",
+]
 
 
-def layer_differences(sentences: pd.DataFrame, intervals: pd.DataFrame, metric: str = "accuracy", *,
-                      confidence: float = 0.95, n_resamples: int = 2000, bootstrap_seed: int = 0) -> pd.DataFrame:
+def layer_differences(
+    sentences: pd.DataFrame,
+    intervals: pd.DataFrame,
+    metric: str = "accuracy",
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    bootstrap_seed: int = 0,
+) -> pd.DataFrame:
     """Every layer against the best layer chosen on dev, paired on the same test sentences.
 
     ``sentences``: per-layer test sums (:data:`bertology.probes.probing._runners.SENTENCE_COLUMNS`,
@@ -224,51 +295,106 @@ def layer_differences(sentences: pd.DataFrame, intervals: pd.DataFrame, metric: 
     ``significant``: the interval excludes 0. One seed: the bootstrap alone.
     """
     keys = ["task", "mode", "probe", "pooling"]
-    part = sentences[(sentences["metric"] == metric) & (sentences["mode"] == "per_layer")
-                     & ~sentences["control"].astype(bool)]
-    ref = intervals[(intervals["metric"] == metric) & (intervals["mode"] == "per_layer")
-                    & ~intervals["control"].astype(bool)]
+    part = sentences[
+        (sentences["metric"] == metric) & (sentences["mode"] == "per_layer") & ~sentences["control"].astype(bool)
+    ]
+    ref = intervals[
+        (intervals["metric"] == metric) & (intervals["mode"] == "per_layer") & ~intervals["control"].astype(bool)
+    ]
     rows = []
     for key, group in part.groupby(keys, sort=False):
         mine = ref[(ref[keys] == pd.Series(key, index=keys)).all(axis=1)]
         if mine.empty or mine["dev_score"].isna().all():
             continue
         best = int(mine.loc[mine["dev_score"].idxmax(), "layer"])
-        pooled = group.pivot_table(index="sentence", columns="layer", values=["numerator", "denominator"],
-                                   aggfunc="sum", fill_value=0.0)
+        pooled = group.pivot_table(
+            index="sentence", columns="layer", values=["numerator", "denominator"], aggfunc="sum", fill_value=0.0
+        )
         by_seed = group.groupby(["layer", "seed"])[["numerator", "denominator"]].sum()
-        seed_scores = (by_seed["numerator"] / by_seed["denominator"]).unstack("seed")   # [layers, seeds]
+        seed_scores = (by_seed["numerator"] / by_seed["denominator"]).unstack("seed")  # [layers, seeds]
         shared = group.groupby("seed")["sentence"].apply(lambda s: tuple(sorted(set(s)))).nunique() == 1
         for layer in sorted(group["layer"].unique()):
             if layer == best:
                 continue
-            paired = paired_bootstrap(pooled["numerator"][layer], pooled["numerator"][best],
-                                      pooled["denominator"][layer], pooled["denominator"][best],
-                                      confidence=confidence, n_resamples=n_resamples, seed=bootstrap_seed)
+            paired = paired_bootstrap(
+                pooled["numerator"][layer],
+                pooled["numerator"][best],
+                pooled["denominator"][layer],
+                pooled["denominator"][best],
+                confidence=confidence,
+                n_resamples=n_resamples,
+                seed=bootstrap_seed,
+            )
             low, high, method = paired.low, paired.high, "paired sentence bootstrap"
             seed_diffs = (seed_scores.loc[layer] - seed_scores.loc[best]).dropna().to_numpy()
             if seed_diffs.size >= 2 and not math.isnan(low):
                 t = t_interval(seed_diffs, confidence)
-                t = Interval(paired.difference, paired.difference - t.half_width, paired.difference + t.half_width,
-                             t.n, t.method, confidence)
-                low, high, method = combine_seed_and_sentence(t, paired.difference - paired.low,
-                                                              paired.high - paired.difference, shared)
+                t = Interval(
+                    paired.difference,
+                    paired.difference - t.half_width,
+                    paired.difference + t.half_width,
+                    t.n,
+                    t.method,
+                    confidence,
+                )
+                low, high, method = combine_seed_and_sentence(
+                    t, paired.difference - paired.low, paired.high - paired.difference, shared
+                )
             score = pooled["numerator"][layer].sum() / pooled["denominator"][layer].sum()
-            rows.append({**dict(zip(keys, key)), "metric": metric, "layer": int(layer), "reference_layer": best,
-                         "selected_on": SELECTED_ON, "score": score, "reference_score": score - paired.difference,
-                         "difference": paired.difference, "low": low, "high": high, "p_value": paired.p_value,
-                         "significant": bool(low > 0 or high < 0), "n_sentences": paired.n_groups,
-                         "n_seeds": int(seed_scores.shape[1]), "interval": method})
+            rows.append(
+                {
+                    **dict(zip(keys, key)),
+                    "metric": metric,
+                    "layer": int(layer),
+                    "reference_layer": best,
+                    "selected_on": SELECTED_ON,
+                    "score": score,
+                    "reference_score": score - paired.difference,
+                    "difference": paired.difference,
+                    "low": low,
+                    "high": high,
+                    "p_value": paired.p_value,
+                    "significant": bool(low > 0 or high < 0),
+                    "n_sentences": paired.n_groups,
+                    "n_seeds": int(seed_scores.shape[1]),
+                    "interval": method,
+                }
+            )
     return pd.DataFrame(rows, columns=LAYER_DIFFERENCE_COLUMNS)
 
 
-BEST_LAYER_COMPARISON_COLUMNS = ["task", "a", "b", "layer_a", "layer_b", "selected_on", "score_a", "score_b",
-                                 "difference", "low", "high", "p_value", "significant", "n_sentences",
-                                 "unmatched_sentences", "n_items", "small_sample", "comparison"]
+BEST_LAYER_COMPARISON_COLUMNS = [
+    "task",
+    "a",
+    "b",
+    "layer_a",
+    "layer_b",
+    "selected_on",
+    "score_a",
+    "score_b",
+    "difference",
+    "low",
+    "high",
+    "p_value",
+    "significant",
+    "n_sentences",
+    "unmatched_sentences",
+    "n_items",
+    "small_sample",
+    "comparison",
+]
 
 
-def compare_best_layers(sentences: pd.DataFrame, summary: pd.DataFrame, by: str, metric: str = "accuracy", *,
-                        confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+def compare_best_layers(
+    sentences: pd.DataFrame,
+    summary: pd.DataFrame,
+    by: str,
+    metric: str = "accuracy",
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Every pair of runs (models, variants: the values of column ``by``) on each task, each at its
     own best layer chosen on dev, paired on the test sentences both were scored on.
 
@@ -279,37 +405,80 @@ def compare_best_layers(sentences: pd.DataFrame, summary: pd.DataFrame, by: str,
     only: with one probe seed per run the seeds' own variation is not in it). ``unmatched_sentences``
     > 0 means the two were not tested on the same sentences. Returns :data:`BEST_LAYER_COMPARISON_COLUMNS`.
     """
-    part = sentences[(sentences["metric"] == metric) & (sentences["mode"] == "per_layer")
-                     & ~sentences["control"].astype(bool)]
+    part = sentences[
+        (sentences["metric"] == metric) & (sentences["mode"] == "per_layer") & ~sentences["control"].astype(bool)
+    ]
     rows = []
     for task, group in part.groupby("task", sort=False):
         chosen = summary[(summary["task"] == task) & summary["best_layer"].notna()].set_index(by)["best_layer"]
         runs = [r for r in dict.fromkeys(group[by]) if r in chosen.index]
         at_best = {r: group[(group[by] == r) & (group["layer"] == int(chosen[r]))] for r in runs}
         for i, a in enumerate(runs):
-            for b in runs[i + 1:]:
+            for b in runs[i + 1 :]:
                 sa, sb = at_best[a], at_best[b]
-                cmp, unmatched = paired_on_shared_groups(sa["sentence"], sa["numerator"], sa["denominator"],
-                                                         sb["sentence"], sb["numerator"], sb["denominator"],
-                                                         confidence=confidence, n_resamples=n_resamples, seed=seed)
+                cmp, unmatched = paired_on_shared_groups(
+                    sa["sentence"],
+                    sa["numerator"],
+                    sa["denominator"],
+                    sb["sentence"],
+                    sb["numerator"],
+                    sb["denominator"],
+                    confidence=confidence,
+                    n_resamples=n_resamples,
+                    seed=seed,
+                )
                 n_items = int(sa[sa["sentence"].isin(sb["sentence"])]["denominator"].sum())
-                rows.append({"task": task, "a": a, "b": b, "layer_a": int(chosen[a]), "layer_b": int(chosen[b]),
-                             "selected_on": SELECTED_ON, "score_a": sa["numerator"].sum() / sa["denominator"].sum(),
-                             "score_b": sb["numerator"].sum() / sb["denominator"].sum(),
-                             "difference": cmp.difference, "low": cmp.low, "high": cmp.high, "p_value": cmp.p_value,
-                             "significant": bool(cmp.low > 0 or cmp.high < 0), "n_sentences": cmp.n_groups,
-                             "unmatched_sentences": unmatched, "n_items": n_items,
-                             "small_sample": is_small_sample(n_items), "comparison": "paired sentence bootstrap"})
+                rows.append(
+                    {
+                        "task": task,
+                        "a": a,
+                        "b": b,
+                        "layer_a": int(chosen[a]),
+                        "layer_b": int(chosen[b]),
+                        "selected_on": SELECTED_ON,
+                        "score_a": sa["numerator"].sum() / sa["denominator"].sum(),
+                        "score_b": sb["numerator"].sum() / sb["denominator"].sum(),
+                        "difference": cmp.difference,
+                        "low": cmp.low,
+                        "high": cmp.high,
+                        "p_value": cmp.p_value,
+                        "significant": bool(cmp.low > 0 or cmp.high < 0),
+                        "n_sentences": cmp.n_groups,
+                        "unmatched_sentences": unmatched,
+                        "n_items": n_items,
+                        "small_sample": is_small_sample(n_items),
+                        "comparison": "paired sentence bootstrap",
+                    }
+                )
     return pd.DataFrame(rows, columns=BEST_LAYER_COMPARISON_COLUMNS)
 
 
-SUMMARY_COLUMNS = ["task", "selected_on", "best_layer", "best_layer_dev_score", "best_layer_score", "best_layer_low",
-                   "best_layer_high", "expected_layer_mix", "mix_score", "mix_low", "mix_high",
-                   "expected_layer_cumulative", "n_seeds", "n_test", "small_sample"]
+SUMMARY_COLUMNS = [
+    "task",
+    "selected_on",
+    "best_layer",
+    "best_layer_dev_score",
+    "best_layer_score",
+    "best_layer_low",
+    "best_layer_high",
+    "expected_layer_mix",
+    "mix_score",
+    "mix_low",
+    "mix_high",
+    "expected_layer_cumulative",
+    "n_seeds",
+    "n_test",
+    "small_sample",
+]
 
 
-def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test", select_on: str = SELECTED_ON,
-              clip_negative: bool = False) -> pd.DataFrame:
+def summarise(
+    df: pd.DataFrame,
+    metric: str = "accuracy",
+    split: str = "test",
+    select_on: str = SELECTED_ON,
+    clip_negative: bool = False,
+) -> pd.DataFrame:
     """Tenney-style Table 1 from :func:`probe_layers` rows of several modes.
 
     One row per task: ``best_layer``, the per-layer probe with the highest mean ``select_on`` (dev)
@@ -323,8 +492,9 @@ def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test", s
     :data:`bertology.uncertainty.MIN_TEST_ITEMS`). Missing modes give NaN. Control rows are ignored.
     """
     if split != "test" or select_on not in ("dev", "test"):
-        raise ConfigError(f"summarise reports the test split chosen on dev or test, got split={split!r}, "
-                          f"select_on={select_on!r}")
+        raise ConfigError(
+            f"summarise reports the test split chosen on dev or test, got split={split!r}, select_on={select_on!r}"
+        )
     d = df[~df["control"].astype(bool)] if "control" in df else df
     rows = []
     for task, t in d.groupby("task"):
@@ -335,10 +505,17 @@ def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test", s
             chooser = "dev_score" if select_on == "dev" and per["dev_score"].notna().any() else "score"
             best = int(per[chooser].idxmax())
             b = per.loc[best]
-            row.update(selected_on="dev" if chooser == "dev_score" else split, best_layer=best,
-                       best_layer_dev_score=b["dev_score"], best_layer_score=b["score"], best_layer_low=b["low"],
-                       best_layer_high=b["high"], n_seeds=b["n_seeds"], n_test=b["n_test"],
-                       small_sample=b["small_sample"])
+            row.update(
+                selected_on="dev" if chooser == "dev_score" else split,
+                best_layer=best,
+                best_layer_dev_score=b["dev_score"],
+                best_layer_score=b["score"],
+                best_layer_low=b["low"],
+                best_layer_high=b["high"],
+                n_seeds=b["n_seeds"],
+                n_test=b["n_test"],
+                small_sample=b["small_sample"],
+            )
         mix = intervals[intervals["mode"] == "mix"]
         if len(mix):
             m = mix.iloc[0]
@@ -351,8 +528,9 @@ def summarise(df: pd.DataFrame, metric: str = "accuracy", split: str = "test", s
         scores = t[(t["metric"] == metric) & (t["split"] == split)]
         cum = scores[scores["mode"] == "cumulative"].groupby("layer")["value"].mean().sort_index()
         if len(cum) > 1:
-            row["expected_layer_cumulative"] = cumulative_expected_layer(cum.values, cum.index.values,
-                                                                         clip_negative=clip_negative)
+            row["expected_layer_cumulative"] = cumulative_expected_layer(
+                cum.values, cum.index.values, clip_negative=clip_negative
+            )
         rows.append(row)
     return _typed(pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS))
 

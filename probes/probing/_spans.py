@@ -27,15 +27,19 @@ def span_index(task: EdgeTask, sentence_offsets: np.ndarray) -> tuple[np.ndarray
     mask = np.zeros((len(spans), n_spans, longest), dtype=bool)
     for i, (e, sp) in enumerate(zip(task.examples, spans)):
         if e.sentence + 1 >= len(offsets):
-            raise TaskError(f"task {task.name!r}: example {i} refers to sentence {e.sentence}, "
-                            f"features hold {len(offsets) - 1} sentences")
+            raise TaskError(
+                f"task {task.name!r}: example {i} refers to sentence {e.sentence}, "
+                f"features hold {len(offsets) - 1} sentences"
+            )
         base, n_words = offsets[e.sentence], offsets[e.sentence + 1] - offsets[e.sentence]
         for s, (start, end) in enumerate(sp):
             if end > n_words:
-                raise TaskError(f"task {task.name!r}: example {i} span [{start}, {end}) outside "
-                                f"sentence {e.sentence} ({n_words} words in the features)")
-            tokens[i, s, :end - start] = np.arange(base + start, base + end)
-            mask[i, s, :end - start] = True
+                raise TaskError(
+                    f"task {task.name!r}: example {i} span [{start}, {end}) outside "
+                    f"sentence {e.sentence} ({n_words} words in the features)"
+                )
+            tokens[i, s, : end - start] = np.arange(base + start, base + end)
+            mask[i, s, : end - start] = True
     return tokens, mask
 
 
@@ -47,8 +51,15 @@ class SpanFeatures:
     gathered once into ``cached [L, n, S, M, D]`` and a batch is one ``index_select``.
     """
 
-    def __init__(self, features: np.ndarray | torch.Tensor, tokens: np.ndarray, mask: np.ndarray,
-                 standardize: bool, device: str, cache_bytes: float = 2e9):
+    def __init__(
+        self,
+        features: np.ndarray | torch.Tensor,
+        tokens: np.ndarray,
+        mask: np.ndarray,
+        standardize: bool,
+        device: str,
+        cache_bytes: float = 2e9,
+    ):
         feats = torch.as_tensor(features)
         if feats.dtype != torch.float32:
             feats = feats.float()
@@ -58,17 +69,19 @@ class SpanFeatures:
         if standardize:
             used = torch.unique(self.tokens[self.mask])
             sample = self.feats[:, used]
-            self.mean = sample.mean(1, keepdim=True)[:, :, None, None, :]      # [L,1,1,1,D]
+            self.mean = sample.mean(1, keepdim=True)[:, :, None, None, :]  # [L,1,1,1,D]
             self.scale = 1.0 / (sample.std(1, keepdim=True)[:, :, None, None, :] + 1e-6)
         else:
             self.mean = self.scale = None
         self.cached: torch.Tensor | None = None
-        self.cached_lowp: torch.Tensor | None = None    # low-precision copy of ``cached``, made once
+        self.cached_lowp: torch.Tensor | None = None  # low-precision copy of ``cached``, made once
         L, D = self.feats.shape[0], self.feats.shape[2]
         if L * self.tokens.numel() * D * 4 <= cache_bytes:
             # gather + standardise every example once; batches are then one index_select
-            chunks = [self._gather(torch.arange(i, min(i + 4096, len(self.tokens)), device=device))
-                      for i in range(0, len(self.tokens), 4096)]
+            chunks = [
+                self._gather(torch.arange(i, min(i + 4096, len(self.tokens)), device=device))
+                for i in range(0, len(self.tokens), 4096)
+            ]
             self.cached = torch.cat(chunks, dim=1).contiguous()
 
     def _gather(self, idx: torch.Tensor) -> torch.Tensor:

@@ -34,38 +34,56 @@ class JointFit:
     """Result of :func:`fit_joint`: the probes (best dev state) and training facts."""
 
     model: JointProbes
-    mix_weights: np.ndarray      # [P, L] softmax weights (one-hot for per-layer probes)
-    gamma: np.ndarray            # [P]
+    mix_weights: np.ndarray  # [P, L] softmax weights (one-hot for per-layer probes)
+    gamma: np.ndarray  # [P]
     epochs: int
-    best_dev_loss: np.ndarray    # [P]
+    best_dev_loss: np.ndarray  # [P]
     seconds: float
 
 
 def _loss(logits: torch.Tensor, y: torch.Tensor, multilabel: bool) -> torch.Tensor:
     """Per-probe mean loss ``[P]`` for logits ``[P, B, K]``."""
     if multilabel:
-        return F.binary_cross_entropy_with_logits(
-            logits, y.expand(logits.shape[0], -1, -1), reduction="none").sum(-1).mean(-1)
+        return (
+            F.binary_cross_entropy_with_logits(logits, y.expand(logits.shape[0], -1, -1), reduction="none")
+            .sum(-1)
+            .mean(-1)
+        )
     P, B, K = logits.shape
     return F.cross_entropy(logits.reshape(P * B, K), y.repeat(P), reduction="none").view(P, B).mean(1)
 
 
-def predict_logits(model: JointProbes, data: SpanFeatures, idx: np.ndarray | torch.Tensor,
-                   batch_size: int = 2048, active: torch.Tensor | None = None) -> torch.Tensor:
+def predict_logits(
+    model: JointProbes,
+    data: SpanFeatures,
+    idx: np.ndarray | torch.Tensor,
+    batch_size: int = 2048,
+    active: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Logits ``[P, n, K]`` for examples ``idx`` (``active``: only those probes)."""
     model.eval()
     idx = torch.as_tensor(idx, device=data.feats.device)
     outs = []
     with torch.no_grad():
         for start in range(0, len(idx), batch_size):
-            g, m = data(idx[start:start + batch_size])
+            g, m = data(idx[start : start + batch_size])
             outs.append(model(g, m, active))
     return torch.cat(outs, dim=1) if outs else torch.zeros(0)
 
 
-def fit_joint(data: SpanFeatures, y: np.ndarray, train_idx: np.ndarray, dev_idx: np.ndarray, *,
-              n_labels: int, mixing: np.ndarray, learned_mix: bool, config: ProbeConfig,
-              seed: int, multilabel: bool = False) -> JointFit:
+def fit_joint(
+    data: SpanFeatures,
+    y: np.ndarray,
+    train_idx: np.ndarray,
+    dev_idx: np.ndarray,
+    *,
+    n_labels: int,
+    mixing: np.ndarray,
+    learned_mix: bool,
+    config: ProbeConfig,
+    seed: int,
+    multilabel: bool = False,
+) -> JointFit:
     """Train ``P = len(mixing)`` probes jointly, early stopping on dev loss.
 
     Linear probes on fixed pooled inputs (width-1 or mean-pooled spans, per-layer or fixed mixing)
@@ -87,8 +105,11 @@ def fit_joint(data: SpanFeatures, y: np.ndarray, train_idx: np.ndarray, dev_idx:
     if _uses_lbfgs(config, learned_mix, data.tokens.shape[2]):
         epochs, best_loss = _fit_lbfgs(data, yt, train, dev, model, mixing, config, multilabel)
         model.eval()
-        weights = (np.eye(L, dtype=np.float32)[np.asarray(mixing).argmax(1)] if model.one_hot
-                   else np.asarray(mixing, dtype=np.float32))
+        weights = (
+            np.eye(L, dtype=np.float32)[np.asarray(mixing).argmax(1)]
+            if model.one_hot
+            else np.asarray(mixing, dtype=np.float32)
+        )
         gamma = np.ones(P, dtype=np.float32)
     else:
         epochs, best_loss = _fit_adam(data, yt, train, dev, model, config, seed, multilabel)
@@ -97,6 +118,7 @@ def fit_joint(data: SpanFeatures, y: np.ndarray, train_idx: np.ndarray, dev_idx:
 
 
 # --- minibatch Adam -------------------------------------------------------------------------------
+
 
 def _fused(device: torch.device) -> dict[str, bool]:
     """``fused=True`` for Adam where torch has the fused kernel (one pass over all parameters
@@ -109,8 +131,9 @@ def _adam(model: JointProbes, config: ProbeConfig, device: torch.device) -> torc
     without weight decay."""
     mix_params = [p for n, p in model.named_parameters() if n in ("mix_logits", "gamma")]
     other = [p for n, p in model.named_parameters() if n not in ("mix_logits", "gamma")]
-    groups = [{"params": other}] + ([{"params": mix_params, "lr": config.mix_lr,
-                                      "weight_decay": 0.0}] if mix_params else [])
+    groups = [{"params": other}] + (
+        [{"params": mix_params, "lr": config.mix_lr, "weight_decay": 0.0}] if mix_params else []
+    )
     return torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay, **_fused(device))
 
 
@@ -122,9 +145,16 @@ def _batch_size(data: SpanFeatures, n_probes: int, config: ProbeConfig) -> int:
     return int(max(32, min(config.batch_size, 64e6 // per_example)))
 
 
-def _fit_adam(data: SpanFeatures, yt: torch.Tensor, train: torch.Tensor, dev: torch.Tensor,
-              model: JointProbes, config: ProbeConfig, seed: int, multilabel: bool
-              ) -> tuple[int, torch.Tensor]:
+def _fit_adam(
+    data: SpanFeatures,
+    yt: torch.Tensor,
+    train: torch.Tensor,
+    dev: torch.Tensor,
+    model: JointProbes,
+    config: ProbeConfig,
+    seed: int,
+    multilabel: bool,
+) -> tuple[int, torch.Tensor]:
     """Train ``model`` with minibatch Adam, early stopping on dev loss per probe.
 
     An epoch passes over the training examples (in a fresh order drawn from ``seed + 1``) at
@@ -145,15 +175,14 @@ def _fit_adam(data: SpanFeatures, yt: torch.Tensor, train: torch.Tensor, dev: to
     best_loss = torch.full((P,), float("inf"), device=device)
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     stale = torch.zeros(P, dtype=torch.long, device=device)
-    active: torch.Tensor | None = None     # probes still training (None: all)
+    active: torch.Tensor | None = None  # probes still training (None: all)
     epoch = 0
-    for epoch in range(1, config.max_epochs + 1):
+    for epoch in range(1, config.max_epochs + 1):  # noqa: B007  (returned: the epochs run)
         # train: one pass (or several, for tiny training sets) in a fresh order
         model.train()
-        order = torch.cat([train[torch.randperm(len(train), generator=gen).to(device)]
-                           for _ in range(repeats)])
+        order = torch.cat([train[torch.randperm(len(train), generator=gen).to(device)] for _ in range(repeats)])
         for start in range(0, len(order), step):
-            batch = order[start:start + step]
+            batch = order[start : start + step]
             g, m = data(batch, lowp)
             with torch.autocast(device.type, dtype=lowp or torch.bfloat16, enabled=lowp is not None):
                 logits = model(g, m, active)

@@ -17,8 +17,16 @@ from bertology.errors import ConfigError
 from bertology.probes.probing.baselines import random_init_baseline
 from bertology.probes.probing.combinations import COMBINATIONS, combine_layers
 from bertology.probes.probing.controls import CONTROL_KEYS, control_keys
-from bertology.probes.probing.edge import (SELECTED_ON, SENTENCE_COLUMNS, ProbeConfig, layer_differences,
-                                           layer_intervals, probe_arrays, probe_layers, summarise)
+from bertology.probes.probing.edge import (
+    SELECTED_ON,
+    SENTENCE_COLUMNS,
+    ProbeConfig,
+    layer_differences,
+    layer_intervals,
+    probe_arrays,
+    probe_layers,
+    summarise,
+)
 from bertology.probes.probing.mdl import online_codelength
 from bertology.probes.probing.tasks import EdgeTask, build_task, read_jsonl
 from bertology.runs import StudyContext, model_corpus_store
@@ -28,7 +36,7 @@ EDGE_PROBING_DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6",
     "corpus": "brown-sample",
     "limit": 1500,
-    "pooling": "first",             # word pooling of the feature store (first subword)
+    "pooling": "first",  # word pooling of the feature store (first subword)
     # pos, xpos, deps, entities (built from `corpus`) or a jiant-style FILE.jsonl (probed on the
     # file's own sentences)
     "tasks": ["pos", "deps", "entities"],
@@ -42,8 +50,8 @@ EDGE_PROBING_DEFAULTS: dict[str, Any] = {
     "probe": "mlp",
     "span_pooling": "attention",
     "max_epochs": 40,
-    "batch_size": 512,              # probe minibatch; 128 reaches 512's accuracy in half the epochs
-    "device": "cpu",                # where the model runs (the store is extracted there) and the probes train: cpu or cuda
+    "batch_size": 512,  # probe minibatch; 128 reaches 512's accuracy in half the epochs
+    "device": "cpu",  # where the model runs (the store is extracted there) and the probes train: cpu or cuda
     "control": True,
     # the word type a control label is fixed for (Hewitt & Liang 2019): "span1" = span 1's text
     # (the word; the dependent for deps), "pair" = (span 1, span 2) texts for two-span tasks
@@ -51,7 +59,7 @@ EDGE_PROBING_DEFAULTS: dict[str, Any] = {
     # E_Delta from the raw cumulative differentials (Tenney et al. 2019a); true = count negative
     # differentials as 0 (the workbench's earlier definition)
     "expected_layer_clip_negative": False,
-    "mdl_tasks": ["pos", "deps", "entities"],              # those of `tasks` that also get MDL
+    "mdl_tasks": ["pos", "deps", "entities"],  # those of `tasks` that also get MDL
     "random_baseline_tasks": ["pos", "deps", "entities"],  # ... and a random-encoder baseline
     "seed": 0,
 }
@@ -63,7 +71,7 @@ FEATURE_COMBINATIONS_DEFAULTS: dict[str, Any] = {
     "pooling": "first",
     "tasks": ["entities", "pos"],
     "seeds": [0, 1, 2],
-    "split": "fixed",               # as edge_probing's `split`
+    "split": "fixed",  # as edge_probing's `split`
     "probe": "mlp",
     "span_pooling": "attention",
     "max_epochs": 40,
@@ -78,7 +86,7 @@ def probe_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     settings = {"max_epochs": cfg["max_epochs"], "probe": cfg["probe"], "pooling": cfg["span_pooling"]}
     if cfg.get("batch_size") is not None:
         settings["batch_size"] = int(cfg["batch_size"])
-    if cfg.get("device") is not None:   # "auto" (and a missing GPU, as an error) resolved here
+    if cfg.get("device") is not None:  # "auto" (and a missing GPU, as an error) resolved here
         from bertology.models import resolve_device
 
         settings["device"] = str(resolve_device(cfg["device"]))
@@ -112,8 +120,14 @@ def corpus_for_task_file(task: EdgeTask) -> Any:
 
 
 def _corpus_info(corpus: Any) -> dict[str, Any]:
-    return {"name": corpus.name, "fingerprint": corpus.fingerprint, "sentences": len(corpus),
-            "words": corpus.n_words, "sources": corpus.sources, "licence": corpus.licence}
+    return {
+        "name": corpus.name,
+        "fingerprint": corpus.fingerprint,
+        "sentences": len(corpus),
+        "words": corpus.n_words,
+        "sources": corpus.sources,
+        "licence": corpus.licence,
+    }
 
 
 def task_inputs(ctx: StudyContext) -> tuple[Any, dict[str, tuple[EdgeTask, Any, Any]]]:
@@ -142,8 +156,9 @@ def task_inputs(ctx: StudyContext) -> tuple[Any, dict[str, tuple[EdgeTask, Any, 
                 from bertology.models import load_model
 
                 lm = load_model(cfg["model"], attentions=True)
-                ctx.record(model={"name": lm.name, "path": str(lm.path) if lm.path else None,
-                                  "fingerprint": lm.fingerprint})
+                ctx.record(
+                    model={"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint}
+                )
             task_corpus = corpus_for_task_file(task)
             task_store = extract(lm, task_corpus, attentions=False, pooling=cfg.get("pooling", "first"))
             file_corpora[name] = _corpus_info(task_corpus) | {"store": str(task_store.path)}
@@ -155,8 +170,12 @@ def task_inputs(ctx: StudyContext) -> tuple[Any, dict[str, tuple[EdgeTask, Any, 
         if corpus is None:
             first = next(iter(file_corpora.values()))
             ctx.record(corpus={k: v for k, v in first.items() if k != "store"}, store=first["store"])
-    ctx.record(tasks={name: {"name": t.name, "source": t.source, "examples": len(t), "labels": len(t.labels)}
-                      for name, (t, _, _) in inputs.items()})
+    ctx.record(
+        tasks={
+            name: {"name": t.name, "source": t.source, "examples": len(t), "labels": len(t.labels)}
+            for name, (t, _, _) in inputs.items()
+        }
+    )
     return lm, inputs
 
 
@@ -190,31 +209,52 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
 
     def scores() -> dict[str, pd.DataFrame]:
         frames, sentence_frames = [], []
-        for name, (task, corpus, store) in inputs.items():
+        for task, corpus, store in inputs.values():
             for mode in cfg["modes"]:
-                ctx.log(f"    {task.name} / {mode}: {len(seeds)} seed(s) x every layer"
-                        + (" + control task" if cfg["control"] and mode == "per_layer" else ""))
-                scores_, sentences = probe_layers(store, corpus, task, mode=mode, seeds=seeds, split_seed=splits,
-                                                  control=cfg["control"] and mode == "per_layer",
-                                                  control_key=cfg["control_key"], test_sentences=True, **settings)
+                ctx.log(
+                    f"    {task.name} / {mode}: {len(seeds)} seed(s) x every layer"
+                    + (" + control task" if cfg["control"] and mode == "per_layer" else "")
+                )
+                scores_, sentences = probe_layers(
+                    store,
+                    corpus,
+                    task,
+                    mode=mode,
+                    seeds=seeds,
+                    split_seed=splits,
+                    control=cfg["control"] and mode == "per_layer",
+                    control_key=cfg["control_key"],
+                    test_sentences=True,
+                    **settings,
+                )
                 frames.append(scores_)
                 if mode == "per_layer":
                     sentence_frames.append(sentences)
-        return {"layer_scores": pd.concat(frames, ignore_index=True),
-                "test_sentences": pd.concat(sentence_frames, ignore_index=True) if sentence_frames
-                else pd.DataFrame(columns=SENTENCE_COLUMNS)}
+        return {
+            "layer_scores": pd.concat(frames, ignore_index=True),
+            "test_sentences": pd.concat(sentence_frames, ignore_index=True)
+            if sentence_frames
+            else pd.DataFrame(columns=SENTENCE_COLUMNS),
+        }
 
     tables = ctx.steps(["layer_scores", "test_sentences"], scores)
     df = tables["layer_scores"]
     intervals = ctx.step("layer_intervals", lambda: layer_intervals(df[~df["control"].astype(bool)]))
     ctx.step("layer_differences", lambda: layer_differences(tables["test_sentences"], intervals))
     ctx.step("summary", lambda: summarise(df, clip_negative=cfg["expected_layer_clip_negative"]))
-    ctx.step("mix_weights", lambda: df[df["metric"] == "mix_weight"].rename(columns={"value": "weight"})
-             [["task", "layer", "seed", "weight"]].reset_index(drop=True))
+    ctx.step(
+        "mix_weights",
+        lambda: (
+            df[df["metric"] == "mix_weight"]
+            .rename(columns={"value": "weight"})[["task", "layer", "seed", "weight"]]
+            .reset_index(drop=True)
+        ),
+    )
     if cfg["control"]:
         ctx.step("controls", lambda: controls_table(df, inputs, cfg["control_key"]))
     mdl_tasks = [t for t in cfg["mdl_tasks"] if t in inputs]
     if mdl_tasks:
+
         def mdl() -> pd.DataFrame:
             config = ProbeConfig(**settings)
             feats: dict[int, Any] = {}  # one read of each store's layers (tasks of one corpus share it)
@@ -224,20 +264,30 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
                 ctx.log(f"    {task.name} / MDL online codelength (every layer)")
                 if id(store) not in feats:
                     feats[id(store)] = store.layers()
-                frames.append(online_codelength(feats[id(store)], store.sentence_offsets, task, seeds=seeds[:1],
-                                                config=config))
+                frames.append(
+                    online_codelength(feats[id(store)], store.sentence_offsets, task, seeds=seeds[:1], config=config)
+                )
             out = pd.concat(frames, ignore_index=True)
             return out[out["metric"].isin(["online_bits", "uniform_bits", "compression"])].reset_index(drop=True)
+
         ctx.step("mdl", mdl)
     baseline_tasks = [t for t in cfg["random_baseline_tasks"] if t in inputs]
     if baseline_tasks:
-        ctx.log(f"    random-init baseline: {', '.join(baseline_tasks)} (a fresh extraction of a randomly "
-                "initialised copy)")
-        ctx.step("random_baseline", lambda: pd.concat(
-            [random_init_baseline(lm, inputs[t][1], inputs[t][0], seed=ctx.seed, seeds=seeds[:1],
-                                  split_seed=splits, **settings)
-             for t in baseline_tasks],
-            ignore_index=True))
+        ctx.log(
+            f"    random-init baseline: {', '.join(baseline_tasks)} (a fresh extraction of a randomly initialised copy)"
+        )
+        ctx.step(
+            "random_baseline",
+            lambda: pd.concat(
+                [
+                    random_init_baseline(
+                        lm, inputs[t][1], inputs[t][0], seed=ctx.seed, seeds=seeds[:1], split_seed=splits, **settings
+                    )
+                    for t in baseline_tasks
+                ],
+                ignore_index=True,
+            ),
+        )
 
 
 def controls_table(df: pd.DataFrame, inputs: dict[str, tuple[EdgeTask, Any, Any]], key: str) -> pd.DataFrame:
@@ -246,10 +296,21 @@ def controls_table(df: pd.DataFrame, inputs: dict[str, tuple[EdgeTask, Any, Any]
     ``control_key``, ``control_key_types`` and ``control_key_seen_share`` of each task, and
     ``n_test``, ``small_sample`` (the task's test examples, :func:`bertology.uncertainty.is_small_sample`)."""
     test = df[(df["split"] == "test") & (df["mode"] == "per_layer")]
-    out = (test[test["metric"].isin(["selectivity", "accuracy"])]
-           .groupby(["task", "layer", "control", "metric"], as_index=False)["value"].mean())
-    n_test = df[(df["split"] == "interval") & (df["metric"] == "n_test") & ~df["control"].astype(bool)
-                & (df["mode"] == "per_layer")].groupby("task")["value"].min()
+    out = (
+        test[test["metric"].isin(["selectivity", "accuracy"])]
+        .groupby(["task", "layer", "control", "metric"], as_index=False)["value"]
+        .mean()
+    )
+    n_test = (
+        df[
+            (df["split"] == "interval")
+            & (df["metric"] == "n_test")
+            & ~df["control"].astype(bool)
+            & (df["mode"] == "per_layer")
+        ]
+        .groupby("task")["value"]
+        .min()
+    )
     seen = df[df["metric"] == "control_key_seen_share"].groupby("task")["value"].mean()
     types = {}
     for task, corpus, _ in inputs.values():
@@ -259,7 +320,9 @@ def controls_table(df: pd.DataFrame, inputs: dict[str, tuple[EdgeTask, Any, Any]
     out["control_key_types"] = out["task"].map(types).astype("Int64")
     out["control_key_seen_share"] = out["task"].map(seen).astype(float)
     out["n_test"] = out["task"].map(n_test).astype("Int64")
-    out["small_sample"] = out["n_test"].map(lambda n: pd.NA if pd.isna(n) else is_small_sample(int(n))).astype("boolean")
+    out["small_sample"] = (
+        out["n_test"].map(lambda n: pd.NA if pd.isna(n) else is_small_sample(int(n))).astype("boolean")
+    )
     return out
 
 
@@ -281,16 +344,28 @@ def feature_combinations_analysis(ctx: StudyContext) -> None:
             feats = combine_layers(layers, name)[None]  # [1, n_words, dim']
             for task_name in cfg["tasks"]:
                 task = build_task(corpus, task_name)
-                df = probe_arrays(feats, store.sentence_offsets, task, seeds=[int(s) for s in cfg["seeds"]],
-                                  split_seed=splits,
-                                  config=ProbeConfig(probe=cfg["probe"], pooling=cfg["span_pooling"],
-                                                     max_epochs=cfg["max_epochs"],
-                                                     batch_size=int(cfg["batch_size"])))
+                df = probe_arrays(
+                    feats,
+                    store.sentence_offsets,
+                    task,
+                    seeds=[int(s) for s in cfg["seeds"]],
+                    split_seed=splits,
+                    config=ProbeConfig(
+                        probe=cfg["probe"],
+                        pooling=cfg["span_pooling"],
+                        max_epochs=cfg["max_epochs"],
+                        batch_size=int(cfg["batch_size"]),
+                    ),
+                )
                 frames.append(df.assign(combination=name, description=COMBINATIONS[name]))
         df = pd.concat(frames, ignore_index=True)
         test = df[(df["split"] == "test") & df["metric"].isin(["accuracy", "micro_f1", "macro_f1"])]
-        return {"combinations": test[["combination", "description", "task", "seed", "metric", "value"]]
-                .reset_index(drop=True), "combination_summary": combination_summary(df)}
+        return {
+            "combinations": test[["combination", "description", "task", "seed", "metric", "value"]].reset_index(
+                drop=True
+            ),
+            "combination_summary": combination_summary(df),
+        }
 
     ctx.steps(["combinations", "combination_summary"], combos)
 
@@ -313,7 +388,17 @@ def combination_summary(df: pd.DataFrame, metric: str = "accuracy") -> pd.DataFr
     return out[first + [c for c in out.columns if c not in first]]
 
 
-__all__ = ["EDGE_PROBING_DEFAULTS", "FEATURE_COMBINATIONS_DEFAULTS", "edge_probing_analysis", "controls_table",
-           "combination_summary", "split_seed", "SPLITS",
-           "feature_combinations_analysis", "probe_settings", "corpus_for_task_file", "is_task_file",
-           "task_inputs"]
+__all__ = [
+    "EDGE_PROBING_DEFAULTS",
+    "FEATURE_COMBINATIONS_DEFAULTS",
+    "edge_probing_analysis",
+    "controls_table",
+    "combination_summary",
+    "split_seed",
+    "SPLITS",
+    "feature_combinations_analysis",
+    "probe_settings",
+    "corpus_for_task_file",
+    "is_task_file",
+    "task_inputs",
+]

@@ -11,7 +11,8 @@ predictions at once); the choice of words is seeded.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,8 +29,9 @@ def _single_piece_words(tokenizer: Any, words: Sequence[str]) -> list[int]:
     return [i for i, c in enumerate(counts) if c == 1 and any(ch.isalpha() for ch in words[i])]
 
 
-def cloze_predictions(lm: Any, sentences: Sequence[Any], *, words_per_sentence: int = 1, k: int = 5,
-                      seed: int = 0, max_length: int = 128) -> pd.DataFrame:
+def cloze_predictions(
+    lm: Any, sentences: Sequence[Any], *, words_per_sentence: int = 1, k: int = 5, seed: int = 0, max_length: int = 128
+) -> pd.DataFrame:
     """Mask single-piece words and list the model's top ``k`` predictions.
 
     ``lm``: a ``LoadedModel`` loaded with ``mlm_head=True``; ``sentences``: ``Sentence`` objects
@@ -55,13 +57,15 @@ def cloze_predictions(lm: Any, sentences: Sequence[Any], *, words_per_sentence: 
         for position in chosen:
             masked_words = list(words)
             masked_words[position] = tok.mask_token
-            enc = tok(masked_words, is_split_into_words=True, truncation=True, max_length=max_length,
-                      return_tensors="pt")
+            enc = tok(
+                masked_words, is_split_into_words=True, truncation=True, max_length=max_length, return_tensors="pt"
+            )
             where = (enc["input_ids"][0] == tok.mask_token_id).nonzero().flatten()
             if len(where) != 1:
                 continue
-            inputs = {k_: v.to(device) for k_, v in enc.items() if k_ in ("input_ids", "attention_mask",
-                                                                           "token_type_ids")}
+            inputs = {
+                k_: v.to(device) for k_, v in enc.items() if k_ in ("input_ids", "attention_mask", "token_type_ids")
+            }
             with torch.inference_mode():
                 logits = model(**inputs).logits[0, int(where[0])].float()
             probs = torch.softmax(logits, -1)
@@ -70,11 +74,21 @@ def cloze_predictions(lm: Any, sentences: Sequence[Any], *, words_per_sentence: 
             text = " ".join(w if i != position else "___" for i, w in enumerate(words))
             for rank, (p, idx) in enumerate(zip(top.values.tolist(), top.indices.tolist()), 1):
                 token = tok.convert_ids_to_tokens(idx)
-                rows.append({"sentence": getattr(sentence, "sent_id", str(s_index)), "position": int(position),
-                             "masked": words[position], "text": text, "rank": rank, "prediction": token,
-                             "probability": float(p), "correct": token == target})
-    return pd.DataFrame(rows, columns=["sentence", "position", "masked", "text", "rank", "prediction",
-                                       "probability", "correct"])
+                rows.append(
+                    {
+                        "sentence": getattr(sentence, "sent_id", str(s_index)),
+                        "position": int(position),
+                        "masked": words[position],
+                        "text": text,
+                        "rank": rank,
+                        "prediction": token,
+                        "probability": float(p),
+                        "correct": token == target,
+                    }
+                )
+    return pd.DataFrame(
+        rows, columns=["sentence", "position", "masked", "text", "rank", "prediction", "probability", "correct"]
+    )
 
 
 def cloze_accuracy(predictions: pd.DataFrame) -> dict[str, float]:

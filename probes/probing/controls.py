@@ -21,7 +21,7 @@ key occurs among the training examples.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ CONTROL_KEYS = ("span1", "pair")
 
 
 def _type_key(words: Sequence[str], span: tuple[int, int]) -> str:
-    return " ".join(words[span[0]:span[1]])
+    return " ".join(words[span[0] : span[1]])
 
 
 def _check_key(key: str) -> None:
@@ -47,8 +47,9 @@ def control_keys(task: EdgeTask, words: Sequence[Sequence[str]], key: str = "spa
     Single-span tasks have the same keys under both."""
     _check_key(key)
     if len(words) < task.n_sentences:
-        raise TaskError(f"control task for {task.name!r}: {len(words)} sentences of words, "
-                        f"task needs {task.n_sentences}")
+        raise TaskError(
+            f"control task for {task.name!r}: {len(words)} sentences of words, task needs {task.n_sentences}"
+        )
     keys = []
     for e in task.examples:
         k = _type_key(words[e.sentence], e.span1)
@@ -72,12 +73,16 @@ def control_task(task: EdgeTask, words: Sequence[Sequence[str]], seed: int = 0, 
     types = sorted(set(keys))
     draws = np.random.default_rng(seed).choice(len(labels), size=len(types), p=probs)
     assigned = {t: labels[d] for t, d in zip(types, draws)}
-    return task.with_labels([(assigned[k],) for k in keys], name=f"{task.name}-control",
-                            source=f"control (Hewitt & Liang 2019, key {key}) of {task.source}, seed {seed}")
+    return task.with_labels(
+        [(assigned[k],) for k in keys],
+        name=f"{task.name}-control",
+        source=f"control (Hewitt & Liang 2019, key {key}) of {task.source}, seed {seed}",
+    )
 
 
-def control_key_seen_share(task: EdgeTask, words: Sequence[Sequence[str]], split: dict[str, np.ndarray],
-                           key: str = "span1", part: str = "test") -> float:
+def control_key_seen_share(
+    task: EdgeTask, words: Sequence[Sequence[str]], split: dict[str, np.ndarray], key: str = "span1", part: str = "test"
+) -> float:
     """Share of the ``part`` examples (default test) whose control key occurs among the training
     examples of ``split`` (``{"train": idx, part: idx}``, e.g. :func:`split_by_sentence`); NaN if
     ``part`` is empty. A probe can only get an unseen key's control label right by chance."""

@@ -49,19 +49,63 @@ from __future__ import annotations
 from bertology.probes.probing._config import ProbeConfig
 from bertology.probes.probing._estimator import EdgeProbe, pooled_features
 from bertology.probes.probing._model import MODES, JointProbes, mixing_spec
-from bertology.probes.probing._runners import (SCORE_COLUMNS, SENTENCE_COLUMNS, label_matrix, layer_features,
-                                               probe_arrays, probe_layers)
-from bertology.probes.probing._scores import (INTERVAL_METRICS, SELECTED_ON, classification_metrics,
-                                              compare_best_layers, confidence_intervals, cumulative_deltas,
-                                              cumulative_expected_layer, expected_layer, item_statistics,
-                                              layer_differences, layer_intervals, seed_and_sentence_interval,
-                                              sentence_sums, summarise)
+from bertology.probes.probing._runners import (
+    SCORE_COLUMNS,
+    SENTENCE_COLUMNS,
+    label_matrix,
+    layer_features,
+    probe_arrays,
+    probe_layers,
+)
+from bertology.probes.probing._scores import (
+    INTERVAL_METRICS,
+    SELECTED_ON,
+    classification_metrics,
+    compare_best_layers,
+    confidence_intervals,
+    cumulative_deltas,
+    cumulative_expected_layer,
+    expected_layer,
+    item_statistics,
+    layer_differences,
+    layer_intervals,
+    seed_and_sentence_interval,
+    sentence_sums,
+    summarise,
+)
 from bertology.probes.probing._spans import SpanFeatures, span_index
 from bertology.probes.probing._training import JointFit, fit_joint, predict_logits
 
-__all__ = ["ProbeConfig", "SpanFeatures", "JointProbes", "JointFit", "EdgeProbe", "fit_joint", "predict_logits",
-           "span_index", "mixing_spec", "MODES", "classification_metrics", "label_matrix", "layer_features",
-           "probe_arrays", "probe_layers", "SCORE_COLUMNS", "expected_layer", "cumulative_deltas",
-           "cumulative_expected_layer", "confidence_intervals", "summarise", "pooled_features",
-           "INTERVAL_METRICS", "SELECTED_ON", "item_statistics", "layer_intervals", "seed_and_sentence_interval",
-           "sentence_sums", "layer_differences", "compare_best_layers", "SENTENCE_COLUMNS"]
+__all__ = [
+    "ProbeConfig",
+    "SpanFeatures",
+    "JointProbes",
+    "JointFit",
+    "EdgeProbe",
+    "fit_joint",
+    "predict_logits",
+    "span_index",
+    "mixing_spec",
+    "MODES",
+    "classification_metrics",
+    "label_matrix",
+    "layer_features",
+    "probe_arrays",
+    "probe_layers",
+    "SCORE_COLUMNS",
+    "expected_layer",
+    "cumulative_deltas",
+    "cumulative_expected_layer",
+    "confidence_intervals",
+    "summarise",
+    "pooled_features",
+    "INTERVAL_METRICS",
+    "SELECTED_ON",
+    "item_statistics",
+    "layer_intervals",
+    "seed_and_sentence_interval",
+    "sentence_sums",
+    "layer_differences",
+    "compare_best_layers",
+    "SENTENCE_COLUMNS",
+]

@@ -10,8 +10,9 @@ and the sentence split are the same for every model, so the differences are the 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -21,9 +22,16 @@ PROBE_COLUMNS = ["mode", "probe_task", "layer", "split", "accuracy"]
 TYPE_COLUMNS = ["mode", "layer", "head", "type_before", "type_after", "changed"]
 
 
-def probes_and_head_types(models: Sequence[tuple[str, Any]], corpus: Any, *, probe_tasks: Sequence[str] = ("pos",),
-                          head_types: bool = True, seed: int = 0, root: str | Path | None = None,
-                          log=lambda _m: None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def probes_and_head_types(
+    models: Sequence[tuple[str, Any]],
+    corpus: Any,
+    *,
+    probe_tasks: Sequence[str] = ("pos",),
+    head_types: bool = True,
+    seed: int = 0,
+    root: str | Path | None = None,
+    log=lambda _m: None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(probes, types)`` for ``models`` (``(label, registry name or directory)``, the first the
     reference) over ``corpus``.
 
@@ -48,8 +56,17 @@ def probes_and_head_types(models: Sequence[tuple[str, Any]], corpus: Any, *, pro
             for task in probe_tasks:
                 df = probe_layers(store, corpus, task, seeds=(int(seed),), split_seed=int(seed), probe="linear")
                 df = df[(df["metric"] == "accuracy") & df["split"].isin(["dev", "test"]) & ~df["control"].astype(bool)]
-                probes.append(pd.DataFrame({"mode": label, "probe_task": task, "layer": df["layer"].to_numpy(),
-                                            "split": df["split"].to_numpy(), "accuracy": df["value"].to_numpy()}))
+                probes.append(
+                    pd.DataFrame(
+                        {
+                            "mode": label,
+                            "probe_task": task,
+                            "layer": df["layer"].to_numpy(),
+                            "split": df["split"].to_numpy(),
+                            "accuracy": df["value"].to_numpy(),
+                        }
+                    )
+                )
             if head_types:
                 table = head_type_table(store, corpus)[["layer", "head", "type"]]
                 if reference is None:
@@ -57,5 +74,7 @@ def probes_and_head_types(models: Sequence[tuple[str, Any]], corpus: Any, *, pro
                 else:
                     merged = reference.merge(table.rename(columns={"type": "type_after"}), on=["layer", "head"])
                     types.append(merged.assign(mode=label, changed=merged["type_before"] != merged["type_after"]))
-    return (pd.concat(probes, ignore_index=True)[PROBE_COLUMNS] if probes else pd.DataFrame(columns=PROBE_COLUMNS),
-            pd.concat(types, ignore_index=True)[TYPE_COLUMNS] if types else pd.DataFrame(columns=TYPE_COLUMNS))
+    return (
+        pd.concat(probes, ignore_index=True)[PROBE_COLUMNS] if probes else pd.DataFrame(columns=PROBE_COLUMNS),
+        pd.concat(types, ignore_index=True)[TYPE_COLUMNS] if types else pd.DataFrame(columns=TYPE_COLUMNS),
+    )

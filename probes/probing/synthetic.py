@@ -14,15 +14,23 @@ from bertology.probes.probing.tasks import EdgeExample, EdgeTask
 
 @dataclass
 class PlantedData:
-    features: np.ndarray          # [L, n_words, D] float32
+    features: np.ndarray  # [L, n_words, D] float32
     sentence_offsets: np.ndarray  # [n_sentences + 1]
-    words: list[list[str]]        # word strings (a word's type determines nothing unless asked)
+    words: list[list[str]]  # word strings (a word's type determines nothing unless asked)
     task: EdgeTask
 
 
-def planted_task(n_layers: int = 4, n_words: int = 2000, dim: int = 16, n_labels: int = 4,
-                 signal_layers: dict[int, float] | None = None, n_spans: int = 1,
-                 max_span: int = 1, vocab: int = 500, seed: int = 0) -> PlantedData:
+def planted_task(
+    n_layers: int = 4,
+    n_words: int = 2000,
+    dim: int = 16,
+    n_labels: int = 4,
+    signal_layers: dict[int, float] | None = None,
+    n_spans: int = 1,
+    max_span: int = 1,
+    vocab: int = 500,
+    seed: int = 0,
+) -> PlantedData:
     """Random sentences (5..14 words) with one example per word (span 1 starts there).
 
     Labels are uniform over ``n_labels``. Features are N(0, 1) noise; layer ``l`` in
@@ -66,8 +74,8 @@ def planted_task(n_layers: int = 4, n_words: int = 2000, dim: int = 16, n_labels
         base = offsets[e.sentence]
         lab = hidden[base + e.span1[0]]
         for layer, strength in signal_layers.items():
-            features[layer, base + e.span1[0]:base + e.span1[1]] = (
-                rng.normal(size=(e.span1[1] - e.span1[0], dim)) + strength * centres[lab])
-    task = EdgeTask("planted", examples, sorted({e.labels[0] for e in examples}), "synthetic",
-                    n_sentences=len(lengths))
+            features[layer, base + e.span1[0] : base + e.span1[1]] = (
+                rng.normal(size=(e.span1[1] - e.span1[0], dim)) + strength * centres[lab]
+            )
+    task = EdgeTask("planted", examples, sorted({e.labels[0] for e in examples}), "synthetic", n_sentences=len(lengths))
     return PlantedData(features, offsets, words, task)

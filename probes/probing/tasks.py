@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,8 +68,9 @@ class EdgeTask:
 
     def __post_init__(self) -> None:
         if not self.n_sentences:
-            self.n_sentences = (max((e.sentence for e in self.examples), default=-1) + 1
-                                if self.words is None else len(self.words))
+            self.n_sentences = (
+                max((e.sentence for e in self.examples), default=-1) + 1 if self.words is None else len(self.words)
+            )
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -95,21 +97,20 @@ class EdgeTask:
         """``[n]`` sentence index of each example."""
         return np.array([e.sentence for e in self.examples], dtype=np.int64)
 
-    def with_labels(self, labels: Sequence[Sequence[str]], name: str, source: str) -> "EdgeTask":
+    def with_labels(self, labels: Sequence[Sequence[str]], name: str, source: str) -> EdgeTask:
         """Same spans, new labels (used by control tasks)."""
-        examples = [EdgeExample(e.sentence, e.span1, e.span2, tuple(lab))
-                    for e, lab in zip(self.examples, labels)]
+        examples = [EdgeExample(e.sentence, e.span1, e.span2, tuple(lab)) for e, lab in zip(self.examples, labels)]
         vocab = sorted({lab for labs in labels for lab in labs})
         return EdgeTask(name, examples, vocab, source, self.multilabel, self.words, self.n_sentences)
 
-    def subset(self, indices: Iterable[int]) -> "EdgeTask":
+    def subset(self, indices: Iterable[int]) -> EdgeTask:
         examples = [self.examples[i] for i in indices]
-        return EdgeTask(self.name, examples, self.labels, self.source, self.multilabel, self.words,
-                        self.n_sentences)
+        return EdgeTask(self.name, examples, self.labels, self.source, self.multilabel, self.words, self.n_sentences)
 
 
-def _make(name: str, examples: list[EdgeExample], source: str, n_sentences: int,
-          words: list[list[str]] | None = None) -> EdgeTask:
+def _make(
+    name: str, examples: list[EdgeExample], source: str, n_sentences: int, words: list[list[str]] | None = None
+) -> EdgeTask:
     if not examples:
         raise TaskError(f"task {name!r}: no examples (is the annotation layer present?)")
     vocab = sorted({lab for e in examples for lab in e.labels})
@@ -129,8 +130,9 @@ def _token_task(corpus: Any, attr: str, name: str) -> EdgeTask:
         if tags is None:
             continue
         if len(tags) != len(sent.words):
-            raise TaskError(f"sentence {getattr(sent, 'sent_id', s)}: {len(tags)} {attr} tags "
-                            f"for {len(sent.words)} words")
+            raise TaskError(
+                f"sentence {getattr(sent, 'sent_id', s)}: {len(tags)} {attr} tags for {len(sent.words)} words"
+            )
         examples += [EdgeExample(s, (i, i + 1), None, (tag,)) for i, tag in enumerate(tags)]
     return _make(name, examples, _source(corpus, attr), len(corpus.sentences))
 
@@ -156,8 +158,7 @@ def deps_task(corpus: Any) -> EdgeTask:
             if head == 0:
                 continue
             if not 1 <= head <= n:
-                raise TaskError(f"sentence {getattr(sent, 'sent_id', s)} word {i + 1}: head {head} "
-                                f"outside 0..{n}")
+                raise TaskError(f"sentence {getattr(sent, 'sent_id', s)} word {i + 1}: head {head} outside 0..{n}")
             examples.append(EdgeExample(s, (i, i + 1), (head - 1, head), (rel,)))
     return _make("deps", examples, _source(corpus, "deps"), len(corpus.sentences))
 
@@ -168,8 +169,10 @@ def entities_task(corpus: Any) -> EdgeTask:
     for s, sent in enumerate(corpus.sentences):
         for ent in sent.entities or ():
             if not 0 <= ent.start < ent.end <= len(sent.words):
-                raise TaskError(f"sentence {getattr(sent, 'sent_id', s)}: entity span "
-                                f"[{ent.start}, {ent.end}) outside {len(sent.words)} words")
+                raise TaskError(
+                    f"sentence {getattr(sent, 'sent_id', s)}: entity span "
+                    f"[{ent.start}, {ent.end}) outside {len(sent.words)} words"
+                )
             examples.append(EdgeExample(s, (ent.start, ent.end), None, (ent.label,)))
     return _make("entities", examples, _source(corpus, "entities"), len(corpus.sentences))
 
@@ -188,9 +191,13 @@ def build_task(corpus: Any, name: str) -> EdgeTask:
 
 # --- JSONL ------------------------------------------------------------------------------------
 
+
 def _span(value: Any, n_words: int, where: str) -> Span:
-    if (not isinstance(value, (list, tuple)) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+    if (
+        not isinstance(value, (list, tuple))
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         raise TaskError(f"{where}: span must be [start, end] integers, got {value!r}")
     start, end = value
     if not 0 <= start < end <= n_words:
@@ -230,8 +237,7 @@ def read_jsonl(path: str | Path, name: str | None = None, source: str = "gold: u
             span2 = _span(target["span2"], len(sent_words), f"{twhere} span2") if has2 else None
             label = target["label"]
             labels = (label,) if isinstance(label, str) else label
-            if (not isinstance(labels, (list, tuple)) or not labels
-                    or not all(isinstance(lab, str) for lab in labels)):
+            if not isinstance(labels, (list, tuple)) or not labels or not all(isinstance(lab, str) for lab in labels):
                 raise TaskError(f"{twhere}: 'label' must be a string or a non-empty list of strings")
             examples.append(EdgeExample(s, span1, span2, tuple(labels)))
     if not examples:
@@ -258,15 +264,16 @@ def write_jsonl(task: EdgeTask, path: str | Path, words: Sequence[Sequence[str]]
     for s, sent_words in enumerate(words):
         if any(" " in w or w == "" for w in sent_words):
             raise TaskError(f"sentence {s}: words must be non-empty and contain no spaces")
-        lines.append(json.dumps({"text": " ".join(sent_words), "targets": by_sentence.get(s, [])},
-                                ensure_ascii=False))
+        lines.append(json.dumps({"text": " ".join(sent_words), "targets": by_sentence.get(s, [])}, ensure_ascii=False))
     write_text(path, "\n".join(lines) + "\n")
 
 
 # --- splits and summaries ---------------------------------------------------------------------
 
-def split_by_sentence(task: EdgeTask, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
-                      seed: int = 0) -> dict[str, np.ndarray]:
+
+def split_by_sentence(
+    task: EdgeTask, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1), seed: int = 0
+) -> dict[str, np.ndarray]:
     """Seeded train/dev/test split of example indices, whole sentences kept together.
 
     Returns ``{"train": idx, "dev": idx, "test": idx}`` (int64 arrays of example indices).
@@ -284,8 +291,7 @@ def split_by_sentence(task: EdgeTask, fractions: tuple[float, float, float] = (0
     n_train = n - n_dev - n_test
     if n_train < 1:
         n_dev, n_test, n_train = 1, 1, n - 2
-    parts = {"train": order[:n_train], "dev": order[n_train:n_train + n_dev],
-             "test": order[n_train + n_dev:]}
+    parts = {"train": order[:n_train], "dev": order[n_train : n_train + n_dev], "test": order[n_train + n_dev :]}
     return {k: np.flatnonzero(np.isin(sent, v)) for k, v in parts.items()}
 
 

@@ -21,13 +21,13 @@ app = typer.Typer(
 )
 
 COMMAND_MODULES = (
-    "bertology.cli.core",        # models, corpus, annotate, extract
-    "bertology.cli.pretrain",    # pretrain, tokenizer
-    "bertology.cli.finetune",    # finetune
-    "bertology.cli.probe",       # probe
-    "bertology.cli.heads",       # heads, prune
+    "bertology.cli.core",  # models, corpus, annotate, extract
+    "bertology.cli.pretrain",  # pretrain, tokenizer
+    "bertology.cli.finetune",  # finetune
+    "bertology.cli.probe",  # probe
+    "bertology.cli.heads",  # heads, prune
     "bertology.cli.embeddings",  # embeddings, align
-    "bertology.cli.study",       # study run / study list, dashboard
+    "bertology.cli.study",  # study run / study list, dashboard
 )
 
 for _module_name in COMMAND_MODULES:
@@ -53,5 +53,3 @@ def main() -> None:
         if type(exc).__name__ == "Abort":
             sys.exit(1)
         raise
-
-

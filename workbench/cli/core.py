@@ -8,7 +8,9 @@ from typing import Any, Optional
 import typer
 
 
-def quick_overrides(quick: dict[str, Any], given: dict[str, Any], full: bool, what: str | None = None) -> dict[str, Any]:
+def quick_overrides(
+    quick: dict[str, Any], given: dict[str, Any], full: bool, what: str | None = None
+) -> dict[str, Any]:
     """The config overrides of an analysis command: the options ``given``, over the command's quick
     defaults ``quick`` unless ``full`` (then the study's own config fills the rest). When a quick
     default is used, says so on the terminal -- ``what`` it is (default: the quick fields not given)
@@ -50,6 +52,7 @@ def register(app: typer.Typer) -> None:
 
 def register_model_commands(app: typer.Typer) -> None:
     """``models``: what the model registry knows."""
+
     @app.command("models")
     def models_cmd() -> None:
         """List the models the registry knows (embedded packages and your pretraining checkpoints)."""
@@ -66,6 +69,7 @@ def register_model_commands(app: typer.Typer) -> None:
 
 def register_corpus_commands(app: typer.Typer) -> None:
     """``corpus`` (describe one) and ``annotate`` (raw text to silver CoNLL-U)."""
+
     @app.command("corpus")
     def corpus_cmd(
         corpus: str = typer.Argument("brown-sample", help="bundled name or a .conllu/.bio/.txt file"),
@@ -79,8 +83,11 @@ def register_corpus_commands(app: typer.Typer) -> None:
     def annotate_cmd(
         input: Path = typer.Argument(..., help="UTF-8 text file"),
         output: Path = typer.Option(..., "--output", "-o", help="CoNLL-U file to write"),
-        sentences: str = typer.Option("lines", help="lines: one sentence per line, as written; spacy: running "
-                                      "text (paragraphs separated by blank lines) that spaCy splits into sentences"),
+        sentences: str = typer.Option(
+            "lines",
+            help="lines: one sentence per line, as written; spacy: running "
+            "text (paragraphs separated by blank lines) that spaCy splits into sentences",
+        ),
     ) -> None:
         """Annotate raw text with spaCy (silver UPOS, dependencies, entities) and write CoNLL-U."""
         from bertology.corpus import annotate_text_file, write_conllu
@@ -92,30 +99,39 @@ def register_corpus_commands(app: typer.Typer) -> None:
 
 def register_store_commands(app: typer.Typer) -> None:
     """``extract`` (a model's vectors over a corpus, into a feature store) and ``verify`` (check one)."""
+
     @app.command("extract")
     def extract_cmd(
         model: str = typer.Option("minilm-l6", help="registry name or model directory"),
         corpus: str = typer.Option("brown-sample", help="bundled name or a .conllu/.bio/.txt file"),
-        limit: Optional[int] = typer.Option(None, help="first N sentences only (0 = all, as for probe, heads "
-                                            "and embeddings)"),
+        limit: Optional[int] = typer.Option(
+            None, help="first N sentences only (0 = all, as for probe, heads and embeddings)"
+        ),
         pooling: str = typer.Option("first", help="subword→word pooling: first, last or mean"),
         attentions: bool = typer.Option(True, help="also store word-level attention maps"),
         long_policy: str = typer.Option("error", help="sentences over the model's maximum: error or window"),
         batch_tokens: int = typer.Option(1024, help="padded tokens per forward batch"),
-        shard_size: int = typer.Option(256, help="sentences per shard file (the unit of resume and of "
-                                       "the split across torchrun processes)"),
-        amp: Optional[str] = typer.Option(None, help="auto (bfloat16 where measured faster on this "
-                                          "machine, else float32), bfloat16 or float16 autocast "
-                                          "(~3 significant digits); default float32"),
+        shard_size: int = typer.Option(
+            256, help="sentences per shard file (the unit of resume and of the split across torchrun processes)"
+        ),
+        amp: Optional[str] = typer.Option(
+            None,
+            help="auto (bfloat16 where measured faster on this "
+            "machine, else float32), bfloat16 or float16 autocast "
+            "(~3 significant digits); default float32",
+        ),
         storage: str = typer.Option("float32", help="on-disk dtype: float32 or float16 (half the disk)"),
-        device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cpu; under torchrun: one GPU "
-                                             "per process when there are GPUs)"),
+        device: Optional[str] = typer.Option(
+            None, help="cpu or cuda (default: cpu; under torchrun: one GPU per process when there are GPUs)"
+        ),
         root: Optional[Path] = typer.Option(None, help="store root (default $BERTOLOGY_HOME/stores)"),
-        verify: bool = typer.Option(False, "--verify", help="hash every shard of an existing store and "
-                                    "recompute what is damaged"),
+        verify: bool = typer.Option(
+            False, "--verify", help="hash every shard of an existing store and recompute what is damaged"
+        ),
         force: bool = typer.Option(False, "--force", help="delete the store's files and extract again"),
-        wait: bool = typer.Option(True, help="wait while another process extracts the same store "
-                                  "(--no-wait: stop with an error)"),
+        wait: bool = typer.Option(
+            True, help="wait while another process extracts the same store (--no-wait: stop with an error)"
+        ),
     ) -> None:
         """Run a model over a corpus and keep every layer's word vectors (and attention) on disk.
 
@@ -126,10 +142,9 @@ def register_store_commands(app: typer.Typer) -> None:
         """
         from bertology import distributed
         from bertology.corpus import load_corpus
+        from bertology.errors import ConfigError
         from bertology.models import load_model
         from bertology.store import extract
-
-        from bertology.errors import ConfigError
 
         if limit is not None and limit < 0:
             raise ConfigError(f"--limit must be >= 0 (the first N sentences; 0 = the whole corpus), got {limit}")
@@ -137,9 +152,23 @@ def register_store_commands(app: typer.Typer) -> None:
         try:
             lm = load_model(model, attentions=attentions, device=dev)
             c = load_corpus(corpus, limit=limit or None)  # 0 = the whole corpus
-            store = extract(lm, c, pooling=pooling, attentions=attentions, long_policy=long_policy,
-                            batch_tokens=batch_tokens, shard_size=shard_size, amp_dtype=amp, storage=storage,
-                            root=root, device=dev, progress=group.is_main, verify=verify, force=force, wait=wait)
+            store = extract(
+                lm,
+                c,
+                pooling=pooling,
+                attentions=attentions,
+                long_policy=long_policy,
+                batch_tokens=batch_tokens,
+                shard_size=shard_size,
+                amp_dtype=amp,
+                storage=storage,
+                root=root,
+                device=dev,
+                progress=group.is_main,
+                verify=verify,
+                force=force,
+                wait=wait,
+            )
         finally:
             distributed.shutdown()
         if group.is_main:
@@ -156,6 +185,8 @@ def register_store_commands(app: typer.Typer) -> None:
         problems = verify_store(store)
         if problems:
             listed = "\n".join(f"  {name}: {problem}" for name, problem in problems)
-            raise StoreError(f"{store} is damaged:\n{listed}\nrun `bertology extract` again with the same model, "
-                             "corpus and settings to recompute exactly these shards")
+            raise StoreError(
+                f"{store} is damaged:\n{listed}\nrun `bertology extract` again with the same model, "
+                "corpus and settings to recompute exactly these shards"
+            )
         typer.echo(f"{store}: sound (manifest and every shard's sha256 checked)")

@@ -16,7 +16,7 @@ def _given(**options: Any) -> dict[str, Any]:
     return {key: value for key, value in options.items() if value is not None}
 
 
-QUICK_LIMIT = 500   # `bertology embeddings` without --full or --limit: about a minute with MiniLM on 2 CPU cores
+QUICK_LIMIT = 500  # `bertology embeddings` without --full or --limit: about a minute with MiniLM on 2 CPU cores
 
 
 def register(app: typer.Typer) -> None:
@@ -26,16 +26,24 @@ def register(app: typer.Typer) -> None:
         corpus: Optional[str] = typer.Option(None, help="bundled name or a .conllu/.bio/.txt file"),
         limit: Optional[int] = typer.Option(None, help="first N sentences only (0 = all)"),
         min_occurrences: Optional[int] = typer.Option(
-            None, help="words with fewer occurrences are left out of self-similarity/MEV"),
+            None, help="words with fewer occurrences are left out of self-similarity/MEV"
+        ),
         vectors: Optional[bool] = typer.Option(
-            None, "--vectors/--no-vectors", help="also write static vectors (distilled first/last layer, "
-                                                 "word2vec, input embeddings) as word2vec text files"),
+            None,
+            "--vectors/--no-vectors",
+            help="also write static vectors (distilled first/last layer, "
+            "word2vec, input embeddings) as word2vec text files",
+        ),
         seed: Optional[int] = typer.Option(None, help="the run's seed"),
         device: Optional[str] = typer.Option(None, help=DEVICE_HELP + " (the store is extracted there)"),
-        out: Optional[Path] = typer.Option(None, help="results root (default results/); the run goes to "
-                                                      "OUT/contextuality/<run id>"),
-        full: bool = typer.Option(False, "--full", help="the study as configured (3,000 sentences) instead of the "
-                                                        "quick default (the first 500)"),
+        out: Optional[Path] = typer.Option(
+            None, help="results root (default results/); the run goes to OUT/contextuality/<run id>"
+        ),
+        full: bool = typer.Option(
+            False,
+            "--full",
+            help="the study as configured (3,000 sentences) instead of the quick default (the first 500)",
+        ),
         force: bool = typer.Option(False, help="recompute even if a complete run exists"),
     ) -> None:
         """Static vs contextual: the contextuality study (Ethayarajh's self-similarity, intra-sentence
@@ -44,13 +52,19 @@ def register(app: typer.Typer) -> None:
         from bertology.results import read_manifest, read_table
         from bertology.studies import run_study
 
-        overrides = _given(model=model, corpus=corpus, min_occurrences=min_occurrences, export_vectors=vectors,
-                           device=check_device(device))
+        overrides = _given(
+            model=model,
+            corpus=corpus,
+            min_occurrences=min_occurrences,
+            export_vectors=vectors,
+            device=check_device(device),
+        )
         if limit is not None:
             overrides["limit"] = limit or None
         overrides = quick_overrides({"limit": QUICK_LIMIT}, overrides, full, f"the first {QUICK_LIMIT} sentences")
-        run_dir = run_study("contextuality", overrides=overrides, results_root=out, seed=seed, force=force,
-                            log=typer.echo)
+        run_dir = run_study(
+            "contextuality", overrides=overrides, results_root=out, seed=seed, force=force, log=typer.echo
+        )
         ctx = read_table(run_dir, "contextuality").pivot(index="layer", columns="metric", values="adjusted")
         typer.echo("adjusted (raw − anisotropy baseline):\n" + ctx.round(3).to_string())
         if "static_sources" in read_manifest(run_dir).get("tables", []):
@@ -62,8 +76,10 @@ def register(app: typer.Typer) -> None:
         source: Optional[str] = typer.Option(None, help="word2vec text file, spacy:en|fr, or store:<dir>:<layer>"),
         target: Optional[str] = typer.Option(None, help="word2vec text file, spacy:en|fr, or store:<dir>:<layer>"),
         dictionary: Optional[str] = typer.Option(
-            None, help="FreeDict pair (eng-fra, eng-spa, eng-deu) or 'identical' (same vocabulary: two layers, "
-                       "corpora or models)"),
+            None,
+            help="FreeDict pair (eng-fra, eng-spa, eng-deu) or 'identical' (same vocabulary: two layers, "
+            "corpora or models)",
+        ),
         method: Optional[str] = typer.Option(None, help="procrustes | lstsq | self-learning"),
         retrieval: Optional[str] = typer.Option(None, help="nn | csls"),
         seed_dictionary: Optional[str] = typer.Option(None, help="self-learning seed: identical | numerals"),
@@ -72,8 +88,9 @@ def register(app: typer.Typer) -> None:
         normalization: Optional[str] = typer.Option(None, help="none | unit | center | unit-center-unit"),
         top: Optional[int] = typer.Option(None, help="most-moved words to list ('identical' dictionary)"),
         seed: Optional[int] = typer.Option(None, help="the run's seed (dictionary split, self-learning)"),
-        out: Optional[Path] = typer.Option(None, help="results root (default results/); the run goes to "
-                                                      "OUT/align_spaces/<run id>"),
+        out: Optional[Path] = typer.Option(
+            None, help="results root (default results/); the run goes to OUT/align_spaces/<run id>"
+        ),
         force: bool = typer.Option(False, help="recompute even if a complete run exists"),
     ) -> None:
         """Align two vector spaces with a rotation (or least squares / self-learning) and score word
@@ -82,11 +99,21 @@ def register(app: typer.Typer) -> None:
         from bertology.results import read_manifest, read_table
         from bertology.studies import run_study
 
-        overrides = _given(source=source, target=target, dictionary=dictionary, method=method,
-                           retrieval=retrieval, seed_dictionary=seed_dictionary, n_train=n_train, n_test=n_test,
-                           normalization=normalization, top=top)
-        run_dir = run_study("align_spaces", overrides=overrides, results_root=out, seed=seed, force=force,
-                            log=typer.echo)
+        overrides = _given(
+            source=source,
+            target=target,
+            dictionary=dictionary,
+            method=method,
+            retrieval=retrieval,
+            seed_dictionary=seed_dictionary,
+            n_train=n_train,
+            n_test=n_test,
+            normalization=normalization,
+            top=top,
+        )
+        run_dir = run_study(
+            "align_spaces", overrides=overrides, results_root=out, seed=seed, force=force, log=typer.echo
+        )
         precision = read_table(run_dir, "precision")
         typer.echo(precision.pivot(index="retrieval", columns="k", values="value").round(3).to_string())
         if "most_moved" in read_manifest(run_dir).get("tables", []):

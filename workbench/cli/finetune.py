@@ -13,19 +13,24 @@ def register(app: typer.Typer) -> None:
     @app.command("finetune")
     def finetune(
         model: str = typer.Option("minilm-l6", "--model", help="registry name (see `bertology models`) or model dir"),
-        task: str = typer.Option("pos", "--task",
-                                 help="pos (gold UPOS), ner (silver entities), genre (gold Brown genre), sotu-party / "
-                                      "sotu-decade (gold), or a .conllu / .jsonl / .csv file (docs/finetuning.md)"),
+        task: str = typer.Option(
+            "pos",
+            "--task",
+            help="pos (gold UPOS), ner (silver entities), genre (gold Brown genre), sotu-party / "
+            "sotu-decade (gold), or a .conllu / .jsonl / .csv file (docs/finetuning.md)",
+        ),
         corpus: str = typer.Option("brown-sample", "--corpus", help="corpus of the built-in tasks"),
         mode: str = typer.Option("full", "--mode", help="full, frozen, bitfit or adapters"),
         output: Optional[str] = typer.Option(None, "--output", help="run name (default: <model>-<task>-<mode>)"),
-        output_root: Optional[str] = typer.Option(None, "--output-root", help="folder of the run (default: models dir)"),
+        output_root: Optional[str] = typer.Option(
+            None, "--output-root", help="folder of the run (default: models dir)"
+        ),
         epochs: int = typer.Option(3, "--epochs"),
         max_steps: Optional[int] = typer.Option(None, "--max-steps", help="stop after N steps (default: epochs)"),
         batch_size: int = typer.Option(32, "--batch-size"),
-        learning_rate: Optional[float] = typer.Option(None, "--learning-rate",
-                                                      help="default by mode: full 3e-5, frozen/bitfit 1e-3, "
-                                                           "adapters 1e-4"),
+        learning_rate: Optional[float] = typer.Option(
+            None, "--learning-rate", help="default by mode: full 3e-5, frozen/bitfit 1e-3, adapters 1e-4"
+        ),
         adapter_size: int = typer.Option(64, "--adapter-size"),
         max_examples: Optional[int] = typer.Option(None, "--max-examples", help="use the first N examples"),
         seed: int = typer.Option(0, "--seed"),
@@ -41,16 +46,34 @@ def register(app: typer.Typer) -> None:
 
         from bertology.finetuning import FinetuneConfig, run_finetuning
 
-        default_name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{os.path.basename(model.rstrip('/'))}-"
-                              f"{os.path.splitext(os.path.basename(task))[0]}-{mode}").strip("-.")
-        cfg = FinetuneConfig(run_name=output or default_name, model=model, task=task, corpus=corpus, mode=mode,
-                             output_root=output_root, epochs=epochs, max_steps=max_steps, batch_size=batch_size,
-                             learning_rate=learning_rate, adapter_size=adapter_size, max_examples=max_examples,
-                             seed=seed, device=device, progress=progress)
+        default_name = re.sub(
+            r"[^A-Za-z0-9._-]+",
+            "-",
+            f"{os.path.basename(model.rstrip('/'))}-{os.path.splitext(os.path.basename(task))[0]}-{mode}",
+        ).strip("-.")
+        cfg = FinetuneConfig(
+            run_name=output or default_name,
+            model=model,
+            task=task,
+            corpus=corpus,
+            mode=mode,
+            output_root=output_root,
+            epochs=epochs,
+            max_steps=max_steps,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            adapter_size=adapter_size,
+            max_examples=max_examples,
+            seed=seed,
+            device=device,
+            progress=progress,
+        )
         run_dir = run_finetuning(cfg, resume=resume)
         if int(os.environ.get("RANK", "0")) != 0:  # under torchrun: one report, from rank 0
             return
         result = json.loads((run_dir / "run.json").read_text())["result"]
-        typer.echo(f"{run_dir}  (test accuracy {result['test_accuracy']:.4f} [{result['test_low']:.4f}, "
-                   f"{result['test_high']:.4f}], best step {result['best_step']}; registry name "
-                   f"{run_dir.name}@{result['best_step']})")
+        typer.echo(
+            f"{run_dir}  (test accuracy {result['test_accuracy']:.4f} [{result['test_low']:.4f}, "
+            f"{result['test_high']:.4f}], best step {result['best_step']}; registry name "
+            f"{run_dir.name}@{result['best_step']})"
+        )

@@ -18,20 +18,27 @@ def register(app: typer.Typer) -> None:
     @app.command("pretrain")
     def pretrain(
         config: Optional[str] = typer.Option(
-            None, "--config",
-            help=f"a shipped recipe ({recipes}) or a YAML/TOML PretrainConfig file (default: built-in defaults)"),
+            None,
+            "--config",
+            help=f"a shipped recipe ({recipes}) or a YAML/TOML PretrainConfig file (default: built-in defaults)",
+        ),
         output: Optional[str] = typer.Option(None, "--output", help="run name (folder under the models dir)"),
-        output_root: Optional[str] = typer.Option(None, "--output-root",
-                                                  help="folder that holds the run (default: the models dir)"),
+        output_root: Optional[str] = typer.Option(
+            None, "--output-root", help="folder that holds the run (default: the models dir)"
+        ),
         max_steps: Optional[int] = typer.Option(None, "--max-steps", help="override max_steps"),
         corpus: Optional[str] = typer.Option(None, "--corpus", help="text file/dir, or 'brown' (bundled)"),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the last checkpoint"),
-        new_phase: bool = typer.Option(False, "--new-phase",
-                                       help="resume with another --max-steps: a new learning-rate schedule phase "
-                                            "from the last checkpoint (recorded in run.json; no checkpoint pruned)"),
+        new_phase: bool = typer.Option(
+            False,
+            "--new-phase",
+            help="resume with another --max-steps: a new learning-rate schedule phase "
+            "from the last checkpoint (recorded in run.json; no checkpoint pruned)",
+        ),
         device: Optional[str] = typer.Option(None, "--device", help="auto, cpu or cuda (override the config)"),
-        progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
-                                                help="progress bar (default: the config's 'progress')"),
+        progress: Optional[bool] = typer.Option(
+            None, "--progress/--no-progress", help="progress bar (default: the config's 'progress')"
+        ),
     ) -> None:
         """Pretrain an encoder (MLM, NSP/SOP, SpanBERT, ELECTRA, ALBERT, distillation) from a recipe;
         re-running resumes. DDP: torchrun --nproc_per_node N -m bertology.pretraining --config FILE
@@ -43,8 +50,15 @@ def register(app: typer.Typer) -> None:
 
         if max_steps is not None and max_steps < 1:
             raise ConfigError(f"--max-steps must be >= 1, got {max_steps}")
-        cfg = load_config(config, run_name=output, output_root=output_root, max_steps=max_steps, corpus=corpus,
-                          device=device, progress=progress)
+        cfg = load_config(
+            config,
+            run_name=output,
+            output_root=output_root,
+            max_steps=max_steps,
+            corpus=corpus,
+            device=device,
+            progress=progress,
+        )
         run_dir = run_pretraining(cfg, resume=resume, new_phase=new_phase)
         if int(os.environ.get("RANK", "0")) != 0:  # under torchrun: one report, from rank 0
             return

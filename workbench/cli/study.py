@@ -50,8 +50,10 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"  {r.study}/{r.run_id}{'' if r.complete else f'  ({r.status})'}")
             unfinished = runs[~runs["status"].isin(["complete", "running"])]
             if not unfinished.empty:
-                typer.echo(f"\n{len(unfinished)} incomplete or unreadable run(s): the dashboard hides them; "
-                           "remove them with `bertology study clean --yes`")
+                typer.echo(
+                    f"\n{len(unfinished)} incomplete or unreadable run(s): the dashboard hides them; "
+                    "remove them with `bertology study clean --yes`"
+                )
 
     @study.command("clean")
     def clean_cmd(
@@ -95,16 +97,29 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Open the Streamlit dashboard on localhost (it only reads result files)."""
         import os
-
         from importlib import resources
 
         app_file = resources.files("bertology.apps") / "dashboard.py"  # shipped inside the package
         env = dict(os.environ)
         if results:
             env["BERTOLOGY_RESULTS"] = str(results.resolve())
-        cmd = [sys.executable, "-m", "streamlit", "run", str(app_file), "--server.address", "127.0.0.1",
-               "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
-               "--client.toolbarMode", "viewer"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(app_file),
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+            "--client.toolbarMode",
+            "viewer",
+        ]
         typer.echo(f"dashboard on http://127.0.0.1:{port}  (Ctrl-C to stop)")
         code = run_forwarding_signals(cmd, env)  # a stopped command stops its server too
         if code not in (0, -signal.SIGTERM, -signal.SIGINT):

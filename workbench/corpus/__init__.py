@@ -20,13 +20,36 @@ The names below are the stable API (``from bertology.corpus import load_corpus``
 from bertology.corpus.bio import bio_to_entities, entities_to_bio, read_bio
 from bertology.corpus.conllu import read_conllu, tree_problem, write_conllu
 from bertology.corpus.registry import BUNDLED, DEFAULT_CORPUS, bundled_corpora, load_corpus
-from bertology.corpus.silver import SENTENCE_SPLITS, SPACY_MODEL, annotate_silver, annotate_text_file, read_text_file, read_text_lines
+from bertology.corpus.silver import (
+    SENTENCE_SPLITS,
+    SPACY_MODEL,
+    annotate_silver,
+    annotate_text_file,
+    read_text_file,
+    read_text_lines,
+)
 from bertology.corpus.types import Corpus, Entity, Sentence
 from bertology.corpus.utf8 import read_utf8
 
 __all__ = [
-    "BUNDLED", "DEFAULT_CORPUS", "SENTENCE_SPLITS", "SPACY_MODEL",
-    "Corpus", "Entity", "Sentence",
-    "annotate_silver", "annotate_text_file", "bio_to_entities", "bundled_corpora", "entities_to_bio", "load_corpus", "read_bio",
-    "read_conllu", "read_text_file", "read_text_lines", "read_utf8", "tree_problem", "write_conllu",
+    "BUNDLED",
+    "DEFAULT_CORPUS",
+    "SENTENCE_SPLITS",
+    "SPACY_MODEL",
+    "Corpus",
+    "Entity",
+    "Sentence",
+    "annotate_silver",
+    "annotate_text_file",
+    "bio_to_entities",
+    "bundled_corpora",
+    "entities_to_bio",
+    "load_corpus",
+    "read_bio",
+    "read_conllu",
+    "read_text_file",
+    "read_text_lines",
+    "read_utf8",
+    "tree_problem",
+    "write_conllu",
 ]

@@ -4,8 +4,8 @@ a reader of BIO-tagged columns (CoNLL-2003 style)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from bertology.corpus.types import Corpus, Entity, Sentence
 from bertology.corpus.utf8 import read_utf8
@@ -51,9 +51,7 @@ def read_bio(path: str | Path, *, name: str | None = None, source: str | None = 
 
     def flush() -> None:
         if words:
-            sentences.append(
-                Sentence(f"{path.stem}-{len(sentences)}", list(words), entities=bio_to_entities(tags))
-            )
+            sentences.append(Sentence(f"{path.stem}-{len(sentences)}", list(words), entities=bio_to_entities(tags)))
             words.clear()
             tags.clear()
 

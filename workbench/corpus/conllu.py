@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from bertology import atomic
 from bertology.corpus.bio import bio_to_entities, entities_to_bio
@@ -33,7 +33,7 @@ def tree_problem(heads: Sequence[int]) -> str | None:
             path.append(node)
             node = heads[node - 1]
         if node != 0:
-            cycle = path[path.index(node):]
+            cycle = path[path.index(node) :]
             return "a cycle: " + " -> ".join(map(str, cycle + [node]))
     return None
 
@@ -61,8 +61,10 @@ def _validate_conllu_lines(path: Path, lines: list[str]) -> dict[int, str]:
             if heads and len(heads) == n_tokens:
                 problem = tree_problem([h for _, _, h in heads])
                 if problem:
-                    bad_trees[n_sentences] = (f"{path}:{start_line}: sentence {sent_id or n_sentences + 1}: "
-                                              f"the heads do not form a tree: {problem}")
+                    bad_trees[n_sentences] = (
+                        f"{path}:{start_line}: sentence {sent_id or n_sentences + 1}: "
+                        f"the heads do not form a tree: {problem}"
+                    )
             n_sentences += 1
 
     for line_no, raw in enumerate(lines, start=1):

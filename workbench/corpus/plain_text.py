@@ -35,7 +35,7 @@ def split_sentences(text: str) -> list[str]:
     sentences, start = [], 0
     for match in _BOUNDARY.finditer(text):
         end = match.end(1)
-        prev_word = text[start:match.start(1)].rsplit(" ", 1)[-1].lower()
+        prev_word = text[start : match.start(1)].rsplit(" ", 1)[-1].lower()
         if match.group(1).startswith(".") and (
             prev_word in _ABBREVIATIONS or (len(prev_word) == 1 and prev_word.isalpha())
         ):
@@ -44,8 +44,6 @@ def split_sentences(text: str) -> list[str]:
         start = match.end()
     sentences.append(text[start:])
     return [s for s in sentences if s]
-
-
 
 
 def tokenize(line: str, lower: bool = True) -> list[str]:
@@ -67,10 +65,13 @@ def brown_sentences(lower: bool = True) -> list[list[str]]:
 def kjv_sentences(lower: bool = True) -> list[list[str]]:
     """Verses of the KJV Bible; needs ``apt-get install bible-kjv bible-kjv-text``."""
     if shutil.which("bible") is None:
-        raise CorpusError("the KJV text needs Debian's bible-kjv and bible-kjv-text packages "
-                          "(apt-get install bible-kjv bible-kjv-text)")
-    out = subprocess.run(["bible", "-f", "Gen1:1-Rev22:21"], stdin=subprocess.DEVNULL, capture_output=True,
-                         text=True, timeout=120)
+        raise CorpusError(
+            "the KJV text needs Debian's bible-kjv and bible-kjv-text packages "
+            "(apt-get install bible-kjv bible-kjv-text)"
+        )
+    out = subprocess.run(
+        ["bible", "-f", "Gen1:1-Rev22:21"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
+    )
     if out.returncode != 0 or not out.stdout.strip():
         raise CorpusError(f"`bible -f Gen1:1-Rev22:21` failed: {out.stderr.strip()[:200]}")
     verses = [line.split(" ", 1)[1] for line in out.stdout.splitlines() if " " in line]

@@ -26,8 +26,9 @@ def bundled_corpora() -> dict[str, Path]:
 SENTENCES_SUFFIX = "?sentences="
 
 
-def load_corpus(name_or_path: str | Path = DEFAULT_CORPUS, *, limit: int | None = None,
-                sentences: str | None = None) -> Corpus:
+def load_corpus(
+    name_or_path: str | Path = DEFAULT_CORPUS, *, limit: int | None = None, sentences: str | None = None
+) -> Corpus:
     """Load a bundled corpus by name (``brown-sample``) or a file: ``.conllu``, ``.bio``/``.conll``, ``.txt`` (silver).
 
     A ``.txt`` file is read as one sentence per line (``sentences="lines"``, the default: what you
@@ -55,9 +56,7 @@ def load_corpus(name_or_path: str | Path = DEFAULT_CORPUS, *, limit: int | None 
     else:
         path = Path(name_or_path)
         if not path.exists():
-            raise CorpusError(
-                f"unknown corpus {key!r}: not a bundled name ({', '.join(bundled)}) and no such file"
-            )
+            raise CorpusError(f"unknown corpus {key!r}: not a bundled name ({', '.join(bundled)}) and no such file")
         suffix = path.suffix.lower()
         if suffix in (".conllu", ".conllx"):
             return _read_conllu_once(path, limit=limit)

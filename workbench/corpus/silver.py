@@ -4,8 +4,8 @@ every layer marked ``silver`` in :attr:`Corpus.sources`."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from bertology.corpus.types import Corpus, Entity, Sentence
 from bertology.corpus.utf8 import read_utf8
@@ -24,9 +24,9 @@ def split_long_text(text: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
     pieces: list[str] = []
     start = 0
     while len(text) - start > max_chars:
-        window = text[start:start + max_chars]
+        window = text[start : start + max_chars]
         cut = window.rfind("\n") + 1 or max(window.rfind(" "), window.rfind("\t")) + 1 or max_chars
-        pieces.append(text[start:start + cut])
+        pieces.append(text[start : start + cut])
         start += cut
     pieces.append(text[start:])
     return [p for p in pieces if p.strip()]
@@ -44,8 +44,9 @@ def _one_sentence_per_text(doc):
     return doc
 
 
-def annotate_silver(texts: Iterable[str], *, name: str = "silver", spacy_model: str = SPACY_MODEL,
-                    one_sentence_per_text: bool = False) -> Corpus:
+def annotate_silver(
+    texts: Iterable[str], *, name: str = "silver", spacy_model: str = SPACY_MODEL, one_sentence_per_text: bool = False
+) -> Corpus:
     """Annotate raw text with a spaCy pipeline: one Sentence per sentence spaCy finds, or, with
     ``one_sentence_per_text``, one Sentence per text (spaCy's sentence splitting turned off: the
     parser builds one tree per text). All layers silver."""
@@ -67,7 +68,7 @@ def annotate_silver(texts: Iterable[str], *, name: str = "silver", spacy_model: 
 
         if not Language.has_factory(_ONE_SENTENCE):
             Language.component(_ONE_SENTENCE, func=_one_sentence_per_text)
-        nlp.add_pipe(_ONE_SENTENCE, first=True)   # before any parser, senter or sentencizer
+        nlp.add_pipe(_ONE_SENTENCE, first=True)  # before any parser, senter or sentencizer
         pieces = list(texts)
     else:
         pieces = [piece for t in texts for piece in split_long_text(t, most)]
@@ -110,8 +111,10 @@ def read_text_lines(path: str | Path) -> list[str]:
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if len(line) > MAX_CHUNK_CHARS:
-            raise CorpusError(f"{path}:{number}: a line of {len(line):,} characters is not one sentence; for running "
-                              "text let spaCy split sentences (load_corpus(..., sentences='spacy'), or FILE?sentences=spacy)")
+            raise CorpusError(
+                f"{path}:{number}: a line of {len(line):,} characters is not one sentence; for running "
+                "text let spaCy split sentences (load_corpus(..., sentences='spacy'), or FILE?sentences=spacy)"
+            )
         if line:
             lines.append(line)
     if not lines:
@@ -134,8 +137,7 @@ def read_text_file(path: str | Path) -> list[str]:
     :data:`MAX_CHUNK_CHARS` in pieces of whole lines (:func:`split_long_text`: any file size works,
     one sentence per line or not); clear errors for missing/binary/empty files."""
     text = _read_text(path)
-    paragraphs = [piece.replace("\n", " ").strip() for p in re.split(r"\n\s*\n", text)
-                  for piece in split_long_text(p)]
+    paragraphs = [piece.replace("\n", " ").strip() for p in re.split(r"\n\s*\n", text) for piece in split_long_text(p)]
     paragraphs = [p for p in paragraphs if p]
     if not paragraphs:
         raise CorpusError(f"{path}: file is empty")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -39,13 +39,24 @@ class Sentence:
     def __len__(self) -> int:
         return len(self.words)
 
-    def copy(self) -> "Sentence":
+    def copy(self) -> Sentence:
         """An independent copy: every list and the ``meta`` dict are new (their items, strings,
         ints and frozen :class:`Entity` spans, cannot change); what ``copy.deepcopy`` gives, ~10x faster."""
+
         def new(layer: list | None) -> list | None:
             return None if layer is None else list(layer)
-        return Sentence(self.sent_id, list(self.words), new(self.upos), new(self.xpos), new(self.heads),
-                        new(self.deprels), new(self.entities), self.text, dict(self.meta))
+
+        return Sentence(
+            self.sent_id,
+            list(self.words),
+            new(self.upos),
+            new(self.xpos),
+            new(self.heads),
+            new(self.deprels),
+            new(self.entities),
+            self.text,
+            dict(self.meta),
+        )
 
 
 @dataclass
@@ -90,12 +101,14 @@ class Corpus:
             h.update(b"\n")
         return h.hexdigest()
 
-    def subset(self, n_or_indices: int | Sequence[int]) -> "Corpus":
+    def subset(self, n_or_indices: int | Sequence[int]) -> Corpus:
         """The first ``n`` sentences, or the sentences at the given indices, as a new corpus."""
         if isinstance(n_or_indices, int):
             if isinstance(n_or_indices, bool) or n_or_indices < 0:
-                raise CorpusError(f"{self.name}: limit must be a number of sentences >= 0, got {n_or_indices!r} "
-                                  "(a negative limit would cut sentences off the end)")
+                raise CorpusError(
+                    f"{self.name}: limit must be a number of sentences >= 0, got {n_or_indices!r} "
+                    "(a negative limit would cut sentences off the end)"
+                )
             chosen = self.sentences[:n_or_indices]
             suffix = f"[:{n_or_indices}]"
         else:

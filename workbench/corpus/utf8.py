@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import codecs
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from bertology.errors import CorpusError
 
@@ -19,14 +20,16 @@ def read_utf8(path: str | Path) -> str:
     except OSError as exc:
         raise CorpusError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8):]
+        data = data[len(codecs.BOM_UTF8) :]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         column = exc.start - data.rfind(b"\n", 0, exc.start)
-        raise CorpusError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
-                          "convert the file to UTF-8") from None
+        raise CorpusError(
+            f"{path}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at column {column}); "
+            "convert the file to UTF-8"
+        ) from None
 
 
 def jsonl_objects(path: str | Path, error: type[Exception] = CorpusError) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -17,12 +17,27 @@ Public API (imported lazily so that ``import bertology.finetuning`` stays light)
 
 from __future__ import annotations
 
-__all__ = ["FinetuneConfig", "run_finetuning", "build_task", "apply_mode", "FinetuneTask", "Example",
-           "FinishedFinetune", "load_finished_finetune"]
+__all__ = [
+    "FinetuneConfig",
+    "run_finetuning",
+    "build_task",
+    "apply_mode",
+    "FinetuneTask",
+    "Example",
+    "FinishedFinetune",
+    "load_finished_finetune",
+]
 
-_HOMES = {"FinetuneConfig": "config", "run_finetuning": "trainer", "build_task": "tasks", "apply_mode": "modes",
-          "FinetuneTask": "tasks", "Example": "tasks", "FinishedFinetune": "finished",
-          "load_finished_finetune": "finished"}
+_HOMES = {
+    "FinetuneConfig": "config",
+    "run_finetuning": "trainer",
+    "build_task": "tasks",
+    "apply_mode": "modes",
+    "FinetuneTask": "tasks",
+    "Example": "tasks",
+    "FinishedFinetune": "finished",
+    "load_finished_finetune": "finished",
+}
 
 
 def __getattr__(name: str):

@@ -19,8 +19,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-__all__ = ["module_kind", "relative_weight_change", "weight_change_between", "layer_cka", "attention_change",
-           "js_divergence_rows"]
+__all__ = [
+    "module_kind",
+    "relative_weight_change",
+    "weight_change_between",
+    "layer_cka",
+    "attention_change",
+    "js_divergence_rows",
+]
 
 _ENCODER_NAME = re.compile(r"^(?:[A-Za-z_]+\.)?((?:embeddings|encoder)\..*)$")
 _LAYER = re.compile(r"\blayer\.(\d+)\.")
@@ -55,6 +61,7 @@ def relative_weight_change(before: dict[str, torch.Tensor], after: dict[str, tor
 
     ``before`` / ``after``: state dicts (names may carry a task model's base prefix, ``bert.``);
     tensors are matched by their name inside the encoder."""
+
     def by_encoder_name(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out = {}
         for key, value in state.items():
@@ -72,15 +79,24 @@ def relative_weight_change(before: dict[str, torch.Tensor], after: dict[str, tor
         w0, w1 = old[name].double(), new[name].double()
         acc = sums.setdefault(kind, [0.0, 0.0, 0, 0])
         acc[0] += float(((w1 - w0) ** 2).sum())
-        acc[1] += float((w0 ** 2).sum())
+        acc[1] += float((w0**2).sum())
         acc[2] += 1
         acc[3] += w0.numel()
-    rows = [{"layer": layer, "module": kind, "n_tensors": int(n), "n_parameters": int(p),
-             "delta_norm": d ** 0.5, "weight_norm": w ** 0.5,
-             "relative_change": (d ** 0.5) / (w ** 0.5) if w > 0 else float("nan")}
-            for (layer, kind), (d, w, n, p) in sorted(sums.items())]
-    return pd.DataFrame(rows, columns=["layer", "module", "n_tensors", "n_parameters", "delta_norm", "weight_norm",
-                                       "relative_change"])
+    rows = [
+        {
+            "layer": layer,
+            "module": kind,
+            "n_tensors": int(n),
+            "n_parameters": int(p),
+            "delta_norm": d**0.5,
+            "weight_norm": w**0.5,
+            "relative_change": (d**0.5) / (w**0.5) if w > 0 else float("nan"),
+        }
+        for (layer, kind), (d, w, n, p) in sorted(sums.items())
+    ]
+    return pd.DataFrame(
+        rows, columns=["layer", "module", "n_tensors", "n_parameters", "delta_norm", "weight_norm", "relative_change"]
+    )
 
 
 def weight_change_between(pretrained: str | Path, finetuned: str | Path) -> pd.DataFrame:
@@ -109,15 +125,26 @@ def layer_cka(before, after, corpus, *, root: str | Path | None = None, progress
     from bertology.similarity import linear_cka
     from bertology.store import extract
 
-    stores = [extract(lm, corpus, pooling="first", attentions=False, root=root, progress=progress)
-              for lm in (before, after)]
+    stores = [
+        extract(lm, corpus, pooling="first", attentions=False, root=root, progress=progress) for lm in (before, after)
+    ]
     if stores[0].n_layers != stores[1].n_layers or stores[0].n_words != stores[1].n_words:
-        raise ConfigError(f"layer_cka: {before.name} and {after.name} differ in layers "
-                          f"({stores[0].n_layers} vs {stores[1].n_layers}) or words "
-                          f"({stores[0].n_words} vs {stores[1].n_words}) over {corpus.name}")
-    return pd.DataFrame([{"layer": layer, "cka": linear_cka(stores[0].layer(layer), stores[1].layer(layer)),
-                          "n_words": stores[0].n_words} for layer in range(stores[0].n_layers)],
-                        columns=["layer", "cka", "n_words"])
+        raise ConfigError(
+            f"layer_cka: {before.name} and {after.name} differ in layers "
+            f"({stores[0].n_layers} vs {stores[1].n_layers}) or words "
+            f"({stores[0].n_words} vs {stores[1].n_words}) over {corpus.name}"
+        )
+    return pd.DataFrame(
+        [
+            {
+                "layer": layer,
+                "cka": linear_cka(stores[0].layer(layer), stores[1].layer(layer)),
+                "n_words": stores[0].n_words,
+            }
+            for layer in range(stores[0].n_layers)
+        ],
+        columns=["layer", "cka", "n_words"],
+    )
 
 
 def js_divergence_rows(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -127,14 +154,16 @@ def js_divergence_rows(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     m = (p + q) / 2
 
     def kl_to_m(x: torch.Tensor) -> torch.Tensor:
-        return torch.where(x > 0, x * (torch.log2(x.clamp_min(1e-300)) - torch.log2(m.clamp_min(1e-300))),
-                           torch.zeros_like(x)).sum(-1)
+        return torch.where(
+            x > 0, x * (torch.log2(x.clamp_min(1e-300)) - torch.log2(m.clamp_min(1e-300))), torch.zeros_like(x)
+        ).sum(-1)
 
     return (0.5 * kl_to_m(p) + 0.5 * kl_to_m(q)).clamp_min(0.0)
 
 
-def attention_change(before, after, sentences: list[list[str]], *, batch_size: int = 16,
-                     max_length: int = 128) -> pd.DataFrame:
+def attention_change(
+    before, after, sentences: list[list[str]], *, batch_size: int = 16, max_length: int = 128
+) -> pd.DataFrame:
     """Per head, the mean Jensen--Shannon divergence (bits) between its attention rows in ``before``
     and in ``after`` (``LoadedModel`` s loaded with ``attentions=True``: e.g. pretrained and
     fine-tuned) over every query sub-word (``[CLS]`` and ``[SEP]`` included) of ``sentences``
@@ -148,8 +177,14 @@ def attention_change(before, after, sentences: list[list[str]], *, batch_size: i
     totals = torch.zeros(before.num_layers, before.config.num_attention_heads, dtype=torch.float64)
     n_rows = 0
     for start in range(0, len(sentences), batch_size):
-        enc = before.tokenizer([list(s) for s in sentences[start:start + batch_size]], is_split_into_words=True,
-                               truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        enc = before.tokenizer(
+            [list(s) for s in sentences[start : start + batch_size]],
+            is_split_into_words=True,
+            truncation=True,
+            max_length=max_length,
+            padding=True,
+            return_tensors="pt",
+        )
         inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         with torch.no_grad():
             maps = [lm.encoder.eval()(**inputs, output_attentions=True).attentions for lm in (before, after)]
@@ -158,6 +193,9 @@ def attention_change(before, after, sentences: list[list[str]], *, batch_size: i
             js = js_divergence_rows(p, q)  # [B, H, T]
             totals[layer] += (js * valid[:, None, :]).sum(dim=(0, 2))
         n_rows += int(valid.sum())
-    rows = [{"layer": layer, "head": head, "js_divergence": float(totals[layer, head]) / max(n_rows, 1),
-             "n_rows": n_rows} for layer in range(totals.shape[0]) for head in range(totals.shape[1])]
+    rows = [
+        {"layer": layer, "head": head, "js_divergence": float(totals[layer, head]) / max(n_rows, 1), "n_rows": n_rows}
+        for layer in range(totals.shape[0])
+        for head in range(totals.shape[1])
+    ]
     return pd.DataFrame(rows, columns=["layer", "head", "js_divergence", "n_rows"])

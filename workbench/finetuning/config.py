@@ -40,24 +40,24 @@ class FinetuneConfig:
     a CoNLL-U file), or a CoNLL-U / JSONL / CSV file of labelled examples (docs/finetuning.md)."""
 
     run_name: str = "finetune"
-    model: str = "minilm-l6"              # registry name or model directory
+    model: str = "minilm-l6"  # registry name or model directory
     task: str = "pos"
-    corpus: str = "brown-sample"          # for the built-in tasks
-    label_column: str = "upos"            # CoNLL-U files: the word-level label (upos | xpos | deprel)
-    max_examples: int | None = None       # keep the first N examples (quick runs)
-    dev_fraction: float = 0.1             # share of documents for dev (model selection)
-    test_fraction: float = 0.1            # share of documents for test (the reported figure)
-    mode: str = "full"                    # full | frozen | bitfit | adapters
-    adapter_size: int = 64                # adapters: bottleneck width m (Houlsby et al.: 8..256)
-    weight_mask: str | None = None        # a safetensors file of 0/1 masks over the encoder's weight matrices
-                                          # (finetuning.masks): the removed weights stay 0 (lottery tickets)
+    corpus: str = "brown-sample"  # for the built-in tasks
+    label_column: str = "upos"  # CoNLL-U files: the word-level label (upos | xpos | deprel)
+    max_examples: int | None = None  # keep the first N examples (quick runs)
+    dev_fraction: float = 0.1  # share of documents for dev (model selection)
+    test_fraction: float = 0.1  # share of documents for test (the reported figure)
+    mode: str = "full"  # full | frozen | bitfit | adapters
+    adapter_size: int = 64  # adapters: bottleneck width m (Houlsby et al.: 8..256)
+    weight_mask: str | None = None  # a safetensors file of 0/1 masks over the encoder's weight matrices
+    # (finetuning.masks): the removed weights stay 0 (lottery tickets)
     max_seq_len: int = 128
     # optimisation (the lectures' recipe)
     epochs: int = 3
-    max_steps: int | None = None          # None = epochs over the training set
-    batch_size: int = 32                  # examples per process per micro-step
+    max_steps: int | None = None  # None = epochs over the training set
+    batch_size: int = 32  # examples per process per micro-step
     grad_accum_steps: int = 1
-    learning_rate: float | None = None    # None = DEFAULT_LEARNING_RATES[mode]
+    learning_rate: float | None = None  # None = DEFAULT_LEARNING_RATES[mode]
     weight_decay: float = 0.01
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
@@ -66,15 +66,15 @@ class FinetuneConfig:
     warmup_fraction: float = 0.1
     seed: int = 0
     # evaluation, logging, checkpoints
-    eval_every: int | None = None         # steps between dev evaluations; None = once per epoch
+    eval_every: int | None = None  # steps between dev evaluations; None = once per epoch
     log_every: int = 10
-    keep_last: int = 1                    # rolling checkpoints kept besides the best (on dev) and the final
+    keep_last: int = 1  # rolling checkpoints kept besides the best (on dev) and the final
     # runtime
-    device: str = "auto"                  # auto | cpu | cuda
-    bf16: bool | None = None              # None = bf16 autocast on CUDA only
+    device: str = "auto"  # auto | cpu | cuda
+    bf16: bool | None = None  # None = bf16 autocast on CUDA only
     num_threads: int | None = None
-    compile: bool = False                 # torch.compile the training forward (GPU speed; dev/test use the plain model)
-    output_root: str | None = None        # default: bertology.paths.models_dir()
+    compile: bool = False  # torch.compile the training forward (GPU speed; dev/test use the plain model)
+    output_root: str | None = None  # default: bertology.paths.models_dir()
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -100,8 +100,11 @@ _CHECKS: list[tuple[str, Any, str]] = [
     ("label_column", lambda c: c.label_column in ("upos", "xpos", "deprel"), "be upos, xpos or deprel"),
     ("max_examples", lambda c: c.max_examples is None or c.max_examples >= 3, "be >= 3 (train, dev and test)"),
     ("dev_fraction", lambda c: 0 < c.dev_fraction < 1, "be in (0, 1)"),
-    ("test_fraction", lambda c: 0 < c.test_fraction < 1 and c.dev_fraction + c.test_fraction < 1,
-     "be in (0, 1), with dev_fraction + test_fraction < 1"),
+    (
+        "test_fraction",
+        lambda c: 0 < c.test_fraction < 1 and c.dev_fraction + c.test_fraction < 1,
+        "be in (0, 1), with dev_fraction + test_fraction < 1",
+    ),
     ("adapter_size", lambda c: c.adapter_size >= 1, "be >= 1"),
     ("max_seq_len", lambda c: c.max_seq_len >= 8, "be >= 8"),
     ("epochs", lambda c: c.epochs >= 1, "be >= 1"),

@@ -42,8 +42,13 @@ def encode_split(examples: list[Example], task: FinetuneTask, tokenizer: Any, ma
     ids, types, labels, truncated = [], [], [], 0
     for ex in examples:
         if task.kind == "pair":
-            enc = tokenizer(list(ex.words), list(ex.words_b or ()), is_split_into_words=True, truncation=True,
-                            max_length=max_seq_len)
+            enc = tokenizer(
+                list(ex.words),
+                list(ex.words_b or ()),
+                is_split_into_words=True,
+                truncation=True,
+                max_length=max_seq_len,
+            )
         else:
             enc = tokenizer(list(ex.words), is_split_into_words=True, truncation=True, max_length=max_seq_len)
         ids.append(list(enc["input_ids"]))
@@ -82,5 +87,9 @@ def collate(split: EncodedSplit, rows: list[int], pad_id: int) -> dict[str, torc
             labels[i, :length] = torch.tensor(split.labels[r])
         else:
             labels[i] = split.labels[r]
-    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
-            "labels": labels}
+    return {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "attention_mask": attention_mask,
+        "labels": labels,
+    }

@@ -49,11 +49,14 @@ class FinishedFinetune:
     def description(self) -> str:
         """One line: the task, its label source, the mode and the metric."""
         unit = "words" if self.task.kind == "token" else "examples"
-        return (f"{self.task.name} ({self.task.source}), fine-tuned {self.config['mode']} from "
-                f"{self.config['model']}; metric: accuracy over test {unit}")
+        return (
+            f"{self.task.name} ({self.task.source}), fine-tuned {self.config['mode']} from "
+            f"{self.config['model']}; metric: accuracy over test {unit}"
+        )
 
-    def batches(self, split: str, batch_size: int = 32, limit: int | None = None,
-                seed: int | None = None) -> list[dict[str, torch.Tensor]]:
+    def batches(
+        self, split: str, batch_size: int = 32, limit: int | None = None, seed: int | None = None
+    ) -> list[dict[str, torch.Tensor]]:
         """``limit`` examples (all by default) of ``split`` as padded batches: the first ones in split
         order, or with ``seed`` a random sample of them (in split order): ``input_ids``,
         ``token_type_ids``, ``attention_mask`` ``[batch, tokens]`` and ``labels`` (``[batch, tokens]``,
@@ -64,8 +67,10 @@ class FinishedFinetune:
             rows = list(range(n))
         else:
             rows = sorted(torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:n].tolist())
-        return [collate(data, rows[i:i + batch_size], self.tokenizer.pad_token_id)
-                for i in range(0, len(rows), batch_size)]
+        return [
+            collate(data, rows[i : i + batch_size], self.tokenizer.pad_token_id)
+            for i in range(0, len(rows), batch_size)
+        ]
 
 
 def finetuned_model_dir(run_dir: Path) -> Path:
@@ -85,8 +90,10 @@ def finished_run_directory(run: str | Path) -> Path:
     if not path.is_dir():
         path = paths.models_dir() / str(run)
     if not (path / "run.json").is_file():
-        raise CheckpointError(f"{path}: not a fine-tune run folder (no run.json); give a run name under "
-                              f"{paths.models_dir()} or the run's directory")
+        raise CheckpointError(
+            f"{path}: not a fine-tune run folder (no run.json); give a run name under "
+            f"{paths.models_dir()} or the run's directory"
+        )
     return path
 
 
@@ -96,20 +103,33 @@ def load_finished_finetune(run: str | Path) -> FinishedFinetune:
     run_dir = finished_run_directory(run)
     info = read_json_file(run_dir / "run.json", "run record")
     if not isinstance(info, dict) or "result" not in info or info.get("kind") != "finetune":
-        raise CheckpointError(f"{run_dir / 'run.json'}: not a finished fine-tune (no 'result'); finish it first "
-                              "(re-run the same `bertology finetune` command)")
+        raise CheckpointError(
+            f"{run_dir / 'run.json'}: not a finished fine-tune (no 'result'); finish it first "
+            "(re-run the same `bertology finetune` command)"
+        )
     model_dir = finetuned_model_dir(run_dir)
     cfg = info["config"]
-    task = build_task(cfg["task"], corpus=cfg["corpus"], label_column=cfg["label_column"],
-                      max_examples=cfg["max_examples"], dev_fraction=cfg["dev_fraction"],
-                      test_fraction=cfg["test_fraction"], seed=cfg["seed"])
+    task = build_task(
+        cfg["task"],
+        corpus=cfg["corpus"],
+        label_column=cfg["label_column"],
+        max_examples=cfg["max_examples"],
+        dev_fraction=cfg["dev_fraction"],
+        test_fraction=cfg["test_fraction"],
+        seed=cfg["seed"],
+    )
     recorded = info.get("task", {})
     rebuilt = task.summary()
-    differ = [f"{k} {rebuilt[k]} (run.json: {recorded.get(k)})" for k in ("n_train", "n_dev", "n_test", "labels")
-              if recorded.get(k) != rebuilt[k]]
+    differ = [
+        f"{k} {rebuilt[k]} (run.json: {recorded.get(k)})"
+        for k in ("n_train", "n_dev", "n_test", "labels")
+        if recorded.get(k) != rebuilt[k]
+    ]
     if differ:
-        raise CheckpointError(f"{run_dir / 'run.json'}: the task {cfg['task']!r} rebuilt today differs from the "
-                              f"one the run trained on: {'; '.join(map(str, differ))}")
+        raise CheckpointError(
+            f"{run_dir / 'run.json'}: the task {cfg['task']!r} rebuilt today differs from the "
+            f"one the run trained on: {'; '.join(map(str, differ))}"
+        )
     tokenizer = load_tokenizer(model_dir)
     model = load_classifier(model_dir, task.kind, task.labels)
     restore_adapters(model, load_file(str(model_dir / "model.safetensors")))  # none saved: nothing done

@@ -65,9 +65,15 @@ def load_classifier(path: Path, kind: str, labels: list[str]) -> torch.nn.Module
     hf_logging.disable_progress_bar()
     try:
         model, info = cls.from_pretrained(
-            path, num_labels=len(labels), id2label=dict(enumerate(labels)),
-            label2id={label: i for i, label in enumerate(labels)}, use_safetensors=True, trust_remote_code=False,
-            dtype=torch.float32, output_loading_info=True)
+            path,
+            num_labels=len(labels),
+            id2label=dict(enumerate(labels)),
+            label2id={label: i for i, label in enumerate(labels)},
+            use_safetensors=True,
+            trust_remote_code=False,
+            dtype=torch.float32,
+            output_loading_info=True,
+        )
     except Exception as exc:
         raise ModelError(f"{path}: cannot build a {cls.__name__} ({exc})") from exc
     finally:
@@ -75,9 +81,10 @@ def load_classifier(path: Path, kind: str, labels: list[str]) -> torch.nn.Module
         if bars:
             hf_logging.enable_progress_bar()
     prefix = f"{model.base_model_prefix}."
-    missing = [k for k in info.get("missing_keys") or []
-               if not k.removeprefix(prefix).startswith(HEAD_PREFIXES)]
+    missing = [k for k in info.get("missing_keys") or [] if not k.removeprefix(prefix).startswith(HEAD_PREFIXES)]
     if missing:
-        raise ModelError(f"{path}: encoder weights missing for {len(missing)} parameters (e.g. "
-                         f"{', '.join(sorted(missing)[:3])}); they would be randomly initialised")
+        raise ModelError(
+            f"{path}: encoder weights missing for {len(missing)} parameters (e.g. "
+            f"{', '.join(sorted(missing)[:3])}); they would be randomly initialised"
+        )
     return model

@@ -19,29 +19,64 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
 from bertology import paths
 from bertology.errors import ConfigError
 from bertology.finetuning.config import FinetuneConfig
-from bertology.finetuning.masks import (MAGNITUDE_SCOPES, magnitude_masks, mask_sparsity, random_masks,
-                                        random_masks_like, save_masks)
+from bertology.finetuning.masks import (
+    MAGNITUDE_SCOPES,
+    magnitude_masks,
+    mask_sparsity,
+    random_masks,
+    random_masks_like,
+    save_masks,
+)
 from bertology.uncertainty import is_small_sample, paired_bootstrap
 
 __all__ = ["magnitude_lottery", "training_differences", "LOTTERY_COLUMNS", "COMPARISON_COLUMNS"]
 
-LOTTERY_COLUMNS = ["round", "kind", "sparsity", "test_accuracy", "test_low", "test_high", "dev_accuracy", "best_step",
-                   "test_items", "run"]
-COMPARISON_COLUMNS = ["round", "sparsity", "difference", "low", "high", "p_value", "n_examples", "n_items",
-                      "small_sample", "comparison"]
+LOTTERY_COLUMNS = [
+    "round",
+    "kind",
+    "sparsity",
+    "test_accuracy",
+    "test_low",
+    "test_high",
+    "dev_accuracy",
+    "best_step",
+    "test_items",
+    "run",
+]
+COMPARISON_COLUMNS = [
+    "round",
+    "sparsity",
+    "difference",
+    "low",
+    "high",
+    "p_value",
+    "n_examples",
+    "n_items",
+    "small_sample",
+    "comparison",
+]
 
 
-def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_share: float = 0.2,
-                      scope: str = "global", random_baseline: bool = True, dense_run: Path | None = None,
-                      log: Callable[[str], None] = lambda _m: None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def magnitude_lottery(
+    config: FinetuneConfig,
+    root: Path,
+    *,
+    rounds: int,
+    prune_share: float = 0.2,
+    scope: str = "global",
+    random_baseline: bool = True,
+    dense_run: Path | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """IMP with rewinding for ``rounds`` rounds (see the module docstring), every fine-tune a run under
     ``root`` (``imp-round<r>``, ``random-round<r>``; a finished run is reused, a killed one resumes).
     ``dense_run``: a finished fine-tune trained exactly as ``config`` (the same fields but its name and
@@ -65,14 +100,17 @@ def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_
 
     def fine_tune(name: str, mask: Path | None) -> Path:
         log(f"    fine-tuning {name}")
-        return run_finetuning(dataclasses.replace(config, run_name=name, output_root=str(root),
-                                                  weight_mask=str(mask) if mask else None))
+        return run_finetuning(
+            dataclasses.replace(config, run_name=name, output_root=str(root), weight_mask=str(mask) if mask else None)
+        )
 
     if dense_run is not None:
         differ = training_differences(config, Path(dense_run))
         if differ:
-            raise ConfigError(f"{dense_run}: not trained as the lottery's config ({', '.join(differ)} differ); "
-                              "leave dense_run out to fine-tune round 0 here")
+            raise ConfigError(
+                f"{dense_run}: not trained as the lottery's config ({', '.join(differ)} differ); "
+                "leave dense_run out to fine-tune round 0 here"
+            )
     runs = [("dense", 0, 0.0, Path(dense_run) if dense_run is not None else fine_tune("imp-round0", None))]
     masks = None
     previous = runs[0][3]
@@ -88,8 +126,11 @@ def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_
         if random_baseline:
             random_path = root / "masks" / f"random-round{r}.safetensors"
             if not random_path.is_file():
-                baseline = (random_masks_like(masks, seed=config.seed) if scope == "per_matrix"
-                            else random_masks(trained, sparsity, seed=config.seed))
+                baseline = (
+                    random_masks_like(masks, seed=config.seed)
+                    if scope == "per_matrix"
+                    else random_masks(trained, sparsity, seed=config.seed)
+                )
                 save_masks(baseline, random_path)
             runs.append(("random", r, sparsity, fine_tune(f"random-round{r}", random_path)))
     table = pd.DataFrame([_row(kind, r, sparsity, run_dir, root) for kind, r, sparsity, run_dir in runs])
@@ -99,14 +140,24 @@ def magnitude_lottery(config: FinetuneConfig, root: Path, *, rounds: int, prune_
         if ("random", r) not in by_round:
             continue
         ticket, baseline = read_test_predictions(by_round[("imp", r)]), read_test_predictions(by_round[("random", r)])
-        diff = paired_bootstrap(ticket["correct"], baseline["correct"], ticket["scored"], baseline["scored"],
-                                seed=config.seed)
+        diff = paired_bootstrap(
+            ticket["correct"], baseline["correct"], ticket["scored"], baseline["scored"], seed=config.seed
+        )
         n_items = int(sum(ticket["scored"]))
-        comparisons.append({"round": r, "sparsity": float(table[(table["kind"] == "imp") & (table["round"] == r)]
-                                                          ["sparsity"].iloc[0]),
-                            "difference": diff.difference, "low": diff.low, "high": diff.high, "p_value": diff.p_value,
-                            "n_examples": len(ticket["correct"]), "n_items": n_items,
-                            "small_sample": is_small_sample(n_items), "comparison": "imp - random (same sparsity)"})
+        comparisons.append(
+            {
+                "round": r,
+                "sparsity": float(table[(table["kind"] == "imp") & (table["round"] == r)]["sparsity"].iloc[0]),
+                "difference": diff.difference,
+                "low": diff.low,
+                "high": diff.high,
+                "p_value": diff.p_value,
+                "n_examples": len(ticket["correct"]),
+                "n_items": n_items,
+                "small_sample": is_small_sample(n_items),
+                "comparison": "imp - random (same sparsity)",
+            }
+        )
     return table[LOTTERY_COLUMNS], pd.DataFrame(comparisons, columns=COMPARISON_COLUMNS)
 
 
@@ -120,7 +171,15 @@ def training_differences(config: FinetuneConfig, run_dir: Path) -> list[str]:
 
 def _row(kind: str, round_: int, sparsity: float, run_dir: Path, root: Path) -> dict[str, Any]:
     result = json.loads((run_dir / "run.json").read_text())["result"]
-    return {"round": round_, "kind": kind, "sparsity": sparsity, "test_accuracy": result["test_accuracy"],
-            "test_low": result["test_low"], "test_high": result["test_high"], "dev_accuracy": result["dev_accuracy"],
-            "best_step": result["best_step"], "test_items": result["test_items"],
-            "run": paths.relative_if_inside(run_dir, root)}
+    return {
+        "round": round_,
+        "kind": kind,
+        "sparsity": sparsity,
+        "test_accuracy": result["test_accuracy"],
+        "test_low": result["test_low"],
+        "test_high": result["test_high"],
+        "dev_accuracy": result["dev_accuracy"],
+        "best_step": result["best_step"],
+        "test_items": result["test_items"],
+        "run": paths.relative_if_inside(run_dir, root),
+    }

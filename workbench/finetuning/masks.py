@@ -25,9 +25,21 @@ from torch import nn
 from bertology.architectures import architecture_for, get_module
 from bertology.errors import ConfigError, ModelError
 
-__all__ = ["prunable_weight_names", "maskable_parameter_names", "magnitude_masks", "MAGNITUDE_SCOPES", "random_masks",
-           "random_masks_like", "structured_masks",
-           "mask_sparsity", "weight_sparsity", "save_masks", "load_masks", "apply_weight_masks", "Masks"]
+__all__ = [
+    "prunable_weight_names",
+    "maskable_parameter_names",
+    "magnitude_masks",
+    "MAGNITUDE_SCOPES",
+    "random_masks",
+    "random_masks_like",
+    "structured_masks",
+    "mask_sparsity",
+    "weight_sparsity",
+    "save_masks",
+    "load_masks",
+    "apply_weight_masks",
+    "Masks",
+]
 
 Masks = dict[str, torch.Tensor]
 
@@ -54,7 +66,7 @@ def maskable_parameter_names(model: nn.Module) -> list[str]:
     names = []
     for weight in prunable_weight_names(model):
         names.append(weight)
-        bias = weight[:-len("weight")] + "bias"
+        bias = weight[: -len("weight")] + "bias"
         if bias in params:
             names.append(bias)
     return names
@@ -69,8 +81,10 @@ def structured_masks(model: nn.Module, heads: list[tuple[int, int]], ffn_layers:
 
     layers = attention_layers(model)
     if len({id(layer.output) for layer in layers}) < len(layers):
-        raise ModelError(f"{type(model).__name__}: structured masks need one module per layer (shared layers would "
-                         "remove a head or block at every position)")
+        raise ModelError(
+            f"{type(model).__name__}: structured masks need one module per layer (shared layers would "
+            "remove a head or block at every position)"
+        )
     names = {id(m): name for name, m in model.named_modules()}
     params = dict(model.named_parameters())
     out: Masks = {}
@@ -80,7 +94,7 @@ def structured_masks(model: nn.Module, heads: list[tuple[int, int]], ffn_layers:
         width = output.in_features // n_heads
         name = f"{names[id(output)]}.weight"
         keep = out.setdefault(name, torch.ones_like(params[name], dtype=torch.bool))
-        keep[:, head * width:(head + 1) * width] = False
+        keep[:, head * width : (head + 1) * width] = False
     ffn = ffn_outputs(model)
     for layer in ffn_layers:
         module = ffn[layer]
@@ -100,7 +114,7 @@ def _split(flat: torch.Tensor, weights: dict[str, torch.Tensor]) -> Masks:
     """One flat keep-vector over every weight (in ``weights``' order) cut back into per-tensor masks."""
     out, start = {}, 0
     for name, w in weights.items():
-        out[name] = flat[start:start + w.numel()].view_as(w).clone()
+        out[name] = flat[start : start + w.numel()].view_as(w).clone()
         start += w.numel()
     return out
 
@@ -108,8 +122,7 @@ def _split(flat: torch.Tensor, weights: dict[str, torch.Tensor]) -> Masks:
 MAGNITUDE_SCOPES = ("global", "per_matrix")
 
 
-def magnitude_masks(model: nn.Module, share: float, previous: Masks | None = None, *,
-                    scope: str = "global") -> Masks:
+def magnitude_masks(model: nn.Module, share: float, previous: Masks | None = None, *, scope: str = "global") -> Masks:
     """One round of iterative magnitude pruning (Frankle & Carbin 2019): of the weights ``previous``
     keeps (all when None), remove the ``share`` with the smallest ``|w|``.
 
@@ -123,11 +136,15 @@ def magnitude_masks(model: nn.Module, share: float, previous: Masks | None = Non
     if scope not in MAGNITUDE_SCOPES:
         raise ConfigError(f"magnitude_masks: scope must be one of {MAGNITUDE_SCOPES}, not {scope!r}")
     weights = _weights(model)
-    keep = {n: (previous[n].bool() if previous is not None else torch.ones_like(w, dtype=torch.bool))
-            for n, w in weights.items()}
+    keep = {
+        n: (previous[n].bool() if previous is not None else torch.ones_like(w, dtype=torch.bool))
+        for n, w in weights.items()
+    }
     if scope == "per_matrix":
-        return {n: _drop_smallest(w.detach().abs().flatten().float(), keep[n].flatten(), share).view_as(w).clone()
-                for n, w in weights.items()}
+        return {
+            n: _drop_smallest(w.detach().abs().flatten().float(), keep[n].flatten(), share).view_as(w).clone()
+            for n, w in weights.items()
+        }
     scores = torch.cat([w.detach().abs().flatten().float() for w in weights.values()])
     alive = torch.cat([keep[n].flatten() for n in weights])
     return _split(_drop_smallest(scores, alive, share), weights)
@@ -151,7 +168,7 @@ def random_masks(model: nn.Module, sparsity: float, seed: int = 0) -> Masks:
         raise ConfigError(f"random_masks: sparsity must be in [0, 1), not {sparsity!r}")
     weights = _weights(model)
     total = sum(w.numel() for w in weights.values())
-    removed = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:int(round(sparsity * total))]
+    removed = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[: int(round(sparsity * total))]
     flat = torch.ones(total, dtype=torch.bool)
     flat[removed] = False
     return _split(flat, weights)
@@ -164,7 +181,7 @@ def random_masks_like(masks: Masks, seed: int = 0) -> Masks:
     out = {}
     for name, mask in masks.items():
         flat = torch.ones(mask.numel(), dtype=torch.bool)
-        flat[torch.randperm(mask.numel(), generator=generator)[:mask.numel() - int(mask.sum())]] = False
+        flat[torch.randperm(mask.numel(), generator=generator)[: mask.numel() - int(mask.sum())]] = False
         out[name] = flat.view_as(mask)
     return out
 
@@ -214,10 +231,14 @@ def load_masks(path: Path, model: nn.Module) -> Masks:
     out = {}
     for name, m in raw.items():
         if name not in weights:
-            raise ConfigError(f"{path}: tensor {name!r} is not a maskable parameter of this model (the encoder "
-                              "layers' Linear weights and biases)")
+            raise ConfigError(
+                f"{path}: tensor {name!r} is not a maskable parameter of this model (the encoder "
+                "layers' Linear weights and biases)"
+            )
         if tuple(m.shape) != tuple(weights[name].shape):
-            raise ConfigError(f"{path}: tensor {name!r} has shape {tuple(m.shape)}, the weight {tuple(weights[name].shape)}")
+            raise ConfigError(
+                f"{path}: tensor {name!r} has shape {tuple(m.shape)}, the weight {tuple(weights[name].shape)}"
+            )
         if not bool(((m == 0) | (m == 1)).all()):
             raise ConfigError(f"{path}: tensor {name!r} holds values other than 0 and 1")
         out[name] = m.bool()

@@ -18,8 +18,6 @@ The *encoder* is the base model (embeddings and transformer layers) without its 
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import nn
 
 from bertology.adapters import Adapter, adapter_count, attach_adapters
@@ -27,14 +25,16 @@ from bertology.errors import ConfigError
 
 __all__ = ["Adapter", "attach_adapters", "adapter_count", "apply_mode", "encoder_parameter_names"]
 
+
 def encoder_parameter_names(model: nn.Module) -> set[str]:
     """Names (in ``model.named_parameters()``) of the encoder's pretrained parameters: the base
     model's, without its pooler and without adapters."""
     base = getattr(model, "base_model", model)
     prefix = getattr(model, "base_model_prefix", "")
     prefix = f"{prefix}." if base is not model and prefix else ""
-    return {prefix + n for n, _ in base.named_parameters()
-            if not n.startswith("pooler.") and ".adapter." not in f".{n}"}
+    return {
+        prefix + n for n, _ in base.named_parameters() if not n.startswith("pooler.") and ".adapter." not in f".{n}"
+    }
 
 
 def apply_mode(model: nn.Module, mode: str, adapter_size: int = 64) -> dict[str, int]:
@@ -56,5 +56,8 @@ def apply_mode(model: nn.Module, mode: str, adapter_size: int = 64) -> dict[str,
         else:
             raise ConfigError(f"config field 'mode': unknown mode {mode!r}")
     params = list(model.parameters())
-    return {"trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
-            "total_parameters": sum(p.numel() for p in params), "adapters": n_adapters}
+    return {
+        "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
+        "total_parameters": sum(p.numel() for p in params),
+        "adapters": n_adapters,
+    }

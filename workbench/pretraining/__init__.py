@@ -15,15 +15,37 @@ Public API (imported lazily so that ``import bertology.pretraining`` stays light
 
 from __future__ import annotations
 
-__all__ = ["PretrainConfig", "load_config", "resolve_config", "shipped_configs", "run_pretraining",
-           "TrainingDivergedError", "read_metrics", "heldout_loss", "unigram_baseline", "train_tokenizer",
-           "MaskingConfig", "mask_batch", "heldout_sentences"]
+__all__ = [
+    "PretrainConfig",
+    "load_config",
+    "resolve_config",
+    "shipped_configs",
+    "run_pretraining",
+    "TrainingDivergedError",
+    "read_metrics",
+    "heldout_loss",
+    "unigram_baseline",
+    "train_tokenizer",
+    "MaskingConfig",
+    "mask_batch",
+    "heldout_sentences",
+]
 
-_HOMES = {"PretrainConfig": "config", "load_config": "config", "resolve_config": "config",
-          "shipped_configs": "config", "run_pretraining": "trainer", "TrainingDivergedError": "trainer",
-          "read_metrics": "metrics", "heldout_loss": "evaluation", "unigram_baseline": "evaluation",
-          "heldout_sentences": "evaluation",
-          "train_tokenizer": "tokenizer", "MaskingConfig": "masking", "mask_batch": "masking"}
+_HOMES = {
+    "PretrainConfig": "config",
+    "load_config": "config",
+    "resolve_config": "config",
+    "shipped_configs": "config",
+    "run_pretraining": "trainer",
+    "TrainingDivergedError": "trainer",
+    "read_metrics": "metrics",
+    "heldout_loss": "evaluation",
+    "unigram_baseline": "evaluation",
+    "heldout_sentences": "evaluation",
+    "train_tokenizer": "tokenizer",
+    "MaskingConfig": "masking",
+    "mask_batch": "masking",
+}
 
 
 def __getattr__(name: str):

@@ -24,8 +24,14 @@ import torch.distributed as dist
 
 from bertology.atomic import write_json
 from bertology.checkpoints import (
-    atomic_dir, list_checkpoints, load_trainer_state, read_json_file, read_trainer_state, rng_state,
-    save_trainer_state, set_rng_state,
+    atomic_dir,
+    list_checkpoints,
+    load_trainer_state,
+    read_json_file,
+    read_trainer_state,
+    rng_state,
+    save_trainer_state,
+    set_rng_state,
 )
 from bertology.errors import CheckpointError, ConfigError
 from bertology.pretraining.config import PretrainConfig
@@ -33,26 +39,61 @@ from bertology.pretraining.objectives import tied_parameter_names
 from bertology.pretraining.optimization import linear_schedule
 from bertology.pretraining.runtime import Runtime
 
-__all__ = ["RESUMABLE_CHANGES", "save_checkpoint", "prune_checkpoints", "set_aside_checkpoints", "ResumePlan", "plan_resume",
-           "check_resumable", "phases", "restore_checkpoint", "write_run_record", "record_phase",
-           "record_replica_digests", "weights_sha256"]
+__all__ = [
+    "RESUMABLE_CHANGES",
+    "save_checkpoint",
+    "prune_checkpoints",
+    "set_aside_checkpoints",
+    "ResumePlan",
+    "plan_resume",
+    "check_resumable",
+    "phases",
+    "restore_checkpoint",
+    "write_run_record",
+    "record_phase",
+    "record_replica_digests",
+    "weights_sha256",
+]
 
 # Fields that may change when resuming (they do not alter the optimisation trajectory).
 # (max_steps is checked on its own: a change is a new phase of the schedule, see check_resumable.)
-RESUMABLE_CHANGES = {"progress", "eval_every", "log_every", "save_every", "keep_steps", "keep_last",
-                     "device", "output_root", "num_threads", "max_steps", "divergence_factor",
-                     "divergence_window", "compile"}
+RESUMABLE_CHANGES = {
+    "progress",
+    "eval_every",
+    "log_every",
+    "save_every",
+    "keep_steps",
+    "keep_last",
+    "device",
+    "output_root",
+    "num_threads",
+    "max_steps",
+    "divergence_factor",
+    "divergence_window",
+    "compile",
+}
 # What runs made before the post-BERT objectives existed had, by their absence, in their run.json.
-_OBJECTIVE_FIELD_DEFAULTS = {"architecture": "bert", "embedding_size": None, "num_hidden_groups": 1,
-                             "generator_size": 0.25, "rtd_weight": 50.0, "sbo_weight": 1.0, "teacher": None,
-                             "distill_temperature": 2.0, "distill_kl_weight": 1.0, "distill_mlm_weight": 0.0,
-                             "distill_cosine_weight": 0.0, "distill_positions": "all", "distill_init": "random"}
+_OBJECTIVE_FIELD_DEFAULTS = {
+    "architecture": "bert",
+    "embedding_size": None,
+    "num_hidden_groups": 1,
+    "generator_size": 0.25,
+    "rtd_weight": 50.0,
+    "sbo_weight": 1.0,
+    "teacher": None,
+    "distill_temperature": 2.0,
+    "distill_kl_weight": 1.0,
+    "distill_mlm_weight": 0.0,
+    "distill_cosine_weight": 0.0,
+    "distill_positions": "all",
+    "distill_init": "random",
+}
 
 
 # --------------------------------------------------------------------------- saving and pruning
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, scheduler,
-                    state: dict[str, Any]) -> Path:
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, scheduler, state: dict[str, Any]) -> Path:
     """Write ``run_dir/checkpoint-<step>`` atomically: the model and tokenizer in HF format, and the
     optimizer, scheduler, RNG and ``state`` (``trainer_state.json``) to resume from. A write that
     fails (disk full) leaves nothing behind and raises ``CheckpointError``."""
@@ -71,7 +112,8 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, sched
         raise CheckpointError(
             f"{final}: cannot write the checkpoint ({exc.strerror or exc}); nothing of it was left behind, "
             f"the run keeps its checkpoints at steps {done}; free space and re-run to resume from step "
-            f"{max(done) if done else 0}") from exc
+            f"{max(done) if done else 0}"
+        ) from exc
     finally:
         if bars:
             hf_logging.enable_progress_bar()
@@ -81,9 +123,12 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, sched
 def prune_checkpoints(run_dir: Path, cfg: PretrainConfig, phase_start: int = 0) -> None:
     """Delete rolling checkpoints beyond ``keep_last``; ``keep_steps``, the final one and every
     checkpoint up to the start of the current phase (``phase_start``: kept by an earlier phase) stay."""
-    rolling = [(s, p) for s, p in list_checkpoints(run_dir)
-               if s not in cfg.keep_steps and s != cfg.max_steps and s > phase_start]
-    for _, p in rolling[:max(0, len(rolling) - max(cfg.keep_last, 1))]:
+    rolling = [
+        (s, p)
+        for s, p in list_checkpoints(run_dir)
+        if s not in cfg.keep_steps and s != cfg.max_steps and s > phase_start
+    ]
+    for _, p in rolling[: max(0, len(rolling) - max(cfg.keep_last, 1))]:
         shutil.rmtree(p, ignore_errors=True)
 
 
@@ -101,6 +146,7 @@ def set_aside_checkpoints(run_dir: Path, from_step: int) -> list[Path]:
 
 
 # --------------------------------------------------------------------------- the resume plan
+
 
 def phases(info: dict[str, Any]) -> list[dict[str, Any]]:
     """The schedule phases of a run (``run.json``): ``[{"start_step", "max_steps"}, ...]``; one phase
@@ -121,8 +167,9 @@ class ResumePlan:
     new_phase: dict[str, Any] | None = None
 
 
-def plan_resume(cfg: PretrainConfig, checkpoint: Path | None, *, new_phase: bool,
-                corpus_sha: str | None = None) -> ResumePlan:
+def plan_resume(
+    cfg: PretrainConfig, checkpoint: Path | None, *, new_phase: bool, corpus_sha: str | None = None
+) -> ResumePlan:
     """The plan for ``cfg`` resuming at ``checkpoint`` (its run's last resumable one, or None for a
     fresh start), after :func:`check_resumable` allowed it."""
     if checkpoint is None:
@@ -135,8 +182,9 @@ def plan_resume(cfg: PretrainConfig, checkpoint: Path | None, *, new_phase: bool
     return ResumePlan(checkpoint, step, phase_start, record)
 
 
-def check_resumable(cfg: PretrainConfig, run_dir: Path, resume_from: Path, new_phase: bool,
-                    corpus_sha: str | None = None) -> tuple[int, dict | None]:
+def check_resumable(
+    cfg: PretrainConfig, run_dir: Path, resume_from: Path, new_phase: bool, corpus_sha: str | None = None
+) -> tuple[int, dict | None]:
     """Check that ``cfg`` may resume the run at ``resume_from``; ``(step, new phase record or None)``.
 
     The corpus must be the same content (``corpus_sha``, when given, against run.json's
@@ -147,9 +195,11 @@ def check_resumable(cfg: PretrainConfig, run_dir: Path, resume_from: Path, new_p
         raise CheckpointError(f"{run_dir / 'run.json'}: broken run record (no 'config' object)")
     recorded = info.get("corpus_sha256")
     if corpus_sha is not None and recorded is not None and recorded != corpus_sha:
-        raise ConfigError(f"{run_dir}: cannot resume: the corpus {info.get('corpus', cfg.corpus)} changed since the "
-                          f"run started (sha256 {recorded[:12]}... then, {corpus_sha[:12]}... now); "
-                          "train under another run_name")
+        raise ConfigError(
+            f"{run_dir}: cannot resume: the corpus {info.get('corpus', cfg.corpus)} changed since the "
+            f"run started (sha256 {recorded[:12]}... then, {corpus_sha[:12]}... now); "
+            "train under another run_name"
+        )
     saved = info["config"]
     saved.setdefault("random_token_pool", "non_special")  # runs made before the field drew from that pool
     saved = {**_OBJECTIVE_FIELD_DEFAULTS, **saved}  # runs made before the post-BERT objectives existed
@@ -166,17 +216,26 @@ def check_resumable(cfg: PretrainConfig, run_dir: Path, resume_from: Path, new_p
             f"another max_steps changes the learning rate (linear decay to 0 at max_steps) from step {step} on. "
             f"Keep max_steps {current}, or continue as a new phase (new_phase=True, CLI --new-phase): the "
             f"schedule is then recomputed for max_steps {cfg.max_steps}, recorded in run.json, and every "
-            f"checkpoint kept so far stays")
+            f"checkpoint kept so far stays"
+        )
     if cfg.max_steps <= step:
-        raise ConfigError(f"{run_dir}: a new phase must end after the last checkpoint (step {step}); "
-                          f"max_steps {cfg.max_steps} does not")
+        raise ConfigError(
+            f"{run_dir}: a new phase must end after the last checkpoint (step {step}); "
+            f"max_steps {cfg.max_steps} does not"
+        )
     old, new = linear_schedule(cfg.warmup_steps, current), linear_schedule(cfg.warmup_steps, cfg.max_steps)
-    return step, {"start_step": step, "max_steps": cfg.max_steps, "previous_max_steps": current,
-                  "lr_multiplier_before": round(old(step), 6), "lr_multiplier_after": round(new(step), 6),
-                  "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    return step, {
+        "start_step": step,
+        "max_steps": cfg.max_steps,
+        "previous_max_steps": current,
+        "lr_multiplier_before": round(old(step), 6),
+        "lr_multiplier_after": round(new(step), 6),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
 
 
 # --------------------------------------------------------------------------- restoring
+
 
 def _load_weights(checkpoint: Path, model: torch.nn.Module, device: torch.device) -> None:
     """``checkpoint/model.safetensors`` into ``model``; only tied names (saved once) may be missing."""
@@ -185,17 +244,26 @@ def _load_weights(checkpoint: Path, model: torch.nn.Module, device: torch.device
     try:
         weights = load_file(str(checkpoint / "model.safetensors"), device=str(device))
     except Exception as exc:
-        raise CheckpointError(f"{checkpoint / 'model.safetensors'}: corrupt checkpoint weights ({exc}); "
-                              "delete this checkpoint folder to resume from the one before") from exc
+        raise CheckpointError(
+            f"{checkpoint / 'model.safetensors'}: corrupt checkpoint weights ({exc}); "
+            "delete this checkpoint folder to resume from the one before"
+        ) from exc
     missing, unexpected = model.load_state_dict(weights, strict=False)
     tied = tied_parameter_names(model)  # saved once, under the name they are tied to
     if unexpected or any(k not in tied for k in missing):
-        raise CheckpointError(f"{checkpoint}: weights do not match the config "
-                              f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise CheckpointError(
+            f"{checkpoint}: weights do not match the config (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
 
 
-def restore_checkpoint(checkpoint: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                       scheduler: torch.optim.lr_scheduler.LambdaLR, cfg: PretrainConfig, rt: Runtime) -> int:
+def restore_checkpoint(
+    checkpoint: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    cfg: PretrainConfig,
+    rt: Runtime,
+) -> int:
     """Load weights, optimizer, scheduler and (same number of processes only) RNG state of
     ``checkpoint`` into the freshly built objects; return its step. The schedule continues as the
     config's (:func:`~bertology.pretraining.optimization.linear_schedule` to ``cfg.max_steps``): a new
@@ -206,8 +274,10 @@ def restore_checkpoint(checkpoint: Path, model: torch.nn.Module, optimizer: torc
         optimizer.load_state_dict(opt_state)
         scheduler.load_state_dict(sched_state)
     except (ValueError, KeyError, TypeError, RuntimeError) as exc:
-        raise CheckpointError(f"{checkpoint}: optimizer/scheduler state does not fit the model ({exc}); "
-                              "delete this checkpoint folder to resume from the one before") from exc
+        raise CheckpointError(
+            f"{checkpoint}: optimizer/scheduler state does not fit the model ({exc}); "
+            "delete this checkpoint folder to resume from the one before"
+        ) from exc
     scheduler.lr_lambdas = [linear_schedule(cfg.warmup_steps, cfg.max_steps)] * len(optimizer.param_groups)
     # the saved learning rate is the old schedule's; a new phase's schedule applies from this step on
     for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
@@ -220,15 +290,33 @@ def restore_checkpoint(checkpoint: Path, model: torch.nn.Module, optimizer: torc
 
 # --------------------------------------------------------------------------- run.json
 
-def write_run_record(cfg: PretrainConfig, rt: Runtime, source: Path, corpus_sha: str, n_train_sequences: int,
-                     n_eval_sequences: int, n_parameters: int) -> None:
+
+def write_run_record(
+    cfg: PretrainConfig,
+    rt: Runtime,
+    source: Path,
+    corpus_sha: str,
+    n_train_sequences: int,
+    n_eval_sequences: int,
+    n_parameters: int,
+) -> None:
     """Start ``run.json``: the config, seed, corpus (path and content hash), world size and sizes."""
-    write_json(cfg.run_dir / "run.json", {
-        "config": cfg.to_dict(), "seed": cfg.seed, "corpus": str(source), "corpus_sha256": corpus_sha,
-        "heldout_corpus": cfg.heldout_corpus,
-        "world_size": rt.world_size, "n_train_sequences": n_train_sequences, "n_eval_sequences": n_eval_sequences,
-        "n_parameters": n_parameters, "objective": cfg.objective,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    write_json(
+        cfg.run_dir / "run.json",
+        {
+            "config": cfg.to_dict(),
+            "seed": cfg.seed,
+            "corpus": str(source),
+            "corpus_sha256": corpus_sha,
+            "heldout_corpus": cfg.heldout_corpus,
+            "world_size": rt.world_size,
+            "n_train_sequences": n_train_sequences,
+            "n_eval_sequences": n_eval_sequences,
+            "n_parameters": n_parameters,
+            "objective": cfg.objective,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        },
+    )
 
 
 def record_phase(run_dir: Path, record: dict[str, Any]) -> None:

@@ -13,19 +13,29 @@ recipes (:func:`shipped_configs`) at start-up.
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Union
+
+import tomllib
 
 from bertology import paths
 from bertology.errors import ConfigError
 from bertology.validation import as_float, as_int, load_yaml
 
-__all__ = ["PretrainConfig", "FieldCheck", "FIELD_CHECKS", "validate_config", "shipped_configs", "resolve_config",
-           "load_config", "BUNDLED_CORPUS"]
+__all__ = [
+    "PretrainConfig",
+    "FieldCheck",
+    "FIELD_CHECKS",
+    "validate_config",
+    "shipped_configs",
+    "resolve_config",
+    "load_config",
+    "BUNDLED_CORPUS",
+]
 
 BUNDLED_CORPUS = "brown"  # name for workbench/data/brown.txt.gz
 
@@ -36,22 +46,22 @@ class PretrainConfig:
 
     run_name: str = "bert-small-brown"
     # data
-    corpus: str = BUNDLED_CORPUS          # "brown" (bundled) or a text file / directory
-    max_documents: int | None = None      # read only the first N documents (quick runs)
-    heldout_fraction: float = 0.02        # share of documents held out for eval loss
-    heldout_corpus: str | None = None     # a separate held-out text file / directory (then the whole
-                                          # ``corpus`` trains and heldout_fraction is not used)
-    packing: str = "doc_sentences"        # single-segment objectives: doc_sentences (sequences stay within one
-                                          # document) | full_sentences (RoBERTa: across documents, an extra
-                                          # [SEP] between them) | token_blocks (the token stream cut into
-                                          # full blocks, sentences split at block ends)
+    corpus: str = BUNDLED_CORPUS  # "brown" (bundled) or a text file / directory
+    max_documents: int | None = None  # read only the first N documents (quick runs)
+    heldout_fraction: float = 0.02  # share of documents held out for eval loss
+    heldout_corpus: str | None = None  # a separate held-out text file / directory (then the whole
+    # ``corpus`` trains and heldout_fraction is not used)
+    packing: str = "doc_sentences"  # single-segment objectives: doc_sentences (sequences stay within one
+    # document) | full_sentences (RoBERTa: across documents, an extra
+    # [SEP] between them) | token_blocks (the token stream cut into
+    # full blocks, sentences split at block ends)
     # continued pretraining ("don't stop pretraining", Gururangan et al. 2020)
-    init_from: str | None = None          # a registry name or directory of a BERT encoder: start from its weights
-                                          # and tokenizer (an MLM head it lacks is initialised as BERT's); the
-                                          # model-size fields must then equal that model's (the error names them)
+    init_from: str | None = None  # a registry name or directory of a BERT encoder: start from its weights
+    # and tokenizer (an MLM head it lacks is initialised as BERT's); the
+    # model-size fields must then equal that model's (the error names them)
     # tokenizer
-    tokenizer: str | None = None          # an existing tokenizer directory; None = train one
-    tokenizer_kind: str = "wordpiece"     # wordpiece | bpe
+    tokenizer: str | None = None  # an existing tokenizer directory; None = train one
+    tokenizer_kind: str = "wordpiece"  # wordpiece | bpe
     vocab_size: int = 8000
     lowercase: bool = True
     # model (BERT)
@@ -62,30 +72,30 @@ class PretrainConfig:
     max_seq_len: int = 128
     dropout: float = 0.1
     # objective (bertology.pretraining.objectives; docs/pretraining.md "After BERT")
-    objective: str = "mlm"                # mlm | mlm+nsp | mlm+sop | mlm+sbo (SpanBERT) | electra | distill
-    architecture: str = "bert"            # bert | albert (factorised embedding, shared layers)
-    embedding_size: int | None = None     # ALBERT / ELECTRA embedding width E (None = hidden_size)
-    num_hidden_groups: int = 1            # ALBERT: distinct layer modules (1 = every layer shares one)
-    generator_size: float = 0.25          # ELECTRA: generator width / discriminator width (hidden, heads, FFN)
-    rtd_weight: float = 50.0              # ELECTRA: lambda of the replaced-token-detection loss
-    sbo_weight: float = 1.0               # SpanBERT: weight of the span boundary objective
-    teacher: str | None = None            # distill: registry name or directory of an MLM-headed teacher
-    distill_temperature: float = 2.0      # distill: softmax temperature T (loss scaled by T^2)
-    distill_kl_weight: float = 1.0        # distill: weight of T^2 KL(teacher || student)
-    distill_mlm_weight: float = 0.0       # distill: weight of the student's own MLM loss on the gold tokens
-    distill_cosine_weight: float = 0.0    # distill: weight of 1 - cos(student, teacher) last hidden states
-    distill_positions: str = "all"        # distill: KL over every token (DistilBERT, Hinton) or "masked" only
-    distill_init: str = "random"          # distill: "random" (HF's init) or "every_other" (DistilBERT: student
-                                          # layer i <- teacher layer 2i, + embeddings and MLM head)
-    masking: str = "token"                # token | whole_word | span (SpanBERT) | ngram (ALBERT, n <= 3)
-    replacement_unit: str | None = None   # 80/10/10 drawn per "token" or per "span"; None = the masking's
-                                          # paper (per span for span masking, per token otherwise)
+    objective: str = "mlm"  # mlm | mlm+nsp | mlm+sop | mlm+sbo (SpanBERT) | electra | distill
+    architecture: str = "bert"  # bert | albert (factorised embedding, shared layers)
+    embedding_size: int | None = None  # ALBERT / ELECTRA embedding width E (None = hidden_size)
+    num_hidden_groups: int = 1  # ALBERT: distinct layer modules (1 = every layer shares one)
+    generator_size: float = 0.25  # ELECTRA: generator width / discriminator width (hidden, heads, FFN)
+    rtd_weight: float = 50.0  # ELECTRA: lambda of the replaced-token-detection loss
+    sbo_weight: float = 1.0  # SpanBERT: weight of the span boundary objective
+    teacher: str | None = None  # distill: registry name or directory of an MLM-headed teacher
+    distill_temperature: float = 2.0  # distill: softmax temperature T (loss scaled by T^2)
+    distill_kl_weight: float = 1.0  # distill: weight of T^2 KL(teacher || student)
+    distill_mlm_weight: float = 0.0  # distill: weight of the student's own MLM loss on the gold tokens
+    distill_cosine_weight: float = 0.0  # distill: weight of 1 - cos(student, teacher) last hidden states
+    distill_positions: str = "all"  # distill: KL over every token (DistilBERT, Hinton) or "masked" only
+    distill_init: str = "random"  # distill: "random" (HF's init) or "every_other" (DistilBERT: student
+    # layer i <- teacher layer 2i, + embeddings and MLM head)
+    masking: str = "token"  # token | whole_word | span (SpanBERT) | ngram (ALBERT, n <= 3)
+    replacement_unit: str | None = None  # 80/10/10 drawn per "token" or per "span"; None = the masking's
+    # paper (per span for span masking, per token otherwise)
     mlm_probability: float = 0.15
-    dynamic_masking: bool = True          # RoBERTa dynamic (True) or static per-sequence masks
-    random_token_pool: str = "vocab"      # the 10% random replacements: "vocab" (BERT: whole vocabulary)
-                                          # or "non_special" (special tokens never drawn)
+    dynamic_masking: bool = True  # RoBERTa dynamic (True) or static per-sequence masks
+    random_token_pool: str = "vocab"  # the 10% random replacements: "vocab" (BERT: whole vocabulary)
+    # or "non_special" (special tokens never drawn)
     # optimisation
-    batch_size: int = 32                  # sequences per process per micro-step
+    batch_size: int = 32  # sequences per process per micro-step
     grad_accum_steps: int = 1
     learning_rate: float = 5e-4
     weight_decay: float = 0.01
@@ -96,27 +106,27 @@ class PretrainConfig:
     warmup_steps: int = 100
     max_steps: int = 1000
     seed: int = 0
-    stream_start: int = 0                 # sequences of the shuffled training stream skipped before step 0: a
-                                          # later stretch (init_from an earlier run's last checkpoint, same seed)
-                                          # starts where that run's stream ended instead of re-reading its text
+    stream_start: int = 0  # sequences of the shuffled training stream skipped before step 0: a
+    # later stretch (init_from an earlier run's last checkpoint, same seed)
+    # starts where that run's stream ended instead of re-reading its text
     # evaluation, logging, checkpoints
     eval_every: int = 100
     eval_batches: int | None = 20
     log_every: int = 10
     save_every: int = 100
     keep_steps: list[int] = field(default_factory=lambda: [0])
-    keep_last: int = 1                    # rolling checkpoints kept besides keep_steps and final
+    keep_last: int = 1  # rolling checkpoints kept besides keep_steps and final
     # divergence (docs/pretraining.md "When training goes wrong"): stop when the training loss stays
     # above divergence_factor x max(ln V, the first loss) for divergence_window consecutive steps
     divergence_factor: float = 1.5
-    divergence_window: int = 20           # 0 = only NaN/inf losses stop a run
+    divergence_window: int = 20  # 0 = only NaN/inf losses stop a run
     # runtime
-    device: str = "auto"                  # auto | cpu | cuda
-    bf16: bool | None = None              # None = bf16 autocast on CUDA only
-    num_threads: int | None = None        # CPU threads per process (None = torch default)
-    compile: bool = False                 # torch.compile the training forward (a GPU speed-up after a minute or
-                                          # so of compilation; evaluation and checkpoints use the plain model)
-    output_root: str | None = None        # default: bertology.paths.models_dir()
+    device: str = "auto"  # auto | cpu | cuda
+    bf16: bool | None = None  # None = bf16 autocast on CUDA only
+    num_threads: int | None = None  # CPU threads per process (None = torch default)
+    compile: bool = False  # torch.compile the training forward (a GPU speed-up after a minute or
+    # so of compilation; evaluation and checkpoints use the plain model)
+    output_root: str | None = None  # default: bertology.paths.models_dir()
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -133,6 +143,7 @@ class PretrainConfig:
 
 # --------------------------------------------------------------------------- validation
 
+
 class FieldCheck(typing.NamedTuple):
     """One check of a config: ``ok(config)`` must hold, else the error names ``field`` and says
     ``must`` (text, or a function of the config that gives it). ``OBJECTIVE_CHECKS`` holds plain
@@ -147,30 +158,53 @@ def _is_folder_name(name: str) -> bool:
     return bool(name) and "/" not in name and "@" not in name and not name.startswith(".")
 
 
-_AT_LEAST_ONE = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "batch_size",
-                 "grad_accum_steps", "max_steps", "eval_every", "log_every", "save_every")
+_AT_LEAST_ONE = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "intermediate_size",
+    "batch_size",
+    "grad_accum_steps",
+    "max_steps",
+    "eval_every",
+    "log_every",
+    "save_every",
+)
 
 # The value checks of the data, tokenizer, model-size, optimisation and runtime fields, in the order
 # they run (a size is known to be >= 1 before it divides another).
 FIELD_CHECKS: tuple[FieldCheck, ...] = (
     FieldCheck("run_name", lambda c: _is_folder_name(c.run_name), "a non-empty folder name without '/', '@'"),
     FieldCheck("tokenizer_kind", lambda c: c.tokenizer_kind in ("wordpiece", "bpe"), "must be wordpiece or bpe"),
-    FieldCheck("masking", lambda c: c.masking in ("token", "whole_word", "span", "ngram"),
-               "must be token, whole_word, span or ngram"),
-    FieldCheck("replacement_unit", lambda c: c.replacement_unit in (None, "token", "span"),
-               "must be token, span or null (the masking strategy's paper)"),
-    FieldCheck("random_token_pool", lambda c: c.random_token_pool in ("vocab", "non_special"),
-               "must be vocab or non_special"),
+    FieldCheck(
+        "masking",
+        lambda c: c.masking in ("token", "whole_word", "span", "ngram"),
+        "must be token, whole_word, span or ngram",
+    ),
+    FieldCheck(
+        "replacement_unit",
+        lambda c: c.replacement_unit in (None, "token", "span"),
+        "must be token, span or null (the masking strategy's paper)",
+    ),
+    FieldCheck(
+        "random_token_pool", lambda c: c.random_token_pool in ("vocab", "non_special"), "must be vocab or non_special"
+    ),
     FieldCheck("device", lambda c: c.device in ("auto", "cpu", "cuda"), "must be auto, cpu or cuda"),
-    FieldCheck("packing", lambda c: c.packing in ("doc_sentences", "full_sentences", "token_blocks"),
-               "must be doc_sentences, full_sentences or token_blocks"),
+    FieldCheck(
+        "packing",
+        lambda c: c.packing in ("doc_sentences", "full_sentences", "token_blocks"),
+        "must be doc_sentences, full_sentences or token_blocks",
+    ),
     FieldCheck("mlm_probability", lambda c: 0.0 < c.mlm_probability < 1.0, "must be in (0, 1)"),
     FieldCheck("heldout_fraction", lambda c: 0.0 <= c.heldout_fraction < 1.0, "must be in [0, 1)"),
     FieldCheck("dropout", lambda c: 0.0 <= c.dropout < 1.0, "must be in [0, 1)"),
     FieldCheck("vocab_size", lambda c: c.vocab_size >= 50, "must be >= 50"),
     *(FieldCheck(name, lambda c, name=name: getattr(c, name) >= 1, "must be >= 1") for name in _AT_LEAST_ONE),
-    FieldCheck("hidden_size", lambda c: c.hidden_size % c.num_attention_heads == 0,
-               lambda c: f"must be divisible by num_attention_heads ({c.num_attention_heads})"),
+    FieldCheck(
+        "hidden_size",
+        lambda c: c.hidden_size % c.num_attention_heads == 0,
+        lambda c: f"must be divisible by num_attention_heads ({c.num_attention_heads})",
+    ),
     FieldCheck("max_seq_len", lambda c: c.max_seq_len >= 8, "must be >= 8"),
     FieldCheck("learning_rate", lambda c: c.learning_rate > 0, "must be > 0"),
     FieldCheck("weight_decay", lambda c: c.weight_decay >= 0, "must be >= 0"),
@@ -243,6 +277,7 @@ def validate_config(cfg: PretrainConfig) -> None:
 
 # --------------------------------------------------------------------------- recipes and files
 
+
 def shipped_configs() -> dict[str, Path]:
     """The recipes shipped inside the package: ``{name: path}`` (``default``, ``bert_base_gpu``, ...),
     one per ``configs/pretrain_<name>.yaml``."""
@@ -293,8 +328,10 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> PretrainCon
     known = {f.name for f in dataclasses.fields(PretrainConfig)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"{path or 'config'}: unknown field(s) {', '.join(map(repr, unknown))}; "
-                          f"known fields: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"{path or 'config'}: unknown field(s) {', '.join(map(repr, unknown))}; "
+            f"known fields: {', '.join(sorted(known))}"
+        )
     try:
         return PretrainConfig(**data)
     except ConfigError as exc:

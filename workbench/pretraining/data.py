@@ -25,47 +25,71 @@ from bertology.checkpoints import atomic_dir
 from bertology.errors import CheckpointError, ConfigError
 from bertology.pretraining.config import BUNDLED_CORPUS, PretrainConfig
 from bertology.pretraining.masking import (
-    IGNORE_INDEX, MaskingConfig, encode_pair, make_sentence_pairs, mask_batch, mix_seed, random_token_pool,
+    IGNORE_INDEX,
+    MaskingConfig,
+    encode_pair,
+    make_sentence_pairs,
+    mask_batch,
+    mix_seed,
+    random_token_pool,
     special_tokens_mask,
 )
 from bertology.pretraining.objectives import initial_model_directory, pair_task, teacher_directory
 from bertology.pretraining.runtime import Runtime
 from bertology.pretraining.text_corpus import corpus_hash, pack_documents, read_documents, tokenize_documents
 
-__all__ = ["corpus_path", "heldout_path", "SequenceSet", "build_sequences", "load_sequences", "run_tokenizer",
-           "stream_indices", "Masker", "masked_batch", "heldout_batches", "read_run_data"]
+__all__ = [
+    "corpus_path",
+    "heldout_path",
+    "SequenceSet",
+    "build_sequences",
+    "load_sequences",
+    "run_tokenizer",
+    "stream_indices",
+    "Masker",
+    "masked_batch",
+    "heldout_batches",
+    "read_run_data",
+]
 
 
 # --------------------------------------------------------------------------- corpus -> sequences
+
 
 @dataclass
 class SequenceSet:
     """Variable-length sequences stored flat: row i is ``ids[offsets[i]:offsets[i+1]]``."""
 
-    ids: torch.Tensor            # long [n_tokens]
-    words: torch.Tensor          # long [n_tokens], -1 = special token
-    types: torch.Tensor          # long [n_tokens] token_type_ids
-    offsets: torch.Tensor        # long [n + 1]
-    pair_labels: torch.Tensor    # long [n] NSP/SOP labels (-100 when unused)
+    ids: torch.Tensor  # long [n_tokens]
+    words: torch.Tensor  # long [n_tokens], -1 = special token
+    types: torch.Tensor  # long [n_tokens] token_type_ids
+    offsets: torch.Tensor  # long [n + 1]
+    pair_labels: torch.Tensor  # long [n] NSP/SOP labels (-100 when unused)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     @classmethod
-    def from_lists(cls, ids: list[list[int]], words: list[list[int]], types: list[list[int]] | None,
-                   labels: list[int] | None) -> "SequenceSet":
+    def from_lists(
+        cls, ids: list[list[int]], words: list[list[int]], types: list[list[int]] | None, labels: list[int] | None
+    ) -> SequenceSet:
         lens = torch.tensor([len(x) for x in ids], dtype=torch.long)
         offsets = torch.zeros(len(ids) + 1, dtype=torch.long)
         offsets[1:] = torch.cumsum(lens, 0)
         flat = lambda xs: torch.tensor([t for x in xs for t in x], dtype=torch.long)  # noqa: E731
-        return cls(flat(ids), flat(words), flat(types) if types else torch.zeros(int(offsets[-1]), dtype=torch.long),
-                   offsets, torch.tensor(labels if labels else [IGNORE_INDEX] * len(ids), dtype=torch.long))
+        return cls(
+            flat(ids),
+            flat(words),
+            flat(types) if types else torch.zeros(int(offsets[-1]), dtype=torch.long),
+            offsets,
+            torch.tensor(labels if labels else [IGNORE_INDEX] * len(ids), dtype=torch.long),
+        )
 
     def tensors(self, prefix: str) -> dict[str, torch.Tensor]:
         return {f"{prefix}.{k}": getattr(self, k) for k in ("ids", "words", "types", "offsets", "pair_labels")}
 
     @classmethod
-    def from_tensors(cls, t: dict[str, torch.Tensor], prefix: str) -> "SequenceSet":
+    def from_tensors(cls, t: dict[str, torch.Tensor], prefix: str) -> SequenceSet:
         return cls(*(t[f"{prefix}.{k}"] for k in ("ids", "words", "types", "offsets", "pair_labels")))
 
     def collate(self, rows: list[int], pad_id: int) -> dict[str, torch.Tensor]:
@@ -73,16 +97,18 @@ class SequenceSet:
         lens = [int(self.offsets[r + 1] - self.offsets[r]) for r in rows]
         T = max(lens)
         B = len(rows)
-        out = {"input_ids": torch.full((B, T), pad_id, dtype=torch.long),
-               "attention_mask": torch.zeros((B, T), dtype=torch.long),
-               "token_type_ids": torch.zeros((B, T), dtype=torch.long),
-               "word_ids": torch.full((B, T), -1, dtype=torch.long)}
+        out = {
+            "input_ids": torch.full((B, T), pad_id, dtype=torch.long),
+            "attention_mask": torch.zeros((B, T), dtype=torch.long),
+            "token_type_ids": torch.zeros((B, T), dtype=torch.long),
+            "word_ids": torch.full((B, T), -1, dtype=torch.long),
+        }
         for b, (r, n) in enumerate(zip(rows, lens)):
             s = int(self.offsets[r])
-            out["input_ids"][b, :n] = self.ids[s:s + n]
+            out["input_ids"][b, :n] = self.ids[s : s + n]
             out["attention_mask"][b, :n] = 1
-            out["token_type_ids"][b, :n] = self.types[s:s + n]
-            out["word_ids"][b, :n] = self.words[s:s + n]
+            out["token_type_ids"][b, :n] = self.types[s : s + n]
+            out["word_ids"][b, :n] = self.words[s : s + n]
         out["pair_labels"] = self.pair_labels[rows]
         return out
 
@@ -126,7 +152,9 @@ def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[Seque
     Held-out documents come from ``cfg.heldout_corpus`` when it is set (a split made by the corpus
     builder), else ``heldout_fraction`` of the documents of ``source``, chosen by the seed.
     """
-    label = (lambda what: f"tokenising {what} (once; cached in the run folder)") if cfg.progress else (lambda what: None)
+    label = (
+        (lambda what: f"tokenising {what} (once; cached in the run folder)") if cfg.progress else (lambda what: None)
+    )
     tdocs = tokenize_documents(_read_docs(source, cfg.max_documents), tokenizer, progress=label(f"{source.name}"))
     separate = heldout_path(cfg)
     if separate is not None:
@@ -136,30 +164,48 @@ def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[Seque
         g = torch.Generator().manual_seed(mix_seed(cfg.seed, 1))
         order = torch.randperm(len(tdocs), generator=g).tolist()
         eval_set = set(order[:n_eval])
-        splits = ([d for i, d in enumerate(tdocs) if i not in eval_set],
-                  [d for i, d in enumerate(tdocs) if i in eval_set])
+        splits = (
+            [d for i, d in enumerate(tdocs) if i not in eval_set],
+            [d for i, d in enumerate(tdocs) if i in eval_set],
+        )
     out = []
     if cfg.progress:
-        print(f"packing {sum(len(p) for p in splits):,} documents into sequences of {cfg.max_seq_len} tokens "
-              f"({cfg.packing})", file=sys.stderr, flush=True)
+        print(
+            f"packing {sum(len(p) for p in splits):,} documents into sequences of {cfg.max_seq_len} tokens "
+            f"({cfg.packing})",
+            file=sys.stderr,
+            flush=True,
+        )
     for k, part in enumerate(splits):
         if pair_task(cfg.objective) is None:
-            ids, words = pack_documents(part, max_seq_len=cfg.max_seq_len,
-                                        cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id,
-                                        packing=cfg.packing)
+            ids, words = pack_documents(
+                part,
+                max_seq_len=cfg.max_seq_len,
+                cls_id=tokenizer.cls_token_id,
+                sep_id=tokenizer.sep_token_id,
+                packing=cfg.packing,
+            )
             out.append(SequenceSet.from_lists(ids, words, None, None))
         else:
-            pairs = make_sentence_pairs(part, objective=pair_task(cfg.objective), max_seq_len=cfg.max_seq_len,
-                                        generator=torch.Generator().manual_seed(mix_seed(cfg.seed, 2, k)))
+            pairs = make_sentence_pairs(
+                part,
+                objective=pair_task(cfg.objective),
+                max_seq_len=cfg.max_seq_len,
+                generator=torch.Generator().manual_seed(mix_seed(cfg.seed, 2, k)),
+            )
             enc = [encode_pair(p, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id) for p in pairs]
-            out.append(SequenceSet.from_lists([e[0] for e in enc], [e[2] for e in enc], [e[1] for e in enc],
-                                              [p.label for p in pairs]))
+            out.append(
+                SequenceSet.from_lists(
+                    [e[0] for e in enc], [e[2] for e in enc], [e[1] for e in enc], [p.label for p in pairs]
+                )
+            )
     if len(out[0]) == 0:
         raise ConfigError(f"config field 'corpus': {source} yields no training sequences")
     return out[0], out[1]
 
 
 # --------------------------------------------------------------------------- the run's tokenizer and sequence cache
+
 
 def tokenizer_directory(cfg: PretrainConfig, run_dir: Path) -> Path:
     """Where a run's tokenizer lives: the config's ``tokenizer``, the ``init_from`` model's, a
@@ -168,7 +214,7 @@ def tokenizer_directory(cfg: PretrainConfig, run_dir: Path) -> Path:
         return Path(cfg.tokenizer).expanduser()
     if cfg.init_from:
         return initial_model_directory(cfg)
-    if cfg.objective == "distill":   # a student reads with its teacher's tokenizer
+    if cfg.objective == "distill":  # a student reads with its teacher's tokenizer
         return teacher_directory(cfg)
     return run_dir / "tokenizer"
 
@@ -185,9 +231,16 @@ def run_tokenizer(cfg: PretrainConfig, run_dir: Path, source: Path, rt: Runtime)
     else:
         if rt.is_main and not (tok_dir / "tokenizer.json").is_file():
             from bertology.pretraining.tokenizer import train_tokenizer
+
             with atomic_dir(tok_dir) as tmp:
-                train_tokenizer(source, tmp, kind=cfg.tokenizer_kind, vocab_size=cfg.vocab_size,
-                                lowercase=cfg.lowercase, model_max_length=cfg.max_seq_len)
+                train_tokenizer(
+                    source,
+                    tmp,
+                    kind=cfg.tokenizer_kind,
+                    vocab_size=cfg.vocab_size,
+                    lowercase=cfg.lowercase,
+                    model_max_length=cfg.max_seq_len,
+                )
         rt.barrier()
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     if tok.mask_token_id is None or tok.pad_token_id is None or tok.cls_token_id is None:
@@ -195,18 +248,29 @@ def run_tokenizer(cfg: PretrainConfig, run_dir: Path, source: Path, rt: Runtime)
     return tok
 
 
-def load_sequences(cfg: PretrainConfig, run_dir: Path, source: Path, tokenizer, rt: Runtime,
-                   corpus_sha: str) -> tuple[SequenceSet, SequenceSet]:
+def load_sequences(
+    cfg: PretrainConfig, run_dir: Path, source: Path, tokenizer, rt: Runtime, corpus_sha: str
+) -> tuple[SequenceSet, SequenceSet]:
     """``(train, heldout)`` sequences, cached in ``run_dir/data`` under a key of everything they
     depend on (``corpus_sha`` = the corpus content); built by rank 0, read by all."""
     from safetensors.torch import load_file, save_file
 
     separate = heldout_path(cfg)
     heldout_key = corpus_hash(separate) if separate is not None else cfg.heldout_fraction
-    key = hashlib.sha256(json.dumps([corpus_sha, tokenizer.backend_tokenizer.to_str(), cfg.max_documents,
-                                     heldout_key, cfg.max_seq_len, cfg.objective, cfg.seed,
-                                     *([cfg.packing] if cfg.packing != "doc_sentences" else [])]).encode()
-                         ).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps(
+            [
+                corpus_sha,
+                tokenizer.backend_tokenizer.to_str(),
+                cfg.max_documents,
+                heldout_key,
+                cfg.max_seq_len,
+                cfg.objective,
+                cfg.seed,
+                *([cfg.packing] if cfg.packing != "doc_sentences" else []),
+            ]
+        ).encode()
+    ).hexdigest()[:16]
     cache = run_dir / "data" / f"sequences-{key}.safetensors"
     if rt.is_main and not cache.is_file():
         train, heldout = build_sequences(cfg, tokenizer, source)
@@ -218,6 +282,7 @@ def load_sequences(cfg: PretrainConfig, run_dir: Path, source: Path, tokenizer, 
 
 
 # --------------------------------------------------------------------------- batches
+
 
 def stream_indices(n: int, seed: int, start: int, count: int) -> tuple[list[int], list[int]]:
     """Positions ``start..start+count-1`` of the endless shuffled stream: ``(indices, epochs)``.
@@ -242,21 +307,33 @@ class Masker:
         self.special = list(tokenizer.all_special_ids)
         self.mask_id = tokenizer.mask_token_id
         self.pool = random_token_pool(len(tokenizer), self.special, pool=cfg.random_token_pool)
-        self.mcfg = MaskingConfig(probability=cfg.mlm_probability, strategy=cfg.masking,
-                                  replacement_unit=cfg.replacement_unit)
+        self.mcfg = MaskingConfig(
+            probability=cfg.mlm_probability, strategy=cfg.masking, replacement_unit=cfg.replacement_unit
+        )
 
-    def __call__(self, batch: dict[str, torch.Tensor], rows: list[int], epoch: int, seed: int,
-                 dynamic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, batch: dict[str, torch.Tensor], rows: list[int], epoch: int, seed: int, dynamic: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Masked ``input_ids [B, T]`` and ``labels [B, T]`` of a collated batch of ``rows`` (special
         and padding positions never chosen); masks drawn from ``(seed, row, epoch)``."""
         special = special_tokens_mask(batch["input_ids"], self.special) | (batch["attention_mask"] == 0)
-        return mask_batch(batch["input_ids"], special, sequence_indices=rows, seed=seed, epoch=epoch,
-                          dynamic=dynamic, mask_token_id=self.mask_id, random_token_ids=self.pool,
-                          word_ids=batch["word_ids"], config=self.mcfg)
+        return mask_batch(
+            batch["input_ids"],
+            special,
+            sequence_indices=rows,
+            seed=seed,
+            epoch=epoch,
+            dynamic=dynamic,
+            mask_token_id=self.mask_id,
+            random_token_ids=self.pool,
+            word_ids=batch["word_ids"],
+            config=self.mcfg,
+        )
 
 
-def masked_batch(data: SequenceSet, rows: list[int], epochs: list[int], masker: Masker,
-                 cfg: PretrainConfig, pad_id: int) -> dict[str, torch.Tensor]:
+def masked_batch(
+    data: SequenceSet, rows: list[int], epochs: list[int], masker: Masker, cfg: PretrainConfig, pad_id: int
+) -> dict[str, torch.Tensor]:
     """The training batch of ``rows`` (seen in ``epochs``): :meth:`SequenceSet.collate`'s tensors
     with ``input_ids`` masked and ``labels [B, T]`` added (``IGNORE_INDEX`` where nothing is scored)."""
     batch = data.collate(rows, pad_id)
@@ -272,8 +349,9 @@ def masked_batch(data: SequenceSet, rows: list[int], epochs: list[int], masker: 
 
 
 @torch.no_grad()
-def heldout_batches(data: SequenceSet, masker: Masker, cfg: PretrainConfig, pad_id: int, rank: int = 0,
-                    world_size: int = 1):
+def heldout_batches(
+    data: SequenceSet, masker: Masker, cfg: PretrainConfig, pad_id: int, rank: int = 0, world_size: int = 1
+):
     """The held-out batches evaluation scores (static masks): yields ``(rows, batch, masked
     input ids [B, T], labels [B, T])``, labels ``IGNORE_INDEX`` where nothing is scored."""
     n = len(data)

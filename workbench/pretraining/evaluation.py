@@ -28,16 +28,24 @@ ORDINARY_ENGLISH = ("brown", "sotu")
 
 
 @torch.no_grad()
-def evaluate(model, data: SequenceSet, masker: Masker, cfg: PretrainConfig, rt: Runtime,
-             pad_id: int) -> dict[str, float]:
+def evaluate(
+    model, data: SequenceSet, masker: Masker, cfg: PretrainConfig, rt: Runtime, pad_id: int
+) -> dict[str, float]:
     """Held-out MLM loss (mean over masked tokens, nats), perplexity, and NSP/SOP accuracy.
 
     Masks are static (seeded by ``seed`` and the row), so evaluations at different steps compare.
     Rows are sharded across processes and the sums all-reduced.
     """
     if cfg.objective in OWN_EVALUATION:  # ELECTRA and SpanBERT report their extra terms
-        return evaluate_variant(cfg, model, heldout_batches(data, masker, cfg, pad_id, rt.rank, rt.world_size),
-                                rt.device, rt.autocast_dtype, rt.world_size, seed=mix_seed(cfg.seed, 6))
+        return evaluate_variant(
+            cfg,
+            model,
+            heldout_batches(data, masker, cfg, pad_id, rt.rank, rt.world_size),
+            rt.device,
+            rt.autocast_dtype,
+            rt.world_size,
+            seed=mix_seed(cfg.seed, 6),
+        )
     was_training = model.training
     model.eval()
     sums = torch.zeros(4, dtype=torch.float64)  # loss sum, masked count, pair correct, pair count
@@ -45,9 +53,13 @@ def evaluate(model, data: SequenceSet, masker: Masker, cfg: PretrainConfig, rt: 
     for rows, batch, ids, labels in heldout_batches(data, masker, cfg, pad_id, rt.rank, rt.world_size):
         with rt.autocast():
             _, mlm_sum, pair_logits = objective(
-                ids.to(rt.device), batch["attention_mask"].to(rt.device), batch["token_type_ids"].to(rt.device),
-                labels.to(rt.device), batch["pair_labels"].to(rt.device) if pair_task(cfg.objective) else None,
-                reduction="sum")
+                ids.to(rt.device),
+                batch["attention_mask"].to(rt.device),
+                batch["token_type_ids"].to(rt.device),
+                labels.to(rt.device),
+                batch["pair_labels"].to(rt.device) if pair_task(cfg.objective) else None,
+                reduction="sum",
+            )
         sums[0] += float(mlm_sum)
         sums[1] += float((labels != IGNORE_INDEX).sum())
         if pair_logits is not None:
@@ -74,8 +86,9 @@ def heldout_loss(run_dir: str | Path, model_dir: str | Path) -> float:
     total, n = 0.0, 0
     with torch.inference_mode():
         for _, batch, ids, labels in heldout_batches(heldout, Masker(cfg, tok), cfg, tok.pad_token_id):
-            _, mlm_sum, _ = objective(ids, batch["attention_mask"], batch["token_type_ids"], labels, None,
-                                      reduction="sum")
+            _, mlm_sum, _ = objective(
+                ids, batch["attention_mask"], batch["token_type_ids"], labels, None, reduction="sum"
+            )
             total += float(mlm_sum)
             n += int((labels != IGNORE_INDEX).sum())
     return total / n
@@ -103,13 +116,24 @@ def unigram_baseline(run_dir: str | Path) -> dict[str, float]:
         total += float(-logp[targets].sum())
         n += targets.numel()
     every = heldout.ids[ordinary[heldout.ids]]
-    return {"unigram_eval_loss": total / n, "eval_targets": n,
-            "unigram_loss_all_heldout_tokens": float(-logp[every].mean()), "heldout_tokens": int(every.numel()),
-            "train_tokens": int(counts.sum())}
+    return {
+        "unigram_eval_loss": total / n,
+        "eval_targets": n,
+        "unigram_loss_all_heldout_tokens": float(-logp[every].mean()),
+        "heldout_tokens": int(every.numel()),
+        "train_tokens": int(counts.sum()),
+    }
 
 
-def heldout_sentences(corpus_dir: str | Path, *, sources: tuple[str, ...] = ORDINARY_ENGLISH, n: int | None = 400,
-                      seed: int = 0, min_words: int = 5, max_words: int = 60) -> list[str]:
+def heldout_sentences(
+    corpus_dir: str | Path,
+    *,
+    sources: tuple[str, ...] = ORDINARY_ENGLISH,
+    n: int | None = 400,
+    seed: int = 0,
+    min_words: int = 5,
+    max_words: int = 60,
+) -> list[str]:
     """Sentences of the held-out documents of a corpus made by ``scripts/build_english_corpus.py``
     (``<corpus_dir>/heldout/<source>.txt.gz``, one sentence per line): the lines of ``sources`` with
     ``min_words..max_words`` whitespace words, ``n`` of them drawn evenly across sources with a
@@ -125,8 +149,10 @@ def heldout_sentences(corpus_dir: str | Path, *, sources: tuple[str, ...] = ORDI
     for source in sources:
         path = folder / f"{source}.txt.gz"
         if not path.is_file():
-            raise CorpusError(f"{path}: no held-out file for source {source!r} (build the corpus with "
-                            "bash scripts/setup.sh --with-pretraining-corpus)")
+            raise CorpusError(
+                f"{path}: no held-out file for source {source!r} (build the corpus with "
+                "bash scripts/setup.sh --with-pretraining-corpus)"
+            )
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             lines = [ln.strip() for ln in fh if min_words <= len(ln.split()) <= max_words]
         per_source.append(lines)

@@ -33,9 +33,19 @@ from bertology.errors import ConfigError
 from bertology.pretraining.masking import IGNORE_INDEX
 from bertology.pretraining.objectives import build_model, generator_config, make_loss, pair_task
 
-__all__ = ["parameter_counts", "measure_step_flops", "analytic_step_flops", "steps_for_budget", "synthetic_batch",
-           "GPU_PEAK_FLOPS", "PEAK_FLOPS_ENV", "gpu_peak_flops", "peak_flops", "pretraining_flops_per_token",
-           "classifier_flops_per_token"]
+__all__ = [
+    "parameter_counts",
+    "measure_step_flops",
+    "analytic_step_flops",
+    "steps_for_budget",
+    "synthetic_batch",
+    "GPU_PEAK_FLOPS",
+    "PEAK_FLOPS_ENV",
+    "gpu_peak_flops",
+    "peak_flops",
+    "pretraining_flops_per_token",
+    "classifier_flops_per_token",
+]
 
 _LOOKUP_TABLES = ("word_embeddings.weight", "position_embeddings.weight", "token_type_embeddings.weight")
 
@@ -49,6 +59,7 @@ def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
     look-up tables (word, position, segment); ``encoder_non_embedding``: the rest (an ALBERT's
     ``E -> H`` projection included).
     """
+
     def unique(params) -> list[torch.nn.Parameter]:
         seen, out = set(), []
         for p in params:
@@ -63,8 +74,12 @@ def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
     named = dict(encoder.named_parameters())
     emb = sum(p.numel() for n, p in named.items() if n.endswith(_LOOKUP_TABLES))
     total_encoder = sum(p.numel() for p in unique(named.values()))
-    return {"trained": sum(p.numel() for p in unique(model.parameters())), "encoder": total_encoder,
-            "encoder_embedding": emb, "encoder_non_embedding": total_encoder - emb}
+    return {
+        "trained": sum(p.numel() for p in unique(model.parameters())),
+        "encoder": total_encoder,
+        "encoder_embedding": emb,
+        "encoder_non_embedding": total_encoder - emb,
+    }
 
 
 def synthetic_batch(cfg: Any, vocab_size: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -76,12 +91,17 @@ def synthetic_batch(cfg: Any, vocab_size: int, seed: int = 0) -> dict[str, torch
     ids = torch.randint(0, vocab_size, (B, T), generator=g)
     n_masked = max(1, round(cfg.mlm_probability * (T - 2)))
     labels = torch.full_like(ids, IGNORE_INDEX)
-    labels[:, 1:1 + n_masked] = ids[:, 1:1 + n_masked]
+    labels[:, 1 : 1 + n_masked] = ids[:, 1 : 1 + n_masked]
     types = torch.zeros_like(ids)
     if pair_task(cfg.objective):
-        types[:, T // 2:] = 1
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": types, "labels": labels,
-            "pair_labels": torch.zeros(B, dtype=torch.long) if pair_task(cfg.objective) else None}
+        types[:, T // 2 :] = 1
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "token_type_ids": types,
+        "labels": labels,
+        "pair_labels": torch.zeros(B, dtype=torch.long) if pair_task(cfg.objective) else None,
+    }
 
 
 def measure_step_flops(cfg: Any, vocab_size: int, pad_token_id: int = 0) -> dict[str, float]:
@@ -101,13 +121,18 @@ def measure_step_flops(cfg: Any, vocab_size: int, pad_token_id: int = 0) -> dict
         model.train()
         b = synthetic_batch(cfg, vocab_size, cfg.seed)
         with FlopCounterMode(display=False) as counter:
-            loss, _, _ = loss_module(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["labels"],
-                                     b["pair_labels"])
+            loss, _, _ = loss_module(
+                b["input_ids"], b["attention_mask"], b["token_type_ids"], b["labels"], b["pair_labels"]
+            )
             loss.backward()
     per_step = float(counter.get_total_flops()) * cfg.grad_accum_steps
     tokens = cfg.batch_size * cfg.max_seq_len * cfg.grad_accum_steps
-    return {"flops_per_step": per_step, "tokens_per_step": tokens, "flops_per_token": per_step / tokens,
-            **{f"params_{k}": v for k, v in parameter_counts(model).items()}}
+    return {
+        "flops_per_step": per_step,
+        "tokens_per_step": tokens,
+        "flops_per_token": per_step / tokens,
+        **{f"params_{k}": v for k, v in parameter_counts(model).items()},
+    }
 
 
 def _encoder_forward(layers: int, hidden: int, intermediate: int, seq_len: int) -> float:
@@ -129,8 +154,11 @@ def analytic_step_flops(cfg: Any, vocab_size: int, teacher_config: Any = None) -
     if cfg.objective == "electra":
         Hg, _, Ig = generator_config(cfg)
         disc = encoder + 2.0 * tokens * (H * H + H) + (2.0 * tokens * E * H if E != H else 0.0)
-        gen = (_encoder_forward(cfg.num_hidden_layers, Hg, Ig, T) * tokens + 2.0 * tokens * E * Hg
-               + 2.0 * targets * (Hg * E + E * vocab_size))
+        gen = (
+            _encoder_forward(cfg.num_hidden_layers, Hg, Ig, T) * tokens
+            + 2.0 * tokens * E * Hg
+            + 2.0 * targets * (Hg * E + E * vocab_size)
+        )
         return 3.0 * (disc + gen)
     if cfg.architecture == "albert":
         head = 2.0 * targets * (H * E + E * vocab_size) + 2.0 * tokens * E * H
@@ -144,8 +172,12 @@ def analytic_step_flops(cfg: Any, vocab_size: int, teacher_config: Any = None) -
     if cfg.objective != "distill":
         return trained
     if cfg.distill_positions == "all":  # the student's logits on every token, not only the masked ones
-        trained += 3.0 * 2.0 * (tokens - targets) * ((H * E + E * vocab_size) if cfg.architecture == "albert"
-                                                     else (H * H + H * vocab_size))
+        trained += (
+            3.0
+            * 2.0
+            * (tokens - targets)
+            * ((H * E + E * vocab_size) if cfg.architecture == "albert" else (H * H + H * vocab_size))
+        )
     t = teacher_config
     Ht = t.hidden_size
     Et = getattr(t, "embedding_size", None) or Ht
@@ -166,8 +198,12 @@ def steps_for_budget(budget_flops: float, flops_per_step: float) -> int:
 # Dense bfloat16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets, matched in
 # order against torch.cuda.get_device_name (first match wins).
 GPU_PEAK_FLOPS: tuple[tuple[str, float], ...] = (
-    ("H100 PCIE", 756e12), ("H100 NVL", 835e12), ("H100", 989e12),   # H100 SXM ("H100 80GB HBM3")
-    ("H200", 989e12), ("GH200", 989e12), ("A100", 312e12),
+    ("H100 PCIE", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # H100 SXM ("H100 80GB HBM3")
+    ("H200", 989e12),
+    ("GH200", 989e12),
+    ("A100", 312e12),
 )
 PEAK_FLOPS_ENV = "BERTOLOGY_PEAK_FLOPS"
 

@@ -132,8 +132,9 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
     ordered before any later use of the tensors on the same stream); unchanged on the CPU."""
     if device.type != "cuda":
         return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-    return {k: v.pin_memory().to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
+    return {
+        k: v.pin_memory().to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
+    }
 
 
 class Prefetcher:
@@ -146,8 +147,9 @@ class Prefetcher:
     def __init__(self, build: Callable, items, depth: int, device: torch.device | None = None):
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(build, iter(items), device),
-                                        name="bertology-prefetch", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(build, iter(items), device), name="bertology-prefetch", daemon=True
+        )
         self._thread.start()
 
     def _run(self, build: Callable, items, device: torch.device | None) -> None:
@@ -221,10 +223,18 @@ class _Batches:
             return
         if "fork" in multiprocessing.get_all_start_methods():
             dataset = _StepBatches(self.build_cpu, start_step, loop.max_steps, loop.grad_accum_steps)
-            self.loader = iter(torch.utils.data.DataLoader(
-                dataset, batch_size=None, shuffle=False, num_workers=workers, prefetch_factor=2,
-                pin_memory=loop.rt.device.type == "cuda", multiprocessing_context="fork",
-                generator=torch.Generator()))  # the workers' seeds: not drawn from the run's global RNG
+            self.loader = iter(
+                torch.utils.data.DataLoader(
+                    dataset,
+                    batch_size=None,
+                    shuffle=False,
+                    num_workers=workers,
+                    prefetch_factor=2,
+                    pin_memory=loop.rt.device.type == "cuda",
+                    multiprocessing_context="fork",
+                    generator=torch.Generator(),
+                )
+            )  # the workers' seeds: not drawn from the run's global RNG
         else:
             items = ((s, m) for s in range(start_step, loop.max_steps) for m in range(loop.grad_accum_steps))
             self.prefetcher = Prefetcher(self.build, items, 2 * workers, loop.rt.device)
@@ -268,8 +278,14 @@ def run_steps(loop: StepLoop, start_step: int) -> None:
     if start_step == 0 and 0 in loop.keep_steps:
         checkpoint(loop, 0)
     loop.model.train()
-    bar = tqdm(total=loop.max_steps, initial=start_step, disable=not (loop.progress and rt.is_main),
-               desc=loop.run_name, dynamic_ncols=True, file=sys.stderr)
+    bar = tqdm(
+        total=loop.max_steps,
+        initial=start_step,
+        disable=not (loop.progress and rt.is_main),
+        desc=loop.run_name,
+        dynamic_ncols=True,
+        file=sys.stderr,
+    )
     batches = _Batches(loop, start_step)
     try:
         _steps(loop, start_step, batches, bar)
@@ -293,12 +309,11 @@ def _steps(loop: StepLoop, start_step: int, batches: _Batches, bar) -> None:
             norm = torch.nn.utils.clip_grad_norm_(loop.model.parameters(), loop.max_grad_norm)
         values = _read(losses, norm)  # the step's one read of the device
         loss = 0.0
-        for value in values[:len(losses)]:
+        for value in values[: len(losses)]:
             loss += value / loop.grad_accum_steps
         grad_norm = values[-1] if norm is not None else 0.0
         lr = loop.scheduler.get_last_lr()[0]
-        diverged = loop.divergence is not None and loop.divergence.update(step, loss,
-                                                                           final=step + 1 == loop.max_steps)
+        diverged = loop.divergence is not None and loop.divergence.update(step, loss, final=step + 1 == loop.max_steps)
         if not rt.all_finite(loss + grad_norm + (math.inf if diverged else 0.0)):
             bar.close()
             _stop_diverged(loop, step, loss, grad_norm, lr)
@@ -371,8 +386,10 @@ def checkpoint(loop: StepLoop, step: int) -> None:
     finite = bool(torch.stack(flags).all()) if flags else True  # one read of the device
     if not rt.all_finite(0.0 if finite else math.inf):  # finite losses can still leave inf weights
         rt.close()
-        raise TrainingDivergedError(f"{loop.run_dir}: non-finite weights at step {step}; checkpoint not written. "
-                                    "Lower learning_rate and start a new run_name")
+        raise TrainingDivergedError(
+            f"{loop.run_dir}: non-finite weights at step {step}; checkpoint not written. "
+            "Lower learning_rate and start a new run_name"
+        )
     if rt.is_main:
         loop.save(step)
     rt.barrier()
@@ -395,4 +412,5 @@ def _stop_diverged(loop: StepLoop, step: int, loss: float, grad_norm: float, lr:
     raise TrainingDivergedError(
         f"{loop.run_dir}: training diverged at step {step + 1}: {why}, learning rate {lr:.3g}. Stopped without "
         f"saving this step; the last good checkpoint is step {max(last) if last else 'none'}. Lower "
-        f"learning_rate (or raise warmup_steps) and start a new run_name")
+        f"learning_rate (or raise warmup_steps) and start a new run_name"
+    )

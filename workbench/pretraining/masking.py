@@ -37,8 +37,9 @@ segments, swapped half of the time; label 0 = in order, 1 = swapped). Label conv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 
@@ -61,7 +62,7 @@ class MaskingConfig:
     span_geometric_p: float = 0.2
     max_span: int = 10
     max_ngram: int = 3
-    replacement_unit: ReplacementUnit | None = None   # None: per span for "span" masking, else per token
+    replacement_unit: ReplacementUnit | None = None  # None: per span for "span" masking, else per token
 
     def __post_init__(self) -> None:
         if not 0.0 < self.probability < 1.0:
@@ -118,8 +119,9 @@ def ngram_length_probabilities(max_ngram: int = 3) -> torch.Tensor:
     return inverse / inverse.sum()
 
 
-def sample_ngrams(tokens_per_word: Sequence[int], budget: int, generator: torch.Generator,
-                  max_ngram: int = 3) -> list[tuple[int, int]]:
+def sample_ngrams(
+    tokens_per_word: Sequence[int], budget: int, generator: torch.Generator, max_ngram: int = 3
+) -> list[tuple[int, int]]:
     """ALBERT's n-gram choice over the words of one sequence: ``[(first word, n), ...]`` in the
     order chosen, n-grams disjoint, covering at most ``budget`` tokens.
 
@@ -139,12 +141,12 @@ def sample_ngrams(tokens_per_word: Sequence[int], budget: int, generator: torch.
             break
         fits = min(max_ngram, n_words - start)
         n = int(torch.multinomial(probs[:fits], 1, generator=generator)) + 1
-        while n > 1 and covered + sum(tokens_per_word[start:start + n]) > budget:
+        while n > 1 and covered + sum(tokens_per_word[start : start + n]) > budget:
             n -= 1
-        size = sum(tokens_per_word[start:start + n])
-        if covered + size > budget or any(taken[start:start + n]):
+        size = sum(tokens_per_word[start : start + n])
+        if covered + size > budget or any(taken[start : start + n]):
             continue
-        taken[start:start + n] = [True] * n
+        taken[start : start + n] = [True] * n
         chosen.append((start, n))
         covered += size
     return chosen
@@ -189,7 +191,7 @@ def choose_positions(
             length = int(torch.multinomial(probs, 1, generator=generator)) + 1
             length = min(length, budget - n_covered)
             start = int(torch.randint(0, n_words, (1,), generator=generator))
-            covered[start:start + length] = True
+            covered[start : start + length] = True
         chosen_words = words[covered]
     return torch.isin(word_ids, chosen_words) & maskable
 
@@ -277,12 +279,14 @@ def mask_batch(
         g = sequence_generator(seed, int(index), epoch if dynamic else 0)
         maskable = ~special_mask[row]
         chosen = choose_positions(maskable, g, config, None if word_ids is None else word_ids[row])
-        masked[row], labels[row] = corrupt(input_ids[row], chosen, g, mask_token_id=mask_token_id,
-                                           random_token_ids=random_token_ids, config=config)
+        masked[row], labels[row] = corrupt(
+            input_ids[row], chosen, g, mask_token_id=mask_token_id, random_token_ids=random_token_ids, config=config
+        )
     return masked, labels
 
 
 # --------------------------------------------------------------------------- sentence pairs
+
 
 @dataclass
 class SentencePair:
@@ -325,8 +329,9 @@ def _concat_words(words: Sequence[Sequence[int]]) -> list[int]:
     return out
 
 
-def _truncate_pair(a: list[int], b: list[int], wa: list[int], wb: list[int], max_tokens: int,
-                   g: torch.Generator) -> None:
+def _truncate_pair(
+    a: list[int], b: list[int], wa: list[int], wb: list[int], max_tokens: int, g: torch.Generator
+) -> None:
     """Trim the longer segment, from the front or back at random, until both fit (BERT's rule)."""
     while len(a) + len(b) > max_tokens:
         seq, ws = (a, wa) if len(a) > len(b) else (b, wb)
@@ -435,8 +440,23 @@ def expected_span_length(p: float = 0.2, max_span: int = 10) -> float:
 
 
 __all__ = [
-    "IGNORE_INDEX", "MaskingConfig", "RANDOM_POOLS", "REPLACEMENT_UNITS", "STRATEGIES", "SentencePair",
-    "choose_positions", "corrupt", "encode_pair", "expected_span_length", "make_sentence_pairs", "mask_batch",
-    "mix_seed", "ngram_length_probabilities", "random_token_pool", "sample_ngrams", "sequence_generator",
-    "span_ids", "special_tokens_mask",
+    "IGNORE_INDEX",
+    "MaskingConfig",
+    "RANDOM_POOLS",
+    "REPLACEMENT_UNITS",
+    "STRATEGIES",
+    "SentencePair",
+    "choose_positions",
+    "corrupt",
+    "encode_pair",
+    "expected_span_length",
+    "make_sentence_pairs",
+    "mask_batch",
+    "mix_seed",
+    "ngram_length_probabilities",
+    "random_token_pool",
+    "sample_ngrams",
+    "sequence_generator",
+    "span_ids",
+    "special_tokens_mask",
 ]

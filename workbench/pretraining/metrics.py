@@ -77,8 +77,10 @@ class DivergenceMonitor:
 
     def describe(self) -> str:
         """The rule as the error message states it."""
-        return (f"above {self.threshold:.4g} = {self.factor:g} x max(ln V = {self.uniform_loss:.4g}, first loss) "
-                f"for {self.streak} consecutive steps (divergence_window {self.window})")
+        return (
+            f"above {self.threshold:.4g} = {self.factor:g} x max(ln V = {self.uniform_loss:.4g}, first loss) "
+            f"for {self.streak} consecutive steps (divergence_window {self.window})"
+        )
 
 
 def read_metric_events(path: Path) -> list[dict[str, Any]]:

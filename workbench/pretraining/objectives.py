@@ -27,8 +27,9 @@ from __future__ import annotations
 import inspect
 import math
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -38,16 +39,39 @@ from bertology.architectures import mlm_parts
 from bertology.errors import ConfigError, ModelError
 from bertology.pretraining.masking import IGNORE_INDEX
 
-__all__ = ["OBJECTIVES", "ARCHITECTURES", "pair_task", "OBJECTIVE_CHECKS", "build_model", "make_loss",
-           "PretrainingLoss", "ElectraLoss", "SpanBoundaryLoss", "DistillationLoss", "ElectraPretrainingModel",
-           "BertForSpanBoundary", "SpanBoundaryHead", "span_boundaries", "distillation_kl", "tied_parameter_names",
-           "DISTILL_INITS", "every_other_layer", "init_student_from_teacher",
-           "save_unique_state", "evaluate_variant", "generator_config", "teacher_directory", "OWN_EVALUATION",
-           "initial_model_directory", "load_initial_model", "target_positions"]
+__all__ = [
+    "OBJECTIVES",
+    "ARCHITECTURES",
+    "pair_task",
+    "OBJECTIVE_CHECKS",
+    "build_model",
+    "make_loss",
+    "PretrainingLoss",
+    "ElectraLoss",
+    "SpanBoundaryLoss",
+    "DistillationLoss",
+    "ElectraPretrainingModel",
+    "BertForSpanBoundary",
+    "SpanBoundaryHead",
+    "span_boundaries",
+    "distillation_kl",
+    "tied_parameter_names",
+    "DISTILL_INITS",
+    "every_other_layer",
+    "init_student_from_teacher",
+    "save_unique_state",
+    "evaluate_variant",
+    "generator_config",
+    "teacher_directory",
+    "OWN_EVALUATION",
+    "initial_model_directory",
+    "load_initial_model",
+    "target_positions",
+]
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "mlm+sbo", "electra", "distill")
 ARCHITECTURES = ("bert", "albert")
-OWN_EVALUATION = ("electra", "mlm+sbo")   # objectives whose held-out metrics go through evaluate_variant
+OWN_EVALUATION = ("electra", "mlm+sbo")  # objectives whose held-out metrics go through evaluate_variant
 _ALBERT_OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "distill")
 
 
@@ -60,8 +84,11 @@ def generator_config(cfg: Any) -> tuple[int, int, int]:
     """ELECTRA generator ``(hidden, heads, intermediate)``: the discriminator's times ``generator_size``
     (heads at least 1), as in ELECTRA's own scaling of the generator."""
     size = cfg.generator_size
-    return (max(1, round(cfg.hidden_size * size)), max(1, round(cfg.num_attention_heads * size)),
-            max(1, round(cfg.intermediate_size * size)))
+    return (
+        max(1, round(cfg.hidden_size * size)),
+        max(1, round(cfg.num_attention_heads * size)),
+        max(1, round(cfg.intermediate_size * size)),
+    )
 
 
 def _generator_heads_divide_width(cfg: Any) -> bool:
@@ -83,42 +110,80 @@ _DISTILL_WEIGHTS = ("distill_kl_weight", "distill_mlm_weight", "distill_cosine_w
 OBJECTIVE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str | Callable[[Any], str]], ...] = (
     ("objective", lambda c: c.objective in OBJECTIVES, f"must be one of {', '.join(OBJECTIVES)}"),
     ("architecture", lambda c: c.architecture in ARCHITECTURES, f"must be one of {', '.join(ARCHITECTURES)}"),
-    ("objective", lambda c: c.architecture != "albert" or c.objective in _ALBERT_OBJECTIVES,
-     f"with architecture albert must be one of {', '.join(_ALBERT_OBJECTIVES)}"),
+    (
+        "objective",
+        lambda c: c.architecture != "albert" or c.objective in _ALBERT_OBJECTIVES,
+        f"with architecture albert must be one of {', '.join(_ALBERT_OBJECTIVES)}",
+    ),
     ("embedding_size", lambda c: c.embedding_size is None or c.embedding_size >= 1, "must be >= 1"),
-    ("embedding_size", lambda c: c.embedding_size is None or c.embedding_size == c.hidden_size
-     or c.architecture == "albert" or c.objective == "electra",
-     "a factorised embedding (embedding_size != hidden_size) needs architecture albert or objective electra"),
-    ("num_hidden_groups", lambda c: 1 <= c.num_hidden_groups <= c.num_hidden_layers,
-     lambda c: f"must be in [1, num_hidden_layers={c.num_hidden_layers}]"),
-    ("num_hidden_groups", lambda c: c.num_hidden_groups == 1 or c.architecture == "albert",
-     "layer sharing needs architecture albert (BERT layers are all distinct)"),
+    (
+        "embedding_size",
+        lambda c: (
+            c.embedding_size is None
+            or c.embedding_size == c.hidden_size
+            or c.architecture == "albert"
+            or c.objective == "electra"
+        ),
+        "a factorised embedding (embedding_size != hidden_size) needs architecture albert or objective electra",
+    ),
+    (
+        "num_hidden_groups",
+        lambda c: 1 <= c.num_hidden_groups <= c.num_hidden_layers,
+        lambda c: f"must be in [1, num_hidden_layers={c.num_hidden_layers}]",
+    ),
+    (
+        "num_hidden_groups",
+        lambda c: c.num_hidden_groups == 1 or c.architecture == "albert",
+        "layer sharing needs architecture albert (BERT layers are all distinct)",
+    ),
     ("generator_size", lambda c: 0.0 < c.generator_size <= 1.0, "must be in (0, 1]"),
-    ("generator_size", lambda c: c.objective != "electra" or _generator_heads_divide_width(c),
-     _generator_width_message),
+    (
+        "generator_size",
+        lambda c: c.objective != "electra" or _generator_heads_divide_width(c),
+        _generator_width_message,
+    ),
     ("rtd_weight", lambda c: c.rtd_weight > 0, "must be > 0"),
     ("sbo_weight", lambda c: c.sbo_weight > 0, "must be > 0"),
-    ("masking", lambda c: c.objective != "mlm+sbo" or c.masking == "span",
-     "the span boundary objective (mlm+sbo) needs masking: span"),
-    ("teacher", lambda c: c.objective != "distill" or bool(c.teacher),
-     "objective distill needs a teacher (a registry name or model directory)"),
+    (
+        "masking",
+        lambda c: c.objective != "mlm+sbo" or c.masking == "span",
+        "the span boundary objective (mlm+sbo) needs masking: span",
+    ),
+    (
+        "teacher",
+        lambda c: c.objective != "distill" or bool(c.teacher),
+        "objective distill needs a teacher (a registry name or model directory)",
+    ),
     ("distill_temperature", lambda c: c.distill_temperature > 0, "must be > 0"),
     *((name, lambda c, name=name: getattr(c, name) >= 0, "must be >= 0") for name in _DISTILL_WEIGHTS),
-    ("distill_kl_weight", lambda c: sum(getattr(c, name) for name in _DISTILL_WEIGHTS) > 0,
-     "the distillation weights (kl, mlm, cosine) must not all be 0"),
+    (
+        "distill_kl_weight",
+        lambda c: sum(getattr(c, name) for name in _DISTILL_WEIGHTS) > 0,
+        "the distillation weights (kl, mlm, cosine) must not all be 0",
+    ),
     ("distill_positions", lambda c: c.distill_positions in ("masked", "all"), "must be all or masked"),
     ("distill_init", lambda c: c.distill_init in DISTILL_INITS, f"must be one of {', '.join(DISTILL_INITS)}"),
-    ("distill_init", lambda c: c.distill_init == "random" or (c.objective == "distill" and c.architecture == "bert"),
-     "every_other copies BERT teacher layers into a BERT student: it needs objective distill, architecture bert"),
-    ("init_from", lambda c: c.init_from is None or (c.objective == "mlm" and c.architecture == "bert"),
-     "continued pretraining (init_from) needs objective mlm and architecture bert"),
-    ("tokenizer", lambda c: c.init_from is None or c.tokenizer is None,
-     "must be empty with init_from (the run reads with that model's tokenizer)"),
+    (
+        "distill_init",
+        lambda c: c.distill_init == "random" or (c.objective == "distill" and c.architecture == "bert"),
+        "every_other copies BERT teacher layers into a BERT student: it needs objective distill, architecture bert",
+    ),
+    (
+        "init_from",
+        lambda c: c.init_from is None or (c.objective == "mlm" and c.architecture == "bert"),
+        "continued pretraining (init_from) needs objective mlm and architecture bert",
+    ),
+    (
+        "tokenizer",
+        lambda c: c.init_from is None or c.tokenizer is None,
+        "must be empty with init_from (the run reads with that model's tokenizer)",
+    ),
     ("stream_start", lambda c: c.stream_start >= 0, "must be >= 0"),
 )
 
 
 # --------------------------------------------------------------------------- saving models with extra parts
+
 
 def tied_parameter_names(model: nn.Module) -> set[str]:
     """State-dict names whose tensor is the same as that of an earlier name (tied weights: the
@@ -160,6 +225,7 @@ def _init_linear(module: nn.Module, std: float) -> None:
 
 # --------------------------------------------------------------------------- ELECTRA
 
+
 class ElectraGenerator(nn.Module):
     """The ELECTRA generator: a narrow ``ElectraModel`` whose embedding module is the
     discriminator's (token, position and segment embeddings and their LayerNorm, shared), an
@@ -195,7 +261,7 @@ class ElectraGenerator(nn.Module):
         for k, v in self.state_dict().items():
             for old, new in rename.items():
                 if k.startswith(old):
-                    k = new + k[len(old):]
+                    k = new + k[len(old) :]
             state[k] = v
         hf.load_state_dict(state, strict=True)
         return hf
@@ -243,15 +309,22 @@ class ElectraLoss(nn.Module):
         self.model = model
         self.rtd_weight = rtd_weight
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
-                labels: torch.Tensor, pair_labels: torch.Tensor | None = None, reduction: str = "mean",
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        labels: torch.Tensor,
+        pair_labels: torch.Tensor | None = None,
+        reduction: str = "mean",
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """``generator``: random source of the sampling (None = the global stream, restored on resume)."""
         targets = labels != IGNORE_INDEX
         original = torch.where(targets, labels, input_ids)
         gen = self.model.generator
         gen_hidden = gen.electra(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
-        logits = gen.logits(gen_hidden[targets]).float()                        # [n_targets, V]
+        logits = gen.logits(gen_hidden[targets]).float()  # [n_targets, V]
         if logits.shape[0] > 0:
             mlm_loss = F.cross_entropy(logits, labels[targets], reduction=reduction)
             with torch.no_grad():
@@ -263,16 +336,24 @@ class ElectraLoss(nn.Module):
         corrupted[targets] = sampled
         tokens = attention_mask.bool()
         replaced = (corrupted != original) & tokens
-        hidden = self.model.electra(input_ids=corrupted, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
-        rtd_logits = self.model.discriminator_predictions(hidden)[tokens].float()   # [n_tokens]
+        hidden = self.model.electra(input_ids=corrupted, attention_mask=attention_mask, token_type_ids=token_type_ids)[
+            0
+        ]
+        rtd_logits = self.model.discriminator_predictions(hidden)[tokens].float()  # [n_tokens]
         truth = replaced[tokens].float()
         rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits, truth, reduction=reduction)
-        extras = {"rtd_loss": rtd_loss, "rtd_correct": ((rtd_logits > 0).float() == truth).sum(),
-                  "tokens": tokens.sum(), "replaced": replaced.sum(), "targets": targets.sum()}
+        extras = {
+            "rtd_loss": rtd_loss,
+            "rtd_correct": ((rtd_logits > 0).float() == truth).sum(),
+            "tokens": tokens.sum(),
+            "replaced": replaced.sum(),
+            "targets": targets.sum(),
+        }
         return mlm_loss + self.rtd_weight * rtd_loss, mlm_loss, extras
 
 
 # --------------------------------------------------------------------------- SpanBERT
+
 
 def span_boundaries(targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For each target position (row-major order, as ``x[targets]``): the left boundary ``s - 1``,
@@ -350,9 +431,15 @@ class SpanBoundaryLoss(nn.Module):
         self.model = model
         self.sbo_weight = sbo_weight
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
-                labels: torch.Tensor, pair_labels: torch.Tensor | None = None,
-                reduction: str = "mean") -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        labels: torch.Tensor,
+        pair_labels: torch.Tensor | None = None,
+        reduction: str = "mean",
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         seq = self.model.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
         targets = labels != IGNORE_INDEX
         gold = labels[targets]
@@ -371,6 +458,7 @@ class SpanBoundaryLoss(nn.Module):
 
 # --------------------------------------------------------------------------- MLM (+ pair) on BERT / ALBERT
 
+
 def target_positions(labels: torch.Tensor) -> torch.Tensor:
     """The flat positions (row-major, ``long [n_targets]``) of ``labels [B, T]`` that are scored
     (not ``IGNORE_INDEX``): :class:`PretrainingLoss`'s ``target_index``."""
@@ -388,10 +476,16 @@ class PretrainingLoss(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
-                labels: torch.Tensor, pair_labels: torch.Tensor | None = None,
-                reduction: str = "mean", target_index: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        labels: torch.Tensor,
+        pair_labels: torch.Tensor | None = None,
+        reduction: str = "mean",
+        target_index: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Inputs [B, T] (pair_labels [B] for NSP/SOP) -> ``(loss, mlm_loss, pair_logits [B, 2] | None)``.
 
         ``mlm_loss``: cross-entropy over the targets (mean or sum, nats); ``loss`` = ``mlm_loss`` +
@@ -422,14 +516,16 @@ class PretrainingLoss(nn.Module):
 
 # --------------------------------------------------------------------------- distillation
 
-def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float,
-                    reduction: str = "mean") -> torch.Tensor:
+
+def distillation_kl(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float, reduction: str = "mean"
+) -> torch.Tensor:
     """``T^2 * KL(softmax(t/T) || softmax(s/T))`` per position, summed over the vocabulary, then
     averaged (``mean``) or summed over positions. Logits ``[n, V]``; nats (the ``T^2`` keeps the
     gradient scale independent of ``T``, Hinton et al. 2015)."""
     t = F.log_softmax(teacher_logits.float() / temperature, -1)
     s = F.log_softmax(student_logits.float() / temperature, -1)
-    per_position = (t.exp() * (t - s)).sum(-1) * temperature ** 2
+    per_position = (t.exp() * (t - s)).sum(-1) * temperature**2
     return per_position.mean() if reduction == "mean" else per_position.sum()
 
 
@@ -468,10 +564,15 @@ def load_initial_model(cfg: Any, vocab_size: int) -> nn.Module:
     folder = initial_model_directory(cfg)
     config = AutoConfig.from_pretrained(str(folder))
     if config.model_type != "bert":
-        raise ConfigError(f"config field 'init_from': {cfg.init_from} is a {config.model_type} model; "
-                          "continued pretraining takes a BERT encoder")
-    wrong = [f"{name} {getattr(cfg, name)} (the model has {getattr(config, name)})"
-             for name in _SIZE_FIELDS if getattr(cfg, name) != getattr(config, name)]
+        raise ConfigError(
+            f"config field 'init_from': {cfg.init_from} is a {config.model_type} model; "
+            "continued pretraining takes a BERT encoder"
+        )
+    wrong = [
+        f"{name} {getattr(cfg, name)} (the model has {getattr(config, name)})"
+        for name in _SIZE_FIELDS
+        if getattr(cfg, name) != getattr(config, name)
+    ]
     if config.vocab_size != vocab_size:
         wrong.append(f"tokenizer of {vocab_size} tokens (the model's vocabulary has {config.vocab_size})")
     if cfg.max_seq_len > config.max_position_embeddings:
@@ -480,10 +581,11 @@ def load_initial_model(cfg: Any, vocab_size: int) -> nn.Module:
         raise ConfigError(f"config field 'init_from': {cfg.init_from} does not match the config: {'; '.join(wrong)}")
     quiet = logging.getLogger("transformers.modeling_utils")
     level = quiet.level
-    quiet.setLevel(logging.ERROR)   # "newly initialized: cls.predictions..." is expected here
+    quiet.setLevel(logging.ERROR)  # "newly initialized: cls.predictions..." is expected here
     try:
-        return BertForMaskedLM.from_pretrained(str(folder), hidden_dropout_prob=cfg.dropout,
-                                               attention_probs_dropout_prob=cfg.dropout, use_safetensors=True)
+        return BertForMaskedLM.from_pretrained(
+            str(folder), hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout, use_safetensors=True
+        )
     finally:
         quiet.setLevel(level)
 
@@ -497,12 +599,16 @@ def load_teacher(cfg: Any, vocab_size: int, hidden_size: int, device: torch.devi
     except ModelError as exc:
         raise ConfigError(f"config field 'teacher': {exc}") from None
     if lm.model.config.vocab_size != vocab_size:
-        raise ConfigError(f"config field 'teacher': {cfg.teacher} has a vocabulary of {lm.model.config.vocab_size} "
-                          f"tokens, the student's tokenizer {vocab_size}: the student must use the teacher's tokenizer "
-                          "(leave 'tokenizer' empty)")
+        raise ConfigError(
+            f"config field 'teacher': {cfg.teacher} has a vocabulary of {lm.model.config.vocab_size} "
+            f"tokens, the student's tokenizer {vocab_size}: the student must use the teacher's tokenizer "
+            "(leave 'tokenizer' empty)"
+        )
     if cfg.distill_cosine_weight > 0 and lm.hidden_size != hidden_size:
-        raise ConfigError(f"config field 'distill_cosine_weight': hidden-state alignment needs the student's "
-                          f"hidden_size ({hidden_size}) to equal the teacher's ({lm.hidden_size})")
+        raise ConfigError(
+            f"config field 'distill_cosine_weight': hidden-state alignment needs the student's "
+            f"hidden_size ({hidden_size}) to equal the teacher's ({lm.hidden_size})"
+        )
     teacher = lm.model.to(device).eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
@@ -521,19 +627,25 @@ def init_student_from_teacher(student: nn.Module, teacher: nn.Module, teacher_la
     (transform, LayerNorm, output bias; the decoder is tied to the word embeddings) <- the
     teacher's. Both must be BERT with equal widths (hidden, heads, FFN), vocabulary and positions;
     ``ConfigError`` naming ``distill_init`` otherwise."""
+
     def refuse(why: str) -> ConfigError:
         return ConfigError(f"config field 'distill_init': every_other {why}")
 
     if teacher.config.model_type != "bert" or student.config.model_type != "bert":
-        raise refuse(f"needs a BERT teacher and student, got {teacher.config.model_type} -> "
-                     f"{student.config.model_type}")
+        raise refuse(
+            f"needs a BERT teacher and student, got {teacher.config.model_type} -> {student.config.model_type}"
+        )
     if len(teacher_layers) != student.config.num_hidden_layers:
-        raise refuse(f"needs one teacher layer per student layer ({student.config.num_hidden_layers}), "
-                     f"got {list(teacher_layers)}")
+        raise refuse(
+            f"needs one teacher layer per student layer ({student.config.num_hidden_layers}), "
+            f"got {list(teacher_layers)}"
+        )
     if max(teacher_layers, default=0) >= teacher.config.num_hidden_layers:
-        raise refuse(f"needs teacher layers {list(teacher_layers)}, the teacher has "
-                     f"{teacher.config.num_hidden_layers}: use at most {(teacher.config.num_hidden_layers + 1) // 2} "
-                     "student layers")
+        raise refuse(
+            f"needs teacher layers {list(teacher_layers)}, the teacher has "
+            f"{teacher.config.num_hidden_layers}: use at most {(teacher.config.num_hidden_layers + 1) // 2} "
+            "student layers"
+        )
     source = teacher.state_dict()
     state = {}
     for name, tensor in student.state_dict().items():
@@ -543,8 +655,10 @@ def init_student_from_teacher(student: nn.Module, teacher: nn.Module, teacher_la
         origin = ".".join(parts)
         if origin not in source or source[origin].shape != tensor.shape:
             found = tuple(source[origin].shape) if origin in source else "absent"
-            raise refuse(f"needs the teacher's {origin} shaped {tuple(tensor.shape)} (student {name}), "
-                         f"the teacher's is {found}: the widths, vocabulary and positions must match")
+            raise refuse(
+                f"needs the teacher's {origin} shaped {tuple(tensor.shape)} (student {name}), "
+                f"the teacher's is {found}: the widths, vocabulary and positions must match"
+            )
         state[name] = source[origin]
     student.load_state_dict(state)
 
@@ -571,8 +685,16 @@ class DistillationLoss(nn.Module):
     module's parameters: it is neither trained, nor saved, nor synchronised by DDP.
     """
 
-    def __init__(self, student: nn.Module, teacher: nn.Module, temperature: float = 2.0, kl_weight: float = 1.0,
-                 mlm_weight: float = 0.0, cosine_weight: float = 0.0, positions: str = "all"):
+    def __init__(
+        self,
+        student: nn.Module,
+        teacher: nn.Module,
+        temperature: float = 2.0,
+        kl_weight: float = 1.0,
+        mlm_weight: float = 0.0,
+        cosine_weight: float = 0.0,
+        positions: str = "all",
+    ):
         super().__init__()
         self.model = student
         self._teacher = (teacher,)  # a tuple: not registered as a submodule
@@ -585,9 +707,15 @@ class DistillationLoss(nn.Module):
     def teacher(self) -> nn.Module:
         return self._teacher[0]
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
-                labels: torch.Tensor, pair_labels: torch.Tensor | None = None,
-                reduction: str = "mean") -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        labels: torch.Tensor,
+        pair_labels: torch.Tensor | None = None,
+        reduction: str = "mean",
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         encoder, mlm_head, _ = mlm_parts(self.model)
         seq = encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)[0]
         targets = labels != IGNORE_INDEX
@@ -595,11 +723,15 @@ class DistillationLoss(nn.Module):
         where = targets if self.positions == "masked" else tokens
         extra = {"token_type_ids": token_type_ids} if self._teacher_types else {}
         with torch.no_grad():
-            t_out = self.teacher(input_ids=input_ids, attention_mask=attention_mask,
-                                 output_hidden_states=self.cosine_weight > 0, **extra)
-        s_logits = mlm_head(seq[where]).float()                                  # [n, V]
-        kl = distillation_kl(s_logits, t_out.logits[where], self.temperature, reduction) if s_logits.shape[0] \
+            t_out = self.teacher(
+                input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=self.cosine_weight > 0, **extra
+            )
+        s_logits = mlm_head(seq[where]).float()  # [n, V]
+        kl = (
+            distillation_kl(s_logits, t_out.logits[where], self.temperature, reduction)
+            if s_logits.shape[0]
             else s_logits.sum() * 0.0
+        )
         gold_here = targets[where]
         if gold_here.any():
             mlm_loss = F.cross_entropy(s_logits[gold_here], labels[targets], reduction=reduction)
@@ -617,6 +749,7 @@ class DistillationLoss(nn.Module):
 
 # --------------------------------------------------------------------------- dispatch
 
+
 def build_model(cfg: Any, vocab_size: int, pad_token_id: int) -> nn.Module:
     """A freshly initialised model for ``cfg`` (from the global RNG, as HF does):
     ``BertForMaskedLM`` / ``BertForPreTraining`` (pairs), ``AlbertForMaskedLM`` /
@@ -625,26 +758,41 @@ def build_model(cfg: Any, vocab_size: int, pad_token_id: int) -> nn.Module:
     ``distill_init: every_other`` its weights are then copied from the teacher
     (:func:`init_student_from_teacher`)."""
     pairs = pair_task(cfg.objective) is not None
-    common = dict(vocab_size=vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
-                  num_attention_heads=cfg.num_attention_heads, intermediate_size=cfg.intermediate_size,
-                  max_position_embeddings=max(cfg.max_seq_len, 512), type_vocab_size=2,
-                  hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
-                  pad_token_id=pad_token_id)
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=max(cfg.max_seq_len, 512),
+        type_vocab_size=2,
+        hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.dropout,
+        pad_token_id=pad_token_id,
+    )
     if cfg.objective == "electra":
         from transformers import ElectraConfig
 
         embedding = cfg.embedding_size or cfg.hidden_size
         disc = ElectraConfig(**common, embedding_size=embedding)
         g_hidden, g_heads, g_inter = generator_config(cfg)
-        gen = ElectraConfig(**{**common, "hidden_size": g_hidden, "num_attention_heads": g_heads,
-                               "intermediate_size": g_inter}, embedding_size=embedding)
+        gen = ElectraConfig(
+            **{**common, "hidden_size": g_hidden, "num_attention_heads": g_heads, "intermediate_size": g_inter},
+            embedding_size=embedding,
+        )
         return ElectraPretrainingModel(disc, gen)
     if cfg.architecture == "albert":
         from transformers import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining
 
-        albert = AlbertConfig(**common, embedding_size=cfg.embedding_size or cfg.hidden_size,
-                              num_hidden_groups=cfg.num_hidden_groups, inner_group_num=1,
-                              classifier_dropout_prob=cfg.dropout, bos_token_id=None, eos_token_id=None)
+        albert = AlbertConfig(
+            **common,
+            embedding_size=cfg.embedding_size or cfg.hidden_size,
+            num_hidden_groups=cfg.num_hidden_groups,
+            inner_group_num=1,
+            classifier_dropout_prob=cfg.dropout,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
         return (AlbertForPreTraining if pairs else AlbertForMaskedLM)(albert)
     from transformers import BertConfig, BertForMaskedLM, BertForPreTraining
 
@@ -655,7 +803,7 @@ def build_model(cfg: Any, vocab_size: int, pad_token_id: int) -> nn.Module:
         return BertForSpanBoundary(bert_cfg, max_positions=cfg.max_seq_len)
     model = (BertForPreTraining if pairs else BertForMaskedLM)(bert_cfg)
     if cfg.objective == "distill" and cfg.distill_init == "every_other":
-        _init_student(cfg, model)   # after the random init: the global RNG stream is the same either way
+        _init_student(cfg, model)  # after the random init: the global RNG stream is the same either way
     return model
 
 
@@ -667,14 +815,28 @@ def make_loss(cfg: Any, model: nn.Module, device: torch.device | str = "cpu") ->
         return SpanBoundaryLoss(model, cfg.sbo_weight)
     if cfg.objective == "distill":
         teacher = load_teacher(cfg, model.config.vocab_size, model.config.hidden_size, torch.device(device))
-        return DistillationLoss(model, teacher, cfg.distill_temperature, cfg.distill_kl_weight,
-                                cfg.distill_mlm_weight, cfg.distill_cosine_weight, cfg.distill_positions)
+        return DistillationLoss(
+            model,
+            teacher,
+            cfg.distill_temperature,
+            cfg.distill_kl_weight,
+            cfg.distill_mlm_weight,
+            cfg.distill_cosine_weight,
+            cfg.distill_positions,
+        )
     return PretrainingLoss(model)
 
 
 @torch.no_grad()
-def evaluate_variant(cfg: Any, model: nn.Module, batches: Iterable, device: torch.device,
-                     autocast_dtype: torch.dtype | None, world_size: int, seed: int) -> dict[str, float]:
+def evaluate_variant(
+    cfg: Any,
+    model: nn.Module,
+    batches: Iterable,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None,
+    world_size: int,
+    seed: int,
+) -> dict[str, float]:
     """Held-out metrics of the objectives in :data:`OWN_EVALUATION` over ``batches`` (what
     ``bertology.pretraining.data.heldout_batches`` yields: ``(rows, batch, masked ids, labels)``).
 
@@ -696,9 +858,14 @@ def evaluate_variant(cfg: Any, model: nn.Module, batches: Iterable, device: torc
     sums = torch.zeros(len(names), dtype=torch.float64)
     for _, batch, ids, labels in batches:
         with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            _, mlm_sum, extras = loss_module(ids.to(device), batch["attention_mask"].to(device),
-                                             batch["token_type_ids"].to(device), labels.to(device),
-                                             reduction="sum", **kw)
+            _, mlm_sum, extras = loss_module(
+                ids.to(device),
+                batch["attention_mask"].to(device),
+                batch["token_type_ids"].to(device),
+                labels.to(device),
+                reduction="sum",
+                **kw,
+            )
         sums[0] += float(mlm_sum)
         for i, name in enumerate(names[1:], 1):
             if name in extras:
@@ -710,8 +877,11 @@ def evaluate_variant(cfg: Any, model: nn.Module, batches: Iterable, device: torc
     loss = s["mlm"] / s["targets"] if s["targets"] > 0 else float("nan")
     out = {"eval_loss": loss, "perplexity": perplexity(loss)}
     if cfg.objective == "electra" and s["tokens"] > 0:
-        out.update(eval_rtd_loss=s["rtd_loss"] / s["tokens"], eval_rtd_accuracy=s["rtd_correct"] / s["tokens"],
-                   eval_replaced_share=s["replaced"] / max(s["targets"], 1.0))
+        out.update(
+            eval_rtd_loss=s["rtd_loss"] / s["tokens"],
+            eval_rtd_accuracy=s["rtd_correct"] / s["tokens"],
+            eval_replaced_share=s["replaced"] / max(s["targets"], 1.0),
+        )
     if cfg.objective == "mlm+sbo" and s["targets"] > 0:
         out["eval_sbo_loss"] = s["sbo_loss"] / s["targets"]
     return out
@@ -726,4 +896,3 @@ def perplexity(loss: float) -> float:
 
 # math.exp overflows beyond this (a diverged model's loss): perplexity is then reported as inf.
 _MAX_EXP_ARG = math.log(sys.float_info.max)
-

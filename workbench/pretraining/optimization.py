@@ -4,7 +4,7 @@ linear decay to 0 at ``max_steps``."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -29,18 +29,23 @@ def make_optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.A
         (no_decay if p.ndim < 2 or "LayerNorm" in name else decay).append(p)
     devices = {p.device.type for p in decay + no_decay}
     kernel = adamw_implementation("cuda" if devices == {"cuda"} else "cpu")
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}],
-                             lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                             **kernel)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.learning_rate,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_eps,
+        **kernel,
+    )
 
 
 def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
     """LR multiplier: linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total``."""
+
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
         return max(0.0, (total - step) / max(1, total - warmup))
+
     return factor
 
 

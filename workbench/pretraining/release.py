@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -30,8 +31,15 @@ from bertology.pretraining.evaluation import heldout_loss
 __all__ = ["export_release", "earlier_stretch", "read_release", "RELEASE_FILE"]
 
 RELEASE_FILE = "release.json"
-MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
-               "merges.txt", "vocab.json")
+MODEL_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "merges.txt",
+    "vocab.json",
+)
 
 
 def _to_float16(src: Path, dst: Path) -> int:
@@ -72,18 +80,34 @@ def earlier_stretch(run_dir: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{run_dir}: no checkpoint (the earlier stretch did not finish)")
     step, path = checkpoints[-1]
     state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-    events = ([json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
-              if (run_dir / "metrics.jsonl").is_file() else [])
-    return {"run": info["config"]["run_name"], "config": info["config"], "steps": step,
-            "sequences_seen": int(state.get("sequences_seen", 0)), "eval_losses": _eval_losses(run_dir),
-            "events": events}
+    events = (
+        [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
+        if (run_dir / "metrics.jsonl").is_file()
+        else []
+    )
+    return {
+        "run": info["config"]["run_name"],
+        "config": info["config"],
+        "steps": step,
+        "sequences_seen": int(state.get("sequences_seen", 0)),
+        "eval_losses": _eval_losses(run_dir),
+        "events": events,
+    }
 
 
-def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[int] | None = None,
-                   name: str | None = None, card: dict[str, Any] | None = None,
-                   recipe: dict[str, Any] | None = None, score: bool = True,
-                   pll_texts: Sequence[str] | None = None, pll_source: str | None = None,
-                   earlier: Sequence[dict[str, Any]] = ()) -> Path:
+def export_release(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    steps: Sequence[int] | None = None,
+    name: str | None = None,
+    card: dict[str, Any] | None = None,
+    recipe: dict[str, Any] | None = None,
+    score: bool = True,
+    pll_texts: Sequence[str] | None = None,
+    pll_source: str | None = None,
+    earlier: Sequence[dict[str, Any]] = (),
+) -> Path:
     """Write the release folder ``out_dir`` from ``run_dir``; returns ``out_dir``.
 
     ``steps``: which checkpoints to ship (default: every checkpoint the run kept). ``card``: extra
@@ -129,22 +153,48 @@ def export_release(run_dir: str | Path, out_dir: str | Path, *, steps: Sequence[
             shipped_loss = heldout_loss(run_dir, dst) if score else None
             sequences = sequences_before + int(state.get("sequences_seen", 0))
             tokens = sequences * cfg["max_seq_len"]
-            entries.append({"step": step + offset, "sequences_seen": sequences,
-                            "tokens_seen_at_most": tokens, "eval_loss_logged": losses.get(step),
-                            "eval_loss": shipped_loss if shipped_loss is not None else losses.get(step),
-                            "eval_perplexity": math.exp(shipped_loss if shipped_loss is not None else losses[step])
-                            if (shipped_loss is not None or step in losses) else None,
-                            "n_parameters": n_params, "model_sha256": file_sha256(dst / "model.safetensors"),
-                            **(_pll_entry(dst, pll_texts) if pll_texts else {})})
+            entries.append(
+                {
+                    "step": step + offset,
+                    "sequences_seen": sequences,
+                    "tokens_seen_at_most": tokens,
+                    "eval_loss_logged": losses.get(step),
+                    "eval_loss": shipped_loss if shipped_loss is not None else losses.get(step),
+                    "eval_perplexity": math.exp(shipped_loss if shipped_loss is not None else losses[step])
+                    if (shipped_loss is not None or step in losses)
+                    else None,
+                    "n_parameters": n_params,
+                    "model_sha256": file_sha256(dst / "model.safetensors"),
+                    **(_pll_entry(dst, pll_texts) if pll_texts else {}),
+                }
+            )
         if pll_texts:
             card["pll_texts"] = {"source": pll_source, "sentences": len(pll_texts)}
-        release = {"name": name or out_dir.name, "format": "float16 safetensors (trainer weights rounded)",
-                   "checkpoints": entries, "final_step": steps[-1], "recipe": cfg,
-                   "run_config_at_start": run_info["config"],
-                   "run": {k: run_info.get(k) for k in ("corpus", "corpus_sha256", "heldout_corpus", "seed",
-                                                         "world_size", "n_train_sequences", "n_eval_sequences",
-                                                         "n_parameters", "objective", "created")},
-                   "eval_losses": {str(k): v for k, v in sorted(_all_losses(earlier, losses, offset).items())}, **card}
+        release = {
+            "name": name or out_dir.name,
+            "format": "float16 safetensors (trainer weights rounded)",
+            "checkpoints": entries,
+            "final_step": steps[-1],
+            "recipe": cfg,
+            "run_config_at_start": run_info["config"],
+            "run": {
+                k: run_info.get(k)
+                for k in (
+                    "corpus",
+                    "corpus_sha256",
+                    "heldout_corpus",
+                    "seed",
+                    "world_size",
+                    "n_train_sequences",
+                    "n_eval_sequences",
+                    "n_parameters",
+                    "objective",
+                    "created",
+                )
+            },
+            "eval_losses": {str(k): v for k, v in sorted(_all_losses(earlier, losses, offset).items())},
+            **card,
+        }
         if earlier:
             release["stretches"] = _stretches(earlier, run_info["config"], cfg, entries, losses, offset)
             release["recipe_first_stretch"] = earlier[0]["config"]
@@ -167,24 +217,47 @@ def _all_losses(earlier: Sequence[dict[str, Any]], losses: dict[int, float], off
     return out
 
 
-def _stretches(earlier: Sequence[dict[str, Any]], config: dict[str, Any], recipe: dict[str, Any],
-               entries: list[dict[str, Any]], losses: dict[int, float], offset: int) -> list[dict[str, Any]]:
+def _stretches(
+    earlier: Sequence[dict[str, Any]],
+    config: dict[str, Any],
+    recipe: dict[str, Any],
+    entries: list[dict[str, Any]],
+    losses: dict[int, float],
+    offset: int,
+) -> list[dict[str, Any]]:
     """One row per stretch: run, started from, steps (cumulative), lr, warm-up, sequences, last held-out loss."""
     rows, start = [], 0
     for stretch in earlier:
         c = stretch["config"]
         end_loss = stretch["eval_losses"].get(int(stretch["steps"]))
-        rows.append({"run": stretch["run"], "init_from": c.get("init_from"), "first_step": start + 1,
-                     "last_step": start + int(stretch["steps"]), "learning_rate": c["learning_rate"],
-                     "warmup_steps": c["warmup_steps"], "stream_start": c.get("stream_start", 0),
-                     "sequences": stretch["sequences_seen"], "eval_loss_end": end_loss})
+        rows.append(
+            {
+                "run": stretch["run"],
+                "init_from": c.get("init_from"),
+                "first_step": start + 1,
+                "last_step": start + int(stretch["steps"]),
+                "learning_rate": c["learning_rate"],
+                "warmup_steps": c["warmup_steps"],
+                "stream_start": c.get("stream_start", 0),
+                "sequences": stretch["sequences_seen"],
+                "eval_loss_end": end_loss,
+            }
+        )
         start += int(stretch["steps"])
     last = entries[-1]
-    rows.append({"run": config["run_name"], "init_from": config.get("init_from"), "first_step": offset + 1,
-                 "last_step": last["step"], "learning_rate": recipe["learning_rate"],
-                 "warmup_steps": recipe["warmup_steps"], "stream_start": recipe.get("stream_start", 0),
-                 "sequences": last["sequences_seen"] - sum(int(e["sequences_seen"]) for e in earlier),
-                 "eval_loss_end": losses.get(last["step"] - offset)})
+    rows.append(
+        {
+            "run": config["run_name"],
+            "init_from": config.get("init_from"),
+            "first_step": offset + 1,
+            "last_step": last["step"],
+            "learning_rate": recipe["learning_rate"],
+            "warmup_steps": recipe["warmup_steps"],
+            "stream_start": recipe.get("stream_start", 0),
+            "sequences": last["sequences_seen"] - sum(int(e["sequences_seen"]) for e in earlier),
+            "eval_loss_end": losses.get(last["step"] - offset),
+        }
+    )
     return rows
 
 
@@ -195,9 +268,13 @@ def _write_all_metrics(earlier: Sequence[dict[str, Any]], run_dir: Path, path: P
         lines += [json.dumps({**e, "step": start + int(e["step"]), "stretch": k}) for e in stretch["events"]]
         start += int(stretch["steps"])
     if (run_dir / "metrics.jsonl").is_file():
-        lines += [json.dumps({**json.loads(line), "stretch": len(earlier) + 1}
-                             | {"step": offset + int(json.loads(line)["step"])})
-                  for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines += [
+            json.dumps(
+                {**json.loads(line), "stretch": len(earlier) + 1} | {"step": offset + int(json.loads(line)["step"])}
+            )
+            for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
     write_text(path, "\n".join(lines) + "\n")
 
 
@@ -209,9 +286,14 @@ def _pll_entry(model_dir: Path, texts: Sequence[str]) -> dict[str, Any]:
     lm = load_model(model_dir, attentions=False, mlm_head=True, dtype=torch.float32)
     summary = pll_summary(pseudo_log_likelihood(lm, texts, progress=True))
     piece, word = summary["nats_per_piece"], summary["nats_per_word"]
-    return {"pll_nats_per_piece": piece.estimate, "pll_nats_per_piece_ci": [piece.low, piece.high],
-            "pll_nats_per_word": word.estimate, "pll_nats_per_word_ci": [word.low, word.high],
-            "pll_pieces": summary["pieces"], "pll_words": summary["words"]}
+    return {
+        "pll_nats_per_piece": piece.estimate,
+        "pll_nats_per_piece_ci": [piece.low, piece.high],
+        "pll_nats_per_word": word.estimate,
+        "pll_nats_per_word_ci": [word.low, word.high],
+        "pll_pieces": summary["pieces"],
+        "pll_words": summary["words"],
+    }
 
 
 def _first_init(release: dict[str, Any]) -> str:
@@ -233,60 +315,92 @@ def model_card(release: dict[str, Any]) -> str:
     """A Markdown model card from a release manifest."""
     cfg, run = release["recipe"], release["run"]
     final = release["checkpoints"][-1]
-    lines = [f"# {release['name']}", "",
-             release.get("description", "A small English BERT pretrained by the BERTology workbench's own trainer."), "",
-             "| | |", "|---|---|",
-             f"| architecture | BERT, {cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads, hidden "
-             f"{cfg['hidden_size']}, FFN {cfg['intermediate_size']}, max length {cfg['max_seq_len']}, MLM head |",
-             f"| parameters | {final['n_parameters']:,} (stored as {release['format']}) |",
-             (f"| started from | `{_first_init(release)}` (its weights and tokenizer; continued MLM pretraining"
-              + (f", in {len(release['stretches'])} stretches" if release.get("stretches") else "") + ") |"
-              if cfg.get("init_from") else
-              f"| tokenizer | {cfg['tokenizer_kind']} {'uncased' if cfg['lowercase'] else 'cased'}, vocabulary {cfg['vocab_size']:,} |"),
-             f"| objective | {cfg['objective']}, {cfg['masking']} masking {cfg['mlm_probability']:.0%} (80/10/10), "
-             f"{'dynamic' if cfg['dynamic_masking'] else 'static'} masks |",
-             f"| optimisation | AdamW lr {cfg['learning_rate']}, warm-up {cfg['warmup_steps']} steps, linear decay, "
-             f"batch {cfg['batch_size']} x {cfg['grad_accum_steps']} x world {run.get('world_size')} sequences, "
-             f"{cfg['max_steps']:,} steps, seed {cfg['seed']}"
-             + (" (the last stretch; every stretch below) |" if release.get("stretches") else " |"),
-             f"| tokens seen | at most {final['tokens_seen_at_most']:,} (sequences are packed up to {cfg['max_seq_len']} tokens) |",
-             f"| held-out MLM loss | {final['eval_loss']:.3f} nats (perplexity {final['eval_perplexity']:.1f}) at step {final['step']:,} |"
-             if final.get("eval_loss") is not None else "| held-out MLM loss | not measured |"]
+    lines = [
+        f"# {release['name']}",
+        "",
+        release.get("description", "A small English BERT pretrained by the BERTology workbench's own trainer."),
+        "",
+        "| | |",
+        "|---|---|",
+        f"| architecture | BERT, {cfg['num_hidden_layers']} layers, {cfg['num_attention_heads']} heads, hidden "
+        f"{cfg['hidden_size']}, FFN {cfg['intermediate_size']}, max length {cfg['max_seq_len']}, MLM head |",
+        f"| parameters | {final['n_parameters']:,} (stored as {release['format']}) |",
+        (
+            f"| started from | `{_first_init(release)}` (its weights and tokenizer; continued MLM pretraining"
+            + (f", in {len(release['stretches'])} stretches" if release.get("stretches") else "")
+            + ") |"
+            if cfg.get("init_from")
+            else f"| tokenizer | {cfg['tokenizer_kind']} {'uncased' if cfg['lowercase'] else 'cased'}, vocabulary {cfg['vocab_size']:,} |"
+        ),
+        f"| objective | {cfg['objective']}, {cfg['masking']} masking {cfg['mlm_probability']:.0%} (80/10/10), "
+        f"{'dynamic' if cfg['dynamic_masking'] else 'static'} masks |",
+        f"| optimisation | AdamW lr {cfg['learning_rate']}, warm-up {cfg['warmup_steps']} steps, linear decay, "
+        f"batch {cfg['batch_size']} x {cfg['grad_accum_steps']} x world {run.get('world_size')} sequences, "
+        f"{cfg['max_steps']:,} steps, seed {cfg['seed']}"
+        + (" (the last stretch; every stretch below) |" if release.get("stretches") else " |"),
+        f"| tokens seen | at most {final['tokens_seen_at_most']:,} (sequences are packed up to {cfg['max_seq_len']} tokens) |",
+        f"| held-out MLM loss | {final['eval_loss']:.3f} nats (perplexity {final['eval_perplexity']:.1f}) at step {final['step']:,} |"
+        if final.get("eval_loss") is not None
+        else "| held-out MLM loss | not measured |",
+    ]
     if "unigram_baseline" in release:
-        lines.append(f"| unigram baseline | {release['unigram_baseline']:.3f} nats (predicting every masked token by "
-                     "its training-set frequency) |")
+        lines.append(
+            f"| unigram baseline | {release['unigram_baseline']:.3f} nats (predicting every masked token by "
+            "its training-set frequency) |"
+        )
     if "corpus" in release:
         lines.append(f"| corpus | {release['corpus'].get('summary', '')} |")
     if "licence" in release:
         lines.append(f"| licence | {release['licence']} |")
     if release.get("stretches"):
-        lines += ["", "## Training stretches", "",
-                  "| stretch | run | started from | steps | lr (peak), warm-up | sequences read | held-out loss at its end |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Training stretches",
+            "",
+            "| stretch | run | started from | steps | lr (peak), warm-up | sequences read | held-out loss at its end |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for k, row in enumerate(release["stretches"], 1):
             end = f"{row['eval_loss_end']:.3f}" if row.get("eval_loss_end") is not None else "—"
-            lines.append(f"| {k} | `{row['run']}` | `{row['init_from']}` | {row['first_step']:,}–{row['last_step']:,} | "
-                         f"{row['learning_rate']}, {row['warmup_steps']} | {row['sequences']:,} (from stream position "
-                         f"{row['stream_start']:,}) | {end} |")
-        lines += ["", "Each stretch starts a fresh optimizer and schedule from the previous one's last weights (float32, "
-                  "in its run folder) and reads the next part of the same shuffled stream, so no text is read twice."]
+            lines.append(
+                f"| {k} | `{row['run']}` | `{row['init_from']}` | {row['first_step']:,}–{row['last_step']:,} | "
+                f"{row['learning_rate']}, {row['warmup_steps']} | {row['sequences']:,} (from stream position "
+                f"{row['stream_start']:,}) | {end} |"
+            )
+        lines += [
+            "",
+            "Each stretch starts a fresh optimizer and schedule from the previous one's last weights (float32, "
+            "in its run folder) and reads the next part of the same shuffled stream, so no text is read twice.",
+        ]
     pll = "pll_texts" in release
-    lines += ["", "## Checkpoints", "",
-              "| step | tokens seen (at most) | held-out loss |" + (" PLL nats/piece [95%] | PLL nats/word [95%] |" if pll else "")
-              + " registry name |",
-              "|---|---|---|" + ("---|---|" if pll else "") + "---|"]
+    lines += [
+        "",
+        "## Checkpoints",
+        "",
+        "| step | tokens seen (at most) | held-out loss |"
+        + (" PLL nats/piece [95%] | PLL nats/word [95%] |" if pll else "")
+        + " registry name |",
+        "|---|---|---|" + ("---|---|" if pll else "") + "---|",
+    ]
     for e in release["checkpoints"]:
         loss = f"{e['eval_loss']:.3f}" if e.get("eval_loss") is not None else "—"
         scores = ""
         if pll:
-            scores = "".join(f" {e[k]:.2f} [{e[k + '_ci'][0]:.2f}, {e[k + '_ci'][1]:.2f}] |" if k in e else " — |"
-                             for k in ("pll_nats_per_piece", "pll_nats_per_word"))
-        lines.append(f"| {e['step']:,} | {e['tokens_seen_at_most']:,} | {loss} |{scores} `{release['name']}@{e['step']}` |")
+            scores = "".join(
+                f" {e[k]:.2f} [{e[k + '_ci'][0]:.2f}, {e[k + '_ci'][1]:.2f}] |" if k in e else " — |"
+                for k in ("pll_nats_per_piece", "pll_nats_per_word")
+            )
+        lines.append(
+            f"| {e['step']:,} | {e['tokens_seen_at_most']:,} | {loss} |{scores} `{release['name']}@{e['step']}` |"
+        )
     if pll:
         texts = release["pll_texts"]
-        lines += ["", f"PLL: pseudo-log-likelihood (Salazar et al. 2020; every word piece masked in turn), nats per "
-                  f"piece and per whitespace word, on {texts['sentences']} held-out sentences ({texts['source']}); "
-                  "95% bootstrap intervals over sentences. Per word compares models with different tokenizers."]
+        lines += [
+            "",
+            f"PLL: pseudo-log-likelihood (Salazar et al. 2020; every word piece masked in turn), nats per "
+            f"piece and per whitespace word, on {texts['sentences']} held-out sentences ({texts['source']}); "
+            "95% bootstrap intervals over sentences. Per word compares models with different tokenizers.",
+        ]
     if "command" in release:
         lines += ["", "## Reproduce", "", "```bash", release["command"], "```"]
     if "notes" in release:

@@ -48,8 +48,9 @@ class Runtime:
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of a forward pass (a no-op without ``autocast_dtype``)."""
-        return torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
-                              enabled=self.autocast_dtype is not None)
+        return torch.autocast(
+            self.device.type, dtype=self.autocast_dtype or torch.float32, enabled=self.autocast_dtype is not None
+        )
 
     def all_finite(self, value: float) -> bool:
         """Whether ``value`` is finite on every process (an all-reduce under DDP, so all stop together;

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from bertology.corpus.plain_text import split_sentences
 from bertology.errors import CorpusError
 
 BINARY_SNIFF_BYTES = 8192
-
 
 
 def text_files(path: str | Path) -> list[Path]:
@@ -34,7 +33,8 @@ def text_files(path: str | Path) -> list[Path]:
         return [path]
     if path.is_dir():
         files = sorted(
-            p for p in path.rglob("*")
+            p
+            for p in path.rglob("*")
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
         )
         if not files:
@@ -121,7 +121,7 @@ def tokenize_documents(
 
         starts = tqdm(starts, desc=progress, unit="batch", total=len(starts))
     for i in starts:
-        for enc in backend.encode_batch(flat[i:i + batch_size], add_special_tokens=False):
+        for enc in backend.encode_batch(flat[i : i + batch_size], add_special_tokens=False):
             ids.append(enc.ids)
             words.append([w if w is not None else -1 for w in enc.word_ids])
     out, k = [], 0
@@ -143,7 +143,11 @@ PACKINGS = ("doc_sentences", "full_sentences", "token_blocks")
 
 
 def pack_documents(
-    docs: Iterable[TokenizedDocument], *, max_seq_len: int, cls_id: int, sep_id: int,
+    docs: Iterable[TokenizedDocument],
+    *,
+    max_seq_len: int,
+    cls_id: int,
+    sep_id: int,
     packing: str = "doc_sentences",
 ) -> tuple[list[list[int]], list[list[int]]]:
     """Pack documents into ``[CLS] ... [SEP]`` sequences of <= max_seq_len.
@@ -172,7 +176,7 @@ def pack_documents(
     cur_w: list[int] = []
 
     def flush() -> None:
-        while cur and cur_w[-1] == -1:   # a document separator with nothing after it in this sequence
+        while cur and cur_w[-1] == -1:  # a document separator with nothing after it in this sequence
             cur.pop()
             cur_w.pop()
         if cur:
@@ -186,16 +190,16 @@ def pack_documents(
         if packing == "doc_sentences":
             flush()
         elif cur:
-            if len(cur) + 1 >= budget:      # no room for the separator and a token of the next document
+            if len(cur) + 1 >= budget:  # no room for the separator and a token of the next document
                 flush()
-            else:                           # a separator between documents
+            else:  # a separator between documents
                 cur.append(sep_id)
                 cur_w.append(-1)
         shift = max(cur_w, default=-1) + 1  # the next document's words after this sequence's words
         for sent, wids in zip(doc.sentences, doc.words):
             wids = [w + shift for w in wids]
             if packing == "token_blocks":
-                while len(cur) + len(sent) > budget:   # fill the block, carry the rest over
+                while len(cur) + len(sent) > budget:  # fill the block, carry the rest over
                     room = budget - len(cur)
                     cur.extend(sent[:room])
                     cur_w.extend(wids[:room])

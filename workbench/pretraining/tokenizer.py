@@ -17,18 +17,31 @@ order they were learnt.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator, Literal
+from typing import Literal
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertology.errors import ConfigError
 from bertology.pretraining.text_corpus import read_documents
 
-BERT_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
-                 "sep_token": "[SEP]", "mask_token": "[MASK]"}
-ROBERTA_SPECIALS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>",
-                    "unk_token": "<unk>", "mask_token": "<mask>", "cls_token": "<s>", "sep_token": "</s>"}
+BERT_SPECIALS = {
+    "pad_token": "[PAD]",
+    "unk_token": "[UNK]",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "mask_token": "[MASK]",
+}
+ROBERTA_SPECIALS = {
+    "bos_token": "<s>",
+    "pad_token": "<pad>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+    "mask_token": "<mask>",
+    "cls_token": "<s>",
+    "sep_token": "</s>",
+}
 
 TokenizerKind = Literal["wordpiece", "bpe"]
 WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -42,22 +55,28 @@ def _stand_in(k: int) -> str:
         if k <= end - start:
             return chr(start + k)
         k -= end - start + 1
-    raise ConfigError("tokenizer training: the text has more distinct characters than there are "
-                      "stand-in characters (131,068)")
+    raise ConfigError(
+        "tokenizer training: the text has more distinct characters than there are stand-in characters (131,068)"
+    )
 
 
 def _wordpiece_empty(lowercase: bool, vocab: dict[str, int] | None = None) -> Tokenizer:
-    tok = Tokenizer(models.WordPiece(vocab or {s: i for i, s in enumerate(WORDPIECE_SPECIALS)},
-                                     unk_token="[UNK]", max_input_chars_per_word=100))
+    tok = Tokenizer(
+        models.WordPiece(
+            vocab or {s: i for i, s in enumerate(WORDPIECE_SPECIALS)}, unk_token="[UNK]", max_input_chars_per_word=100
+        )
+    )
     tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase)
+        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
+    )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     return tok
 
 
-def wordpiece_vocabulary(lines: Iterable[str], *, vocab_size: int, lowercase: bool = True,
-                         min_frequency: int = 2) -> list[str]:
+def wordpiece_vocabulary(
+    lines: Iterable[str], *, vocab_size: int, lowercase: bool = True, min_frequency: int = 2
+) -> list[str]:
     """The WordPiece vocabulary (tokens in id order) learnt from ``lines``, deterministically.
 
     The algorithm is that of ``tokenizers.trainers.WordPieceTrainer`` (BPE merges over the
@@ -67,7 +86,7 @@ def wordpiece_vocabulary(lines: Iterable[str], *, vocab_size: int, lowercase: bo
     """
     shell = _wordpiece_empty(lowercase)
     normalizer, pre_tokenizer = shell.normalizer, shell.pre_tokenizer
-    symbols: dict[tuple[str, bool], str] = {}   # (character, continues a word) -> stand-in
+    symbols: dict[tuple[str, bool], str] = {}  # (character, continues a word) -> stand-in
     encoded_words: dict[str, str] = {}
 
     def encode_word(word: str) -> str:
@@ -89,8 +108,9 @@ def wordpiece_vocabulary(lines: Iterable[str], *, vocab_size: int, lowercase: bo
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                  special_tokens=WORDPIECE_SPECIALS, show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=WORDPIECE_SPECIALS, show_progress=False
+    )
     bpe.train_from_iterator(encoded_lines(), trainer=trainer)
 
     original = {v: k for k, v in symbols.items()}
@@ -105,8 +125,11 @@ def wordpiece_vocabulary(lines: Iterable[str], *, vocab_size: int, lowercase: bo
             singles.append((chars[0][1], chars[0][0]))
         else:
             merged.append((idx, text))
-    return (WORDPIECE_SPECIALS + [("##" if cont else "") + c for cont, c in sorted(singles)]
-            + [text for _, text in sorted(merged)])
+    return (
+        WORDPIECE_SPECIALS
+        + [("##" if cont else "") + c for cont, c in sorted(singles)]
+        + [text for _, text in sorted(merged)]
+    )
 
 
 def _bpe(vocab_size: int, lowercase: bool, min_frequency: int) -> tuple[Tokenizer, trainers.Trainer]:
@@ -116,9 +139,13 @@ def _bpe(vocab_size: int, lowercase: bool, min_frequency: int) -> tuple[Tokenize
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                  special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     return tok, trainer
 
 
@@ -150,13 +177,13 @@ def train_tokenizer(
         def lines() -> Iterator[str]:
             for doc in read_documents(source):
                 yield from doc
+
         iterator: Iterable[str] = lines()
     else:
         iterator = texts
 
     if kind == "wordpiece":
-        vocab = wordpiece_vocabulary(iterator, vocab_size=vocab_size, lowercase=lowercase,
-                                     min_frequency=min_frequency)
+        vocab = wordpiece_vocabulary(iterator, vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency)
         tok = _wordpiece_empty(lowercase, {t: i for i, t in enumerate(vocab)})
     else:  # the BPE trainer sorts its (byte) alphabet, so its ids and merges are deterministic
         tok, trainer = _bpe(vocab_size, lowercase, min_frequency)
@@ -168,18 +195,27 @@ def train_tokenizer(
         tok.post_processor = processors.TemplateProcessing(
             single=f"{cls}:0 $A:0 {sep}:0",
             pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-            special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))])
+            special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))],
+        )
     else:
         specials = ROBERTA_SPECIALS
         tok.post_processor = processors.RobertaProcessing(
-            ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
-            trim_offsets=True, add_prefix_space=False)
+            ("</s>", tok.token_to_id("</s>")),
+            ("<s>", tok.token_to_id("<s>")),
+            trim_offsets=True,
+            add_prefix_space=False,
+        )
 
-    input_names = ["input_ids", "token_type_ids", "attention_mask"] if kind == "wordpiece" else \
-        ["input_ids", "attention_mask"]
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length,
-                                   clean_up_tokenization_spaces=False,
-                                   model_input_names=input_names, **specials)
+    input_names = (
+        ["input_ids", "token_type_ids", "attention_mask"] if kind == "wordpiece" else ["input_ids", "attention_mask"]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+        model_input_names=input_names,
+        **specials,
+    )
     output_dir = Path(output_dir)
     fast.save_pretrained(output_dir)
     if kind == "wordpiece":  # vocab.txt for tools that expect the classic BERT layout

@@ -48,12 +48,23 @@ import torch
 from bertology.checkpoints import latest_resumable, list_checkpoints, remove_partial_writes
 from bertology.errors import CheckpointError
 from bertology.pretraining.checkpoint import (
-    plan_resume, prune_checkpoints, record_phase, record_replica_digests, restore_checkpoint, save_checkpoint,
+    plan_resume,
+    prune_checkpoints,
+    record_phase,
+    record_replica_digests,
+    restore_checkpoint,
+    save_checkpoint,
     write_run_record,
 )
 from bertology.pretraining.config import PretrainConfig
 from bertology.pretraining.data import (
-    Masker, SequenceSet, corpus_path, load_sequences, masked_batch, run_tokenizer, stream_indices,
+    Masker,
+    SequenceSet,
+    corpus_path,
+    load_sequences,
+    masked_batch,
+    run_tokenizer,
+    stream_indices,
 )
 from bertology.pretraining.evaluation import evaluate as _evaluate
 from bertology.pretraining.flops import peak_flops, pretraining_flops_per_token
@@ -122,8 +133,15 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
     else:
         start_step = 0
         if rt.is_main:
-            write_run_record(cfg, rt, source, corpus_sha, n_train_sequences=len(train),
-                             n_eval_sequences=len(heldout), n_parameters=sum(p.numel() for p in model.parameters()))
+            write_run_record(
+                cfg,
+                rt,
+                source,
+                corpus_sha,
+                n_train_sequences=len(train),
+                n_eval_sequences=len(heldout),
+                n_parameters=sum(p.numel() for p in model.parameters()),
+            )
 
     # the objective's loss module around the model (the teacher too, for distillation); DDP wraps it,
     # and torch.compile the training forward (``compile: true``; evaluation and checkpoints use ``model``)
@@ -133,11 +151,31 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
     target_index = isinstance(loss_module, PretrainingLoss)
     if rt.world_size > 1:
         loss_module = torch.nn.parallel.DistributedDataParallel(
-            loss_module, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+            loss_module, device_ids=[rt.device.index] if rt.device.type == "cuda" else None
+        )
     forward_module = torch.compile(loss_module) if cfg.compile else loss_module
 
-    _train(_Training(cfg, rt, tokenizer, train, heldout, masker, model, loss_module, forward_module, optimizer,
-                     scheduler, metrics, plan.phase_start, target_index, flops_per_token, peak), start_step)
+    _train(
+        _Training(
+            cfg,
+            rt,
+            tokenizer,
+            train,
+            heldout,
+            masker,
+            model,
+            loss_module,
+            forward_module,
+            optimizer,
+            scheduler,
+            metrics,
+            plan.phase_start,
+            target_index,
+            flops_per_token,
+            peak,
+        ),
+        start_step,
+    )
 
     if rt.world_size > 1:
         record_replica_digests(run_dir, model, rt)
@@ -155,16 +193,16 @@ class _Training:
     train: SequenceSet
     heldout: SequenceSet
     masker: Masker
-    model: torch.nn.Module            # what checkpoints save
-    loss_module: torch.nn.Module      # the objective's loss around ``model`` (DDP-wrapped under torchrun)
-    forward_module: torch.nn.Module   # what the training forward calls: ``loss_module``, compiled for ``compile: true``
+    model: torch.nn.Module  # what checkpoints save
+    loss_module: torch.nn.Module  # the objective's loss around ``model`` (DDP-wrapped under torchrun)
+    forward_module: torch.nn.Module  # what the training forward calls: ``loss_module``, compiled for ``compile: true``
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     metrics: MetricsLog
-    phase_start: int                  # first step of the current schedule phase (checkpoints up to it stay)
-    target_index: bool = False        # batches carry the MLM targets' positions (PretrainingLoss)
+    phase_start: int  # first step of the current schedule phase (checkpoints up to it stay)
+    target_index: bool = False  # batches carry the MLM targets' positions (PretrainingLoss)
     flops_per_token: float | None = None  # model FLOPs of training on one token (for MFU)
-    peak_flops: float | None = None   # of one device (None: no MFU)
+    peak_flops: float | None = None  # of one device (None: no MFU)
 
 
 def _train(t: _Training, start_step: int) -> None:
@@ -174,18 +212,40 @@ def _train(t: _Training, start_step: int) -> None:
     cfg = t.cfg
     evaluate = None
     if len(t.heldout):
+
         def evaluate() -> dict[str, float]:
             return _evaluate(t.model, t.heldout, t.masker, cfg, t.rt, t.tokenizer.pad_token_id)
-    run_steps(StepLoop(
-        run_name=cfg.run_name, run_dir=cfg.run_dir, max_steps=cfg.max_steps, grad_accum_steps=cfg.grad_accum_steps,
-        max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every, eval_every=cfg.eval_every,
-        save_every=cfg.save_every, keep_steps=cfg.keep_steps, progress=cfg.progress, rt=t.rt, model=t.model,
-        train_module=t.loss_module, optimizer=t.optimizer, scheduler=t.scheduler, metrics=t.metrics,
-        micro_batch=lambda step, micro: _train_batch(t, step, micro), forward=lambda batch: _forward(t, batch),
-        save=lambda step: _save(t, step), end_of_step=lambda step: _end_of_step(step), evaluate=evaluate,
-        eval_key="eval_loss",
-        divergence=DivergenceMonitor(len(t.tokenizer), cfg.divergence_factor, cfg.divergence_window),
-        flops_per_token=t.flops_per_token, peak_flops=t.peak_flops), start_step)
+
+    run_steps(
+        StepLoop(
+            run_name=cfg.run_name,
+            run_dir=cfg.run_dir,
+            max_steps=cfg.max_steps,
+            grad_accum_steps=cfg.grad_accum_steps,
+            max_grad_norm=cfg.max_grad_norm,
+            log_every=cfg.log_every,
+            eval_every=cfg.eval_every,
+            save_every=cfg.save_every,
+            keep_steps=cfg.keep_steps,
+            progress=cfg.progress,
+            rt=t.rt,
+            model=t.model,
+            train_module=t.loss_module,
+            optimizer=t.optimizer,
+            scheduler=t.scheduler,
+            metrics=t.metrics,
+            micro_batch=lambda step, micro: _train_batch(t, step, micro),
+            forward=lambda batch: _forward(t, batch),
+            save=lambda step: _save(t, step),
+            end_of_step=lambda step: _end_of_step(step),
+            evaluate=evaluate,
+            eval_key="eval_loss",
+            divergence=DivergenceMonitor(len(t.tokenizer), cfg.divergence_factor, cfg.divergence_window),
+            flops_per_token=t.flops_per_token,
+            peak_flops=t.peak_flops,
+        ),
+        start_step,
+    )
 
 
 def _train_batch(t: _Training, step: int, micro: int) -> dict[str, torch.Tensor]:
@@ -194,8 +254,11 @@ def _train_batch(t: _Training, step: int, micro: int) -> dict[str, torch.Tensor]
     stream (from ``stream_start``: steps, then micro-batches, then ranks), and its masks functions of
     ``(seed, row, epoch)``, so a resumed run draws exactly the batches an uninterrupted one would."""
     cfg, rt = t.cfg, t.rt
-    position = (cfg.stream_start + (step * cfg.grad_accum_steps + micro) * cfg.batch_size * rt.world_size
-                + rt.rank * cfg.batch_size)
+    position = (
+        cfg.stream_start
+        + (step * cfg.grad_accum_steps + micro) * cfg.batch_size * rt.world_size
+        + rt.rank * cfg.batch_size
+    )
     rows, epochs = stream_indices(len(t.train), cfg.seed, position, cfg.batch_size)
     batch = masked_batch(t.train, rows, epochs, t.masker, cfg, t.tokenizer.pad_token_id)
     if t.target_index:
@@ -208,8 +271,9 @@ def _forward(t: _Training, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     pair_labels = batch["pair_labels"] if pair_task(t.cfg.objective) else None
     extra = {"target_index": batch["target_index"]} if "target_index" in batch else {}
     with t.rt.autocast():
-        loss, _, _ = t.forward_module(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                                      batch["labels"], pair_labels, **extra)
+        loss, _, _ = t.forward_module(
+            batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"], pair_labels, **extra
+        )
     return loss
 
 
@@ -217,8 +281,14 @@ def _save(t: _Training, step: int) -> None:
     """Write checkpoint ``step`` and prune the rolling ones (main process; the loop checks the weights)."""
     cfg, rt = t.cfg, t.rt
     sequences_per_step = cfg.batch_size * rt.world_size * cfg.grad_accum_steps
-    state = {"step": step, "sequences_seen": step * sequences_per_step, "world_size": rt.world_size,
-             "batch_size": cfg.batch_size, "grad_accum_steps": cfg.grad_accum_steps, "max_steps": cfg.max_steps}
+    state = {
+        "step": step,
+        "sequences_seen": step * sequences_per_step,
+        "world_size": rt.world_size,
+        "batch_size": cfg.batch_size,
+        "grad_accum_steps": cfg.grad_accum_steps,
+        "max_steps": cfg.max_steps,
+    }
     save_checkpoint(cfg.run_dir, step, t.model, t.tokenizer, t.optimizer, t.scheduler, state)
     prune_checkpoints(cfg.run_dir, cfg, t.phase_start)
 
@@ -230,6 +300,8 @@ def _end_of_step(step: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit("bertology.pretraining.trainer is the library's training loop, not a command: run "
-             "`bertology pretrain --config FILE`, or `torchrun --nproc_per_node N -m bertology.pretraining "
-             "--config FILE` for DDP")
+    sys.exit(
+        "bertology.pretraining.trainer is the library's training loop, not a command: run "
+        "`bertology pretrain --config FILE`, or `torchrun --nproc_per_node N -m bertology.pretraining "
+        "--config FILE` for DDP"
+    )

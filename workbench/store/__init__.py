@@ -43,6 +43,22 @@ from bertology.store.settings import STORE_VERSION, TOKEN_OFFSET_WINDOW, Extract
 from bertology.store.verify import CHECKSUM_SUFFIX, DAMAGED_MARK, shard_problems, verify_store
 from bertology.store.write import delete_store, save_safetensors
 
-__all__ = ["extract", "FeatureStore", "open_store", "delete_store", "verify_store", "read_manifest",
-           "shard_problems", "save_safetensors", "ExtractionSettings", "store_key", "STORE_VERSION",
-           "TOKEN_OFFSET_WINDOW", "TokenQueries", "VerifyLevel", "SHARD_NAME", "CHECKSUM_SUFFIX", "DAMAGED_MARK"]
+__all__ = [
+    "extract",
+    "FeatureStore",
+    "open_store",
+    "delete_store",
+    "verify_store",
+    "read_manifest",
+    "shard_problems",
+    "save_safetensors",
+    "ExtractionSettings",
+    "store_key",
+    "STORE_VERSION",
+    "TOKEN_OFFSET_WINDOW",
+    "TokenQueries",
+    "VerifyLevel",
+    "SHARD_NAME",
+    "CHECKSUM_SUFFIX",
+    "DAMAGED_MARK",
+]

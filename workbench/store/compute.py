@@ -34,8 +34,17 @@ class ShardBuffers:
     ``device``: where they live (the CPU, or the model's accelerator); ``pinned``: page-locked
     CPU memory, the target of asynchronous device-to-host copies."""
 
-    def __init__(self, lm: LoadedModel, settings: ExtractionSettings, max_words: int, max_pairs: int,
-                 max_sentences: int, *, device: torch.device | None = None, pinned: bool = False):
+    def __init__(
+        self,
+        lm: LoadedModel,
+        settings: ExtractionSettings,
+        max_words: int,
+        max_pairs: int,
+        max_sentences: int,
+        *,
+        device: torch.device | None = None,
+        pinned: bool = False,
+    ):
         self.shape = (lm.num_layers + 1, lm.num_layers, lm.num_heads, lm.hidden_size)
         self.n_bins = 2 * settings.token_offset_window + 2
         L1, L, H, D = self.shape
@@ -44,8 +53,9 @@ class ShardBuffers:
         self.hidden = torch.empty(L1 * max_words * D, dtype=dtype, device=where, pin_memory=pinned)
         self.attention = torch.empty(L * H * max_pairs if att else 0, dtype=dtype, device=where, pin_memory=pinned)
         self.special = torch.empty(L * H * max_words * 2 if att else 0, dtype=dtype, device=where, pin_memory=pinned)
-        self.offsets = torch.empty(max_sentences * L * H * 2 * self.n_bins if att else 0, dtype=torch.int32,
-                                   device=where, pin_memory=pinned)
+        self.offsets = torch.empty(
+            max_sentences * L * H * 2 * self.n_bins if att else 0, dtype=torch.int32, device=where, pin_memory=pinned
+        )
         self.finite = torch.ones(1, dtype=torch.bool, device=where, pin_memory=pinned)
 
     def views(self, n_words: int, n_pairs: int, attentions: bool):
@@ -54,8 +64,11 @@ class ShardBuffers:
         hidden = self.hidden[: L1 * n_words * D].view(L1, n_words, D)
         if not attentions:
             return hidden, None, None
-        return (hidden, self.attention[: L * H * n_pairs].view(L, H, n_pairs),
-                self.special[: L * H * n_words * 2].view(L, H, n_words, 2))
+        return (
+            hidden,
+            self.attention[: L * H * n_pairs].view(L, H, n_pairs),
+            self.special[: L * H * n_words * 2].view(L, H, n_words, 2),
+        )
 
     def offset_counts(self, n_sentences: int) -> torch.Tensor:
         """Zeroed token-offset counts ``[n_sentences, L, H, 2, 2K+2]`` (int32)."""
@@ -67,11 +80,15 @@ class ShardBuffers:
         (asynchronous where these are pinned and the current stream allows); the same views of these."""
         copied: dict[str, torch.Tensor] = {}
         for name, t in tensors.items():
-            if t.device == self.hidden.device:       # sentence ids and word counts: made on the CPU
+            if t.device == self.hidden.device:  # sentence ids and word counts: made on the CPU
                 copied[name] = t
                 continue
-            flat = {"hidden": self.hidden, "attention": self.attention, "special": self.special,
-                    "token_offsets": self.offsets}[name]
+            flat = {
+                "hidden": self.hidden,
+                "attention": self.attention,
+                "special": self.special,
+                "token_offsets": self.offsets,
+            }[name]
             target = flat[: t.numel()].view(t.shape)
             target.copy_(t, non_blocking=True)
             copied[name] = target
@@ -99,28 +116,42 @@ def compute_shard(
     the buffers' device to whether every hidden value is finite (one reduction, no host sync)."""
     word_start = dict(zip(sentence_ids, np.concatenate([[0], np.cumsum(word_counts)[:-1]]).tolist()))
     pair_start = dict(zip(sentence_ids, np.concatenate([[0], np.cumsum(word_counts**2)[:-1]]).tolist()))
-    hidden_out, att_out, special_out = buffers.views(int(word_counts.sum()), int((word_counts**2).sum()),
-                                                     settings.attentions)
+    hidden_out, att_out, special_out = buffers.views(
+        int(word_counts.sum()), int((word_counts**2).sum()), settings.attentions
+    )
     row_of = {s: r for r, s in enumerate(sentence_ids)}
     offsets_out = buffers.offset_counts(len(sentence_ids)) if settings.attentions else None
     shard_segments = [seg for i in sentence_ids for seg in segments[i]]
     pad_id = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     amp = getattr(torch, settings.amp_dtype) if settings.amp_dtype else None
-    forward_options = dict(pooling=settings.pooling, attentions=settings.attentions, pad_id=pad_id,
-                           device=device, amp_dtype=amp, out_dtype=hidden_out.dtype, check_finite=check_finite)
+    forward_options = dict(
+        pooling=settings.pooling,
+        attentions=settings.attentions,
+        pad_id=pad_id,
+        device=device,
+        amp_dtype=amp,
+        out_dtype=hidden_out.dtype,
+        check_finite=check_finite,
+    )
     for batch in plan_batches(shard_segments, settings.batch_tokens):
         n_words = [seg.n_words for seg in batch]
         starts = [word_start[seg.sentence] + seg.word_start for seg in batch]
-        if (all(seg.keep.all() for seg in batch)
-                and all(starts[b + 1] == starts[b] + n_words[b] for b in range(len(batch) - 1))):
+        if all(seg.keep.all() for seg in batch) and all(
+            starts[b + 1] == starts[b] + n_words[b] for b in range(len(batch) - 1)
+        ):
             # the usual case: the batch's sentences are consecutive in the shard -> write in place
             first_word, first_pair, batch_words = starts[0], pair_start[batch[0].sentence], sum(n_words)
             batch_pairs = sum(w * w for w in n_words)
-            views = (hidden_out[:, first_word : first_word + batch_words],
-                     att_out[:, :, first_pair : first_pair + batch_pairs] if att_out is not None else None,
-                     special_out[:, :, first_word : first_word + batch_words] if special_out is not None else None)
-            batch_offsets = (torch.zeros(len(batch), *offsets_out.shape[1:], dtype=torch.int32,
-                                         device=offsets_out.device) if offsets_out is not None else None)
+            views = (
+                hidden_out[:, first_word : first_word + batch_words],
+                att_out[:, :, first_pair : first_pair + batch_pairs] if att_out is not None else None,
+                special_out[:, :, first_word : first_word + batch_words] if special_out is not None else None,
+            )
+            batch_offsets = (
+                torch.zeros(len(batch), *offsets_out.shape[1:], dtype=torch.int32, device=offsets_out.device)
+                if offsets_out is not None
+                else None
+            )
             forward_segments(lm.model, batch, out=views, token_offsets=batch_offsets, **forward_options)
             if batch_offsets is not None and offsets_out is not None:
                 rows = torch.tensor([row_of[seg.sentence] for seg in batch], device=offsets_out.device)
@@ -130,8 +161,9 @@ def compute_shard(
             window_start = 0
             for seg, start in zip(batch, starts):
                 owned = torch.from_numpy(np.flatnonzero(seg.keep))
-                hidden_out[:, (start + owned).to(hidden_out.device)] = \
-                    word_hidden[:, window_start + owned].to(hidden_out.device)
+                hidden_out[:, (start + owned).to(hidden_out.device)] = word_hidden[:, window_start + owned].to(
+                    hidden_out.device
+                )
                 window_start += seg.n_words
         if progress is not None:
             progress.update(sum(1 for seg in batch if seg.word_start == 0))
@@ -153,8 +185,13 @@ class _NotFinite(Exception):
     """A shard computed on an accelerator holds non-finite hidden values (found by the writer)."""
 
 
-def _write_when_copied(path: Path, tensors: dict[str, torch.Tensor], copied: torch.cuda.Event | None,
-                       finite: torch.Tensor, hash_beside: bool) -> None:
+def _write_when_copied(
+    path: Path,
+    tensors: dict[str, torch.Tensor],
+    copied: torch.cuda.Event | None,
+    finite: torch.Tensor,
+    hash_beside: bool,
+) -> None:
     """Wait for a shard's device-to-host copy, refuse it if its values are not finite, write it."""
     if copied is not None:
         copied.synchronize()
@@ -163,21 +200,38 @@ def _write_when_copied(path: Path, tensors: dict[str, torch.Tensor], copied: tor
     write_shard(path, tensors, hash_beside=hash_beside)
 
 
-def compute_shards(lm: LoadedModel, plan: ExtractionPlan, shards: list[int], settings: ExtractionSettings,
-                   path: Path, device: str | None, progress: bool, done: int) -> None:
+def compute_shards(
+    lm: LoadedModel,
+    plan: ExtractionPlan,
+    shards: list[int],
+    settings: ExtractionSettings,
+    path: Path,
+    device: str | None,
+    progress: bool,
+    done: int,
+) -> None:
     """Compute the shards ``shards`` of ``plan`` and write them into the store folder ``path`` (a
     background thread writes shard j while shard j+1 is computed; on an accelerator, see the
     module docstring). ``done``: sentences already in the store (where the progress bar starts)."""
     dev = torch.device(device) if device else next(lm.model.parameters()).device
     lm.model.to(dev)
-    bar = tqdm(total=len(plan.word_counts), initial=done, desc=f"extract {lm.name}", unit="sent",
-               disable=not progress, leave=False)
+    bar = tqdm(
+        total=len(plan.word_counts),
+        initial=done,
+        desc=f"extract {lm.name}",
+        unit="sent",
+        disable=not progress,
+        leave=False,
+    )
     # largest shard first (most words and attention pairs): the last write, which nothing overlaps,
     # is then the smallest
     shards = sorted(shards, key=lambda k: (-int((plan.shard_word_counts(k) ** 2).sum()), k))
     counts = [plan.shard_word_counts(k) for k in shards]
-    sizes = (max((int(c.sum()) for c in counts), default=0), max((int((c**2).sum()) for c in counts), default=0),
-             max((len(c) for c in counts), default=0))
+    sizes = (
+        max((int(c.sum()) for c in counts), default=0),
+        max((int((c**2).sum()) for c in counts), default=0),
+        max((len(c) for c in counts), default=0),
+    )
     # On the CPU two buffer sets: shard j is computed into one while shard j-1 is written from the
     # other by a background thread (writing is mostly page-cache copying and fsync, outside the
     # GIL). On an accelerator three: two writer threads (each hashing beside its write) keep the
@@ -191,27 +245,49 @@ def compute_shards(lm: LoadedModel, plan: ExtractionPlan, shards: list[int], set
     amp = settings.amp_dtype
     pending: deque[tuple[Future, int]] = deque()
     try:
-        with ThreadPoolExecutor(max_workers=max(1, n_sets - 1)) as writer, \
-                low_precision_linears(lm.model, getattr(torch, amp) if amp else None):
+        with (
+            ThreadPoolExecutor(max_workers=max(1, n_sets - 1)) as writer,
+            low_precision_linears(lm.model, getattr(torch, amp) if amp else None),
+        ):
             for j, k in enumerate(shards):
                 slot = j % n_sets
-                while pending and pending[0][1] <= j - n_sets:   # buffers `slot` were written out
+                while pending and pending[0][1] <= j - n_sets:  # buffers `slot` were written out
                     _finish(*pending.popleft(), lm, plan, settings, dev, counts, shards)
                 copied = copy_done[slot]
-                if copied is not None:              # the device buffers' last copy out has finished
+                if copied is not None:  # the device buffers' last copy out has finished
                     torch.cuda.current_stream(dev).wait_event(copied)
-                tensors = compute_shard(lm, plan.segments, plan.shards[k], settings, dev, bar, on_device[slot],
-                                        counts[j], check_finite=not accelerated)
+                tensors = compute_shard(
+                    lm,
+                    plan.segments,
+                    plan.shards[k],
+                    settings,
+                    dev,
+                    bar,
+                    on_device[slot],
+                    counts[j],
+                    check_finite=not accelerated,
+                )
                 if accelerated:
                     tensors, copy_done[slot] = _copy_to_host(tensors, on_device[slot], host[slot], copy_stream, dev)
-                while len(pending) >= max(1, n_sets - 1):   # at most n_sets - 1 shards in the writers' hands
+                while len(pending) >= max(1, n_sets - 1):  # at most n_sets - 1 shards in the writers' hands
                     _finish(*pending.popleft(), lm, plan, settings, dev, counts, shards)
-                pending.append((writer.submit(_write_when_copied, path / plan.shard_names[k], tensors,
-                                              copy_done[slot], host[slot].finite, accelerated), j))
+                pending.append(
+                    (
+                        writer.submit(
+                            _write_when_copied,
+                            path / plan.shard_names[k],
+                            tensors,
+                            copy_done[slot],
+                            host[slot].finite,
+                            accelerated,
+                        ),
+                        j,
+                    )
+                )
             while pending:
                 _finish(*pending.popleft(), lm, plan, settings, dev, counts, shards)
     finally:
-        for future, _ in pending:        # an error: let the writes in flight end before the buffers go
+        for future, _ in pending:  # an error: let the writes in flight end before the buffers go
             future.cancel()
             try:
                 future.result()
@@ -220,8 +296,13 @@ def compute_shards(lm: LoadedModel, plan: ExtractionPlan, shards: list[int], set
         bar.close()
 
 
-def _copy_to_host(tensors: dict[str, torch.Tensor], source: ShardBuffers, target: ShardBuffers,
-                  stream: torch.cuda.Stream | None, dev: torch.device):
+def _copy_to_host(
+    tensors: dict[str, torch.Tensor],
+    source: ShardBuffers,
+    target: ShardBuffers,
+    stream: torch.cuda.Stream | None,
+    dev: torch.device,
+):
     """Queue the copy of a shard's device buffers into pinned host buffers (on ``stream``, after
     the shard's forward passes); the host views and the copy's event (None: copied synchronously)."""
     if stream is None:
@@ -234,8 +315,16 @@ def _copy_to_host(tensors: dict[str, torch.Tensor], source: ShardBuffers, target
     return copied, event
 
 
-def _finish(pending: Future, j: int, lm: LoadedModel, plan: ExtractionPlan, settings: ExtractionSettings,
-            dev: torch.device, counts: list[np.ndarray], shards: list[int]) -> None:
+def _finish(
+    pending: Future,
+    j: int,
+    lm: LoadedModel,
+    plan: ExtractionPlan,
+    settings: ExtractionSettings,
+    dev: torch.device,
+    counts: list[np.ndarray],
+    shards: list[int],
+) -> None:
     """Wait for shard ``j``'s write; a shard found not finite on the device is computed again with
     the batch-by-batch check, which raises the error that names its sentences."""
     try:

@@ -74,7 +74,7 @@ def extract(
     the ranks: see :mod:`bertology.distributed`.
     """
     group = distributed.current_group()
-    if amp_dtype in ("auto", "bfloat16", "float16"):   # auto: bfloat16 only where measured faster
+    if amp_dtype in ("auto", "bfloat16", "float16"):  # auto: bfloat16 only where measured faster
         # called here, not in a helper: its warning names the caller of extract
         low = resolve_precision(amp_dtype, device or next(lm.model.parameters()).device, what="extraction")
         amp_dtype = group.broadcast(str(low).removeprefix("torch.") if low is not None else None)  # rank 0's choice
@@ -84,16 +84,19 @@ def extract(
     record = key_record(lm, corpus.fingerprint, settings)
     key = store_key(lm, record["corpus"], settings, tokenizer=record["tokenizer"])
     path = (Path(root) if root is not None else paths.stores_dir()) / key
-    hash_every_shard = verify or (path / DAMAGED_MARK).is_file()   # a reader found an altered shard
+    hash_every_shard = verify or (path / DAMAGED_MARK).is_file()  # a reader found an altered shard
     if not (force or hash_every_shard):
         store = _reopen_complete_store(path, group)
         if store is not None:
             return store
 
     plan = plan_extraction(lm, corpus, settings, record)
-    with ExitStack() as folder_lock:   # rank 0 holds the lock until the manifest is written
-        to_compute = group.run_on_main(lambda: _lock_and_prepare(
-            folder_lock, path, plan, lm, settings, force=force, verify=hash_every_shard, wait=wait))
+    with ExitStack() as folder_lock:  # rank 0 holds the lock until the manifest is written
+        to_compute = group.run_on_main(
+            lambda: _lock_and_prepare(
+                folder_lock, path, plan, lm, settings, force=force, verify=hash_every_shard, wait=wait
+            )
+        )
         if to_compute is None:
             return FeatureStore(path)
         started = time.perf_counter()
@@ -107,7 +110,9 @@ def _check_inputs(lm: LoadedModel, corpus: Corpus, settings: ExtractionSettings)
     if len(corpus) == 0:
         raise StoreError(f"corpus {corpus.name!r} has no sentences")
     if settings.attentions and getattr(lm.config, "_attn_implementation", "eager") != "eager":
-        raise StoreError(f"{lm.name}: attention maps need attn_implementation='eager' (load_model(..., attentions=True))")
+        raise StoreError(
+            f"{lm.name}: attention maps need attn_implementation='eager' (load_model(..., attentions=True))"
+        )
 
 
 def _reopen_complete_store(path: Path, group: distributed.Group) -> FeatureStore | None:
@@ -119,12 +124,21 @@ def _reopen_complete_store(path: Path, group: distributed.Group) -> FeatureStore
         return FeatureStore(path)
     except StoreError as exc:
         if group.is_main:
-            logger.warning("%s", str(exc).split(". Run")[0])   # repaired by the extraction
+            logger.warning("%s", str(exc).split(". Run")[0])  # repaired by the extraction
         return None
 
 
-def _lock_and_prepare(folder_lock: ExitStack, path: Path, plan: ExtractionPlan, lm: LoadedModel,
-                      settings: ExtractionSettings, *, force: bool, verify: bool, wait: bool) -> list[int] | None:
+def _lock_and_prepare(
+    folder_lock: ExitStack,
+    path: Path,
+    plan: ExtractionPlan,
+    lm: LoadedModel,
+    settings: ExtractionSettings,
+    *,
+    force: bool,
+    verify: bool,
+    wait: bool,
+) -> list[int] | None:
     """Take the folder's lock (held by ``folder_lock`` until it closes), then
     :func:`~bertology.store.plan.prepare_folder`: the shards still to compute, None when the store
     is complete and sound."""
@@ -139,8 +153,16 @@ def _lock_and_prepare(folder_lock: ExitStack, path: Path, plan: ExtractionPlan, 
         raise write_error(path, exc, estimated_bytes(lm, settings, every_shard)) from exc
 
 
-def _compute_share(lm: LoadedModel, plan: ExtractionPlan, to_compute: list[int], settings: ExtractionSettings,
-                   path: Path, device: str | None, progress: bool, group: distributed.Group) -> None:
+def _compute_share(
+    lm: LoadedModel,
+    plan: ExtractionPlan,
+    to_compute: list[int],
+    settings: ExtractionSettings,
+    path: Path,
+    device: str | None,
+    progress: bool,
+    group: distributed.Group,
+) -> None:
     """Compute and write this rank's share of the shards ``to_compute`` (split by cost); every rank
     raises when any rank failed."""
     costs = [plan.padded_tokens(k) for k in to_compute]
@@ -157,8 +179,15 @@ def _compute_share(lm: LoadedModel, plan: ExtractionPlan, to_compute: list[int],
     group.raise_if_any_failed(error)
 
 
-def _write_manifest(path: Path, lm: LoadedModel, corpus: Corpus, settings: ExtractionSettings,
-                    plan: ExtractionPlan, started: float, processes: int) -> None:
+def _write_manifest(
+    path: Path,
+    lm: LoadedModel,
+    corpus: Corpus,
+    settings: ExtractionSettings,
+    plan: ExtractionPlan,
+    started: float,
+    processes: int,
+) -> None:
     """Write ``manifest.json`` (which makes the store complete) once every shard and its checksum
     are on disk; ``started``: ``time.perf_counter()`` when computing began."""
     missing = [n for n in plan.shard_names if read_checksum(path / n) is None or not (path / n).is_file()]
@@ -167,10 +196,18 @@ def _write_manifest(path: Path, lm: LoadedModel, corpus: Corpus, settings: Extra
     manifest = {
         "version": STORE_VERSION,
         "key": plan.record,
-        "model": {"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint,
-                  "tokenizer_fingerprint": plan.record["tokenizer"]},
-        "corpus": {"name": corpus.name, "path": corpus.path, "fingerprint": plan.record["corpus"],
-                   "sources": corpus.sources},
+        "model": {
+            "name": lm.name,
+            "path": str(lm.path) if lm.path else None,
+            "fingerprint": lm.fingerprint,
+            "tokenizer_fingerprint": plan.record["tokenizer"],
+        },
+        "corpus": {
+            "name": corpus.name,
+            "path": corpus.path,
+            "fingerprint": plan.record["corpus"],
+            "sources": corpus.sources,
+        },
         "settings": asdict(settings),
         "n_layers": lm.num_layers + 1,
         "n_heads": lm.num_heads,

@@ -38,8 +38,19 @@ def validate_manifest(manifest: object, file: Path) -> None:
 
     if not isinstance(manifest, dict):
         raise StoreError(f"{file}: expected a JSON object, found {type(manifest).__name__}; {redo}")
-    for field in ("version", "n_layers", "n_heads", "dim", "n_sentences", "settings", "word_counts", "shards",
-                  "plan", "model", "corpus"):
+    for field in (
+        "version",
+        "n_layers",
+        "n_heads",
+        "dim",
+        "n_sentences",
+        "settings",
+        "word_counts",
+        "shards",
+        "plan",
+        "model",
+        "corpus",
+    ):
         if field not in manifest:
             raise bad(field, "is missing")
     for field in ("version", "n_layers", "n_heads", "dim", "n_sentences"):
@@ -54,22 +65,31 @@ def validate_manifest(manifest: object, file: Path) -> None:
         raise bad("word_counts", f"must list one non-negative count per sentence ({n_sentences})")
     if not isinstance(shards, list) or not all(isinstance(n, str) and SHARD_NAME.match(n) for n in shards):
         raise bad("shards", "must list file names shard-NNNNN.safetensors")
-    if (not isinstance(plan, list) or len(plan) != len(shards)
-            or not all(isinstance(p, list) and all(_is_int(i) for i in p) for p in plan)
-            or sorted(i for p in plan for i in p) != list(range(n_sentences))):
+    if (
+        not isinstance(plan, list)
+        or len(plan) != len(shards)
+        or not all(isinstance(p, list) and all(_is_int(i) for i in p) for p in plan)
+        or sorted(i for p in plan for i in p) != list(range(n_sentences))
+    ):
         raise bad("plan", "must split the sentences 0..n_sentences-1 into one list per shard")
     if manifest["version"] >= 3:  # checksummed stores
         for field in ("shard_sha256", "shard_bytes", "manifest_sha256"):
             if field not in manifest:
                 raise bad(field, "is missing")
         digests, sizes = manifest["shard_sha256"], manifest["shard_bytes"]
-        if (not isinstance(digests, dict) or set(digests) != set(shards)
-                or not isinstance(sizes, dict) or set(sizes) != set(shards)
-                or not all(_is_int(v) for v in sizes.values())):
+        if (
+            not isinstance(digests, dict)
+            or set(digests) != set(shards)
+            or not isinstance(sizes, dict)
+            or set(sizes) != set(shards)
+            or not all(_is_int(v) for v in sizes.values())
+        ):
             raise bad("shard_sha256", "and 'shard_bytes' must name every shard")
         if manifest["manifest_sha256"] != manifest_checksum(manifest):
-            raise StoreError(f"{file}: edited or damaged (its content no longer matches its checksum "
-                             f"'manifest_sha256', e.g. a changed count); {redo}")
+            raise StoreError(
+                f"{file}: edited or damaged (its content no longer matches its checksum "
+                f"'manifest_sha256', e.g. a changed count); {redo}"
+            )
 
 
 def read_manifest(path: str | Path) -> dict:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -54,15 +55,23 @@ class ExtractionPlan:
         return int(sum(max(seg.n_tokens for seg in self.segments[i]) for i in self.shards[k]))
 
 
-def plan_extraction(lm: LoadedModel, corpus: Corpus, settings: ExtractionSettings,
-                    key_record: dict[str, Any]) -> ExtractionPlan:
+def plan_extraction(
+    lm: LoadedModel, corpus: Corpus, settings: ExtractionSettings, key_record: dict[str, Any]
+) -> ExtractionPlan:
     """Tokenise and segment every sentence (:class:`StoreError` naming a sentence the model cannot
     take) and split the corpus into shards."""
     max_tokens = model_max_tokens(lm.model, lm.tokenizer)
     tokens = tokenize_sentences(lm.tokenizer, [s.words for s in corpus])
     segments = [
-        segment_sentence(lm.tokenizer, s.words, i, max_tokens, settings.long_policy,
-                         f"{s.sent_id} (#{i} of {corpus.name})", tokens[i])
+        segment_sentence(
+            lm.tokenizer,
+            s.words,
+            i,
+            max_tokens,
+            settings.long_policy,
+            f"{s.sent_id} (#{i} of {corpus.name})",
+            tokens[i],
+        )
         for i, s in enumerate(corpus)
     ]
     if settings.attentions:
@@ -72,11 +81,13 @@ def plan_extraction(lm: LoadedModel, corpus: Corpus, settings: ExtractionSetting
                     f"sentence {s.sent_id}: too long for the model ({max_tokens} tokens) and attention maps "
                     "cannot be windowed; extract with attentions=False or split the sentence"
                 )
-    word_counts = np.array([sum(int(seg.keep.sum()) for seg in sentence_segments) for sentence_segments in segments],
-                           dtype=np.int64)
+    word_counts = np.array(
+        [sum(int(seg.keep.sum()) for seg in sentence_segments) for sentence_segments in segments], dtype=np.int64
+    )
     shards = plan_shards(segments, settings.shard_size)
-    return ExtractionPlan(segments, word_counts, shards, [shard_name(k) for k in range(len(shards))],
-                          {**key_record, "plan": shards})
+    return ExtractionPlan(
+        segments, word_counts, shards, [shard_name(k) for k in range(len(shards))], {**key_record, "plan": shards}
+    )
 
 
 def plan_shards(segments: list[list[Segment]], shard_size: int) -> list[list[int]]:
@@ -117,8 +128,9 @@ def prepare_folder(path: Path, plan: ExtractionPlan, *, force: bool, verify: boo
         try:
             manifest = read_manifest(path)
             if {k: manifest.get("key", {}).get(k) for k in plan.record} != plan.record:
-                raise StoreError(f"{manifest_file}: describes another extraction (model, tokenizer, corpus, "
-                                 "settings or plan differ)")
+                raise StoreError(
+                    f"{manifest_file}: describes another extraction (model, tokenizer, corpus, settings or plan differ)"
+                )
             problems = shard_problems(path, manifest, full=verify, fresh=True)
             if not problems:
                 (path / DAMAGED_MARK).unlink(missing_ok=True)
@@ -140,6 +152,6 @@ def prepare_folder(path: Path, plan: ExtractionPlan, *, force: bool, verify: boo
     to_compute = []
     for k, name in enumerate(plan.shard_names):
         if not finished_shard_is_sound(path / name, plan.shards[k]):
-            remove_shard(path / name)   # a damaged or unverifiable shard: never trusted later
+            remove_shard(path / name)  # a damaged or unverifiable shard: never trusted later
             to_compute.append(k)
     return to_compute

@@ -3,8 +3,9 @@ special tokens, token-level argmax offset counts), all float32, word level, corp
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 from safetensors import safe_open
@@ -56,8 +57,9 @@ class FeatureStore:
             counts = self.word_counts[sentence_ids]
             word_off = np.concatenate([[0], np.cumsum(counts)[:-1]])
             att_off = np.concatenate([[0], np.cumsum(counts**2)[:-1]])
-            self._where[sentence_ids] = np.stack([np.full(len(sentence_ids), k), np.arange(len(sentence_ids)),
-                                                  word_off, att_off], 1)
+            self._where[sentence_ids] = np.stack(
+                [np.full(len(sentence_ids), k), np.arange(len(sentence_ids)), word_off, att_off], 1
+            )
         self._handles: dict[int, object] = {}
 
     def verify(self) -> None:
@@ -67,9 +69,11 @@ class FeatureStore:
             raise StoreError(damage_message(self.path, problems))
 
     def __repr__(self) -> str:
-        return (f"FeatureStore({self.manifest['model']['name']!r} × {self.manifest['corpus']['name']!r}: "
-                f"{self.n_sentences} sentences, {self.n_words} words, {self.n_layers} layers × {self.dim} dims"
-                f"{', attention' if self.has_attention else ''})")
+        return (
+            f"FeatureStore({self.manifest['model']['name']!r} × {self.manifest['corpus']['name']!r}: "
+            f"{self.n_sentences} sentences, {self.n_words} words, {self.n_layers} layers × {self.dim} dims"
+            f"{', attention' if self.has_attention else ''})"
+        )
 
     def _open(self, k: int):
         """Shard ``k``'s safetensors handle, opened (and, with ``verify="lazy"``, hashed) on first use."""
@@ -132,8 +136,10 @@ class FeatureStore:
         if not self.has_attention:
             raise StoreError(f"{self.path}: extracted without attentions")
         if not self.has_token_offsets or self.token_offset_window is None:
-            raise StoreError(f"{self.path}: store version {self.manifest.get('version')} has no token-level "
-                             f"argmax offsets (added in store version 2); extract again (a new store key)")
+            raise StoreError(
+                f"{self.path}: store version {self.manifest.get('version')} has no token-level "
+                f"argmax offsets (added in store version 2); extract again (a new store key)"
+            )
         return self.token_offset_window
 
     def token_offsets(self, i: int, *, queries: TokenQueries = "all") -> np.ndarray:
@@ -153,8 +159,9 @@ class FeatureStore:
     def token_offset_totals(self, *, queries: TokenQueries = "all") -> np.ndarray:
         """:meth:`token_offsets` summed over every sentence of the store: ``[n_layers - 1, heads, 2K+2]``."""
         self._need_token_offsets()
-        blocks = [self._open(k).get_tensor("token_offsets").numpy().astype(np.int64).sum(0)
-                  for k in range(len(self._shards))]
+        blocks = [
+            self._open(k).get_tensor("token_offsets").numpy().astype(np.int64).sum(0) for k in range(len(self._shards))
+        ]
         return _select_queries(np.sum(blocks, axis=0), queries)
 
     def layers(self, layers: Sequence[int] | None = None) -> np.ndarray:
@@ -166,8 +173,9 @@ class FeatureStore:
         out = np.empty((len(layers), self.n_words, self.dim), dtype=np.float32)
         for k, sentence_ids in enumerate(self.manifest["plan"]):
             block = self._open(k).get_slice("hidden")
-            rows = np.concatenate([np.arange(self.sentence_offsets[s], self.sentence_offsets[s + 1])
-                                   for s in sentence_ids])
+            rows = np.concatenate(
+                [np.arange(self.sentence_offsets[s], self.sentence_offsets[s + 1]) for s in sentence_ids]
+            )
             for j, l in enumerate(layers):
                 out[j, rows] = block[l].float().numpy()
         return out

@@ -34,7 +34,7 @@ class ExtractionSettings:
     batch_tokens: int = 1024
     shard_size: int = 256
     amp_dtype: str | None = None  # compute: None = float32; "bfloat16" / "float16" = autocast
-    storage: str = "float32"      # on-disk dtype of hidden states and attention: float32 | float16
+    storage: str = "float32"  # on-disk dtype of hidden states and attention: float32 | float16
     token_offset_window: int = TOKEN_OFFSET_WINDOW  # token-level argmax offsets counted in bins -K..K (+ other)
     version: int = STORE_VERSION
 
@@ -53,17 +53,23 @@ class ExtractionSettings:
             raise StoreError(f"token_offset_window must be positive, not {self.token_offset_window!r}")
 
 
-def key_record(lm: LoadedModel, corpus_fingerprint: str, settings: ExtractionSettings,
-               tokenizer: str | None = None) -> dict[str, Any]:
+def key_record(
+    lm: LoadedModel, corpus_fingerprint: str, settings: ExtractionSettings, tokenizer: str | None = None
+) -> dict[str, Any]:
     """Everything a store's content depends on: the model's weights and config (``lm.fingerprint``),
     its tokenizer (:func:`bertology.fingerprints.tokenizer_fingerprint`), the corpus content and
     the settings (with the store version, which changes when the computation does)."""
-    return {"model": lm.fingerprint, "tokenizer": tokenizer or tokenizer_fingerprint(lm.tokenizer),
-            "corpus": corpus_fingerprint, "settings": asdict(settings)}
+    return {
+        "model": lm.fingerprint,
+        "tokenizer": tokenizer or tokenizer_fingerprint(lm.tokenizer),
+        "corpus": corpus_fingerprint,
+        "settings": asdict(settings),
+    }
 
 
-def store_key(lm: LoadedModel, corpus_fingerprint: str, settings: ExtractionSettings, *,
-              tokenizer: str | None = None) -> str:
+def store_key(
+    lm: LoadedModel, corpus_fingerprint: str, settings: ExtractionSettings, *, tokenizer: str | None = None
+) -> str:
     """The store's folder name: a hash of :func:`key_record` (``tokenizer``: its fingerprint, if known)."""
     payload = json.dumps(key_record(lm, corpus_fingerprint, settings, tokenizer), sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]

@@ -34,6 +34,7 @@ _verified: dict[tuple[str, int, int, int], str] = {}  # shards hashed by this pr
 
 # --------------------------------------------------------------------------- checksum files
 
+
 def checksum_file(shard: Path) -> Path:
     """``shard-NNNNN.safetensors.sha256`` beside the shard."""
     return shard.parent / (shard.name + CHECKSUM_SUFFIX)
@@ -55,6 +56,7 @@ def write_checksum(shard: Path, digest: str) -> None:
 
 # --------------------------------------------------------------------------- shards this process hashed
 
+
 def _verification_key(shard: Path) -> tuple[str, int, int, int]:
     """What must stay the same for a shard this process hashed to count as verified."""
     stat = shard.stat()
@@ -75,6 +77,7 @@ def _verified_digest(shard: Path) -> str:
 
 
 # --------------------------------------------------------------------------- shard checks
+
 
 def shard_problem(shard: Path, manifest: dict, *, full: bool, fresh: bool = False) -> str | None:
     """What is wrong with one shard of a complete store, or None: missing, wrong size, or (``full``)
@@ -119,6 +122,7 @@ def finished_shard_is_sound(shard: Path, sentence_ids: list[int]) -> bool:
 
 # --------------------------------------------------------------------------- damage
 
+
 def mark_damaged(path: Path, problems: list[tuple[str, str]]) -> None:
     """Leave a note for the next :func:`~bertology.store.extract`, which then hashes every shard and
     repairs (best effort: a read-only store just stays unmarked)."""
@@ -132,9 +136,11 @@ def damage_message(path: Path, problems: list[tuple[str, str]]) -> str:
     """The error for a damaged store: the first five problems, and how to repair."""
     listed = "; ".join(f"{name}: {problem}" for name, problem in problems[:5])
     more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-    return (f"{path}: damaged feature store -- {listed}{more}. Run extract again with the same model, "
-            f"corpus and settings (bertology extract ...; add --verify / verify=True to hash every shard): it "
-            f"recomputes exactly the damaged shards")
+    return (
+        f"{path}: damaged feature store -- {listed}{more}. Run extract again with the same model, "
+        f"corpus and settings (bertology extract ...; add --verify / verify=True to hash every shard): it "
+        f"recomputes exactly the damaged shards"
+    )
 
 
 def verify_store(path: str | Path) -> list[tuple[str, str]]:
@@ -143,8 +149,9 @@ def verify_store(path: str | Path) -> list[tuple[str, str]]:
     A path that does not exist or is not a folder raises ``StoreError`` (nothing there to be damaged)."""
     path = Path(path)
     if not path.exists():
-        raise StoreError(f"{path}: no such feature store (the folder does not exist; `bertology extract` "
-                         "prints a store's path)")
+        raise StoreError(
+            f"{path}: no such feature store (the folder does not exist; `bertology extract` prints a store's path)"
+        )
     if not path.is_dir():
         raise StoreError(f"{path}: not a feature store folder (a store is the folder `bertology extract` prints)")
     try:

@@ -21,8 +21,13 @@ from bertology.store.verify import checksum_file, remember_verified, write_check
 
 # safetensors' names of the dtypes a shard holds, in the order its writer lays tensors out (larger
 # alignment first; ties by name): safetensors sorts by its Dtype enum, descending
-_SAFETENSORS_DTYPES = {torch.int64: "I64", torch.float32: "F32", torch.int32: "I32", torch.bfloat16: "BF16",
-                       torch.float16: "F16"}
+_SAFETENSORS_DTYPES = {
+    torch.int64: "I64",
+    torch.float32: "F32",
+    torch.int32: "I32",
+    torch.bfloat16: "BF16",
+    torch.float16: "F16",
+}
 _SAFETENSORS_RANK = {name: rank for rank, name in enumerate(reversed(_SAFETENSORS_DTYPES.values()))}
 
 
@@ -65,12 +70,12 @@ def save_safetensors(tensors: dict[str, torch.Tensor], file: Path, *, hash_besid
                 raw = tensors[name].contiguous().reshape(-1).view(torch.uint8).numpy()
                 data = memoryview(raw)  # type: ignore[arg-type]  # an ndarray is a buffer; its stubs lack __buffer__
                 if hasher is None:
-                    out.write(data)          # both release the GIL: the compute thread runs meanwhile
+                    out.write(data)  # both release the GIL: the compute thread runs meanwhile
                     digest.update(data)
                     continue
                 for at in range(0, len(data), _HASH_CHUNK):
                     piece = data[at : at + _HASH_CHUNK]
-                    hasher.submit(digest.update, piece)   # one worker: the pieces are hashed in order
+                    hasher.submit(digest.update, piece)  # one worker: the pieces are hashed in order
                     out.write(piece)
     finally:
         if hasher is not None:
@@ -117,9 +122,11 @@ def write_error(path: Path, exc: OSError, needed: int) -> StoreError:
     """A clear message for a failed write (a full disk above all); nothing half-written is left."""
     where = exc.filename or path
     if atomic.is_disk_full(exc):
-        return StoreError(f"disk full while writing {where}: the feature store needs about {needed / 1e6:.0f} MB more. "
-                          f"Nothing half-written was left behind and the finished shards were kept: free space "
-                          f"(or pass another root) and run extract again to resume")
+        return StoreError(
+            f"disk full while writing {where}: the feature store needs about {needed / 1e6:.0f} MB more. "
+            f"Nothing half-written was left behind and the finished shards were kept: free space "
+            f"(or pass another root) and run extract again to resume"
+        )
     return StoreError(f"cannot write {where}: {exc.strerror or exc}")
 
 

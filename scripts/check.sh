@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Lint, format and type checks (run by .ci/run before the tests; fails on any finding):
+#   ruff check (rules in pyproject.toml), ruff format --check, mypy over the typed rooms.
+# The source folders are mapped into one package `bertology` by setuptools (pyproject.toml), which
+# mypy cannot follow: it checks a package-shaped copy, and its messages name the source files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+DIRS="workbench probes studies apps tests benchmarks scripts"
+"$PY" -m ruff check $DIRS
+"$PY" -m ruff format --check $DIRS
+# the rooms mypy checks (the rest follow as they pass): core modules, the store, pretraining and fine-tuning
+TYPED="${TYPED:-bertology.store bertology.finetuning}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp -r workbench "$tmp/bertology"
+cp -r probes "$tmp/bertology/probes"; cp -r studies "$tmp/bertology/studies"; cp -r apps "$tmp/bertology/apps"
+args=()
+for m in $TYPED; do args+=(-p "$m"); done
+status=0
+(cd "$tmp" && "$OLDPWD/$PY" -m mypy --config-file "$OLDPWD/pyproject.toml" "${args[@]}") > "$tmp/mypy.log" 2>&1 || status=$?
+# name the source folders, not the copy: bertology/probes -> probes, bertology/... -> workbench/...
+sed -e 's#^bertology/probes/#probes/#' -e 's#^bertology/studies/#studies/#' -e 's#^bertology/apps/#apps/#' \
+    -e 's#^bertology/#workbench/#' "$tmp/mypy.log"
+exit $status
