@@ -201,35 +201,20 @@ def pretrain_data(tmp_path_factory):
 
 
 def _pretrain_cfg(data, root: Path, device: str, **kw):
-    from bertology.pretraining import PretrainConfig
+    """test_pretrain_trainer's tiny config, 4 steps on ``device``, saved at the end only."""
+    from test_pretrain_trainer import _cfg
 
-    corpus, tok = data
-    base = dict(
-        run_name="tiny",
-        corpus=str(corpus),
-        tokenizer=str(tok),
-        output_root=str(root / "models"),
-        num_hidden_layers=2,
-        hidden_size=32,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_seq_len=32,
-        batch_size=4,
+    fields = dict(
         max_steps=4,
         warmup_steps=1,
         learning_rate=1e-3,
         log_every=2,
         eval_every=4,
-        eval_batches=2,
         save_every=4,
         keep_steps=[],
-        heldout_fraction=0.1,
-        progress=False,
-        num_threads=1,
         device=device,
     )
-    base.update(kw)
-    return PretrainConfig(**base)
+    return _cfg(data, root, **{**fields, **kw})
 
 
 @pytest.mark.parametrize("objective", list(OBJECTIVES))
