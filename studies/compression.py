@@ -41,7 +41,10 @@ import pandas as pd
 
 from bertology import paths
 from bertology.errors import ConfigError
+from bertology.finetuning.config import BUILTIN_TASKS, MODES, names_a_task
+from bertology.probes.heads.analysis import PRUNING_METHODS
 from bertology.runs import StudyContext
+from bertology.validation import Rule, add_study_rules
 
 DESCRIPTION = (
     "Compression of a fine-tuned model: Michel et al.'s head pruning on the task's loss and accuracy "
@@ -102,6 +105,18 @@ DEFAULTS: dict[str, Any] = {
     "device": "auto",
     "seed": 0,  # the fine-tune's split, head and data order; random orders; bootstraps
 }
+
+# checked with the config, before the fine-tune starts (the pruning study refuses the same values)
+add_study_rules(
+    "compression",
+    {
+        "methods": Rule(
+            f"a list of pruning methods ({', '.join(PRUNING_METHODS)})", PRUNING_METHODS.__contains__, each=True
+        ),
+        "task": Rule(f"a built-in task ({', '.join(BUILTIN_TASKS)}) or a task file", names_a_task),
+        "mode": Rule(f"a fine-tuning mode ({', '.join(MODES)})", MODES.__contains__),
+    },
+)
 
 
 def run(ctx: StudyContext) -> None:

@@ -18,13 +18,33 @@ from bertology.finetuning.analysis import (
     finetuning_analysis,
     held_out_sentences,
 )
+from bertology.finetuning.config import BUILTIN_TASKS, MODES, names_a_task
 from bertology.runs import StudyContext
+from bertology.validation import Rule, add_study_rules
 
 DESCRIPTION = (
     "Fine-tuning: frozen / full / BitFit / adapters with intervals and paired comparisons; "
     "weight change, CKA, attention change, probing and head types per layer"
 )
 DEFAULTS = FINETUNING_DEFAULTS
+
+# checked with the config, before any fine-tune starts
+add_study_rules(
+    "finetuning",
+    {
+        "tasks": Rule(f"a list of tasks: built-in ({', '.join(BUILTIN_TASKS)}) or task files", names_a_task, each=True),
+        "learning_rates": Rule(
+            f"a mapping of fine-tuning mode ({', '.join(MODES)}) to a learning rate > 0, e.g. {{full: 1.0e-4}}",
+            lambda v: (
+                isinstance(v, dict)
+                and all(
+                    k in MODES and isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+                    for k, x in v.items()
+                )
+            ),
+        ),
+    },
+)
 
 
 def run(ctx: StudyContext) -> None:

@@ -11,6 +11,8 @@ near the identity (both matrices drawn with std 1e-3, zero biases).
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -38,7 +40,7 @@ class Adapter(nn.Module):
 
 def _apply_adapter(module: nn.Module, inputs: object, output: torch.Tensor) -> torch.Tensor:
     """Forward hook of an output block's ``dense``: its output through the block's adapter."""
-    return module._bertology_adapter(output)
+    return cast(Adapter, module._bertology_adapter)(output)
 
 
 def _output_blocks(model: nn.Module) -> list[nn.Module]:
@@ -65,7 +67,7 @@ def attach_adapters(model: nn.Module, size: int) -> int:
     count = 0
     for block in _output_blocks(model):
         if not hasattr(block, "adapter"):
-            dense = block.dense
+            dense = cast(nn.Linear, block.dense)  # an nn.Linear (checked by _output_blocks)
             block.adapter = Adapter(dense.out_features, size).to(dense.weight.device, dense.weight.dtype)
             object.__setattr__(dense, "_bertology_adapter", block.adapter)  # plain attribute: no second registration
             dense.register_forward_hook(_apply_adapter)

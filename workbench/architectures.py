@@ -152,7 +152,7 @@ class Architecture:
                 )
 
 
-_BERT_LAYER = dict(
+_BERT_LAYER: dict[str, Any] = dict(  # Architecture fields shared by the BERT-layout entries
     layers="encoder.layer",
     attention="attention.self",
     query="attention.self.query",
@@ -160,7 +160,9 @@ _BERT_LAYER = dict(
     value="attention.self.value",
     output="attention.output.dense",
 )
-_ROBERTA_LIKE = dict(_BERT_LAYER, prefix_space=True, pooler=True, mlm_keys=("lm_head",), position_offset=2)
+_ROBERTA_LIKE: dict[str, Any] = dict(
+    _BERT_LAYER, prefix_space=True, pooler=True, mlm_keys=("lm_head",), position_offset=2
+)
 
 ARCHITECTURES: dict[str, Architecture] = {
     a.model_type: a
@@ -450,7 +452,7 @@ def layer_modules(model: Any) -> list[Any]:
         raise ModelError(f"{type(model).__name__} ({arch.model_type}): no layer list at {arch.layers!r}")
     modules = list(modules)
     n = arch.num_layers(model.config)
-    if arch.shares_layers:
+    if arch.groups_field is not None:  # arch.shares_layers
         groups = int(getattr(model.config, arch.groups_field))
         modules = [modules[int(i / (n / groups))] for i in range(n)]
     if len(modules) != n:

@@ -354,6 +354,8 @@ def forward_segments(
             _check_finite(word_hidden[l], picked, segments)
     if not attentions:
         return out
+    if word_att is None or special is None:
+        raise ValueError("forward_segments: attentions=True needs the attention tensors of out (not None)")
     if token_offsets is not None:
         token_offset_counts(result.attentions, segments, token_offsets)
     # per layer, two batched matmuls: columns first (sum over attended pieces), then rows (mean

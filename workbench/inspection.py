@@ -206,6 +206,8 @@ def inspect_sentence(lm: LoadedModel, words: Sequence[str]) -> Inspection:
     finally:
         grab.remove()
         recorder.remove()
+    if word_att is None or special is None:  # (attentions=True gives them)
+        raise ModelError(f"{lm.name}: no attentions from the forward pass")
     attentions = torch.stack([a[0].float() for a in captured["out"].attentions]).cpu().numpy()  # [L, H, T, T]
     L, H = attentions.shape[:2]
     W = len(words)

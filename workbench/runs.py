@@ -173,7 +173,7 @@ def reads_inputs(fingerprint: InputsFn) -> Callable[[Callable], Callable]:
     """
 
     def mark(analysis: Callable) -> Callable:
-        analysis.fingerprint_inputs = fingerprint
+        vars(analysis)["fingerprint_inputs"] = fingerprint  # a function attribute, read by analysis_inputs
         return analysis
 
     return mark
@@ -367,22 +367,49 @@ def _run_locked(
 def list_runs(results_root: str | Path | None = None) -> pd.DataFrame:
     """Every run directory under the results root: study, run_id, path, complete, status
     (``complete``; ``running`` while a process holds its lock; ``incomplete``: stopped before its
-    manifest was written; ``unreadable: <why>``: a manifest that cannot be read)."""
+    manifest was written; ``unreadable: <why>``: a manifest that cannot be read; ``linked: <target>``:
+    a study or run folder that is a symbolic link -- never followed, so nothing outside the results
+    root is read, locked or removed; a linked study folder is one row with an empty run_id)."""
     root = Path(results_root or paths.results_dir())
     rows = []
-    for d in sorted(root.glob("*/*")):
-        if d.is_dir():
-            status = run_status(d)
-            rows.append(
-                {
-                    "study": d.parent.name,
-                    "run_id": d.name,
-                    "path": str(d),
-                    "complete": status == "complete",
-                    "status": status,
-                }
-            )
+
+    def row(study: Path, run: Path | None, status: str) -> dict[str, Any]:
+        path = run if run is not None else study
+        return {
+            "study": study.name,
+            "run_id": run.name if run is not None else "",
+            "path": str(path),
+            "complete": status == "complete",
+            "status": status,
+        }
+
+    for study in sorted(root.glob("*")):  # as glob("*/*") did: hidden names left out
+        if study.is_symlink():
+            if study.is_dir():
+                rows.append(row(study, None, _linked(study)))
+            continue
+        if not study.is_dir():
+            continue
+        for d in sorted(study.glob("*")):
+            if d.is_symlink():
+                if d.is_dir():
+                    rows.append(row(study, d, _linked(d)))
+            elif d.is_dir():
+                rows.append(row(study, d, run_status(d)))
     return pd.DataFrame(rows, columns=["study", "run_id", "path", "complete", "status"])
+
+
+def _linked(path: Path) -> str:
+    """The status of a study or run folder that is a symbolic link (see :func:`list_runs`)."""
+    import os
+
+    return f"linked: a symbolic link to {os.readlink(path)}, not followed"
+
+
+def removable(status: str) -> bool:
+    """Whether ``study clean`` removes a run of this :func:`list_runs` status: incomplete or
+    unreadable; never a complete, running or linked one."""
+    return status == "incomplete" or status.startswith("unreadable")
 
 
 def run_status(run_dir: Path) -> str:
@@ -400,20 +427,36 @@ def run_status(run_dir: Path) -> str:
         return "running"
 
 
-def remove_unfinished_runs(results_root: str | Path | None = None) -> list[Path]:
+def remove_unfinished_runs(
+    results_root: str | Path | None = None, *, on_skip: Callable[[Path, str], None] | None = None
+) -> list[Path]:
     """Delete every incomplete or unreadable run folder under the results root (never a running
-    one: each is removed under its lock); returns the folders removed."""
+    one: each is removed under its lock; never a symbolic link, nor anything it points to); returns
+    the folders removed. A folder that cannot be removed is passed to ``on_skip(path, why)`` and the
+    others are still removed."""
     import shutil
 
     removed = []
     for row in list_runs(results_root).itertuples():
-        if row.status in ("complete", "running"):
-            continue
         path = Path(row.path)
+        if row.status.startswith("linked"):
+            if on_skip is not None:
+                on_skip(path, row.status)
+            continue
+        if not removable(row.status):
+            continue
+        if path.is_symlink() or path.parent.is_symlink():  # made a link since it was listed
+            if on_skip is not None:
+                on_skip(path, "a symbolic link, not followed")
+            continue
         try:
             with atomic.folder_lock(path, wait=False):
                 shutil.rmtree(path)
         except atomic.LockHeld:
+            continue
+        except OSError as exc:
+            if on_skip is not None:
+                on_skip(path, f"cannot remove it: {exc.strerror or exc}")
             continue
         removed.append(path)
     return removed

@@ -93,7 +93,7 @@ class CpuInfo:
 
 def cpu_info() -> CpuInfo:
     """The CPU model and its matrix-unit flags (from ``/proc/cpuinfo`` on Linux)."""
-    model, flags = "", set()
+    model, flags = "", set[str]()
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:

@@ -50,7 +50,7 @@ def make_tiny_bert(
     mlm: bool = False,
 ) -> BertModel | BertForMaskedLM:
     """A random BERT (eager attention, eval mode) with ``tokenizer``'s vocabulary size."""
-    config = BertConfig(
+    config = BertConfig(  # type: ignore[call-arg]  # the dataclass stub omits the **kwargs (attn_implementation) it takes
         vocab_size=tokenizer.vocab_size,
         hidden_size=hidden,
         num_hidden_layers=layers,
@@ -66,7 +66,7 @@ def make_tiny_bert(
 
 def tiny_config(layers: int = 2, heads: int = 4, hidden: int = 32) -> BertConfig:
     """Config of the toy-world BERT: vocabulary ``VOCAB``, no dropout, eager attention."""
-    return BertConfig(
+    return BertConfig(  # type: ignore[call-arg]  # the dataclass stub omits the **kwargs (attn_implementation) it takes
         vocab_size=VOCAB,
         hidden_size=hidden,
         num_hidden_layers=layers,
@@ -272,32 +272,31 @@ def _tiny_config(
         "attn_implementation": "eager",
         **special_ids,
     }
-    kwargs.update(
-        {
-            "distilbert": {"hidden_dim": 2 * hidden},
-            "electra": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
-            "albert": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
-            # DeBERTa-v3 style: relative positions (shared key projections), no absolute ones
-            # alternate global / local layers with a window of 2 tokens each side (tests see it)
-            "modernbert": {
-                "intermediate_size": 2 * hidden,
-                "global_attn_every_n_layers": 2,
-                "local_attention": 4,
-                "max_position_embeddings": 512,
-            },
-            "deberta-v2": {
-                "intermediate_size": 2 * hidden,
-                "relative_attention": True,
-                "pos_att_type": ["p2c", "c2p"],
-                "position_buckets": 16,
-                "max_relative_positions": -1,
-                "position_biased_input": False,
-                "share_att_key": True,
-                "norm_rel_ebd": "layer_norm",
-                "type_vocab_size": 0,
-            },
-        }.get(model_type, {"intermediate_size": 2 * hidden})
-    )
+    extra: dict[str, dict[str, Any]] = {  # each model type's own fields
+        "distilbert": {"hidden_dim": 2 * hidden},
+        "electra": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
+        "albert": {"embedding_size": hidden // 2, "intermediate_size": 2 * hidden},
+        # DeBERTa-v3 style: relative positions (shared key projections), no absolute ones
+        # alternate global / local layers with a window of 2 tokens each side (tests see it)
+        "modernbert": {
+            "intermediate_size": 2 * hidden,
+            "global_attn_every_n_layers": 2,
+            "local_attention": 4,
+            "max_position_embeddings": 512,
+        },
+        "deberta-v2": {
+            "intermediate_size": 2 * hidden,
+            "relative_attention": True,
+            "pos_att_type": ["p2c", "c2p"],
+            "position_buckets": 16,
+            "max_relative_positions": -1,
+            "position_biased_input": False,
+            "share_att_key": True,
+            "norm_rel_ebd": "layer_norm",
+            "type_vocab_size": 0,
+        },
+    }
+    kwargs.update(extra.get(model_type, {"intermediate_size": 2 * hidden}))
     config = AutoConfig.for_model(model_type, **kwargs)
     architecture_for(config)
     return config

@@ -29,6 +29,7 @@ __all__ = [
     "Rule",
     "FIELD_RULES",
     "STUDY_FIELD_RULES",
+    "add_study_rules",
     "CROSS_FIELD_RULES",
     "rule_for",
     "check_values",
@@ -176,7 +177,7 @@ FIELD_RULES: dict[str, Rule] = {
     "example_max_words": POSITIVE_INT,
     # pruning
     "step": SHARE_STEP,
-    "max_share": PROBABILITY,
+    "max_share": Rule("a number in (0, 1] (where the curves stop; 1 = every head removed)", SHARE_STEP.ok),
     "random_seeds": POSITIVE_INT,
     "l0_lambdas": Rule("a list of numbers >= 0", NON_NEGATIVE.ok, each=True),
     "l0_steps": POSITIVE_INT,
@@ -245,8 +246,16 @@ FIELD_RULES: dict[str, Rule] = {
     "warmup_fraction": PROBABILITY,
 }
 
-# {study: {field: Rule}} where a study means something else by a field name (none so far).
+# {study: {field: Rule}} where a study means something else by a field name, or holds values only it
+# knows (its methods, modes, tasks): a study module adds its own with :func:`add_study_rules`.
 STUDY_FIELD_RULES: dict[str, dict[str, Rule]] = {}
+
+
+def add_study_rules(study: str, rules: dict[str, Rule]) -> None:
+    """Give ``study`` its own rules for ``rules``' fields (over the shared ones in :data:`FIELD_RULES`);
+    a study module calls it when imported, so its config is checked before any work."""
+    STUDY_FIELD_RULES.setdefault(study, {}).update(rules)
+
 
 # (fields, holds(config) -> bool, what must hold)
 CROSS_FIELD_RULES: list[tuple[tuple[str, ...], Callable[[dict[str, Any]], bool], str]] = [

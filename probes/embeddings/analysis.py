@@ -539,13 +539,15 @@ SEMANTIC_CHANGE_DEFAULTS: dict[str, Any] = {
 
 def semantic_change_inputs(config: dict[str, Any]) -> dict[str, Any]:
     """The documents folder's files (texts and metadata sidecars): a changed address is a new run."""
-    from bertology.corpus.documents import sotu_folder
+    from bertology.corpus.documents import refuse_outside, sotu_folder
     from bertology.fingerprints import files_input_digest
 
     folder = sotu_folder() if config["documents"] == "sotu" else Path(config["documents"]).expanduser()
     files = sorted(p for p in folder.glob("*") if p.suffix in (".txt", ".json")) if folder.is_dir() else []
     if not files:
         raise ConfigError(f"documents: {folder} holds no .txt documents")
+    for path in files:  # a link out of the folder is neither read nor hashed
+        refuse_outside(path, folder, "documents")
     return {"documents": files_input_digest("documents", files, name=config["documents"])}
 
 

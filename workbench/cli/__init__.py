@@ -47,9 +47,10 @@ def main() -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # usage errors: click's, or the copy of click that typer >= 0.25 bundles
-        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
+        exit_code = getattr(exc, "exit_code", None)
+        if hasattr(exc, "show") and isinstance(exit_code, int):
             exc.show()
-            sys.exit(exc.exit_code)
+            sys.exit(exit_code)
         if type(exc).__name__ == "Abort":
             sys.exit(1)
         raise

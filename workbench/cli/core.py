@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import typer
+
+if TYPE_CHECKING:
+    from bertology.features import LongPolicy, Pooling
 
 
 def quick_overrides(
@@ -155,9 +158,9 @@ def register_store_commands(app: typer.Typer) -> None:
             store = extract(
                 lm,
                 c,
-                pooling=pooling,
+                pooling=cast("Pooling", pooling),  # (extract checks the names)
                 attentions=attentions,
-                long_policy=long_policy,
+                long_policy=cast("LongPolicy", long_policy),
                 batch_tokens=batch_tokens,
                 shard_size=shard_size,
                 amp_dtype=amp,

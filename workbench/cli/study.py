@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
     @study.command("list")
     def list_cmd() -> None:
         """List the studies and the runs already in results/."""
-        from bertology.runs import list_runs
+        from bertology.runs import list_runs, removable
         from bertology.studies import list_studies
 
         for name, description in list_studies().items():
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
             typer.echo("\nruns:")
             for r in runs.itertuples():
                 typer.echo(f"  {r.study}/{r.run_id}{'' if r.complete else f'  ({r.status})'}")
-            unfinished = runs[~runs["status"].isin(["complete", "running"])]
+            unfinished = runs[runs["status"].map(removable)]
             if not unfinished.empty:
                 typer.echo(
                     f"\n{len(unfinished)} incomplete or unreadable run(s): the dashboard hides them; "
@@ -61,10 +61,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List (and with --yes remove) the incomplete and unreadable run folders in results/; a run
         that is still running is never touched."""
-        from bertology.runs import list_runs, remove_unfinished_runs
+        from bertology.runs import list_runs, removable, remove_unfinished_runs
 
         runs = list_runs()
-        unfinished = runs[~runs["status"].isin(["complete", "running"])] if not runs.empty else runs
+        linked = runs[runs["status"].str.startswith("linked")] if not runs.empty else runs
+        for r in linked.itertuples():  # never followed: nothing outside results/ is read or removed
+            typer.echo(f"  {r.study}/{r.run_id}  ({r.status}): skipped", err=True)
+        unfinished = runs[runs["status"].map(removable)] if not runs.empty else runs
         if unfinished.empty:
             typer.echo("no incomplete or unreadable runs")
             return
@@ -73,7 +76,15 @@ def register(app: typer.Typer) -> None:
         if not yes:
             typer.echo(f"{len(unfinished)} run folder(s) would be removed: add --yes")
             return
-        removed = remove_unfinished_runs()
+        not_removed: list[str] = []
+
+        def skipped(path: Path, why: str) -> None:
+            if not why.startswith("linked"):  # the linked ones were named above
+                not_removed.append(f"  {path}: {why}: skipped")
+
+        removed = remove_unfinished_runs(on_skip=skipped)
+        for line in not_removed:
+            typer.echo(line, err=True)
         typer.echo(f"removed {len(removed)} run folder(s)")
 
     @study.command("run")

@@ -19,7 +19,7 @@ def bio_to_entities(tags: Sequence[str]) -> list[Entity]:
     for i, tag in enumerate(list(tags) + ["O"]):
         prefix, _, kind = tag.partition("-")
         if tag == "O" or prefix == "B" or (prefix == "I" and kind != label):
-            if start is not None:
+            if start is not None and label is not None:  # (a span's label is set with its start)
                 entities.append(Entity(start, i, label))
                 start, label = None, None
             if prefix in ("B", "I") and kind:

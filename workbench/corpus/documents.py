@@ -30,11 +30,13 @@ NPM_DATASETS = "@stdlib+datasets-0.4.0"  # the folder scripts/build_english_corp
 
 @dataclass(frozen=True)
 class MetadataDocument:
-    """One document: its file stem, its text and its metadata fields."""
+    """One document: its file stem, its text and its metadata fields (``sidecar``: the ``.json`` file
+    they were read from, named in errors about them)."""
 
     name: str
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    sidecar: Path | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in list(self.metadata.items())[:4] if k != "text")
@@ -44,7 +46,12 @@ class MetadataDocument:
 @dataclass(frozen=True)
 class SliceSpec:
     """Which documents a slice holds: ``years`` (inclusive ``[first, last]`` of field ``year_field``)
-    and ``equals`` (field -> one value or a list of accepted values). ``name`` labels the slice."""
+    and ``equals`` (field -> one value or a list of accepted values). ``name`` labels the slice.
+
+    A document's year must be a JSON integer (``1900``; ``1900.0`` is taken as 1900), as the slice's
+    ``years`` must: a year written otherwise (``"1900"``, ``1900.5``, ``true``) is a
+    :class:`CorpusError` naming the sidecar file, its line and the value, never a document silently
+    left out of every slice. A document without the field (or with ``null``) is in no year slice."""
 
     name: str
     years: tuple[int, int] | None = None
@@ -75,8 +82,8 @@ class SliceSpec:
     def holds(self, doc: MetadataDocument) -> bool:
         meta = doc.metadata
         if self.years is not None:
-            year = meta.get(self.year_field)
-            if not isinstance(year, (int, float)) or not self.years[0] <= year <= self.years[1]:
+            year = document_year(doc, self.year_field)
+            if year is None or not self.years[0] <= year <= self.years[1]:
                 return False
         for key, wanted in self.equals.items():
             accepted = wanted if isinstance(wanted, (list, tuple, set)) else [wanted]
@@ -90,16 +97,51 @@ class SliceSpec:
         return ", ".join(parts) or "all documents"
 
 
+def document_year(doc: MetadataDocument, year_field: str = "year") -> int | None:
+    """``doc``'s year (field ``year_field``) as an integer; ``None`` when it has none. A year that
+    is not an integer is a :class:`CorpusError` naming the sidecar file, line and value."""
+    year = doc.metadata.get(year_field)
+    if year is None:
+        return None
+    if isinstance(year, int) and not isinstance(year, bool):
+        return year
+    if isinstance(year, float) and year.is_integer():
+        return int(year)
+    where = f"document {doc.name!r}"
+    if doc.sidecar is not None:
+        where = str(doc.sidecar)
+        try:
+            text = doc.sidecar.read_text(encoding="utf-8")
+            at = max(text.find(json.dumps(year_field)), 0)
+            line = text.count("\n", 0, at) + 1
+            where += f", line {line}"
+        except (OSError, UnicodeDecodeError):
+            pass
+    raise CorpusError(f'{where}: field {year_field!r} must be an integer year (e.g. 1900, not "1900"), got {year!r}')
+
+
+def refuse_outside(path: Path, root: Path, what: str) -> None:
+    """Refuse ``path`` when it resolves outside ``root`` (a symbolic link out of the folder)."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise CorpusError(
+            f"{path}: a symbolic link to {resolved}, outside the folder {root}; {what} are read only "
+            "from inside the folder named (copy the file there instead)"
+        )
+
+
 def read_document_folder(folder: str | Path) -> list[MetadataDocument]:
     """Every ``*.txt`` of ``folder`` (sorted by name) with its ``.json`` sidecar's fields.
 
     Raises :class:`CorpusError` naming the file for a missing folder, an unreadable or non-UTF-8
-    text, or a sidecar that is not a JSON object."""
+    text, a sidecar that is not a JSON object, or a text or sidecar that is a symbolic link to a
+    file outside the folder (nothing outside the folder named is read)."""
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise CorpusError(f"{root}: no such folder of documents (.txt files with .json metadata)")
     docs = []
     for path in sorted(root.glob("*.txt")):
+        refuse_outside(path, root, "documents")
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -107,6 +149,7 @@ def read_document_folder(folder: str | Path) -> list[MetadataDocument]:
         meta: dict[str, Any] = {}
         sidecar = path.with_suffix(".json")
         if sidecar.is_file():
+            refuse_outside(sidecar, root, "metadata sidecars")
             try:
                 meta = json.loads(sidecar.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -114,7 +157,7 @@ def read_document_folder(folder: str | Path) -> list[MetadataDocument]:
             if not isinstance(meta, dict):
                 raise CorpusError(f"{sidecar}: expected a JSON object of metadata fields, got {type(meta).__name__}")
             meta.pop("text", None)  # the SOTU records repeat the text
-        docs.append(MetadataDocument(path.stem, text, meta))
+        docs.append(MetadataDocument(path.stem, text, meta, sidecar if meta else None))
     if not docs:
         raise CorpusError(f"{root}: holds no .txt documents")
     return docs

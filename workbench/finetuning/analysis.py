@@ -257,7 +257,10 @@ def compare_with_reference(
             )
         ca, cb, n = (np.asarray(x, dtype=float) for x in (a["correct"], b["correct"], a["scored"]))
         diffs.append(ca.sum() / max(n.sum(), 1) - cb.sum() / max(n.sum(), 1))
-        num_a.append(ca), num_b.append(cb), den_a.append(n), den_b.append(n)
+        num_a.append(ca)
+        num_b.append(cb)
+        den_a.append(n)
+        den_b.append(n)
         groups.append(np.array([f"{s}:{e}" for e in a["example"]]))
     paired = paired_bootstrap(
         *(np.concatenate(x) for x in (num_a, num_b, den_a, den_b, groups)), confidence=confidence, seed=bootstrap_seed

@@ -31,6 +31,14 @@ TASK_KINDS = ("token", "sentence", "pair")
 DEFAULT_LEARNING_RATES = {"full": 3e-5, "frozen": 1e-3, "bitfit": 1e-3, "adapters": 1e-4}
 BUILTIN_TASKS = ("pos", "ner", "genre", "sotu-party", "sotu-decade")  # gold UPOS, silver entities, gold Brown
 # genre, gold State of the Union party / decade (see tasks)
+
+
+def names_a_task(value: Any) -> bool:
+    """Whether ``value`` names a fine-tuning task: a built-in one (:data:`BUILTIN_TASKS`) or a file
+    (what :func:`bertology.finetuning.tasks.build_task` accepts), checked with a study's config."""
+    return isinstance(value, str) and (value in BUILTIN_TASKS or Path(value).is_file())
+
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 

@@ -39,7 +39,10 @@ class EncodedSplit:
 def encode_split(examples: list[Example], task: FinetuneTask, tokenizer: Any, max_seq_len: int) -> EncodedSplit:
     """Encode ``examples`` with a fast ``tokenizer`` (pre-split words) for ``task``'s kind."""
     label_id = {label: i for i, label in enumerate(task.labels)}
-    ids, types, labels, truncated = [], [], [], 0
+    ids: list[list[int]] = []
+    types: list[list[int]] = []
+    labels: list[Any] = []  # token tasks: a row of ids per example; sentence and pair tasks: one id
+    truncated = 0
     for ex in examples:
         if task.kind == "pair":
             enc = tokenizer(
@@ -64,6 +67,8 @@ def encode_split(examples: list[Example], task: FinetuneTask, tokenizer: Any, ma
             truncated += len(ex.words) - len(seen)
             labels.append(row)
         else:
+            if not isinstance(ex.label, str):
+                raise TypeError(f"a {task.kind} example has one label, not one per word: {ex.label!r}")
             labels.append(label_id[ex.label])
     return EncodedSplit(ids, types, labels, truncated)
 

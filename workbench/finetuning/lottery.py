@@ -126,12 +126,12 @@ def magnitude_lottery(
         if random_baseline:
             random_path = root / "masks" / f"random-round{r}.safetensors"
             if not random_path.is_file():
-                baseline = (
+                baseline_masks = (
                     random_masks_like(masks, seed=config.seed)
                     if scope == "per_matrix"
                     else random_masks(trained, sparsity, seed=config.seed)
                 )
-                save_masks(baseline, random_path)
+                save_masks(baseline_masks, random_path)
             runs.append(("random", r, sparsity, fine_tune(f"random-round{r}", random_path)))
     table = pd.DataFrame([_row(kind, r, sparsity, run_dir, root) for kind, r, sparsity, run_dir in runs])
     comparisons = []

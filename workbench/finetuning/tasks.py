@@ -80,13 +80,15 @@ SPLITS = ("train", "dev", "test")
 @dataclass(frozen=True)
 class Example:
     """One labelled example: ``words`` (and ``words_b`` for a pair); ``label`` is one label per word
-    (token tasks, a tuple) or one for the example (sentence and pair tasks, a str)."""
+    (token tasks, a tuple) or one for the example (sentence and pair tasks, a str). ``where``: the
+    ``file:line`` it was read from (JSONL and CSV task files), for error messages."""
 
     words: tuple[str, ...]
     label: str | tuple[str, ...]
     words_b: tuple[str, ...] | None = None
     document: str = ""
     split: str | None = None
+    where: str = field(default="", compare=False)
 
 
 @dataclass
@@ -200,10 +202,11 @@ def build_task(
     seed: int = 0,
 ) -> FinetuneTask:
     """The task ``task`` (a built-in name or a file), split by document. ``ConfigError`` for an
-    unknown name, ``CorpusError`` (file and line) for a bad file."""
+    unknown name, ``CorpusError`` (file and line) for a bad file -- a file's dev or test label
+    that no train example has included (the classifier could never predict it)."""
     if task in ("pos", "ner", "genre"):
         loaded = load_corpus(corpus)
-        layer = {"pos": label_column, "ner": "ner"}.get(task)
+        layer = "ner" if task == "ner" else label_column  # the token tasks' annotation layer
         examples = genre_task(loaded) if task == "genre" else corpus_token_task(loaded, layer, task)
         kind = "sentence" if task == "genre" else "token"
         key = {"pos": label_column, "ner": "entities", "genre": None}[task]
@@ -231,7 +234,28 @@ def build_task(
         source, name = f"file: {path.name}", path.stem
     if max_examples is not None:
         examples = examples[:max_examples]
-    return _assemble(name, kind, source, examples, dev_fraction, test_fraction, seed)
+    assembled = _assemble(name, kind, source, examples, dev_fraction, test_fraction, seed)
+    if source.startswith("file: "):
+        _refuse_unseen_labels(assembled, task)
+    return assembled
+
+
+def _refuse_unseen_labels(task: FinetuneTask, path: str) -> None:
+    """A ``CorpusError`` naming the file, line and label of the first dev or test example whose
+    label (or one of whose word labels) no train example has."""
+    seen: set[str] = set()
+    for ex in task.train:
+        seen.update(ex.label if isinstance(ex.label, tuple) else [ex.label])
+    for split in ("dev", "test"):
+        for ex in task.split(split):
+            unseen = [x for x in (ex.label if isinstance(ex.label, tuple) else [ex.label]) if x not in seen]
+            if unseen:
+                where = ex.where or f"{path} (document {ex.document!r})"
+                raise CorpusError(
+                    f"{where}: label {unseen[0]!r} of a {split} example is in no train example "
+                    f"(train labels: {', '.join(sorted(seen))}); the classifier could never predict it: "
+                    "add train examples with it, or move this example to train"
+                )
 
 
 def _assemble(
@@ -320,27 +344,38 @@ def _example(record: dict[str, Any], where: str, index: int) -> tuple[str, Examp
         labels = record["labels"]
         if not (isinstance(labels, list) and len(labels) == len(words) and all(isinstance(x, str) for x in labels)):
             raise CorpusError(f"{where}: 'labels' must be a list of {len(words)} strings, one per word")
-        return "token", Example(words, tuple(labels), document=document, split=split)
+        return "token", Example(words, tuple(labels), document=document, split=split, where=where)
     if "label" not in record or not isinstance(record["label"], (str, int)) or isinstance(record["label"], bool):
-        raise CorpusError(f"{where}: needs 'label' (a string) or 'words' + 'labels' (token task)")
+        got = f", got {record['label']!r}" if "label" in record else ""
+        raise CorpusError(f"{where}: needs 'label' (a string or an integer{got}) or 'words' + 'labels' (token task)")
     label = str(record["label"])
     if "text_a" in record or "words_a" in record:
         a = _words(record.get("text_a", record.get("words_a")), where, "text_a")
         b = _words(record.get("text_b", record.get("words_b")), where, "text_b")
-        return "pair", Example(a, label, words_b=b, document=document, split=split)
+        return "pair", Example(a, label, words_b=b, document=document, split=split, where=where)
     words = _words(record.get("text", record.get("words")), where, "text")
-    return "sentence", Example(words, label, document=document, split=split)
+    return "sentence", Example(words, label, document=document, split=split, where=where)
 
 
 def _read_jsonl(path: Path) -> tuple[str, list[Example]]:
     from bertology.corpus.utf8 import jsonl_objects
 
-    kinds, examples = set(), []
+    kinds: set[str] = set()
+    examples: list[Example] = []
+    written: dict[str, tuple[Any, str]] = {}  # a label as text -> how it was first written, and where
     for where, record in jsonl_objects(path):
         kind, ex = _example(record, where, len(examples))
         kinds.add(kind)
         if len(kinds) > 1:
             raise CorpusError(f"{where}: a {kind} example in a file of {sorted(kinds - {kind})[0]} examples")
+        if "label" in record and "labels" not in record:  # 1 and "1" would be one label: refused
+            raw = record["label"]
+            first, first_where = written.setdefault(str(raw), (raw, where))
+            if type(first) is not type(raw):
+                raise CorpusError(
+                    f"{where}: label {raw!r} and label {first!r} ({first_where}) are ambiguous: both read as "
+                    f"the label {str(raw)!r}; write every label as a string, or every one as an integer"
+                )
         examples.append(ex)
     if not examples:
         raise CorpusError(f"{path}: no examples")

@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -148,7 +148,7 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
     # model (head initialised from the seed), mode, optimizer, schedule
     torch.manual_seed(cfg.seed)
     model = load_classifier(model_path, task.kind, task.labels)
-    sizes = apply_mode(model, cfg.mode, cfg.adapter_size)
+    sizes: dict[str, Any] = apply_mode(model, cfg.mode, cfg.adapter_size)  # plus the weight mask's record
     if cfg.weight_mask:  # a sparse sub-network: removed weights zeroed, their gradients kept at zero
         masks = load_masks(Path(cfg.weight_mask), model)
         apply_weight_masks(model, masks)
@@ -192,7 +192,8 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
             model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None
         )
     # ``compile: true``: torch.compile the training forward only (dev, test and checkpoints use ``model``)
-    forward_module = torch.compile(train_module) if cfg.compile else train_module
+    # (torch.compile of a module returns a module, an OptimizedModule; its stub says a callable)
+    forward_module = cast(torch.nn.Module, torch.compile(train_module)) if cfg.compile else train_module
     peak = peak_flops(rt.device)
     run_steps(
         StepLoop(

@@ -154,6 +154,11 @@ class FieldCheck(typing.NamedTuple):
     must: str | Callable[[Any], str]
 
 
+def _at_least_one(name: str) -> Callable[[Any], bool]:
+    """The check that config field ``name`` is >= 1."""
+    return lambda c: getattr(c, name) >= 1
+
+
 def _is_folder_name(name: str) -> bool:
     return bool(name) and "/" not in name and "@" not in name and not name.startswith(".")
 
@@ -199,7 +204,7 @@ FIELD_CHECKS: tuple[FieldCheck, ...] = (
     FieldCheck("heldout_fraction", lambda c: 0.0 <= c.heldout_fraction < 1.0, "must be in [0, 1)"),
     FieldCheck("dropout", lambda c: 0.0 <= c.dropout < 1.0, "must be in [0, 1)"),
     FieldCheck("vocab_size", lambda c: c.vocab_size >= 50, "must be >= 50"),
-    *(FieldCheck(name, lambda c, name=name: getattr(c, name) >= 1, "must be >= 1") for name in _AT_LEAST_ONE),
+    *(FieldCheck(name, _at_least_one(name), "must be >= 1") for name in _AT_LEAST_ONE),
     FieldCheck(
         "hidden_size",
         lambda c: c.hidden_size % c.num_attention_heads == 0,
@@ -248,10 +253,10 @@ def _coerce_field(name: str, value: Any, hint: Any) -> Any:
             raise ConfigError(f"config field '{name}': expected an integer, got {value!r}")
         return number
     if hint is float:
-        number = as_float(value)  # 5e-4, 5E-4, .5, 1, "5e-4"
-        if number is None:
+        real = as_float(value)  # 5e-4, 5E-4, .5, 1, "5e-4"
+        if real is None:
             raise ConfigError(f"config field '{name}': expected a finite number (e.g. 0.1, 5e-4), got {value!r}")
-        return number
+        return real
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"config field '{name}': expected a string, got {value!r}")

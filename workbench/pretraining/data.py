@@ -16,6 +16,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -27,6 +28,8 @@ from bertology.pretraining.config import BUNDLED_CORPUS, PretrainConfig
 from bertology.pretraining.masking import (
     IGNORE_INDEX,
     MaskingConfig,
+    ReplacementUnit,
+    Strategy,
     encode_pair,
     make_sentence_pairs,
     mask_batch,
@@ -37,6 +40,9 @@ from bertology.pretraining.masking import (
 from bertology.pretraining.objectives import initial_model_directory, pair_task, teacher_directory
 from bertology.pretraining.runtime import Runtime
 from bertology.pretraining.text_corpus import corpus_hash, pack_documents, read_documents, tokenize_documents
+
+if TYPE_CHECKING:  # (the tokenizers package is imported where a tokenizer is trained)
+    from bertology.pretraining.tokenizer import TokenizerKind
 
 __all__ = [
     "corpus_path",
@@ -176,8 +182,9 @@ def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[Seque
             file=sys.stderr,
             flush=True,
         )
+    pairing = pair_task(cfg.objective)
     for k, part in enumerate(splits):
-        if pair_task(cfg.objective) is None:
+        if pairing is None:
             ids, words = pack_documents(
                 part,
                 max_seq_len=cfg.max_seq_len,
@@ -189,7 +196,7 @@ def build_sequences(cfg: PretrainConfig, tokenizer, source: Path) -> tuple[Seque
         else:
             pairs = make_sentence_pairs(
                 part,
-                objective=pair_task(cfg.objective),
+                objective=pairing,
                 max_seq_len=cfg.max_seq_len,
                 generator=torch.Generator().manual_seed(mix_seed(cfg.seed, 2, k)),
             )
@@ -236,7 +243,7 @@ def run_tokenizer(cfg: PretrainConfig, run_dir: Path, source: Path, rt: Runtime)
                 train_tokenizer(
                     source,
                     tmp,
-                    kind=cfg.tokenizer_kind,
+                    kind=cast("TokenizerKind", cfg.tokenizer_kind),  # checked by PretrainConfig
                     vocab_size=cfg.vocab_size,
                     lowercase=cfg.lowercase,
                     model_max_length=cfg.max_seq_len,
@@ -307,8 +314,10 @@ class Masker:
         self.special = list(tokenizer.all_special_ids)
         self.mask_id = tokenizer.mask_token_id
         self.pool = random_token_pool(len(tokenizer), self.special, pool=cfg.random_token_pool)
-        self.mcfg = MaskingConfig(
-            probability=cfg.mlm_probability, strategy=cfg.masking, replacement_unit=cfg.replacement_unit
+        self.mcfg = MaskingConfig(  # the config's checks hold masking and replacement_unit to these names
+            probability=cfg.mlm_probability,
+            strategy=cast(Strategy, cfg.masking),
+            replacement_unit=cast("ReplacementUnit | None", cfg.replacement_unit),
         )
 
     def __call__(

@@ -82,7 +82,7 @@ def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
     }
 
 
-def synthetic_batch(cfg: Any, vocab_size: int, seed: int = 0) -> dict[str, torch.Tensor]:
+def synthetic_batch(cfg: Any, vocab_size: int, seed: int = 0) -> dict[str, torch.Tensor | None]:
     """A full-length batch ``[batch_size, max_seq_len]`` with ``round(mlm_probability * (T - 2))``
     masked positions per row in one contiguous span (what the FLOPs depend on: shapes and the
     number of masked positions, not the token values)."""

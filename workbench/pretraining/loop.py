@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -158,6 +159,7 @@ class Prefetcher:
         for item in items:
             if self._stop.is_set():
                 return
+            out: tuple[Any, Any, BaseException | None]  # (item, result, what build raised)
             try:
                 out = (item, build(*item), None)
             except BaseException as exc:  # handed to the consumer, raised there
@@ -312,7 +314,7 @@ def _steps(loop: StepLoop, start_step: int, batches: _Batches, bar) -> None:
         for value in values[: len(losses)]:
             loss += value / loop.grad_accum_steps
         grad_norm = values[-1] if norm is not None else 0.0
-        lr = loop.scheduler.get_last_lr()[0]
+        lr = float(loop.scheduler.get_last_lr()[0])
         diverged = loop.divergence is not None and loop.divergence.update(step, loss, final=step + 1 == loop.max_steps)
         if not rt.all_finite(loss + grad_norm + (math.inf if diverged else 0.0)):
             bar.close()
@@ -357,6 +359,15 @@ def _read(losses: list[torch.Tensor], norm: torch.Tensor | None) -> list[float]:
     return torch.cat(parts).tolist()
 
 
+def _no_sync(module: torch.nn.Module) -> contextlib.AbstractContextManager:
+    """DDP's ``no_sync()`` of ``module`` (the train module of a run of several processes is DDP-wrapped)."""
+    if not isinstance(module, torch.nn.parallel.DistributedDataParallel):
+        raise WorkbenchError(
+            f"a run of several processes trains a DistributedDataParallel module, not {type(module).__name__}"
+        )
+    return module.no_sync()
+
+
 def accumulate_gradients(loop: StepLoop, step: int, batch=None) -> tuple[list[torch.Tensor], int]:
     """Forward and backward of this process's ``grad_accum_steps`` micro-batches of ``step``, each
     loss scaled by ``1 / grad_accum_steps``; returns ``(the micro-batch losses, on the device, not
@@ -370,7 +381,7 @@ def accumulate_gradients(loop: StepLoop, step: int, batch=None) -> tuple[list[to
         data, n_tokens = batch(step, micro)
         last = micro == accum - 1
         # DDP all-reduces the gradients in backward: once per step, at its last micro-batch
-        deferred_grad_sync = contextlib.nullcontext() if last or rt.world_size == 1 else loop.train_module.no_sync()
+        deferred_grad_sync = contextlib.nullcontext() if last or rt.world_size == 1 else _no_sync(loop.train_module)
         with deferred_grad_sync:
             loss = loop.forward(data)
             (loss / accum).backward()

@@ -319,7 +319,8 @@ def _concat(sentences: Sequence[Sequence[int]]) -> list[int]:
 
 def _concat_words(words: Sequence[Sequence[int]]) -> list[int]:
     """Concatenate per-sentence word ids, renumbering so words stay distinct across sentences."""
-    out, offset = [], 0
+    out: list[int] = []
+    offset = 0
     for ws in words:
         if not ws:
             continue

@@ -122,7 +122,7 @@ def read_metrics(run_dir: str | Path):
 
     run_dir = Path(run_dir)
     path = run_dir / "metrics.jsonl"
-    rows = []
+    rows: list[dict[str, object]] = []
     if path.is_file():
         for ev in read_metric_events(path):
             step = int(ev.pop("step"))

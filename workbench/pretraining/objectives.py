@@ -29,7 +29,7 @@ import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +38,11 @@ from torch import nn
 from bertology.architectures import mlm_parts
 from bertology.errors import ConfigError, ModelError
 from bertology.pretraining.masking import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    from transformers.models.electra.modeling_electra import ElectraEmbeddings
+
+_M = TypeVar("_M", bound=nn.Module)
 
 __all__ = [
     "OBJECTIVES",
@@ -75,9 +80,12 @@ OWN_EVALUATION = ("electra", "mlm+sbo")  # objectives whose held-out metrics go 
 _ALBERT_OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sop", "distill")
 
 
-def pair_task(objective: str) -> str | None:
+_PAIR_TASKS: dict[str, Literal["nsp", "sop"]] = {"mlm+nsp": "nsp", "mlm+sop": "sop"}
+
+
+def pair_task(objective: str) -> Literal["nsp", "sop"] | None:
     """``"nsp"`` / ``"sop"`` for the sentence-pair objectives, None for single-segment ones."""
-    return {"mlm+nsp": "nsp", "mlm+sop": "sop"}.get(objective)
+    return _PAIR_TASKS.get(objective)
 
 
 def generator_config(cfg: Any) -> tuple[int, int, int]:
@@ -233,7 +241,7 @@ class ElectraGenerator(nn.Module):
     shared word embedding. Parameter names avoid the ``generator_predictions`` / ``generator_lm_head``
     of ``ElectraForMaskedLM`` so that the discriminator's checkpoint does not look MLM-headed."""
 
-    def __init__(self, config: Any, embeddings: nn.Module):
+    def __init__(self, config: Any, embeddings: ElectraEmbeddings):
         super().__init__()
         from transformers import ElectraModel
         from transformers.models.electra.modeling_electra import ElectraGeneratorPredictions
@@ -631,19 +639,21 @@ def init_student_from_teacher(student: nn.Module, teacher: nn.Module, teacher_la
     def refuse(why: str) -> ConfigError:
         return ConfigError(f"config field 'distill_init': every_other {why}")
 
-    if teacher.config.model_type != "bert" or student.config.model_type != "bert":
+    # Hugging Face configs (torch types a module's attributes as ``Tensor | Module``)
+    teacher_config, student_config = cast(Any, teacher.config), cast(Any, student.config)
+    if teacher_config.model_type != "bert" or student_config.model_type != "bert":
         raise refuse(
-            f"needs a BERT teacher and student, got {teacher.config.model_type} -> {student.config.model_type}"
+            f"needs a BERT teacher and student, got {teacher_config.model_type} -> {student_config.model_type}"
         )
-    if len(teacher_layers) != student.config.num_hidden_layers:
+    if len(teacher_layers) != student_config.num_hidden_layers:
         raise refuse(
-            f"needs one teacher layer per student layer ({student.config.num_hidden_layers}), "
+            f"needs one teacher layer per student layer ({student_config.num_hidden_layers}), "
             f"got {list(teacher_layers)}"
         )
-    if max(teacher_layers, default=0) >= teacher.config.num_hidden_layers:
+    if max(teacher_layers, default=0) >= teacher_config.num_hidden_layers:
         raise refuse(
             f"needs teacher layers {list(teacher_layers)}, the teacher has "
-            f"{teacher.config.num_hidden_layers}: use at most {(teacher.config.num_hidden_layers + 1) // 2} "
+            f"{teacher_config.num_hidden_layers}: use at most {(teacher_config.num_hidden_layers + 1) // 2} "
             "student layers"
         )
     source = teacher.state_dict()
@@ -807,14 +817,22 @@ def build_model(cfg: Any, vocab_size: int, pad_token_id: int) -> nn.Module:
     return model
 
 
+def _expect(model: nn.Module, kind: type[_M], objective: str) -> _M:
+    """``model`` as the ``kind`` that objective ``objective``'s loss needs (what :func:`build_model` gives)."""
+    if not isinstance(model, kind):
+        raise TypeError(f"objective {objective} needs a {kind.__name__} model, got {type(model).__name__}")
+    return model
+
+
 def make_loss(cfg: Any, model: nn.Module, device: torch.device | str = "cpu") -> nn.Module:
     """The loss module of ``cfg.objective`` around ``model`` (the teacher is loaded for ``distill``)."""
     if cfg.objective == "electra":
-        return ElectraLoss(model, cfg.rtd_weight)
+        return ElectraLoss(_expect(model, ElectraPretrainingModel, cfg.objective), cfg.rtd_weight)
     if cfg.objective == "mlm+sbo":
-        return SpanBoundaryLoss(model, cfg.sbo_weight)
+        return SpanBoundaryLoss(_expect(model, BertForSpanBoundary, cfg.objective), cfg.sbo_weight)
     if cfg.objective == "distill":
-        teacher = load_teacher(cfg, model.config.vocab_size, model.config.hidden_size, torch.device(device))
+        config = cast(Any, model.config)  # a Hugging Face config (torch types it ``Tensor | Module``)
+        teacher = load_teacher(cfg, config.vocab_size, config.hidden_size, torch.device(device))
         return DistillationLoss(
             model,
             teacher,

@@ -5,12 +5,34 @@ linear decay to 0 at ``max_steps``."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
+from bertology.errors import ConfigError
 from bertology.pretraining.config import PretrainConfig
 
-__all__ = ["make_optimizer", "adamw_implementation", "linear_schedule", "make_scheduler"]
+__all__ = ["make_optimizer", "OptimizerConfig", "adamw_implementation", "linear_schedule", "make_scheduler"]
+
+
+class OptimizerConfig(Protocol):
+    """The config fields :func:`make_optimizer` reads (``PretrainConfig``'s and ``FinetuneConfig``'s;
+    the latter's ``learning_rate`` is None only until its mode's default is filled in)."""
+
+    @property
+    def learning_rate(self) -> float | None: ...
+
+    @property
+    def weight_decay(self) -> float: ...
+
+    @property
+    def adam_beta1(self) -> float: ...
+
+    @property
+    def adam_beta2(self) -> float: ...
+
+    @property
+    def adam_eps(self) -> float: ...
 
 
 def adamw_implementation(device: torch.device | str) -> dict[str, bool]:
@@ -19,10 +41,13 @@ def adamw_implementation(device: torch.device | str) -> dict[str, bool]:
     return {"fused": True} if torch.device(device).type == "cuda" else {"foreach": True}
 
 
-def make_optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.AdamW:
+def make_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> torch.optim.AdamW:
     """AdamW; no weight decay on biases and LayerNorm weights (as in BERT); the kernel of
     :func:`adamw_implementation` for the parameters' device."""
-    decay, no_decay = [], []
+    if cfg.learning_rate is None:
+        raise ConfigError("config field 'learning_rate': not set")
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue

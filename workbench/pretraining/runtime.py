@@ -12,14 +12,27 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 
 from bertology.errors import ConfigError
-from bertology.pretraining.config import PretrainConfig
 
-__all__ = ["Runtime", "setup_runtime"]
+__all__ = ["Runtime", "RuntimeConfig", "setup_runtime"]
+
+
+class RuntimeConfig(Protocol):
+    """The config fields :func:`setup_runtime` reads (``PretrainConfig``'s and ``FinetuneConfig``'s)."""
+
+    @property
+    def device(self) -> str: ...  # auto | cpu | cuda
+
+    @property
+    def bf16(self) -> bool | None: ...  # None = bf16 autocast on CUDA only
+
+    @property
+    def num_threads(self) -> int | None: ...  # CPU threads per process (None = torch default)
 
 
 @dataclass
@@ -63,7 +76,7 @@ class Runtime:
         return float(bad) == 0.0
 
 
-def setup_runtime(cfg: PretrainConfig) -> Runtime:
+def setup_runtime(cfg: RuntimeConfig) -> Runtime:
     """Pick the device and, under torchrun (WORLD_SIZE > 1), join the process group."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))

@@ -23,7 +23,7 @@ from typing import Literal
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bertology.errors import ConfigError
+from bertology.errors import ConfigError, WorkbenchError
 from bertology.pretraining.text_corpus import read_documents
 
 BERT_SPECIALS = {
@@ -149,6 +149,14 @@ def _bpe(vocab_size: int, lowercase: bool, min_frequency: int) -> tuple[Tokenize
     return tok, trainer
 
 
+def _special_id(tok: Tokenizer, token: str) -> int:
+    """The id of special token ``token`` in the trained ``tok`` (the trainers add every special)."""
+    token_id = tok.token_to_id(token)
+    if token_id is None:
+        raise WorkbenchError(f"the trained tokenizer has no special token {token!r}")
+    return token_id
+
+
 def train_tokenizer(
     texts: str | Path | Iterable[str],
     output_dir: str | Path,
@@ -200,8 +208,8 @@ def train_tokenizer(
     else:
         specials = ROBERTA_SPECIALS
         tok.post_processor = processors.RobertaProcessing(
-            ("</s>", tok.token_to_id("</s>")),
-            ("<s>", tok.token_to_id("<s>")),
+            ("</s>", _special_id(tok, "</s>")),
+            ("<s>", _special_id(tok, "<s>")),
             trim_offsets=True,
             add_prefix_space=False,
         )
@@ -219,6 +227,6 @@ def train_tokenizer(
     output_dir = Path(output_dir)
     fast.save_pretrained(output_dir)
     if kind == "wordpiece":  # vocab.txt for tools that expect the classic BERT layout
-        vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-        (output_dir / "vocab.txt").write_text("".join(t + "\n" for t, _ in vocab), encoding="utf-8")
+        by_id = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+        (output_dir / "vocab.txt").write_text("".join(t + "\n" for t, _ in by_id), encoding="utf-8")
     return output_dir

@@ -41,7 +41,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -153,7 +153,8 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
         loss_module = torch.nn.parallel.DistributedDataParallel(
             loss_module, device_ids=[rt.device.index] if rt.device.type == "cuda" else None
         )
-    forward_module = torch.compile(loss_module) if cfg.compile else loss_module
+    # (torch.compile of a module returns a module, an OptimizedModule; its stub says a callable)
+    forward_module = cast(torch.nn.Module, torch.compile(loss_module)) if cfg.compile else loss_module
 
     _train(
         _Training(
