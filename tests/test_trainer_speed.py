@@ -16,7 +16,8 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_finetuning import _cfg as _ft_cfg  # noqa: F401  (the module's fixture)
+from test_finetuning import _cfg as _ft_cfg
+from test_finetuning import planted  # noqa: F401  (the module's fixture, a test parameter here)
 from test_pretrain_trainer import _cfg, corpus_and_tokenizer, run_killed_after  # noqa: F401
 
 import bertology.pretraining.loop as loop_module
