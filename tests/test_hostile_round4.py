@@ -278,3 +278,60 @@ def test_6_a_float_label_is_refused_saying_strings_or_integers_are_accepted(tmp_
     records[2]["label"] = 0.5
     with pytest.raises(CorpusError, match=r"floats.jsonl:3: needs 'label' \(a string or an integer, got 0.5\)"):
         build_task(str(_jsonl(tmp_path / "floats.jsonl", records)))
+
+
+# --------------------------------------------------------------------------- 7: a resumed log window
+
+
+def _training_rows(run_dir: Path) -> list[tuple]:
+    """(step, metric, value) of metrics.jsonl, timing aside (tokens/s and MFU are wall-clock figures)."""
+    rows = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        for key, value in event.items():
+            if key not in ("step", "tokens_per_s", "mfu", "time", "wall_s") and isinstance(value, (int, float)):
+                rows.append((event["step"], key, value))
+    return sorted(rows)
+
+
+def test_7_a_resumed_pretraining_run_logs_the_same_window_losses(tmp_path):
+    """Killed after step 3 (checkpoint 3), resumed: the log line at step 4 averages steps 1-4, as in
+    the uninterrupted run, not only step 4."""
+    from test_pretrain_trainer import _cfg, brown_documents, fixed_wordpiece, run_killed_after
+
+    from bertology.pretraining import run_pretraining
+
+    corpus = brown_documents(tmp_path / "brown.txt", 20)
+    data = (corpus, fixed_wordpiece(corpus, tmp_path / "tok", vocab_size=300))
+    kw = dict(max_steps=8, log_every=4, save_every=3, eval_every=8, keep_steps=[])
+    full = run_pretraining(_cfg(data, tmp_path / "a", run_name="full", **kw))
+    run_killed_after(_cfg(data, tmp_path / "b", run_name="killed", **kw), 3)
+    resumed = run_pretraining(_cfg(data, tmp_path / "b", run_name="killed", **kw))
+    assert _training_rows(resumed) == _training_rows(full)
+
+
+def test_7_a_resumed_fine_tune_logs_the_same_window_losses(tmp_path):
+    from test_finetuning import _cfg
+    from test_finetuning import trainer as finetuning_trainer
+
+    from bertology.finetuning import run_finetuning
+    from bertology.testing import save_tiny_model_dir, write_planted_token_task
+
+    write_planted_token_task(tmp_path / "token.jsonl")
+    planted = {"model": save_tiny_model_dir("bert", tmp_path / "tiny-bert"), "token": tmp_path / "token.jsonl"}
+    kw = dict(max_steps=8, eval_every=3, batch_size=8, keep_last=3, log_every=4)
+    full = run_finetuning(_cfg(planted, tmp_path, run_name="full", **kw))
+
+    class Killed(Exception):
+        pass
+
+    def end_of_step(done: int) -> None:
+        if done >= 3:
+            raise Killed(done)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(finetuning_trainer, "_end_of_step", end_of_step)
+        with pytest.raises(Killed):
+            run_finetuning(_cfg(planted, tmp_path, run_name="killed", **kw))
+    resumed = run_finetuning(_cfg(planted, tmp_path, run_name="killed", **kw))
+    assert _training_rows(resumed) == _training_rows(full)

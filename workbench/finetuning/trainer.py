@@ -26,7 +26,7 @@ import math
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -44,7 +44,12 @@ from bertology.finetuning.heads import load_classifier, load_tokenizer
 from bertology.finetuning.masks import apply_weight_masks, load_masks, weight_sparsity
 from bertology.finetuning.modes import apply_mode
 from bertology.finetuning.tasks import Example, FinetuneTask, build_task
-from bertology.pretraining.checkpoint import record_replica_digests, restore_checkpoint, save_checkpoint
+from bertology.pretraining.checkpoint import (
+    record_replica_digests,
+    restore_checkpoint,
+    save_checkpoint,
+    saved_log_window,
+)
 from bertology.pretraining.data import stream_indices
 from bertology.pretraining.flops import classifier_flops_per_token, peak_flops
 from bertology.pretraining.loop import StepLoop, run_steps
@@ -99,6 +104,7 @@ class _Run:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
+    log_window: dict[str, float] = field(default_factory=dict)  # the loop's window in progress (checkpointed)
 
 
 def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
@@ -164,9 +170,10 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
     metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=rt.is_main)
     if checkpoint is not None:
         start_step = restore_checkpoint(checkpoint, model, optimizer, scheduler, schedule, rt)  # type: ignore[arg-type]
+        log_window = saved_log_window(checkpoint)
         metrics.truncate_after(start_step)
     else:
-        start_step = 0
+        start_step, log_window = 0, {}
         metrics.truncate_after(0)  # events of an attempt killed before its first checkpoint
         if rt.is_main:
             write_json(
@@ -185,7 +192,7 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
                 },
             )
 
-    run = _Run(cfg, rt, task, schedule, tokenizer, train, dev, model, optimizer, scheduler)
+    run = _Run(cfg, rt, task, schedule, tokenizer, train, dev, model, optimizer, scheduler, log_window)
     train_module: torch.nn.Module = model
     if rt.world_size > 1:
         train_module = torch.nn.parallel.DistributedDataParallel(
@@ -221,6 +228,7 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
             eval_key="dev_accuracy",
             peak_flops=peak,
             flops_per_token=classifier_flops_per_token(model, cfg.max_seq_len) if peak else None,
+            log_window=run.log_window,
         ),
         start_step,
     )
@@ -343,6 +351,7 @@ def _save(run: _Run, step: int) -> None:
         "batch_size": cfg.batch_size,
         "grad_accum_steps": cfg.grad_accum_steps,
         "examples_seen": step * cfg.batch_size * cfg.grad_accum_steps * rt.world_size,
+        "log_window": dict(run.log_window),
     }
     save_checkpoint(cfg.run_dir, step, run.model, run.tokenizer, run.optimizer, run.scheduler, state)
     best = best_step(cfg.run_dir)

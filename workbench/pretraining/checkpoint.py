@@ -256,6 +256,15 @@ def _load_weights(checkpoint: Path, model: torch.nn.Module, device: torch.device
         )
 
 
+def saved_log_window(checkpoint: Path) -> dict[str, float]:
+    """The loop's log window in progress when ``checkpoint`` was saved (``loss`` sum and ``steps``);
+    empty for a checkpoint written before it was kept (its run's first window then starts afresh)."""
+    window = read_trainer_state(checkpoint).get("log_window")
+    if not isinstance(window, dict):
+        return {}
+    return {"loss": float(window.get("loss", 0.0)), "steps": float(window.get("steps", 0))}
+
+
 def restore_checkpoint(
     checkpoint: Path,
     model: torch.nn.Module,

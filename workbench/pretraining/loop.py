@@ -62,6 +62,10 @@ class StepLoop:
     no held-out set), ``eval_key`` the one shown on the progress bar; ``save(step)`` writes
     checkpoint ``step`` on the main process; ``end_of_step(step)`` is called after each step;
     ``divergence`` (None: off) stops a run whose finite loss stays far above where it started.
+    ``log_window``: the training loss summed over the log window in progress and its steps
+    (``loss``, ``steps``), updated before each checkpoint so that a trainer's ``save`` keeps it in
+    the checkpoint; a resumed run passes the saved one, and its first log line then averages the
+    same steps as an uninterrupted run's (not only those since the restart).
     ``prefetch``: worker processes building micro-batches ahead (0: none, built in the step;
     None: :func:`default_prefetch` of the device). ``flops_per_token`` (model FLOPs of training on
     one token) and ``peak_flops`` (of one device) add ``mfu`` to the log rows when both are known.
@@ -93,6 +97,7 @@ class StepLoop:
     prefetch: int | None = None
     flops_per_token: float | None = None
     peak_flops: float | None = None
+    log_window: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -298,7 +303,7 @@ def run_steps(loop: StepLoop, start_step: int) -> None:
 
 def _steps(loop: StepLoop, start_step: int, batches: _Batches, bar) -> None:
     rt = loop.rt
-    window = _LogWindow()
+    window = _LogWindow(loss=float(loop.log_window.get("loss", 0.0)), steps=int(loop.log_window.get("steps", 0)))
     shown: dict[str, str] = {}
     for step in range(start_step, loop.max_steps):
         # data, forward, backward: the step's micro-batches, gradients accumulated
@@ -345,6 +350,7 @@ def _steps(loop: StepLoop, start_step: int, batches: _Batches, bar) -> None:
             window.started = time.perf_counter()  # evaluation time does not count against training tokens/s
         # checkpoint
         if done % loop.save_every == 0 or done in loop.keep_steps or done == loop.max_steps:
+            loop.log_window.update(loss=window.loss, steps=window.steps)  # saved with the checkpoint
             checkpoint(loop, done)
             window.started = time.perf_counter()
         loop.end_of_step(done)

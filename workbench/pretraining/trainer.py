@@ -39,7 +39,7 @@ command under torchrun: ``torchrun --nproc_per_node N -m bertology.pretraining -
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -54,6 +54,7 @@ from bertology.pretraining.checkpoint import (
     record_replica_digests,
     restore_checkpoint,
     save_checkpoint,
+    saved_log_window,
     write_run_record,
 )
 from bertology.pretraining.config import PretrainConfig
@@ -127,11 +128,12 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
     # restore the checkpoint (and record a new schedule phase), or start the run record
     if plan.checkpoint is not None:
         start_step = restore_checkpoint(plan.checkpoint, model, optimizer, scheduler, cfg, rt)
+        log_window = saved_log_window(plan.checkpoint)
         metrics.truncate_after(start_step)
         if plan.new_phase is not None and rt.is_main:
             record_phase(run_dir, plan.new_phase)
     else:
-        start_step = 0
+        start_step, log_window = 0, {}
         if rt.is_main:
             write_run_record(
                 cfg,
@@ -174,6 +176,7 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
             target_index,
             flops_per_token,
             peak,
+            log_window,
         ),
         start_step,
     )
@@ -204,6 +207,7 @@ class _Training:
     target_index: bool = False  # batches carry the MLM targets' positions (PretrainingLoss)
     flops_per_token: float | None = None  # model FLOPs of training on one token (for MFU)
     peak_flops: float | None = None  # of one device (None: no MFU)
+    log_window: dict[str, float] = field(default_factory=dict)  # the loop's window in progress (checkpointed)
 
 
 def _train(t: _Training, start_step: int) -> None:
@@ -244,6 +248,7 @@ def _train(t: _Training, start_step: int) -> None:
             divergence=DivergenceMonitor(len(t.tokenizer), cfg.divergence_factor, cfg.divergence_window),
             flops_per_token=t.flops_per_token,
             peak_flops=t.peak_flops,
+            log_window=t.log_window,
         ),
         start_step,
     )
@@ -289,6 +294,7 @@ def _save(t: _Training, step: int) -> None:
         "batch_size": cfg.batch_size,
         "grad_accum_steps": cfg.grad_accum_steps,
         "max_steps": cfg.max_steps,
+        "log_window": dict(t.log_window),
     }
     save_checkpoint(cfg.run_dir, step, t.model, t.tokenizer, t.optimizer, t.scheduler, state)
     prune_checkpoints(cfg.run_dir, cfg, t.phase_start)
