@@ -13,8 +13,7 @@ DIRS="workbench probes studies apps tests benchmarks scripts"
 TYPED="${TYPED:-bertology.store bertology.finetuning bertology.pretraining bertology.features bertology.runtime bertology.models bertology.paths bertology.inspection bertology.atomic bertology.results bertology.distributed bertology.checkpoints bertology.fingerprints bertology.validation bertology.adapters bertology.architectures bertology.corpus bertology.testing bertology.runs bertology.cli}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp -r workbench "$tmp/bertology"
-cp -r probes "$tmp/bertology/probes"; cp -r studies "$tmp/bertology/studies"; cp -r apps "$tmp/bertology/apps"
+bash scripts/package_copy.sh "$tmp"
 args=()
 for m in $TYPED; do args+=(-p "$m"); done
 status=0

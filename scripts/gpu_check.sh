@@ -20,9 +20,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TQDM_DISABLE=1
 WORK="$(mktemp -d /tmp/bertology-gpu.XXXXXX)"
 if ! "$PY" -c "import bertology" 2>/dev/null; then
   PKG="$WORK/pkg"
-  mkdir -p "$PKG"
-  cp -r workbench "$PKG/bertology"
-  cp -r probes "$PKG/bertology/probes"; cp -r studies "$PKG/bertology/studies"; cp -r apps "$PKG/bertology/apps"
+  bash scripts/package_copy.sh "$PKG"
   if ls .whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" .whl/*.whl 2>&1 | tail -2
   fi

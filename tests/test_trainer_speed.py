@@ -21,7 +21,7 @@ from test_finetuning import planted  # noqa: F401  (the module's fixture, a test
 from test_pretrain_trainer import _cfg, corpus_and_tokenizer, run_killed_after  # noqa: F401
 
 import bertology.pretraining.loop as loop_module
-from bertology.checkpoints import list_checkpoints
+from bertology.checkpoints import list_checkpoints, load_trainer_state
 from bertology.errors import ConfigError
 from bertology.finetuning import FinetuneConfig, run_finetuning
 from bertology.pretraining import read_metrics, run_pretraining
@@ -256,7 +256,7 @@ def test_cuda_run_prefetches_uses_fused_adamw_and_logs_mfu(corpus_and_tokenizer,
     kw = dict(device="cuda", max_steps=6, grad_accum_steps=2)
     run = run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="gpu", **kw))
     assert seen == [True]  # worker processes build the batches
-    optimizer = torch.load(run / "checkpoint-6" / "optimizer.pt", weights_only=False)
+    optimizer, _, _, _ = load_trainer_state(run / "checkpoint-6")  # the workbench's own reader (weights_only)
     assert optimizer["param_groups"][0]["fused"] is True
     m = read_metrics(run)
     assert m.query("metric == 'loss'")["value"].map(math.isfinite).all()

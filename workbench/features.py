@@ -261,11 +261,8 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
         # to 1, so the plain argmax is a real token; on CPU checked, with the masked argmax as
         # fallback; on an accelerator always masked (the same argmax: padding keys come after the
         # real ones, so the first maximal key is unchanged), since the check would wait for the device
-        if on_cpu:
-            best = a.argmax(-1)  # [B, H, T]
-            if bool(((best >= lengths_bht) & rows).any()):
-                best = a.masked_fill(~valid[:, None, None, :], -1.0).argmax(-1)
-        else:
+        best = a.argmax(-1) if on_cpu else None  # [B, H, T]
+        if best is None or bool(((best >= lengths_bht) & rows).any()):
             best = a.masked_fill(~valid[:, None, None, :], -1.0).argmax(-1)
         offset = best - positions
         bins = torch.where(offset.abs() <= window, offset + window, n_bins - 1)

@@ -493,18 +493,22 @@ def model_device(model: Any) -> Any:
     return param.device if param is not None else torch.device("cpu")
 
 
-def to_device(batch: Any, device: Any) -> Any:
+def to_device(batch: Any, device: Any, *, non_blocking: bool = False) -> Any:
     """``batch`` with every tensor moved to ``device`` (a dict or list of tensors, or one tensor;
-    anything else unchanged): what the analyses call where a batch enters the model. Tensors
-    already there are returned as they are (no copy), so this is free on the CPU."""
+    anything else unchanged): what the analyses and the training loop call where a batch enters the
+    model. Tensors already there are returned as they are (no copy), so this is free on the CPU.
+    ``non_blocking``: CPU tensors go to a CUDA device from pinned memory without blocking the host
+    (the copy is ordered before any later use on the same stream; a pinned tensor is not copied again)."""
     import torch
 
     if isinstance(batch, torch.Tensor):
+        if non_blocking and torch.device(device).type == "cuda" and batch.device.type == "cpu":
+            return batch.pin_memory().to(device, non_blocking=True)
         return batch.to(device)  # the tensor itself when already there
     if isinstance(batch, dict):
-        return {key: to_device(value, device) for key, value in batch.items()}
+        return {key: to_device(value, device, non_blocking=non_blocking) for key, value in batch.items()}
     if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(value, device) for value in batch)
+        return type(batch)(to_device(value, device, non_blocking=non_blocking) for value in batch)
     return batch
 
 

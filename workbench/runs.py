@@ -406,6 +406,11 @@ def _linked(path: Path) -> str:
     return f"linked: a symbolic link to {os.readlink(path)}, not followed"
 
 
+def is_linked(status: str) -> bool:
+    """Whether a :func:`list_runs` status is that of a symbolic link (never followed)."""
+    return status.startswith("linked")
+
+
 def removable(status: str) -> bool:
     """Whether ``study clean`` removes a run of this :func:`list_runs` status: incomplete or
     unreadable; never a complete, running or linked one."""
@@ -439,7 +444,7 @@ def remove_unfinished_runs(
     removed = []
     for row in list_runs(results_root).itertuples():
         path = Path(row.path)
-        if row.status.startswith("linked"):
+        if is_linked(row.status):
             if on_skip is not None:
                 on_skip(path, row.status)
             continue

@@ -2,7 +2,8 @@
 
 Precision: :func:`resolve_precision` turns ``"auto"`` into bfloat16 on a CUDA GPU with bfloat16
 tensor cores (compute capability 8.0+) and, on a CPU, only where a short measured micro-benchmark
-(:func:`low_precision_speedup`, cached per machine) finds it faster than float32, and warns when bfloat16 / float16 is asked for where it is slower; :func:`cpu_info` names the CPU
+(:func:`low_precision_speedup`, cached per machine) finds it faster than float32, and warns when
+bfloat16 / float16 is asked for where it is slower; :func:`cpu_info` names the CPU
 and its matrix-unit flags for the benchmarks.
 
 Allocator (opt-in, called by the ``bertology`` CLI):

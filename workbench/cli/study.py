@@ -61,10 +61,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List (and with --yes remove) the incomplete and unreadable run folders in results/; a run
         that is still running is never touched."""
-        from bertology.runs import list_runs, removable, remove_unfinished_runs
+        from bertology.runs import is_linked, list_runs, removable, remove_unfinished_runs
 
         runs = list_runs()
-        linked = runs[runs["status"].str.startswith("linked")] if not runs.empty else runs
+        linked = runs[runs["status"].map(is_linked)] if not runs.empty else runs
         for r in linked.itertuples():  # never followed: nothing outside results/ is read or removed
             typer.echo(f"  {r.study}/{r.run_id}  ({r.status}): skipped", err=True)
         unfinished = runs[runs["status"].map(removable)] if not runs.empty else runs
@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         not_removed: list[str] = []
 
         def skipped(path: Path, why: str) -> None:
-            if not why.startswith("linked"):  # the linked ones were named above
+            if not is_linked(why):  # the linked ones were named above
                 not_removed.append(f"  {path}: {why}: skipped")
 
         removed = remove_unfinished_runs(on_skip=skipped)

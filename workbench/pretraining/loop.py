@@ -37,11 +37,12 @@ import torch
 
 from bertology.checkpoints import list_checkpoints
 from bertology.errors import ConfigError, WorkbenchError
+from bertology.models import to_device
 from bertology.pretraining.checkpoint import set_aside_checkpoints
 from bertology.pretraining.metrics import DivergenceMonitor, MetricsLog
 from bertology.pretraining.runtime import Runtime
 
-__all__ = ["StepLoop", "run_steps", "TrainingDivergedError", "Prefetcher", "to_device", "default_prefetch"]
+__all__ = ["StepLoop", "run_steps", "TrainingDivergedError", "Prefetcher", "default_prefetch"]
 
 
 class TrainingDivergedError(WorkbenchError):
@@ -131,16 +132,6 @@ def default_prefetch(device: torch.device) -> int:
             raise ConfigError(f"environment variable {PREFETCH_ENV}: expected an integer >= 0, got {env!r}")
         return int(env)
     return 2 if device.type == "cuda" else 0
-
-
-def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """``batch`` on ``device``: on CUDA copied from pinned memory without blocking (the copy is
-    ordered before any later use of the tensors on the same stream); unchanged on the CPU."""
-    if device.type != "cuda":
-        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-    return {
-        k: v.pin_memory().to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
-    }
 
 
 class Prefetcher:
@@ -252,7 +243,7 @@ class _Batches:
 
     def build(self, step: int, micro: int) -> tuple[dict[str, torch.Tensor], int]:
         batch, tokens = self.build_cpu(step, micro)
-        return to_device(batch, self.loop.rt.device), tokens
+        return to_device(batch, self.loop.rt.device, non_blocking=True), tokens
 
     def get(self, step: int, micro: int) -> tuple[dict[str, torch.Tensor], int]:
         if self.prefetcher is not None:
@@ -263,7 +254,7 @@ class _Batches:
             raise RuntimeError(f"micro-batch {(step, micro)} asked for where {self.position} was due")
         self.position = (step, micro + 1) if micro + 1 < self.loop.grad_accum_steps else (step + 1, 0)
         batch, tokens = next(self.loader)
-        return to_device(batch, self.loop.rt.device), tokens
+        return to_device(batch, self.loop.rt.device, non_blocking=True), tokens
 
     def close(self) -> None:
         if self.prefetcher is not None:

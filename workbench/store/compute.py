@@ -243,16 +243,20 @@ def compute_shards(
     copy_stream = torch.cuda.Stream(dev) if dev.type == "cuda" else None
     copy_done: list[torch.cuda.Event | None] = [None] * n_sets
     amp = settings.amp_dtype
-    pending: deque[tuple[Future, int]] = deque()
+    pending: deque[tuple[Future, int]] = deque()  # (a write in the writers' hands, its shard's position j)
+
+    def finish_oldest() -> None:
+        _finish(*pending.popleft(), lm, plan, settings, dev, counts, shards)
+
     try:
         with (
             ThreadPoolExecutor(max_workers=max(1, n_sets - 1)) as writer,
             low_precision_linears(lm.model, getattr(torch, amp) if amp else None),
         ):
             for j, k in enumerate(shards):
+                # buffers `slot` are free: shard j - n_sets, the last written from them, was waited
+                # for below (at most n_sets - 1 writes stay pending)
                 slot = j % n_sets
-                while pending and pending[0][1] <= j - n_sets:  # buffers `slot` were written out
-                    _finish(*pending.popleft(), lm, plan, settings, dev, counts, shards)
                 copied = copy_done[slot]
                 if copied is not None:  # the device buffers' last copy out has finished
                     torch.cuda.current_stream(dev).wait_event(copied)
@@ -270,7 +274,7 @@ def compute_shards(
                 if accelerated:
                     tensors, copy_done[slot] = _copy_to_host(tensors, on_device[slot], host[slot], copy_stream, dev)
                 while len(pending) >= max(1, n_sets - 1):  # at most n_sets - 1 shards in the writers' hands
-                    _finish(*pending.popleft(), lm, plan, settings, dev, counts, shards)
+                    finish_oldest()
                 pending.append(
                     (
                         writer.submit(
@@ -285,7 +289,7 @@ def compute_shards(
                     )
                 )
             while pending:
-                _finish(*pending.popleft(), lm, plan, settings, dev, counts, shards)
+                finish_oldest()
     finally:
         for future, _ in pending:  # an error: let the writes in flight end before the buffers go
             future.cancel()
