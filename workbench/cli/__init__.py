@@ -27,6 +27,9 @@ COMMAND_MODULES = (
     "bertology.cli.probe",  # probe
     "bertology.cli.heads",  # heads, prune
     "bertology.cli.embeddings",  # embeddings, align
+    "bertology.cli.structural",  # structural (Hewitt & Manning's structural probe)
+    "bertology.cli.attribution",  # attribute
+    "bertology.cli.patching",  # patch
     "bertology.cli.study",  # study run / study list, dashboard
 )
 
