@@ -7,6 +7,7 @@ yours instead, and ``pretrain_config`` trains (or resumes) a recipe first and us
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -68,6 +69,18 @@ def _checkpoints(cfg) -> tuple[str, Path, list[tuple[int, str]], str]:
     return name, run_dir, [(s, f"{name}@{s}") for s, _ in found], "project pretraining run"
 
 
+def _divergence(folder: Path) -> dict | None:
+    """The run record's ``diverged`` entry (step, reason, last good checkpoint) when the pretraining run
+    stopped diverged: its checkpoints end before that step, and the dashboard says so. None otherwise."""
+    record = Path(folder) / "run.json"
+    if not record.is_file():
+        return None
+    try:
+        return json.loads(record.read_text(encoding="utf-8")).get("diverged")
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"{record}: unreadable run record ({exc})") from None
+
+
 def run(ctx: StudyContext) -> None:
     cfg = ctx.config
     splits = split_seed(cfg, ctx.seed)
@@ -78,6 +91,7 @@ def run(ctx: StudyContext) -> None:
         checkpoints=[n for _, n in checkpoints],
         corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sources": corpus.sources},
         model={"name": name, "kind": kind},
+        diverged=_divergence(folder),
     )
 
     ctx.step("training_metrics", lambda: read_metrics(folder))

@@ -162,6 +162,15 @@ def test_2_a_diverged_finite_run_stops_and_keeps_the_last_good_checkpoint(corpus
     aside = sorted(int(p.name.rsplit("-", 1)[1]) for p in run.glob("diverged-checkpoint-*"))
     assert kept and aside and max(kept) < min(aside) and max(aside) < 40  # stopped early, the bad ones set aside
     assert f"the last good checkpoint is step {max(kept)}" in proc.stderr
+    # issue 41 item 8: the run's record says so too (what the emergence study and the dashboard read)
+    diverged = json.loads((run / "run.json").read_text())["diverged"]
+    assert diverged["last_good_checkpoint"] == max(kept) and diverged["step"] < 40
+    assert sorted(diverged["set_aside"]) == sorted(p.name for p in run.glob("diverged-checkpoint-*"))
+    assert "divergence_window 5" in diverged["reason"] and diverged["learning_rate"] > 0
+    machine = json.loads((run / "run.json").read_text())["machine"]  # issue 41: where the numbers came from
+    assert machine["compute"] == {"device": "cpu", "precision": "float32"} and machine["summary"].endswith(
+        "cpu, float32"
+    )
     loss = read_metrics(run).query("metric == 'loss'").set_index("step")["value"]
     threshold = 1.5 * max(math.log(300), loss.iloc[0])
     # every loss from the set-aside weights on (metrics step k: the weights after k - 1 updates) was above

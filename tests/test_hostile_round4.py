@@ -335,3 +335,98 @@ def test_7_a_resumed_fine_tune_logs_the_same_window_losses(tmp_path):
             run_finetuning(_cfg(planted, tmp_path, run_name="killed", **kw))
     resumed = run_finetuning(_cfg(planted, tmp_path, run_name="killed", **kw))
     assert _training_rows(resumed) == _training_rows(full)
+
+
+# --------------------------------------------------------------------------- 8. left from round three
+
+
+def test_8_a_folder_without_a_manifest_is_no_store_or_an_unfinished_one_not_damaged(tmp_path):
+    """``bertology verify`` on an empty folder said "damaged"; on a started extraction too."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = _cli("verify", str(empty))
+    _refused(proc, f"{empty}: not a feature store (no manifest.json")
+    assert "damaged" not in proc.stderr
+    (empty / "plan.json").write_text("{}")
+    (empty / "shard-00000.safetensors").write_bytes(b"")
+    proc = _cli("verify", str(empty))
+    _refused(proc, "an unfinished extraction, not a damaged store", "2 plan/shard file(s)", "to resume it")
+    assert sorted(p.name for p in empty.iterdir()) == ["plan.json", "shard-00000.safetensors"]  # no mark left
+
+
+def test_8_a_missing_teacher_or_init_model_is_refused_before_any_folder_is_made(tmp_path):
+    config = tmp_path / "distil.yaml"
+    config.write_text("objective: distill\nteacher: /nonexistent/teacher\nmax_steps: 5\n")
+    home = tmp_path / "home"
+    proc = _cli("pretrain", "--config", str(config), env={"BERTOLOGY_HOME": str(home)})
+    _refused(proc, f"{config}: config field 'teacher'", "/nonexistent/teacher")
+    assert not home.exists() or _tree(home) in ([], ["models"])  # no run folder
+    config.write_text("init_from: no-such-model\nmax_steps: 5\n")
+    proc = _cli("pretrain", "--config", str(config), env={"BERTOLOGY_HOME": str(home)})
+    _refused(proc, "config field 'init_from'", "no-such-model")
+    assert not home.exists() or _tree(home) in ([], ["models"])
+
+
+def test_8_a_diverged_run_is_in_the_emergence_manifest_and_on_the_pretraining_page(tmp_path):
+    """The run record's ``diverged`` entry (written by the loop; the CLI test of round three checks
+    that) travels into the emergence study's manifest, and the Pretraining page says it."""
+    from bertology.apps.pages.pretraining import divergence_note
+    from bertology.studies.emergence import _divergence
+
+    record = {"step": 17, "reason": "loss 40 stayed above 9", "learning_rate": 10.0, "last_good_checkpoint": 10}
+    record["set_aside"] = ["diverged-checkpoint-12", "diverged-checkpoint-14"]
+    (tmp_path / "run.json").write_text(json.dumps({"config": {}, "diverged": record}))
+    assert _divergence(tmp_path) == record
+    note = divergence_note(record)
+    assert note is not None and "diverged at step 17" in note and "step 10" in note
+    assert "diverged-checkpoint-12, diverged-checkpoint-14" in note
+    assert divergence_note(None) is None
+    (tmp_path / "run.json").write_text(json.dumps({"config": {}}))
+    assert _divergence(tmp_path) is None and _divergence(tmp_path / "shipped-release-folder") is None
+
+
+# --------------------------------------------------------------------------- numbers that move between machines
+
+_CPUINFO = "processor\t: 0\nmodel name\t: {model}\nflags\t\t: fpu sse2 {flags}\n\nprocessor\t: 1\nmodel name\t: other\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "kind"),
+    [
+        ("avx2 fma avx512f avx512_bf16 amx_tile amx_bf16", "AMX"),
+        ("avx2 fma avx512f avx512_bf16", "AVX-512 bf16"),
+        ("avx2 fma avx512f", "AVX-512"),
+        ("avx2 fma", "AVX2"),
+        ("", "other"),
+    ],
+)
+def test_the_machine_names_the_cpu_kind_that_picks_the_kernels(tmp_path, flags, kind):
+    from bertology.machine import describe_machine, machine_summary
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(_CPUINFO.format(model="Planted CPU 9000", flags=flags))
+    machine = describe_machine(info)
+    assert machine["cpu"] == "Planted CPU 9000" and machine["kind"] == kind
+    assert machine["isa"] == [f for f in flags.split() if f in machine["isa"]] and set(machine["isa"]) <= set(
+        flags.split()
+    )
+    assert machine["cores"] >= 1 and machine["gpu"] is None  # no CUDA here (and torch is never imported for it)
+    line = machine_summary(machine, {"device": "cpu", "precision": "bfloat16"})
+    assert line.startswith(f"Planted CPU 9000 ({kind}), {machine['cores']} cores") and line.endswith("; cpu, bfloat16")
+
+
+def test_every_result_manifest_records_the_machine_and_the_precision_used(tmp_path):
+    """A study's manifest (written by ``write_results``) carries ``machine`` with its one-line summary,
+    which names the device and precision the store was computed with (``runs.compute_record``)."""
+    import pandas as pd
+
+    from bertology.results import read_manifest, write_results
+    from bertology.runs import compute_record
+
+    compute = compute_record("cpu", {"amp_dtype": None, "storage": "float16"})
+    assert compute == {"device": "cpu", "precision": "float32", "storage": "float16"}
+    write_results(tmp_path, {"t": pd.DataFrame({"a": [1]})}, {"study": "x", "compute": compute})
+    machine = read_manifest(tmp_path)["machine"]
+    assert {"cpu", "isa", "kind", "cores", "gpu", "summary"} <= set(machine)
+    assert machine["summary"].endswith("; cpu, float32") and machine["cpu"] in machine["summary"]
+    assert "torch" in read_manifest(tmp_path)["packages"] or "transformers" in read_manifest(tmp_path)["packages"]

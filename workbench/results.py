@@ -19,6 +19,7 @@ import pandas as pd
 
 from bertology import atomic
 from bertology.errors import WorkbenchError
+from bertology.machine import describe_machine, machine_summary
 
 TRACKED_PACKAGES = (
     "torch",
@@ -111,7 +112,9 @@ def write_table(run_dir: str | Path, name: str, df: pd.DataFrame) -> Path:
 def write_results(
     run_dir: str | Path, tables: dict[str, pd.DataFrame], manifest: dict[str, Any], extras: dict[str, Any] | None = None
 ) -> Path:
-    """Write tables (parquet), extras (JSON) and finally ``manifest.json`` with provenance added."""
+    """Write tables (parquet), extras (JSON) and finally ``manifest.json`` with provenance added: package
+    versions, git commit, argv and ``machine`` (:func:`bertology.machine.describe_machine`, with a one-line
+    ``summary`` that adds the manifest's ``compute`` -- device and precision -- where the run recorded it)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     for name, df in tables.items():
@@ -124,6 +127,8 @@ def write_results(
     full.setdefault("packages", package_versions())
     full.setdefault("git_commit", git_commit())
     full.setdefault("argv", sys.argv)
+    machine = full.setdefault("machine", describe_machine())
+    machine.setdefault("summary", machine_summary(machine, full.get("compute")))
     atomic.write_json(run_dir / "manifest.json", full)
     return run_dir
 

@@ -507,5 +507,16 @@ def model_corpus_store(
             "licence": corpus.licence,
         },
         store=str(store.path),
+        compute=compute_record(next(lm.model.parameters()).device, store.manifest["settings"]),
     )
     return lm, corpus, store
+
+
+def compute_record(device: Any, settings: dict[str, Any]) -> dict[str, str]:
+    """``{"device", "precision", "storage"}`` a store was computed with: the model's device, the forward's
+    dtype (float32, or the autocast dtype) and the on-disk dtype -- what the manifest's machine line shows."""
+    return {
+        "device": str(device),
+        "precision": settings.get("amp_dtype") or "float32",
+        "storage": settings.get("storage", "float32"),
+    }

@@ -15,12 +15,16 @@ from bertology.apps import figures
 from bertology.apps.figures import esc, ordered_types, type_colour
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, has_columns_or_explain, load_table, optional_table, pick_run, query
+from bertology.results import read_manifest
 
 
 def pretraining_page(page: Page) -> None:
     run = pick_run(page.study, "pt_run")
     if run is None:
         return
+    note = divergence_note(read_manifest(run).get("diverged"))
+    if note:
+        st.warning(note)
     training_curves(run)
     st.subheader("Heads across checkpoints")
     head_maps_by_step(run)
@@ -36,6 +40,19 @@ def pretraining_page(page: Page) -> None:
             best = best_layer_by_step(probes, optional_table(run, "best_layers"))
             st.plotly_chart(best_layer_figure(best), width="stretch")
     cloze_section(run)
+
+
+def divergence_note(diverged: dict[str, Any] | None) -> str | None:
+    """What the page says of a pretraining run that stopped diverged (its run record's ``diverged``
+    entry, copied into the study's manifest), or None for a run that did not."""
+    if not diverged:
+        return None
+    aside = diverged.get("set_aside") or []
+    return (
+        f"This pretraining run diverged at step {diverged.get('step')} ({diverged.get('reason')}, learning rate "
+        f"{diverged.get('learning_rate')}): the checkpoints shown end at the last good one, step "
+        f"{diverged.get('last_good_checkpoint')}" + (f"; set aside: {', '.join(aside)}" if aside else "") + "."
+    )
 
 
 def training_curves(run: Path) -> None:
@@ -182,14 +199,27 @@ def cloze_guesses(cloze: pd.DataFrame, step: Any) -> pd.DataFrame:
 
 def loss_figure(loss: pd.DataFrame) -> go.Figure:
     """Training and held-out MLM loss per step. ``loss``: ``step, metric, value`` (:func:`loss_rows`)."""
-    return px.line(
-        loss, x="step", y="value", color="metric", markers=True, title="MLM loss (nats/token): training and held-out"
+    fig = px.line(
+        loss,
+        x="step",
+        y="value",
+        color="metric",
+        markers=True,
+        title="MLM loss (nats/token): training and held-out",
     )
+    fig.update_layout(
+        xaxis_title="training step",
+        yaxis_title="MLM loss (nats/token)",
+        legend_title_text="loss = training, eval_loss = held-out",
+    )
+    return fig
 
 
 def perplexity_figure(perplexity: pd.DataFrame) -> go.Figure:
     """Held-out perplexity per step. ``perplexity``: ``step, value`` (:func:`perplexity_rows`)."""
-    return px.line(perplexity, x="step", y="value", markers=True, title="held-out perplexity")
+    fig = px.line(perplexity, x="step", y="value", markers=True, title="held-out perplexity")
+    fig.update_layout(xaxis_title="training step", yaxis_title="held-out perplexity (exp of the loss)")
+    return fig
 
 
 def type_counts_figure(counts: pd.DataFrame) -> go.Figure:
@@ -252,14 +282,17 @@ def probe_by_step(scores: pd.DataFrame) -> go.Figure:
 def best_layer_figure(best: pd.DataFrame) -> go.Figure:
     """Best-layer probe accuracy per checkpoint step, one line per task.
     ``best``: ``step, task, value`` (:func:`best_layer_by_step`)."""
-    return px.line(
+    fig = px.line(
         best.assign(task=best["task"].map(esc)),
         x="step",
         y="value",
         color="task",
         markers=True,
         title="best-layer probe accuracy across checkpoints",
+        color_discrete_map=figures.category_colours(best["task"]),
     )
+    fig.update_layout(xaxis_title="training step", yaxis_title="probe accuracy at the best layer (test)")
+    return fig
 
 
 # --------------------------------------------------------------------------- the registry entry

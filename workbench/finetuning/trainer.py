@@ -56,7 +56,7 @@ from bertology.pretraining.loop import StepLoop, run_steps
 from bertology.pretraining.masking import mix_seed
 from bertology.pretraining.metrics import MetricsLog, read_metric_events
 from bertology.pretraining.optimization import linear_schedule, make_optimizer
-from bertology.pretraining.runtime import Runtime, setup_runtime
+from bertology.pretraining.runtime import Runtime, run_machine, setup_runtime
 from bertology.uncertainty import ratio_bootstrap
 
 __all__ = [
@@ -189,6 +189,7 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
                     "words_truncated": {"train": train.words_truncated, "dev": dev.words_truncated},
                     **sizes,
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "machine": run_machine(rt),
                 },
             )
 
@@ -460,6 +461,19 @@ def _metric_at(run_dir: Path, step: int, metric: str) -> float | None:
     return values[-1] if values else None
 
 
+def recipe_steps(schedule: dict[str, Any], epochs: int) -> str:
+    """The model card's step count: ``"45 steps (3 epochs of 15 steps)"``, or, where ``max_steps``
+    stopped the run before its epochs ended, ``"20 steps (1.33 epochs of 15 steps: stopped by
+    max_steps before the 3 epochs set)"``."""
+    steps, per_epoch = int(schedule["max_steps"]), int(schedule["steps_per_epoch"])
+    if steps == epochs * per_epoch:
+        return f"{steps} steps ({epochs} epochs of {per_epoch} steps)"
+    return (
+        f"{steps} steps ({steps / per_epoch:.3g} epochs of {per_epoch} steps: stopped by max_steps "
+        f"{'before' if steps < epochs * per_epoch else 'after'} the {epochs} epochs set)"
+    )
+
+
 def model_card(info: dict[str, Any]) -> str:
     """The README.md of a finished fine-tune: YAML front matter, then what was trained and scored."""
     cfg, task, result = info["config"], info["task"], info["result"]
@@ -491,8 +505,8 @@ def model_card(info: dict[str, Any]) -> str:
                 if info.get("weight_mask")
                 else ""
             ),
-            f"- recipe: {info['schedule']['max_steps']} steps ({cfg['epochs']} epochs of "
-            f"{info['schedule']['steps_per_epoch']}), batch {cfg['batch_size']} x {cfg['grad_accum_steps']} x "
+            f"- recipe: {recipe_steps(info['schedule'], cfg['epochs'])}, batch {cfg['batch_size']} x "
+            f"{cfg['grad_accum_steps']} x "
             f"{info['world_size']} processes, AdamW lr {cfg['learning_rate']:g}, warm-up {info['schedule']['warmup_steps']} "
             f"steps then linear decay, seed {cfg['seed']}",
             f"- splits by document: {task['n_train']} / {task['n_dev']} / {task['n_test']} examples "

@@ -37,7 +37,7 @@ from bertology.errors import CheckpointError, ConfigError
 from bertology.pretraining.config import PretrainConfig
 from bertology.pretraining.objectives import tied_parameter_names
 from bertology.pretraining.optimization import linear_schedule
-from bertology.pretraining.runtime import Runtime
+from bertology.pretraining.runtime import Runtime, run_machine
 
 __all__ = [
     "RESUMABLE_CHANGES",
@@ -324,6 +324,7 @@ def write_run_record(
             "n_parameters": n_parameters,
             "objective": cfg.objective,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "machine": run_machine(rt),
         },
     )
 
@@ -333,6 +334,17 @@ def record_phase(run_dir: Path, record: dict[str, Any]) -> None:
     info = read_json_file(run_dir / "run.json", "run record")
     info["phases"] = phases(info) + [record]
     write_json(run_dir / "run.json", info)
+
+
+def record_divergence(run_dir: Path, record: dict[str, Any]) -> None:
+    """Keep why and where a run diverged in ``run.json`` (``diverged``: step, reason, learning rate,
+    last good checkpoint, checkpoints set aside), so the run's record -- and what reads it: ``bertology
+    models``, the emergence study, the dashboard -- says so, not only the exit message. A run folder
+    without ``run.json`` gets one holding just this record."""
+    file = run_dir / "run.json"
+    info = read_json_file(file, "run record") if file.is_file() else {}
+    info["diverged"] = record
+    write_json(file, info)
 
 
 def weights_sha256(model: torch.nn.Module) -> str:

@@ -38,7 +38,7 @@ import torch
 from bertology.checkpoints import list_checkpoints
 from bertology.errors import ConfigError, WorkbenchError
 from bertology.models import to_device
-from bertology.pretraining.checkpoint import set_aside_checkpoints
+from bertology.pretraining.checkpoint import record_divergence, set_aside_checkpoints
 from bertology.pretraining.metrics import DivergenceMonitor, MetricsLog
 from bertology.pretraining.runtime import Runtime
 
@@ -408,14 +408,18 @@ def _stop_diverged(loop: StepLoop, step: int, loss: float, grad_norm: float, lr:
     checkpoint: its weights are finite, and for a finite divergence the checkpoints saved since the
     loss went up are first set aside (``diverged-checkpoint-<step>``), so it is the last good one."""
     rt, monitor = loop.rt, loop.divergence
+    set_aside: list[str] = []
     if math.isfinite(loss + grad_norm) and monitor is not None and monitor.streak_start is not None:
         why = f"loss {loss:.4g} stayed {monitor.describe()}"
         if rt.is_main:
-            set_aside_checkpoints(loop.run_dir, monitor.streak_start)
+            set_aside = [p.name for p in set_aside_checkpoints(loop.run_dir, monitor.streak_start)]
     else:
         why = f"loss {loss} (gradient norm {grad_norm}) on at least one process"
     rt.barrier()
     last = [s for s, _ in list_checkpoints(loop.run_dir)]
+    if rt.is_main:
+        record = {"step": step + 1, "reason": why, "learning_rate": lr, "last_good_checkpoint": max(last, default=None)}
+        record_divergence(loop.run_dir, record | {"set_aside": set_aside})
     rt.close()
     raise TrainingDivergedError(
         f"{loop.run_dir}: training diverged at step {step + 1}: {why}, learning rate {lr:.3g}. Stopped without "

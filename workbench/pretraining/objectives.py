@@ -112,9 +112,22 @@ def _generator_width_message(cfg: Any) -> str:
 DISTILL_INITS = ("random", "every_other")
 _DISTILL_WEIGHTS = ("distill_kl_weight", "distill_mlm_weight", "distill_cosine_weight")
 
+
 # The checks of a PretrainConfig's objective and architecture fields, run in this order by
 # bertology.pretraining.config.validate_config after its own: (field, ok(config) -> bool, what the
 # field must be -- text, or a function of the config that gives it).
+def _model_problem(name: str) -> str | None:
+    """Why ``name`` (a registry name or model directory) cannot be loaded, or None: checked with the
+    config, before a run folder is made or any text is read."""
+    from bertology.models import resolve
+
+    try:
+        resolve(name)
+    except ModelError as exc:
+        return str(exc)
+    return None
+
+
 OBJECTIVE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str | Callable[[Any], str]], ...] = (
     ("objective", lambda c: c.objective in OBJECTIVES, f"must be one of {', '.join(OBJECTIVES)}"),
     ("architecture", lambda c: c.architecture in ARCHITECTURES, f"must be one of {', '.join(ARCHITECTURES)}"),
@@ -162,6 +175,11 @@ OBJECTIVE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str | Callable[[Any], 
         lambda c: c.objective != "distill" or bool(c.teacher),
         "objective distill needs a teacher (a registry name or model directory)",
     ),
+    (
+        "teacher",
+        lambda c: c.objective != "distill" or not c.teacher or _model_problem(c.teacher) is None,
+        lambda c: str(_model_problem(c.teacher)),
+    ),
     ("distill_temperature", lambda c: c.distill_temperature > 0, "must be > 0"),
     *((name, lambda c, name=name: getattr(c, name) >= 0, "must be >= 0") for name in _DISTILL_WEIGHTS),
     (
@@ -180,6 +198,11 @@ OBJECTIVE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str | Callable[[Any], 
         "init_from",
         lambda c: c.init_from is None or (c.objective == "mlm" and c.architecture == "bert"),
         "continued pretraining (init_from) needs objective mlm and architecture bert",
+    ),
+    (
+        "init_from",
+        lambda c: c.init_from is None or _model_problem(c.init_from) is None,
+        lambda c: str(_model_problem(c.init_from)),
     ),
     (
         "tokenizer",

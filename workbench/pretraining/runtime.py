@@ -12,7 +12,7 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -95,3 +95,15 @@ def setup_runtime(cfg: RuntimeConfig) -> Runtime:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     bf16 = cfg.bf16 if cfg.bf16 is not None else use_cuda and torch.cuda.is_bf16_supported()
     return Runtime(device, rank, world, local, torch.bfloat16 if bf16 else None)
+
+
+def run_machine(rt: Runtime) -> dict[str, Any]:
+    """The run record's ``machine``: :func:`bertology.machine.describe_machine` of this process, with
+    its one-line ``summary`` naming the device and the precision the steps ran in (autocast dtype or
+    float32) -- losses and metrics move a little between CPU kinds and GPUs."""
+    from bertology.machine import describe_machine, machine_summary
+
+    machine = describe_machine()
+    precision = str(rt.autocast_dtype).removeprefix("torch.") if rt.autocast_dtype is not None else "float32"
+    compute = {"device": str(rt.device), "precision": precision}
+    return machine | {"compute": compute, "summary": machine_summary(machine, compute)}

@@ -143,10 +143,28 @@ def damage_message(path: Path, problems: list[tuple[str, str]]) -> str:
     )
 
 
+def _no_manifest_message(path: Path) -> str:
+    """Why a folder without ``manifest.json`` is not a store: an extraction that has not finished (it holds
+    its plan or shards: running it again resumes), or a folder that holds no store at all."""
+    started = [f.name for f in (path / "plan.json", *sorted(path.glob("shard-*"))) if f.is_file()]
+    if started:
+        return (
+            f"{path}: an unfinished extraction, not a damaged store (no manifest.json yet; "
+            f"{len(started)} plan/shard file(s) written): run `bertology extract` again with the same model, "
+            f"corpus and settings to resume it"
+        )
+    held = sum(1 for _ in path.iterdir())
+    return (
+        f"{path}: not a feature store (no manifest.json; the folder holds {held} other file(s)); "
+        f"a store is the folder `bertology extract` prints"
+    )
+
+
 def verify_store(path: str | Path) -> list[tuple[str, str]]:
     """Check a store completely (manifest, then every shard's size and sha256); ``[(file, problem)]``,
     empty when sound. Repair with :func:`~bertology.store.extract` (same model, corpus and settings).
-    A path that does not exist or is not a folder raises ``StoreError`` (nothing there to be damaged)."""
+    A path that does not exist, is not a folder or holds no ``manifest.json`` raises ``StoreError`` (nothing
+    there to be damaged: no store, or an extraction that has not finished and resumes when run again)."""
     path = Path(path)
     if not path.exists():
         raise StoreError(
@@ -154,6 +172,8 @@ def verify_store(path: str | Path) -> list[tuple[str, str]]:
         )
     if not path.is_dir():
         raise StoreError(f"{path}: not a feature store folder (a store is the folder `bertology extract` prints)")
+    if not (path / "manifest.json").is_file():
+        raise StoreError(_no_manifest_message(path))
     try:
         manifest = read_manifest(path)
     except StoreError as exc:
