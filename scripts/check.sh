@@ -10,7 +10,7 @@ DIRS="workbench probes studies apps tests benchmarks scripts"
 "$PY" -m ruff check $DIRS
 "$PY" -m ruff format --check $DIRS
 # the rooms mypy checks (the rest follow as they pass): core modules, the store, pretraining and fine-tuning
-TYPED="${TYPED:-bertology.store bertology.finetuning bertology.pretraining bertology.features bertology.runtime bertology.models bertology.paths bertology.inspection bertology.atomic bertology.results bertology.distributed bertology.checkpoints bertology.fingerprints bertology.validation bertology.adapters bertology.architectures bertology.corpus bertology.testing bertology.runs bertology.cli}"
+TYPED="${TYPED:-bertology.store bertology.finetuning bertology.pretraining bertology.features bertology.runtime bertology.models bertology.paths bertology.inspection bertology.attribution bertology.atomic bertology.results bertology.distributed bertology.checkpoints bertology.fingerprints bertology.validation bertology.adapters bertology.architectures bertology.corpus bertology.testing bertology.runs bertology.machine bertology.cli}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bash scripts/package_copy.sh "$tmp"
