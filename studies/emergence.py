@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -26,7 +27,7 @@ from bertology.runs import StudyContext
 from bertology.store import extract
 
 DESCRIPTION = "Emergence during pretraining: loss curves, head types, probe accuracy and MLM predictions per checkpoint"
-DEFAULTS = {
+DEFAULTS: dict[str, Any] = {
     "checkpoints": "bert-mini-english",  # a shipped release or a pretraining run (every checkpoint it kept)
     "pretrain_config": None,  # a recipe (shipped name or file) to train / resume first; then its checkpoints
     "pretrain_overrides": {},  # fields of that recipe to change (run_name, max_steps, keep_steps...)

@@ -108,7 +108,8 @@ def _tokenizer(prefix: str, base: dict, log) -> Path:
 def _fitting_sentences(corpus, tokenizer, limit: int | None):
     """The first ``limit`` sentences whose tokens (with specials) fit the ``max_seq_len`` positions
     the models were trained on (later positions are untrained), and how many were skipped."""
-    keep, dropped = [], 0
+    keep: list = []
+    dropped = 0
     for i, sentence in enumerate(corpus.sentences):
         if limit is not None and len(keep) >= limit:
             break

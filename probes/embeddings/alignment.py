@@ -115,13 +115,15 @@ class _Keys:
     def __init__(self, keys: np.ndarray, low: torch.dtype | None, bias: torch.Tensor | None = None):
         self.exact = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
         self.bias = bias
-        self.low = None
+        self.low: torch.Tensor | None = None
         if low is not None:
             self.low = (self.exact if bias is None else torch.cat([self.exact, bias[:, None]], dim=1)).to(low)
 
     def _screen(self, q: torch.Tensor) -> torch.Tensor:
         """``q @ keysᵀ - bias`` in the low dtype, ``[b, m]``: the bias rides along as one more column
         of the product (accumulated in float32, rounded once), the block is never copied to float32."""
+        if self.low is None:
+            raise AssertionError("_screen needs the low-precision copy (made when a low dtype is given)")
         if self.bias is not None:
             q = torch.cat([q, torch.full((q.shape[0], 1), -1.0)], dim=1)
         return q.to(self.low.dtype) @ self.low.T
@@ -255,7 +257,7 @@ def retrieve(
     if r_source is None and source_pool is None:
         r_target, r_source = _mutual_mean_topk(queries, target, csls_k, batch_size)
     else:
-        if r_source is None:
+        if r_source is None and source_pool is not None:
             r_source = mean_topk_cosine(target, unit_rows(source_pool), csls_k, batch_size, precision)
         r_target = mean_topk_cosine(queries, target, csls_k, batch_size, precision)
     q = torch.from_numpy(queries)
@@ -499,6 +501,8 @@ def self_learning(
         best, w_best, src_best, tgt_best = objective, w, src, tgt
         pairs = np.unique(np.stack([np.concatenate(new_src), np.concatenate(new_tgt)], axis=1), axis=0)
         src, tgt = pairs[:, 0], pairs[:, 1]
+    if w_best is None:  # cannot happen: the first iteration improves on -inf
+        raise AlignmentError("self-learning found no mapping")
     return w_best, pd.DataFrame(rows), src_best, tgt_best
 
 

@@ -27,6 +27,7 @@ import torch
 
 from bertology.errors import WorkbenchError
 from bertology.probes.embeddings.static_vectors import unit_rows
+from bertology.uncertainty import MIN_WORD_TYPES
 
 METRICS = ("self_similarity", "intra_sentence_similarity", "mev")
 
@@ -188,7 +189,7 @@ def contextuality(
     types, positions, starts = occurrence_groups(words, lower, min_occurrences, max_occurrences, seed)
     sizes = np.diff(starts)
     occ = (int(sizes.min()), float(sizes.mean()), int(sizes.max())) if len(sizes) else (np.nan,) * 3
-    rows = []
+    rows: list[tuple] = []
     for li, vectors in zip(layer_ids, layers):
         rng = np.random.default_rng([seed, li])
         aniso = random_pair_similarity(vectors, offsets, n_baseline_pairs, rng)
@@ -217,6 +218,24 @@ def contextuality(
     df = df.sort_values(["layer", "metric"]).reset_index(drop=True)
     df["metric"] = df["metric"].astype(str)
     return df[["layer", "metric", "raw", "baseline", "adjusted", "n_items", *occ_cols, "seed"]]
+
+
+WORD_LEVEL = ("self_similarity", "mev")
+
+
+def few_words_warning(table: pd.DataFrame, minimum: int | None = None) -> str | None:
+    """A warning when a ``contextuality`` table's per-word measures (self-similarity, MEV) rest on
+    fewer distinct words than ``minimum`` (default :data:`bertology.uncertainty.MIN_WORD_TYPES`):
+    ``"too few words: ..."``; None when they rest on enough (or the table does not say)."""
+    minimum = MIN_WORD_TYPES if minimum is None else minimum
+    rows = table[table["metric"].isin(WORD_LEVEL)] if {"metric", "n_items"} <= set(table.columns) else table.iloc[0:0]
+    if rows.empty or int(rows["n_items"].min()) >= minimum:
+        return None
+    return (
+        f"warning: too few words: self-similarity and MEV rest on {int(rows['n_items'].min())} distinct words "
+        f"(need {minimum}), the corpus's most frequent -- mostly function words; read them as those words, "
+        "not the model: use more sentences (--limit) or a lower --min-occurrences"
+    )
 
 
 def contextuality_by_word(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -55,7 +56,9 @@ def crosslingual_experiment(
     pairs = filter_to_vocab(all_pairs, src.words, tgt.words)
     train, test = split_dictionary(pairs, n_test_sources=n_test_sources, n_train=n_train, seed=seed)
     held_out = set(test["source"])
-    precision, history, hits = [], [], []
+    precision: list[Any] = []
+    history: list[Any] = []
+    hits: list[Any] = []
     first = None
     for spec in methods:
         method, _, seed_kind = spec.partition(":")

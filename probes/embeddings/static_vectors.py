@@ -336,7 +336,7 @@ def load_spacy_vectors(lang_or_path: str | Path = "en", limit: int | None = None
     (msgpack) and ``strings.json``.
     """
     import srsly
-    from spacy.strings import hash_string
+    from spacy.strings import hash_string  # type: ignore[attr-defined]  # Cython, absent from spaCy's stubs
 
     vocab = spacy_vocab_dir(lang_or_path)
     table = np.load(vocab / "vectors", allow_pickle=False)

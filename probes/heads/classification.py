@@ -476,7 +476,8 @@ def classify_heads(
         raise WorkbenchError(f"positional_level must be one of {POSITIONAL_LEVELS}, not {positional_level!r}")
     wide = _wide(stats)
     views = {"token": _best_offset(wide, "token_offset_"), "word": _best_offset(wide, "argmax_offset_")}
-    if views[positional_level] is None:
+    chosen = views[positional_level]
+    if chosen is None:
         if positional_level == "token":
             raise WorkbenchError(
                 "classify_heads: positional_level='token' needs token-level argmax offsets "
@@ -485,7 +486,7 @@ def classify_heads(
             )
         raise WorkbenchError("classify_heads: stats have no argmax_offset_* statistics")
     out = wide[["layer", "head"]].copy()
-    out["positional_offset"], out["positional_share"] = views[positional_level]
+    out["positional_offset"], out["positional_share"] = chosen
     for col, name in (
         ("argmax_rarest", "rare_share"),
         ("attn_special", "special_share"),

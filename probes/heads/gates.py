@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -48,6 +49,9 @@ from bertology.architectures import (
 from bertology.errors import ModelError
 from bertology.models import model_device
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 KEPT_HEADS_ATTR = "bertology_kept_heads"
 
 
@@ -61,8 +65,8 @@ class AttentionBlock:
     value: nn.Linear | None
     output: nn.Linear  # the projection whose input is the concatenation of head outputs
     head_dim: int
-    layer: nn.Module | None = None  # the layer module holding them (the table's paths start there)
-    architecture: Architecture | None = None
+    layer: nn.Module  # the layer module holding them (the table's paths start there)
+    architecture: Architecture
     qkv: nn.Linear | None = None  # fused projection, rows [q | k | v], each heads-major
 
     @property
@@ -313,7 +317,7 @@ def _replace(layer: nn.Module, path: str, new: nn.Linear) -> None:
 def _select_head_bias(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """Forward pre-hook of a pruned attention module receiving a per-head bias computed for all
     heads (MPNet ``position_bias`` ``[batch, heads, T, T]``): keep the kept heads' slice."""
-    name, position, heads = module._bertology_head_bias
+    name, position, heads = cast(tuple[str, int, list[int]], module._bertology_head_bias)
     if name in kwargs and kwargs[name] is not None:
         bias = kwargs[name]
         kwargs = {**kwargs, name: bias.index_select(1, torch.tensor(heads, dtype=torch.long, device=bias.device))}
@@ -330,7 +334,7 @@ def _keep_head_bias(sa: nn.Module, argument: str, kept: list[int]) -> None:
         raise ModelError(f"{type(sa).__name__}.forward has no argument {argument!r} (per-head bias)")
     if not hasattr(sa, "_bertology_head_bias"):
         sa.register_forward_pre_hook(_select_head_bias, with_kwargs=True)
-    sa._bertology_head_bias = (argument, params.index(argument), list(kept))
+    sa.__dict__["_bertology_head_bias"] = (argument, params.index(argument), list(kept))  # plain data, not a submodule
 
 
 def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Module:
@@ -363,12 +367,14 @@ def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Mo
             [p * d + i for p in positions for i in range(d)], dtype=torch.long, device=block.output.weight.device
         )
         sa = block.self_attention
-        if arch.qkv:  # fused rows [q | k | v] of the current heads, each heads-major
+        if arch.qkv and block.qkv is not None:  # fused rows [q | k | v] of the current heads, each heads-major
             width = block.n_heads * d
             fused = torch.cat([index + part * width for part in range(3)])
             _replace(block.layer, arch.qkv, _slice_linear(block.qkv, fused, 0))
         else:
             for path, proj in ((arch.query, block.query), (arch.key, block.key), (arch.value, block.value)):
+                if proj is None:
+                    raise ModelError(f"prune_heads: layer {layer} has no {path!r} projection")
                 _replace(block.layer, path, _slice_linear(proj, index, 0))
         for name in arch.extra_head_projections:
             proj = get_module(sa, name)
@@ -378,11 +384,12 @@ def prune_heads(model: nn.Module, heads_to_prune: dict[int, list[int]]) -> nn.Mo
         if arch.heads_attr:
             setattr(sa, arch.heads_attr, len(new_kept))
         if hasattr(sa, "all_head_size"):
-            sa.all_head_size = len(new_kept) * d
+            sa.__dict__["all_head_size"] = len(new_kept) * d  # an int attribute of the module
         if arch.head_bias_argument:
             _keep_head_bias(sa, arch.head_bias_argument, new_kept)
         if not new_kept:
-            sa._bertology_output_name = arch.output[len(arch.attention) + 1 :] if arch.output_inside_attention else None
+            inside = arch.output[len(arch.attention) + 1 :] if arch.output_inside_attention else None
+            sa.__dict__["_bertology_output_name"] = inside  # read by _empty_forward
             sa.forward = types.MethodType(_empty_forward, sa)
         kept_all[layer] = new_kept
     setattr(model.config, KEPT_HEADS_ATTR, {str(layer): heads for layer, heads in enumerate(kept_all)})
@@ -397,7 +404,7 @@ def real_pruning_refusal(model: nn.Module) -> str | None:
     if arch.shares_layers:
         return (
             f"{arch.model_type} layers share their parameters ({arch.groups_field}="
-            f"{getattr(model.config, arch.groups_field)} for {num_layers(model.config)} layers), so removing a "
+            f"{getattr(model.config, str(arch.groups_field))} for {num_layers(model.config)} layers), so removing a "
             "head would remove it at every layer position; real pruning is not supported for "
             f"{arch.model_type} — switch heads off per position with HeadGates instead"
         )
@@ -426,7 +433,7 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def save_pruned(model: nn.Module, directory: str | Path, tokenizer=None) -> Path:
+def save_pruned(model: PreTrainedModel, directory: str | Path, tokenizer=None) -> Path:
     """``save_pretrained`` (safetensors) a pruned model; the kept heads travel in ``config.json``.
 
     The weights keep the model's own parameter names (``save_original_format=False``): transformers

@@ -44,6 +44,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -131,7 +132,7 @@ class HeadStatistics:
         self.window = tuple(int(k) for k in window)
         self.special_tokens = special_tokens
         self.sums: dict[str, np.ndarray] = {}
-        self.counts: dict[str, float] = Counter()
+        self.counts: dict[str, Any] = Counter()  # rows per statistic: a number, or [L, 1] rows per layer
         self.shape: tuple[int, int] | None = None
 
     def _add(self, name: str, value: np.ndarray, count: float | np.ndarray) -> None:
@@ -467,24 +468,24 @@ def window_reach(tokenizer, sentences: Sequence, windows: Sequence[int | None]) 
                 t["arcs"] += len(arcs)
                 t["arcs_in"] += sum(bool(reach[d, h]) for d, h in arcs)
     rows = []
-    for layer, window in enumerate(windows):
-        if window is None:
+    for layer, layer_window in enumerate(windows):
+        if layer_window is None:
             continue
-        t = totals[window]
-        for statistic, hit, n in (
+        t = totals[layer_window]
+        for statistic, hit, total in (
             ("word_pairs_in_reach", "pairs_in", "pairs"),
             ("arcs_in_reach", "arcs_in", "arcs"),
             ("cls_in_reach", "cls_in", "words"),
             ("sep_in_reach", "sep_in", "words"),
         ):
-            if t[n]:
+            if t[total]:
                 rows.append(
                     {
                         "layer": layer,
-                        "attention_window": window,
+                        "attention_window": layer_window,
                         "statistic": statistic,
-                        "value": t[hit] / t[n],
-                        "n": t[n],
+                        "value": t[hit] / t[total],
+                        "n": t[total],
                     }
                 )
     return pd.DataFrame(rows, columns=["layer", "attention_window", "statistic", "value", "n"])

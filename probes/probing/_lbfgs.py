@@ -71,7 +71,9 @@ def _fit_inputs(data: SpanFeatures, mixing: np.ndarray, rows: torch.Tensor, dtyp
     """
     X = _pooled_inputs(data, mixing)
     if X.dtype != dtype and data.cached is not None and X.data_ptr() == data.cached.data_ptr():
-        X = data.low_precision(dtype).view(X.shape)
+        low = data.low_precision(dtype)
+        assert low is not None  # data.cached exists, so its low-precision copy does
+        X = low.view(X.shape)
     return X.index_select(1, rows).to(dtype)
 
 

@@ -71,6 +71,11 @@ class JointProbes(torch.nn.Module):
     has its own generator (``seed + 2``), so seeded runs repeat exactly.
     """
 
+    # buffers (registered in __init__ by mixing kind; declared here for the type checker)
+    layer_of_probe: torch.Tensor  # [P] the layer a one-hot probe reads
+    mix_mask: torch.Tensor  # [P, L] the layers a learned mix may weigh
+    fixed_weights: torch.Tensor  # [P, L] given mixing weights
+
     def __init__(
         self,
         n_probes: int,

@@ -9,7 +9,7 @@ Liang control task and selectivity.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import pandas as pd
@@ -54,7 +54,29 @@ def label_matrix(task: EdgeTask) -> np.ndarray:
     return task.label_matrix() if task.multilabel else task.label_ids()
 
 
+@overload
 def probe_arrays(
+    features: np.ndarray | torch.Tensor,
+    sentence_offsets: np.ndarray,
+    task: EdgeTask,
+    *,
+    test_sentences: Literal[True],
+    **options: Any,
+) -> tuple[pd.DataFrame, pd.DataFrame]: ...
+
+
+@overload
+def probe_arrays(
+    features: np.ndarray | torch.Tensor,
+    sentence_offsets: np.ndarray,
+    task: EdgeTask,
+    *,
+    test_sentences: Literal[False] = False,
+    **options: Any,
+) -> pd.DataFrame: ...
+
+
+def probe_arrays(  # type: ignore[misc]  # the overloads take **options for brevity; the keywords are these
     features: np.ndarray | torch.Tensor,
     sentence_offsets: np.ndarray,
     task: EdgeTask,
@@ -248,6 +270,18 @@ def layer_features(store_or_model: Any, corpus: Any, layers: Any) -> tuple[np.nd
         raise ConfigError(f"layers {bad} outside 0..{n_layers - 1}")
     meta = {"store": str(getattr(store, "path", "")), "manifest": getattr(store, "manifest", {})}
     return store.layers(layer_ids), np.asarray(store.sentence_offsets), layer_ids, meta
+
+
+@overload
+def probe_layers(
+    store_or_model: Any, corpus: Any, task: EdgeTask | str, *, test_sentences: Literal[True], **config: Any
+) -> tuple[pd.DataFrame, pd.DataFrame]: ...
+
+
+@overload
+def probe_layers(
+    store_or_model: Any, corpus: Any, task: EdgeTask | str, *, test_sentences: Literal[False] = False, **config: Any
+) -> pd.DataFrame: ...
 
 
 def probe_layers(

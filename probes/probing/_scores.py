@@ -217,6 +217,7 @@ def layer_intervals(df: pd.DataFrame, metrics: Sequence[str] = INTERVAL_METRICS)
             & (scored["metric"] == metric)
             & (scored[keys] == pd.Series(task_key, index=keys)).all(axis=1)
         ]["value"]
+        n_test: float  # test items; NaN for tables written before intervals existed
         if f"{metric}_low" in mine.index:
             low, high = mine[f"{metric}_low"], mine[f"{metric}_high"]
             n_seeds, n_test = int(mine["n_seeds"]), int(mine["n_test"])

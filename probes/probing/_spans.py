@@ -10,7 +10,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bertology.probes.probing.tasks import EdgeTask, TaskError
+from bertology.probes.probing.tasks import EdgeExample, EdgeTask, Span, TaskError
+
+
+def example_spans(example: EdgeExample, n_spans: int) -> tuple[Span, ...]:
+    """``(span1,)`` or ``(span1, span2)``; a task with two spans has ``span2`` in every example."""
+    if n_spans == 1:
+        return (example.span1,)
+    if example.span2 is None:
+        raise TaskError(f"example of sentence {example.sentence} has no span2, which the task's other examples have")
+    return (example.span1, example.span2)
 
 
 def span_index(task: EdgeTask, sentence_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -21,7 +30,7 @@ def span_index(task: EdgeTask, sentence_offsets: np.ndarray) -> tuple[np.ndarray
     """
     offsets = np.asarray(sentence_offsets, dtype=np.int64)
     n_spans = task.n_spans
-    spans = [(e.span1,) if n_spans == 1 else (e.span1, e.span2) for e in task.examples]
+    spans = [example_spans(e, n_spans) for e in task.examples]
     longest = max(end - start for sp in spans for start, end in sp)
     tokens = np.zeros((len(spans), n_spans, longest), dtype=np.int64)
     mask = np.zeros((len(spans), n_spans, longest), dtype=bool)
@@ -66,13 +75,13 @@ class SpanFeatures:
         self.feats = feats.to(device)
         self.tokens = torch.as_tensor(tokens, device=device)
         self.mask = torch.as_tensor(mask, device=device)
+        self.mean: torch.Tensor | None = None  # [L,1,1,1,D] when standardising
+        self.scale: torch.Tensor | None = None
         if standardize:
             used = torch.unique(self.tokens[self.mask])
             sample = self.feats[:, used]
             self.mean = sample.mean(1, keepdim=True)[:, :, None, None, :]  # [L,1,1,1,D]
             self.scale = 1.0 / (sample.std(1, keepdim=True)[:, :, None, None, :] + 1e-6)
-        else:
-            self.mean = self.scale = None
         self.cached: torch.Tensor | None = None
         self.cached_lowp: torch.Tensor | None = None  # low-precision copy of ``cached``, made once
         L, D = self.feats.shape[0], self.feats.shape[2]
@@ -86,7 +95,7 @@ class SpanFeatures:
 
     def _gather(self, idx: torch.Tensor) -> torch.Tensor:
         g = self.feats[:, self.tokens[idx]]
-        if self.mean is not None:
+        if self.mean is not None and self.scale is not None:
             g = (g - self.mean) * self.scale
         return g
 
@@ -103,7 +112,8 @@ class SpanFeatures:
         """Features ``[L, B, S, M, D]`` and mask ``[B, S, M]`` of examples ``idx`` (float32, or
         ``dtype`` when given)."""
         if self.cached is not None:
-            source = self.cached if dtype in (None, torch.float32) else self.low_precision(dtype)
+            source = self.cached if dtype is None or dtype == torch.float32 else self.low_precision(dtype)
+            assert source is not None  # cached, so its low-precision copy exists too
             return source.index_select(1, idx), self.mask[idx]
         g = self._gather(idx)
         return (g if dtype is None else g.to(dtype)), self.mask[idx]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -120,7 +121,7 @@ def fit_joint(
 # --- minibatch Adam -------------------------------------------------------------------------------
 
 
-def _fused(device: torch.device) -> dict[str, bool]:
+def _fused(device: torch.device) -> dict[str, Any]:
     """``fused=True`` for Adam where torch has the fused kernel (one pass over all parameters
     instead of a dozen ops per tensor: the update dominates small probes' steps on a CPU)."""
     return {"fused": True} if device.type in ("cpu", "cuda") else {}

@@ -28,7 +28,7 @@ from bertology.probes.probing.edge import (
     summarise,
 )
 from bertology.probes.probing.mdl import online_codelength
-from bertology.probes.probing.tasks import EdgeTask, build_task, read_jsonl
+from bertology.probes.probing.tasks import EdgeTask, TaskError, build_task, read_jsonl
 from bertology.runs import StudyContext, model_corpus_store
 from bertology.uncertainty import is_small_sample
 
@@ -115,6 +115,8 @@ def corpus_for_task_file(task: EdgeTask) -> Any:
     """A word-only ``Corpus`` holding a JSONL task's own sentences (so the store can embed them)."""
     from bertology.corpus import Corpus, Sentence
 
+    if task.words is None:
+        raise TaskError(f"task {task.name!r} brings no sentences of its own (not a JSONL task file)")
     sentences = [Sentence(sent_id=f"{task.name}-{i}", words=list(w)) for i, w in enumerate(task.words)]
     return Corpus(task.name, sentences, {"words": task.source})
 

@@ -42,7 +42,7 @@ def planted_task(
     """
     rng = np.random.default_rng(seed)
     signal_layers = {n_layers // 2: 2.0} if signal_layers is None else signal_layers
-    lengths = []
+    lengths: list[int] = []
     while sum(lengths) < n_words:
         lengths.append(int(rng.integers(5, 15)))
     lengths[-1] -= sum(lengths) - n_words
