@@ -188,61 +188,40 @@ def attention_heatmap(
 
 
 def head_view(
-    words: Sequence[str], matrix: Any, title: str, threshold: float = 0.05, targets: Sequence[str] | None = None
+    words: Sequence[str],
+    matrix: Any,
+    title: str,
+    threshold: float = 0.05,
+    targets: Sequence[str] | None = None,
+    first_row: int = 0,
+    highlight: int | None = None,
 ) -> go.Figure:
-    """bertviz-style head view drawn offline: each attending word (left) is linked to the words it
-    attends to (right), line width and opacity proportional to the weight (weights below
-    ``threshold`` are not drawn). ``matrix``: ``[words, targets]`` (``targets``: the attended
-    units when they differ from ``words``, e.g. the words with the special tokens)."""
+    """bertviz-style head view drawn offline: the same units in both columns (``targets``, else
+    ``words``), each attending unit (left) linked to the units it attends to (right), line width and
+    opacity proportional to the weight (weights below ``threshold`` are not drawn), so a head that
+    looks at the previous unit draws lines one step up. ``matrix``: ``[words, targets]``; the
+    attending ``words`` are the consecutive ``targets`` from position ``first_row`` on (word units:
+    1, after the first special token, which with the other special tokens attends nowhere here and
+    shows grey on the left). Hovering a unit lists where its attention goes (left) or comes from
+    (right); ``highlight``: a row whose lines are drawn in orange over the others, faded. Each line
+    is its own trace (``customdata``: ``[row, column, weight]``); the labels are the last two traces
+    (``customdata``: the row, left; the column, right)."""
     matrix = np.asarray(matrix, dtype=float)
-    shown = [esc(w) for w in words]
-    right = shown if targets is None else [esc(w) for w in targets]
+    right = [esc(w) for w in (words if targets is None else targets)]
+    n, m = matrix.shape
     fig = go.Figure()
-    n, m = len(shown), len(right)
-    for i in range(n):
-        for j in range(m):
-            w = matrix[i, j]
-            if w > threshold:
-                fig.add_trace(
-                    go.Scatter(
-                        x=[0, 1],
-                        y=[-i, -j],
-                        mode="lines",
-                        hoverinfo="text",
-                        hovertext=f"{shown[i]} → {right[j]}: {w:.2f}",
-                        line=dict(width=1 + 8 * w, color=f"rgba(31,119,180,{min(1.0, 0.1 + w):.2f})"),
-                        showlegend=False,
-                    )
-                )
-    fig.add_trace(
-        go.Scatter(
-            x=[0] * n,
-            y=[-i for i in range(n)],
-            mode="text",
-            text=shown,
-            textposition="middle left",
-            hoverinfo="skip",
-            showlegend=False,
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=[1] * m,
-            y=[-i for i in range(m)],
-            mode="text",
-            text=right,
-            textposition="middle right",
-            hoverinfo="skip",
-            showlegend=False,
-        )
-    )
-    n = max(n, m)
+    for i, j in zip(*np.nonzero(matrix > threshold)):
+        fig.add_trace(_head_view_line(int(i), int(j), float(matrix[i, j]), first_row, highlight, right))
+    rows = dict(zip(range(first_row, first_row + n), range(n)))
+    fig.add_trace(_head_view_labels(right, 0, "middle left", [rows.get(p, -1) for p in range(m)], matrix, right))
+    fig.add_trace(_head_view_labels(right, 1, "middle right", list(range(m)), matrix.T, right, first_row))
     fig.update_layout(
         title=esc(title),
-        height=max(320, 26 * n + 80),
+        height=max(320, 26 * m + 80),
         plot_bgcolor="white",
-        xaxis=dict(visible=False, range=[-0.9, 1.9]),
-        yaxis=dict(visible=False, range=[-n + 0.5, 0.7]),
+        hovermode="closest",
+        xaxis=dict(visible=False, range=[-0.9, 1.9], fixedrange=True),
+        yaxis=dict(visible=False, range=[-m + 0.5, 0.7], fixedrange=True),
         annotations=[
             dict(x=0, y=0.9, text="attending", showarrow=False, xanchor="right"),
             dict(x=1, y=0.9, text="attended", showarrow=False, xanchor="left"),
@@ -252,19 +231,88 @@ def head_view(
     return fig
 
 
+def _head_view_line(i: int, j: int, w: float, first_row: int, highlight: int | None, labels: list[str]) -> go.Scatter:
+    """One line of :func:`head_view`: attending row ``i`` (drawn at position ``first_row + i``) to
+    column ``j``, weight ``w``; faded when another row is highlighted, orange when this one is."""
+    lit, faded = highlight == i, highlight is not None and highlight != i
+    colour = "255,127,14" if lit else "31,119,180"
+    alpha = 0.06 if faded else min(1.0, 0.1 + w)
+    return go.Scatter(
+        x=[0, 1],
+        y=[-(first_row + i), -j],
+        mode="lines",
+        customdata=[[i, j, w]] * 2,
+        hoverinfo="text",
+        hovertext=f"{labels[first_row + i]} → {labels[j]}: {w:.2f}",
+        line=dict(width=1 + 8 * w, color=f"rgba({colour},{alpha:.2f})"),
+        showlegend=False,
+    )
+
+
+def _head_view_labels(
+    labels: list[str], x: int, position: str, ids: list[int], weights: np.ndarray, names: list[str], offset: int = 0
+) -> go.Scatter:
+    """One column of :func:`head_view`'s labels, with a hover listing each unit's strongest links
+    (``weights``: ``[ids, names]``, row ``ids[k]`` for label ``k``; -1: a unit with no row, grey)."""
+    hover = []
+    for k, row in enumerate(ids):
+        if row < 0:
+            hover.append(f"{labels[k]}: not an attending unit here")
+            continue
+        order = np.argsort(-weights[row])[:5]
+        links = [f"{names[c + offset]} {weights[row, c]:.2f}" for c in order if weights[row, c] > 0.005]
+        arrow = "→" if x == 0 else "←"
+        hover.append(f"{labels[k]} {arrow} " + (", ".join(links) or "nothing above 0.005"))
+    return go.Scatter(
+        x=[x] * len(labels),
+        y=[-k for k in range(len(labels))],
+        mode="markers+text",
+        text=labels,
+        textposition=position,
+        textfont=dict(color=["#999999" if r < 0 else "#222222" for r in ids]),
+        marker=dict(size=9, color=["#dddddd" if r < 0 else "#1f77b4" for r in ids]),
+        customdata=ids,
+        hoverinfo="text",
+        hovertext=hover,
+        showlegend=False,
+    )
+
+
 # --------------------------------------------------------------------------- curves and axes
 
 
-def line_with_band(df: pd.DataFrame, x: str, color: str, title: str, y_title: str) -> go.Figure:
+CATEGORY_PALETTE = px.colors.qualitative.Plotly
+
+
+def category_colours(names: Any) -> dict[str, str]:
+    """One colour per name (task, method, mode...) from the sorted list of distinct ``names``, so a
+    name keeps its colour on every chart of a page that builds its map from the same names. Keys:
+    each name as given and as :func:`esc` writes it (what the charts' legends hold)."""
+    distinct = sorted({str(n) for n in names})
+    colours = {name: CATEGORY_PALETTE[k % len(CATEGORY_PALETTE)] for k, name in enumerate(distinct)}
+    return colours | {esc(name): colour for name, colour in colours.items()}
+
+
+def line_with_band(
+    df: pd.DataFrame,
+    x: str,
+    color: str,
+    title: str,
+    y_title: str,
+    colours: dict[str, str] | None = None,
+    x_title: str | None = None,
+) -> go.Figure:
     """One line per value of ``color`` over ``x`` with a shaded 95% band.
 
     ``df``: ``[x], [color], mean`` and the band as ``low, high`` (or, without them, ``mean ± ci95``):
-    a :func:`bertology.results.mean_ci` or :func:`bertology.apps.pages.probing.interval_bands` table."""
+    a :func:`bertology.results.mean_ci` or :func:`bertology.apps.pages.probing.interval_bands` table.
+    ``colours``: name -> colour (default :func:`category_colours` of the names drawn); ``x_title``:
+    the x axis title (default ``x``)."""
     fig = go.Figure()
-    palette = px.colors.qualitative.Plotly
-    for k, (name, part) in enumerate(df.groupby(color)):
+    colours = colours or category_colours(df[color])
+    for name, part in df.groupby(color):
         part = part.sort_values(x)
-        c = palette[k % len(palette)]
+        c = colours.get(str(name), "#7f7f7f")
         high = part["high"] if "high" in part else part["mean"] + part["ci95"]
         low = part["low"] if "low" in part else part["mean"] - part["ci95"]
         fig.add_trace(
@@ -280,7 +328,7 @@ def line_with_band(df: pd.DataFrame, x: str, color: str, title: str, y_title: st
             )
         )
         fig.add_trace(go.Scatter(x=part[x], y=part["mean"], mode="lines+markers", name=esc(name), line=dict(color=c)))
-    fig.update_layout(title=esc(title), xaxis_title=x, yaxis_title=esc(y_title), height=420)
+    fig.update_layout(title=esc(title), xaxis_title=esc(x_title or x), yaxis_title=esc(y_title), height=420)
     return fig
 
 

@@ -7,6 +7,8 @@ Nothing shown on a page carries an absolute machine path: :func:`clean` rewrites
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import re
 from pathlib import Path
@@ -15,7 +17,30 @@ from typing import Any
 import pandas as pd
 
 from bertology import paths
-from bertology.results import ResultError, read_manifest
+from bertology.results import ResultError
+from bertology.results import read_manifest as read_manifest_file
+
+
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    """``(modification time in ns, size)`` of a file, None when it cannot be read: the key under
+    which what was read from it is kept (a rewritten file is read again)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def read_manifest(run: Path) -> dict[str, Any]:
+    """A run's manifest (:func:`bertology.results.read_manifest`, the same errors), read from disk
+    again only when ``manifest.json`` changes: every rerun of a page lists, describes and opens the
+    same runs. A copy: the caller may change it."""
+    return copy.deepcopy(_cached_manifest(str(run), file_stamp(Path(run) / "manifest.json")))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_manifest(run: str, stamp: tuple[int, int] | None) -> dict[str, Any]:
+    return read_manifest_file(run)  # an error is raised, not kept: the next call reads again
 
 
 def results_root() -> Path:
@@ -95,6 +120,51 @@ def is_complete(run: Path) -> bool:
 
 HIDDEN_HINT = "remove stopped ones with `bertology study clean --yes`"
 
+QUICKSTART = ("bertology study run quickstart", "about 5 minutes on 2 CPU cores")
+"""The README's main job and its time: it fills every page whose study is in :data:`QUICKSTART_STUDIES`."""
+QUICKSTART_STUDIES = (
+    "head_types",
+    "edge_probing",
+    "structural_probe",
+    "contextuality",
+    "alignment",
+    "finetuning",
+    "emergence",
+    "pruning",
+)
+"""The studies ``bertology study run quickstart`` runs (its ``studies`` and ``second_model_studies``)."""
+FILL_COMMANDS: dict[str, tuple[str, str]] = {
+    "feature_combinations": (
+        "bertology study run feature_combinations --config studies/configs/tour/feature_combinations.yaml",
+        "about 6 minutes on 2 cores: 6.2 CPU-minutes measured",
+    ),
+    "compression": (
+        "bertology study run compression --config studies/configs/quickstart/compression.yaml",
+        "about 15 minutes on 2 cores, estimated: over 14 CPU-minutes here, to its pruning curves",
+    ),
+    "patching": (
+        "bertology study run patching --config studies/configs/patching.yaml",
+        "a few minutes on 2 cores: 3.7 CPU-minutes measured for its 120 minimal pairs on minilm-english-mlm",
+    ),
+    "semantic_change": (
+        "bash scripts/setup.sh --with-pretraining-corpus && "
+        "bertology study run semantic_change --config studies/configs/quickstart/semantic_change.yaml",
+        "the download about a minute, once; the run about a minute on 2 cores: 0.75 CPU-minutes measured",
+    ),
+}
+"""Per study the quickstart does not run, the one command that makes a small run of it (from the
+repository's folder) and its time as measured (the only source of these, for the pages' empty
+states; tests check that each command's study and config exist)."""
+
+
+def how_to_fill(study: str) -> str:
+    """The sentence an empty page shows: the one command that makes a run of ``study``, and its time."""
+    command, took = FILL_COMMANDS.get(study, QUICKSTART if study in QUICKSTART_STUDIES else (None, ""))
+    if command is None:
+        return f"Run `bertology study run {study}`."
+    return f"Run `{command}` ({took}), then reload this page."
+
+
 _SECOND_MODEL_RUN = re.compile(r"(?P<study>quickstart|tour)-.+-seed(?P<seed>\d+)")
 
 
@@ -125,6 +195,43 @@ def model_name(manifest: dict[str, Any]) -> str | None:
     return None if model is None else str(model)
 
 
+def run_model(manifest: dict[str, Any]) -> str | None:
+    """The model of a run: the manifest's (:func:`model_name`), else its config's ``model`` (a
+    fine-tuning study records its model in the config only), else None."""
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    return model_name(manifest) or (str(config["model"]) if config.get("model") else None)
+
+
+_LIMIT_SUFFIX = re.compile(r"\[:\d+\]$")
+
+
+def corpus_label(manifest: dict[str, Any]) -> str | None:
+    """The corpus of a run as a label: its name with the number of sentences it really held
+    (``mine (30 sentences)``, not ``mine[:1500]``, the limit asked of a 30-sentence file); the
+    name alone where the manifest does not say how many; None where it names no corpus."""
+    corpus = manifest.get("corpus")
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    name = corpus.get("name") if isinstance(corpus, dict) else config.get("corpus")
+    if not name:
+        return None
+    count = corpus.get("sentences") if isinstance(corpus, dict) else None
+    if isinstance(count, int) and not isinstance(count, bool):
+        return f"{_LIMIT_SUFFIX.sub('', str(name))} ({count:,} sentences)"
+    return str(name)
+
+
+NOT_RECORDED = "not recorded"
+
+
+def machine_summary(manifest: dict[str, Any]) -> str:
+    """The one-line machine a run was computed on (its manifest's ``machine.summary``, e.g. "Intel
+    Xeon (AVX-512), 2 cores, cpu, float32"), or :data:`NOT_RECORDED` for a run made before the
+    manifest carried it (or with an unreadable entry)."""
+    machine = manifest.get("machine")
+    summary = machine.get("summary") if isinstance(machine, dict) else None
+    return clean(summary) if isinstance(summary, str) and summary.strip() else NOT_RECORDED
+
+
 def describe(run: Path) -> str:
     """``study/run · model · corpus · tasks · probe`` for a run picker: what tells two runs apart,
     each part only when the manifest says it (the corpus as the run named it, ``[:N]`` included)."""
@@ -133,11 +240,10 @@ def describe(run: Path) -> str:
     except ResultError:
         return run_label(run) + " · (unreadable)"
     config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
-    corpus = manifest.get("corpus")
-    corpus_name = corpus.get("name") if isinstance(corpus, dict) else config.get("corpus")
+    corpus_name = corpus_label(manifest)
     tasks = config.get("tasks") or config.get("task")
     parts = [
-        model_name(manifest) or (str(config["model"]) if config.get("model") else None),
+        run_model(manifest),
         clean(corpus_name) if corpus_name else None,
         ",".join(map(str, tasks)) if isinstance(tasks, list) else (str(tasks) if tasks else None),
         f"{config['probe']} probe" if config.get("probe") else None,
@@ -147,8 +253,9 @@ def describe(run: Path) -> str:
 
 
 def runs_overview(runs: list[Path]) -> pd.DataFrame:
-    """One row per run: ``study, run, seed, model, tables, seconds, status``; a run whose manifest
-    cannot be read has only ``study, run`` and ``status = "unreadable: <why>"``."""
+    """One row per run: ``study, run, seed, model, machine, tables, seconds, status`` (``model``:
+    :func:`run_model`; ``machine``: :func:`machine_summary`); a run whose manifest cannot be read
+    has only ``study, run`` and ``status = "unreadable: <why>"``."""
     rows = []
     for r in runs:
         try:
@@ -159,7 +266,8 @@ def runs_overview(runs: list[Path]) -> pd.DataFrame:
                     "study": r.parent.name,
                     "run": r.name,
                     "seed": None if m.get("seed") is None else str(m.get("seed")),
-                    "model": model_name(m),
+                    "model": run_model(m),
+                    "machine": machine_summary(m),
                     "tables": ", ".join(map(str, tables)) if isinstance(tables, list) else clean(tables or ""),
                     "seconds": m.get("wall_seconds") if isinstance(m.get("wall_seconds"), (int, float)) else None,
                     "status": "complete",

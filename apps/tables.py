@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from bertology.results import mean_ci
@@ -107,6 +108,165 @@ def search_rows(df: pd.DataFrame, text: str | None) -> pd.DataFrame:
     for c in columns:
         hit |= df[c].astype(str).str.contains(text, case=False, regex=False, na=False)
     return df[hit]
+
+
+# --------------------------------------------------------------------------- tables as a paper prints them
+
+NO_VALUE = "–"
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return value is None or bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def format_number(value: Any, digits: int = 3) -> str:
+    """One number as printed: ``digits`` decimals (one above 100, with thousands separators),
+    integers whole; ``"–"`` for a missing value."""
+    if _missing(value):
+        return NO_VALUE
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1e3):
+        return f"{int(value):,}"
+    value = float(value)
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.{digits}f}"
+
+
+def format_percent(share: Any, digits: int = 1) -> str:
+    """A share in [0, 1] as a percentage: ``0.9213`` -> ``"92.1%"``; ``"–"`` when missing."""
+    return NO_VALUE if _missing(share) else f"{100 * float(share):.{digits}f}%"
+
+
+def format_count(n: Any) -> str:
+    """A sample size with thousands separators: ``1296`` -> ``"1,296"``; ``"–"`` when missing."""
+    return NO_VALUE if _missing(n) else f"{int(n):,}"
+
+
+def format_p(p: Any) -> str:
+    """A p-value: ``"< 0.001"`` below it, else three decimals; ``"–"`` when missing."""
+    if _missing(p):
+        return NO_VALUE
+    return "< 0.001" if float(p) < 0.001 else f"{float(p):.3f}"
+
+
+NO_INTERVAL = "no interval"
+
+
+def format_interval(mean: Any, low: Any, high: Any, digits: int = 3, percent: bool = False) -> str:
+    """An estimate with its interval as a paper prints it: ``0.921 [0.862, 0.978]`` (``percent``:
+    ``92.1% [86.2, 97.8]``). Missing bounds (one seed, one sentence) -> ``0.921 (no interval)``;
+    a missing estimate -> ``"–"``."""
+    if _missing(mean):
+        return NO_VALUE
+    ends = [b for b in (low, high) if not _missing(b)]
+    if percent:
+        shown, bounds = (
+            format_percent(mean, max(digits - 2, 0)),
+            [f"{100 * float(b):.{max(digits - 2, 0)}f}" for b in ends],
+        )
+    else:
+        shown, bounds = format_number(mean, digits), [format_number(b, digits) for b in ends]
+    return f"{shown} [{bounds[0]}, {bounds[1]}]" if len(bounds) == 2 else f"{shown} ({NO_INTERVAL})"
+
+
+# The estimate a bare ``low, high`` pair belongs to: the first of these a table has.
+INTERVAL_ESTIMATES = (
+    "difference",
+    "A − B",
+    "value",
+    "score",
+    "accuracy",
+    "uas",
+    "mean",
+    "estimate",
+    "removable_share",
+    "change",
+)
+COUNT_NAMES = ("n", "count", "heads_pruned", "examples", "iterations")
+P_NAMES = ("p", "p_value", "mcnemar_p")
+INDEX_NAMES = ("layer", "head", "offset", "step", "seed", "rank", "k", "iteration", "epoch")
+
+
+def interval_columns(columns: Sequence[str]) -> list[tuple[str, str, str]]:
+    """``(estimate, low, high)`` column triples of a table: ``<x>_low, <x>_high`` with the estimate
+    ``<x>_score``, ``<x>_accuracy`` or ``<x>`` (``best_layer_low`` belongs to ``best_layer_score``),
+    and a bare ``low, high`` with the first of :data:`INTERVAL_ESTIMATES` present."""
+    present, out = set(columns), []
+    for column in columns:
+        if column.endswith("_low") and f"{column[:-4]}_high" in present:
+            stem = column[:-4]
+            estimate = next((c for c in (f"{stem}_score", f"{stem}_accuracy", stem) if c in present), None)
+            if estimate is not None:
+                out.append((estimate, column, f"{stem}_high"))
+    if {"low", "high"} <= present:
+        estimate = next((c for c in INTERVAL_ESTIMATES if c in present), None)
+        if estimate is not None:
+            out.append((estimate, "low", "high"))
+    return out
+
+
+def is_count(column: str) -> bool:
+    """A column that holds a sample size (``n``, ``n_test``, ``test_items``, ``n_sentences``...)."""
+    return (
+        column in COUNT_NAMES
+        or column.startswith(("n_", "params_"))
+        or column.endswith(("_items", "_examples", "_sentences"))
+    )
+
+
+def is_share(column: str, percent: Sequence[str] = ()) -> bool:
+    """A column shown as a percentage: named in ``percent`` or a ``share`` (``changed_share``...)."""
+    return column in percent or column == "share" or column.endswith("_share") or column.startswith("share_")
+
+
+def paper_table(
+    df: pd.DataFrame, digits: int = 3, percent: Sequence[str] = (), drop: Sequence[str] = ()
+) -> pd.DataFrame:
+    """``df`` as a paper prints it (text cells, for display only; the result files stay raw): each
+    estimate with its interval in one cell, ``"0.921 [0.862, 0.978]"``, under ``"<estimate> [95%
+    CI]"`` (:func:`interval_columns`; the bounds' columns go); shares (:func:`is_share`) as
+    percentages; sample sizes (:func:`is_count`) with thousands separators; p-values as ``"<
+    0.001"``; other numbers at ``digits`` decimals; booleans yes / no; missing values ``"–"``.
+    A ``mean, ci95`` pair (:func:`bertology.results.mean_ci`) is an interval too. ``drop``: columns
+    left out."""
+    out = df.drop(columns=[c for c in drop if c in df.columns]).copy()
+    out.columns = [str(c) for c in out.columns]
+    if {"mean", "ci95"} <= set(out.columns) and not {"low", "high"} & set(out.columns):  # mean ± ci95
+        out = out.assign(low=out["mean"] - out["ci95"], high=out["mean"] + out["ci95"]).drop(columns=["ci95"])
+    for estimate, low, high in interval_columns(list(out.columns)):
+        as_percent = is_share(estimate, percent)
+        out[estimate] = [
+            format_interval(m, lo, hi, digits, as_percent) for m, lo, hi in zip(out[estimate], out[low], out[high])
+        ]
+        out = out.drop(columns=[low, high]).rename(columns={estimate: f"{estimate} [95% CI]"})
+    for column in out.columns:
+        values = out[column]
+        if column.endswith(" [95% CI]") or not (
+            pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values)
+        ):
+            continue
+        if pd.api.types.is_bool_dtype(values):
+            out[column] = values.map(format_number)
+        elif column in P_NAMES:
+            out[column] = values.map(format_p)
+        elif is_share(column, percent):
+            out[column] = values.map(format_percent)
+        elif is_count(column):
+            out[column] = values.map(format_count)
+        elif pd.api.types.is_float_dtype(values) and column.endswith(INDEX_NAMES) and _whole(values):  # with gaps
+            out[column] = values.map(lambda v: NO_VALUE if _missing(v) else str(int(v)))
+        elif pd.api.types.is_float_dtype(values):
+            out[column] = values.map(lambda v: format_number(v, digits))
+    return out
+
+
+def _whole(values: pd.Series) -> bool:
+    """Every present value is a whole number (a float column of integers with missing values)."""
+    present = values.dropna()
+    return bool(len(present)) and bool((present == present.round()).all())
 
 
 # --------------------------------------------------------------------------- what the measures mean

@@ -21,24 +21,36 @@ from bertology.apps.locations import (
     clean_json,
     default_run_index,
     describe,
+    file_stamp,
     find_runs,
+    how_to_fill,
+    read_manifest,
     run_label,
     shown_root,
     split_runs,
 )
-from bertology.apps.tables import comparison_mismatches, search_rows
-from bertology.results import ResultError, read_extra, read_manifest, read_table
+from bertology.apps.tables import comparison_mismatches, paper_table, search_rows
+from bertology.results import ResultError, read_extra, read_table
 
 PROVENANCE = ("study", "run_id", "seed", "config", "model", "corpus", "wall_seconds", "git_commit", "packages")
 
 
 def load_table(run: Path, name: str) -> pd.DataFrame | None:
-    """A run's table, or None with a warning when it is missing or corrupt."""
+    """A run's table, or None with a warning when it is missing or corrupt. Read from disk once per
+    version of the file (:func:`cached_table`), not on every rerun of the page."""
+    path = run / f"{name}.parquet"
     try:
-        return read_table(run, name)
+        return cached_table(str(run), name, file_stamp(path))
     except ResultError as exc:
         st.warning(clean(exc))
         return None
+
+
+@st.cache_data(max_entries=512, show_spinner=False)
+def cached_table(run: str, name: str, stamp: tuple[int, int] | None) -> pd.DataFrame:
+    """:func:`bertology.results.read_table`, kept per ``stamp`` (the file's modification time and
+    size: a rewritten table is read again); an error is raised, not kept. Each call returns a copy."""
+    return read_table(Path(run), name)
 
 
 def optional_table(run: Path, name: str) -> pd.DataFrame | None:
@@ -98,10 +110,7 @@ def pick_run(study: str, key: str, label: str = "run") -> Path | None:
             f"{len(hidden)} incomplete or unreadable `{study}` run(s) hidden (listed on the Runs page); {HIDDEN_HINT}"
         )
     if not runs:
-        st.info(
-            f"No complete `{study}` runs under {shown_root()}. Run `bertology study run {study}` "
-            f"(or `bertology study run quickstart`)."
-        )
+        st.info(f"No complete `{study}` runs under {shown_root()}. {how_to_fill(study)}")
         return None
     choice = st.selectbox(label, runs, key=key, format_func=describe, index=default_run_index(runs))
     try:
@@ -147,10 +156,10 @@ def pick_other(study: str, run: Path, key: str) -> Path | None:
     return choice
 
 
-def searchable_table(df: pd.DataFrame, key: str, what: str, shown: int | None = None) -> None:
+def searchable_table(df: pd.DataFrame, key: str, what: str, shown: int | None = None, paper: bool = False) -> None:
     """A table with a search box above it (``tables.search_rows``: any text column contains the
     typed text, case-insensitive) and a line saying how many rows match; ``shown``: at most that
-    many rows are drawn."""
+    many rows are drawn; ``paper``: drawn as a paper prints it (``tables.paper_table``)."""
     text = st.text_input(f"search {what}", key=key, placeholder="a word (any column)")
     found = search_rows(df, text)
     drawn = found if shown is None else found.head(shown)
@@ -159,4 +168,4 @@ def searchable_table(df: pd.DataFrame, key: str, what: str, shown: int | None = 
         + (" match the search" if text.strip() else "")
         + (f"; the first {len(drawn)} shown" if len(drawn) < len(found) else "")
     )
-    st.dataframe(drawn, width="stretch", hide_index=True)
+    st.dataframe(paper_table(drawn) if paper else drawn, width="stretch", hide_index=True)

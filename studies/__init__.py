@@ -102,7 +102,8 @@ def run_study(
     inputs = {**input_fingerprints(config), **analysis_inputs(module.run, config, f"{name}: {source}")}
     run_id = run_id or f"{config_hash(config, seed, inputs)[:10]}-seed{seed}"
     run_dir = paths.run_dir(results_root or paths.results_dir(), name, run_id)
-    return run_analysis(
+    before = _manifest_time(run_dir)
+    run_dir = run_analysis(
         name,
         module.DESCRIPTION,
         module.run,
@@ -114,3 +115,17 @@ def run_study(
         log=log,
         inputs=inputs,
     )
+    if before is not None and _manifest_time(run_dir) == before:  # found complete, not recomputed
+        from bertology.studies._summaries import summary_lines
+
+        for line in summary_lines(name, run_dir):
+            log(line)
+    return run_dir
+
+
+def _manifest_time(run_dir: Path) -> int | None:
+    """When a run folder's manifest was last written (ns), None when it has none."""
+    try:
+        return (Path(run_dir) / "manifest.json").stat().st_mtime_ns
+    except OSError:
+        return None

@@ -8,13 +8,17 @@
   (parameters, time) -- :func:`bertology.probes.heads.analysis.prune_on_task` on
   :func:`bertology.probes.heads.pruning.classifier_task`.
 - **Magnitude lottery tickets** (Frankle & Carbin 2019; Chen et al. 2020), when ``lottery_rounds`` > 0:
-  iterative magnitude pruning of the encoder's weight matrices with rewinding to the pre-trained
-  weights, each round's ticket against a random mask of the same sparsity, paired on the same test
-  examples (:func:`bertology.finetuning.lottery.magnitude_lottery`).
+  iterative magnitude pruning of the encoder's weight matrices (and, with Chen et al.'s schedule, the
+  default ``lottery_schedule: chen2020``, the pooler's: 10% of the original weights a round) with
+  rewinding to the pre-trained weights, each round's ticket against a random mask of the same
+  sparsity, paired on the same test examples (:func:`bertology.finetuning.lottery.magnitude_lottery`).
 - **Structured lottery tickets** (Prasanna et al. 2020), when ``structured_seeds`` is not empty: per
   seed the "good" sub-network (heads and FFN blocks pruned by importance until the dev metric falls
-  below 90% of full) retrained from the pre-trained weights against a random and a "bad" sub-network
-  of the same size, paired on the same test examples; which heads and blocks survive in every seed.
+  below 90% of full, as their released code does by default: per-layer normalised head importance,
+  then heads only, then blocks only) retrained from the pre-trained weights against a random
+  (Bernoulli) and a "bad" sub-network (good's removed components kept, as many of its survivors
+  removed), paired on the same test examples; which heads and blocks survive in every seed. The
+  ``structured_*`` options keep the earlier choices by name (docs/METHODS.md).
 - **Post-training quantization** of the same classifier: real dynamic int8 and simulated 8- to 2-bit
   weights, test accuracy with intervals and the paired difference to float32, size, forward time
   (:func:`bertology.probes.compression.task_quantization`); and of the pretrained encoder, a linear POS
@@ -42,9 +46,11 @@ import pandas as pd
 from bertology import paths
 from bertology.errors import ConfigError
 from bertology.finetuning.config import BUILTIN_TASKS, MODES, names_a_task
+from bertology.finetuning.lottery import LOTTERY_SCHEDULES
 from bertology.probes.heads.analysis import PRUNING_METHODS
+from bertology.probes.heads.pruning import BAD_SUBNETWORKS, RANDOM_SUBNETWORKS, SUBNETWORK_KINDS
 from bertology.runs import StudyContext
-from bertology.validation import Rule, add_study_rules
+from bertology.validation import CROSS_FIELD_RULES, Rule, add_study_rules
 
 DESCRIPTION = (
     "Compression of a fine-tuned model: Michel et al.'s head pruning on the task's loss and accuracy "
@@ -93,13 +99,22 @@ DEFAULTS: dict[str, Any] = {
     ],  # [] = no quantization table
     "lottery_rounds": 0,  # magnitude lottery tickets: rounds of iterative magnitude pruning with rewinding
     # (0 = none; 6 rounds of 0.2 reach 74% sparsity: 13 fine-tunes)
-    "lottery_prune_share": 0.2,  # share of the remaining encoder weights removed each round
+    "lottery_schedule": "chen2020",  # chen2020: each round removes lottery_prune_share of the *original*
+    # prunable weights, the pooler's included (Chen et al.'s LT_glue.py); frankle_remaining: that share of
+    # the weights still kept, encoder layers only (the workbench's earlier schedule)
+    "lottery_prune_share": 0.1,  # per round (chen2020: 0.1 -> 10%, 20%, ... 90% sparsity)
     "lottery_scope": "global",  # global: smallest |w| over every matrix at once (Chen et al. 2020);
     # per_matrix: that share of each matrix (layer-wise), random baseline likewise
     "structured_seeds": [],  # structured lottery tickets (Prasanna et al. 2020), one fine-tune + good / random /
     # bad sub-networks retrained per seed ([] = none; e.g. [0, 1, 2])
     "structured_keep": 0.9,  # prune heads and FFN blocks until the dev metric falls below this share of full
     "structured_head_step": 0.1,  # share of all heads removed at each step (with one FFN block)
+    "structured_normalise_per_layer": True,  # rank heads on importance ℓ2-normalised per layer (their code)
+    "structured_continue_phases": True,  # after the joint phase, heads only (half step), then FFN blocks only
+    "structured_bad": "random_complement",  # random_complement: keep what good removed, remove as many of its
+    # survivors at random (their code); most_important: remove the most important on the unpruned model
+    "structured_random": "bernoulli",  # bernoulli: each component kept with good's kept share (their code);
+    # exact: exactly as many removed as good
     "probe_sentences": 300,  # sentences of `corpus` for a linear POS probe per layer of the pretrained
     # encoder under each quantization (0 = no quantization_probing table)
     "device": "auto",
@@ -115,7 +130,18 @@ add_study_rules(
         ),
         "task": Rule(f"a built-in task ({', '.join(BUILTIN_TASKS)}) or a task file", names_a_task),
         "mode": Rule(f"a fine-tuning mode ({', '.join(MODES)})", MODES.__contains__),
+        "lottery_schedule": Rule(f"one of {', '.join(LOTTERY_SCHEDULES)}", LOTTERY_SCHEDULES.__contains__),
+        "structured_bad": Rule(f"one of {', '.join(BAD_SUBNETWORKS)}", BAD_SUBNETWORKS.__contains__),
+        "structured_random": Rule(f"one of {', '.join(RANDOM_SUBNETWORKS)}", RANDOM_SUBNETWORKS.__contains__),
     },
+)
+CROSS_FIELD_RULES.append(
+    (
+        ("lottery_schedule", "lottery_rounds", "lottery_prune_share"),
+        lambda c: c["lottery_schedule"] != "chen2020" or c["lottery_rounds"] * c["lottery_prune_share"] < 1 - 1e-9,
+        "lottery_schedule chen2020 removes lottery_prune_share of the original weights every round, so "
+        "lottery_rounds x lottery_prune_share must be < 1",
+    )
 )
 
 
@@ -171,17 +197,16 @@ def run(ctx: StudyContext) -> None:
         )
 
 
-SUBNETWORKS = ("good", "random", "bad")
-
-
 def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
     """Structured lottery tickets (Prasanna et al. 2020, "When BERT Plays the Lottery, All Tickets Are
     Winning"), per seed of ``structured_seeds``: fine-tune the dense model; find the good sub-network
     (:func:`bertology.probes.heads.pruning.structured_prune`: heads and FFN blocks by importance until the
-    dev metric falls below ``structured_keep`` of full); retrain it from the pre-trained weights with the
-    removed components masked, beside a random and a "bad" (most important removed) sub-network of the
-    same size (:func:`bertology.finetuning.masks.structured_masks`); compare them paired on the same test
-    examples; count which heads and blocks survive in every seed's good sub-network."""
+    dev metric falls below ``structured_keep`` of full, ``structured_normalise_per_layer`` and
+    ``structured_continue_phases``); retrain it from the pre-trained weights with the removed components
+    masked, beside a random (``structured_random``) and a "bad" (``structured_bad``) sub-network
+    (:func:`bertology.probes.heads.pruning.matched_components`,
+    :func:`bertology.finetuning.masks.structured_masks`); compare them paired on the same test examples;
+    count which heads and blocks survive in every seed's good sub-network."""
     import dataclasses
 
     from bertology.finetuning import FinetuneConfig, run_finetuning
@@ -228,13 +253,20 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
             dense.description,
         )
         pruning = structured_prune(
-            dense.model, task, head_step=cfg["structured_head_step"], keep=cfg["structured_keep"]
+            dense.model,
+            task,
+            head_step=cfg["structured_head_step"],
+            keep=cfg["structured_keep"],
+            normalise_per_layer=cfg["structured_normalise_per_layer"],
+            continue_phases=cfg["structured_continue_phases"],
         )
         traces.append(pruning.trace.assign(seed=seed))
         shape = pruning.head_importance.shape
         runs = {"dense": dense.run_dir}
-        for kind in SUBNETWORKS:
-            heads, ffn = matched_components(pruning, kind, seed=seed)
+        for kind in SUBNETWORK_KINDS:
+            heads, ffn = matched_components(
+                pruning, kind, seed=seed, bad=cfg["structured_bad"], random=cfg["structured_random"]
+            )
             mask = root / "masks" / f"{kind}-seed{seed}.safetensors"
             if not mask.is_file():
                 save_masks({k: m.cpu() for k, m in structured_masks(dense.model, heads, ffn).items()}, mask)
@@ -259,6 +291,7 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
                     "ffn_removed": len(ffn),
                     **_result(runs[kind]),
                     "run": str(runs[kind].relative_to(ctx.run_dir)),
+                    **_structured_choices(cfg),
                 }
             )
         rows.append(
@@ -269,6 +302,7 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
                 "ffn_removed": 0,
                 **_result(dense.run_dir),
                 "run": paths.relative_if_inside(dense.run_dir, ctx.run_dir),
+                **_structured_choices(cfg),
             }
         )
         good = read_test_predictions(runs["good"])
@@ -299,6 +333,17 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
         "structured_comparison": pd.DataFrame(comparisons),
         "structured_survivors": summary,
         "structured_trace": pd.concat(traces, ignore_index=True),
+    }
+
+
+def _structured_choices(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The options that define the structured sub-networks, one column each in
+    ``structured_subnetworks`` (the table says how it was made without the manifest)."""
+    return {
+        "normalise_per_layer": bool(cfg["structured_normalise_per_layer"]),
+        "continue_phases": bool(cfg["structured_continue_phases"]),
+        "bad_subnetwork": cfg["structured_bad"],
+        "random_mask": cfg["structured_random"],
     }
 
 
@@ -341,6 +386,7 @@ def _lottery(ctx: StudyContext) -> dict[str, pd.DataFrame]:
         ctx.run_dir / "lottery",
         rounds=cfg["lottery_rounds"],
         prune_share=cfg["lottery_prune_share"],
+        schedule=cfg["lottery_schedule"],
         scope=cfg["lottery_scope"],
         dense_run=dense,
         log=ctx.log,

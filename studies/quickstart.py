@@ -1,7 +1,7 @@
 """The main job: the workbench's analyses on the embedded default (MiniLM-L6 + the bundled Brown
 sample) at sizes that fit in about 5 minutes on 2 CPU cores, each as its own study run (so the dashboard
-shows each page): head types, edge probing, contextuality, rotation alignment and a small fine-tuning
-run on MiniLM; Michel's pruning on the MLM loss of the workbench's own English MLM (``second_model``,
+shows each page): head types, edge probing, contextuality, Hewitt & Manning's structural probe,
+rotation alignment and a small fine-tuning run on MiniLM; Michel's pruning on the MLM loss of the workbench's own English MLM (``second_model``,
 shipped with the package); emergence across the small from-scratch ``bert-mini-english`` checkpoints;
 then a pointer to the dashboard. The ``tour`` study runs the same way with every study, at the larger
 sizes of ``configs/tour/``.
@@ -23,7 +23,16 @@ from bertology.studies import default_config_file, run_study
 
 DESCRIPTION = "The main analyses on the embedded default in ~5 minutes on 2 cores (the README's main job)"
 DEFAULTS = {
-    "studies": ["head_types", "edge_probing", "contextuality", "alignment", "finetuning", "emergence"],
+    # structural_probe after contextuality: it probes the 500-sentence store contextuality extracted
+    "studies": [
+        "head_types",
+        "edge_probing",
+        "contextuality",
+        "structural_probe",
+        "alignment",
+        "finetuning",
+        "emergence",
+    ],
     "configs": "quickstart",  # the shipped config variant (studies/configs/quickstart/)
     "second_model": "minilm-english-mlm",  # run `second_model_studies` with this model ("" = skip): the
     # workbench's English MLM (MiniLM-L6 + continued MLM pretraining)

@@ -1,7 +1,8 @@
 """Semantic change between slices of documents chosen by metadata: the State of the Union
 addresses of 1900–1929 against 1990–2021, and Democratic against Republican presidents of
-1950–2021, by default (Hamilton et al. 2016; with document-bootstrap intervals and a
-frequency-matched control, issue 30).
+1950–2021, by default (Hamilton et al. 2016; with document-bootstrap intervals, issue 30, and each
+word tested against its own split-half control, issue 42). Shipped config:
+``configs/semantic_change.yaml``.
 
 The analysis is :func:`bertology.probes.embeddings.analysis.semantic_change_analysis`; the data
 come from ``bash scripts/setup.sh --with-pretraining-corpus`` (or any folder of ``.txt`` files with

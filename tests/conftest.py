@@ -94,15 +94,24 @@ def quickstart_results(tmp_path_factory):
             results_root=root,
             log=lambda m: None,
         )
+        # the structural probe joins the quickstart (not the tour): its tiny run beside the tour's
+        run_study(
+            "structural_probe",
+            config_file=FIXTURES / "tiny_quickstart" / "structural_probe.yaml",
+            run_id="tour-seed0",
+            results_root=root,
+            log=lambda m: None,
+        )
     finally:
         mp.undo()
     # semantic_change needs documents the quickstart does not have offline (the State of the Union
     # addresses come with --with-pretraining-corpus): its page reads a planted run
-    from dashboard_planted import compression_run, finetuning_run, semantic_change_run
+    from dashboard_planted import compression_run, finetuning_run, patching_run, semantic_change_run
 
     semantic_change_run(root)
     finetuning_run(root)  # beside the quickstart's tiny fine-tune, a run with every mode and two seeds
     compression_run(root)  # nor compress a fine-tuned model: the Compression page reads a planted run
+    patching_run(root)  # nor patch the shipped MLM over 120 pairs: the Patching page reads a planted run
     return root
 
 

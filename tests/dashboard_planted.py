@@ -21,8 +21,10 @@ PAGE_TITLES = {
     "Live": "Live: any sentence through any model",
     "Probing": "Edge probing (Tenney et al. 2019)",
     "Feature combinations": "Feature-based combinations (Devlin et al. 2019, Table 7)",
+    "Structural probe": "Structural probe (Hewitt & Manning 2019)",
     "Heads": "Attention heads (Voita et al. 2019, Clark et al. 2019)",
     "Pruning": "Head importance and pruning (Michel et al. 2019, Voita et al. 2019)",
+    "Patching": "Activation patching: where number is carried",
     "Embeddings": "Static vs contextual embeddings (Ethayarajh 2019)",
     "Alignment": "Rotation alignment (Procrustes, self-learning, CSLS)",
     "Semantic change": "Semantic change between slices of documents",
@@ -37,8 +39,10 @@ INTRO_PHRASES = {
     "Live": "Abnar & Zuidema 2020",
     "Probing": "Hewitt & Liang 2019",
     "Feature combinations": "Devlin et al. 2019",
+    "Structural probe": "*A Structural Probe for Finding Syntax in Word Representations*",
     "Heads": "*What Does BERT Look At?*",
     "Pruning": "*Are Sixteen Heads Really Better than One?*",
+    "Patching": "Vig et al. 2020",
     "Embeddings": "Ethayarajh 2019",
     "Alignment": "Conneau et al. 2018",
     "Pretraining": "masked-language-model",
@@ -51,8 +55,10 @@ INTRO_PHRASES = {
 PAGE_STUDIES = {
     "Probing": ("edge_probing", "layer_scores"),
     "Feature combinations": ("feature_combinations", "combinations"),
+    "Structural probe": ("structural_probe", "layer_intervals"),
     "Heads": ("head_types", "head_types"),
     "Pruning": ("pruning", "pruning_curves"),
+    "Patching": ("patching", "head_effects"),
     "Embeddings": ("contextuality", "contextuality"),
     "Alignment": ("alignment", "precision"),
     "Pretraining": ("emergence", "probe_scores"),
@@ -297,6 +303,57 @@ def pruning_run(root: Path, run_id: str = "planted", model: str = "planted-bert"
     )
 
 
+PLANTED_PATCH_HEAD = (1, 2)  # the head the planted patching run finds carrying number: 0.8 [0.7, 0.9]
+
+
+def patching_run(root: Path, run_id: str = "planted", model: str = "planted-bert") -> Path:
+    """A patching run: hidden states 0..2 x roles CLS, subject, verb, SEP (the subject's embedding
+    restores 1.0, the verb's state after layer 2 1.0), 2 layers x 3 heads of which PLANTED_PATCH_HEAD
+    restores 0.8 [0.7, 0.9] over 40 pairs, the rest 0.0 [-0.05, 0.05]."""
+    roles = ["CLS", "subject", "verb", "SEP"]
+    grid = np.array([[0.0, 1.0, 0.0, 0.0], [0.0, 0.6, 0.3, 0.0], [0.0, 0.0, 1.0, 0.0]])
+    layers, order = np.indices(grid.shape)
+    positions = pd.DataFrame(
+        {
+            "template": "all",
+            "layer": layers.ravel(),
+            "role": np.asarray(roles)[order.ravel()],
+            "role_order": np.array([0, 2, 8, 11])[order.ravel()],
+            "restored": grid.ravel(),
+            "low": grid.ravel() - 0.1,
+            "high": grid.ravel() + 0.1,
+            "n_pairs": 40,
+            "pooled": grid.ravel(),
+            "pooled_low": grid.ravel() - 0.1,
+            "pooled_high": grid.ravel() + 0.1,
+        }
+    )
+    positions["carries"] = positions["low"] > 0.1
+    hl, hh = np.indices((2, 3))
+    restored = np.where((hl == PLANTED_PATCH_HEAD[0]) & (hh == PLANTED_PATCH_HEAD[1]), 0.8, 0.0).ravel()
+    heads = pd.DataFrame(
+        {"layer": hl.ravel(), "head": hh.ravel(), "restored": restored, "low": restored - 0.1 + 0.05 * (restored == 0)}
+    )
+    heads["high"] = heads["restored"] + 0.1 - 0.05 * (heads["restored"] == 0)
+    heads = heads.assign(n_pairs=40, pooled=heads["restored"], pooled_low=heads["low"], pooled_high=heads["high"])
+    heads["carries"] = heads["low"] > 0.1
+    accuracy = pd.DataFrame(
+        {
+            "template": ["all"],
+            "n_pairs": [50],
+            "n_used": [40],
+            "clean_accuracy": [0.7],
+            "clean_low": [0.56],
+            "clean_high": [0.81],
+        }
+    )
+    return write_results(
+        root / "patching" / run_id,
+        {"position_effects": positions, "head_effects": heads, "accuracy": accuracy},
+        {"study": "patching", "run_id": run_id, "seed": 0, "model": {"name": model}},
+    )
+
+
 PLANTED_QUANT_ACCURACY = {"float32": 0.95, "int8-dynamic": 0.94, "simulated-4bit": 0.90, "simulated-2bit": 0.40}
 
 
@@ -537,8 +594,10 @@ def every_study_run(root: Path, model: str = "planted-bert") -> dict[str, Path]:
     runs = {
         "edge_probing": probing_run(root, "planted", model),
         "feature_combinations": combinations_run(root),
+        "structural_probe": structural_run(root, "planted", model),
         "head_types": head_types_run(root),
         "pruning": pruning_run(root),
+        "patching": patching_run(root),
         "contextuality": contextuality_run(root, "planted", model),
         "alignment": alignment_run(root),
         "emergence": emergence_run(root),
@@ -707,3 +766,112 @@ def planted_mlm_dir(path: Path) -> Path:
     model.save_pretrained(path, safe_serialization=True)
     tok.save_pretrained(path)
     return path
+
+
+PLANTED_UUAS = [0.40, 0.55, 0.70]  # the trained encoder's test UUAS at layers 0, 1, 2
+PLANTED_LINEAR_UUAS = 0.50
+
+
+def structural_run(root: Path, run_id: str = "planted", model: str = "planted-bert") -> Path:
+    """A structural_probe run: UUAS 0.40 / 0.55 / 0.70 at layers 0..2 (:data:`PLANTED_UUAS`, best
+    layer 2), DSpr 0.5 / 0.6 / 0.8, depth probe root% 0.6 / 0.7 / 0.9, LINEAR UUAS 0.50, a rank
+    curve, and one test sentence "the dog barks ." whose predicted tree misses one gold edge."""
+    trees = "silver: planted"
+    rows = []
+    for kind, metrics in (
+        ("distance", {"uuas": PLANTED_UUAS, "dspr": [0.5, 0.6, 0.8]}),
+        ("depth", {"root_acc": [0.6, 0.7, 0.9], "nspr": [0.4, 0.5, 0.7]}),
+    ):
+        for metric, scores in metrics.items():
+            for layer, score in enumerate(scores):
+                rows.append(
+                    {
+                        "encoder": "trained",
+                        "probe": kind,
+                        "layer": layer,
+                        "rank": 8,
+                        "metric": metric,
+                        "dev_score": score,
+                        "score": score,
+                        "low": score - 0.05,
+                        "high": score + 0.05,
+                        "n_seeds": 2,
+                        "n_test": 120,
+                        "small_sample": False,
+                        "interval": "planted",
+                        "trees": trees,
+                    }
+                )
+    intervals = pd.DataFrame(rows)
+    best = intervals[intervals["layer"] == 2].rename(columns={"layer": "best_layer"})
+    summary = best.assign(selected_on="dev", selection_metric=best["probe"].map({"distance": "uuas", "depth": "nspr"}))
+    linear = pd.DataFrame(
+        {
+            "encoder": "linear",
+            "probe": ["distance", "distance", "depth", "depth"],
+            "layer": -1,
+            "rank": 0,
+            "metric": ["uuas", "dspr", "root_acc", "nspr"],
+            "score": [PLANTED_LINEAR_UUAS, 0.45, 0.05, 0.3],
+            "low": np.nan,
+            "high": np.nan,
+            "n_seeds": 0,
+            "n_test": 120,
+            "small_sample": False,
+            "interval": "planted",
+        }
+    )
+    baselines = pd.concat([summary.rename(columns={"best_layer": "layer"}), linear], ignore_index=True)
+    curve = pd.DataFrame(
+        {
+            "encoder": "trained",
+            "probe": "distance",
+            "layer": 2,
+            "rank": [1, 2, 4, 8],
+            "metric": "uuas",
+            "dev_score": [0.3, 0.5, 0.65, 0.7],
+            "score": [0.3, 0.5, 0.65, 0.7],
+            "low": np.nan,
+            "high": np.nan,
+        }
+    )
+    words = pd.DataFrame(
+        {
+            "sentence": 7,
+            "sent_id": "planted-7",
+            "position": [0, 1, 2, 3],
+            "word": ["the", "dog", "barks", "."],
+            "punct": [False, False, False, True],
+            "gold_depth": [2, 1, 0, 1],
+            "predicted_depth": [2.1, 0.9, 0.2, 1.0],
+            "gold_head": [1, 2, -1, 2],
+        }
+    )
+    edges = pd.DataFrame(
+        {
+            "sentence": 7,
+            "sent_id": "planted-7",
+            "source": ["gold", "gold", "predicted", "predicted"],
+            "i": [0, 1, 0, 0],
+            "j": [1, 2, 1, 2],
+            "correct": [True, False, True, False],
+        }
+    )
+    return write_results(
+        root / "structural_probe" / run_id,
+        {
+            "layer_intervals": intervals,
+            "summary": summary,
+            "baselines": baselines,
+            "rank_curve": curve,
+            "tree_words": words,
+            "tree_edges": edges,
+        },
+        {
+            "study": "structural_probe",
+            "run_id": run_id,
+            "seed": 0,
+            "model": {"name": model},
+            "trees": {"source": trees},
+        },
+    )

@@ -4,6 +4,7 @@ so it holds on a machine whose cores are busy."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,29 @@ def test_pretraining_slider_moves_the_head_map(quickstart_results):
         screenshots.settle(tab, WAIT_MS)
         assert last != "head types at step 0"
         assert not screenshots.page_problems(tab)[0]
+
+
+def test_finetuning_titles_fit_and_compare_shows_its_differences(quickstart_results):
+    chart = '[data-testid="stPlotlyChart"]'
+    with screenshots.serve(quickstart_results) as base, screenshots.browser() as tab:
+        screenshots.open_page(tab, base, "Fine-tuning", timeout_ms=WAIT_MS)
+        change = tab.locator(chart, has=tab.locator(".gtitle", has_text="what fine-tuning changed")).first
+        outer = change.locator("svg.main-svg").first.bounding_box()
+        boxes = []
+        for title in ("CKA with pretrained", "relative weight change", "attention change"):
+            label = change.locator(".annotation-text", has_text=title)
+            assert label.count() == 1, title
+            boxes.append(label.first.bounding_box())
+        for box in boxes:  # each panel title inside the chart, none over the next
+            assert outer["x"] <= box["x"] and box["x"] + box["width"] <= outer["x"] + outer["width"], boxes
+        assert all(a["x"] + a["width"] <= b["x"] for a, b in zip(boxes, boxes[1:])), boxes
+        assert not any(screenshots.page_problems(tab))
+
+        # the Alignment page's two charts: tests/test_dashboard.py (the tiny tour's alignment is monolingual)
+        screenshots.open_page(tab, base, "Compare runs", timeout_ms=WAIT_MS, charts=0)
+        tab.get_by_text("difference against", exact=True).wait_for(timeout=WAIT_MS)
+        tab.get_by_text("Δ = B − A", exact=False).first.wait_for(timeout=WAIT_MS)
+        assert not any(screenshots.page_problems(tab))
 
 
 @pytest.fixture
@@ -156,3 +180,25 @@ def test_live_page_shows_a_typed_sentence_in_every_head_and_the_mlm_guess(tmp_pa
         assert f"1. {PLANTED_GUESS}" in guesses.locator(".ytick text").all_text_contents()
         assert not any(screenshots.page_problems(tab))
         assert str(tmp_path) not in tab.inner_text("body")
+        # the neuron view: no subplot title overlaps a tick label
+        neurons = tab.locator('[data-testid="stPlotlyChart"]', has=tab.locator(".gtitle", has_text=NEURON_TITLE))
+        titles = [neurons.locator(".annotation-text").nth(k).bounding_box() for k in range(3)]
+        ticks = [t.bounding_box() for t in neurons.locator(".xtick text, .ytick text").all()]
+        assert titles and ticks and not [(a, b) for a in titles for b in ticks if boxes_overlap(a, b)]
+        # a page the quickstart leaves empty names the command that fills it, and its time
+        screenshots.open_page(tab, base, "Feature combinations", timeout_ms=WAIT_MS, charts=0, tables=0)
+        assert "bertology study run feature_combinations --config" in tab.inner_text("body")
+        assert not any(screenshots.page_problems(tab))
+
+
+NEURON_TITLE = re.compile(r"head \d+, query \d+")  # the neuron view's title
+
+
+def boxes_overlap(a: dict, b: dict) -> bool:
+    """Two Playwright bounding boxes (x, y, width, height) share an area."""
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )

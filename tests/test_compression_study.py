@@ -151,6 +151,29 @@ def test_unknown_quantization_settings_are_refused(planted, tmp_path):
         )
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"lottery_schedule": "chen"}, r"field 'lottery_schedule' must be one of chen2020, frankle_remaining"),
+        ({"structured_bad": "worst"}, r"field 'structured_bad' must be one of random_complement, most_important"),
+        ({"structured_random": "uniform"}, r"field 'structured_random' must be one of bernoulli, exact"),
+        ({"structured_continue_phases": "yes"}, r"field 'structured_continue_phases' must be bool"),
+        ({"lottery_rounds": 6, "lottery_prune_share": 0.2}, r"lottery_rounds x lottery_prune_share must be < 1"),
+    ],
+)
+def test_lottery_and_structured_options_are_checked_naming_the_field(planted, tmp_path, overrides, message):
+    """Unknown option values are refused before any work, naming the field; chen2020 refuses a
+    schedule that would remove every weight (6 rounds of 20% of the original weights)."""
+    with pytest.raises(ConfigError, match=message):
+        run_study(
+            "compression",
+            overrides={"finetune_run": str(planted["run"]), **overrides},
+            results_root=tmp_path / "results",
+            log=lambda _: None,
+        )
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.parquet"))
+
+
 def test_study_fine_tunes_when_no_run_is_given(planted, tmp_path):
     config = {
         "model": str(planted["model"]),
@@ -185,8 +208,8 @@ def test_study_fine_tunes_when_no_run_is_given(planted, tmp_path):
 
 def test_structured_pruning_removes_planted_useless_components_first(planted):
     """A head whose output columns are zeroed and a feed-forward block whose output is zeroed score
-    importance 0: the first step of the good sub-network removes both; the bad sub-network (the most
-    important components, as many) keeps them; the random one has the same size."""
+    importance 0: the first step of the good sub-network removes both; the bad sub-networks (their
+    code's random complement, and the most important components) keep them with as many removed."""
     from bertology.architectures import ffn_outputs
     from bertology.probes.heads.pruning import matched_components, structured_prune
 
@@ -206,10 +229,15 @@ def test_structured_pruning_removes_planted_useless_components_first(planted):
     assert pruning.head_importance[0, 3] == 0.0 and pruning.ffn_importance[1] == 0.0
     assert pruning.heads[:1] == [(0, 3)] and pruning.ffn[:1] == [1]
     assert pruning.trace["dev_metric"].iloc[1] == pruning.trace["dev_metric"].iloc[0]  # removing them costs nothing
-    assert pruning.trace["relative"].iloc[0] == 1.0 and pruning.trace["kept"].iloc[:-1].all()
-    bad_heads, bad_ffn = matched_components(pruning, "bad")
-    assert (0, 3) not in bad_heads and 1 not in bad_ffn and len(bad_heads) == len(pruning.heads)
-    random_heads, random_ffn = matched_components(pruning, "random", seed=1)
+    assert pruning.trace["relative"].iloc[0] == 1.0 and not pruning.trace["kept"].iloc[-1]
+    kept = pruning.trace[pruning.trace["kept"] & (pruning.trace["step"] > 0)]
+    assert (kept["relative"] >= 0.999).all() and kept["heads_removed"].max() == len(pruning.heads)
+    assert (pruning.trace[~pruning.trace["kept"]]["relative"] < 0.999).all()  # every undone step fell below
+    for rule in ("random_complement", "most_important"):
+        bad_heads, bad_ffn = matched_components(pruning, "bad", bad=rule, seed=2)
+        assert (0, 3) not in bad_heads and 1 not in bad_ffn, rule
+        assert len(bad_heads) == len(pruning.heads) and len(bad_ffn) == len(pruning.ffn), rule
+    random_heads, random_ffn = matched_components(pruning, "random", random="exact", seed=1)
     assert len(random_heads) == len(pruning.heads) and len(random_ffn) == len(pruning.ffn)
 
 
@@ -251,8 +279,15 @@ def test_study_retrains_structured_subnetworks_and_counts_survivors(planted, tmp
     assert sorted(subnetworks["kind"].unique()) == ["bad", "dense", "good", "random"]
     dense = subnetworks[subnetworks.kind == "dense"].set_index("seed")["run"]
     assert dense[0] == "finetunes/full-seed0" and dense[1] == "structured/dense-seed1"  # the study's run is seed 0's
-    for _, group in subnetworks[subnetworks.kind != "dense"].groupby("seed"):
+    for _, group in subnetworks[subnetworks.kind.isin(["good", "bad"])].groupby("seed"):
         assert group["heads_removed"].nunique() == 1 and group["ffn_removed"].nunique() == 1  # same size
+    # the options are recorded in the table: their code's choices by default
+    assert (subnetworks["bad_subnetwork"] == "random_complement").all() and (
+        subnetworks["random_mask"] == "bernoulli"
+    ).all()
+    assert subnetworks["normalise_per_layer"].all() and subnetworks["continue_phases"].all()
+    trace = pd.read_parquet(run_dir / "structured_trace.parquet")
+    assert set(trace["phase"]) <= {"start", "joint", "heads", "ffn"} and "joint" in set(trace["phase"])
     comparison = pd.read_parquet(run_dir / "structured_comparison.parquet")
     assert sorted(comparison["comparison"].unique()) == ["good - bad", "good - random"] and len(comparison) == 4
     survivors = pd.read_parquet(run_dir / "structured_survivors.parquet")

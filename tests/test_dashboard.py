@@ -17,7 +17,6 @@ from dashboard_planted import (
     PAGE_STUDIES,
     PAGE_TITLES,
     PLANTED_IMPORTANCE,
-    PLANTED_PRECISION,
     age,
     chart_specs,
     every_study_run,
@@ -122,8 +121,8 @@ def test_combinations_page_shows_the_planted_means(planted_results, monkeypatch)
     bars = chart_specs(at)[0]["data"][0]
     # horizontal bars, best combination first (sum of the last four: 0.9)
     assert list(bars["y"]) == ["sum_last_four", "last_layer"] and bars["x"] == pytest.approx([0.9, 0.7])
-    means = at.dataframe[0].value.set_index("combination")["mean"]
-    assert means.to_dict() == pytest.approx({"last_layer": 0.7, "sum_last_four": 0.9})
+    means = at.dataframe[0].value.set_index("combination")["mean [95% CI]"]  # as a paper prints it
+    assert means["last_layer"].startswith("0.700") and means["sum_last_four"].startswith("0.900")
 
 
 def test_heads_page_opens_the_planted_syntactic_head(planted_results, monkeypatch):
@@ -152,7 +151,12 @@ def test_embeddings_page_draws_the_planted_measures(planted_results, monkeypatch
 def test_alignment_page_shows_the_planted_precision(planted_results, monkeypatch):
     at = open_page("Alignment", planted_results, monkeypatch)
     assert at.header[0].value == "Rotation alignment (Procrustes, self-learning, CSLS)"
-    pd.testing.assert_frame_equal(at.dataframe[0].value, PLANTED_PRECISION)
+    shown = at.dataframe[0].value  # as a paper prints it: P@k as percentages
+    assert shown["value"].tolist() == ["25.0%", "37.5%"] and shown["retrieval"].tolist() == ["nn", "csls"]
+    (chart,) = chart_specs(at)  # P@1 per method and retrieval (one k: no retrieval curve)
+    points = {t["name"]: t["x"] for t in chart["data"]}
+    assert points == {"nn": pytest.approx([0.25]), "csls": pytest.approx([0.375])}
+    assert chart["layout"]["title"]["text"].startswith("P@1 per method")
 
 
 def test_semantic_change_page_shows_the_planted_moved_word_and_searches(planted_results, monkeypatch):
@@ -191,7 +195,8 @@ def test_compare_page_puts_the_main_tables_side_by_side(planted_results, monkeyp
     at = open_page("Compare runs", planted_results, monkeypatch)
     assert at.header[0].value == "Compare two runs"
     assert at.selectbox[0].options == sorted(s for s, _ in PAGE_STUDIES.values())
-    pd.testing.assert_frame_equal(at.dataframe[0].value, PLANTED_PRECISION)  # alignment comes first
+    shown = at.dataframe[0].value  # alignment comes first; one run: A = B, no difference
+    assert shown["A: value"].tolist() == ["0.250", "0.375"] and shown["Δ value"].tolist() == ["0.000"] * 2
     at.selectbox[0].set_value("edge_probing").run()  # one run: A and B are the same run
     assert any("Only one `edge_probing` run" in i.value for i in at.info)
     assert not at.error, [e.value for e in at.error]
@@ -204,7 +209,12 @@ def test_compare_page_puts_the_main_tables_side_by_side(planted_results, monkeyp
         pytest.approx([0.5, 0.6, 0.7]),
         pytest.approx([0.25, 0.3, 0.35]),
     ]
-    assert len(at.dataframe) == 2 and len(at.dataframe[0].value) == 6
+    # one full-width table: a row per layer (mean over seeds), each run's value and B − A
+    table = at.dataframe[0].value
+    assert table["layer"].tolist() == [0, 1, 2] and table["A: value"].tolist() == ["0.500", "0.600", "0.700"]
+    assert table["Δ value"].tolist() == ["-0.250", "-0.300", "-0.350"]
+    at.radio(key="cmp_reference").set_value("B").run()  # against B: A − B
+    assert at.dataframe[0].value["Δ value"].tolist() == ["0.250", "0.300", "0.350"]
 
 
 @pytest.mark.slow

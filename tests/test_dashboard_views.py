@@ -3,6 +3,7 @@ the probing curves, and the shaping behind it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -144,7 +145,9 @@ def test_pruning_of_an_mlm_loss_is_drawn_as_the_loss_with_its_thresholds(tmp_pat
         "importance: 1% threshold": pytest.approx((0.5, 6.3)),
         "importance: 5% threshold": pytest.approx((1.0, 6.5)),
     }
-    assert at.dataframe[0].value["removable_share"].tolist() == [0.5, 1.0]  # the thresholds table is shown
+    shown = at.dataframe[0].value  # the thresholds table: shares as percentages, the loss as the loss
+    assert shown["removable_share"].tolist() == ["50.0%", "100.0%"] and shown["tolerance"].tolist() == ["1.0%", "5.0%"]
+    assert shown["value_test"].tolist() == ["6.300", "6.500"]
 
 
 def test_every_measure_page_defines_its_measures(tmp_path, monkeypatch):
@@ -281,18 +284,23 @@ def test_finetuning_page_shows_modes_with_intervals_and_change_per_layer(tmp_pat
     before = [t for t in probes["data"] if t["name"] == "pretrained"][0]
     assert after["y"] == pytest.approx([0.4, 0.5, 0.6]) and before["y"] == pytest.approx([0.5, 0.6, 0.7])
     changes = at.dataframe[-1].value
-    assert changes["changed_share"].tolist() == [0.25] and changes["most_common_changes"].tolist() == [
+    assert changes["changed_share"].tolist() == ["25.0%"] and changes["most_common_changes"].tolist() == [
         "syntactic → broad (1)"
     ]
-    bars = scores["data"][0]
+    bars = scores["data"][0]  # points with whiskers, the value written above each
+    assert bars["mode"] == "markers+text" and bars["textposition"] == "top center"
     assert list(bars["y"]) == ["frozen", "full", "bitfit"] and bars["x"] == pytest.approx([0.90, 0.97, 0.95])
     assert bars["error_x"]["arrayminus"] == pytest.approx([0.02, 0.01, 0.02])
     assert scores["layout"]["xaxis"]["range"][0] > 0.8  # the axis shows the differences
+    titles = [a["text"] for a in change["layout"]["annotations"]]  # short two-line panel titles, room above
+    assert titles[0].startswith("CKA with pretrained") and all(len(x) <= 24 for t in titles for x in t.split("<br>"))
+    assert change["layout"]["margin"]["t"] >= 100
     cka = [t for t in change["data"] if t["name"] == "full" and t.get("xaxis", "x") == "x"][0]
     assert cka["y"] == pytest.approx([1.0, 0.9, 0.6])
     js = [t for t in change["data"] if t.get("xaxis") == "x3" and t["legendgroup"] == "full"][0]
     assert js["x"] == [1, 2] and js["y"] == pytest.approx([0.02, 0.08])
-    assert at.dataframe[1].value["difference"].tolist() == pytest.approx([-0.07, -0.02])
+    differences = at.dataframe[1].value["difference [95% CI]"]  # as a paper prints it: value [low, high]
+    assert [d.split(" ")[0] for d in differences] == ["-0.070", "-0.020"] and differences.str.contains(r"\[").all()
     shown = " ".join(m.value for m in at.expander[0].markdown)
     assert "linear CKA" in shown and "BitFit" in shown and "Jensen–Shannon" in shown
 
@@ -337,13 +345,121 @@ def test_compression_page_shows_the_fine_tune_pruning_and_quantization(tmp_path,
     )
     assert "1.50× faster" in bars["text"][1] and "faster" not in bars["text"][2]  # simulated bits: no speed-up
     assert "(packed)" in bars["text"][2]
-    summary = at.dataframe[0].value
-    assert summary["removable_share"].tolist() == [0.5, 0.2]
-    assert at.dataframe[1].value["test_accuracy"].tolist() == [
-        0.95,
-        0.94,
-        0.9,
-        0.7,
-    ]  # the sub-networks and summary["n_orders"].tolist() == [1, 3]
+    summary = at.dataframe[0].value  # as a paper prints it: the share with its interval
+    assert [v.split(" ")[0] for v in summary["removable_share [95% CI]"]] == ["50.0%", "20.0%"]
+    # the sub-networks, as a paper prints them (3 decimals)
+    assert at.dataframe[1].value["test_accuracy"].tolist() == ["0.950", "0.940", "0.900", "0.700"]
     shown = " ".join(m.value for m in at.expander[0].markdown)
     assert "Michel et al. 2019" in shown and "simulated b-bit" in shown
+
+
+# --------------------------------------------------------------------------- issue 43: read as in a paper
+
+
+def test_paper_table_prints_intervals_percentages_and_sample_sizes():
+    assert tables.format_interval(0.92134, 0.8621, 0.9779) == "0.921 [0.862, 0.978]"
+    assert tables.format_interval(0.921, float("nan"), float("nan")) == "0.921 (no interval)"
+    assert tables.format_interval(0.57, 0.4, 0.7, percent=True) == "57.0% [40.0, 70.0]"
+    summary = pd.DataFrame(
+        {
+            "task": ["pos"],
+            "best_layer": [2],
+            "best_layer_score": [0.92134],
+            "best_layer_low": [0.8621],
+            "best_layer_high": [0.9779],
+            "n_test": [1296],
+            "changed_share": [0.25],
+            "p_value": [0.0002],
+            "small_sample": [False],
+        }
+    )
+    shown = tables.paper_table(summary).iloc[0].to_dict()
+    assert shown == {
+        "task": "pos",
+        "best_layer": 2,
+        "best_layer_score [95% CI]": "0.921 [0.862, 0.978]",  # the bounds belong to the score, not the layer
+        "n_test": "1,296",
+        "changed_share": "25.0%",
+        "p_value": "< 0.001",
+        "small_sample": "no",
+    }
+    differences = pd.DataFrame({"score": [0.9], "difference": [-0.05], "low": [-0.08], "high": [-0.02]})
+    assert tables.paper_table(differences).columns.tolist() == ["score", "difference [95% CI]"]
+
+
+def test_one_colour_per_name_from_the_sorted_names():
+    colours = figures.category_colours(["pos", "deps", MARKUP, "pos"])
+    assert colours["deps"] != colours["pos"] and colours[figures.esc(MARKUP)] == colours[MARKUP]
+    assert figures.category_colours(["pos", "deps"])["pos"] == figures.category_colours(["deps", "pos", "zz"])["pos"]
+
+
+def test_runs_page_shows_model_machine_and_the_real_corpus_size(tmp_path, monkeypatch):
+    from bertology.apps.locations import describe
+    from bertology.results import write_results
+
+    machine = {"summary": "Intel Xeon (AVX-512), 2 cores, cpu, float32", "cpu": "Xeon", "isa": [], "gpu": None}
+    write_results(
+        tmp_path / "results" / "finetuning" / "new",
+        {},
+        {"study": "finetuning", "seed": 0, "config": {"model": "minilm-l6"}, "machine": machine, "tables": []},
+    )
+    old = write_results(
+        tmp_path / "results" / "edge_probing" / "old",
+        {},
+        {"study": "edge_probing", "seed": 0, "corpus": {"name": "mine[:1500]", "sentences": 30}, "tables": []},
+    )
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest.pop("machine")  # a run from before manifests carried the machine
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    assert describe(old) == "edge_probing/old · mine (30 sentences)"  # not the limit asked, mine[:1500]
+    at = open_page(tmp_path / "results", monkeypatch, "Runs")
+    rows = at.dataframe[0].value.set_index("run")
+    assert rows.loc["new", "model"] == "minilm-l6" and rows.loc["new", "machine"] == machine["summary"]
+    assert rows.loc["old", "machine"] == "not recorded"
+
+
+def test_embeddings_page_says_too_few_words_instead_of_an_error(tmp_path, monkeypatch):
+    from dashboard_planted import contextuality_run
+
+    from bertology.results import read_manifest, read_table, write_results
+
+    run = contextuality_run(tmp_path / "results", "c", "m")
+    table = read_table(run, "contextuality").assign(n_items=6)
+    manifest = read_manifest(run) | {"config": {"words": ["bank", "play"], "min_word_occurrences": 8}}
+    write_results(run, {"contextuality": table, "sense_clusters": pd.DataFrame()}, manifest)
+    at = open_page(tmp_path / "results", monkeypatch, "Embeddings")
+    assert not at.exception and not at.error
+    assert [w.value for w in at.warning if "too few words: 6 (need 50)" in w.value]
+    assert not [w.value for w in at.warning if "lacks columns" in w.value]
+    note = " ".join(i.value for i in at.info)
+    assert "too few words: 0 (need 1)" in note and "None of the 2 polysemous words" in note
+
+
+def test_one_seed_probing_promises_no_interval(tmp_path, monkeypatch):
+    from bertology.results import read_table, write_results
+
+    run = probing_run(tmp_path / "results", "p", "m")
+    scores = read_table(run, "layer_scores")
+    write_results(run, {"layer_scores": scores[scores["seed"] == 0]}, {"study": "edge_probing", "seed": 0})
+    at = open_page(tmp_path / "results", monkeypatch, "Probing")
+    assert not at.exception and not at.error
+    title = chart_specs(at)[0]["layout"]["title"]["text"]
+    assert "one seed: no interval; use --seeds 3" in title and "95%" not in title
+
+
+def test_heads_page_shows_the_attention_probe_uas_with_its_interval(tmp_path, monkeypatch):
+    from dashboard_planted import every_study_run
+
+    from bertology.results import read_manifest, write_results
+
+    run = every_study_run(tmp_path / "results")["head_types"]
+    probe = pd.DataFrame(
+        {"method": ["best_head"], "layer": [2.0], "head": [0.0], "offset": [float("nan")], "n_train": [90]}
+        | {"n_test": [1296], "uas": [0.3512], "uas_low": [0.3012], "uas_high": [0.4023], "seed": [0]}
+    )
+    write_results(run, {"attention_probe": probe}, read_manifest(run))
+    at = open_page(tmp_path / "results", monkeypatch, "Heads")
+    assert not at.exception and not at.error
+    shown = at.dataframe[-1].value.iloc[0].to_dict()
+    assert shown["uas [95% CI]"] == "0.351 [0.301, 0.402]" and shown["layer"] == "2" and shown["n_test"] == "1,296"

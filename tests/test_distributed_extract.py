@@ -76,14 +76,18 @@ def _assert_identical(a, b):
 
 @pytest.fixture(scope="module")
 def model_and_single_store(tmp_path_factory):
-    """The tiny model folder and the store one plain process writes (same thread count as the ranks)."""
+    """The tiny model folder and the store one plain process writes (same thread count as the ranks):
+    ``bertology extract`` run in this process on one torch thread (the ranks' OMP_NUM_THREADS=1),
+    which saves a fresh interpreter's imports; the ranks below are real processes."""
+    import torch
+    from cli_inprocess import run_cli
+
     tmp = tmp_path_factory.mktemp("dist")
     model_dir = save_tiny_model_dir("bert", tmp / "model")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bertology.cli",
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        done = run_cli(
             "extract",
             "--model",
             str(model_dir),
@@ -95,13 +99,10 @@ def model_and_single_store(tmp_path_factory):
             "cpu",
             "--root",
             str(tmp / "single"),
-        ],
-        env=_env(tmp),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+            env={"BERTOLOGY_HOME": str(tmp / "home")},
+        )
+    finally:
+        torch.set_num_threads(threads)
     assert done.returncode == 0, done.stderr[-3000:]
     return model_dir, _store(tmp / "single")
 

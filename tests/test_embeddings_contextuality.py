@@ -166,3 +166,17 @@ def test_bad_shapes_raise():
         contextuality(np.zeros((2, 5, 3)), ["a"] * 4, np.array([0, 4]))
     with pytest.raises(WorkbenchError, match="offsets"):
         contextuality(np.zeros((2, 4, 3)), ["a"] * 4, np.array([0, 3]))
+
+
+def test_a_contextuality_table_resting_on_few_words_is_flagged():
+    import pandas as pd
+
+    from bertology.probes.embeddings.contextuality import few_words_warning
+
+    table = pd.DataFrame(
+        {"layer": [0, 0, 0], "metric": ["self_similarity", "intra_sentence_similarity", "mev"], "n_items": [6, 30, 6]}
+    )
+    warning = few_words_warning(table)
+    assert warning is not None and "too few words" in warning and "rest on 6 distinct words (need 50)" in warning
+    assert few_words_warning(table.assign(n_items=[60, 30, 60])) is None  # sentences count for intra-sentence
+    assert few_words_warning(table.drop(columns=["n_items"])) is None  # an older table does not say

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_inprocess import run_cli
 from safetensors.torch import load_file
 
 import bertology.finetuning.trainer as trainer
@@ -337,22 +338,8 @@ def test_bad_input_is_a_clear_error(planted, tmp_path):
 
 def test_cli_finetune_reports_bad_input_with_exit_2(planted, tmp_path):
     for args, named in ((["--task", str(tmp_path / "missing.jsonl")], "'task'"), (["--mode", "lora"], "'mode'")):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bertology.cli",
-                "finetune",
-                "--model",
-                str(planted["model"]),
-                "--output-root",
-                str(tmp_path),
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        # ``bertology.cli.main`` in this process (exit code and stderr as the command's): no fresh interpreter
+        proc = run_cli("finetune", "--model", str(planted["model"]), "--output-root", str(tmp_path), *args)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert named in proc.stderr and "Traceback" not in proc.stderr
 

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
+from cli_inprocess import run_cli
 from typer.testing import CliRunner
 
 from bertology.cli import app
@@ -68,10 +67,17 @@ def test_heads_cli_run_is_a_head_types_study_run(tmp_path, one_torch_thread):
 
 
 def test_prune_cli_maps_options_onto_the_pruning_config(tmp_path, one_torch_thread):
+    from bertology.testing import save_tiny_model_dir
+
+    # a tiny random 2-layer, 4-head BERT, not the default MiniLM: what is checked is how the options
+    # map onto the config and which tables the run writes, not the model's numbers
+    tiny = save_tiny_model_dir("bert", tmp_path / "tiny")
     result = runner.invoke(
         app,
         [
             "prune",
+            "--model",
+            str(tiny),
             "--limit",
             "20",
             "--method",
@@ -88,11 +94,11 @@ def test_prune_cli_maps_options_onto_the_pruning_config(tmp_path, one_torch_thre
             "1",
             "--full",
             "--out",
-            str(tmp_path),
+            str(tmp_path / "out"),
         ],
     )
     assert result.exit_code == 0, result.output
-    (run_dir,) = (tmp_path / "pruning").iterdir()
+    (run_dir,) = (tmp_path / "out" / "pruning").iterdir()
     manifest = read_manifest(run_dir)
     cfg = manifest["config"]
     assert manifest["study"] == "pruning" and manifest["seed"] == 1 and run_dir.name.endswith("seed1")
@@ -128,12 +134,7 @@ def test_prune_cli_maps_options_onto_the_pruning_config(tmp_path, one_torch_thre
 
 
 def test_prune_cli_refuses_an_unknown_method():
-    proc = subprocess.run(
-        [sys.executable, "-m", "bertology.cli", "prune", "--method", "importance,magnitude"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_cli("prune", "--method", "importance,magnitude")  # ``bertology.cli.main`` in this process
     assert proc.returncode == 2
     assert "error: --method 'importance,magnitude'" in proc.stderr and "l0" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -109,3 +109,18 @@ def test_attention_and_words_probe_learns_which_head_to_trust_per_word():
     pred = probe.predict([_pair_features(a) for a in attentions[100:103]], sentences[100:103])
     assert [len(p) for p in pred] == [len(s.words) for s in sentences[100:103]]
     assert all((p != np.arange(1, len(p) + 1)).all() for p in pred)
+
+
+def test_each_held_out_uas_carries_a_sentence_bootstrap_interval():
+    # head (0,1) always finds the gold head: its UAS is 1 with the interval [1, 1]; the others'
+    # intervals hold their UAS and have width; one test sentence gives no interval
+    sentences, attentions = noisy_corpus(n=40, p_a=1.0, p_b=0.3)
+    table = attention_probe(attentions, sentences, test_size=0.25, seed=0).set_index("method")
+    best = table.loc["best_head"]
+    assert (best["layer"], best["head"]) == (0, 1)
+    assert (best["uas"], best["uas_low"], best["uas_high"]) == (1.0, 1.0, 1.0)
+    offset = table.loc["best_offset"]
+    assert offset["uas_low"] < offset["uas"] < offset["uas_high"]
+    assert (table["uas_low"] <= table["uas"]).all() and (table["uas"] <= table["uas_high"]).all()
+    one = attention_probe(attentions[:4], sentences[:4], test_size=0.25, seed=0)
+    assert one["uas"].notna().all() and one["uas_low"].isna().all() and one["uas_high"].isna().all()

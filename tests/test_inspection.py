@@ -140,3 +140,11 @@ def test_clear_errors_for_no_mlm_head_and_a_too_long_sentence(tiny_lm):
         masked_predictions(tiny_lm, ["the", "dog"], 0)
     with pytest.raises(CorpusError, match="reads at most 64"):
         inspect_sentence(tiny_lm, ["word"] * 80)
+
+
+def test_a_sentence_given_as_a_string_is_split_into_words_not_characters(tiny_lm):
+    ins = inspect_sentence(tiny_lm, "the dog barked.")
+    assert ins.words == ["the", "dog", "barked", "."]
+    np.testing.assert_array_equal(ins.attentions, inspect_sentence(tiny_lm, ["the", "dog", "barked", "."]).attentions)
+    with pytest.raises(CorpusError, match="empty"):
+        inspect_sentence(tiny_lm, "   ")

@@ -173,3 +173,42 @@ def test_other_bert_families_load_and_extract_like_a_plain_forward(family, minil
     )
     assert np.abs(fast.layers() - store.layers()).max() < 0.02 * np.abs(store.layers()).max()
     assert np.abs(fast.attention(0) - store.attention(0)).max() < 0.05
+
+
+def test_a_run_folder_and_run_folder_at_step_load_from_any_working_folder(minilm_tokenizer, tmp_path, monkeypatch):
+    # a trainer's run outside the registry's models folder (--output-root, another working folder)
+    run = tmp_path / "elsewhere" / "ft-pos-full"
+    early = save_tiny(minilm_tokenizer, run / "checkpoint-10")
+    late = save_tiny(minilm_tokenizer, run / "checkpoint-20")
+    monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "empty"))
+    with pytest.raises(ModelError, match="unknown model 'ft-pos-full@20'"):
+        load_model("ft-pos-full@20")  # the registry does not see it...
+    for name, model, label in ((f"{run}@10", early, "ft-pos-full@10"), (str(run), late, "ft-pos-full@20")):
+        lm = load_model(name)  # ...its folder does: @<step>, or the last checkpoint
+        assert lm.name == label
+        assert all(torch.equal(v, model.state_dict()[k]) for k, v in lm.model.state_dict().items())
+    with pytest.raises(ModelError, match=r"checkpoints at steps \[10, 20\]"):
+        load_model(f"{run}@15")
+
+
+def test_finetune_names_the_model_load_model_accepts(minilm_tokenizer, tmp_path, monkeypatch):
+    from bertology.cli.finetune import model_names_line
+    from bertology.finetuning.trainer import recipe_steps
+
+    run = tmp_path / "models" / "ft-pos-full"
+    save_tiny(minilm_tokenizer, run / "checkpoint-20")
+    monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "models"))
+    line = model_names_line(run, 20)
+    assert 'load_model("ft-pos-full@20")' in line and f'load_model("{run.resolve()}@20")' in line
+    monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "other"))
+    assert model_names_line(run, 20) == (
+        f'model: load_model("{run.resolve()}@20") (outside the registry\'s models folder: load it by its path)'
+    )
+    for name in ("ft-pos-full@20", f"{run.resolve()}@20"):  # what the line names loads
+        monkeypatch.setenv("BERTOLOGY_MODELS", str(tmp_path / "models"))
+        assert load_model(name).name == "ft-pos-full@20"
+    # the model card's recipe says when max_steps stopped the run before its epochs
+    assert recipe_steps({"max_steps": 45, "steps_per_epoch": 15}, 3) == "45 steps (3 epochs of 15 steps)"
+    assert recipe_steps({"max_steps": 20, "steps_per_epoch": 15}, 3) == (
+        "20 steps (1.33 epochs of 15 steps: stopped by max_steps before the 3 epochs set)"
+    )

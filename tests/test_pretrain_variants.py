@@ -100,7 +100,8 @@ def _tiny(objective: str = "mlm", **kw) -> PretrainConfig:
 # --------------------------------------------------------------------------- config
 
 
-def test_variant_fields_are_validated():
+def test_variant_fields_are_validated(tmp_path):
+    teacher = str(tmp_path)  # a folder: the teacher must resolve with the config (issue 41 item 8); never loaded here
     with pytest.raises(ConfigError, match="'masking'.*needs masking: span"):
         _tiny("mlm+sbo", masking="token")
     with pytest.raises(ConfigError, match="'teacher'"):
@@ -116,14 +117,14 @@ def test_variant_fields_are_validated():
     with pytest.raises(ConfigError, match="'architecture'"):
         _tiny(architecture="gpt")
     with pytest.raises(ConfigError, match="'distill_positions'"):
-        _tiny("distill", teacher="x", distill_positions="some")
+        _tiny("distill", teacher=teacher, distill_positions="some")
     with pytest.raises(ConfigError, match="'distill_init'"):
-        _tiny("distill", teacher="x", distill_init="copy")
+        _tiny("distill", teacher=teacher, distill_init="copy")
     with pytest.raises(ConfigError, match="'distill_init'.*objective distill"):
         _tiny("mlm", distill_init="every_other")
     with pytest.raises(ConfigError, match="'replacement_unit'"):
         _tiny(masking="span", replacement_unit="word")
-    assert _tiny("distill", teacher="x").distill_positions == "all"  # DistilBERT's default
+    assert _tiny("distill", teacher=teacher).distill_positions == "all"  # DistilBERT's default
     assert _tiny("electra", generator_size=0.25).generator_size == 0.25
 
 

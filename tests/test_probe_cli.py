@@ -295,25 +295,9 @@ def test_probe_command_reads_jsonl_task_and_reports_bad_line(tiny_dir, tmp_path)
     assert manifest["tasks"][str(task)] == {"name": "toy", "source": "gold: user file", "examples": 80, "labels": 2}
     assert "mdl" not in manifest["tables"] and "random_baseline" not in manifest["tables"]
     task.write_text(lines[0] + "\n{oops\n")
-    import subprocess
-    import sys
+    from cli_inprocess import run_cli  # ``bertology.cli.main`` in this process: no fresh interpreter's imports
 
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bertology.cli",
-            "probe",
-            "--model",
-            str(tiny_dir),
-            "--task",
-            str(task),
-            "--out",
-            str(tmp_path / "bad"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    proc = run_cli("probe", "--model", str(tiny_dir), "--task", str(task), "--out", str(tmp_path / "bad"))
     assert proc.returncode == 2 and "toy.jsonl:2" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -411,3 +395,24 @@ def test_the_split_follows_the_run_seed():
     assert split_seed({"split": "per_seed"}, 7) is None
     with pytest.raises(ConfigError, match="split must be one of"):
         split_seed({"split": "sometimes"}, 0)
+
+
+def test_small_sample_warning_with_one_seed_asks_for_seeds_not_for_missing_intervals():
+    from bertology.cli.probe import small_sample_warnings
+
+    summary = pd.DataFrame(
+        {
+            "task": ["entities", "deps"],
+            "n_test": [43, 60],
+            "small_sample": [True, True],
+            "best_layer_low": [float("nan"), 0.7],
+            "best_layer_high": [float("nan"), 0.9],
+        }
+    )
+    one_seed, seeds = small_sample_warnings(summary)
+    assert one_seed.startswith("warning: entities: only 43 test examples") and one_seed.endswith(
+        "one seed: no interval; use --seeds 3"
+    )
+    assert "best_layer_low/high" not in one_seed and seeds.endswith(
+        "read the intervals (best_layer_low/high), not the ranking"
+    )

@@ -337,3 +337,46 @@ def test_study_clean_lists_then_removes_unfinished_runs_never_a_running_one(tmp_
         removed = runner.invoke(app, ["study", "clean", "--yes"])
         assert removed.exit_code == 0 and "removed 2 run folder(s)" in removed.output
         assert not stopped.exists() and not broken.exists() and running.is_dir() and complete.is_dir()
+
+
+def _one_summary_study(ctx) -> None:
+    """A study whose one table is an edge-probing ``summary`` (POS best at layer 2 with an interval,
+    entities at layer 3 from one seed: no interval)."""
+    ctx.step(
+        "summary",
+        lambda: pd.DataFrame(
+            {
+                "task": ["pos", "entities"],
+                "best_layer": [2, 3],
+                "best_layer_score": [0.921, 0.872],
+                "best_layer_low": [0.862, float("nan")],
+                "best_layer_high": [0.978, float("nan")],
+                "n_test": [479, 43],
+                "small_sample": [False, True],
+            }
+        ),
+    )
+
+
+def test_a_rerun_of_a_finished_study_prints_its_headline_figures(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    import bertology.studies as studies
+    from bertology.studies import _summaries
+
+    module = types.ModuleType("bertology.studies.toysummary")
+    module.DESCRIPTION, module.DEFAULTS, module.run = "toy", {"seed": 0}, _one_summary_study
+    monkeypatch.setitem(sys.modules, "bertology.studies.toysummary", module)
+    names = studies._names()
+    monkeypatch.setattr(studies, "_names", lambda: sorted(names + ["toysummary"]))
+    monkeypatch.setitem(_summaries.SUMMARIES, "toysummary", _summaries.edge_probing_lines)
+    logs: list[list[str]] = [[], []]
+    for lines in logs:
+        run_study("toysummary", results_root=tmp_path, log=lines.append)
+    figures = [
+        "toysummary: pos: best layer 2, test 0.921 [0.862, 0.978]",
+        "toysummary: entities: best layer 3, test 0.872 (no interval) (small sample: 43 test items)",
+    ]
+    assert not set(figures) & set(logs[0])  # a fresh run logs its steps
+    assert any("complete run found" in line for line in logs[1]) and logs[1][-2:] == figures

@@ -179,12 +179,16 @@ def _token_ids(lm: LoadedModel, words: Sequence[str]) -> tuple[list[int], list[i
     return ids, word_ids
 
 
-def inspect_sentence(lm: LoadedModel, words: Sequence[str]) -> Inspection:
-    """Run ``words`` (one sentence, already split) through ``lm``'s encoder once (eager attention,
-    float32, no padding) and return every map of it (see :class:`Inspection`).
+def inspect_sentence(lm: LoadedModel, words: str | Sequence[str]) -> Inspection:
+    """Run ``words`` (one sentence: a list of words, or a string, split into words as the Live page
+    splits a typed sentence, :func:`split_words` -- at whitespace, punctuation apart: ``"The dog
+    barked."`` is ``The``, ``dog``, ``barked``, ``.``; never one word per character) through
+    ``lm``'s encoder once (eager attention, float32, no padding) and return every map of it (see
+    :class:`Inspection`).
 
     Raises :class:`CorpusError` for an empty or too long sentence and :class:`ModelError` for a
     model loaded without eager attention (no attention maps)."""
+    words = split_words(words) if isinstance(words, str) else words
     ids, word_ids = _token_ids(lm, words)
     encoder = lm.encoder
     if getattr(encoder.config, "_attn_implementation", "eager") != "eager":
@@ -281,7 +285,9 @@ def masked_input(lm: LoadedModel, words: Sequence[str], word: int) -> tuple[list
 def masked_predictions(lm: LoadedModel, words: Sequence[str], word: int, k: int = 10) -> pd.DataFrame:
     """The ``k`` tokens ``lm``'s MLM head ranks highest in place of word ``word`` (masked as one
     mask token; special tokens are never proposed): columns ``rank`` (1 = best), ``token``,
-    ``probability`` (softmax over the vocabulary). Raises :class:`ModelError` for a model without
+    ``probability``: the softmax of the logits with the special tokens' logits set to −inf, i.e.
+    renormalised over the vocabulary without the special tokens (each at least the full softmax's
+    probability of that token). Raises :class:`ModelError` for a model without
     an MLM head."""
     if not lm.has_mlm_head or lm.model is lm.encoder:
         raise ModelError(f"{lm.name}: no MLM head loaded; load it with mlm_head=True (its weights must carry one)")

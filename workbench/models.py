@@ -183,8 +183,30 @@ def list_models() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["name", "kind", "path", "installed", "source"])
 
 
+def list_run_checkpoints(run_dir: Path) -> dict[int, Path]:
+    """``{step: checkpoint dir}`` of a trainer's run folder (pretraining or fine-tuning), {} for any
+    other folder."""
+    from bertology.checkpoints import list_checkpoints
+
+    return dict(list_checkpoints(run_dir))
+
+
+def run_checkpoint(run_dir: Path, step: str) -> tuple[str, Path]:
+    """``(<run>@<step>, checkpoint dir)`` of a trainer's run folder: checkpoint ``step``, or the last
+    one when ``step`` is empty; a step the run does not hold is a :class:`ModelError` naming those it does."""
+    steps = list_run_checkpoints(run_dir)
+    if not step:
+        step = str(max(steps))
+    if not step.isdigit() or int(step) not in steps:
+        raise ModelError(f"model {run_dir}@{step}: the run {run_dir} has checkpoints at steps {sorted(steps)}")
+    return f"{run_dir.name}@{step}", steps[int(step)]
+
+
 def resolve(name_or_path: str | os.PathLike) -> tuple[str, Path]:
-    """Turn a registry name or a directory into (display name, directory); clear error otherwise."""
+    """Turn a registry name or a directory into (display name, directory); clear error otherwise.
+    Besides the registry's names and model folders, a trainer's run folder (its last checkpoint)
+    and ``<run folder>@<step>`` (that checkpoint) name a model from any working folder, wherever
+    ``--output-root`` or ``BERTOLOGY_MODELS`` put the run."""
     key = str(name_or_path)
     embedded = embedded_models()
     if key in embedded:
@@ -210,8 +232,13 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[str, Path]:
     if key in runs:
         return runs[key], ckpts[runs[key]]
     path = Path(key).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file() and list_run_checkpoints(path):
+        return run_checkpoint(path, "")  # a trainer's run folder: its last checkpoint
     if path.is_dir():
         return path.name, path
+    folder, _, step = key.rpartition("@")
+    if folder and Path(folder).expanduser().is_dir() and list_run_checkpoints(Path(folder).expanduser()):
+        return run_checkpoint(Path(folder).expanduser(), step)  # <run folder>@<step>, from anywhere
     known = sorted(set(embedded) | set(shipped) | set(ckpts) | set(runs))
     raise ModelError(
         f"unknown model {key!r}: not a registry name ({', '.join(known) or 'none'}) "

@@ -15,7 +15,8 @@ selection and comparisons") describes them all:
 - :func:`mcnemar_p`: the exact McNemar test for two classifiers' per-item correctness.
 - :func:`wilson_interval`: a test accuracy's own binomial sampling error (the floor no reported
   interval may go below).
-- :data:`MIN_TEST_ITEMS`: below it a result is flagged as a small sample.
+- :data:`MIN_TEST_ITEMS`: below it a result is flagged as a small sample; :data:`MIN_WORD_TYPES`: the
+  same for a per-word average over too few distinct words.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from bertology.errors import ConfigError
 
 MIN_TEST_ITEMS = 100
 """Fewer test items than this and a table row carries ``small_sample = True`` (the dashboard warns)."""
+
+MIN_WORD_TYPES = 50
+"""Fewer distinct words than this under a per-word average (self-similarity, MEV) and the figure
+describes a handful of frequent, mostly function words rather than the model: ``bertology
+embeddings`` warns and the Embeddings page says so."""
 
 DEFAULT_RESAMPLES = 2000
 
@@ -91,6 +96,8 @@ def t_interval(values, confidence: float = 0.95) -> Interval:
     mean = float(x.mean())
     if n == 1:
         return Interval(mean, math.nan, math.nan, 1, "t", confidence)
+    from scipy import stats  # lazily: scipy.stats costs ~1 s of CPU to import (the dashboard's pages)
+
     half = float(stats.t.ppf((1 + confidence) / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
     return Interval(mean, mean - half, mean + half, n, "t", confidence)
 
@@ -101,6 +108,8 @@ def wilson_interval(correct: int, n: int, confidence: float = 0.95) -> Interval:
     _check_confidence(confidence)
     if n <= 0:
         return Interval(math.nan, math.nan, math.nan, 0, "wilson", confidence)
+    from scipy import stats
+
     z = float(stats.norm.ppf((1 + confidence) / 2))
     p = correct / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
@@ -281,6 +290,8 @@ def mcnemar_p(correct_a, correct_b) -> float:
     only_a, only_b = int(np.sum(a & ~b)), int(np.sum(~a & b))
     if only_a + only_b == 0:
         return 1.0
+    from scipy import stats
+
     return float(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue)
 
 

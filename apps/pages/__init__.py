@@ -23,11 +23,13 @@ from bertology.apps.pages import (
     finetuning,
     heads,
     live,
+    patching,
     pretraining,
     probing,
     pruning,
     runs,
     semantic_change,
+    structural,
 )
 from bertology.apps.pages.page import Page
 
@@ -36,8 +38,10 @@ PAGES: tuple[Page, ...] = (
     live.PAGE,
     probing.PAGE,
     combinations.PAGE,
+    structural.PAGE,
     heads.PAGE,
     pruning.PAGE,
+    patching.PAGE,
     embeddings.PAGE,
     alignment.PAGE,
     semantic_change.PAGE,

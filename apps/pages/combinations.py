@@ -8,6 +8,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from bertology.apps import tables
 from bertology.apps.figures import esc, zoomed_range
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, has_columns_or_explain, load_table, pick_run
@@ -24,7 +25,7 @@ def combinations_page(page: Page) -> None:
             metric = st.selectbox("metric", sorted(df["metric"].unique()))
             means = combination_means(df, metric)
             st.plotly_chart(combinations_figure(means, metric), width="stretch")
-            st.dataframe(means, width="stretch")
+            st.dataframe(tables.paper_table(means), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- data shaping

@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from bertology.apps import figures
+from bertology.apps import figures, tables
 from bertology.apps.figures import esc, zoomed_range
 from bertology.apps.pages.page import Page
 from bertology.apps.pages.pruning import pruning_sections
@@ -38,15 +38,16 @@ def compression_page(page: Page) -> None:
                 lottery_curves(lottery),
                 "sparsity",
                 "kind",
-                "test accuracy vs share of the encoder's weights removed",
+                "test accuracy vs sparsity (as Chen et al. 2020 plot their tickets)",
                 "test accuracy",
             )
-            fig.update_xaxes(tickformat=".0%", title="sparsity (share of encoder weight-matrix entries removed)")
+            fig.update_xaxes(tickformat=".0%", dtick=0.1, title="sparsity (% of the prunable weights removed)")
             st.plotly_chart(fig, width="stretch")
+        st.caption(lottery_schedule_note(lottery))
         comparison = optional_table(run, "lottery_comparison")
         if comparison is not None:
             st.caption("Each ticket against the random mask of the same sparsity, paired on the same test examples:")
-            st.dataframe(comparison, width="stretch", hide_index=True)
+            st.dataframe(tables.paper_table(comparison), width="stretch", hide_index=True)
     subnetworks = optional_table(run, "structured_subnetworks")
     if subnetworks is not None:
         st.subheader("Structured lottery tickets (Prasanna et al. 2020)")
@@ -56,15 +57,11 @@ def compression_page(page: Page) -> None:
         ):
             with guard("the survivors map", run):
                 st.plotly_chart(survivors_figure(survivors), width="stretch")
-        st.caption(
-            "Each sub-network retrained from the pre-trained weights with its heads and FFN blocks removed; "
-            "good = least important removed until dev falls below the kept share of full, bad = as many of "
-            "the most important, random = as many at random."
-        )
-        st.dataframe(subnetworks, width="stretch", hide_index=True)
+        st.caption(structured_note(subnetworks))
+        st.dataframe(tables.paper_table(subnetworks), width="stretch", hide_index=True)
         comparison = optional_table(run, "structured_comparison")
         if comparison is not None:
-            st.dataframe(comparison, width="stretch", hide_index=True)
+            st.dataframe(tables.paper_table(comparison), width="stretch", hide_index=True)
     quant = optional_table(run, "quantization_task")
     if has_columns_or_explain(
         quant, ["setting", "accuracy", "low", "high", "size_ratio", "size_kind", "speedup"], "quantization_task", run
@@ -78,7 +75,7 @@ def compression_page(page: Page) -> None:
             "what those bits give, the size is the packed size they would take, and there is no speed-up. "
             "difference: against float32 on the same test examples (paired bootstrap)."
         )
-        st.dataframe(quant, width="stretch", hide_index=True)
+        st.dataframe(tables.paper_table(quant), width="stretch", hide_index=True)
     probing = optional_table(run, "quantization_probing")
     if has_columns_or_explain(
         probing, ["setting", "layer", "accuracy", "low", "high", "difference"], "quantization_probing", run
@@ -100,7 +97,7 @@ def compression_page(page: Page) -> None:
             "same test sentences (paired bootstrap)."
         )
         with st.expander("probing table"):
-            st.dataframe(probing, width="stretch", hide_index=True)
+            st.dataframe(tables.paper_table(probing), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- data shaping
@@ -122,6 +119,63 @@ def lottery_curves(runs: pd.DataFrame) -> pd.DataFrame:
         ]
         .sort_values(["kind", "sparsity"])
         .reset_index(drop=True)
+    )
+
+
+def lottery_schedule_note(runs: pd.DataFrame) -> str:
+    """The note beside the lottery curve: which pruning schedule made the tickets and over which
+    weights the sparsity is counted, read from a ``lottery_runs`` table (``schedule``,
+    ``prunable_weights``, ``pooler_pruned``; a table made before they were recorded used the old
+    schedule, 20% of the remaining encoder weights a round)."""
+    imp = runs[runs["kind"] == "imp"].sort_values("round") if "round" in runs else runs[runs["kind"] == "imp"]
+    first = float(imp["sparsity"].iloc[0]) if len(imp) else float("nan")
+    if "schedule" not in runs:
+        return (
+            "Schedule not recorded (a run made before the schedules were named): each round removed "
+            "20% of the encoder weight-matrix entries still kept, the pooler not pruned -- not Chen et "
+            "al.'s 10% of the original weights a round."
+        )
+    schedule = str(runs["schedule"].iloc[0])
+    n = int(runs["prunable_weights"].iloc[0])
+    if bool(runs["pooler_pruned"].iloc[0]):
+        over = f"the {n:,} weights of the encoder's weight matrices and the pooler's"
+    elif schedule == "chen2020":
+        over = f"the {n:,} weights of the encoder's weight matrices (this classifier has no pooler)"
+    else:
+        over = f"the {n:,} weights of the encoder's weight matrices (the pooler not pruned)"
+    if schedule == "chen2020":
+        how = (
+            f"Schedule chen2020 (Chen et al. 2020's released LT_glue.py): each round removed {first:.0%} of "
+            "the original prunable weights"
+        )
+    else:
+        how = (
+            f"Schedule {schedule}: each round removed {first:.0%} of the prunable weights still kept (Chen et "
+            "al. remove 10% of the original weights a round)"
+        )
+    return f"{how}; sparsity is the share of {over} removed. Each ticket is retrained from the pre-trained weights."
+
+
+STRUCTURED_WORDS = {
+    "random_complement": "bad = keeps what good removed and removes as many of good's survivors, drawn at random",
+    "most_important": "bad = as many of the most important removed",
+    "bernoulli": "random = each head and block kept with good's kept share (its size varies)",
+    "exact": "random = exactly as many drawn at random",
+}
+
+
+def structured_note(subnetworks: pd.DataFrame) -> str:
+    """The caption of the structured sub-networks: how good, bad and random were made, read from the
+    ``structured_subnetworks`` table's option columns (absent in runs made before they were named:
+    then bad = most important, random = exact size)."""
+    bad = str(subnetworks["bad_subnetwork"].iloc[0]) if "bad_subnetwork" in subnetworks else "most_important"
+    random = str(subnetworks["random_mask"].iloc[0]) if "random_mask" in subnetworks else "exact"
+    good = "good = least important removed until dev falls below the kept share of full"
+    if "continue_phases" in subnetworks and bool(subnetworks["continue_phases"].iloc[0]):
+        good += " (heads and blocks together, then heads only, then blocks only)"
+    return (
+        "Each sub-network retrained from the pre-trained weights with its heads and FFN blocks removed; "
+        f"{good}, {STRUCTURED_WORDS.get(bad, bad)}, {STRUCTURED_WORDS.get(random, random)}."
     )
 
 

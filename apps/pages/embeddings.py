@@ -23,7 +23,8 @@ from bertology.apps.ui import (
     pick_run,
     searchable_table,
 )
-from bertology.results import read_table
+from bertology.results import read_manifest, read_table
+from bertology.uncertainty import MIN_WORD_TYPES
 
 
 def embeddings_page(page: Page) -> None:
@@ -41,8 +42,13 @@ def embeddings_page(page: Page) -> None:
                     [(describe(run), contextuality), (describe(other), read_table(other, "contextuality"))]
                 )
                 st.plotly_chart(contextuality_multiples(both, run_column="run"), width="stretch")
+            note = few_words_note(contextuality)
+            if note:
+                st.warning(note)
     clusters = load_table(run, "sense_clusters")
-    if has_columns_or_explain(clusters, ["word", "x", "y"], "sense_clusters", run):
+    if clusters is not None and clusters.empty:
+        st.info(no_clusters_note(read_manifest(run)))
+    elif has_columns_or_explain(clusters, ["word", "x", "y"], "sense_clusters", run):
         with guard("the sense clusters", run):
             word = st.selectbox("polysemous word", sorted(clusters["word"].astype(str).unique()))
             occurrences = word_occurrences(clusters, word)
@@ -50,10 +56,39 @@ def embeddings_page(page: Page) -> None:
     neighbours = optional_table(run, "neighbours")
     if neighbours is not None:
         st.subheader("Static vs contextual neighbours")
-        searchable_table(neighbours, "ctx_neighbour_search", "neighbours")
+        searchable_table(neighbours, "ctx_neighbour_search", "neighbours", paper=True)
 
 
 # --------------------------------------------------------------------------- data shaping
+
+
+def few_words_note(contextuality: pd.DataFrame, minimum: int = MIN_WORD_TYPES) -> str | None:
+    """``"too few words: N (need M)"`` when the per-word measures (self-similarity, MEV: the
+    ``n_items`` of their rows) rest on fewer than ``minimum`` distinct words; None otherwise or when
+    the table does not say."""
+    if not {"metric", "n_items"} <= set(contextuality.columns):
+        return None
+    rows = contextuality[contextuality["metric"].isin(["self_similarity", "mev"])]
+    if rows.empty or int(rows["n_items"].min()) >= minimum:
+        return None
+    return (
+        f"too few words: {int(rows['n_items'].min())} (need {minimum}): self-similarity and MEV rest on the "
+        "corpus's few most frequent words, mostly function words; read them as those words, not as the model. "
+        "Run on more sentences (--limit) or with a lower --min-occurrences."
+    )
+
+
+def no_clusters_note(manifest: dict[str, Any]) -> str:
+    """Why a run has no sense clusters (an empty ``sense_clusters`` table): none of the listed
+    polysemous words occurs often enough in its corpus, ``"too few words: 0 (need 1)"``."""
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    listed = config.get("words") if isinstance(config.get("words"), list) else []
+    need = config.get("min_word_occurrences", "enough")
+    return (
+        f"No sense clusters: too few words: {len(manifest.get('polysemous_words') or [])} (need 1). None of the "
+        f"{len(listed)} polysemous words the run looks for occurs {need} times or more in its corpus; run on "
+        "more sentences or list other words (`words`, `min_word_occurrences` in the config)."
+    )
 
 
 def word_occurrences(clusters: pd.DataFrame, word: str) -> pd.DataFrame:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from bertology.apps import figures
+from bertology.apps import figures, tables
 from bertology.apps.figures import esc, word_labels
 from bertology.apps.locations import describe, run_label
 from bertology.apps.pages.page import Page
@@ -59,7 +59,18 @@ def heads_page(page: Page) -> None:
     probe = load_table(run, "attention_probe")
     if probe is not None:
         st.subheader("Attention-based dependency probe (Clark et al.)")
-        st.dataframe(probe, width="stretch")
+        st.caption(
+            ATTENTION_PROBE_NOTE if "uas_low" in probe.columns else "UAS on held-out sentences (no interval saved)"
+        )
+        st.dataframe(
+            tables.paper_table(probe.drop(columns=["seed"], errors="ignore")), width="stretch", hide_index=True
+        )
+
+
+ATTENTION_PROBE_NOTE = (
+    "UAS: share of the held-out non-root words whose predicted head is the gold one; in brackets its "
+    "95% interval, a bootstrap over the test sentences (n_test: the words scored)."
+)
 
 
 def head_types_table(run: Path) -> pd.DataFrame | None:
@@ -137,7 +148,7 @@ def head_maps(run: Path, other: Path | None, types: pd.DataFrame, layer: int, he
                 figures.head_map(types_b, "head types (B)", subtitle=describe(other)), width="stretch", key="head_map_b"
             )
             st.caption(f"heads per type: A = {describe(run)}, B = {describe(other)}")
-            st.dataframe(type_counts_side_by_side(types, types_b), hide_index=True)
+            st.dataframe(tables.paper_table(type_counts_side_by_side(types, types_b)), hide_index=True)
 
 
 def head_facts(row: pd.Series) -> str:

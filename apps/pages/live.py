@@ -13,7 +13,7 @@ or folder>`` and ``?text=<sentence>``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -24,18 +24,14 @@ from plotly.subplots import make_subplots
 from bertology.apps import figures
 from bertology.apps.figures import esc, word_labels
 from bertology.apps.locations import clean
+from bertology.apps.pages.live_attribution import attribution_section
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, query
 from bertology.errors import WorkbenchError
-from bertology.inspection import (
-    Inspection,
-    attention_rollout,
-    inspect_sentence,
-    masked_predictions,
-    qk_contributions,
-    split_words,
-)
 from bertology.models import DEFAULT_MODEL, LoadedModel, list_models, load_model
+
+if TYPE_CHECKING:  # bertology.inspection loads torch: imported where the page computes, not when the dashboard starts
+    from bertology.inspection import Inspection
 
 DEFAULT_TEXT = "The old jury said the county election was conducted well, didn't it?"
 DIRECTORY = "a model directory…"
@@ -58,11 +54,15 @@ def cached_model(name_or_path: str) -> LoadedModel:
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def cached_inspection(name_or_path: str, words: tuple[str, ...]) -> Inspection:
+    from bertology.inspection import inspect_sentence
+
     return inspect_sentence(cached_model(name_or_path), list(words))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_predictions(name_or_path: str, words: tuple[str, ...], word: int) -> Any:
+    from bertology.inspection import masked_predictions
+
     return masked_predictions(cached_model(name_or_path), list(words), word, k=TOP_K)
 
 
@@ -107,6 +107,8 @@ def pick_model() -> str | None:
 def pick_words() -> tuple[str, ...] | None:
     """The sentence's words: typed (split into words and punctuation) or a corpus sentence as it is
     tokenised there (``?text=`` fills the box)."""
+    from bertology.inspection import split_words
+
     source = st.radio("sentence", ["type one", f"from the {CORPUS} corpus"], horizontal=True, key="live_source")
     if source == "type one":
         text = st.text_input(
@@ -138,15 +140,51 @@ def head_section(ins: Inspection, level: str) -> tuple[int, int]:
         width="stretch",
         key="live_head_map",
     )
+    lit = st.session_state.get(HIGHLIGHT)
     right.plotly_chart(
-        figures.head_view(rows, matrix, f"layer {layer}, head {head}: lines ≥ 0.05", targets=columns),
+        figures.head_view(
+            rows,
+            matrix,
+            f"layer {layer}, head {head}: lines ≥ 0.05",
+            targets=columns,
+            first_row=1 if level == "word" else 0,  # the words sit after [CLS] in both columns
+            highlight=lit if isinstance(lit, int) and lit < len(rows) else None,
+        ),
         width="stretch",
         key="live_head_lines",
+        on_select=remember_highlight,
+        selection_mode="points",
     )
+    right.caption("Hover a unit: where its attention goes. Click it: its lines in orange (double-click: all).")
     return layer, head
 
 
+HIGHLIGHT = "live_highlight"  # session state: the attending row whose head-view lines are highlighted
+
+
+def remember_highlight() -> None:
+    """On a click in the head view: highlight the clicked attending unit's lines (a label on the
+    left or one of its lines); an empty selection (double-click) clears it."""
+    event = st.session_state.get("live_head_lines")
+    points = list(event.get("selection", {}).get("points", [])) if event else []
+    rows = [row for row in map(clicked_row, points) if row is not None]
+    st.session_state[HIGHLIGHT] = rows[0] if rows else None
+
+
+def clicked_row(point: dict) -> int | None:
+    """The attending row a clicked point of :func:`bertology.apps.figures.head_view` stands for: a
+    line's ``customdata`` starts with it, a left label's is it (-1: a unit that attends nowhere)."""
+    data = point.get("customdata")
+    if isinstance(data, (list, tuple)) and data:
+        return int(data[0])
+    if isinstance(data, (int, float)) and point.get("x") == 0 and data >= 0:
+        return int(data)
+    return None
+
+
 def neuron_section(ins: Inspection, layer: int, head: int) -> None:
+    from bertology.inspection import qk_contributions
+
     st.subheader("Neuron view")
     st.caption(
         "How the head's score for one query token is built: its query vector q times each token's key "
@@ -179,6 +217,8 @@ def neuron_section(ins: Inspection, layer: int, head: int) -> None:
 
 
 def rollout_section(ins: Inspection) -> None:
+    from bertology.inspection import attention_rollout
+
     st.subheader("Attention rollout (Abnar & Zuidema 2020)")
     st.caption(
         "Per layer A′ = ½·(mean of the heads' maps) + ½·I (the residual connection), rows renormalised; "
@@ -255,6 +295,7 @@ def live_page(page: Page) -> None:
         rollout_section(ins)
     with guard("the masked-word predictions"):
         mlm_section(name, lm, words)
+    attribution_section(name, lm, words)  # its own guard; apps/pages/live_attribution.py
 
 
 # --------------------------------------------------------------------------- figures
@@ -263,8 +304,11 @@ def live_page(page: Page) -> None:
 def model_view(maps: Any, title: str, width: int = 1100) -> go.Figure:
     """bertviz's model view as one mosaic: the attention map of every head of every layer at once
     (row = layer, layer 0 at the top; column = head), shared colour scale 0..1, maps separated by a
-    blank line. ``maps``: ``[layers, heads, rows, columns]`` (row = the attending unit)."""
-    maps = np.asarray(maps, dtype=float)
+    blank line. ``maps``: ``[layers, heads, rows, columns]`` (row = the attending unit); with fewer
+    rows than columns (word units: the words against ``[CLS]``, the words, ``[SEP]``) each tile is
+    square, the rows placed beside their own columns and the special tokens' rows blank, so a
+    previous-word head is the sub-diagonal in either unit."""
+    maps = square_maps(np.asarray(maps, dtype=float))
     L, H, R, C = maps.shape
     mosaic = np.full((L * (R + 1) - 1, H * (C + 1) - 1), np.nan)
     for l in range(L):
@@ -308,60 +352,49 @@ def model_view(maps: Any, title: str, width: int = 1100) -> go.Figure:
     return fig
 
 
+def square_maps(maps: np.ndarray) -> np.ndarray:
+    """``maps`` ``[L, H, R, C]`` with ``R < C`` (word units: the ``R`` words are columns 1..R of
+    ``[CLS]``, the words, ``[SEP]``) as ``[L, H, C, C]``, each row beside its own column and the
+    rows of the other columns NaN (blank); square maps as they are."""
+    L, H, R, C = maps.shape
+    if R >= C:
+        return maps
+    first = (C - R) // 2
+    out = np.full((L, H, C, C), np.nan)
+    out[:, :, first : first + R] = maps
+    return out
+
+
 def neuron_view(
     tokens: Sequence[str], query_vector: Any, keys: Any, contributions: Any, attention_row: Any, query: int, title: str
 ) -> go.Figure:
-    """bertviz's neuron view of one head for one query token: its query vector ``q`` (``[d]``, top),
-    every token's key vector ``k_j`` (``[T, d]``), the elementwise products ``q ⊙ k_j`` (``[T, d]``;
-    their sum over ``d`` divided by ``sqrt(d)`` is the score) and the attention row it softmaxes
-    into (``[T]``, right). Diverging colours centred on 0."""
+    """bertviz's neuron view of one head for one query token: every token's key vector ``k_j``
+    (``[T, d]``), the elementwise products ``q ⊙ k_j`` (``[T, d]``; their sum over ``d`` divided by
+    ``sqrt(d)`` is the score) and the attention row it softmaxes into (``[T]``, right), with the
+    query vector ``q`` (``[d]``) above both grids on the same x axis, so ``q_d`` sits above ``k_jd``
+    and ``(q ⊙ k_j)_d``. Diverging colours centred on 0. Traces: q, keys, products, q again, the
+    attention bars."""
     q = np.asarray(query_vector, dtype=float)[None, :]
     keys, parts = np.asarray(keys, dtype=float), np.asarray(contributions, dtype=float)
     labels = word_labels(tokens)
-    d = q.shape[1]
-    scale = lambda a: float(np.abs(a).max()) or 1.0  # noqa: E731
+    dims = list(range(q.shape[1]))
+    height = max(400, 22 * len(labels) + 230)
+    plot = height - 150  # the layout's top and bottom margins
     fig = make_subplots(
         rows=2,
         cols=3,
         column_widths=[0.38, 0.38, 0.24],
-        row_heights=[0.1, 0.9],
+        row_heights=[34 / plot, 1 - 34 / plot],
         horizontal_spacing=0.04,
-        vertical_spacing=0.06,
-        shared_yaxes=False,
-        specs=[[{"colspan": 2}, None, None], [{}, {}, {}]],
-        subplot_titles=[f"query q of {labels[query]}", "keys k_j", "q ⊙ k_j (sum / √d = score)", "attention"],
+        vertical_spacing=46 / plot,  # room for the "attention" title between the rows
+        shared_xaxes="columns",
+        specs=[[{}, {}, None], [{}, {}, {}]],
+        subplot_titles=[f"q of {labels[query]} above the keys k_j", "q above q ⊙ k_j (sum / √d = score)", "attention"],
     )
-    fig.add_trace(
-        go.Heatmap(
-            z=q,
-            x=list(range(d)),
-            y=[labels[query]],
-            colorscale="RdBu",
-            zmid=0,
-            zmin=-scale(q),
-            zmax=scale(q),
-            showscale=False,
-            hovertemplate="dim %{x}: %{z:.3f}<extra></extra>",
-        ),
-        row=1,
-        col=1,
-    )
-    for col, z in ((1, keys), (2, parts)):
-        fig.add_trace(
-            go.Heatmap(
-                z=z,
-                x=list(range(d)),
-                y=labels,
-                colorscale="RdBu",
-                zmid=0,
-                zmin=-scale(z),
-                zmax=scale(z),
-                showscale=False,
-                hovertemplate="%{y}, dim %{x}: %{z:.3f}<extra></extra>",
-            ),
-            row=2,
-            col=col,
-        )
+    fig.add_trace(_signed_heatmap(q, dims, [labels[query]], "q, dim %{x}: %{z:.3f}"), row=1, col=1)
+    fig.add_trace(_signed_heatmap(keys, dims, labels, "k of %{y}, dim %{x}: %{z:.3f}"), row=2, col=1)
+    fig.add_trace(_signed_heatmap(parts, dims, labels, "q ⊙ k of %{y}, dim %{x}: %{z:.3f}"), row=2, col=2)
+    fig.add_trace(_signed_heatmap(q, dims, [labels[query]], "q, dim %{x}: %{z:.3f}"), row=1, col=2)
     fig.add_trace(
         go.Bar(
             x=np.asarray(attention_row, dtype=float),
@@ -376,11 +409,30 @@ def neuron_view(
     )
     for col in (1, 2, 3):
         fig.update_yaxes(autorange="reversed", row=2, col=col, showticklabels=col == 1, tickfont=dict(size=10))
+    fig.update_yaxes(showticklabels=False, row=1, col=2)
+    fig.update_yaxes(tickfont=dict(size=10), row=1, col=1)
     fig.update_xaxes(title_text="dimension of the head", row=2, col=1)
     fig.update_xaxes(title_text="dimension of the head", row=2, col=2)
     fig.update_xaxes(range=[0, 1], row=2, col=3)
-    fig.update_layout(title=esc(title), height=max(380, 22 * len(labels) + 170), margin=dict(t=90))
+    fig.update_annotations(font_size=13, yshift=4)
+    fig.update_layout(title=esc(title), height=height, margin=dict(t=100, b=50))
     return fig
+
+
+def _signed_heatmap(z: np.ndarray, x: list[int], y: list[str], hover: str) -> go.Heatmap:
+    """A heatmap of signed values in diverging colours centred on 0 (no colour bar)."""
+    scale = float(np.abs(z).max()) or 1.0
+    return go.Heatmap(
+        z=z,
+        x=x,
+        y=y,
+        colorscale="RdBu",
+        zmid=0,
+        zmin=-scale,
+        zmax=scale,
+        showscale=False,
+        hovertemplate=hover + "<extra></extra>",
+    )
 
 
 def predictions_figure(top: pd.DataFrame, word: str) -> go.Figure:

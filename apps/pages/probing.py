@@ -28,6 +28,7 @@ def probing_page(page: Page) -> None:
         return
     other = pick_other(page.study, run, "probe_compare")
     scores = load_table(run, "layer_scores")
+    colours = figures.category_colours([] if scores is None or "task" not in scores else scores["task"])
     if has_columns_or_explain(scores, ["task", "layer", "metric", "value", "seed"], "layer_scores", run):
         with guard("the layer curves", run):
             metrics, start = options_and_default(probe_metrics(scores), "accuracy")
@@ -39,9 +40,11 @@ def probing_page(page: Page) -> None:
             intervals = optional_table(run, "layer_intervals")
             bands = None if intervals is None else interval_bands(intervals, metric, mode)
             if bands is not None and not bands.empty:
-                means, band = bands, "95% interval over seeds and test sentences"
+                means = bands
+                band = band_label(means, "95% interval over seeds and test sentences")
             else:
-                means, band = tables.layer_means(probe_part(scores, metric, mode)), "mean ± 95% CI over seeds"
+                means = tables.layer_means(probe_part(scores, metric, mode))
+                band = band_label(means, "mean ± 95% CI over seeds")
             small = [] if intervals is None else tables.small_sample_tasks(intervals)
             if small:
                 st.warning(
@@ -49,7 +52,9 @@ def probing_page(page: Page) -> None:
                     "its best layer and differences between layers are not reliable."
                 )
             if other is None:
-                fig = figures.line_with_band(means, "layer", "task", f"{metric} per layer ({band})", metric)
+                fig = figures.line_with_band(
+                    means, "layer", "task", f"{metric} per layer ({band})", metric, colours, "layer (0 = embeddings)"
+                )
                 baseline = optional_table(run, "random_baseline")
                 random_means = None if baseline is None else random_baseline_means(baseline, metric, mode)
                 if random_means is not None:
@@ -74,15 +79,17 @@ def probing_page(page: Page) -> None:
             "difference = layer − best layer on test; low/high: 95% interval (paired sentence bootstrap, "
             "widened by the seeds' spread); significant: the interval excludes 0."
         )
-        st.dataframe(differences, width="stretch", hide_index=True)
+        st.dataframe(tables.paper_table(differences), width="stretch", hide_index=True)
     summary = load_table(run, "summary")
     if summary is not None:
         st.subheader("Expected layers (Table 1 style)")
-        st.dataframe(summary, width="stretch")
+        st.dataframe(tables.paper_table(summary), width="stretch", hide_index=True)
+        if "n_seeds" in summary.columns and (summary["n_seeds"] == 1).any():
+            st.caption(ONE_SEED)
     weights = optional_table(run, "mix_weights")
     if has_columns_or_explain(weights, ["task", "layer", "weight"], "mix_weights", run):
         with guard("the scalar-mix weights", run):
-            st.plotly_chart(mix_weights_figure(mean_mix_weights(weights)), width="stretch")
+            st.plotly_chart(mix_weights_figure(mean_mix_weights(weights), colours), width="stretch")
     controls = optional_table(run, "controls")
     mdl = optional_table(run, "mdl")
     if controls is not None or mdl is not None:
@@ -96,11 +103,12 @@ def probing_page(page: Page) -> None:
                     "selectivity per layer: task − control accuracy (test)",
                     "selectivity",
                     zero_line=True,
+                    colours=colours,
                 ),
                 width="stretch",
             )
         with st.expander("controls table"):
-            st.dataframe(controls, width="stretch")
+            st.dataframe(tables.paper_table(controls), width="stretch", hide_index=True)
     if has_columns_or_explain(mdl, ["task", "layer", "metric", "value"], "mdl", run):
         with guard("the MDL curves", run):
             st.plotly_chart(
@@ -109,11 +117,12 @@ def probing_page(page: Page) -> None:
                     "compression",
                     "MDL compression per layer: uniform ÷ online codelength",
                     "compression (×)",
+                    colours=colours,
                 ),
                 width="stretch",
             )
         with st.expander("MDL table"):
-            st.dataframe(mdl, width="stretch")
+            st.dataframe(tables.paper_table(mdl), width="stretch", hide_index=True)
 
 
 def paired_difference(run: Path, other: Path) -> None:
@@ -141,10 +150,22 @@ def paired_difference(run: Path, other: Path) -> None:
             "A − B on test with a 95% paired bootstrap interval over the shared test sentences and its "
             "two-sided p-value; each run at its own best layer chosen on dev."
         )
-        st.dataframe(diff, width="stretch", hide_index=True)
+        st.dataframe(tables.paper_table(diff), width="stretch", hide_index=True)
 
 
 # --------------------------------------------------------------------------- data shaping
+
+ONE_SEED = "One seed: no interval over seeds (a row's interval is the test sentences' only, or none); use --seeds 3."
+
+
+def band_label(means: pd.DataFrame, promised: str) -> str:
+    """What the band of a layer curve is: ``promised`` where the table has intervals, else that it
+    has none (one seed: ``low``/``high`` or ``ci95`` all missing). ``means``: :func:`interval_bands`
+    or :func:`tables.layer_means` rows."""
+    bounds = [c for c in ("low", "high", "ci95") if c in means.columns]
+    if bounds and means[bounds].notna().any().any():
+        return promised
+    return "one seed: no interval; use --seeds 3"
 
 
 def options_and_default(values: Sequence[Any], preferred: str) -> tuple[list[str], int]:
@@ -328,24 +349,44 @@ def layer_curves_two_runs(both: pd.DataFrame, metric: str) -> go.Figure:
     return fig
 
 
-def mix_weights_figure(weights: pd.DataFrame) -> go.Figure:
-    """Grouped bars: the scalar-mix weight of each layer, one colour per task.
-    ``weights``: ``task, layer, weight`` (:func:`mean_mix_weights`)."""
-    return px.bar(
+def mix_weights_figure(weights: pd.DataFrame, colours: dict[str, str] | None = None) -> go.Figure:
+    """Grouped bars: the scalar-mix weight of each layer, one colour per task (``colours``: the
+    page's :func:`figures.category_colours`). ``weights``: ``task, layer, weight`` (:func:`mean_mix_weights`)."""
+    fig = px.bar(
         weights.assign(task=weights["task"].map(esc)),
         x="layer",
         y="weight",
         color="task",
         barmode="group",
         title="scalar-mix weights",
+        color_discrete_map=colours or figures.category_colours(weights["task"]),
     )
+    fig.update_layout(xaxis_title="layer (0 = embeddings)", yaxis_title="scalar-mix weight (softmax)")
+    return fig
 
 
-def per_layer_lines(df: pd.DataFrame, y: str, title: str, y_title: str, *, zero_line: bool = False) -> go.Figure:
+def per_layer_lines(
+    df: pd.DataFrame,
+    y: str,
+    title: str,
+    y_title: str,
+    *,
+    zero_line: bool = False,
+    colours: dict[str, str] | None = None,
+) -> go.Figure:
     """One line per task over layers, with markers; ``df``: ``task, layer, <y>`` (one row each, e.g.
-    a mean over seeds). The y axis covers the values, not 0..1; ``zero_line`` marks 0 (selectivity)."""
+    a mean over seeds). The y axis covers the values, not 0..1; ``zero_line`` marks 0 (selectivity);
+    ``colours``: the page's :func:`figures.category_colours`."""
     shown = df.assign(task=df["task"].map(esc)).sort_values(["task", "layer"])
-    fig = px.line(shown, x="layer", y=y, color="task", markers=True, title=title)
+    fig = px.line(
+        shown,
+        x="layer",
+        y=y,
+        color="task",
+        markers=True,
+        title=title,
+        color_discrete_map=colours or figures.category_colours(df["task"]),
+    )
     fig.update_layout(xaxis=dict(dtick=1, title="layer (0 = embeddings)"), yaxis_title=y_title)
     if zero_line:
         fig.add_hline(y=0, line_dash="dot", line_color="grey")

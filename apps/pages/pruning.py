@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from bertology.apps import figures
+from bertology.apps import figures, tables
 from bertology.apps.figures import esc
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, has_columns_or_explain, load_table, optional_table, pick_run
@@ -23,7 +23,7 @@ def pruning_page(page: Page) -> None:
     run = pick_run(page.study, "prune_run")
     if run is None:
         return
-    pruning_sections(run)
+    sign = pruning_sections(run)
     gates = optional_table(run, "l0_gates")
     if has_columns_or_explain(gates, ["lam", "layer", "head", "p_open", "kept"], "l0_gates", run):
         st.subheader("L0 gates")
@@ -32,16 +32,19 @@ def pruning_page(page: Page) -> None:
         evaluation = optional_table(run, "l0_evaluation")
         if evaluation is not None:
             st.caption("what each λ's gates cost, on test with 95% intervals (dev alongside):")
-            st.dataframe(evaluation, width="stretch", hide_index=True)
+            st.dataframe(shown_table(evaluation, sign), width="stretch", hide_index=True)
         with st.expander("gates table"):
-            st.dataframe(gates, width="stretch")
+            st.dataframe(tables.paper_table(gates), width="stretch", hide_index=True)
 
 
-def pruning_sections(run: Path) -> None:
+def pruning_sections(run: Path) -> float:
     """The pruning curves with their thresholds, the threshold summary (intervals over random
-    orders), the order comparison, the importance map and the real-removal cost of one run."""
+    orders), the order comparison, the importance map and the real-removal cost of one run, each
+    on its metric's own scale (a loss as the loss, :func:`pruning_scale`). Returns that scale's
+    sign (-1: the run stores minus a loss)."""
     curves = load_table(run, "pruning_curves")
     thresholds = optional_table(run, "pruning_thresholds")
+    sign = pruning_scale(curves)[0] if curves is not None and len(curves) else 1.0
     if has_columns_or_explain(curves, ["method", "share_removed", "value"], "pruning_curves", run):
         with guard("the pruning curves", run):
             sign, y_title = pruning_scale(curves)
@@ -64,14 +67,17 @@ def pruning_sections(run: Path) -> None:
     if summary is not None:
         st.subheader("Removable share per order")
         st.caption("Mean over the order's runs (random: one per seed) with a t-interval; one order has none.")
-        st.dataframe(summary, width="stretch", hide_index=True)
+        st.dataframe(shown_table(summary, sign), width="stretch", hide_index=True)
     if thresholds is not None:
         with st.expander("thresholds of every order"):
-            st.dataframe(thresholds, width="stretch", hide_index=True)
+            st.dataframe(shown_table(thresholds, sign), width="stretch", hide_index=True)
     comparison = optional_table(run, "pruning_order_comparison")
     if comparison is not None:
-        st.caption("Orders compared on the same test sentences (paired bootstrap):")
-        st.dataframe(comparison, width="stretch", hide_index=True)
+        st.caption(
+            "Orders compared on the same test sentences (paired bootstrap); difference = A − B"
+            + (" in loss (negative: A's loss is lower)." if sign < 0 else ".")
+        )
+        st.dataframe(shown_table(comparison, sign), width="stretch", hide_index=True)
     imp = load_table(run, "importance")
     if has_columns_or_explain(imp, ["layer", "head", "importance"], "importance", run):
         with guard("the importance map", run):
@@ -79,7 +85,8 @@ def pruning_sections(run: Path) -> None:
     cost = optional_table(run, "pruning_cost")
     if cost is not None:
         st.subheader("pruning cost")
-        st.dataframe(cost, width="stretch")
+        st.dataframe(shown_table(cost, sign), width="stretch", hide_index=True)
+    return sign
 
 
 # --------------------------------------------------------------------------- data shaping
@@ -133,6 +140,37 @@ def threshold_marks(thresholds: pd.DataFrame, sign: float) -> pd.DataFrame:
     )
     marks["value"] = sign * marks["value"]
     return marks
+
+
+# Columns of the pruning tables that hold the metric itself (minus the loss for an MLM loss), and
+# interval bounds that flip with it: ``low, high`` only where they bound a ``difference``.
+SIGNED_COLUMNS = ("base", "base_dev", "base_test", "value", "value_dev", "value_test", "value_a", "value_b")
+SIGNED_COLUMNS += ("metric_value", "difference")
+SIGNED_BOUNDS = (("value_low", "value_high", "value"), ("low", "high", "difference"))
+TOLERANCES = ("tolerance", "drop_test")
+
+
+def metric_table_on_own_scale(table: pd.DataFrame, sign: float) -> pd.DataFrame:
+    """A pruning table (thresholds, order comparison, L0 evaluation, cost) with its metric columns
+    (:data:`SIGNED_COLUMNS`) times ``sign`` and their intervals' ends swapped when it is negative:
+    an MLM loss as the loss (5.16), not as the stored -5.16."""
+    if sign >= 0:
+        return table
+    out = table.copy()
+    for column in SIGNED_COLUMNS:
+        if column in out.columns and pd.api.types.is_numeric_dtype(out[column]):
+            out[column] = -out[column]
+    for low, high, estimate in SIGNED_BOUNDS:
+        if {low, high, estimate} <= set(table.columns):
+            out[low], out[high] = -table[high], -table[low]
+    return out
+
+
+def shown_table(table: pd.DataFrame, sign: float) -> pd.DataFrame:
+    """A pruning table as the page shows it: on the metric's own scale
+    (:func:`metric_table_on_own_scale`), tolerances as percentages, formatted as a paper prints it
+    (:func:`tables.paper_table`)."""
+    return tables.paper_table(metric_table_on_own_scale(table, sign), percent=TOLERANCES)
 
 
 def importance_grid(importance: pd.DataFrame) -> pd.DataFrame:

@@ -1,5 +1,5 @@
 """The Runs page: every study run under the results folder, complete or not, with its seed,
-model and tables."""
+model, the machine it was computed on and its tables."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def runs_page(page: Page) -> None:
 PAGE = Page(
     key="Runs",
     title="Runs",
-    intro="Every study run under the results folder, newest first: its seed, model and tables. "
+    intro="Every study run under the results folder, newest first: its seed, model, the machine it was "
+    "computed on and its tables. "
     "A run whose manifest cannot be read says why; the other runs still show.",
     render=runs_page,
     min_tables=1,

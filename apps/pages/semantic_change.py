@@ -1,5 +1,5 @@
 """The Semantic change page (Hamilton et al. 2016): the words that moved most and least between
-two slices of documents, against a frequency-matched control, and any word's change."""
+two slices of documents, each against its own split-half control, and any word's change."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from bertology.apps import tables
 from bertology.apps.figures import esc
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, has_columns_or_explain, load_table, optional_table, pick_run, searchable_table
@@ -31,13 +32,21 @@ def semantic_change_page(page: Page) -> None:
         comparison = st.selectbox("comparison", list(dict.fromkeys(change["comparison"].astype(str))))
         slices = optional_table(run, "slices")
         if slices is not None and "comparison" in slices:
-            st.dataframe(slices[slices["comparison"] == comparison], width="stretch", hide_index=True)
+            st.dataframe(
+                tables.paper_table(slices[slices["comparison"] == comparison]), width="stretch", hide_index=True
+            )
         part = change[change["comparison"] == comparison]
+        tested = tested_rows(part)
         st.caption(
-            f"{int(part['moved'].sum())} of {len(part)} scored words moved beyond the frequency-matched control."
+            f"{int(tested['moved'].sum())} of {len(tested)} scored words moved beyond their control"
+            + (
+                f"; {len(part) - len(tested)} words not tested (column status says why)."
+                if len(tested) < len(part)
+                else "."
+            )
         )
         for most in ("moved", "stable"):
-            rows = change_rows(change, comparison, CHANGE_WORDS_SHOWN, most)
+            rows = change_rows(tested_rows(change), comparison, CHANGE_WORDS_SHOWN, most)
             st.plotly_chart(
                 change_figure(rows, f"{comparison}: most {most} words"), width="stretch", key=f"change-{most}"
             )
@@ -46,6 +55,7 @@ def semantic_change_page(page: Page) -> None:
             c
             for c in (
                 "word",
+                "status",
                 "count_a",
                 "count_b",
                 "cosine_distance",
@@ -53,6 +63,7 @@ def semantic_change_page(page: Page) -> None:
                 "high",
                 "neighbourhood_distance",
                 "control_threshold",
+                "n_control",
                 "moved",
                 "stable",
                 "neighbours_a",
@@ -60,10 +71,18 @@ def semantic_change_page(page: Page) -> None:
             )
             if c in part
         ]
-        searchable_table(part[columns], "change_word_search", "words")
+        searchable_table(part[columns], "change_word_search", "words", paper=True)
 
 
 # --------------------------------------------------------------------------- data shaping
+
+
+def tested_rows(word_change: pd.DataFrame) -> pd.DataFrame:
+    """The rows of words tested against their control (``status`` "scored"); every row of a run
+    made before the table had a ``status`` column (issue 42), which held tested words only."""
+    if "status" not in word_change:
+        return word_change
+    return word_change[word_change["status"] == "scored"]
 
 
 def change_rows(word_change: pd.DataFrame, comparison: str, n: int, most: str = "moved") -> pd.DataFrame:
@@ -81,7 +100,8 @@ def change_rows(word_change: pd.DataFrame, comparison: str, n: int, most: str = 
 
 def change_figure(rows: pd.DataFrame, title: str) -> go.Figure:
     """Horizontal bars: each word's change (cosine distance after alignment, mean over replicates)
-    with its replicate interval, and an ``x`` at its frequency bin's control threshold; moved words
+    with its replicate interval, and an ``x`` at its control threshold (the word's own, or its
+    frequency bin's in runs with ``control: bin``); moved words
     in one colour, the rest in grey, top row first. ``rows``: ``word, cosine_distance, low, high,
     control_threshold, moved`` (:func:`change_rows`)."""
     shown = rows.iloc[::-1]
@@ -134,8 +154,9 @@ PAGE = Page(
     title="Semantic change between slices of documents",
     intro="Which words moved between two slices of documents (1900 vs 1990, one party vs another): each "
     "slice gets its own vectors, one is rotated onto the other, and a word's change is checked against "
-    "how far words of its frequency move between two random halves of one slice. Hamilton et al. "
-    "2016, *Diachronic Word Embeddings Reveal Statistical Laws of Semantic Change*.",
+    "how far the word itself moves between two random halves of one slice (runs with control: bin: "
+    "words of its frequency). Hamilton et al. 2016, *Diachronic Word Embeddings Reveal Statistical "
+    "Laws of Semantic Change*.",
     render=semantic_change_page,
     study="semantic_change",
     main_table="word_change",

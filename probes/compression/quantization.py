@@ -8,8 +8,9 @@ Two kinds, and the difference matters when reading the numbers:
   activations quantized per batch at run time, int8 GEMM kernels (fbgemm / x86 / onednn /
   qnnpack). Its serialized size and its forward time are real.
 - **simulated b-bit** (:func:`simulate_weight_quantization`, b in 2..8): each Linear weight of the
-  encoder layers is rounded to the nearest of ``2^(b-1) - 1`` symmetric levels per output channel
-  (or per group of input columns) and *dequantized back to float32*; the model runs float32
+  encoder layers is rounded to the nearest of ``2^b - 1`` symmetric levels ``scale * k``,
+  ``|k| <= 2^(b-1) - 1``, per output channel (or per group of input columns; 2 bits: -1, 0, 1)
+  and *dequantized back to float32*; the model runs float32
   kernels. Quality numbers are what b-bit weights give; the size is the theoretical packed size
   (b bits per weight plus one float32 scale per channel or group); there is no speed-up.
 
@@ -41,6 +42,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -163,7 +165,7 @@ def simulate_weight_quantization(model: nn.Module, bits: int, group_size: int | 
     is untouched."""
     quantized = copy.deepcopy(model).eval()
     for name in encoder_linear_names(quantized):
-        linear = quantized.get_submodule(name)
+        linear = cast(nn.Linear, quantized.get_submodule(name))
         q, _ = fake_quantize_weight(linear.weight, bits, group_size)
         linear.weight.copy_(q.to(linear.weight.dtype))
     return quantized

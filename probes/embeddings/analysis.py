@@ -176,7 +176,7 @@ def alignment_inputs(config: dict[str, Any]) -> dict[str, Any]:
         out.update(
             source_vectors=spacy_vectors_digest(source),
             target_vectors=spacy_vectors_digest(target),
-            dictionary_files=dictionary_digest(*config["dictionary"], config["dictd_dir"]),
+            dictionary_files=dictionary_digest(config["dictionary"][0], config["dictionary"][1], config["dictd_dir"]),
         )
     for name in config.get("corpora") or []:
         out[f"text_{name}"] = files_input_digest("plain text", text_files(name), name=name)
@@ -187,7 +187,8 @@ def align_spaces_inputs(config: dict[str, Any]) -> dict[str, Any]:
     """Vector packages / stores and the dictionary of an ``align_spaces`` run."""
     out = {f"{side}_vectors": space_digest(config[side]) for side in ("source", "target")}
     if config["dictionary"] != "identical" and config["dictionary"].count("-") == 1:
-        out["dictionary_files"] = dictionary_digest(*config["dictionary"].split("-"), config["dictd_dir"])
+        source_lang, target_lang = config["dictionary"].split("-")
+        out["dictionary_files"] = dictionary_digest(source_lang, target_lang, config["dictd_dir"])
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -527,11 +528,13 @@ SEMANTIC_CHANGE_DEFAULTS: dict[str, Any] = {
     "control_replicates": 3,  # random halves of each slice
     "min_count": 20,  # scored words: at least this often in both slices
     "anchors": 2000,  # Procrustes anchors: the most frequent shared words
-    "tested": [],  # words under test (always scored; with exclude_tested not anchors)
+    "tested": [],  # words under test (always a row; scored where min_count holds; with exclude_tested not anchors)
     "exclude_tested": False,
     "neighbourhood_k": 10,  # Hamilton et al. (2016b) second-order measure
+    "neighbourhood_centred": False,  # False: unit vectors, as histwords; True: centred on the anchors' mean first
+    "control": "word",  # word: each word's own split-half scores | bin: its frequency bin's pooled scores
     "frequency_bins": 5,
-    "control_quantile": 0.95,  # family-wise within a frequency bin
+    "control_quantile": 0.95,  # 1 - family-wise level (control word: over a comparison; bin: within a bin)
     "top": 30,  # most moved / most stable words printed per comparison
     "seed": 0,
 }
@@ -607,22 +610,26 @@ def semantic_change_analysis(ctx: StudyContext) -> None:
     """Words that moved between two slices of documents ("1900 vs 1990", "left vs right"): per
     comparison, word2vec (or type-level contextual) spaces of each slice, Procrustes cosine distance
     and Hamilton et al.'s neighbourhood measure over document-bootstrap replicates, and a
-    frequency-matched control from random halves of each slice
+    control from random halves of each slice: each word against its own split-half scores
     (:func:`bertology.probes.embeddings.semantic_change.semantic_change`; docs/METHODS.md,
     "Semantic change").
 
     Tables: ``slices`` (``comparison, side, slice, documents, sentences, words, vocabulary``),
     ``word_change`` (every scored word of every comparison: :data:`~bertology.probes.embeddings.semantic_change.CHANGE_COLUMNS`,
-    most moved first), ``control`` (per comparison and frequency bin: the control's threshold,
-    level and median) and ``replicates`` (every replicate's score per word).
+    most moved first; ``status`` says why a word was not tested, e.g. a word of ``tested`` below
+    ``min_count``), ``control`` (per comparison and frequency bin: the control's threshold, level,
+    median and maximum), ``control_scores`` (every split-half score per word) and ``replicates``
+    (every replicate's score per word).
     """
     from bertology.corpus.documents import SliceSpec, load_documents, select_documents
     from bertology.models import load_model
-    from bertology.probes.embeddings.semantic_change import ChangeSettings, semantic_change
+    from bertology.probes.embeddings.semantic_change import SCORED, ChangeSettings, semantic_change
 
     cfg = ctx.config
     if cfg["space"] not in ("word2vec", "contextual"):
         raise ConfigError(f"space must be word2vec or contextual, got {cfg['space']!r}")
+    if cfg["control"] not in ("word", "bin"):
+        raise ConfigError(f"control must be word or bin, got {cfg['control']!r}")
     comparisons = cfg["comparisons"]
     if (
         not isinstance(comparisons, dict)
@@ -645,13 +652,15 @@ def semantic_change_analysis(ctx: StudyContext) -> None:
         exclude_tested=bool(cfg["exclude_tested"]),
         tested=tuple(cfg["tested"]),
         k=cfg["neighbourhood_k"],
+        neighbourhood_centred=bool(cfg["neighbourhood_centred"]),
+        control=cfg["control"],
         frequency_bins=cfg["frequency_bins"],
         control_quantile=cfg["control_quantile"],
         seed=ctx.seed,
     )
 
     def run_all() -> dict[str, pd.DataFrame]:
-        slices, changes, controls, replicates = [], [], [], []
+        slices, changes, controls, control_scores, replicates = [], [], [], [], []
         for name, (docs_a, docs_b) in chosen.items():
             ctx.log(
                 f"  {name}: {specs[name][0].describe()} ({len(docs_a)} documents) vs "
@@ -682,15 +691,17 @@ def semantic_change_analysis(ctx: StudyContext) -> None:
             )
             changes.append(result["word_change"])
             controls.append(result["control"])
+            control_scores.append(result["control_scores"])
             replicates.append(result["replicates"])
         return {
             "slices": pd.DataFrame(slices),
             "word_change": pd.concat(changes, ignore_index=True),
             "control": pd.concat(controls, ignore_index=True),
+            "control_scores": pd.concat(control_scores, ignore_index=True),
             "replicates": pd.concat(replicates, ignore_index=True),
         }
 
-    tables = ctx.steps(["slices", "word_change", "control", "replicates"], run_all)
+    tables = ctx.steps(["slices", "word_change", "control", "control_scores", "replicates"], run_all)
     ctx.record(slices=tables["slices"].to_dict("records"), space=cfg["space"])
     shown = [
         "word",
@@ -705,5 +716,11 @@ def semantic_change_analysis(ctx: StudyContext) -> None:
         "neighbours_b",
     ]
     for name, part in tables["word_change"].groupby("comparison", sort=False):
-        ctx.log(f"\n{name}: {int(part['moved'].sum())} of {len(part)} words moved beyond the control; most moved:")
-        ctx.log(part.head(cfg["top"])[shown].round(3).to_string(index=False))
+        tested = part[part["status"] == SCORED]
+        ctx.log(f"\n{name}: {int(tested['moved'].sum())} of {len(tested)} words moved beyond the control; most moved:")
+        ctx.log(tested.head(cfg["top"])[shown].round(3).to_string(index=False))
+        untested = part[part["status"] != SCORED]
+        if len(untested):
+            ctx.log(f"  {len(untested)} words not tested (column status), e.g.:")
+        for row in untested.head(cfg["top"]).itertuples():
+            ctx.log(f"  {row.word}: {row.status}")

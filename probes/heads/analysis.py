@@ -187,7 +187,8 @@ def head_types_analysis(ctx: StudyContext) -> None:
       head, selected_on, n_dev, dev_accuracy, baseline_offset, dev_baseline_accuracy, n,
       n_sentences, accuracy, accuracy_low, accuracy_high, baseline_accuracy, gain, gain_low,
       gain_high, gain_p_value, small_sample``).
-    - ``attention_probe``: ``method, layer, head, offset, n_train, n_test, uas, seed``.
+    - ``attention_probe``: ``method, layer, head, offset, n_train, n_test, uas, uas_low, uas_high, seed``
+      (the 95% interval of a bootstrap over the test sentences).
 
     ``head_best`` and ``attention_probe`` need dependencies and are skipped without them. Extra
     ``attention_examples`` (JSON): a few short sentences with their words and attention maps.

@@ -11,7 +11,9 @@
   (Clark et al. used GloVe; here any :class:`~bertology.probes.embeddings.static_vectors.StaticVectors`, e.g. spaCy's
   GloVe-style vectors). With one-hot relative distances in place of attention it is the
   "distances + words" baseline: what word identity and position alone predict.
-Root words (head 0) are left out of training and scoring: UAS is over non-root words.
+Root words (head 0) are left out of training and scoring: UAS is over non-root words. Each held-out
+UAS carries a 95% interval from a bootstrap over the test sentences
+(:func:`bertology.uncertainty.ratio_bootstrap`: the words of one sentence are not independent).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from bertology.errors import WorkbenchError
 from bertology.probes.embeddings.static_vectors import StaticVectors
 from bertology.probes.heads.classification import DEPENDENT_TO_HEAD, argmax_other_word, dependency_scores
+from bertology.uncertainty import ratio_bootstrap
 
 
 def best_heads(dependency: pd.DataFrame, min_count: int = 1) -> pd.DataFrame:
@@ -164,7 +167,9 @@ class WordAwareDependencyProbe:
         """Length-sorted groups of sentences padded to their longest: features ``[S, W, W, K]``,
         words ``[S, W, d+1]``, valid candidates ``[S, W, W]``, gold ``[S, W]`` (-1 = not scored)."""
         order = sorted(range(len(sentences)), key=lambda k: len(sentences[k].words))
-        groups, current, longest = [], [], 0
+        groups: list[list[int]] = []
+        current: list[int] = []
+        longest = 0
         for k in order:
             w = len(sentences[k].words)
             if current and max(longest, w) ** 2 * (len(current) + 1) > self.bucket_pairs:
@@ -243,15 +248,34 @@ class WordAwareDependencyProbe:
         return correct / max(total, 1)
 
 
-def _uas_single_head(attentions, sentences, layer: int, head: int) -> tuple[float, int]:
-    correct = total = 0
-    for a, s in zip(attentions, sentences):
-        argmax = argmax_other_word(np.asarray(a)[layer, head])  # the word itself is never its head
-        for i, h in enumerate(s.heads):
-            if int(h) > 0:
-                correct += int(argmax[i] == int(h) - 1)
-                total += 1
-    return correct / max(total, 1), total
+def _single_head_heads(attentions, layer: int, head: int) -> list[np.ndarray]:
+    """Each sentence's predicted heads (1-based) by one attention head's argmax over the other words."""
+    return [argmax_other_word(np.asarray(a)[layer, head]) + 1 for a in attentions]
+
+
+def _offset_heads(sentences, offset: int) -> list[np.ndarray]:
+    """Each sentence's predicted heads (1-based) by a fixed offset (possibly outside the sentence)."""
+    return [np.arange(len(s.heads)) + offset + 1 for s in sentences]
+
+
+def _correct_per_sentence(predicted: Sequence[np.ndarray], sentences) -> tuple[np.ndarray, np.ndarray]:
+    """``(correct [sentences], scored [sentences])``: per sentence the non-root words whose predicted
+    head (1-based) is the gold one, and the non-root words."""
+    correct, total = [], []
+    for pred, s in zip(predicted, sentences):
+        gold = np.asarray(s.heads, dtype=int)
+        scored = gold > 0
+        correct.append(int((np.asarray(pred)[scored] == gold[scored]).sum()))
+        total.append(int(scored.sum()))
+    return np.asarray(correct, dtype=float), np.asarray(total, dtype=float)
+
+
+def _uas_row(method: str, layer, head, offset, predicted: Sequence[np.ndarray], sentences, seed: int) -> tuple:
+    """One row of :func:`attention_probe`: the method, its UAS on the held-out ``sentences`` and the
+    UAS's 95% bootstrap interval over those sentences."""
+    correct, total = _correct_per_sentence(predicted, sentences)
+    interval = ratio_bootstrap(correct, total, seed=seed)
+    return method, layer, head, offset, interval.estimate, interval.low, interval.high
 
 
 def _uas_offset(sentences, offset: int) -> float:
@@ -277,7 +301,8 @@ def attention_probe(
     with ``word_vectors`` also the attention-and-words probe and the distances-and-words baseline.
 
     Sentences are split at random (``seed``); the best head and offset are chosen on the training
-    part. Returns ``method, layer, head, offset, n_train, n_test, uas, seed``.
+    part. Returns ``method, layer, head, offset, n_train, n_test, uas, uas_low, uas_high, seed``:
+    ``uas_low, uas_high`` the 95% interval of a bootstrap over the test sentences (NaN with one).
     """
     attentions, sentences = list(attentions), list(sentences)
     if len(attentions) != len(sentences) or len(sentences) < 2:
@@ -295,14 +320,14 @@ def attention_probe(
     rows = []
     offsets = [k for k in range(-5, 6) if k != 0]
     best_offset = max(offsets, key=lambda k: _uas_offset(s_tr, k))
-    rows.append(("best_offset", None, None, best_offset, _uas_offset(s_te, best_offset)))
+    rows.append(_uas_row("best_offset", None, None, best_offset, _offset_heads(s_te, best_offset), s_te, seed))
     dep = dependency_scores(a_tr, s_tr)
     unlabelled = dep[(dep["relation"] == "all") & (dep["direction"] == DEPENDENT_TO_HEAD)]
     top = unlabelled.loc[unlabelled["accuracy"].idxmax()]
     layer, head = int(top["layer"]), int(top["head"])
-    rows.append(("best_head", layer, head, None, _uas_single_head(a_te, s_te, layer, head)[0]))
+    rows.append(_uas_row("best_head", layer, head, None, _single_head_heads(a_te, layer, head), s_te, seed))
     probe = AttentionDependencyProbe(l2=l2, seed=seed).fit(a_tr, s_tr)
-    rows.append(("learned_combination", None, None, None, probe.score(a_te, s_te)))
+    rows.append(_uas_row("learned_combination", None, None, None, probe.predict(a_te), s_te, seed))
     if word_vectors is not None:
         for method, make in (
             ("attention_and_words", _pair_features),
@@ -310,7 +335,7 @@ def attention_probe(
         ):
             f_tr, f_te = [make(a) for a in a_tr], [make(a) for a in a_te]
             aware = WordAwareDependencyProbe(word_vectors, l2=l2).fit(f_tr, s_tr)
-            rows.append((method, None, None, None, aware.score(f_te, s_te)))
-    table = pd.DataFrame(rows, columns=["method", "layer", "head", "offset", "uas"])
+            rows.append(_uas_row(method, None, None, None, aware.predict(f_te, s_te), s_te, seed))
+    table = pd.DataFrame(rows, columns=["method", "layer", "head", "offset", "uas", "uas_low", "uas_high"])
     table["n_train"], table["n_test"], table["seed"] = n_train, n_test_words, seed
-    return table[["method", "layer", "head", "offset", "n_train", "n_test", "uas", "seed"]]
+    return table[["method", "layer", "head", "offset", "n_train", "n_test", "uas", "uas_low", "uas_high", "seed"]]

@@ -29,7 +29,7 @@ import inspect
 import json
 import types
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -188,7 +188,7 @@ class HeadGates(_PositionGates):
         return [block.output for block in self.blocks]
 
 
-def install_position_hooks(model: nn.Module, modules: list[nn.Module], make_hook, *, pre: bool) -> list:
+def install_position_hooks(model: nn.Module, modules: Sequence[nn.Module], make_hook, *, pre: bool) -> list:
     """Register ``make_hook(position)`` on ``modules[position]`` for every layer position (a forward
     pre-hook when ``pre``, else a forward hook); returns the handles. Where one module runs at several
     positions (ALBERT's shared layers), its calls within a forward are counted (reset when the base

@@ -14,6 +14,9 @@
 - :func:`measure_pruning`: really remove heads; report parameters and measured inference time.
 - :class:`HardConcreteGates` / :func:`train_l0_gates`: stochastic gates per head with
   loss = task loss + λ Σ P(gate ≠ 0); the encoder stays frozen, only ``log_alpha`` is learned.
+- :func:`structured_prune` / :func:`matched_components`: Prasanna et al. (2020)'s good, bad and random
+  sub-networks of heads and FFN blocks, as their released code makes them by default (the earlier
+  choices as named options; docs/METHODS.md).
 
 Everything runs on the model's device: gate tensors are filled on the CPU and moved there once,
 batches are moved there where they enter the model, and results come back with ``.cpu()``.
@@ -777,107 +780,276 @@ def pos_task(lm, corpus, *, batch_size: int = 16, eval_share: float = 0.3, epoch
 
 # ---------------------------------------------------------------- structured sub-networks (Prasanna et al. 2020)
 
+# The defaults follow Prasanna et al.'s released code (github sai-prasanna/bert-experiments, commit
+# f02280f; docs/METHODS.md, "Structured lottery tickets", quotes each line); the other values keep the
+# workbench's earlier reading as named options.
+BAD_SUBNETWORKS = ("random_complement", "most_important")
+RANDOM_SUBNETWORKS = ("bernoulli", "exact")
+SUBNETWORK_KINDS = ("good", "random", "bad")
+
 
 @dataclass
 class StructuredPruning:
     """What :func:`structured_prune` found: the heads and feed-forward blocks the "good" sub-network
     removes (``heads``: ``(layer, head)``; ``ffn``: layers), each component's importance on the
-    unpruned model (``head_importance [L, H]``, ``ffn_importance [L]``, raw) and the ``trace``
-    (``step, heads_removed, ffn_removed, dev_metric, relative, kept``) of the pruning."""
+    unpruned model as it was ranked (``head_importance [L, H]``: ℓ2-normalised per layer when
+    ``normalise_per_layer``, else raw; ``ffn_importance [L]``, raw), the raw head importance
+    (``head_importance_raw``) and the ``trace`` (``step, phase, heads_removed, ffn_removed, dev_metric,
+    relative, kept``) of the pruning."""
 
     heads: list[tuple[int, int]]
     ffn: list[int]
     head_importance: np.ndarray
     ffn_importance: np.ndarray
     trace: pd.DataFrame
+    head_importance_raw: np.ndarray | None = None
+    normalise_per_layer: bool = True
+    continue_phases: bool = True
 
 
-def structured_prune(
-    model: nn.Module, task: PruningTask, *, head_step: float = 0.1, ffn_step: int = 1, keep: float = 0.9
-) -> StructuredPruning:
-    """Prasanna et al. (2020)'s "good" sub-network of a fine-tuned model: at each step remove the
-    ``head_step`` share of all heads (at least one) and ``ffn_step`` feed-forward blocks with the
-    lowest importance among those left (Michel et al.'s gradient importance on ``task.train``,
-    re-estimated after every step with the removed components gated off), until the dev metric falls
-    below ``keep`` times the unpruned model's; the last step still at or above it is the result.
-    Nothing is retrained here."""
-    from bertology.probes.heads.gates import FFNGates
-    from bertology.probes.heads.importance import ffn_importance_scores
+def head_ranking(raw: np.ndarray, normalise_per_layer: bool) -> np.ndarray:
+    """The scores heads are ranked by ``[L, H]``: the raw importance divided by its layer's ℓ2 norm
+    (Prasanna et al.'s code, after Michel et al.'s) or the raw importance itself."""
+    from bertology.probes.heads.importance import normalise_per_layer as per_layer
 
-    n_layers, n_heads = head_shape(model)
-    per_step = max(1, int(round(head_step * n_layers * n_heads)))
-    head_gates = torch.ones(n_layers, n_heads)  # bookkeeping on the CPU; the model gets copies on its device
-    ffn_gates = torch.ones(n_layers)
-    device = model_device(model)
-    dev = task.metric("dev")
+    return per_layer(raw) if normalise_per_layer else np.asarray(raw, dtype=float)
 
-    def metric() -> float:
-        with FFNGates(model, ffn_gates.to(device)):
-            return dev(model, head_gates.to(device))
 
-    def scores() -> tuple[np.ndarray, np.ndarray]:
-        with FFNGates(model, ffn_gates.to(device)):
-            heads = importance_scores(model, task.train, task.loss_fn, normalise=False, base_gates=head_gates)
-        with HeadGates(model, head_gates.to(device)):
-            ffn = ffn_importance_scores(model, task.train, task.loss_fn, normalise=False, base_gates=ffn_gates)
-        return (heads["importance_raw"].to_numpy().reshape(n_layers, n_heads), ffn["importance_raw"].to_numpy())
+def least_important(scores: np.ndarray, alive: Sequence, k: int) -> list:
+    """The ``k`` components of ``alive`` (indices into ``scores``: ``(layer, head)`` tuples or layers)
+    with the lowest score, lowest first; ties by position. Fewer when fewer are alive."""
+    return sorted(alive, key=lambda c: (float(scores[c]), c))[:k]
 
-    base = metric()
-    first_heads, first_ffn = scores()
-    trace = [{"step": 0, "heads_removed": 0, "ffn_removed": 0, "dev_metric": base, "relative": 1.0, "kept": True}]
-    removed_heads: list[tuple[int, int]] = []
-    removed_ffn: list[int] = []
-    head_scores, ffn_scores = first_heads, first_ffn
-    step = 0
-    while len(removed_heads) < n_layers * n_heads or len(removed_ffn) < n_layers:
-        step += 1
-        alive_heads = [(l, h) for l in range(n_layers) for h in range(n_heads) if head_gates[l, h] > 0]
-        alive_ffn = [l for l in range(n_layers) if ffn_gates[l] > 0]
-        new_heads = sorted(alive_heads, key=lambda lh: (head_scores[lh], lh))[:per_step]
-        new_ffn = sorted(alive_ffn, key=lambda l: (ffn_scores[l], l))[:ffn_step]
-        for l, h in new_heads:
-            head_gates[l, h] = 0.0
-        for l in new_ffn:
-            ffn_gates[l] = 0.0
-        value = metric()
-        relative = value / base if base else float("nan")
-        kept = bool(relative >= keep)
-        trace.append(
+
+GateEvaluator = Callable[[torch.Tensor, torch.Tensor], float]  # (head gates [L, H], FFN gates [L]) -> dev metric
+GateScorer = Callable[[torch.Tensor, torch.Tensor], tuple[np.ndarray, np.ndarray]]  # -> raw [L, H], [L]
+
+
+@dataclass
+class _StructuredSearch:
+    """The state of one structured pruning: gates (1 = on, on the CPU), what is removed, the latest
+    importance (raw, components switched off score 0) and the trace."""
+
+    evaluate: GateEvaluator
+    score: GateScorer
+    keep: float
+    normalise_per_layer: bool
+    head_gates: torch.Tensor
+    ffn_gates: torch.Tensor
+    removed_heads: list[tuple[int, int]] = field(default_factory=list)
+    removed_ffn: list[int] = field(default_factory=list)
+    trace: list[dict] = field(default_factory=list)
+    base: float = float("nan")
+    head_raw: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ffn_scores: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def rescore(self) -> None:
+        self.head_raw, self.ffn_scores = self.score(self.head_gates.clone(), self.ffn_gates.clone())
+
+    def step(self, phase: str, n_heads: int, n_ffn: int) -> bool:
+        """Remove the ``n_heads`` least important heads and ``n_ffn`` blocks still on; keep the step
+        (and re-estimate importance) when the dev metric stays at or above ``keep`` of the unpruned
+        model's, else undo it. False when the step was undone or there was nothing left to remove."""
+        n_layers, n_per_layer = self.head_gates.shape
+        alive_heads = [(l, h) for l in range(n_layers) for h in range(n_per_layer) if self.head_gates[l, h] > 0]
+        alive_ffn = [l for l in range(n_layers) if self.ffn_gates[l] > 0]
+        new_heads = least_important(head_ranking(self.head_raw, self.normalise_per_layer), alive_heads, n_heads)
+        new_ffn = least_important(self.ffn_scores, alive_ffn, n_ffn)
+        if len(new_heads) < min(n_heads, 1) or len(new_ffn) < min(n_ffn, 1):
+            return False  # a component kind this phase removes is used up (their code stops the phase too)
+        self._switch(new_heads, new_ffn, 0.0)
+        value = float(self.evaluate(self.head_gates.clone(), self.ffn_gates.clone()))
+        relative = value / self.base if self.base else float("nan")
+        kept = bool(relative >= self.keep)
+        self.trace.append(
             {
-                "step": step,
-                "heads_removed": len(removed_heads) + len(new_heads),
-                "ffn_removed": len(removed_ffn) + len(new_ffn),
+                "step": len(self.trace),
+                "phase": phase,
+                "heads_removed": len(self.removed_heads) + len(new_heads),
+                "ffn_removed": len(self.removed_ffn) + len(new_ffn),
                 "dev_metric": value,
                 "relative": relative,
                 "kept": kept,
             }
         )
         if not kept:
-            break
-        removed_heads += new_heads
-        removed_ffn += new_ffn
-        head_scores, ffn_scores = scores()
-    return StructuredPruning(removed_heads, removed_ffn, first_heads, first_ffn, pd.DataFrame(trace))
+            self._switch(new_heads, new_ffn, 1.0)
+            return False
+        self.removed_heads += new_heads
+        self.removed_ffn += new_ffn
+        self.rescore()
+        return True
+
+    def _switch(self, heads: list[tuple[int, int]], ffn: list[int], value: float) -> None:
+        for l, h in heads:
+            self.head_gates[l, h] = value
+        for l in ffn:
+            self.ffn_gates[l] = value
+
+
+def structured_phases(n_components: int, head_step: float, ffn_step: int, continue_phases: bool) -> list:
+    """``(phase, heads per step, FFN blocks per step)`` of a structured pruning of ``n_components``
+    heads: ``joint`` (``max(1, int(head_step * n))`` heads -- truncated, as their code does -- and
+    ``ffn_step`` blocks a step), then, with ``continue_phases``, ``heads`` (half as many heads, integer
+    division: none when that is 0) and ``ffn`` (``ffn_step`` blocks a step)."""
+    per_step = max(1, int(head_step * n_components))
+    phases = [("joint", per_step, ffn_step)]
+    if continue_phases:
+        phases += [("heads", per_step // 2, 0), ("ffn", 0, ffn_step)]
+    return [p for p in phases if p[1] or p[2]]
+
+
+def structured_search(
+    evaluate: GateEvaluator,
+    score: GateScorer,
+    shape: tuple[int, int],
+    *,
+    head_step: float = 0.1,
+    ffn_step: int = 1,
+    keep: float = 0.9,
+    normalise_per_layer: bool = True,
+    continue_phases: bool = True,
+) -> StructuredPruning:
+    """The search of :func:`structured_prune` on any ``evaluate(head_gates [L, H], ffn_gates [L]) ->
+    dev metric`` and ``score(head_gates, ffn_gates) -> (raw head importance [L, H], FFN importance
+    [L])`` (gates 1 = on, 0 = removed; a removed component scores 0), for ``shape = (L, H)``."""
+    n_layers, n_heads = shape
+    search = _StructuredSearch(
+        evaluate, score, keep, normalise_per_layer, torch.ones(n_layers, n_heads), torch.ones(n_layers)
+    )
+    search.base = float(evaluate(search.head_gates.clone(), search.ffn_gates.clone()))
+    search.rescore()
+    first_raw, first_ffn = np.array(search.head_raw, dtype=float), np.array(search.ffn_scores, dtype=float)
+    start = {"step": 0, "phase": "start", "heads_removed": 0, "ffn_removed": 0, "dev_metric": search.base}
+    search.trace.append(start | {"relative": 1.0, "kept": True})
+    for phase, k_heads, k_ffn in structured_phases(n_layers * n_heads, head_step, ffn_step, continue_phases):
+        while search.step(phase, k_heads, k_ffn):
+            pass
+    return StructuredPruning(
+        search.removed_heads,
+        search.removed_ffn,
+        head_ranking(first_raw, normalise_per_layer),
+        first_ffn,
+        pd.DataFrame(search.trace),
+        head_importance_raw=first_raw,
+        normalise_per_layer=normalise_per_layer,
+        continue_phases=continue_phases,
+    )
+
+
+def structured_prune(
+    model: nn.Module,
+    task: PruningTask,
+    *,
+    head_step: float = 0.1,
+    ffn_step: int = 1,
+    keep: float = 0.9,
+    normalise_per_layer: bool = True,
+    continue_phases: bool = True,
+) -> StructuredPruning:
+    """Prasanna et al. (2020)'s "good" sub-network of a fine-tuned model, as their released code finds
+    it (``find_head_mlp_masks.py``): at each step of the ``joint`` phase remove the ``head_step`` share of
+    all heads (at least one) and ``ffn_step`` feed-forward blocks with the lowest importance among
+    those left (Michel et al.'s gradient importance on ``task.train``, re-estimated after every kept
+    step with the removed components gated off; heads ranked on importance ℓ2-normalised per layer
+    when ``normalise_per_layer``), until the dev metric falls below ``keep`` times the unpruned
+    model's; that step is undone. With ``continue_phases``, pruning then goes on with heads only (half
+    the step) and then blocks only, each phase until the metric falls below the same threshold
+    (:func:`structured_phases`). ``continue_phases=False`` stops after the joint phase (the
+    workbench's earlier reading of the paper). Nothing is retrained here."""
+    from bertology.probes.heads.gates import FFNGates
+    from bertology.probes.heads.importance import ffn_importance_scores
+
+    device = model_device(model)
+    dev = task.metric("dev")
+
+    def evaluate(head_gates: torch.Tensor, ffn_gates: torch.Tensor) -> float:
+        with FFNGates(model, ffn_gates.to(device)):
+            return dev(model, head_gates.to(device))
+
+    def score(head_gates: torch.Tensor, ffn_gates: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        with FFNGates(model, ffn_gates.to(device)):
+            heads = importance_scores(model, task.train, task.loss_fn, normalise=False, base_gates=head_gates)
+        with HeadGates(model, head_gates.to(device)):
+            ffn = ffn_importance_scores(model, task.train, task.loss_fn, normalise=False, base_gates=ffn_gates)
+        return heads["importance_raw"].to_numpy().reshape(head_gates.shape), ffn["importance_raw"].to_numpy()
+
+    return structured_search(
+        evaluate,
+        score,
+        head_shape(model),
+        head_step=head_step,
+        ffn_step=ffn_step,
+        keep=keep,
+        normalise_per_layer=normalise_per_layer,
+        continue_phases=continue_phases,
+    )
 
 
 def matched_components(
-    pruning: StructuredPruning, kind: str, *, seed: int = 0
+    pruning: StructuredPruning,
+    kind: str,
+    *,
+    seed: int = 0,
+    bad: str = "random_complement",
+    random: str = "bernoulli",
 ) -> tuple[list[tuple[int, int]], list[int]]:
-    """Sub-networks of the same size as the good one: ``"bad"`` removes the as many heads and blocks
-    with the *highest* importance on the unpruned model, ``"random"`` as many chosen uniformly with
-    ``seed``, ``"good"`` is the pruning's own result."""
+    """The heads and FFN blocks a sub-network removes, for heads and blocks separately.
+
+    ``"good"``: the pruning's own result. ``"bad"`` with ``bad="random_complement"`` (Prasanna et al.'s
+    code, ``run_glue.py --mask_mode bad``): keep every component the good one removed and remove as
+    many, drawn uniformly (``seed``) from the good one's survivors -- when the good one removed more
+    than it kept, keep a random draw of as many of its removed components as it kept and remove the
+    rest; ``bad="most_important"``: remove as many with the highest importance on the unpruned model.
+    ``"random"`` with ``random="bernoulli"`` (their ``--mask_mode random``): each component kept with
+    probability (kept by the good one) / (all), so the size varies; ``random="exact"``: exactly as many
+    removed, drawn uniformly."""
+    if bad not in BAD_SUBNETWORKS:
+        raise WorkbenchError(f"matched_components: bad must be one of {', '.join(BAD_SUBNETWORKS)}, not {bad!r}")
+    if random not in RANDOM_SUBNETWORKS:
+        raise WorkbenchError(
+            f"matched_components: random must be one of {', '.join(RANDOM_SUBNETWORKS)}, not {random!r}"
+        )
     n_layers, n_heads = pruning.head_importance.shape
-    k_heads, k_ffn = len(pruning.heads), len(pruning.ffn)
     every_head = [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    every_ffn = list(range(n_layers))
+    good_heads, good_ffn = list(pruning.heads), list(pruning.ffn)
+    rng = np.random.default_rng(seed)
     if kind == "good":
-        return list(pruning.heads), list(pruning.ffn)
+        return good_heads, good_ffn
+    if kind == "bad" and bad == "random_complement":
+        return _random_complement(every_head, good_heads, rng), _random_complement(every_ffn, good_ffn, rng)
     if kind == "bad":
-        heads = sorted(every_head, key=lambda lh: (-pruning.head_importance[lh], lh))[:k_heads]
-        ffn = sorted(range(n_layers), key=lambda l: (-pruning.ffn_importance[l], l))[:k_ffn]
-        return heads, ffn
+        return _most_important(pruning.head_importance, every_head, len(good_heads)), _most_important(
+            pruning.ffn_importance, every_ffn, len(good_ffn)
+        )
+    if kind == "random" and random == "bernoulli":
+        return _bernoulli(every_head, len(good_heads), rng), _bernoulli(every_ffn, len(good_ffn), rng)
     if kind == "random":
-        rng = np.random.default_rng(seed)
-        heads = [every_head[i] for i in sorted(rng.choice(len(every_head), size=k_heads, replace=False))]
-        ffn = sorted(int(i) for i in rng.choice(n_layers, size=k_ffn, replace=False))
-        return heads, ffn
-    raise WorkbenchError(f"matched_components: kind must be good, bad or random, not {kind!r}")
+        return _exact_draw(every_head, len(good_heads), rng), _exact_draw(every_ffn, len(good_ffn), rng)
+    raise WorkbenchError(f"matched_components: kind must be one of {', '.join(SUBNETWORK_KINDS)}, not {kind!r}")
+
+
+def _random_complement(every: list, removed: list, rng: np.random.Generator) -> list:
+    """As many components removed as ``removed`` holds, keeping ``removed`` where it can: drawn from the
+    others when they are more, else everything but a draw of ``removed`` as large as the others."""
+    gone = set(removed)
+    survivors = [c for c in every if c not in gone]
+    if len(survivors) > len(removed):
+        return sorted(survivors[i] for i in rng.choice(len(survivors), size=len(removed), replace=False))
+    kept = {removed[i] for i in rng.choice(len(removed), size=len(survivors), replace=False)}
+    return sorted(c for c in every if c not in kept)
+
+
+def _most_important(scores: np.ndarray, every: list, k: int) -> list:
+    return sorted(every, key=lambda c: (-float(scores[c]), c))[:k]
+
+
+def _bernoulli(every: list, n_removed: int, rng: np.random.Generator) -> list:
+    """Each component kept with probability ``1 - n_removed / len(every)``, independently."""
+    p_kept = 1.0 - n_removed / len(every)
+    return [c for c, u in zip(every, rng.random(len(every))) if not u < p_kept]
+
+
+def _exact_draw(every: list, k: int, rng: np.random.Generator) -> list:
+    return sorted(every[i] for i in rng.choice(len(every), size=k, replace=False))

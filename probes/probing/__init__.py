@@ -1,7 +1,8 @@
 """Edge probing (Tenney et al. 2019): span tasks, joint per-layer / scalar-mix / cumulative probes,
 expected layer, Hewitt & Liang control tasks and selectivity, Voita & Titov MDL, a random-encoder
-baseline, a scikit-learn estimator and the BERT paper's layer combinations (Devlin et al. 2019,
-Table 7).
+baseline, a scikit-learn estimator, the BERT paper's layer combinations (Devlin et al. 2019,
+Table 7) and Hewitt & Manning's structural probe (:mod:`.structural`, scores in
+:mod:`.structural_metrics`, the analysis in :mod:`.structural_analysis`).
 
 Every public name is importable from here. They live in :mod:`.edge` (joint probes, runners,
 summaries; implemented in the private ``_*`` modules it lists), :mod:`.tasks`, :mod:`.controls`,
@@ -63,6 +64,20 @@ from bertology.probes.probing.edge import (
     summarise,
 )
 from bertology.probes.probing.mdl import block_boundaries, mdl_layers, online_codelength
+from bertology.probes.probing.structural import (
+    StructuralSettings,
+    StructuralTrees,
+    corpus_trees,
+    fit_structural,
+    linear_baseline,
+    predict_structure,
+    probe_structure,
+    structural_intervals,
+    structural_probe_layers,
+    structural_summary,
+    trees_from_heads,
+)
+from bertology.probes.probing.structural_analysis import STRUCTURAL_PROBE_DEFAULTS, structural_probe_analysis
 from bertology.probes.probing.synthetic import PlantedData, planted_task
 from bertology.probes.probing.tasks import (
     EdgeExample,
@@ -144,4 +159,17 @@ __all__ = [
     "probe_settings",
     "corpus_for_task_file",
     "combination_summary",
+    "StructuralSettings",
+    "StructuralTrees",
+    "trees_from_heads",
+    "corpus_trees",
+    "fit_structural",
+    "predict_structure",
+    "probe_structure",
+    "structural_intervals",
+    "structural_summary",
+    "linear_baseline",
+    "structural_probe_layers",
+    "STRUCTURAL_PROBE_DEFAULTS",
+    "structural_probe_analysis",
 ]

@@ -181,8 +181,9 @@ def confidence_intervals(df: pd.DataFrame) -> pd.DataFrame:
 
 
 INTERVAL_KEYS = ["task", "mode", "probe", "pooling", "control", "layer"]
-LAYER_INTERVAL_COLUMNS = [
-    *INTERVAL_KEYS,
+# after a table's keys: the measure, its dev score (for choosing), its test score with its interval
+# and what the interval rests on -- the columns every probe's interval table ends with
+SCORE_INTERVAL_COLUMNS = [
     "metric",
     "dev_score",
     "score",
@@ -193,6 +194,7 @@ LAYER_INTERVAL_COLUMNS = [
     "small_sample",
     "interval",
 ]
+LAYER_INTERVAL_COLUMNS = [*INTERVAL_KEYS, *SCORE_INTERVAL_COLUMNS]
 
 
 def layer_intervals(df: pd.DataFrame, metrics: Sequence[str] = INTERVAL_METRICS) -> pd.DataFrame:

@@ -65,8 +65,14 @@ def register(app: typer.Typer) -> None:
         run_dir = run_study(
             "contextuality", overrides=overrides, results_root=out, seed=seed, force=force, log=typer.echo
         )
-        ctx = read_table(run_dir, "contextuality").pivot(index="layer", columns="metric", values="adjusted")
+        from bertology.probes.embeddings.contextuality import few_words_warning
+
+        table = read_table(run_dir, "contextuality")
+        ctx = table.pivot(index="layer", columns="metric", values="adjusted")
         typer.echo("adjusted (raw − anisotropy baseline):\n" + ctx.round(3).to_string())
+        warning = few_words_warning(table)
+        if warning:
+            typer.echo(warning, err=True)
         if "static_sources" in read_manifest(run_dir).get("tables", []):
             typer.echo(read_table(run_dir, "static_sources").to_string(index=False))
         typer.echo(f"wrote {run_dir}")

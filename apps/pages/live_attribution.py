@@ -1,0 +1,136 @@
+"""The Live page's Attribution section: which words of the typed sentence an MLM's guess for a
+masked word rests on, by gradient × input, integrated gradients (Captum) and attention from the
+mask (last layer; rollout), as LIT shows it. The computation is
+:func:`bertology.attribution.masked_word_attribution` (core), kept per sentence, word, target and
+step count with ``st.cache_data`` like the page's other sections; every typed word reaches the
+figure through :func:`bertology.apps.figures.esc` and the summary line is plain text.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+from bertology.apps.figures import esc
+from bertology.apps.locations import clean
+from bertology.apps.ui import guard
+from bertology.errors import WorkbenchError
+from bertology.models import LoadedModel
+
+if TYPE_CHECKING:  # bertology.attribution loads torch and captum: imported where the section computes
+    from bertology.attribution import Attribution
+
+STEPS = (10, 25, 50, 100, 200)  # integrated-gradients points offered; 50 by default
+POSITIVE, NEGATIVE = "#1f77b4", "#d62728"
+
+
+@st.cache_data(max_entries=32, show_spinner="attributing the guess…")
+def cached_attribution(
+    name: str, words: tuple[str, ...], word: int, target: str | None, n_steps: int, _lm: LoadedModel
+) -> Attribution:
+    """The attribution of ``name``'s guess for word ``word`` (``_lm``: that model, not hashed)."""
+    from bertology.attribution import masked_word_attribution
+
+    return masked_word_attribution(_lm, list(words), word, target, n_steps=n_steps)
+
+
+def attribution_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
+    """The section, with its own error box (the rest of the page goes on)."""
+    with guard("the attribution"):
+        _section(name, lm, words)
+
+
+def _section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
+    from bertology.attribution import head_kind
+
+    st.subheader("Attribution: which words the guess rests on")
+    st.caption(
+        "The word is replaced by the mask and the explained output is log p(target) there. "
+        "Gradient × input and integrated gradients (Sundararajan et al. 2017, Captum; baseline: every "
+        "word piece replaced by [PAD], special tokens kept) score the input embeddings; attention is the "
+        "last layer's attention from the mask (mean of the heads) and the rollout's row -- where the model "
+        "looks, not why it decides. Pieces are summed into words; bars are each method's share "
+        "(score / sum of |scores| over the words)."
+    )
+    if head_kind(lm.model) != "mlm":
+        st.info(
+            f"{name} has no MLM head, so there is no masked-word guess to attribute. For a fine-tuned "
+            "classifier run `bertology attribute --model <run>@<step>` or "
+            "bertology.attribution.classifier_attribution."
+        )
+        return
+    c1, c2, c3 = st.columns([2, 2, 1])
+    word = c1.selectbox(
+        "word to mask",
+        range(len(words)),
+        index=min(1, len(words) - 1),
+        key="live_attr_word",
+        format_func=lambda w: f"{w}: {words[w]}",
+    )
+    target = c2.text_input("target word (empty: the top guess)", key="live_attr_target", max_chars=50).strip()
+    n_steps = c3.select_slider("IG steps", options=list(STEPS), value=50, key="live_attr_steps")
+    try:
+        result = cached_attribution(name, words, word, target or None, n_steps, lm)
+    except WorkbenchError as exc:
+        st.warning(clean(exc))
+        return
+    st.text(result.summary())
+    left, right = st.columns([3, 2])
+    left.plotly_chart(attribution_figure(result), width="stretch", key="live_attribution")
+    right.dataframe(result.by_word().reset_index(), hide_index=True, width="stretch")
+
+
+def attribution_figure(result: Attribution) -> go.Figure:
+    """One panel per method: a horizontal bar per word (top to bottom in sentence order) of its
+    normalised score, blue when it raises the explained output, red when it lowers it; the masked
+    word is labelled with the mask. ``result``: :class:`bertology.attribution.Attribution`."""
+    from bertology.attribution import METHOD_TITLES
+
+    wide = result.by_word("normalised")
+    labels = [_label(result, int(p), str(w)) for p, w in wide.index]
+    methods = list(wide.columns)
+    fig = make_subplots(
+        rows=1,
+        cols=len(methods),
+        shared_yaxes=True,
+        horizontal_spacing=0.03,
+        subplot_titles=[METHOD_TITLES[m] for m in methods],
+    )
+    for col, method in enumerate(methods, start=1):
+        values = wide[method].to_numpy(dtype=float)
+        fig.add_trace(
+            go.Bar(
+                x=values,
+                y=labels,
+                orientation="h",
+                marker_color=np.where(values >= 0, POSITIVE, NEGATIVE).tolist(),
+                hovertemplate="%{y}: %{x:.3f}<extra></extra>",
+                showlegend=False,
+            ),
+            row=1,
+            col=col,
+        )
+        fig.update_xaxes(range=_range(values), row=1, col=col)
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=11))
+    fig.update_layout(
+        title=f"what {esc(result.model_name)}'s {esc(result.output)} of '{esc(result.target)}' rests on",
+        height=max(320, 26 * len(labels) + 140),
+        margin=dict(t=90),
+    )
+    return fig
+
+
+def _label(result: Attribution, position: int, word: str) -> str:
+    mask = f" [{esc(result.tokens[result.position])}]" if position == result.word else ""
+    return f"{position}: {esc(word)}{mask}"
+
+
+def _range(values: Any) -> list[float]:
+    """A symmetric range for signed shares, 0..max for non-negative ones (attention)."""
+    top = float(np.abs(values).max()) if len(values) else 1.0
+    top = 1.1 * top if top > 0 else 1.0
+    return [0.0, top] if (np.asarray(values) >= 0).all() else [-top, top]

@@ -1,0 +1,187 @@
+"""The Structural probe page (Hewitt & Manning 2019): how well each layer's squared distances fit
+parse-tree distances (UUAS, DSpr.) and its squared norms tree depth (root%, NSpr.), with intervals,
+the LINEAR and random-init baselines, UUAS against the probe's rank, and one test sentence's
+predicted tree (the minimum spanning tree of the predicted distances) drawn against the gold one."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from bertology.apps.figures import esc, line_with_band
+from bertology.apps.pages.page import Page
+from bertology.apps.ui import guard, has_columns_or_explain, load_table, optional_table, pick_run
+
+METRIC_NAMES = {"uuas": "UUAS", "dspr": "DSpr.", "root_acc": "root%", "nspr": "NSpr."}
+PROBE_METRICS = {"distance": ("uuas", "dspr"), "depth": ("root_acc", "nspr")}
+INTERVAL_COLUMNS = ["encoder", "probe", "layer", "metric", "score", "low", "high"]
+
+
+def structural_page(page: Page) -> None:
+    run = pick_run(page.study, "structural_run")
+    if run is None:
+        return
+    intervals = load_table(run, "layer_intervals")
+    if not has_columns_or_explain(intervals, INTERVAL_COLUMNS, "layer_intervals", run):
+        return
+    baselines = optional_table(run, "baselines")
+    with guard("the per-layer scores", run):
+        if "trees" in intervals:
+            st.caption(f"Trees: {intervals['trees'].iloc[0]}")
+        for kind in [k for k in PROBE_METRICS if k in set(intervals["probe"])]:
+            st.plotly_chart(layer_figure(intervals, baselines, kind), width="stretch", key=f"structural-{kind}")
+    summary = optional_table(run, "summary")
+    if summary is not None:
+        with guard("the summary", run):
+            st.subheader("Best layer (chosen on dev, read on test)")
+            st.dataframe(summary_rows(summary, baselines), width="stretch", hide_index=True)
+            if "small_sample" in summary and summary["small_sample"].fillna(False).astype(bool).any():
+                st.caption("Rows marked small sample rest on fewer than 100 test items: read the intervals.")
+    curve = optional_table(run, "rank_curve")
+    if curve is not None and len(curve):
+        with guard("the rank curve", run):
+            st.plotly_chart(rank_figure(curve), width="stretch", key="structural-rank")
+    edges, words = optional_table(run, "tree_edges"), optional_table(run, "tree_words")
+    if edges is not None and words is not None and len(words):
+        with guard("the example trees", run):
+            st.subheader("A test sentence: predicted tree (below) against the gold tree (above)")
+            sentence = st.selectbox("test sentence", list(dict.fromkeys(words["sent_id"].astype(str))))
+            st.plotly_chart(tree_figure(words, edges, sentence), width="stretch", key="structural-tree")
+
+
+# --------------------------------------------------------------------------- data shaping
+
+
+def layer_rows(intervals: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Per-layer rows of one probe kind ready for :func:`~bertology.apps.figures.line_with_band`:
+    ``layer, series`` (metric and encoder, e.g. ``UUAS (trained)``), ``mean, low, high``; layers
+    sorted; rows of a rank sweep (several ranks at one layer) are not in ``layer_intervals``."""
+    part = intervals[intervals["probe"] == kind].copy()
+    part["series"] = [f"{METRIC_NAMES.get(m, m)} ({e})" for m, e in zip(part["metric"], part["encoder"])]
+    return part.rename(columns={"score": "mean"})[["layer", "series", "mean", "low", "high"]].sort_values(
+        ["series", "layer"]
+    )
+
+
+def baseline_values(baselines: pd.DataFrame | None, kind: str) -> dict[str, float]:
+    """``{metric: LINEAR baseline score}`` of one probe kind (empty without a baselines table)."""
+    if baselines is None or not {"encoder", "probe", "metric", "score"} <= set(baselines.columns):
+        return {}
+    linear = baselines[(baselines["encoder"] == "linear") & (baselines["probe"] == kind)]
+    return {str(m): float(s) for m, s in zip(linear["metric"], linear["score"])}
+
+
+def summary_rows(summary: pd.DataFrame, baselines: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The summary as one readable row per encoder, probe and metric: best layer, test score with
+    its interval, and the LINEAR baseline's score beside it."""
+    out = summary.copy()
+    out["metric"] = out["metric"].map(lambda m: METRIC_NAMES.get(m, m))
+    linear = {(k, METRIC_NAMES.get(m, m)): v for k in PROBE_METRICS for m, v in baseline_values(baselines, k).items()}
+    out["LINEAR"] = [linear.get((p, m), math.nan) for p, m in zip(out["probe"], out["metric"])]
+    columns = ["encoder", "probe", "best_layer", "selection_metric", "metric", "score", "low", "high", "LINEAR"]
+    columns += [c for c in ("n_seeds", "n_test", "small_sample") if c in out]
+    return out[[c for c in columns if c in out]].round(3)
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def layer_figure(intervals: pd.DataFrame, baselines: pd.DataFrame | None, kind: str) -> go.Figure:
+    """One probe kind's scores per layer (one line per metric and encoder, 95% bands) with the
+    LINEAR baseline of each metric as a dashed horizontal line."""
+    title = (
+        "Distance probe: UUAS and DSpr. per layer" if kind == "distance" else "Depth probe: root% and NSpr. per layer"
+    )
+    fig = line_with_band(layer_rows(intervals, kind), "layer", "series", title, "test score (95% interval)")
+    for metric, value in baseline_values(baselines, kind).items():
+        fig.add_hline(
+            y=value,
+            line_dash="dash",
+            line_color="#7f7f7f",
+            annotation_text=esc(f"LINEAR {METRIC_NAMES.get(metric, metric)} {value:.3f}"),
+            annotation_position="top left",
+        )
+    fig.update_layout(xaxis=dict(dtick=1))
+    return fig
+
+
+def rank_figure(curve: pd.DataFrame) -> go.Figure:
+    """UUAS and DSpr. against the distance probe's rank (log axis) at the best layer."""
+    rows = curve.assign(series=curve["metric"].map(lambda m: METRIC_NAMES.get(m, m)))
+    layer = ", ".join(str(int(l)) for l in sorted(set(curve["layer"])))
+    fig = line_with_band(
+        rows.rename(columns={"score": "mean"}),
+        "rank",
+        "series",
+        f"Distance probe by rank (layer {layer})",
+        "test score",
+    )
+    fig.update_layout(xaxis=dict(type="log", title="probe rank (log scale)"))
+    return fig
+
+
+def _arc(i: int, j: int, up: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Points of a half ellipse from word ``i`` to word ``j``, above (``up``) or below the words."""
+    t = np.linspace(0, np.pi, 24)
+    centre, radius = (i + j) / 2, abs(j - i) / 2
+    height = 0.4 + 0.25 * abs(j - i)
+    return centre - radius * np.cos(t), (1 if up else -1) * (0.3 + height * np.sin(t))
+
+
+def tree_figure(words: pd.DataFrame, edges: pd.DataFrame, sent_id: str) -> go.Figure:
+    """One sentence's words in order, the gold tree's edges as arcs above them and the predicted
+    tree's (the minimum spanning tree of the predicted distances) below: green where the gold tree
+    has the edge, red where it does not; punctuation (left out of both) in grey."""
+    w = words[words["sent_id"].astype(str) == sent_id].sort_values("position")
+    e = edges[edges["sent_id"].astype(str) == sent_id]
+    fig = go.Figure()
+    for source, up in (("gold", True), ("predicted", False)):
+        for row in e[e["source"] == source].itertuples():
+            x, y = _arc(int(row.i), int(row.j), up)
+            colour = "#1f77b4" if up else ("#2ca02c" if bool(row.correct) else "#d62728")
+            fig.add_trace(
+                go.Scatter(x=x, y=y, mode="lines", line=dict(color=colour, width=2), hoverinfo="skip", showlegend=False)
+            )
+    punct = w["punct"].astype(bool) if "punct" in w else pd.Series(False, index=w.index)
+    fig.add_trace(
+        go.Scatter(
+            x=w["position"],
+            y=np.zeros(len(w)),
+            mode="text",
+            text=[esc(t) for t in w["word"]],
+            textfont=dict(color=["#9e9e9e" if p else "#000000" for p in punct]),
+            hovertext=[f"{esc(t)}: gold depth {g}" for t, g in zip(w["word"], w.get("gold_depth", [""] * len(w)))],
+            hoverinfo="text",
+            showlegend=False,
+        )
+    )
+    gold = e[e["source"] == "gold"]
+    correct = int(e[(e["source"] == "predicted") & e["correct"].astype(bool)].shape[0])
+    fig.update_layout(
+        title=esc(f"{sent_id}: {correct} of {len(gold)} gold edges found (gold above, predicted below)"),
+        xaxis=dict(visible=False),
+        yaxis=dict(visible=False),
+        height=420,
+    )
+    return fig
+
+
+# --------------------------------------------------------------------------- the registry entry
+
+PAGE = Page(
+    key="Structural probe",
+    title="Structural probe (Hewitt & Manning 2019)",
+    intro="Does a layer hold the parse tree? A linear map whose squared distances between words fit "
+    "their distance in the dependency tree (UUAS of the minimum spanning tree, distance Spearman) "
+    "and whose squared norms fit tree depth (root accuracy, depth Spearman). Hewitt & Manning 2019, "
+    "*A Structural Probe for Finding Syntax in Word Representations*.",
+    render=structural_page,
+    study="structural_probe",
+    main_table="layer_intervals",
+    min_charts=1,
+    min_tables=1,
+)

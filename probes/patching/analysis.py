@@ -1,0 +1,253 @@
+"""The ``patching`` study's analysis: where a masked-language model carries the subject's number to
+the verb, by activation patching over subject-verb agreement minimal pairs
+(:mod:`bertology.probes.patching.minimal_pairs`, :mod:`bertology.probes.patching.patch`).
+
+:func:`patching_analysis` (config :data:`PATCHING_DEFAULTS`) patches every hidden state (layer x
+token) and every head (layer x head, at every token) of each pair's clean run into its corrupted
+run, and averages the restored fraction over pairs with intervals over pairs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bertology.errors import ConfigError, ModelError
+from bertology.models import LoadedModel, load_model, resolve_device
+from bertology.probes.patching.minimal_pairs import ROLE_ORDER, TEMPLATES, VERBS, AgreementPair, agreement_pairs
+from bertology.probes.patching.patch import encode_pair, head_scores, hidden_state_scores, pair_scores
+from bertology.runs import StudyContext
+from bertology.uncertainty import ratio_bootstrap, t_interval, wilson_interval
+
+__all__ = ["PATCHING_DEFAULTS", "patching_analysis", "summarise_sites", "pair_accuracy"]
+
+PATCHING_DEFAULTS: dict[str, Any] = {
+    "model": "minilm-english-mlm",  # needs an MLM head: the masked verb is scored
+    "pairs": 120,  # minimal pairs drawn (fewer if the tokenizer splits too many template words)
+    "templates": list(TEMPLATES),  # pp, object_rc, subject_rc
+    "verbs": list(VERBS),  # is/are, was/were, has/have
+    "flip": "subject",  # subject: only the subject's number differs | both: the attractor's too
+    "use_pairs": "all",  # all | correct: only pairs the model gets right in both sentences
+    "min_difference": 0.1,  # nats: pairs whose clean - corrupted score difference is smaller are left out
+    "carry_threshold": 0.1,  # a site carries number when the low end of its interval exceeds this
+    "confidence": 0.95,
+    "batch_rows": 256,  # patched rows per forward
+    "device": "cpu",
+    "seed": 0,
+}
+
+
+def _check(cfg: dict[str, Any]) -> None:
+    if int(cfg["pairs"]) < 2:
+        raise ConfigError(f"patching: field 'pairs' must be at least 2, got {cfg['pairs']!r}")
+    if cfg["use_pairs"] not in ("correct", "all"):
+        raise ConfigError(f"patching: field 'use_pairs' must be 'correct' or 'all', got {cfg['use_pairs']!r}")
+    if float(cfg["min_difference"]) <= 0:
+        raise ConfigError(f"patching: field 'min_difference' must be > 0 nats, got {cfg['min_difference']!r}")
+    if not 0 < float(cfg["confidence"]) < 1:
+        raise ConfigError(f"patching: field 'confidence' must be between 0 and 1, got {cfg['confidence']!r}")
+    if int(cfg["batch_rows"]) < 1:
+        raise ConfigError(f"patching: field 'batch_rows' must be >= 1, got {cfg['batch_rows']!r}")
+
+
+def _used(row: dict[str, Any], cfg: dict[str, Any]) -> bool:
+    """Whether a pair enters the means: a clean - corrupted difference of at least ``min_difference``
+    (in the right direction: the clean sentence favours the target more) and, with ``use_pairs:
+    correct``, the right verb preferred in both sentences."""
+    enough = row["clean_score"] - row["corrupted_score"] >= float(cfg["min_difference"])
+    correct = row["clean_correct"] and row["corrupted_correct"]
+    return bool(enough and (correct or cfg["use_pairs"] == "all"))
+
+
+def _patch_pair(lm: LoadedModel, pair: AgreementPair, cfg: dict[str, Any]):
+    """One pair: its row of the ``pairs`` table and, when used, its per-site patched scores."""
+    encoded = encode_pair(lm, pair.clean, pair.corrupted, pair.target, pair.foil)
+    run = pair_scores(lm, encoded)
+    row = {
+        **pair.as_row(),
+        "clean_score": run.clean_score,
+        "corrupted_score": run.corrupted_score,
+        "clean_correct": run.clean_score > 0,
+        "corrupted_correct": run.corrupted_score < 0,  # the foil is the corrupted sentence's correct verb
+        "direction_correct": run.clean_score > run.corrupted_score,  # the score moves toward the right verb
+    }
+    row["used"] = _used(row, cfg)
+    if not row["used"]:
+        return row, None, None
+    batch = int(cfg["batch_rows"])
+    return row, hidden_state_scores(lm, encoded, run, batch_rows=batch), head_scores(lm, encoded, run, batch_rows=batch)
+
+
+def _site_rows(pair: AgreementPair, row: dict[str, Any], hidden: np.ndarray, heads: np.ndarray):
+    """Long tables of one pair: ``[L + 1, T]`` hidden-state and ``[L, H]`` head scores with their
+    restored fractions."""
+    clean, corrupted = row["clean_score"], row["corrupted_score"]
+    layers, positions = np.indices(hidden.shape)
+    base = {"pair_id": pair.pair_id, "template": pair.template, "clean_score": clean, "corrupted_score": corrupted}
+    states = pd.DataFrame(
+        {
+            **base,
+            "layer": layers.ravel(),
+            "position": positions.ravel(),
+            "role": np.asarray(pair.roles)[positions.ravel()],
+            "score": hidden.ravel(),
+        }
+    )
+    hl, hh = np.indices(heads.shape)
+    head_table = pd.DataFrame({**base, "layer": hl.ravel(), "head": hh.ravel(), "score": heads.ravel()})
+    for table in (states, head_table):
+        table["restored"] = (table["score"] - corrupted) / (clean - corrupted)
+    return states, head_table
+
+
+def patch_pairs(lm: LoadedModel, pairs: list[AgreementPair], cfg: dict[str, Any], log=print) -> dict[str, pd.DataFrame]:
+    """Every pair through the model: ``pairs`` (one row per pair), ``pair_positions`` (pair x layer x
+    token) and ``pair_heads`` (pair x layer x head) for the pairs used."""
+    rows, states, heads = [], [], []
+    started = time.perf_counter()
+    for i, pair in enumerate(pairs):
+        row, hidden, head = _patch_pair(lm, pair, cfg)
+        rows.append(row)
+        if hidden is not None:
+            s, h = _site_rows(pair, row, hidden, head)
+            states.append(s)
+            heads.append(h)
+        if (i + 1) % 20 == 0:
+            log(f"    {i + 1}/{len(pairs)} pairs, {time.perf_counter() - started:.0f}s")
+    if not states:
+        raise ConfigError(
+            f"patching: none of {len(pairs)} pairs is usable (use_pairs={cfg['use_pairs']!r}, "
+            f"min_difference={cfg['min_difference']}): the model does not tell the verbs apart"
+        )
+    return {"pairs": pd.DataFrame(rows), "pair_positions": pd.concat(states), "pair_heads": pd.concat(heads)}
+
+
+def _summary(part: pd.DataFrame, confidence: float, seed: int) -> dict[str, Any]:
+    """Mean restored fraction over pairs (t interval) and the pooled fraction sum(patched -
+    corrupted) / sum(clean - corrupted) with a bootstrap over pairs."""
+    t = t_interval(part["restored"], confidence)
+    pooled = ratio_bootstrap(
+        part["score"] - part["corrupted_score"],
+        part["clean_score"] - part["corrupted_score"],
+        part["pair_id"],
+        confidence=confidence,
+        seed=seed,
+    )
+    return {
+        "restored": t.estimate,
+        "low": t.low,
+        "high": t.high,
+        "n_pairs": t.n,
+        "pooled": pooled.estimate,
+        "pooled_low": pooled.low,
+        "pooled_high": pooled.high,
+    }
+
+
+def summarise_sites(
+    table: pd.DataFrame, keys: list[str], *, confidence: float = 0.95, threshold: float = 0.1, seed: int = 0
+) -> pd.DataFrame:
+    """One row per ``keys`` group of a per-pair site table (``pair_positions`` by ``layer, role``;
+    ``pair_heads`` by ``layer, head``): ``restored`` (mean over pairs) with its t interval ``low,
+    high``, ``n_pairs``, ``pooled`` (ratio of sums) with its bootstrap interval, and ``carries``
+    (``low > threshold``)."""
+    rows = [{**dict(zip(keys, key)), **_summary(part, confidence, seed)} for key, part in table.groupby(keys)]
+    out = pd.DataFrame(rows)
+    out["carries"] = out["low"] > threshold
+    return out
+
+
+def _position_effects(positions: pd.DataFrame, cfg: dict[str, Any], seed: int) -> pd.DataFrame:
+    """Per layer x role, over all templates (``template = "all"``) and per template."""
+    kw: dict[str, Any] = {
+        "confidence": float(cfg["confidence"]),
+        "threshold": float(cfg["carry_threshold"]),
+        "seed": seed,
+    }
+    every = summarise_sites(positions, ["layer", "role"], **kw).assign(template="all")
+    per = summarise_sites(positions, ["template", "layer", "role"], **kw)
+    out = pd.concat([every, per], ignore_index=True)
+    out["role_order"] = out["role"].map({r: i for i, r in enumerate(ROLE_ORDER)})
+    columns = ["template", "layer", "role", "role_order"]
+    return out[columns + [c for c in out if c not in columns]].sort_values(["template", "layer", "role_order"])
+
+
+def pair_accuracy(pairs: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """The model's accuracy on the pairs, per template and over all (``template = "all"``): clean,
+    corrupted and both sentences right, and ``direction`` (the clean sentence favours the target more
+    than the corrupted one: number moves the score the right way, whatever the model's bias toward
+    one form), each with a Wilson interval."""
+    rows = []
+    for template, part in [("all", pairs), *pairs.groupby("template")]:
+        row: dict[str, Any] = {"template": template, "n_pairs": len(part), "n_used": int(part["used"].sum())}
+        both = part["clean_correct"] & part["corrupted_correct"]
+        for name, hits in (
+            ("clean", part["clean_correct"]),
+            ("corrupted", part["corrupted_correct"]),
+            ("both", both),
+            ("direction", part["direction_correct"]),
+        ):
+            interval = wilson_interval(int(hits.sum()), len(part), confidence)
+            row |= {f"{name}_accuracy": interval.estimate, f"{name}_low": interval.low, f"{name}_high": interval.high}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _carriers(positions: pd.DataFrame, heads: pd.DataFrame) -> pd.DataFrame:
+    """The sites whose interval lies above the threshold, largest first: hidden states (layer, role;
+    over all templates) and heads."""
+    states = positions[(positions["template"] == "all") & positions["carries"]].assign(kind="hidden state")
+    head_rows = heads[heads["carries"]].assign(kind="head", role=None)
+    columns = ["kind", "layer", "role", "head", "restored", "low", "high", "n_pairs", "pooled"]
+    out = pd.concat([states.assign(head=pd.NA), head_rows], ignore_index=True).reindex(columns=columns)
+    out["head"] = out["head"].astype("Int64")  # NA for hidden states
+    return out.sort_values("restored", ascending=False, ignore_index=True)
+
+
+def _load(cfg: dict[str, Any]) -> LoadedModel:
+    """The model with its MLM head (SDPA attention: no maps are needed) on the config's device."""
+    try:
+        return load_model(
+            cfg["model"], attentions=False, mlm_head=True, device=resolve_device(cfg.get("device") or "cpu")
+        )
+    except ModelError as exc:
+        raise ModelError(f"patching scores the masked verb with the model's MLM head: {exc}") from None
+
+
+def patching_analysis(ctx: StudyContext) -> None:
+    """Activation patching over subject-verb agreement minimal pairs (Vig et al. 2020; Meng et al.
+    2022; Finlayson et al. 2021): which hidden states and heads carry the subject's number.
+
+    Config (:data:`PATCHING_DEFAULTS`): ``model`` (with an MLM head), ``pairs`` (how many minimal
+    pairs to draw), ``templates``, ``verbs``, ``flip``, ``use_pairs`` (``correct``: only pairs whose
+    clean and corrupted sentences the model gets right), ``min_difference`` (nats), ``carry_threshold``,
+    ``confidence``, ``batch_rows``, ``device``, ``seed`` (the pairs drawn; the bootstrap).
+
+    Tables: ``pairs`` (every pair, its scores, correctness, whether used), ``accuracy``
+    (:func:`pair_accuracy`), ``pair_positions`` / ``pair_heads`` (per pair and site: patched
+    ``score``, ``restored``), ``position_effects`` (per template or ``all`` x layer x role) and
+    ``head_effects`` (per layer x head) from :func:`summarise_sites`, and ``number_carriers`` (the
+    sites whose interval lies above ``carry_threshold``)."""
+    cfg = ctx.config
+    _check(cfg)
+    lm = _load(cfg)
+    pairs = agreement_pairs(
+        lm.tokenizer, int(cfg["pairs"]), seed=ctx.seed, templates=cfg["templates"], verbs=cfg["verbs"], flip=cfg["flip"]
+    )
+    ctx.record(
+        model={"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint},
+        pairs_drawn=len(pairs),
+    )
+    raw = ctx.steps(["pairs", "pair_positions", "pair_heads"], lambda: patch_pairs(lm, pairs, cfg, ctx.log))
+    kw: dict[str, Any] = {
+        "confidence": float(cfg["confidence"]),
+        "threshold": float(cfg["carry_threshold"]),
+        "seed": ctx.seed,
+    }
+    ctx.step("accuracy", lambda: pair_accuracy(raw["pairs"], float(cfg["confidence"])))
+    positions = ctx.step("position_effects", lambda: _position_effects(raw["pair_positions"], cfg, ctx.seed))
+    heads = ctx.step("head_effects", lambda: summarise_sites(raw["pair_heads"], ["layer", "head"], **kw))
+    ctx.step("number_carriers", lambda: _carriers(positions, heads))
