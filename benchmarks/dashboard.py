@@ -104,12 +104,8 @@ def one_round(results: Path, model: str, tree: Path | None) -> dict[str, dict[st
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
-    code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); from dashboard import time_pages; "
-        "from pathlib import Path; print(json.dumps(time_pages(Path(sys.argv[2]), sys.argv[3])))"
-    )
     out = subprocess.run(
-        [sys.executable, "-c", code, str(Path(__file__).parent), str(results), model],
+        [sys.executable, str(Path(__file__).resolve()), str(results), "--model", model, "--child"],
         env=env,
         capture_output=True,
         text=True,
@@ -132,7 +128,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--baseline", type=Path, default=None, help="a tree to time first, round by round")
     parser.add_argument("--model", default="minilm-l6", help="the Live page's model")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one round, run by one_round
     args = parser.parse_args()
+    if args.child:  # run as a script, this folder is on sys.path (common.py) and PYTHONPATH picks the tree
+        print(json.dumps(time_pages(args.results, args.model)))
+        return
     trees = {"now": None} if args.baseline is None else {"baseline": args.baseline.resolve(), "now": None}
     rounds: dict[str, list] = {name: [] for name in trees}
     for _ in range(args.rounds):
