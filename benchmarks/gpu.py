@@ -201,6 +201,8 @@ def part_extract() -> None:
     n_warm = 8 if ARGS.tiny else 200
     pool = len(sample) - n_warm
     corpus = sample.subset([i % pool for i in range(n)])
+    n_large = 96 if ARGS.tiny else ARGS.large_sentences
+    corpora = {"main": corpus, "large": sample.subset([i % pool for i in range(n_large)])}
     warm = sample.subset(range(pool, len(sample)))
     L, d = lm.config.num_hidden_layers, lm.config.hidden_size
     n_nonemb = sum(p.numel() for name, p in lm.model.named_parameters() if not name.startswith("embeddings"))
@@ -231,32 +233,44 @@ def part_extract() -> None:
     root = work() / "stores"
     root.mkdir(parents=True, exist_ok=True)
     big = 256 if ARGS.tiny else 8192
-    rows = {  # name -> (bare amp or store options, batch tokens, baseline)
-        "bare forward, float32, 1024-token batches": (None, 1024, None),
-        "store, defaults (float32)": ({}, 1024, "bare forward, float32, 1024-token batches"),
-        f"bare forward, bf16, {big}-token batches": (torch.bfloat16, big, None),
+    fast = {"amp_dtype": "bfloat16", "storage": "float16", "batch_tokens": big}
+    large = f"{n_large:,} sentences"
+    rows = {  # name -> (bare amp or store options, batch tokens, baseline, corpus)
+        "bare forward, float32, 1024-token batches": (None, 1024, None, "main"),
+        "store, defaults (float32)": ({}, 1024, "bare forward, float32, 1024-token batches", "main"),
+        f"bare forward, bf16, {big}-token batches": (torch.bfloat16, big, None, "main"),
         f"store, bf16, float16 storage, {big}-token batches": (
-            {"amp_dtype": "bfloat16", "storage": "float16", "batch_tokens": big},
+            fast,
             big,
             f"bare forward, bf16, {big}-token batches",
+            "main",
         ),
         f"store, auto precision, float16 storage, {big}-token batches": (
             {"amp_dtype": "auto", "storage": "float16", "batch_tokens": big},
             big,
             f"bare forward, bf16, {big}-token batches",
+            "main",
+        ),
+        # a larger corpus: the store's fixed costs (tokenising, planning, the first forward before
+        # any write, the last write after every forward, the manifest) spread over more bytes
+        f"bare forward, bf16, {big}-token batches, {large}": (torch.bfloat16, big, None, "large"),
+        f"store, bf16, float16 storage, {big}-token batches, {large}": (
+            fast,
+            big,
+            f"bare forward, bf16, {big}-token batches, {large}",
+            "large",
         ),
     }
     sets = {}
-    for _, bt, _ in rows.values():
-        if bt not in sets:
-            sets[bt] = (*batches_of(corpus, bt), batches_of(warm, bt)[0])
-    words = corpus.n_words
+    for _, bt, _, which in rows.values():
+        if (bt, which) not in sets:
+            sets[bt, which] = (*batches_of(corpora[which], bt), batches_of(warm, bt)[0])
     results: dict[str, dict] = {}
     failed: dict[str, str] = {}
 
     def run(name: str, warmup: bool) -> tuple[float, int]:
-        opt, bt, _ = rows[name]
-        batches, _, warm_batches = sets[bt]
+        opt, bt, _, which = rows[name]
+        batches, _, warm_batches = sets[bt, which]
         if not isinstance(opt, dict):
             sync()
             t = time.perf_counter()
@@ -266,7 +280,8 @@ def part_extract() -> None:
         try:
             sync()
             t = time.perf_counter()
-            store = extract(lm, warm if warmup else corpus, root=where, device=str(dev), progress=False, **opt)
+            text = warm if warmup else corpora[which]
+            store = extract(lm, text, root=where, device=str(dev), progress=False, **opt)
             sync()
             seconds = time.perf_counter() - t
             return seconds, sum(store.manifest["shard_bytes"].values())
@@ -289,9 +304,12 @@ def part_extract() -> None:
             row = results.setdefault(name, {"runs": []})
             row["runs"].append(round(seconds, 4))
             best = min(row["runs"])
-            flops = sets[rows[name][1]][1]["forward_flops"]
+            _, bt, _, which = rows[name]
+            flops = sets[bt, which][1]["forward_flops"]
+            words = corpora[which].n_words
             row.update(
                 seconds=best,
+                words=words,
                 words_per_s=words / best,
                 mfu_peak=flops / best / H100_PEAK,
                 mfu_matmul=flops / best / matmul_rate(),
@@ -302,7 +320,7 @@ def part_extract() -> None:
             base = rows[name][2]
             if base in results:
                 row["ratio_to_bare"] = results[base]["seconds"] / best
-            log(f"round {r + 1} {name}: {seconds:.3f} s, {words / seconds:,.0f} words/s")
+            log(f"round {r + 1} {name}: {seconds:.3f} s, {corpora[rows[name][3]].n_words / seconds:,.0f} words/s")
     # the disk, measured in the same run on the same folder, with the largest store's byte count
     rate = disk_write_rate(root, store_bytes or (64 << 20))
     fig.put("disk_write_bytes_per_s", rate)
@@ -316,8 +334,71 @@ def part_extract() -> None:
                 row["binding"] = "disk" if disk_bound > forward_bound else "forward"
                 row["target_met"] = bool(row["seconds"] <= max(forward_bound, disk_bound))
     fig.put("paths", results)
+    if left() > 15:
+        try:
+            fig.put("stages", store_stages(lm, corpus, root, dev, fast))
+        except Exception as exc:
+            fig.put("stages", {"error": error_text(exc)})
+            traceback.print_exc(limit=-4)
     if dev.type == "cuda":
         fig.put("peak_memory_gib", torch.cuda.max_memory_allocated() / 2**30)
+
+
+def store_stages(lm, corpus, root: Path, dev: torch.device, options: dict) -> dict:
+    """Where one store run's time goes (one extra run, after the timed ones): wall time of the
+    whole ``extract``; of its ``compute_shards`` (the rest: tokenising, planning, the manifest);
+    in the main thread, issuing each shard's forwards and waiting for the writers; in the writer
+    threads, each shard's write (hash beside it) and the part of it spent in ``fsync``."""
+    import bertology.store.compute as compute
+    import bertology.store.extraction as extraction
+    from bertology import atomic
+    from bertology.store import extract
+
+    spans: dict[str, list[float]] = {"compute_shards": [], "issue": [], "wait": [], "write": [], "fsync": []}
+
+    def timed(key, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spans[key].append(time.perf_counter() - t)
+
+        return wrapper
+
+    patches = [
+        (extraction, "compute_shards", timed("compute_shards", compute.compute_shards)),
+        (compute, "compute_shard", timed("issue", compute.compute_shard)),
+        (compute, "_finish", timed("wait", compute._finish)),
+        (compute, "write_shard", timed("write", compute.write_shard)),
+        (atomic.os, "fsync", timed("fsync", atomic.os.fsync)),
+    ]
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
+    where = Path(tempfile.mkdtemp(dir=root))
+    try:
+        for mod, name, fn in patches:
+            setattr(mod, name, fn)
+        sync()
+        t = time.perf_counter()
+        store = extract(lm, corpus, root=where, device=str(dev), progress=False, **options)
+        sync()
+        total = time.perf_counter() - t
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+        shutil.rmtree(where, ignore_errors=True)
+    out = {"total_s": total, "bytes": sum(store.manifest["shard_bytes"].values()), "shards": len(spans["write"])}
+    for key, values in spans.items():
+        out[f"{key}_s"] = sum(values)
+    out["outside_compute_shards_s"] = total - out["compute_shards_s"]
+    out["write_s_per_shard"] = [round(v, 4) for v in spans["write"]]
+    log(
+        "stages: "
+        + ", ".join(
+            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in out.items() if not isinstance(v, list)
+        )
+    )
+    return out
 
 
 # --------------------------------------------------------------------------- pretraining
@@ -424,15 +505,15 @@ def part_pretrain() -> None:
             "mfu_matmul": 6 * n_params * tokens / s / matmul_rate(),
         }
 
-    def trainer(compiled: bool) -> dict:
-        name = "trainer-compiled" if compiled else "trainer"
+    def trainer(compiled: bool, accum: int = 1) -> dict:
+        name = ("trainer-compiled" if compiled else "trainer") + (f"-accum{accum}" if accum > 1 else "")
         shutil.rmtree(root / name, ignore_errors=True)
         (root / name).mkdir(parents=True)
         for sub in ("tokenizer", "data"):
             if (prep / sub).is_dir():
                 shutil.copytree(prep / sub, root / name / sub)
         kw = {"compile": True} if compiled else {}
-        run_cfg = load_config("bert_base_gpu", **{**over, "run_name": name, **kw})
+        run_cfg = load_config("bert_base_gpu", **{**over, "run_name": name, "grad_accum_steps": accum, **kw})
         run_dir = run_pretraining(run_cfg, resume=False)
         m = read_metrics(run_dir)
         tps = m[(m.metric == "tokens_per_s") & (m.step > log_every)]["value"]
@@ -452,8 +533,10 @@ def part_pretrain() -> None:
         ("workbench trainer", lambda: trainer(False)),
         ("minimal loop, torch.compile", lambda: minimal(True)),
         ("workbench trainer, compile: true", lambda: trainer(True)),
+        # the recipe as written: 2 micro-batches of 128 sequences a step (one optimizer step per 256)
+        ("workbench trainer, compile: true, grad_accum 2 (the recipe)", lambda: trainer(True, accum=2)),
     ]:
-        if left() < 40:
+        if left() < (60 if "compile" in name else 40):
             rows[name] = {"skipped": f"{left():.0f} s left"}
             continue
         try:
@@ -490,6 +573,14 @@ def part_report() -> None:
         )
     if "disk_write_bytes_per_s" in ext:
         print(f"| disk write + fsync | {ext['disk_write_bytes_per_s'] / 1e9:.2f} GB/s | - | - |")
+    stages = ext.get("stages", {})
+    if "total_s" in stages:
+        print(
+            f"| store stages ({stages['shards']} shards, {stages['bytes'] / 1e9:.2f} GB) | total "
+            f"{stages['total_s']:.3f} s = outside the shards {stages['outside_compute_shards_s']:.3f} s + shards "
+            f"{stages['compute_shards_s']:.3f} s (issuing forwards {stages['issue_s']:.3f} s, waiting for writers "
+            f"{stages['wait_s']:.3f} s); writer threads {stages['write_s']:.3f} s, fsync {stages['fsync_s']:.3f} s | - | - |"
+        )
     pre = json.loads((out / "gpu-pretrain.json").read_text()) if (out / "gpu-pretrain.json").is_file() else {}
     for name, r in pre.get("loops", {}).items():
         if "tokens_per_s" in r:
@@ -510,6 +601,7 @@ def main() -> None:
     ap.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "bertology-gpu-bench"))
     ap.add_argument("--budget", type=float, default=150.0)
     ap.add_argument("--sentences", type=int, default=2000)
+    ap.add_argument("--large-sentences", type=int, default=8000)
     ap.add_argument("--steps", type=int, default=80)
     ARGS = ap.parse_args()
     os.environ.setdefault("BERTOLOGY_HOME", str(Path(ARGS.work) / "home"))

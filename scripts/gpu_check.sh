@@ -8,7 +8,7 @@
 #
 # Where `bertology` is not installed (a bare GPU image), the source folders are laid out as the
 # package in a temporary folder and put on PYTHONPATH, with any wheels found in .whl/ (e.g. conllu,
-# the one pure-Python package the Brown sample needs that a CUDA image may lack).
+# the Brown sample's reader, and captum for attribution: pure-Python packages a CUDA image may lack).
 set -u
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -41,10 +41,11 @@ part() {  # part NAME SECONDS: one benchmark part in its own process under a tim
 {
   echo "== gpu tests"
   timeout -k 5 "${TEST_TIMEOUT:-150}" "$PY" -m pytest -m gpu -q -p no:cacheprovider -o addopts="" -rfEs --continue-on-collection-errors \
-    --durations=10 tests/test_gpu_paths.py tests/test_gpu_analyses.py tests/test_trainer_speed.py
+    --durations=10 tests/test_gpu_paths.py tests/test_gpu_analyses.py tests/test_trainer_speed.py \
+    tests/test_attribution.py tests/test_patching.py
   echo "== gpu tests exited $?"
   for p in ${PARTS:-setup extract pretrain}; do
-    case $p in setup) part setup 40 ;; extract) part extract 90 ;; pretrain) part pretrain 170 ;; esac
+    case $p in setup) part setup 40 ;; extract) part extract 110 ;; pretrain) part pretrain 210 ;; esac
   done
   "$PY" benchmarks/gpu.py report --out "$OUT"
   echo "== done in $(( $(date +%s) - START )) s"

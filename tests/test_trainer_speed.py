@@ -21,6 +21,7 @@ from test_finetuning import planted  # noqa: F401  (the module's fixture, a test
 from test_pretrain_trainer import _cfg, corpus_and_tokenizer, run_killed_after  # noqa: F401
 
 import bertology.pretraining.loop as loop_module
+import bertology.pretraining.trainer as trainer_module
 from bertology.checkpoints import list_checkpoints, load_trainer_state
 from bertology.errors import ConfigError
 from bertology.finetuning import FinetuneConfig, run_finetuning
@@ -175,6 +176,41 @@ def test_compile_is_a_checked_field_and_compiles_only_the_training_forward(corpu
     run_killed_after(_cfg(corpus_and_tokenizer, tmp_path, run_name="switch", max_steps=4, save_every=2), 2)
     run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="switch", max_steps=4, save_every=2, compile=True))
     assert len(compiled) == 2
+
+
+def test_compile_builds_one_graph_for_every_target_count(corpus_and_tokenizer, tmp_path, monkeypatch):  # noqa: F811
+    """The number of MLM targets changes from batch to batch; the trainer marks it dynamic from the
+    first step, so torch.compile does not build a static graph first and a dynamic one at the
+    second size (on an H100 each build cost a ~45 s log window). Counted with a backend that
+    records the graphs it is given (no code generation: the CPU test stays fast)."""
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: real_compile(module, backend=counting_backend))
+    torch._dynamo.reset()
+    seen_targets = []
+
+    def recording_positions(labels):  # where the batch is built (outside the compiled forward)
+        index = target_positions(labels)
+        seen_targets.append(int(index.shape[0]))
+        return index
+
+    _prefetch(monkeypatch, 0)
+    monkeypatch.setattr(trainer_module, "target_positions", recording_positions)
+    run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="one", max_steps=1, keep_steps=[], compile=True))
+    after_one = len(graphs)
+    torch._dynamo.reset()
+    graphs.clear()
+    seen_targets.clear()
+    run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="four", max_steps=4, keep_steps=[], compile=True))
+    assert after_one >= 1
+    assert len(set(seen_targets)) > 1  # the batches do have different target counts
+    assert len(graphs) == after_one  # ... and no step after the first compiled anything again
+    torch._dynamo.reset()
 
 
 def test_finetuning_compile_wraps_the_training_forward(planted, tmp_path, monkeypatch):  # noqa: F811

@@ -276,6 +276,10 @@ def _forward(t: _Training, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """The objective's training loss of one batch (pair labels only for NSP/SOP), under autocast."""
     pair_labels = batch["pair_labels"] if pair_task(t.cfg.objective) else None
     extra = {"target_index": batch["target_index"]} if "target_index" in batch else {}
+    if t.cfg.compile and "target_index" in batch:
+        # the number of MLM targets changes from batch to batch: compiled with a dynamic size from
+        # the first step, so torch.compile builds one graph, not a static one and then a dynamic one
+        torch._dynamo.maybe_mark_dynamic(batch["target_index"], 0)
     with t.rt.autocast():
         loss, _, _ = t.forward_module(
             batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"], pair_labels, **extra
