@@ -340,8 +340,37 @@ def part_extract() -> None:
         except Exception as exc:
             fig.put("stages", {"error": error_text(exc)})
             traceback.print_exc(limit=-4)
+    if left() > 15:
+        fig.put("profile", store_profile(lm, corpus, root, dev, fast))
     if dev.type == "cuda":
         fig.put("peak_memory_gib", torch.cuda.max_memory_allocated() / 2**30)
+
+
+def store_profile(lm, corpus, root: Path, dev: torch.device, options: dict, top: int = 25) -> list[str]:
+    """cProfile of one more store run (the main thread: issuing the forwards and pooling, and any
+    wait for the device there shows as the time of the call that waited), the ``top`` lines by
+    own time, printed and returned."""
+    import cProfile
+    import io
+    import pstats
+
+    from bertology.store import extract
+
+    where = Path(tempfile.mkdtemp(dir=root))
+    profile = cProfile.Profile()
+    try:
+        sync()
+        profile.enable()
+        extract(lm, corpus, root=where, device=str(dev), progress=False, **options)
+        sync()
+        profile.disable()
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(top)
+    lines = [line for line in text.getvalue().splitlines() if line.strip()]
+    print("\n".join(lines), flush=True)
+    return lines
 
 
 def store_stages(lm, corpus, root: Path, dev: torch.device, options: dict) -> dict:
@@ -536,6 +565,8 @@ def part_pretrain() -> None:
         # the recipe as written: 2 micro-batches of 128 sequences a step (one optimizer step per 256)
         ("workbench trainer, compile: true, grad_accum 2 (the recipe)", lambda: trainer(True, accum=2)),
     ]:
+        if ARGS.skip and any(part in name for part in ARGS.skip):
+            continue
         if left() < (60 if "compile" in name else 40):
             rows[name] = {"skipped": f"{left():.0f} s left"}
             continue
@@ -603,6 +634,9 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=2000)
     ap.add_argument("--large-sentences", type=int, default=8000)
     ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument(
+        "--skip", action="append", default=[], help="pretrain: leave out the loops whose name contains this"
+    )
     ARGS = ap.parse_args()
     os.environ.setdefault("BERTOLOGY_HOME", str(Path(ARGS.work) / "home"))
     {"setup": part_setup, "extract": part_extract, "pretrain": part_pretrain, "report": part_report}[ARGS.part]()

@@ -26,10 +26,12 @@ from bertology.checkpoints import list_checkpoints, load_trainer_state
 from bertology.errors import ConfigError
 from bertology.finetuning import FinetuneConfig, run_finetuning
 from bertology.pretraining import read_metrics, run_pretraining
+from bertology.pretraining.data import pad_width
 from bertology.pretraining.flops import gpu_peak_flops, peak_flops, pretraining_flops_per_token
 from bertology.pretraining.loop import Prefetcher
 from bertology.pretraining.objectives import PretrainingLoss, build_model, target_positions
 from bertology.pretraining.optimization import adamw_implementation, make_optimizer
+from bertology.pretraining.trainer import batch_width
 
 
 def _prefetch(monkeypatch, depth: int) -> None:
@@ -176,6 +178,43 @@ def test_compile_is_a_checked_field_and_compiles_only_the_training_forward(corpu
     run_killed_after(_cfg(corpus_and_tokenizer, tmp_path, run_name="switch", max_steps=4, save_every=2), 2)
     run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, run_name="switch", max_steps=4, save_every=2, compile=True))
     assert len(compiled) == 2
+
+
+def test_padded_width_keeps_the_loss_and_one_shape_under_compile(corpus_and_tokenizer, tmp_path):  # noqa: F811
+    """A batch padded wider (pad tokens outside the attention mask, labels ignored) has the same
+    loss as the batch itself; the trainer pads to max_seq_len under compile (a batch one token
+    narrower at a document's end made torch.compile build its graph again on an H100), to a
+    multiple of 8 on CUDA, and leaves CPU batches as they are."""
+    cfg = _cfg(corpus_and_tokenizer, tmp_path, dropout=0.0)
+    torch.manual_seed(0)
+    model = build_model(cfg, vocab_size=300, pad_token_id=0).eval()
+    ids = torch.randint(5, 300, (3, 27))
+    labels = torch.full_like(ids, -100)
+    labels[:, 3::5] = 9
+    batch = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "token_type_ids": torch.zeros_like(ids),
+        "word_ids": torch.arange(27).repeat(3, 1),
+        "labels": labels,
+        "pair_labels": torch.zeros(3, dtype=torch.long),
+    }
+    wide = pad_width(batch, 32, pad_id=0)
+    assert wide["input_ids"].shape == (3, 32) and wide["pair_labels"].shape == (3,)
+    assert (wide["labels"][:, 27:] == -100).all() and (wide["attention_mask"][:, 27:] == 0).all()
+    assert (wide["word_ids"][:, 27:] == -1).all() and (wide["input_ids"][:, 27:] == 0).all()
+    assert pad_width(batch, 20, pad_id=0) is batch
+    loss_fn = PretrainingLoss(model)
+    with torch.no_grad():
+        narrow_loss = loss_fn(*(batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")))[0]
+        wide_loss = loss_fn(*(wide[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")))[0]
+    assert wide_loss.item() == pytest.approx(narrow_loss.item(), rel=1e-5)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert (
+        batch_width(125, cfg, cpu) == 125 and batch_width(125, cfg, cuda) == 128 and batch_width(128, cfg, cuda) == 128
+    )
+    compiled = _cfg(corpus_and_tokenizer, tmp_path, compile=True)
+    assert batch_width(17, compiled, cpu) == compiled.max_seq_len == batch_width(17, compiled, cuda)
 
 
 def test_compile_builds_one_graph_for_every_target_count(corpus_and_tokenizer, tmp_path, monkeypatch):  # noqa: F811

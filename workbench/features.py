@@ -240,13 +240,13 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
     n_bins = out.shape[-1]
     window = (n_bins - 2) // 2
     device = attentions[0].device
-    lengths = torch.tensor([s.n_tokens for s in segments], device=device)
+    lengths = to_device(torch.tensor([s.n_tokens for s in segments]), device)
     positions = torch.arange(T, device=device)
     valid = positions[None, :] < lengths[:, None]  # [B, T]
     wid = torch.full((B, T), -2, dtype=torch.long)
     for b, seg in enumerate(segments):
         wid[b, : seg.n_tokens] = torch.tensor(seg.word_ids)
-    kind = (wid == -1).long().to(device)  # [B, T]
+    kind = to_device((wid == -1).long(), device)  # [B, T]
     # flat index of (sequence, head, kind) for every query, and the queries that count
     base = (
         (torch.arange(B, device=device)[:, None, None] * H + torch.arange(H, device=device)[None, :, None]) * 2
@@ -272,6 +272,15 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
         else:  # bincount sizes its output from the input's maximum: a host sync on CUDA
             counts = torch.zeros(dump + 1, dtype=torch.long, device=device).index_add_(0, flat, torch.ones_like(flat))
         out[:, l] = counts[:dump].view(B, H, 2, n_bins).to(out.device, out.dtype)
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` (a CPU tensor) on ``device``; to a CUDA device through page-locked memory without
+    waiting (a copy from ordinary memory makes the host wait for every kernel queued before it,
+    so the next batch's preparation could not overlap this batch's kernels)."""
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def padded_inputs(segments: Sequence[Segment], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -317,8 +326,8 @@ def forward_segments(
     ids, mask = padded_inputs(segments, pad_id)
     B, T = ids.shape
     kwargs = {
-        "input_ids": ids.to(device),
-        "attention_mask": mask.to(device),
+        "input_ids": to_device(ids, device),
+        "attention_mask": to_device(mask, device),
         "output_hidden_states": True,
         "output_attentions": attentions,
     }
@@ -335,8 +344,8 @@ def forward_segments(
             torch.empty(L, H, n_words, 2, dtype=out_dtype) if attentions else None,
         )
     word_hidden, word_att, special = out
-    weights = (layout.to_word / layout.counts[..., None]).to(device)  # [B, W, T]
-    rows, pick = layout.flat_words.to(device), layout.pick.to(device)
+    weights = to_device(layout.to_word / layout.counts[..., None], device)  # [B, W, T]
+    rows, pick = to_device(layout.flat_words, device), to_device(layout.pick, device)
     for l, h in enumerate(result.hidden_states):
         target = word_hidden[l]
         if pooling == "mean":  # mean over each word's pieces: one [B, W, T] x [B, T, D] product
@@ -358,9 +367,9 @@ def forward_segments(
     # per layer, two batched matmuls: columns first (sum over attended pieces), then rows (mean
     # over attending pieces); then each word's row keeps its segment's own columns
     W = layout.to_word.shape[1]
-    columns = torch.cat([layout.to_word, layout.to_special], dim=1).transpose(1, 2).to(device)  # [B, T, W+2]
+    columns = to_device(torch.cat([layout.to_word, layout.to_special], dim=1).transpose(1, 2), device)  # [B, T, W+2]
     att_index, special_index = _pooled_attention_index(layout, H)
-    att_index, special_index = att_index.to(device), special_index.to(device)
+    att_index, special_index = to_device(att_index, device), to_device(special_index, device)
     for l, a in enumerate(result.attentions):
         summed = torch.bmm(a.float().reshape(B, H * T, T), columns).view(B, H, T, W + 2)
         by_row = summed.transpose(1, 2).reshape(B, T, H * (W + 2))

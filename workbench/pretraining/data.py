@@ -54,6 +54,7 @@ __all__ = [
     "stream_indices",
     "Masker",
     "masked_batch",
+    "pad_width",
     "heldout_batches",
     "read_run_data",
 ]
@@ -355,6 +356,30 @@ def masked_batch(
         ids[sel], labels[sel] = masker(sub, [rows[i] for i in sel], e, cfg.seed, cfg.dynamic_masking)
     batch["input_ids"], batch["labels"] = ids, labels
     return batch
+
+
+_WIDTH_FILL = {"attention_mask": 0, "token_type_ids": 0, "word_ids": -1, "labels": IGNORE_INDEX}
+
+
+def pad_width(batch: dict[str, torch.Tensor], width: int, pad_id: int) -> dict[str, torch.Tensor]:
+    """``batch``'s ``[B, T]`` tensors padded on the right to ``[B, width]`` (``width`` >= T): pad
+    tokens outside the attention mask, scored nowhere (``labels`` = ``IGNORE_INDEX``), so every loss
+    and gradient is that of the unpadded batch. ``[B]`` tensors (pair labels) are kept as they are.
+
+    The trainer pads to the config's ``max_seq_len`` under ``compile: true`` (one shape: a batch one
+    token narrower, e.g. at a document's end, would otherwise make torch.compile build the graph
+    again, ~45 s on an H100) and to a multiple of 8 on CUDA (tensor-core and attention-kernel
+    alignment)."""
+    T = batch["input_ids"].shape[1]
+    if width <= T:
+        return batch
+    out = {}
+    for key, value in batch.items():
+        if value.dim() == 2 and value.shape[1] == T:
+            fill = pad_id if key == "input_ids" else _WIDTH_FILL.get(key, 0)
+            value = torch.nn.functional.pad(value, (0, width - T), value=fill)
+        out[key] = value
+    return out
 
 
 @torch.no_grad()

@@ -64,6 +64,7 @@ from bertology.pretraining.data import (
     corpus_path,
     load_sequences,
     masked_batch,
+    pad_width,
     run_tokenizer,
     stream_indices,
 )
@@ -267,9 +268,21 @@ def _train_batch(t: _Training, step: int, micro: int) -> dict[str, torch.Tensor]
     )
     rows, epochs = stream_indices(len(t.train), cfg.seed, position, cfg.batch_size)
     batch = masked_batch(t.train, rows, epochs, t.masker, cfg, t.tokenizer.pad_token_id)
+    width = batch_width(batch["input_ids"].shape[1], cfg, rt.device)
+    batch = pad_width(batch, width, t.tokenizer.pad_token_id)
     if t.target_index:
         batch["target_index"] = target_positions(batch["labels"])
     return batch
+
+
+def batch_width(width: int, cfg: PretrainConfig, device: torch.device) -> int:
+    """The width a training batch of longest row ``width`` is padded to: ``max_seq_len`` under
+    ``compile: true`` (one shape for every step), a multiple of 8 on CUDA, else ``width``."""
+    if cfg.compile:
+        return max(width, cfg.max_seq_len)
+    if device.type == "cuda":
+        return -(-width // 8) * 8
+    return width
 
 
 def _forward(t: _Training, batch: dict[str, torch.Tensor]) -> torch.Tensor:
