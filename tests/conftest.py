@@ -11,6 +11,19 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (``-n N``) the N workers share the cores: each worker's torch (and the
+    processes its tests start, through ``OMP_NUM_THREADS``) gets cores / N threads, not every core
+    (two workers of two threads each on 2 cores ran slower than one worker)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` need a CUDA device: skipped (with the reason) where there is none."""
     import torch

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from cli_inprocess import run_cli
 from typer.testing import CliRunner
 
 from bertology.cli import app
@@ -45,11 +46,7 @@ def test_annotate_writes_silver_conllu(tmp_path):
 
 
 def test_extract_refuses_an_unknown_storage_dtype():
-    proc = subprocess.run(
-        [sys.executable, "-m", "bertology.cli", "extract", "--storage", "int8", "--limit", "2"],
-        capture_output=True,
-        text=True,
-    )
+    proc = run_cli("extract", "--storage", "int8", "--limit", "2")  # in-process: the same main()
     assert proc.returncode == 2
     assert "storage must be 'float32' or 'float16'" in proc.stderr and "Traceback" not in proc.stderr
     help_text = runner.invoke(app, ["extract", "--help"]).output

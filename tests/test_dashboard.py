@@ -47,6 +47,7 @@ def line(spec: dict, name: str) -> list[float]:
     return [t for t in spec["data"] if t.get("name") == name and t.get("mode") == "lines+markers"][0]["y"]
 
 
+@pytest.mark.slow  # the whole tour at tiny sizes (a 34 s session fixture)
 def test_quickstart_writes_every_study(quickstart_results):
     studies = {p.name for p in quickstart_results.iterdir()}
     assert {
@@ -250,6 +251,7 @@ def test_every_page_renders_from_results(page, quickstart_results, monkeypatch):
         assert table["sentence"].str.contains("___").all() and len(table) > 0
 
 
+@pytest.mark.slow  # reads the tiny tour's results
 def test_missing_and_corrupt_results_show_messages(quickstart_results, tmp_path, monkeypatch):
     broken = tmp_path / "results"
     shutil.copytree(quickstart_results / "edge_probing", broken / "edge_probing")

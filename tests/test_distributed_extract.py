@@ -107,6 +107,7 @@ def model_and_single_store(tmp_path_factory):
     return model_dir, _store(tmp / "single")
 
 
+@pytest.mark.slow  # two gloo processes
 def test_two_gloo_processes_write_the_single_process_store(model_and_single_store, tmp_path):
     """The documented command: torchrun ... -m bertology.cli extract."""
     model_dir, single = model_and_single_store
@@ -133,6 +134,7 @@ def test_two_gloo_processes_write_the_single_process_store(model_and_single_stor
     _assert_identical(single, store)
 
 
+@pytest.mark.slow  # gloo processes, killed and resumed
 def test_a_killed_rank_resumes_to_the_same_bytes(model_and_single_store, tmp_path):
     model_dir, single = model_and_single_store
     worker = tmp_path / "worker.py"

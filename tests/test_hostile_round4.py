@@ -12,21 +12,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_inprocess import run_cli
 
 from bertology.errors import CorpusError
 
-CLI = [sys.executable, "-m", "bertology.cli"]
 
-
-def _cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
-    )
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``bertology ARGS`` in this process (``cli_inprocess``: the console script's ``main`` with its
+    error handling; a fresh ``python -m bertology.cli`` would pay ~3 s of imports a call)."""
+    return run_cli(*args, env=env)
 
 
 def _refused(proc: subprocess.CompletedProcess, *needles: str) -> None:

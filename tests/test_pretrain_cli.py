@@ -6,6 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
 import typer
 import yaml
 from typer.testing import CliRunner
@@ -127,6 +128,7 @@ def test_pretrain_help_names_every_shipped_recipe():
     assert "bertology.pretraining.trainer" not in text
 
 
+@pytest.mark.slow  # a fresh python -m process
 def test_python_m_bertology_pretraining_is_the_pretrain_command(tmp_path):
     """``python -m bertology.pretraining`` (what torchrun starts) runs ``bertology pretrain``: the same
     options, and the same one-line error and exit code 2."""

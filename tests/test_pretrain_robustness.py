@@ -72,6 +72,7 @@ def _finite_worker(rank: int, init_file: str, values: list[float], out_dir: str)
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two gloo processes per case
 @pytest.mark.parametrize(
     "values,expected", [([1.0, float("nan")], False), ([float("inf"), 2.0], False), ([1.0, 2.0], True)]
 )

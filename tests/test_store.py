@@ -240,6 +240,7 @@ def test_float16_storage_refuses_values_it_cannot_hold(minilm_tokenizer, tmp_pat
     assert np.abs(store.layer(0)).max() > 65504
 
 
+@pytest.mark.slow  # a process killed and resumed
 def test_sigkill_mid_extraction_then_resume_is_byte_identical(tiny_lm, tmp_path):
     """A real kill (SIGKILL, no clean-up) part-way through; the resumed store equals an uninterrupted one."""
     import os

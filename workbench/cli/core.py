@@ -147,10 +147,20 @@ def register_store_commands(app: typer.Typer) -> None:
         from bertology.corpus import load_corpus
         from bertology.errors import ConfigError
         from bertology.models import load_model
-        from bertology.store import extract
+        from bertology.store import ExtractionSettings, extract
 
         if limit is not None and limit < 0:
             raise ConfigError(f"--limit must be >= 0 (the first N sentences; 0 = the whole corpus), got {limit}")
+        # the settings are checked before the model is loaded: a mistyped option fails at once
+        ExtractionSettings(
+            cast("Pooling", pooling),
+            attentions,
+            cast("LongPolicy", long_policy),
+            batch_tokens,
+            shard_size,
+            None if amp == "auto" else amp,
+            storage,
+        ).validate()
         group, dev = distributed.init_from_env(device)
         try:
             lm = load_model(model, attentions=attentions, device=dev)
