@@ -634,9 +634,7 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=2000)
     ap.add_argument("--large-sentences", type=int, default=8000)
     ap.add_argument("--steps", type=int, default=80)
-    ap.add_argument(
-        "--skip", action="append", default=[], help="pretrain: leave out the loop of this name"
-    )
+    ap.add_argument("--skip", action="append", default=[], help="pretrain: leave out the loop of this name")
     ARGS = ap.parse_args()
     os.environ.setdefault("BERTOLOGY_HOME", str(Path(ARGS.work) / "home"))
     {"setup": part_setup, "extract": part_extract, "pretrain": part_pretrain, "report": part_report}[ARGS.part]()
