@@ -86,7 +86,7 @@ def serve(results: Path, port: int | None = None, timeout: float = 180) -> Itera
         [
             sys.executable,
             "-m",
-            "streamlit",
+            "bertology.apps.serve",
             "run",
             str(Path(__file__).resolve().parent / "dashboard.py"),
             "--server.address",

@@ -60,7 +60,8 @@ def server_pid() -> int:
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == os.getpid() and b"streamlit" in (stat.parent / "cmdline").read_bytes():
+            command = (stat.parent / "cmdline").read_bytes()
+            if int(fields[1]) == os.getpid() and (b"streamlit" in command or b"bertology.apps.serve" in command):
                 return int(stat.parent.name)
         except (OSError, IndexError, ValueError):
             continue

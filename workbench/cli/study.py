@@ -117,7 +117,7 @@ def register(app: typer.Typer) -> None:
         cmd = [
             sys.executable,
             "-m",
-            "streamlit",
+            "bertology.apps.serve",
             "run",
             str(app_file),
             "--server.address",
