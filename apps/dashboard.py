@@ -20,6 +20,7 @@ import streamlit as st
 from bertology.apps.locations import shown_root
 from bertology.apps.pages import PAGE_BY_KEY, PAGES
 from bertology.apps.tables import measure_lines
+from bertology.apps.ui import chosen
 
 # Streamlit's toolbar (Deploy button, menu) is hidden by `--client.toolbarMode viewer`, which the
 # CLI and the screenshot script pass; this keeps the chrome clean when the file is run directly.
@@ -36,7 +37,7 @@ def main() -> None:
     keys = [p.key for p in PAGES]
     requested = st.query_params.get("page")  # deep links: ?page=Heads (used by the screenshot script)
     index = keys.index(requested) if requested in keys else 0
-    page = PAGE_BY_KEY[st.sidebar.radio("page", keys, index=index, key="page")]
+    page = PAGE_BY_KEY[chosen(st.sidebar.radio("page", keys, index=index, key="page"))]
     st.header(page.title)
     st.caption(page.intro)
     definitions = measure_lines(page.key)

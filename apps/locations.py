@@ -103,7 +103,8 @@ def find_runs(study: str | None = None, *, include_unfinished: bool = False) -> 
 def split_runs(runs: list[Path]) -> tuple[list[Path], list[Path]]:
     """``(complete, unfinished)`` of ``runs`` in their order, each manifest read once
     (:func:`is_complete`)."""
-    complete, unfinished = [], []
+    complete: list[Path] = []
+    unfinished: list[Path] = []
     for run in runs:
         (complete if is_complete(run) else unfinished).append(run)
     return complete, unfinished
@@ -195,10 +196,16 @@ def model_name(manifest: dict[str, Any]) -> str | None:
     return None if model is None else str(model)
 
 
+def manifest_config(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's ``config`` (the study's settings), or ``{}`` where it has none or not a mapping."""
+    config = manifest.get("config")
+    return config if isinstance(config, dict) else {}
+
+
 def run_model(manifest: dict[str, Any]) -> str | None:
     """The model of a run: the manifest's (:func:`model_name`), else its config's ``model`` (a
     fine-tuning study records its model in the config only), else None."""
-    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    config = manifest_config(manifest)
     return model_name(manifest) or (str(config["model"]) if config.get("model") else None)
 
 
@@ -210,7 +217,7 @@ def corpus_label(manifest: dict[str, Any]) -> str | None:
     (``mine (30 sentences)``, not ``mine[:1500]``, the limit asked of a 30-sentence file); the
     name alone where the manifest does not say how many; None where it names no corpus."""
     corpus = manifest.get("corpus")
-    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    config = manifest_config(manifest)
     name = corpus.get("name") if isinstance(corpus, dict) else config.get("corpus")
     if not name:
         return None
@@ -239,7 +246,7 @@ def describe(run: Path) -> str:
         manifest = read_manifest(run)
     except ResultError:
         return run_label(run) + " · (unreadable)"
-    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    config = manifest_config(manifest)
     corpus_name = corpus_label(manifest)
     tasks = config.get("tasks") or config.get("task")
     parts = [

@@ -206,7 +206,7 @@ def second_runs(results: Path) -> dict[str, str]:
     """Per page that compares runs (key), the ``study/run`` of a second run, where its study has two."""
     out = {}
     for page in PAGES:
-        if not page.compare:
+        if not page.compare or page.study is None:
             continue
         runs = sorted(
             (p for p in (results / page.study).glob("*") if (p / "manifest.json").is_file()),
@@ -251,7 +251,7 @@ def take_screenshots(
     pages = [p.key for p in PAGES] if pages is None else list(pages)
     results = Path(results)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = [(page, {}, shot_name(page)) for page in pages]
+    jobs: list[tuple[str, dict[str, str], str]] = [(page, {}, shot_name(page)) for page in pages]
     if compare:
         jobs += [
             (page, {"compare": run}, shot_name(page, "_compare"))

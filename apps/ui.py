@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
 import pandas as pd
 import streamlit as st
@@ -68,8 +68,11 @@ def load_extra(run: Path, name: str) -> Any:
         return None
 
 
-def has_columns_or_explain(df: pd.DataFrame | None, columns: list[str], what: str, run: Path | None = None) -> bool:
-    """True when the table is there, has ``columns`` and rows. Otherwise False, and the page says
+def has_columns_or_explain(
+    df: pd.DataFrame | None, columns: list[str], what: str, run: Path | None = None
+) -> TypeGuard[pd.DataFrame]:
+    """True when the table is there, has ``columns`` and rows (for the type checker: ``df`` is then a
+    DataFrame). Otherwise False, and the page says
     why (a warning for missing columns, a note for an empty table), naming run and table; for a
     missing table (None) the reader has already said so."""
     if df is None:
@@ -95,15 +98,29 @@ def guard(what: str, run: Path | None = None) -> Iterator[None]:
         st.error(f"{where}cannot show {what}: {type(exc).__name__}: {clean(exc)}")
 
 
+_T = TypeVar("_T")
+
+
+def chosen(value: _T | None) -> _T:
+    """A select box's or radio's choice: over options that are not empty Streamlit always has one
+    (its types say ``| None`` for the empty case, which the pages never draw)."""
+    if value is None:
+        raise ValueError("nothing to choose from")
+    return value
+
+
 def query(name: str) -> str | None:
     """A deep-link parameter of the URL (``?head=1-0``), or None when absent or empty."""
     value = st.query_params.get(name)
     return value if isinstance(value, str) and value else None
 
 
-def pick_run(study: str, key: str, label: str = "run") -> Path | None:
+def pick_run(study: str | None, key: str, label: str = "run") -> Path | None:
     """A run of ``study`` picked in a select box (newest first) with its provenance below; None,
-    with a message saying how to make one, when there is none or its manifest is unreadable."""
+    with a message saying how to make one, when there is none or its manifest is unreadable (and
+    for a page over no study)."""
+    if study is None:
+        return None
     runs, hidden = split_runs(find_runs(study, include_unfinished=True))
     if hidden:
         st.caption(
@@ -113,6 +130,8 @@ def pick_run(study: str, key: str, label: str = "run") -> Path | None:
         st.info(f"No complete `{study}` runs under {shown_root()}. {how_to_fill(study)}")
         return None
     choice = st.selectbox(label, runs, key=key, format_func=describe, index=default_run_index(runs))
+    if choice is None:
+        return None
     try:
         manifest = read_manifest(choice)
     except ResultError as exc:
@@ -129,9 +148,11 @@ MISMATCH_WARNING = (
 )
 
 
-def pick_other(study: str, run: Path, key: str) -> Path | None:
+def pick_other(study: str | None, run: Path, key: str) -> Path | None:
     """A second run of ``study`` to show beside ``run`` (None = no comparison); the deep link
     ``?compare=<study>/<run>`` preselects it."""
+    if study is None:
+        return None
     others = [r for r in find_runs(study) if r != run]
     if not others:
         return None

@@ -10,8 +10,8 @@ DIRS="workbench probes studies apps tests benchmarks scripts"
 "$PY" -m ruff check $DIRS
 "$PY" -m ruff format --check $DIRS
 # the rooms mypy checks: every core module, the store, pretraining, fine-tuning, the CLI, the analyses (probes)
-# and the studies; the dashboard (bertology.apps) follows when it passes
-TYPED="${TYPED:-bertology.store bertology.finetuning bertology.pretraining bertology.features bertology.runtime bertology.models bertology.paths bertology.inspection bertology.attribution bertology.atomic bertology.results bertology.distributed bertology.checkpoints bertology.fingerprints bertology.validation bertology.adapters bertology.architectures bertology.corpus bertology.testing bertology.runs bertology.machine bertology.uncertainty bertology.errors bertology.similarity bertology.pseudo_likelihood bertology.cli bertology.probes bertology.studies}"
+# the studies and the dashboard (bertology.apps): every room of the package
+TYPED="${TYPED:-bertology.store bertology.finetuning bertology.pretraining bertology.features bertology.runtime bertology.models bertology.paths bertology.inspection bertology.attribution bertology.atomic bertology.results bertology.distributed bertology.checkpoints bertology.fingerprints bertology.validation bertology.adapters bertology.architectures bertology.corpus bertology.testing bertology.runs bertology.machine bertology.uncertainty bertology.errors bertology.similarity bertology.pseudo_likelihood bertology.cli bertology.probes bertology.studies bertology.apps}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bash scripts/package_copy.sh "$tmp"

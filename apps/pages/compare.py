@@ -25,12 +25,16 @@ def compare_page(page: Page) -> None:
         st.info("No runs to compare yet.")
         return
     study = st.selectbox("study", studies)
+    if study is None:  # (a select box over a non-empty list always has a choice)
+        return
     runs = find_runs(study)
     if len(runs) < 2:
         st.info(f"Only one `{study}` run: run the study again with another model, seed or config to compare.")
     c1, c2 = st.columns(2)
     a = c1.selectbox("run A", runs, index=0, format_func=describe)
     b = c2.selectbox("run B", runs, index=min(1, len(runs) - 1), format_func=describe)
+    if a is None or b is None:
+        return
     table = tables_of[study]
     try:
         mismatches = tables.comparison_mismatches(read_manifest(a), read_manifest(b))
@@ -58,7 +62,7 @@ def compare_page(page: Page) -> None:
         with guard(f"the comparison of table {table}", a):
             reference = st.radio("difference against", ["A", "B"], horizontal=True, key="cmp_reference")
             st.subheader(f"`{table}`: A and B side by side, means over seeds")
-            both = side_by_side(*(own_scale(frames[side]) for side in ("A", "B")), reference, table)
+            both = side_by_side(own_scale(frames["A"]), own_scale(frames["B"]), reference or "A", table)
             st.caption(
                 f"Δ = {'B − A' if reference == 'A' else 'A − B'} (the other run minus the reference run {reference})."
             )

@@ -12,7 +12,7 @@ import streamlit as st
 
 from bertology.apps import tables
 from bertology.apps.figures import esc
-from bertology.apps.locations import describe
+from bertology.apps.locations import describe, manifest_config
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import (
     guard,
@@ -81,8 +81,9 @@ def few_words_note(contextuality: pd.DataFrame, minimum: int = MIN_WORD_TYPES) -
 def no_clusters_note(manifest: dict[str, Any]) -> str:
     """Why a run has no sense clusters (an empty ``sense_clusters`` table): none of the listed
     polysemous words occurs often enough in its corpus, ``"too few words: 0 (need 1)"``."""
-    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
-    listed = config.get("words") if isinstance(config.get("words"), list) else []
+    config = manifest_config(manifest)
+    words = config.get("words")
+    listed = words if isinstance(words, list) else []
     need = config.get("min_word_occurrences", "enough")
     return (
         f"No sense clusters: too few words: {len(manifest.get('polysemous_words') or [])} (need 1). None of the "
@@ -164,8 +165,8 @@ def cluster_figure(part: pd.DataFrame, word: str, layer: Any = None) -> go.Figur
     ``part``: the ``sense_clusters`` rows of one word: ``x, y`` (UMAP), ``cluster`` and ``context``
     where present; ``layer``: the layer of the vectors (None: not said)."""
     part = part.copy()
-    sizes = part["cluster"].value_counts() if "cluster" in part else None
     if "cluster" in part:
+        sizes = part["cluster"].value_counts()
         part["group"] = part["cluster"].map(lambda c: f"cluster {int(c) + 1} ({int(sizes[c])} uses)")
     else:
         part["group"] = "occurrence"

@@ -26,12 +26,12 @@ from bertology.apps.figures import esc, word_labels
 from bertology.apps.locations import clean
 from bertology.apps.pages.live_attribution import attribution_section
 from bertology.apps.pages.page import Page
-from bertology.apps.ui import guard, query
+from bertology.apps.ui import chosen, guard, query
 from bertology.errors import WorkbenchError
 from bertology.models import DEFAULT_MODEL, LoadedModel, list_models, load_model
 
 if TYPE_CHECKING:  # bertology.inspection loads torch: imported where the page computes, not when the dashboard starts
-    from bertology.inspection import Inspection
+    from bertology.inspection import Inspection, Level
 
 DEFAULT_TEXT = "The old jury said the county election was conducted well, didn't it?"
 DIRECTORY = "a model directory…"
@@ -120,18 +120,23 @@ def pick_words() -> tuple[str, ...] | None:
             st.warning(clean(exc))
             return None
     sentences = corpus_sentences()
-    pick = st.selectbox(
-        "corpus sentence", range(len(sentences)), key="live_corpus", format_func=lambda k: " ".join(sentences[k])[:120]
+    pick: int = chosen(
+        st.selectbox(
+            "corpus sentence",
+            range(len(sentences)),
+            key="live_corpus",
+            format_func=lambda k: " ".join(sentences[k])[:120],
+        )
     )
     return sentences[pick]
 
 
-def head_section(ins: Inspection, level: str) -> tuple[int, int]:
+def head_section(ins: Inspection, level: Level) -> tuple[int, int]:
     """One head's map at the chosen level, as a heatmap and as bertviz-style lines; returns the head."""
     st.subheader("Head view")
     c1, c2 = st.columns(2)
-    layer = c1.selectbox("layer", range(ins.n_layers), key="live_layer")
-    head = c2.selectbox("head", range(ins.n_heads), key="live_head")
+    layer: int = chosen(c1.selectbox("layer", range(ins.n_layers), key="live_layer"))
+    head: int = chosen(c2.selectbox("head", range(ins.n_heads), key="live_head"))
     rows, columns, maps = ins.maps(level)
     matrix = maps[layer, head]
     left, right = st.columns(2)
@@ -193,12 +198,14 @@ def neuron_section(ins: Inspection, layer: int, head: int) -> None:
     )
     if not ins.exact_scores:
         st.info(f"{ins.model_type} adds relative-position terms to the score: q·k/√d is only its content part.")
-    query_token = st.selectbox(
-        "query token",
-        range(len(ins.tokens)),
-        index=min(1, len(ins.tokens) - 1),
-        key="live_query",
-        format_func=lambda t: f"{t}: {ins.tokens[t]}",
+    query_token: int = chosen(
+        st.selectbox(
+            "query token",
+            range(len(ins.tokens)),
+            index=min(1, len(ins.tokens) - 1),
+            key="live_query",
+            format_func=lambda t: f"{t}: {ins.tokens[t]}",
+        )
     )
     q, k = ins.queries[layer, head], ins.keys[layer, head]
     st.plotly_chart(
@@ -244,12 +251,14 @@ def mlm_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
             "model with one, e.g. the workbench's own minilm-english-mlm (or bert-mini-english)."
         )
         return
-    word = st.selectbox(
-        "word to mask",
-        range(len(words)),
-        index=min(1, len(words) - 1),
-        key="live_mask",
-        format_func=lambda w: f"{w}: {words[w]}",
+    word: int = chosen(
+        st.selectbox(
+            "word to mask",
+            range(len(words)),
+            index=min(1, len(words) - 1),
+            key="live_mask",
+            format_func=lambda w: f"{w}: {words[w]}",
+        )
     )
     top = cached_predictions(name, words, word)
     left, right = st.columns([3, 2])
@@ -272,13 +281,15 @@ def live_page(page: Page) -> None:
     st.caption(
         f"{lm.name}: {ins.n_layers} layers × {ins.n_heads} heads, {len(ins.tokens)} tokens for {len(ins.words)} words"
     )
-    level = st.radio(
-        "units",
-        ["token", "word"],
-        horizontal=True,
-        key="live_level",
-        help="word: attention to a word summed over its pieces, from a word averaged over its pieces "
-        "(Clark et al. 2019); the special tokens stay as columns",
+    level: Level = chosen(
+        st.radio(
+            "units",
+            ["token", "word"],
+            horizontal=True,
+            key="live_level",
+            help="word: attention to a word summed over its pieces, from a word averaged over its pieces "
+            "(Clark et al. 2019); the special tokens stay as columns",
+        )
     )
     rows, columns, maps = ins.maps(level)
     with guard("the model view"):

@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from bertology.apps.figures import esc
 from bertology.apps.locations import clean
-from bertology.apps.ui import guard
+from bertology.apps.ui import chosen, guard
 from bertology.errors import WorkbenchError
 from bertology.models import LoadedModel
 
@@ -64,15 +64,17 @@ def _section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
         )
         return
     c1, c2, c3 = st.columns([2, 2, 1])
-    word = c1.selectbox(
-        "word to mask",
-        range(len(words)),
-        index=min(1, len(words) - 1),
-        key="live_attr_word",
-        format_func=lambda w: f"{w}: {words[w]}",
+    word: int = chosen(
+        c1.selectbox(
+            "word to mask",
+            range(len(words)),
+            index=min(1, len(words) - 1),
+            key="live_attr_word",
+            format_func=lambda w: f"{w}: {words[w]}",
+        )
     )
     target = c2.text_input("target word (empty: the top guess)", key="live_attr_target", max_chars=50).strip()
-    n_steps = c3.select_slider("IG steps", options=list(STEPS), value=50, key="live_attr_steps")
+    n_steps = chosen(c3.select_slider("IG steps", options=list(STEPS), value=50, key="live_attr_steps"))
     try:
         result = cached_attribution(name, words, word, target or None, n_steps, lm)
     except WorkbenchError as exc:

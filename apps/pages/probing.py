@@ -32,7 +32,7 @@ def probing_page(page: Page) -> None:
     if has_columns_or_explain(scores, ["task", "layer", "metric", "value", "seed"], "layer_scores", run):
         with guard("the layer curves", run):
             metrics, start = options_and_default(probe_metrics(scores), "accuracy")
-            metric = st.selectbox("metric", metrics, index=start)
+            metric = st.selectbox("metric", metrics, index=start) or metrics[start]
             mode = None
             if "mode" in scores.columns:
                 modes, start = options_and_default(scores["mode"], "per_layer")
@@ -130,14 +130,15 @@ def paired_difference(run: Path, other: Path) -> None:
     why no paired difference can be shown."""
     parts = [optional_table(r, name) for r in (run, other) for name in ("summary", "test_sentences")]
     st.subheader(f"{run_label(run)} − {run_label(other)}: best layers, paired on the same test sentences")
-    if any(p is None for p in parts):
+    summary_a, sentences_a, summary_b, sentences_b = parts
+    if summary_a is None or sentences_a is None or summary_b is None or sentences_b is None:
         st.info(
             "No paired difference: a run without per-sentence test scores (`test_sentences`, written by "
             "runs of this version). The curves above are two measurements side by side, not a difference."
         )
         return
     with guard("the paired difference", run):
-        diff = best_layer_difference(*parts)
+        diff = best_layer_difference(summary_a, sentences_a, summary_b, sentences_b)
         if diff.empty:
             st.info("No task probed by both runs.")
             return

@@ -144,8 +144,8 @@ def threshold_marks(thresholds: pd.DataFrame, sign: float) -> pd.DataFrame:
 
 # Columns of the pruning tables that hold the metric itself (minus the loss for an MLM loss), and
 # interval bounds that flip with it: ``low, high`` only where they bound a ``difference``.
-SIGNED_COLUMNS = ("base", "base_dev", "base_test", "value", "value_dev", "value_test", "value_a", "value_b")
-SIGNED_COLUMNS += ("metric_value", "difference")
+SIGNED_COLUMNS: tuple[str, ...] = ("base", "base_dev", "base_test", "value", "value_dev", "value_test", "value_a")
+SIGNED_COLUMNS += ("value_b", "metric_value", "difference")
 SIGNED_BOUNDS = (("value_low", "value_high", "value"), ("low", "high", "difference"))
 TOLERANCES = ("tolerance", "drop_test")
 
