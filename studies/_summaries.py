@@ -138,6 +138,37 @@ def emergence_lines(run_dir: Path) -> list[str]:
     return lines
 
 
+STRUCTURAL_METRICS = {"uuas": "UUAS", "dspr": "DSpr.", "root_acc": "root%", "nspr": "NSpr."}
+
+
+def structural_probe_lines(run_dir: Path) -> list[str]:
+    """Per probe (distance, depth): the layer chosen on dev and each metric's test score with its
+    interval, with the LINEAR baseline's score beside it where the run has one."""
+    summary = _table(run_dir, "summary")
+    if summary is None or not {"probe", "best_layer", "metric", "score"} <= set(summary.columns):
+        return []
+    baselines = _table(run_dir, "baselines")
+    linear: dict[tuple[str, str], float] = {}
+    if baselines is not None and {"encoder", "probe", "metric", "score"} <= set(baselines.columns):
+        for r in baselines[baselines["encoder"] == "linear"].itertuples():
+            linear[(str(r.probe), str(r.metric))] = float(r.score)
+    if "encoder" in summary.columns:
+        summary = summary[summary["encoder"] == "trained"]
+    lines = []
+    for probe, part in summary.groupby("probe", sort=False):
+        parts = []
+        for r in part.itertuples():
+            text = f"{STRUCTURAL_METRICS.get(str(r.metric), r.metric)} "
+            text += interval(float(r.score), getattr(r, "low", None), getattr(r, "high", None))
+            if (str(probe), str(r.metric)) in linear:
+                text += f" (LINEAR {linear[(str(probe), str(r.metric))]:.3f})"
+            if getattr(r, "small_sample", False):
+                text += f" (small sample: {int(r.n_test)} test items)"
+            parts.append(text)
+        lines.append(f"{probe} probe, layer {int(part['best_layer'].iloc[0])}: " + ", ".join(parts))
+    return lines
+
+
 SUMMARIES: dict[str, Callable[[Path], list[str]]] = {
     "edge_probing": edge_probing_lines,
     "head_types": head_types_lines,
@@ -146,6 +177,7 @@ SUMMARIES: dict[str, Callable[[Path], list[str]]] = {
     "finetuning": finetuning_lines,
     "pruning": pruning_lines,
     "emergence": emergence_lines,
+    "structural_probe": structural_probe_lines,
 }
 
 

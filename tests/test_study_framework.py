@@ -380,3 +380,50 @@ def test_a_rerun_of_a_finished_study_prints_its_headline_figures(tmp_path, monke
     ]
     assert not set(figures) & set(logs[0])  # a fresh run logs its steps
     assert any("complete run found" in line for line in logs[1]) and logs[1][-2:] == figures
+
+
+def _structural_summary_study(ctx) -> None:
+    """A structural probe's ``summary`` (distance probe at layer 3, UUAS with an interval; depth probe
+    at layer 2 from one seed) and the LINEAR baseline's UUAS."""
+    ctx.step(
+        "summary",
+        lambda: pd.DataFrame(
+            {
+                "encoder": ["trained", "trained"],
+                "probe": ["distance", "depth"],
+                "best_layer": [3, 2],
+                "metric": ["uuas", "nspr"],
+                "score": [0.612, 0.705],
+                "low": [0.58, float("nan")],
+                "high": [0.644, float("nan")],
+                "n_test": [932, 40],
+                "small_sample": [False, True],
+            }
+        ),
+    )
+    ctx.step(
+        "baselines",
+        lambda: pd.DataFrame({"encoder": ["linear"], "probe": ["distance"], "metric": ["uuas"], "score": [0.499]}),
+    )
+
+
+def test_a_rerun_of_the_structural_probe_prints_each_probes_layer_and_scores(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    import bertology.studies as studies
+    from bertology.studies import _summaries
+
+    module = types.ModuleType("bertology.studies.toystructural")
+    module.DESCRIPTION, module.DEFAULTS, module.run = "toy", {"seed": 0}, _structural_summary_study
+    monkeypatch.setitem(sys.modules, "bertology.studies.toystructural", module)
+    names = studies._names()
+    monkeypatch.setattr(studies, "_names", lambda: sorted(names + ["toystructural"]))
+    monkeypatch.setitem(_summaries.SUMMARIES, "toystructural", _summaries.structural_probe_lines)
+    logs: list[list[str]] = [[], []]
+    for lines in logs:
+        run_study("toystructural", results_root=tmp_path, log=lines.append)
+    assert logs[1][-2:] == [
+        "toystructural: distance probe, layer 3: UUAS 0.612 [0.580, 0.644] (LINEAR 0.499)",
+        "toystructural: depth probe, layer 2: NSpr. 0.705 (no interval) (small sample: 40 test items)",
+    ]
