@@ -325,9 +325,11 @@ MEASURES: dict[str, str] = {
     "semantic_change": "**change**: 1 − cosine between a word's vector in slice A, rotated onto slice B by "
     "Procrustes on frequent shared words, and its vector in B; mean over document-bootstrap "
     "replicates, with their 95% range. **neighbourhood change** (Hamilton et al. 2016): 1 − "
-    "cosine of the word's similarities to its nearest neighbours in each slice. **control**: "
-    "how far words of the same frequency move between two random halves of one slice; a word "
-    "**moved** when its whole interval is above it.",
+    "cosine of the word's similarities to its nearest neighbours in each slice (unit vectors, uncentred, "
+    "as histwords). **control** (the default, `control: word`): how far the word itself moves between "
+    "two random halves of one slice, over several splits; its threshold is the upper prediction bound "
+    "of those scores, Bonferroni-corrected over the words compared. A word **moved** when its whole "
+    "interval is above its own threshold (`control: bin`: the threshold of its frequency bin instead).",
     "alignment": "**P@k**: share of held-out source words whose dictionary translation is among the k nearest "
     "target words after the mapping; **CSLS**: 2·cosine minus each of the two words' mean cosine to "
     "its 10 nearest neighbours in the other space (penalises hubs).",

@@ -325,7 +325,8 @@ def test_live_page_draws_the_attribution_of_the_guess(tmp_path, monkeypatch):
     at.query_params.update(page="Live", model=str(mlm_dir), text="the old dog said nothing")
     at.run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    at.selectbox(key="live_attr_word").set_value(2).run()
+    assert not [b for b in at.selectbox if b.key == "live_attr_word"]  # one "word to mask" on the page ...
+    at.selectbox(key="live_mask").set_value(2).run()  # ... the masked-word section's, which the attribution explains
     specs = [s for s in chart_specs(at) if str(s["layout"]["title"]["text"]).startswith("what planted-mlm")]
     assert len(specs) == 1 and PLANTED_GUESS in specs[0]["layout"]["title"]["text"]
     expected = masked_word_attribution(load_model(mlm_dir, mlm_head=True), "the old dog said nothing".split(), 2)

@@ -138,7 +138,11 @@ def test_a_masked_fine_tune_keeps_removed_weights_at_zero(planted, tmp_path):
     for name, keep in masks.items():
         assert bool((trained[name][~keep] == 0).all()), name
         assert not torch.equal(trained[name][keep], pretrained[name].detach()[keep]), name  # the rest trained
-    assert "60.0% of the encoder's weight matrices removed" in (checkpoint / "README.md").read_text()
+    pooler = any("pooler" in name for name in masks)
+    where = "the encoder and the pooler" if pooler else "the encoder"
+    assert info["weight_mask"]["matrices"] == len(masks) and info["weight_mask"]["pooler"] is pooler
+    card = (checkpoint / "README.md").read_text()
+    assert f"60.0% of the {len(masks)} masked weight matrices ({where}) removed" in card
     assert info["result"]["test_accuracy"] > 0.9  # the planted task survives 60% random sparsity
 
 

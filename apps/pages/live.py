@@ -243,14 +243,15 @@ def rollout_section(ins: Inspection) -> None:
     )
 
 
-def mlm_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
+def mlm_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> int | None:
+    """The masked-word guesses for the word picked here; that word (None: the model has no MLM head)."""
     st.subheader("Masked-word predictions")
     if not lm.has_mlm_head or lm.model is lm.encoder:
         st.info(
             f"{name} has no MLM head (its weights carry none), so it cannot guess a masked word. Pick a "
             "model with one, e.g. the workbench's own minilm-english-mlm (or bert-mini-english)."
         )
-        return
+        return None
     word: int = chosen(
         st.selectbox(
             "word to mask",
@@ -264,6 +265,7 @@ def mlm_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
     left, right = st.columns([3, 2])
     left.plotly_chart(predictions_figure(top, words[word]), width="stretch", key="live_predictions")
     right.dataframe(top, hide_index=True, width="stretch")
+    return word
 
 
 def live_page(page: Page) -> None:
@@ -304,9 +306,10 @@ def live_page(page: Page) -> None:
         neuron_section(ins, layer, head)
     with guard("the rollout"):
         rollout_section(ins)
+    masked = None
     with guard("the masked-word predictions"):
-        mlm_section(name, lm, words)
-    attribution_section(name, lm, words)  # its own guard; apps/pages/live_attribution.py
+        masked = mlm_section(name, lm, words)
+    attribution_section(name, lm, words, masked)  # its own guard; apps/pages/live_attribution.py
 
 
 # --------------------------------------------------------------------------- figures

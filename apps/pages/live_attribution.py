@@ -38,13 +38,14 @@ def cached_attribution(
     return masked_word_attribution(_lm, list(words), word, target, n_steps=n_steps)
 
 
-def attribution_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
-    """The section, with its own error box (the rest of the page goes on)."""
+def attribution_section(name: str, lm: LoadedModel, words: tuple[str, ...], masked: int | None = None) -> None:
+    """The section, with its own error box (the rest of the page goes on). ``masked``: the word the
+    masked-word section above masks (the attribution explains that guess); None: a picker here."""
     with guard("the attribution"):
-        _section(name, lm, words)
+        _section(name, lm, words, masked)
 
 
-def _section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
+def _section(name: str, lm: LoadedModel, words: tuple[str, ...], masked: int | None) -> None:
     from bertology.attribution import head_kind
 
     st.subheader("Attribution: which words the guess rests on")
@@ -64,15 +65,19 @@ def _section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> None:
         )
         return
     c1, c2, c3 = st.columns([2, 2, 1])
-    word: int = chosen(
-        c1.selectbox(
-            "word to mask",
-            range(len(words)),
-            index=min(1, len(words) - 1),
-            key="live_attr_word",
-            format_func=lambda w: f"{w}: {words[w]}",
+    if masked is not None and 0 <= masked < len(words):  # one choice on the page: the word masked above
+        word = masked
+        c1.markdown(f"masked word (chosen above): **{word}: {esc(words[word])}**")
+    else:
+        word = chosen(
+            c1.selectbox(
+                "word to mask",
+                range(len(words)),
+                index=min(1, len(words) - 1),
+                key="live_attr_word",
+                format_func=lambda w: f"{w}: {words[w]}",
+            )
         )
-    )
     target = c2.text_input("target word (empty: the top guess)", key="live_attr_target", max_chars=50).strip()
     n_steps = chosen(c3.select_slider("IG steps", options=list(STEPS), value=50, key="live_attr_steps"))
     try:

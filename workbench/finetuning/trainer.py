@@ -162,6 +162,8 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
             "path": str(cfg.weight_mask),
             "sparsity": weight_sparsity(model, masks),
             "sha256": hashlib.sha256(Path(cfg.weight_mask).read_bytes()).hexdigest(),
+            "matrices": len(masks),
+            "pooler": any("pooler" in name for name in masks),
         }
     model.to(rt.device)
     optimizer = make_optimizer(model, cfg)
@@ -474,6 +476,16 @@ def recipe_steps(schedule: dict[str, Any], epochs: int) -> str:
     )
 
 
+def masked_matrices(weight_mask: dict) -> str:
+    """What a model card says a weight mask covers: the number of masked weight matrices and whether
+    the pooler is among them (Chen et al.'s schedule prunes it; runs before this record: "the
+    masked weight matrices")."""
+    n = weight_mask.get("matrices")
+    if not isinstance(n, int):
+        return "the masked weight matrices"
+    return f"the {n} masked weight matrices ({'the encoder and the pooler' if weight_mask.get('pooler') else 'the encoder'})"
+
+
 def model_card(info: dict[str, Any]) -> str:
     """The README.md of a finished fine-tune: YAML front matter, then what was trained and scored."""
     cfg, task, result = info["config"], info["task"], info["result"]
@@ -500,8 +512,9 @@ def model_card(info: dict[str, Any]) -> str:
             f"- mode: `{cfg['mode']}` ({info['trainable_parameters']:,} of {info['total_parameters']:,} parameters "
             f"trained{', ' + str(info['adapters']) + ' adapters of width ' + str(cfg['adapter_size']) if info['adapters'] else ''})"
             + (
-                f"; weight mask `{Path(info['weight_mask']['path']).name}`: {info['weight_mask']['sparsity']:.1%} of the "
-                "encoder's weight matrices removed and kept at 0"
+                f"; weight mask `{Path(info['weight_mask']['path']).name}`: {info['weight_mask']['sparsity']:.1%} of "
+                + masked_matrices(info["weight_mask"])
+                + " removed and kept at 0"
                 if info.get("weight_mask")
                 else ""
             ),
