@@ -73,3 +73,23 @@ def test_truncation_is_reported_and_bad_input_named(minilm_tokenizer):
     encoder_only = from_modules("encoder", make_tiny_bert(minilm_tokenizer).eval(), minilm_tokenizer)
     with pytest.raises(ModelError, match="MLM head"):
         pseudo_log_likelihood(encoder_only, TEXTS)
+
+
+def test_the_modern_english_set_is_three_genres_of_fifty_and_not_in_the_bundled_corpus():
+    """The held-out set of issue 42 (item 4): 50 sentences per genre, read in file order; none of them
+    occurs in the bundled Brown text every shipped English model was trained on."""
+    import gzip
+
+    from bertology import paths
+    from bertology.errors import CorpusError
+    from bertology.pretraining.evaluation import MODERN_ENGLISH_GENRES, modern_english_sentences
+
+    every = modern_english_sentences()
+    parts = [modern_english_sentences(g) for g in MODERN_ENGLISH_GENRES]
+    assert [len(p) for p in parts] == [50, 50, 50] and every == [s for p in parts for s in p]
+    assert len(set(every)) == 150 and all(len(s.split()) >= 5 for s in every)
+    with gzip.open(paths.package_data() / "brown.txt.gz", "rt", encoding="utf-8") as fh:
+        brown = " ".join(fh.read().split()).lower()
+    assert not [s for s in every if " ".join(s.split()).lower().rstrip(".?!") in brown]
+    with pytest.raises(CorpusError, match="genre must be one of"):
+        modern_english_sentences("poetry")

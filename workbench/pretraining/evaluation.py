@@ -125,6 +125,33 @@ def unigram_baseline(run_dir: str | Path) -> dict[str, float]:
     }
 
 
+MODERN_ENGLISH_GENRES = ("news", "dialogue", "instructions")
+
+
+def modern_english_sentences(genre: str | None = None) -> list[str]:
+    """The project's own held-out set of modern everyday English (``bertology/data/modern_english.txt``,
+    written for issue 42 and never part of a training corpus): 50 news-like sentences, 50 of
+    dialogue and 50 instructions, in file order; ``genre`` one of :data:`MODERN_ENGLISH_GENRES`
+    (None: all 150). What "knows English beyond its corpus" is scored on (docs/pretraining.md)."""
+    from bertology import paths
+    from bertology.errors import CorpusError
+
+    if genre is not None and genre not in MODERN_ENGLISH_GENRES:
+        raise CorpusError(f"genre must be one of {', '.join(MODERN_ENGLISH_GENRES)}, not {genre!r}")
+    path = paths.package_data() / "modern_english.txt"
+    out: list[str] = []
+    current = None
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("## "):
+            current = line[3:].strip()
+        elif line.strip() and not line.startswith("#"):
+            if current is None:
+                raise CorpusError(f"{path}, line {number}: a sentence before the first '## genre' line")
+            if genre is None or current == genre:
+                out.append(line.strip())
+    return out
+
+
 def heldout_sentences(
     corpus_dir: str | Path,
     *,
