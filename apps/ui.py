@@ -109,6 +109,16 @@ def chosen(value: _T | None) -> _T:
     return value
 
 
+def pick_word(container: Any, words: tuple[str, ...], key: str, label: str = "word to mask") -> int:
+    """The index of a word of ``words`` picked in a select box of ``container`` (``st`` or a column),
+    the second word to begin with (the first is often an article)."""
+    return chosen(
+        container.selectbox(
+            label, range(len(words)), index=min(1, len(words) - 1), key=key, format_func=lambda w: f"{w}: {words[w]}"
+        )
+    )
+
+
 def query(name: str) -> str | None:
     """A deep-link parameter of the URL (``?head=1-0``), or None when absent or empty."""
     value = st.query_params.get(name)

@@ -339,6 +339,22 @@ def test_study_clean_lists_then_removes_unfinished_runs_never_a_running_one(tmp_
         assert not stopped.exists() and not broken.exists() and running.is_dir() and complete.is_dir()
 
 
+def _toy_study(monkeypatch, name: str, run, summary) -> None:
+    """Register study ``name`` (its ``run``) for this test, with ``summary`` as its headline figures."""
+    import sys
+    import types
+
+    import bertology.studies as studies
+    from bertology.studies import _summaries
+
+    module = types.ModuleType(f"bertology.studies.{name}")
+    module.DESCRIPTION, module.DEFAULTS, module.run = "toy", {"seed": 0}, run
+    monkeypatch.setitem(sys.modules, f"bertology.studies.{name}", module)
+    names = studies._names()
+    monkeypatch.setattr(studies, "_names", lambda: sorted(names + [name]))
+    monkeypatch.setitem(_summaries.SUMMARIES, name, summary)
+
+
 def _one_summary_study(ctx) -> None:
     """A study whose one table is an edge-probing ``summary`` (POS best at layer 2 with an interval,
     entities at layer 3 from one seed: no interval)."""
@@ -359,18 +375,9 @@ def _one_summary_study(ctx) -> None:
 
 
 def test_a_rerun_of_a_finished_study_prints_its_headline_figures(tmp_path, monkeypatch):
-    import sys
-    import types
-
-    import bertology.studies as studies
     from bertology.studies import _summaries
 
-    module = types.ModuleType("bertology.studies.toysummary")
-    module.DESCRIPTION, module.DEFAULTS, module.run = "toy", {"seed": 0}, _one_summary_study
-    monkeypatch.setitem(sys.modules, "bertology.studies.toysummary", module)
-    names = studies._names()
-    monkeypatch.setattr(studies, "_names", lambda: sorted(names + ["toysummary"]))
-    monkeypatch.setitem(_summaries.SUMMARIES, "toysummary", _summaries.edge_probing_lines)
+    _toy_study(monkeypatch, "toysummary", _one_summary_study, _summaries.edge_probing_lines)
     logs: list[list[str]] = [[], []]
     for lines in logs:
         run_study("toysummary", results_root=tmp_path, log=lines.append)
@@ -408,18 +415,9 @@ def _structural_summary_study(ctx) -> None:
 
 
 def test_a_rerun_of_the_structural_probe_prints_each_probes_layer_and_scores(tmp_path, monkeypatch):
-    import sys
-    import types
-
-    import bertology.studies as studies
     from bertology.studies import _summaries
 
-    module = types.ModuleType("bertology.studies.toystructural")
-    module.DESCRIPTION, module.DEFAULTS, module.run = "toy", {"seed": 0}, _structural_summary_study
-    monkeypatch.setitem(sys.modules, "bertology.studies.toystructural", module)
-    names = studies._names()
-    monkeypatch.setattr(studies, "_names", lambda: sorted(names + ["toystructural"]))
-    monkeypatch.setitem(_summaries.SUMMARIES, "toystructural", _summaries.structural_probe_lines)
+    _toy_study(monkeypatch, "toystructural", _structural_summary_study, _summaries.structural_probe_lines)
     logs: list[list[str]] = [[], []]
     for lines in logs:
         run_study("toystructural", results_root=tmp_path, log=lines.append)

@@ -26,7 +26,7 @@ from bertology.apps.figures import esc, word_labels
 from bertology.apps.locations import clean
 from bertology.apps.pages.live_attribution import attribution_section
 from bertology.apps.pages.page import Page
-from bertology.apps.ui import chosen, guard, query
+from bertology.apps.ui import chosen, guard, pick_word, query
 from bertology.errors import WorkbenchError
 from bertology.models import DEFAULT_MODEL, LoadedModel, list_models, load_model
 
@@ -252,15 +252,7 @@ def mlm_section(name: str, lm: LoadedModel, words: tuple[str, ...]) -> int | Non
             "model with one, e.g. the workbench's own minilm-english-mlm (or bert-mini-english)."
         )
         return None
-    word: int = chosen(
-        st.selectbox(
-            "word to mask",
-            range(len(words)),
-            index=min(1, len(words) - 1),
-            key="live_mask",
-            format_func=lambda w: f"{w}: {words[w]}",
-        )
-    )
+    word = pick_word(st, words, "live_mask")
     top = cached_predictions(name, words, word)
     left, right = st.columns([3, 2])
     left.plotly_chart(predictions_figure(top, words[word]), width="stretch", key="live_predictions")

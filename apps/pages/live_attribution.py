@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from bertology.apps.figures import esc
 from bertology.apps.locations import clean
-from bertology.apps.ui import chosen, guard
+from bertology.apps.ui import chosen, guard, pick_word
 from bertology.errors import WorkbenchError
 from bertology.models import LoadedModel
 
@@ -69,15 +69,7 @@ def _section(name: str, lm: LoadedModel, words: tuple[str, ...], masked: int | N
         word = masked
         c1.markdown(f"masked word (chosen above): **{word}: {esc(words[word])}**")
     else:
-        word = chosen(
-            c1.selectbox(
-                "word to mask",
-                range(len(words)),
-                index=min(1, len(words) - 1),
-                key="live_attr_word",
-                format_func=lambda w: f"{w}: {words[w]}",
-            )
-        )
+        word = pick_word(c1, words, "live_attr_word")
     target = c2.text_input("target word (empty: the top guess)", key="live_attr_target", max_chars=50).strip()
     n_steps = chosen(c3.select_slider("IG steps", options=list(STEPS), value=50, key="live_attr_steps"))
     try:
