@@ -42,7 +42,7 @@ part() {  # part NAME SECONDS: one benchmark part in its own process under a tim
   echo "== gpu tests"
   timeout -k 5 "${TEST_TIMEOUT:-150}" "$PY" -m pytest -m gpu -q -p no:cacheprovider -o addopts="" -rfEs --continue-on-collection-errors \
     --durations=10 tests/test_gpu_paths.py tests/test_gpu_analyses.py tests/test_trainer_speed.py \
-    tests/test_attribution.py tests/test_patching.py
+    tests/test_attribution.py tests/test_patching.py tests/test_structural_probe.py
   echo "== gpu tests exited $?"
   for p in ${PARTS:-setup extract pretrain}; do
     case $p in setup) part setup 40 ;; extract) part extract 110 ;; pretrain) part pretrain 210 ;; esac

@@ -432,3 +432,28 @@ def test_page_figures_draw_the_planted_scores_and_tree(tmp_path):
     arcs = [t for t in tree.data if t.mode == "lines"]
     assert [t.line.color for t in arcs] == ["#1f77b4", "#1f77b4", "#2ca02c", "#d62728"]
     assert all(max(t.y) > 0 for t in arcs[:2]) and all(min(t.y) < 0 for t in arcs[2:])
+
+
+@pytest.mark.gpu
+def test_the_structural_probe_on_the_gpu_finds_the_planted_trees_as_on_the_cpu(planted, cuda):
+    """Issue 44 item 4: the probes train where their features live (``settings.device``); on a GPU
+    the planted rank's probe finds the trees as it does on the CPU (float32 on either device: the
+    same scores up to the order of sums)."""
+    features, offsets, trees, _ = planted
+    runs = {}
+    for where in ("cpu", str(cuda)):
+        runs[where] = probe_structure(
+            features,
+            offsets,
+            trees,
+            kind="distance",
+            feature_index=[0],
+            layer_ids=[0],
+            ranks=[PLANTED_RANK],
+            seeds=[0],
+            settings=StructuralSettings(batch_size=10, max_epochs=40, device=where),
+        )
+    scores = {w: r.scores[r.scores["split"] == "test"].set_index("metric")["value"] for w, r in runs.items()}
+    assert scores[str(cuda)]["uuas"] >= 0.95
+    assert abs(scores[str(cuda)]["uuas"] - scores["cpu"]["uuas"]) <= 0.02
+    assert abs(scores[str(cuda)]["dspr"] - scores["cpu"]["dspr"]) <= 0.02
