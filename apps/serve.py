@@ -1,19 +1,19 @@
 """``python -m bertology.apps.serve run DASHBOARD [streamlit options]``: Streamlit's own command
-line (``python -m streamlit``), with the dashboard's page modules imported in a background thread
-while the server starts.
+line (``python -m streamlit``), with the dashboard's page modules imported first.
 
 Streamlit runs the dashboard script inside the server process, so a page's imports (pandas, plotly,
 every page module: ~0.7 CPU seconds on a 2-core Xeon) would otherwise be paid by the first page a
-researcher opens; imported here they are ready by then, and the script finds them in
-``sys.modules``. Nothing else changes: the same options, the same server, the same exit code and
-signals (``bertology dashboard`` and :func:`bertology.apps.screenshots.serve` start it).
+researcher opens; imported here, while the server starts, they are ready by then, and the script
+finds them in ``sys.modules``. They are imported before Streamlit starts, not beside it in a thread:
+two threads importing streamlit's modules at once can meet Python's import-deadlock detection, and
+the server did not come up once in CI that way. Nothing else changes: the same options, server, exit
+code and signals (``bertology dashboard`` and :func:`bertology.apps.screenshots.serve` start it).
 """
 
 from __future__ import annotations
 
 import runpy
 import sys
-import threading
 
 
 def _import_pages() -> None:
@@ -25,7 +25,7 @@ def _import_pages() -> None:
 
 
 def main() -> None:
-    threading.Thread(target=_import_pages, name="bertology-import-pages", daemon=True).start()
+    _import_pages()
     sys.argv = ["streamlit", *sys.argv[1:]]
     runpy.run_module("streamlit", run_name="__main__", alter_sys=True)
 
