@@ -33,6 +33,7 @@ import torch
 
 from bertology.architectures import architecture_for, num_heads
 from bertology.errors import StoreError
+from bertology.models import to_device
 
 Pooling = Literal["first", "last", "mean"]
 LongPolicy = Literal["error", "window"]
@@ -240,13 +241,13 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
     n_bins = out.shape[-1]
     window = (n_bins - 2) // 2
     device = attentions[0].device
-    lengths = to_device(torch.tensor([s.n_tokens for s in segments]), device)
+    lengths = to_device(torch.tensor([s.n_tokens for s in segments]), device, non_blocking=True)
     positions = torch.arange(T, device=device)
     valid = positions[None, :] < lengths[:, None]  # [B, T]
     wid = torch.full((B, T), -2, dtype=torch.long)
     for b, seg in enumerate(segments):
         wid[b, : seg.n_tokens] = torch.tensor(seg.word_ids)
-    kind = to_device((wid == -1).long(), device)  # [B, T]
+    kind = to_device((wid == -1).long(), device, non_blocking=True)  # [B, T]
     # flat index of (sequence, head, kind) for every query, and the queries that count
     base = (
         (torch.arange(B, device=device)[:, None, None] * H + torch.arange(H, device=device)[None, :, None]) * 2
@@ -272,15 +273,6 @@ def token_offset_counts(attentions: Sequence[torch.Tensor], segments: Sequence[S
         else:  # bincount sizes its output from the input's maximum: a host sync on CUDA
             counts = torch.zeros(dump + 1, dtype=torch.long, device=device).index_add_(0, flat, torch.ones_like(flat))
         out[:, l] = counts[:dump].view(B, H, 2, n_bins).to(out.device, out.dtype)
-
-
-def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``t`` (a CPU tensor) on ``device``; to a CUDA device through page-locked memory without
-    waiting (a copy from ordinary memory makes the host wait for every kernel queued before it,
-    so the next batch's preparation could not overlap this batch's kernels)."""
-    if device.type != "cuda" or t.device.type != "cpu":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
 
 
 def padded_inputs(segments: Sequence[Segment], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -326,8 +318,8 @@ def forward_segments(
     ids, mask = padded_inputs(segments, pad_id)
     B, T = ids.shape
     kwargs = {
-        "input_ids": to_device(ids, device),
-        "attention_mask": to_device(mask, device),
+        "input_ids": to_device(ids, device, non_blocking=True),
+        "attention_mask": to_device(mask, device, non_blocking=True),
         "output_hidden_states": True,
         "output_attentions": attentions,
     }
@@ -344,8 +336,8 @@ def forward_segments(
             torch.empty(L, H, n_words, 2, dtype=out_dtype) if attentions else None,
         )
     word_hidden, word_att, special = out
-    weights = to_device(layout.to_word / layout.counts[..., None], device)  # [B, W, T]
-    rows, pick = to_device(layout.flat_words, device), to_device(layout.pick, device)
+    weights = to_device(layout.to_word / layout.counts[..., None], device, non_blocking=True)  # [B, W, T]
+    rows, pick = to_device((layout.flat_words, layout.pick), device, non_blocking=True)
     for l, h in enumerate(result.hidden_states):
         target = word_hidden[l]
         if pooling == "mean":  # mean over each word's pieces: one [B, W, T] x [B, T, D] product
@@ -367,9 +359,10 @@ def forward_segments(
     # per layer, two batched matmuls: columns first (sum over attended pieces), then rows (mean
     # over attending pieces); then each word's row keeps its segment's own columns
     W = layout.to_word.shape[1]
-    columns = to_device(torch.cat([layout.to_word, layout.to_special], dim=1).transpose(1, 2), device)  # [B, T, W+2]
-    att_index, special_index = _pooled_attention_index(layout, H)
-    att_index, special_index = to_device(att_index, device), to_device(special_index, device)
+    columns = to_device(
+        torch.cat([layout.to_word, layout.to_special], dim=1).transpose(1, 2), device, non_blocking=True
+    )  # [B, T, W+2]
+    att_index, special_index = to_device(_pooled_attention_index(layout, H), device, non_blocking=True)
     for l, a in enumerate(result.attentions):
         summed = torch.bmm(a.float().reshape(B, H * T, T), columns).view(B, H, T, W + 2)
         by_row = summed.transpose(1, 2).reshape(B, T, H * (W + 2))

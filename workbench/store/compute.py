@@ -20,8 +20,8 @@ import torch
 from tqdm.auto import tqdm
 
 from bertology.errors import StoreError
-from bertology.features import Segment, forward_segments, low_precision_linears, to_device
-from bertology.models import LoadedModel
+from bertology.features import Segment, forward_segments, low_precision_linears
+from bertology.models import LoadedModel, to_device
 from bertology.store.plan import ExtractionPlan, plan_batches
 from bertology.store.settings import ExtractionSettings
 from bertology.store.write import write_shard
@@ -154,7 +154,9 @@ def compute_shard(
             )
             forward_segments(lm.model, batch, out=views, token_offsets=batch_offsets, **forward_options)
             if batch_offsets is not None and offsets_out is not None:
-                rows = to_device(torch.tensor([row_of[seg.sentence] for seg in batch]), offsets_out.device)
+                rows = to_device(
+                    torch.tensor([row_of[seg.sentence] for seg in batch]), offsets_out.device, non_blocking=True
+                )
                 offsets_out.index_copy_(0, rows, batch_offsets)
         else:  # sliding windows (hidden states only): copy the words each window owns
             word_hidden, _, _ = forward_segments(lm.model, batch, **forward_options)
