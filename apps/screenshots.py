@@ -133,8 +133,9 @@ class PageReport:
     text: str = ""  # the page's visible text (main area and sidebar)
 
 
-def settle(tab, timeout_ms: int) -> None:
-    """Wait until Streamlit has finished the script run (no 'Running...' status, nothing stale)."""
+def settle(tab, timeout_ms: int, polling: int | str = 250) -> None:
+    """Wait until Streamlit has finished the script run (no 'Running...' status, nothing stale);
+    ``polling``: milliseconds between checks, or ``"raf"`` (every animation frame: what a timing wants)."""
     tab.wait_for_function(
         f"""() => {{
             const busy = document.querySelector('{RUNNING}');
@@ -142,7 +143,7 @@ def settle(tab, timeout_ms: int) -> None:
             return !busy && !stale;
         }}""",
         timeout=timeout_ms,
-        polling=250,
+        polling=polling,
     )
 
 
@@ -154,11 +155,13 @@ def open_page(
     timeout_ms: int = 240_000,
     charts: int | None = None,
     tables: int | None = None,
+    polling: int | str = 250,
 ) -> tuple[str, int, int]:
     """Open the page named ``page`` (its registry key) and wait for its own content: the title,
     ``charts`` Plotly charts and ``tables`` data frames (defaults: the entry's ``min_charts`` and
     ``min_tables``), then for the script run to finish. Returns ``(url, charts, tables)`` seen; a
-    Playwright timeout means the content never came."""
+    Playwright timeout means the content never came. ``polling``: as for :func:`settle` (a 250 ms
+    poll adds up to a quarter second to a timed open; the dashboard benchmark polls every frame)."""
     entry = PAGE_BY_KEY[page]
     want_charts = entry.min_charts if charts is None else charts
     want_tables = entry.min_tables if tables is None else tables
@@ -169,9 +172,9 @@ def open_page(
         f"([c, t]) => {{ const [charts, tables] = ({COUNT})(); return charts >= c && tables >= t; }}",
         arg=[want_charts, want_tables],
         timeout=timeout_ms,
-        polling=250,
+        polling=polling,
     )
-    settle(tab, timeout_ms)
+    settle(tab, timeout_ms, polling)
     charts, tables = tab.evaluate(COUNT)
     return url, charts, tables
 

@@ -83,7 +83,7 @@ def open_seconds(tab, base: str, key: str, results: Path, model: str) -> float:
     wanted = None if key == "Live" else 0
     params = {"model": model} if key == "Live" else {}
     t0 = time.perf_counter()
-    screenshots.open_page(tab, base, key, params, charts=wanted, tables=wanted)
+    screenshots.open_page(tab, base, key, params, charts=wanted, tables=wanted, polling="raf")
     return time.perf_counter() - t0
 
 
@@ -96,7 +96,7 @@ def new_sentence_seconds(tab) -> float:
     t0 = time.perf_counter()
     box.press("Enter")
     tab.get_by_text(f"for {len(NEW_SENTENCE.split())} words").first.wait_for()
-    screenshots.settle(tab, 240_000)
+    screenshots.settle(tab, 240_000, "raf")
     return time.perf_counter() - t0
 
 

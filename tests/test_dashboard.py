@@ -318,3 +318,19 @@ def test_comparison_mismatches_names_what_differs():
         "tasks: ['pos'] vs ['deps']",
         "corpus content differs (another file or another subset)",
     ]
+
+
+def test_server_warm_up_runs_and_imports_what_first_pages_paid_for():
+    """`bertology.apps.serve.warm_up` (run while the server starts; `main` swallows its errors, so
+    a Plotly or SciPy change that broke it would go unseen) builds its figures without error and
+    leaves SciPy's statistics and pyarrow's parquet reader imported, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from bertology.apps import serve; serve.warm_up(); "
+        "print(all(m in sys.modules for m in ('scipy.stats', 'pyarrow.parquet', 'plotly.express')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "True"
