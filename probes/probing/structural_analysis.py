@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from bertology.errors import ConfigError
+from bertology.probes.probing._scores import SCORE_INTERVAL_COLUMNS
 from bertology.probes.probing.structural import (
     INTERVAL_COLUMNS,
     PROBE_KINDS,
@@ -252,20 +253,9 @@ def _rank_curve(
     return structural_intervals(sweep.scores, sweep.sentences)
 
 
-BASELINE_COLUMNS = [
-    "encoder",
-    "probe",
-    "layer",
-    "rank",
-    "metric",
-    "score",
-    "low",
-    "high",
-    "n_seeds",
-    "n_test",
-    "small_sample",
-    "interval",
-]
+# the baselines table: which probe, then every probe's interval columns but the dev score (a
+# baseline is not chosen on dev)
+BASELINE_COLUMNS = ["encoder", "probe", "layer", "rank", *(c for c in SCORE_INTERVAL_COLUMNS if c != "dev_score")]
 
 
 def _baselines(trees: StructuralTrees, summary: pd.DataFrame, split_seed: int) -> pd.DataFrame:

@@ -63,6 +63,12 @@ __all__ = [
 # --------------------------------------------------------------------------- corpus -> sequences
 
 
+# what a padding position holds in each [B, T] tensor of a batch (input_ids: the tokenizer's pad
+# id): outside the attention mask, in no word, scored nowhere -- shared by SequenceSet.collate and
+# pad_width
+PAD_FILL = {"attention_mask": 0, "token_type_ids": 0, "word_ids": -1, "labels": IGNORE_INDEX}
+
+
 @dataclass
 class SequenceSet:
     """Variable-length sequences stored flat: row i is ``ids[offsets[i]:offsets[i+1]]``."""
@@ -105,10 +111,8 @@ class SequenceSet:
         T = max(lens)
         B = len(rows)
         out = {
-            "input_ids": torch.full((B, T), pad_id, dtype=torch.long),
-            "attention_mask": torch.zeros((B, T), dtype=torch.long),
-            "token_type_ids": torch.zeros((B, T), dtype=torch.long),
-            "word_ids": torch.full((B, T), -1, dtype=torch.long),
+            key: torch.full((B, T), pad_id if key == "input_ids" else PAD_FILL[key], dtype=torch.long)
+            for key in ("input_ids", "attention_mask", "token_type_ids", "word_ids")
         }
         for b, (r, n) in enumerate(zip(rows, lens)):
             s = int(self.offsets[r])
@@ -358,9 +362,6 @@ def masked_batch(
     return batch
 
 
-_WIDTH_FILL = {"attention_mask": 0, "token_type_ids": 0, "word_ids": -1, "labels": IGNORE_INDEX}
-
-
 def pad_width(batch: dict[str, torch.Tensor], width: int, pad_id: int) -> dict[str, torch.Tensor]:
     """``batch``'s ``[B, T]`` tensors padded on the right to ``[B, width]`` (``width`` >= T): pad
     tokens outside the attention mask, scored nowhere (``labels`` = ``IGNORE_INDEX``), so every loss
@@ -376,7 +377,7 @@ def pad_width(batch: dict[str, torch.Tensor], width: int, pad_id: int) -> dict[s
     out = {}
     for key, value in batch.items():
         if value.dim() == 2 and value.shape[1] == T:
-            fill = pad_id if key == "input_ids" else _WIDTH_FILL.get(key, 0)
+            fill = pad_id if key == "input_ids" else PAD_FILL.get(key, 0)
             value = torch.nn.functional.pad(value, (0, width - T), value=fill)
         out[key] = value
     return out
