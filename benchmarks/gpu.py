@@ -342,6 +342,18 @@ def part_extract() -> None:
             traceback.print_exc(limit=-4)
     if left() > 15:
         fig.put("profile", store_profile(lm, corpus, root, dev, fast))
+    if left() > 15:
+        try:
+            fig.put("writers_off", store_without_writes(lm, corpus, root, dev, fast))
+        except Exception as exc:
+            fig.put("writers_off", {"error": error_text(exc)})
+            traceback.print_exc(limit=-4)
+    if left() > 15:
+        try:
+            fig.put("trace", store_trace(lm, corpus, root, dev, fast))
+        except Exception as exc:
+            fig.put("trace", {"error": error_text(exc)})
+            traceback.print_exc(limit=-4)
     if dev.type == "cuda":
         fig.put("peak_memory_gib", torch.cuda.max_memory_allocated() / 2**30)
 
@@ -371,6 +383,76 @@ def store_profile(lm, corpus, root: Path, dev: torch.device, options: dict, top:
     lines = [line for line in text.getvalue().splitlines() if line.strip()]
     print("\n".join(lines), flush=True)
     return lines
+
+
+def store_without_writes(lm, corpus, root: Path, dev: torch.device, options: dict) -> dict:
+    """One store run with the writer threads doing nothing but wait for each shard's copy to the
+    host (no hashing, no file written: the store is not kept): the main thread's pipeline alone --
+    forwards, pooling, device-to-host copies. Its time against a normal run's says whether the
+    writers or the main thread bind; ``bytes_per_s`` is what the disk would have to take."""
+    import bertology.store.compute as compute
+    from bertology.store import extract
+
+    saved = compute.write_shard
+    sizes_seen: list[int] = []
+
+    def no_write(path, tensors, hash_beside=False):
+        sizes_seen.append(sum(t.numel() * t.element_size() for t in tensors.values()))
+
+    where = Path(tempfile.mkdtemp(dir=root))
+    try:
+        compute.write_shard = no_write
+        sync()
+        t = time.perf_counter()
+        try:
+            extract(lm, corpus, root=where, device=str(dev), progress=False, **options)
+        except Exception as exc:  # the manifest step finds no shard files: the computing is done
+            log(f"writers off: extract ended with {type(exc).__name__} after computing (expected: no shards written)")
+        sync()
+        seconds = time.perf_counter() - t
+    finally:
+        compute.write_shard = saved
+        shutil.rmtree(where, ignore_errors=True)
+    out = {"seconds": seconds, "shards": len(sizes_seen), "bytes": sum(sizes_seen)}
+    out["bytes_per_s"] = out["bytes"] / seconds if seconds else None
+    log(f"writers off: {seconds:.3f} s for {out['shards']} shards, {out['bytes'] / 1e9:.2f} GB computed and copied")
+    return out
+
+
+def store_trace(lm, corpus, root: Path, dev: torch.device, options: dict, top: int = 25) -> dict:
+    """``torch.profiler`` over one more store run, CPU and CUDA activities: the ``top`` operators
+    and runtime calls by their own CPU time (host syncs show here: ``cudaStreamSynchronize``,
+    ``cudaEventSynchronize``, ``cudaMemcpyAsync`` from pageable memory, ``aten::item``,
+    ``aten::nonzero``), the device's busy time (the sum of kernel and copy times) against the wall
+    time, and the runtime calls that wait for the device, summed."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from bertology.store import extract
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    where = Path(tempfile.mkdtemp(dir=root))
+    try:
+        sync()
+        t = time.perf_counter()
+        with profile(activities=activities) as prof:
+            extract(lm, corpus, root=where, device=str(dev), progress=False, **options)
+            sync()
+        wall = time.perf_counter() - t
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    events = prof.key_averages()
+    table = events.table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=48)
+    waits = ("Synchronize", "cudaMemcpy", "aten::item", "aten::nonzero", "aten::_local_scalar_dense", "HostAlloc")
+    waiting = {
+        e.key: {"calls": e.count, "self_cpu_s": e.self_cpu_time_total / 1e6}
+        for e in events
+        if any(w in e.key for w in waits)
+    }
+    device_s = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / 1e6
+    lines = [line for line in table.splitlines() if line.strip()]
+    print("\n".join(lines), flush=True)
+    log(f"trace: wall {wall:.3f} s (profiled), device busy {device_s:.3f} s")
+    return {"wall_s": wall, "device_busy_s": device_s, "waiting_calls": waiting, "table": lines}
 
 
 def store_stages(lm, corpus, root: Path, dev: torch.device, options: dict) -> dict:
@@ -611,6 +693,19 @@ def part_report() -> None:
             f"{stages['total_s']:.3f} s = outside the shards {stages['outside_compute_shards_s']:.3f} s + shards "
             f"{stages['compute_shards_s']:.3f} s (issuing forwards {stages['issue_s']:.3f} s, waiting for writers "
             f"{stages['wait_s']:.3f} s); writer threads {stages['write_s']:.3f} s, fsync {stages['fsync_s']:.3f} s | - | - |"
+        )
+    off = ext.get("writers_off", {})
+    if "seconds" in off:
+        print(
+            f"| store, writers off (forwards, pooling, copies to the host; nothing written) | "
+            f"{off['seconds']:.3f} s, {off['bytes'] / 1e9:.2f} GB = {off['bytes_per_s'] / 1e9:.2f} GB/s | - | - |"
+        )
+    trace = ext.get("trace", {})
+    if "wall_s" in trace:
+        waits = ", ".join(f"{k} {v['calls']}x {v['self_cpu_s']:.3f} s" for k, v in trace["waiting_calls"].items())
+        print(
+            f"| store under torch.profiler | wall {trace['wall_s']:.3f} s, device busy {trace['device_busy_s']:.3f} s; "
+            f"host waits: {waits or 'none'} | - | - |"
         )
     pre = json.loads((out / "gpu-pretrain.json").read_text()) if (out / "gpu-pretrain.json").is_file() else {}
     for name, r in pre.get("loops", {}).items():
