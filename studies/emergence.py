@@ -17,6 +17,7 @@ from bertology import paths
 from bertology.checkpoints import list_checkpoints
 from bertology.corpus import load_corpus
 from bertology.errors import ConfigError
+from bertology.features import model_max_tokens, sentences_that_fit
 from bertology.models import load_model, shipped_releases
 from bertology.pretraining import load_config, read_metrics, run_pretraining
 from bertology.probes.heads.classification import analyse_store
@@ -70,6 +71,19 @@ def _checkpoints(cfg) -> tuple[str, Path, list[tuple[int, str]], str]:
     return name, run_dir, [(s, f"{name}@{s}") for s, _ in found], "project pretraining run"
 
 
+def _fitting_corpus(cfg, checkpoint: str):
+    """The study's ``limit`` sentences, or, where some are longer than the checkpoints' positions
+    (a model trained with a short ``max_seq_len``: its later positions are untrained, and
+    attention maps need whole sentences), the first ``limit`` that fit; and how many were left out."""
+    corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])
+    lm = load_model(checkpoint, attentions=False)
+    max_tokens = model_max_tokens(lm.model, lm.tokenizer)
+    fit, left_out = sentences_that_fit(corpus, lm.tokenizer, max_tokens=max_tokens)
+    if not left_out:
+        return corpus, 0
+    return sentences_that_fit(load_corpus(cfg["corpus"]), lm.tokenizer, cfg["limit"], max_tokens)
+
+
 def _divergence(folder: Path) -> dict | None:
     """The run record's ``diverged`` entry (step, reason, last good checkpoint) when the pretraining run
     stopped diverged: its checkpoints end before that step, and the dashboard says so. None otherwise."""
@@ -86,11 +100,18 @@ def run(ctx: StudyContext) -> None:
     cfg = ctx.config
     splits = split_seed(cfg, ctx.seed)
     name, folder, checkpoints, kind = _checkpoints(cfg)
-    corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])
+    corpus, left_out = _fitting_corpus(cfg, checkpoints[-1][1])
+    if left_out:
+        ctx.log(f"  {left_out} sentences longer than the checkpoints' training positions left out of the analyses")
     ctx.record(
         pretraining_run=str(folder),
         checkpoints=[n for _, n in checkpoints],
-        corpus={"name": corpus.name, "fingerprint": corpus.fingerprint, "sources": corpus.sources},
+        corpus={
+            "name": corpus.name,
+            "fingerprint": corpus.fingerprint,
+            "sources": corpus.sources,
+            **({"left_out_too_long": left_out} if left_out else {}),
+        },
         model={"name": name, "kind": kind},
         diverged=_divergence(folder),
     )

@@ -35,6 +35,7 @@ from bertology import paths
 from bertology.checkpoints import atomic_dir, list_checkpoints
 from bertology.corpus import load_corpus
 from bertology.errors import ConfigError
+from bertology.features import sentences_that_fit
 from bertology.models import load_model, random_init_like
 from bertology.pretraining import heldout_loss, load_config, read_metrics, run_pretraining, unigram_baseline
 from bertology.pretraining.data import corpus_path, read_run_data
@@ -103,22 +104,6 @@ def _tokenizer(prefix: str, base: dict, log) -> Path:
                 model_max_length=probe.max_seq_len,
             )
     return tok_dir
-
-
-def _fitting_sentences(corpus, tokenizer, limit: int | None):
-    """The first ``limit`` sentences whose tokens (with specials) fit the ``max_seq_len`` positions
-    the models were trained on (later positions are untrained), and how many were skipped."""
-    keep: list = []
-    dropped = 0
-    for i, sentence in enumerate(corpus.sentences):
-        if limit is not None and len(keep) >= limit:
-            break
-        n = len(tokenizer(list(sentence.words), is_split_into_words=True)["input_ids"])
-        if n <= tokenizer.model_max_length:
-            keep.append(i)
-        else:
-            dropped += 1
-    return corpus.subset(keep), dropped
 
 
 def _variant_config(cfg: dict, name: str, fields: dict, tok_dir: Path, steps: int | None = None, teacher=None):
@@ -263,7 +248,7 @@ def _analysis_corpus(ctx, tokenizer, table: pd.DataFrame, tok_dir: Path):
     """The annotated corpus the encoders are analysed on (its sentences that fit the models'
     training positions), recorded in the manifest with the models and the tokenizer."""
     cfg = ctx.config
-    corpus, dropped = _fitting_sentences(load_corpus(cfg["corpus"]), tokenizer, cfg["limit"])
+    corpus, dropped = sentences_that_fit(load_corpus(cfg["corpus"]), tokenizer, cfg["limit"])
     if dropped:
         ctx.log(
             f"  {dropped} sentences longer than the models' {tokenizer.model_max_length} training positions "

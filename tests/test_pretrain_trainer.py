@@ -514,6 +514,47 @@ def test_emergence_study_reads_a_shipped_release(corpus_and_tokenizer, tmp_path,
         run_study("emergence", overrides={"checkpoints": "nope"}, results_root=tmp_path / "res2", log=lambda m: None)
 
 
+def test_emergence_study_keeps_the_sentences_a_short_position_run_can_read(corpus_and_tokenizer, tmp_path, monkeypatch):
+    """A run trained with ``max_seq_len`` 24 has 24 positions: the emergence study analyses the
+    first ``limit`` sentences that fit (attention maps need whole sentences), says how many it left
+    out in the manifest, and every kept sentence fits; a run with room for all leaves out none."""
+    from transformers import AutoTokenizer
+
+    from bertology import paths
+    from bertology.corpus import load_corpus
+    from bertology.features import sentences_that_fit
+    from bertology.pretraining.release import export_release
+    from bertology.results import read_manifest, read_table
+    from bertology.studies import run_study
+
+    # a tokenizer the workbench trains carries the run's max_seq_len as its model_max_length
+    tok = AutoTokenizer.from_pretrained(str(corpus_and_tokenizer[1]), model_max_length=24)
+    tok.save_pretrained(tmp_path / "tok24")
+    short = (corpus_and_tokenizer[0], tmp_path / "tok24")
+    run_dir = run_pretraining(_cfg(short, tmp_path, max_seq_len=24, max_steps=2, keep_steps=[0]))
+    export_release(run_dir, tmp_path / "shipped" / "short-en")
+    monkeypatch.setattr(paths, "shipped_models_dir", lambda: tmp_path / "shipped")
+    out = run_study(
+        "emergence",
+        overrides={"checkpoints": "short-en", "limit": 10, "tasks": ["pos"], "max_epochs": 1, "cloze_sentences": 0},
+        results_root=tmp_path / "res",
+        log=lambda m: None,
+    )
+    lengths = [
+        len(tok(list(s.words), is_split_into_words=True)["input_ids"]) for s in load_corpus("brown-sample").sentences
+    ]
+    kept = [i for i, n in enumerate(lengths) if n <= 24][:10]
+    manifest = read_manifest(out)
+    assert manifest["corpus"]["left_out_too_long"] == sum(n > 24 for n in lengths[: kept[-1] + 1]) > 0
+    types = read_table(out, "head_types_by_step")
+    assert sorted(types["step"].unique()) == [0, 2]
+    fit, dropped = sentences_that_fit(load_corpus("brown-sample"), tok, 10, max_tokens=24)
+    assert [s.sent_id for s in fit] == [load_corpus("brown-sample").sentences[i].sent_id for i in kept]
+    assert dropped == manifest["corpus"]["left_out_too_long"]
+    everything, none_dropped = sentences_that_fit(load_corpus("brown-sample"), tok, 10, max_tokens=10_000)
+    assert none_dropped == 0 and len(everything) == 10
+
+
 def test_random_token_pool_is_a_config_field(corpus_and_tokenizer, tmp_path):
     from transformers import AutoTokenizer
 

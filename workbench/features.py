@@ -72,6 +72,26 @@ def model_max_tokens(model, tokenizer) -> int:
     return int(min(limit, tok_limit if tok_limit < 1e6 else limit))
 
 
+def sentences_that_fit(corpus, tokenizer, limit: int | None = None, max_tokens: int | None = None):
+    """The first ``limit`` sentences of ``corpus`` whose tokens (special tokens included) fit in
+    ``max_tokens`` (default: the tokenizer's ``model_max_length``, which a model trained by the
+    workbench sets to the ``max_seq_len`` it was trained on: later positions are untrained), as a
+    subset of ``corpus``, and how many sentences before the last one kept were left out."""
+    if max_tokens is None:
+        max_tokens = int(tokenizer.model_max_length)
+    keep: list[int] = []
+    dropped = 0
+    for i, sentence in enumerate(corpus.sentences):
+        if limit is not None and len(keep) >= limit:
+            break
+        n = len(tokenizer(list(sentence.words), is_split_into_words=True, verbose=False)["input_ids"])
+        if n <= max_tokens:
+            keep.append(i)
+        else:
+            dropped += 1
+    return corpus.subset(keep), dropped
+
+
 def tokenize_sentences(tokenizer, sentences: Sequence[Sequence[str]]) -> list[tuple[list[int], list[int]]]:
     """Token ids with special tokens and the word index of each token (-1 = special) of every
     sentence, in one call to the (Rust) tokenizer.
