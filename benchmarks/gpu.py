@@ -334,25 +334,19 @@ def part_extract() -> None:
                 row["binding"] = "disk" if disk_bound > forward_bound else "forward"
                 row["target_met"] = bool(row["seconds"] <= max(forward_bound, disk_bound))
     fig.put("paths", results)
-    if left() > 15:
+    # diagnostics of one more store run each, while the budget lasts; a failure is recorded, not fatal
+    for key, diagnose in (
+        ("stages", store_stages),
+        ("profile", store_profile),
+        ("writers_off", store_without_writes),
+        ("trace", store_trace),
+    ):
+        if left() <= 15:
+            break
         try:
-            fig.put("stages", store_stages(lm, corpus, root, dev, fast))
+            fig.put(key, diagnose(lm, corpus, root, dev, fast))
         except Exception as exc:
-            fig.put("stages", {"error": error_text(exc)})
-            traceback.print_exc(limit=-4)
-    if left() > 15:
-        fig.put("profile", store_profile(lm, corpus, root, dev, fast))
-    if left() > 15:
-        try:
-            fig.put("writers_off", store_without_writes(lm, corpus, root, dev, fast))
-        except Exception as exc:
-            fig.put("writers_off", {"error": error_text(exc)})
-            traceback.print_exc(limit=-4)
-    if left() > 15:
-        try:
-            fig.put("trace", store_trace(lm, corpus, root, dev, fast))
-        except Exception as exc:
-            fig.put("trace", {"error": error_text(exc)})
+            fig.put(key, {"error": error_text(exc)})
             traceback.print_exc(limit=-4)
     if dev.type == "cuda":
         fig.put("peak_memory_gib", torch.cuda.max_memory_allocated() / 2**30)
