@@ -78,7 +78,7 @@ def _fitting_corpus(cfg, checkpoint: str):
     corpus = load_corpus(cfg["corpus"], limit=cfg["limit"])
     lm = load_model(checkpoint, attentions=False)
     max_tokens = model_max_tokens(lm.model, lm.tokenizer)
-    fit, left_out = sentences_that_fit(corpus, lm.tokenizer, max_tokens=max_tokens)
+    _, left_out = sentences_that_fit(corpus, lm.tokenizer, max_tokens=max_tokens)
     if not left_out:
         return corpus, 0
     return sentences_that_fit(load_corpus(cfg["corpus"]), lm.tokenizer, cfg["limit"], max_tokens)
