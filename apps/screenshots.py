@@ -134,13 +134,18 @@ class PageReport:
 
 
 def settle(tab, timeout_ms: int, polling: int | str = 250) -> None:
-    """Wait until Streamlit has finished the script run (no 'Running...' status, nothing stale);
+    """Wait until Streamlit has finished the script run: the app's script state is ``notRunning``
+    (a page just loaded is ``initial`` until its first run ends: the 'Running...' status widget
+    alone shows only after a delay, so a check right after a page load could pass too early), no
+    'Running...' status, nothing stale;
     ``polling``: milliseconds between checks, or ``"raf"`` (every animation frame: what a timing wants)."""
     tab.wait_for_function(
         f"""() => {{
             const busy = document.querySelector('{RUNNING}');
             const stale = document.querySelector('[data-stale="true"]');
-            return !busy && !stale;
+            const app = document.querySelector('[data-testid="stApp"]');
+            const state = app ? app.getAttribute('data-test-script-state') : null;
+            return !busy && !stale && (state === null || state === 'notRunning');
         }}""",
         timeout=timeout_ms,
         polling=polling,

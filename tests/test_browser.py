@@ -187,7 +187,9 @@ def test_live_page_shows_a_typed_sentence_in_every_head_and_the_mlm_guess(tmp_pa
         assert titles and ticks and not [(a, b) for a in titles for b in ticks if boxes_overlap(a, b)]
         # a page the quickstart leaves empty names the command that fills it, and its time
         screenshots.open_page(tab, base, "Feature combinations", timeout_ms=WAIT_MS, charts=0, tables=0)
-        assert "bertology study run feature_combinations --config" in tab.inner_text("body")
+        command = "bertology study run feature_combinations --config"
+        tab.get_by_text(command, exact=False).first.wait_for(timeout=WAIT_MS)
+        assert command in tab.inner_text("body")
         assert not any(screenshots.page_problems(tab))
 
 
