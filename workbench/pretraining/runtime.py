@@ -55,9 +55,14 @@ class Runtime:
             dist.barrier()
 
     def close(self) -> None:
-        """Leave the process group (under torchrun); nothing for a single process."""
+        """Leave the process group (under torchrun), all ranks together after a barrier
+        (:func:`bertology.distributed.shutdown`: a gloo rank that tore its connections down while its
+        peer still used them aborted once in CI, "terminate called without an active exception");
+        nothing for a single process."""
         if self.world_size > 1:
-            dist.destroy_process_group()
+            from bertology.distributed import shutdown
+
+            shutdown()
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of a forward pass (a no-op without ``autocast_dtype``)."""
