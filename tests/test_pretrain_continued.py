@@ -154,3 +154,65 @@ def test_a_two_stretch_release_counts_steps_and_tokens_from_the_first(corpus_and
     assert {e["stretch"] for e in events} == {1, 2} and max(e["step"] for e in events if e["stretch"] == 2) == 10
     card = (out / "README.md").read_text()
     assert "## Training stretches" in card and f"started from | `{bare}`" in card and "`two-stretch@10`" in card
+
+
+def test_a_third_stretch_continues_a_release_whose_run_folders_are_gone(corpus_and_tokenizer, source_models, tmp_path):
+    """A stretch that starts from a shipped two-stretch release (its float16 weights, read as float32)
+    is released with the stretches read back from that release (:func:`release_stretches`), including
+    a release written before ``stretch_configs`` existed: the same stretch rows, held-out losses and
+    metric events as a release made from the three run folders, and the card says the stretches read
+    different corpora when they did."""
+    import json
+    import shutil
+
+    from bertology.pretraining.release import earlier_stretch, export_release, read_release, release_stretches
+
+    _, bare = source_models
+    one = _continued(corpus_and_tokenizer, tmp_path / "one", bare, run_name="s1", max_steps=4, eval_every=2)
+    first = run_pretraining(one)
+    second = run_pretraining(
+        _continued(
+            corpus_and_tokenizer,
+            tmp_path / "two",
+            first / "checkpoint-4",
+            run_name="s2",
+            max_steps=4,
+            eval_every=2,
+            stream_start=4 * one.batch_size,
+        )
+    )
+    shipped = export_release(
+        second, tmp_path / "release" / "shipped", steps=[4], score=False, earlier=[earlier_stretch(first)]
+    )
+    legacy = json.loads((shipped / "release.json").read_text())
+    legacy.pop("stretch_configs")  # as released before the field existed
+    (shipped / "release.json").write_text(json.dumps(legacy))
+    other_corpus = tmp_path / "other-corpus" / Path(one.corpus).name
+    other_corpus.parent.mkdir()
+    (shutil.copytree if Path(one.corpus).is_dir() else shutil.copy2)(Path(one.corpus), other_corpus)
+    third_cfg = _continued(
+        corpus_and_tokenizer, tmp_path / "three", shipped / "checkpoint-8", run_name="s3", max_steps=2, eval_every=2
+    )
+    third_cfg.corpus = str(other_corpus)
+    third = run_pretraining(third_cfg)
+    weights = load_file(str(third / "checkpoint-2" / "model.safetensors"))
+    assert weights["bert.embeddings.word_embeddings.weight"].dtype == torch.float32  # trained in float32
+
+    read_back = release_stretches(shipped)
+    from_runs = [earlier_stretch(first), earlier_stretch(second)]
+    for a, b in zip(read_back, from_runs, strict=True):
+        assert a["steps"] == b["steps"] and a["sequences_seen"] == b["sequences_seen"]
+        assert a["eval_losses"] == pytest.approx(b["eval_losses"])
+        assert [e["step"] for e in a["events"]] == [e["step"] for e in b["events"]]
+        assert a["config"]["learning_rate"] == b["config"]["learning_rate"]
+        assert a["config"]["stream_start"] == b["config"]["stream_start"]
+    r1 = read_release(export_release(third, tmp_path / "rel-a", steps=[2], score=False, earlier=read_back))
+    r2 = read_release(export_release(third, tmp_path / "rel-b", steps=[2], score=False, earlier=from_runs))
+    for key in ("stretches", "eval_losses"):
+        assert json.dumps(r1[key], sort_keys=True) == json.dumps(r2[key], sort_keys=True)
+    assert (tmp_path / "rel-a" / "metrics.jsonl").read_text() == (tmp_path / "rel-b" / "metrics.jsonl").read_text()
+    assert [r["last_step"] for r in r1["stretches"]] == [4, 8, 10] and r1["checkpoints"][0]["step"] == 10
+    assert len(r1["stretch_configs"]) == 3 and r1["stretch_configs"][2]["corpus"] == str(other_corpus)
+    card = (tmp_path / "rel-a" / "README.md").read_text()
+    assert "The stretches read different corpora" in card and "so no text is read twice" not in card
+    assert len(release_stretches(tmp_path / "rel-a")) == 3

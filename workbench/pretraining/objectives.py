@@ -614,8 +614,12 @@ def load_initial_model(cfg: Any, vocab_size: int) -> nn.Module:
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # "newly initialized: cls.predictions..." is expected here
     try:
-        return BertForMaskedLM.from_pretrained(
-            str(folder), hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout, use_safetensors=True
+        return BertForMaskedLM.from_pretrained(  # float32 to train, also from a float16 release
+            str(folder),
+            hidden_dropout_prob=cfg.dropout,
+            attention_probs_dropout_prob=cfg.dropout,
+            use_safetensors=True,
+            dtype=torch.float32,
         )
     finally:
         quiet.setLevel(level)

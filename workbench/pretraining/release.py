@@ -95,6 +95,51 @@ def earlier_stretch(run_dir: str | Path) -> dict[str, Any]:
     }
 
 
+def release_stretches(release_dir: str | Path) -> list[dict[str, Any]]:
+    """The stretches of a shipped multi-stretch release (``release.json`` + ``metrics.jsonl``), in the
+    form :func:`earlier_stretch` gives for a run folder, oldest first: a later stretch can continue
+    a released model whose earlier run folders are gone. The per-stretch configs are
+    ``stretch_configs`` (written since the third stretch of ``minilm-english-mlm``) or, for a
+    two-stretch release, ``recipe_first_stretch`` and ``recipe``."""
+    release_dir = Path(release_dir)
+    release = json.loads((release_dir / RELEASE_FILE).read_text(encoding="utf-8"))
+    rows = release.get("stretches")
+    if not rows:
+        raise CheckpointError(f"{release_dir / RELEASE_FILE}: no 'stretches' (a single-stretch release)")
+    configs = release.get("stretch_configs")
+    if configs is None:
+        if len(rows) != 2:
+            raise CheckpointError(f"{release_dir / RELEASE_FILE}: {len(rows)} stretches but no 'stretch_configs'")
+        configs = [release["recipe_first_stretch"], release["recipe"]]
+    losses = {int(k): float(v) for k, v in release.get("eval_losses", {}).items()}
+    metrics = release_dir / "metrics.jsonl"
+    events = (
+        [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if metrics.is_file()
+        else []
+    )
+    out = []
+    for k, (row, config) in enumerate(zip(rows, configs, strict=True), 1):
+        before = int(row["first_step"]) - 1
+        last = int(row["last_step"])
+        low = before if k == 1 else before + 1  # a stretch's step 0 is the previous stretch's end
+        out.append(
+            {
+                "run": row["run"],
+                "config": config,
+                "steps": last - before,
+                "sequences_seen": int(row["sequences"]),
+                "eval_losses": {step - before: v for step, v in losses.items() if low <= step <= last},
+                "events": [
+                    {key: v for key, v in {**e, "step": int(e["step"]) - before}.items() if key != "stretch"}
+                    for e in events
+                    if int(e.get("stretch", 0)) == k
+                ],
+            }
+        )
+    return out
+
+
 def export_release(
     run_dir: str | Path,
     out_dir: str | Path,
@@ -198,6 +243,7 @@ def export_release(
         if earlier:
             release["stretches"] = _stretches(earlier, run_info["config"], cfg, entries, losses, offset)
             release["recipe_first_stretch"] = earlier[0]["config"]
+            release["stretch_configs"] = [e["config"] for e in earlier] + [cfg]
             _write_all_metrics(earlier, run_dir, tmp / "metrics.jsonl", offset)
         elif (run_dir / "metrics.jsonl").is_file():  # the whole training curve, as the trainer logged it
             shutil.copy2(run_dir / "metrics.jsonl", tmp / "metrics.jsonl")
@@ -239,6 +285,7 @@ def _stretches(
                 "learning_rate": c["learning_rate"],
                 "warmup_steps": c["warmup_steps"],
                 "stream_start": c.get("stream_start", 0),
+                "corpus": c.get("corpus"),
                 "sequences": stretch["sequences_seen"],
                 "eval_loss_end": end_loss,
             }
@@ -254,6 +301,7 @@ def _stretches(
             "learning_rate": recipe["learning_rate"],
             "warmup_steps": recipe["warmup_steps"],
             "stream_start": recipe.get("stream_start", 0),
+            "corpus": recipe.get("corpus"),
             "sequences": last["sequences_seen"] - sum(int(e["sequences_seen"]) for e in earlier),
             "eval_loss_end": losses.get(last["step"] - offset),
         }
@@ -367,11 +415,22 @@ def model_card(release: dict[str, Any]) -> str:
                 f"{row['learning_rate']}, {row['warmup_steps']} | {row['sequences']:,} (from stream position "
                 f"{row['stream_start']:,}) | {end} |"
             )
-        lines += [
-            "",
-            "Each stretch starts a fresh optimizer and schedule from the previous one's last weights (float32, "
-            "in its run folder) and reads the next part of the same shuffled stream, so no text is read twice.",
-        ]
+        corpora = [row.get("corpus") for row in release["stretches"]]
+        if len(set(corpora)) == 1:
+            lines += [
+                "",
+                "Each stretch starts a fresh optimizer and schedule from the previous one's last weights (float32, "
+                "in its run folder) and reads the next part of the same shuffled stream, so no text is read twice.",
+            ]
+        else:
+            lines += [
+                "",
+                "Each stretch starts a fresh optimizer and schedule from the previous one's last weights. The "
+                "stretches read different corpora: "
+                + "; ".join(f"{k}: `{c}`" for k, c in enumerate(corpora, 1))
+                + ". A stretch on another corpus reads a new shuffle of it, so text shared with an earlier "
+                "stretch's corpus may be read again; the corpus row above is the last stretch's.",
+            ]
     pll = "pll_texts" in release
     lines += [
         "",
