@@ -31,10 +31,13 @@ GENRES = [*MODERN_ENGLISH_GENRES, None]
 def scores(name: str) -> tuple[dict[str | None, pd.DataFrame], str]:
     """Per genre (None: all 150) the :func:`pseudo_log_likelihood` rows of model ``name``, and its vocabulary's fingerprint."""
     lm = load_model(name, mlm_head=True, attentions=False)
-    return (
-        {g: pseudo_log_likelihood(lm, modern_english_sentences(g)) for g in GENRES},
-        lm.tokenizer.backend_tokenizer.to_str(),
-    )
+    rows = pseudo_log_likelihood(lm, modern_english_sentences())  # every sentence scored once
+    genre = [g for g in MODERN_ENGLISH_GENRES for _ in modern_english_sentences(g)]
+    if len(genre) != len(rows):
+        raise ValueError("modern_english_sentences(): the genres do not add up to the whole set")
+    by_genre: dict[str | None, pd.DataFrame] = {g: rows[[x == g for x in genre]] for g in MODERN_ENGLISH_GENRES}
+    by_genre[None] = rows
+    return by_genre, lm.tokenizer.backend_tokenizer.to_str()
 
 
 def main() -> None:
