@@ -150,12 +150,12 @@ def test_config_validation_names_the_field(tmp_path):
 
 def test_every_shipped_recipe_is_a_valid_config():
     """Every ``configs/pretrain_<name>.yaml`` has known fields and valid values. A recipe that
-    continues an earlier run (``init_from`` a run folder made on the user's machine) is read with the
-    shipped MiniLM in its place: the folder itself is checked when the run starts."""
-    import yaml
+    continues an earlier run (``init_from`` a run folder made on the user's machine, which loading
+    checks exists) is read with the shipped MiniLM in its place."""
+    from bertology.validation import load_yaml  # the reader load_config uses
 
     for name, path in shipped_configs().items():
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
         cfg = load_config(name, init_from="minilm-english-mlm" if raw.get("init_from") else None)
         assert cfg.run_name, name
         assert cfg.max_steps >= 1 and (cfg.keep_steps is None or max(cfg.keep_steps) <= cfg.max_steps), name
