@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the wheel, install it (not editable) into a fresh virtual environment, and use it from a
-# temporary folder far from the checkout: list the studies, run a small study, serve the dashboard.
+# temporary folder far from the checkout: list the studies, run a small study, build the Brown part of
+# the pretraining corpus, serve the dashboard.
 # Used by CI after the test suite; safe to run by hand. Leaves nothing behind but pip's cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +52,8 @@ assert m["git_commit"], "an installed wheel must still record the commit it was 
 print("manifest:", m["study"], m["run_id"], "commit", m["git_commit"], "tables", m["tables"])
 PY
 "$BIN" pretrain --help >/dev/null
+"$BIN" build-corpus --out "$WORK/corpus" --sources brown --cache "$WORK/corpus-sources" 2>/dev/null  # the shipped Brown text, no fetch
+grep -q '"words": 972403' "$WORK/corpus/manifest.json" || { echo "build-corpus from the wheel: unexpected Brown counts" >&2; exit 1; }
 "$BIN" models | tee "$WORK/models.txt"
 grep -q "bert-mini-english@3800" "$WORK/models.txt" || { echo "the shipped English BERT is missing from the wheel" >&2; exit 1; }
 PORT=$("$VPY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -157,3 +157,17 @@ def test_python_m_bertology_pretraining_is_the_pretrain_command(tmp_path):
     assert options(module_help.stdout) == options(command_help) and "--new-phase" in options(command_help)
     missing = run("--config", "no_such_recipe")
     assert missing.returncode == 2 and "error: no_such_recipe: config file not found" in missing.stderr
+
+
+def test_build_corpus_command_builds_the_shipped_brown_and_records_itself(tmp_path):
+    out = tmp_path / "corpus"
+    args = ["build-corpus", "--out", str(out), "--sources", "brown", "--cache", str(tmp_path / "cache")]
+    res = CliRunner().invoke(_app(), args)
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["command"] == (
+        f"bertology build-corpus --out {out} --heldout-fraction 0.01 --seed 0 --sources brown --cache {tmp_path / 'cache'}"
+    )
+    assert manifest["sources"]["brown"]["train"]["words"] > 900_000 and manifest["skipped"] == {}
+    bad = CliRunner().invoke(_app(), ["build-corpus", "--out", str(tmp_path / "x"), "--sources", "spam"])
+    assert bad.exit_code != 0 and not (tmp_path / "x").exists()

@@ -22,7 +22,7 @@ app = typer.Typer(
 
 COMMAND_MODULES = (
     "bertology.cli.core",  # models, corpus, annotate, extract
-    "bertology.cli.pretrain",  # pretrain, tokenizer
+    "bertology.cli.pretrain",  # pretrain, build-corpus, tokenizer
     "bertology.cli.finetune",  # finetune
     "bertology.cli.probe",  # probe
     "bertology.cli.heads",  # heads, prune

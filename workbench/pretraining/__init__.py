@@ -6,7 +6,8 @@ checkpoints, exact resume, torchrun DDP). Run ``bertology pretrain --config defa
 Modules: ``config`` (``PretrainConfig``, validation, shipped recipes), ``data`` (sequences, masked
 and held-out batches), ``trainer`` (the loop), ``checkpoint`` (save, prune, restore, resume plan,
 ``run.json``), ``evaluation``, ``metrics``, ``optimization``, ``runtime`` (device, DDP),
-``objectives``, ``masking``, ``tokenizer``, ``text_corpus``, ``flops``, ``release``.
+``objectives``, ``masking``, ``tokenizer``, ``text_corpus``, ``flops``, ``release``,
+``english_corpus`` (builds the offline English pretraining corpus: ``bertology build-corpus``).
 
 Public API (imported lazily so that ``import bertology.pretraining`` stays light)::
 
