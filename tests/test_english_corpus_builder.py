@@ -174,3 +174,24 @@ def test_script_is_the_library_command_line(tmp_path):
         timeout=120,
     )
     assert bad.returncode == 2 and "unknown corpus source 'spam'" in bad.stderr
+
+
+def test_build_refuses_a_folder_with_other_sources_and_drops_a_skipped_sources_old_files(tmp_path):
+    brown = _planted_brown(tmp_path / "brown.txt.gz")
+    out = tmp_path / "corpus"
+    options = EnglishCorpusOptions(out=out, sources=("brown",), cache=tmp_path / "cache", brown=brown)
+    build_english_corpus(options)
+    build_english_corpus(options)  # an earlier build of the same sources is simply replaced
+    (out / "train" / "gcide.txt.gz").write_bytes(b"")  # pretraining would read it with brown's
+    with pytest.raises(ConfigError, match=r"would not replace \(train/gcide.txt.gz\)"):
+        build_english_corpus(options)
+    (out / "train" / "gcide.txt.gz").unlink()
+    manifest = json.loads(
+        build_english_corpus(replace(options, brown=tmp_path / "gone.gz")).read_text(encoding="utf-8")
+    )
+    assert (
+        "brown" in manifest["skipped"] and not list((out / "train").iterdir()) and not list((out / "heldout").iterdir())
+    )
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        build_english_corpus(replace(options, out=tmp_path / "a-file"))

@@ -784,7 +784,10 @@ def build_english_corpus(options: EnglishCorpusOptions) -> Path:
     lines, documents and sha256 of ``train/<source>.txt.gz`` and ``heldout/<source>.txt.gz``).
 
     A source that cannot be fetched or read is logged and listed under ``skipped`` in the
-    manifest; with ``options.strict`` it raises ``CorpusError`` instead (nothing more is written).
+    manifest (an earlier build's files of that source in ``out`` are removed, so ``train/`` holds
+    exactly what the manifest lists); with ``options.strict`` it raises ``CorpusError`` instead
+    (nothing more is written). ``out`` may hold an earlier build, but not the files of a source this
+    build does not make (pretraining reads every file in ``train/``): that is a ``ConfigError``.
     Same inputs and seed -> byte-identical text files.
     """
     if not 0.0 <= options.heldout_fraction < 1.0:
@@ -794,6 +797,20 @@ def build_english_corpus(options: EnglishCorpusOptions) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     opts = replace(options, cache=cache, sources=names)
     out = opts.out.expanduser()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"corpus output {out} is a file, not a folder")
+    foreign = sorted(
+        str(p.relative_to(out))
+        for part in ("train", "heldout")
+        for p in (out / part).glob("*")
+        if not p.name.startswith(".") and p.name.removesuffix(".txt.gz") not in names  # as text_files reads
+    )
+    if foreign:
+        raise ConfigError(
+            f"{out} already holds files this build would not replace ({', '.join(foreign[:5])}"
+            f"{', ...' if len(foreign) > 5 else ''}); pretraining reads every file in train/, so build "
+            "into an empty folder or remove them"
+        )
 
     seen_docs: set[bytes] = set()
     seen_lines: set[bytes] = set()
@@ -818,6 +835,10 @@ def build_english_corpus(options: EnglishCorpusOptions) -> Path:
             log(f"[{i}/{len(names)}] {name}: SKIPPED ({msg})")
             if opts.strict:
                 raise CorpusError(f"corpus source {name!r} could not be fetched or read (strict): {msg}") from exc
+            stale = [out / part / f"{name}.txt.gz" for part in ("train", "heldout")]
+            for path in (p for p in stale if p.exists()):
+                path.unlink()
+                log(f"[{i}/{len(names)}] {name}: removed the earlier build's {path} (not rebuilt)")
             skipped[name] = msg
             continue
         docs, dstats = dedup(docs, seen_docs, seen_lines)
