@@ -117,7 +117,12 @@ def _documents(path: Path) -> list[list[str]]:
 def test_build_deduplicates_splits_by_document_and_repeats_byte_for_byte(tmp_path):
     brown = _planted_brown(tmp_path / "brown.txt.gz")
     options = EnglishCorpusOptions(
-        out=tmp_path / "a", sources=("brown",), heldout_fraction=0.2, seed=3, cache=tmp_path / "cache", brown=brown
+        output_dir=tmp_path / "a",
+        sources=("brown",),
+        heldout_fraction=0.2,
+        seed=3,
+        cache=tmp_path / "cache",
+        brown=brown,
     )
     manifest_path = build_english_corpus(options)
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -133,12 +138,12 @@ def test_build_deduplicates_splits_by_document_and_repeats_byte_for_byte(tmp_pat
     assert src["train"]["documents"] == 7 and src["heldout"]["words"] == sum(len(ln.split()) for d in held for ln in d)
     assert manifest["totals"]["train"]["documents"] == 7 and manifest["skipped"] == {}
 
-    build_english_corpus(replace(options, out=tmp_path / "b"))
+    build_english_corpus(replace(options, output_dir=tmp_path / "b"))
     for part in ("train", "heldout"):
         assert (tmp_path / "a" / part / "brown.txt.gz").read_bytes() == (
             tmp_path / "b" / part / "brown.txt.gz"
         ).read_bytes()
-    other = replace(options, out=tmp_path / "c", seed=4)
+    other = replace(options, output_dir=tmp_path / "c", seed=4)
     build_english_corpus(other)
     assert (
         _documents(tmp_path / "c/heldout/brown.txt.gz") != held
@@ -148,11 +153,13 @@ def test_build_deduplicates_splits_by_document_and_repeats_byte_for_byte(tmp_pat
 
 def test_build_skips_an_unreadable_source_or_fails_when_strict(tmp_path):
     missing = tmp_path / "no-such-brown.txt.gz"
-    options = EnglishCorpusOptions(out=tmp_path / "out", sources=("brown",), cache=tmp_path / "cache", brown=missing)
+    options = EnglishCorpusOptions(
+        output_dir=tmp_path / "out", sources=("brown",), cache=tmp_path / "cache", brown=missing
+    )
     manifest = json.loads(build_english_corpus(options).read_text(encoding="utf-8"))
     assert "brown" in manifest["skipped"] and str(missing) in manifest["skipped"]["brown"]
     with pytest.raises(CorpusError, match="brown.*no-such-brown"):
-        build_english_corpus(replace(options, out=tmp_path / "strict", strict=True))
+        build_english_corpus(replace(options, output_dir=tmp_path / "strict", strict=True))
     assert not (tmp_path / "strict").exists()
     with pytest.raises(ConfigError, match="heldout_fraction"):
         build_english_corpus(replace(options, heldout_fraction=1.0))
@@ -179,7 +186,7 @@ def test_script_is_the_library_command_line(tmp_path):
 def test_build_refuses_a_folder_with_other_sources_and_drops_a_skipped_sources_old_files(tmp_path):
     brown = _planted_brown(tmp_path / "brown.txt.gz")
     out = tmp_path / "corpus"
-    options = EnglishCorpusOptions(out=out, sources=("brown",), cache=tmp_path / "cache", brown=brown)
+    options = EnglishCorpusOptions(output_dir=out, sources=("brown",), cache=tmp_path / "cache", brown=brown)
     build_english_corpus(options)
     build_english_corpus(options)  # an earlier build of the same sources is simply replaced
     (out / "train" / "gcide.txt.gz").write_bytes(b"")  # pretraining would read it with brown's
@@ -194,4 +201,4 @@ def test_build_refuses_a_folder_with_other_sources_and_drops_a_skipped_sources_o
     )
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(ConfigError, match="is a file, not a folder"):
-        build_english_corpus(replace(options, out=tmp_path / "a-file"))
+        build_english_corpus(replace(options, output_dir=tmp_path / "a-file"))

@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         argv += ["--sources", sources] if sources else []
         argv += (["--cache", str(cache)] if cache else []) + (["--strict"] if strict else [])
         options = EnglishCorpusOptions(
-            out=out,
+            output_dir=out,
             sources=parse_sources(sources),
             heldout_fraction=heldout_fraction,
             seed=seed,

