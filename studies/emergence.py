@@ -24,8 +24,10 @@ from bertology.probes.heads.classification import analyse_store
 from bertology.probes.probing.analysis import split_seed
 from bertology.probes.probing.cloze import cloze_accuracy, cloze_predictions
 from bertology.probes.probing.edge import probe_layers, summarise
+from bertology.probes.probing.tasks import TASK_NAMES
 from bertology.runs import StudyContext
 from bertology.store import extract
+from bertology.validation import add_study_rules
 
 DESCRIPTION = "Emergence during pretraining: loss curves, head types, probe accuracy and MLM predictions per checkpoint"
 DEFAULTS: dict[str, Any] = {
@@ -44,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     # for the checkpoints (e.g. minilm-english-mlm); None = none
     "seed": 0,
 }
+add_study_rules("emergence", {"tasks": TASK_NAMES})  # checked before any pretraining or model load
 
 
 def _checkpoints(cfg) -> tuple[str, Path, list[tuple[int, str]], str]:

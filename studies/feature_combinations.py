@@ -7,7 +7,11 @@ The analysis is :func:`bertology.probes.probing.analysis.feature_combinations_an
 from __future__ import annotations
 
 from bertology.probes.probing.analysis import FEATURE_COMBINATIONS_DEFAULTS, feature_combinations_analysis
+from bertology.probes.probing.tasks import TASK_NAMES
+from bertology.validation import add_study_rules
 
 DESCRIPTION = "BERT paper feature-based comparison: first / last / sum all / 2nd-to-last / sum last 4 / concat last 4"
 DEFAULTS = FEATURE_COMBINATIONS_DEFAULTS
 run = feature_combinations_analysis
+
+add_study_rules("feature_combinations", {"tasks": TASK_NAMES})  # before the model is loaded

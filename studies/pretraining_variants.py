@@ -44,7 +44,9 @@ from bertology.pretraining.objectives import pair_task
 from bertology.pretraining.text_corpus import corpus_hash, real_token_share
 from bertology.probes.heads.classification import analyse_store
 from bertology.probes.probing.edge import compare_best_layers, probe_layers, summarise
+from bertology.probes.probing.tasks import TASK_NAMES
 from bertology.store import extract
+from bertology.validation import add_study_rules
 
 DESCRIPTION = "MLM vs ELECTRA vs ALBERT (+ distilled student) pretrained at equal FLOPs; loss, probes, head types"
 DEFAULTS = {
@@ -71,6 +73,7 @@ DEFAULTS = {
     "random_baseline": True,  # also probe a randomly initialised copy of the budget variant
     "seed": 0,
 }
+add_study_rules("pretraining_variants", {"tasks": TASK_NAMES})  # checked before any pretraining or model load
 
 
 def _tokenizer(prefix: str, base: dict, log) -> Path:

@@ -416,3 +416,24 @@ def test_small_sample_warning_with_one_seed_asks_for_seeds_not_for_missing_inter
     assert "best_layer_low/high" not in one_seed and seeds.endswith(
         "read the intervals (best_layer_low/high), not the ranking"
     )
+
+
+@pytest.mark.parametrize(
+    "study, change, field",
+    [
+        ("edge_probing", {"tasks": ["pos", "dep"]}, "tasks"),
+        ("edge_probing", {"mdl_tasks": ["dep"]}, "mdl_tasks"),  # else: silently no MDL for it
+        ("edge_probing", {"random_baseline_tasks": ["ner"]}, "random_baseline_tasks"),
+        ("feature_combinations", {"tasks": ["entity"]}, "tasks"),
+        ("feature_combinations", {"tasks": ["probe.jsonl"]}, "tasks"),  # probed on the study's corpus store
+        ("emergence", {"tasks": ["upos"]}, "tasks"),  # else found after pretraining / every checkpoint's store
+        ("pretraining_variants", {"tasks": ["pos", "dep"]}, "tasks"),
+    ],
+)
+def test_a_misspelt_probing_task_is_refused_before_any_work(tmp_path, study, change, field):
+    from bertology.errors import ConfigError
+    from bertology.studies import run_study
+
+    with pytest.raises(ConfigError, match=rf"{study}: .*field '{field}' must be a list of tasks \(pos, xpos"):
+        run_study(study, overrides=change, results_root=tmp_path, log=lambda m: None)
+    assert not any(tmp_path.rglob("*.parquet"))

@@ -30,9 +30,18 @@ import numpy as np
 
 from bertology.atomic import write_text
 from bertology.errors import ConfigError, WorkbenchError
+from bertology.validation import Rule
 
 Span = tuple[int, int]
 BUILTIN_TASKS = ("pos", "xpos", "deps", "entities")
+
+# config rules (checked with a study's config, before any model is loaded or any store extracted)
+TASK_NAMES_OR_FILES = Rule(
+    f"a list of tasks ({', '.join(BUILTIN_TASKS)} or a jiant-style FILE.jsonl)",
+    lambda v: v in BUILTIN_TASKS or (isinstance(v, str) and v.endswith(".jsonl")),
+    each=True,
+)
+TASK_NAMES = Rule(f"a list of tasks ({', '.join(BUILTIN_TASKS)})", lambda v: v in BUILTIN_TASKS, each=True)
 
 
 class TaskError(WorkbenchError):
