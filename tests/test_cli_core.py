@@ -59,3 +59,23 @@ def test_a_bad_option_type_is_a_usage_error_not_a_traceback():
     )
     assert proc.returncode == 2
     assert "Invalid value for '--limit'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_file_where_an_output_folder_is_needed_is_one_clear_line(tmp_path):
+    """``--out`` / ``--output-root`` / ``--output`` naming an existing file, or an output file naming a
+    folder: one ``error:`` line naming the path (was a NotADirectoryError traceback from mkdir)."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    text = tmp_path / "in.txt"
+    text.write_text("The old man saw the boat.\n")
+    for args in (
+        ("heads", "--out", str(a_file), "--limit", "5"),
+        ("pretrain", "--max-steps", "1", "--output-root", str(a_file)),
+        ("tokenizer", "train", "--input", str(text), "--output", str(a_file), "--vocab-size", "50"),
+    ):
+        proc = run_cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert f"{a_file} is a file, where a folder is needed" in proc.stderr, (args, proc.stderr)
+    proc = run_cli("annotate", str(text), "--output", str(tmp_path))
+    assert proc.returncode == 2 and f"error: {tmp_path} is a folder: give the path of a file" in proc.stderr
+    assert a_file.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "notes.txt"]

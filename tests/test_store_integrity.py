@@ -337,6 +337,19 @@ def test_stale_temporaries_of_killed_writes_are_removed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)
 
 
+def test_an_atomic_write_onto_a_folder_is_refused_before_anything_is_written(tmp_path):
+    """`bertology annotate x.txt --output SOME_FOLDER`: a clear error, no temporary in the folder's parent."""
+    from bertology.errors import ConfigError
+
+    target = tmp_path / "results"
+    target.mkdir()
+    (target / "kept.txt").write_text("kept")
+    with pytest.raises(ConfigError, match="results is a folder: give the path of a file"):
+        atomic.write_text(target, "text")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+    assert (target / "kept.txt").read_text() == "kept"
+
+
 # --------------------------------------------------------------------------- a full disk
 
 

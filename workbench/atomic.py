@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bertology.errors import WorkbenchError
+from bertology.errors import ConfigError, WorkbenchError
 
 # what atomic_path (tempfile.mkstemp) and checkpoints.atomic_dir (tempfile.mkdtemp) name their temporaries
 TEMPORARY_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]+\.(tmp|old)$")
@@ -39,8 +39,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed onto ``path``.
 
     On error (a full disk included) the temporary file is removed and ``path`` is left untouched.
+    ``path`` naming an existing folder is a ``ConfigError`` before anything is written (else the
+    temporary would be made in the folder's parent, outside what the user named).
     """
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder: give the path of a file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)

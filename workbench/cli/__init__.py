@@ -6,8 +6,10 @@ Each area registers its sub-commands from its own module in this package (``regi
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
+from pathlib import Path
 
 import typer
 
@@ -37,6 +39,22 @@ for _module_name in COMMAND_MODULES:
     importlib.import_module(_module_name).register(app)
 
 
+def path_error_message(exc: OSError) -> str:
+    """One line for an operating-system error about a path: the path, what went wrong and, where a
+    file stands where a folder is needed, which file (``--output-root some_file`` and the like)."""
+    path = Path(str(exc.filename)) if exc.filename is not None else None
+    what = exc.strerror or type(exc).__name__
+    if path is None:
+        return what
+    if isinstance(exc, NotADirectoryError):
+        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            return f"{path}: {blocker} is a file, where a folder is needed (give a folder, or a path that does not exist yet)"
+    if isinstance(exc, IsADirectoryError):
+        return f"{path}: is a folder, where a file is needed"
+    return f"{path}: {what}"
+
+
 def main() -> None:
     """Entry point: run the app, turning workbench errors into one clear line and exit code 2."""
     from bertology.runtime import keep_freed_memory
@@ -46,6 +64,14 @@ def main() -> None:
         app(standalone_mode=False)
     except WorkbenchError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        sys.exit(2)
+    except (NotADirectoryError, IsADirectoryError, PermissionError) as exc:  # a path given on the command line
+        typer.secho(f"error: {path_error_message(exc)}", fg=typer.colors.RED, err=True)
+        sys.exit(2)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        typer.secho(f"error: {path_error_message(exc)}", fg=typer.colors.RED, err=True)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
