@@ -41,6 +41,9 @@ def test_glove_style_file_without_header(tmp_path):
         ("2 3\nx 1 2 3\ny 1 zz 3\n", r"v\.txt:3: non-numeric"),
         ("2 3\nx 1 2 3\n", r"header says 2 words, file has 1"),
         ("two 3\n", r"v\.txt:1: header"),
+        ("x\n", r"v\.txt:1: expected a word and its vector's numbers, got 'x'"),  # was a 0-dim vector
+        ("Some notes, not vectors.\n", r"v\.txt:1: non-numeric value in vector of 'Some'"),
+        ("", r"v\.txt: holds no word vectors"),
     ],
 )
 def test_malformed_lines_name_file_and_line(tmp_path, text, message):

@@ -178,6 +178,10 @@ def read_word2vec(path: str | Path, limit: int | None = None, name: str | None =
                     raise VectorFileError(f"{path}:{line_no}: empty line")
                 if dim is None:
                     dim = len(parts) - 1
+                    if dim < 1:  # a bare word (or a text file that is not word vectors at all)
+                        raise VectorFileError(
+                            f"{path}:{line_no}: expected a word and its vector's numbers, got {line.strip()[:60]!r}"
+                        )
                 if len(parts) != dim + 1:
                     raise VectorFileError(
                         f"{path}:{line_no}: expected a word and {dim} numbers, got {len(parts) - 1} numbers"
@@ -191,6 +195,8 @@ def read_word2vec(path: str | Path, limit: int | None = None, name: str | None =
                     break
         except UnicodeDecodeError as exc:
             raise VectorFileError(f"{path}: not UTF-8 text ({exc})") from None
+    if not words and n_expected is None and limit != 0:
+        raise VectorFileError(f"{path}: holds no word vectors (an empty file)")
     if n_expected is not None and limit is None and len(words) != n_expected:
         raise VectorFileError(f"{path}: header says {n_expected} words, file has {len(words)}")
     matrix = np.stack(rows) if rows else np.zeros((0, dim or 0), np.float32)
