@@ -6,13 +6,13 @@ Each area registers its sub-commands from its own module in this package (``regi
 
 from __future__ import annotations
 
-import errno
 import importlib
 import sys
 from pathlib import Path
 
 import typer
 
+from bertology.atomic import is_disk_full
 from bertology.errors import WorkbenchError
 
 app = typer.Typer(
@@ -65,11 +65,8 @@ def main() -> None:
     except WorkbenchError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         sys.exit(2)
-    except (NotADirectoryError, IsADirectoryError, PermissionError) as exc:  # a path given on the command line
-        typer.secho(f"error: {path_error_message(exc)}", fg=typer.colors.RED, err=True)
-        sys.exit(2)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+    except OSError as exc:  # a path given on the command line (a file where a folder goes), or a full disk
+        if not isinstance(exc, (NotADirectoryError, IsADirectoryError, PermissionError)) and not is_disk_full(exc):
             raise
         typer.secho(f"error: {path_error_message(exc)}", fg=typer.colors.RED, err=True)
         sys.exit(2)
