@@ -260,3 +260,21 @@ def test_resume_on_an_edited_corpus_is_refused(corpus_and_tokenizer, tmp_path):
     edited.write_text(edited.read_text(encoding="utf-8").replace("the ", "a "), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"corpus .*corpus.txt changed since the run started"):
         run_pretraining(_cfg(corpus_and_tokenizer, tmp_path, **kw))
+
+
+def test_a_missing_builder_corpus_says_how_to_build_it(tmp_path):
+    from bertology.pretraining.data import corpus_path, heldout_path
+
+    folder = tmp_path / "english-corpus"
+    cfg = load_config(None, corpus=str(folder / "train"))
+    with pytest.raises(
+        ConfigError, match=rf"'corpus': {folder}/train does not exist .*bertology build-corpus --out {folder}`"
+    ):
+        corpus_path(cfg)
+    cfg = load_config(None, corpus=str(tmp_path / "notes.txt"))
+    with pytest.raises(ConfigError, match=r"notes.txt does not exist$"):  # not a builder layout: no hint
+        corpus_path(cfg)
+    (tmp_path / "c.txt").write_text("A line.\n")
+    cfg = load_config(None, corpus=str(tmp_path / "c.txt"), heldout_corpus=str(folder / "heldout"))
+    with pytest.raises(ConfigError, match=r"'heldout_corpus': .*the heldout split .*build-corpus"):
+        heldout_path(cfg)

@@ -133,8 +133,20 @@ def corpus_path(cfg: PretrainConfig) -> Path:
         return p
     p = Path(cfg.corpus).expanduser()
     if not p.exists():
-        raise ConfigError(f"config field 'corpus': {p} does not exist")
+        raise ConfigError(_missing_corpus("corpus", p))
     return p
+
+
+def _missing_corpus(field: str, p: Path) -> str:
+    """The error for a corpus path that does not exist; for the train/ or heldout/ split of a corpus
+    folder (the layout ``bertology build-corpus`` writes), how to build it."""
+    message = f"config field {field!r}: {p} does not exist"
+    if p.name in ("train", "heldout") and not (p.parent / "manifest.json").is_file():
+        message += (
+            f" (the {p.name} split of a corpus the builder makes: `bertology build-corpus --out {p.parent}`, "
+            "with the --sources the recipe's comment names)"
+        )
+    return message
 
 
 def heldout_path(cfg: PretrainConfig) -> Path | None:
@@ -143,7 +155,7 @@ def heldout_path(cfg: PretrainConfig) -> Path | None:
         return None
     p = Path(cfg.heldout_corpus).expanduser()
     if not p.exists():
-        raise ConfigError(f"config field 'heldout_corpus': {p} does not exist")
+        raise ConfigError(_missing_corpus("heldout_corpus", p))
     return p
 
 
