@@ -437,3 +437,17 @@ def test_a_misspelt_probing_task_is_refused_before_any_work(tmp_path, study, cha
     with pytest.raises(ConfigError, match=rf"{study}: .*field '{field}' must be a list of tasks \(pos, xpos"):
         run_study(study, overrides=change, results_root=tmp_path, log=lambda m: None)
     assert not any(tmp_path.rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("study", ["edge_probing", "feature_combinations"])
+def test_a_task_too_small_to_split_fails_before_any_task_is_probed(tiny_dir, tmp_path, study):
+    """Three Brown sentences hold entities in only two: that task cannot be split into train, dev and
+    test, and the run says so before probing 'pos' (listed first) -- not after."""
+    from bertology.probes.probing.tasks import TaskError
+    from bertology.studies import run_study
+
+    said: list[str] = []
+    overrides = {"model": str(tiny_dir), "limit": 3, "tasks": ["pos", "entities"]}
+    with pytest.raises(TaskError, match="task 'entities': needs at least 3 sentences with targets to split, has 2"):
+        run_study(study, overrides=overrides, results_root=tmp_path, log=said.append)
+    assert not any(line.strip().startswith("pos /") for line in said), said  # edge probing's per-task lines

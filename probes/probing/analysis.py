@@ -28,7 +28,7 @@ from bertology.probes.probing.edge import (
     summarise,
 )
 from bertology.probes.probing.mdl import online_codelength
-from bertology.probes.probing.tasks import EdgeTask, TaskError, build_task, read_jsonl
+from bertology.probes.probing.tasks import EdgeTask, TaskError, build_task, read_jsonl, require_splittable
 from bertology.runs import StudyContext, model_corpus_store
 from bertology.uncertainty import is_small_sample
 
@@ -167,6 +167,8 @@ def task_inputs(ctx: StudyContext) -> tuple[Any, dict[str, tuple[EdgeTask, Any, 
             inputs[name] = (task, task_corpus, task_store)
         else:
             inputs[name] = (build_task(corpus, name), corpus, store)
+    for task, _, _ in inputs.values():  # every task big enough to split, before any is probed
+        require_splittable(task)
     if file_corpora:
         ctx.record(task_corpora=file_corpora)
         if corpus is None:
@@ -338,14 +340,16 @@ def feature_combinations_analysis(ctx: StudyContext) -> None:
     cfg = ctx.config
     splits = split_seed(cfg, ctx.seed)
     _, corpus, store = model_corpus_store(ctx)
+    tasks = {name: build_task(corpus, name) for name in cfg["tasks"]}
+    for task in tasks.values():  # every task big enough to split, before any is probed
+        require_splittable(task)
 
     def combos() -> dict[str, pd.DataFrame]:
         layers = store.layers()
         frames = []
         for name in COMBINATIONS:
             feats = combine_layers(layers, name)[None]  # [1, n_words, dim']
-            for task_name in cfg["tasks"]:
-                task = build_task(corpus, task_name)
+            for task in tasks.values():
                 df = probe_arrays(
                     feats,
                     store.sentence_offsets,

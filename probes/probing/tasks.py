@@ -280,6 +280,15 @@ def write_jsonl(task: EdgeTask, path: str | Path, words: Sequence[Sequence[str]]
 # --- splits and summaries ---------------------------------------------------------------------
 
 
+def require_splittable(task: EdgeTask, n_sentences: int | None = None) -> None:
+    """Raise ``TaskError`` unless the task has targets in at least 3 sentences (one each for train,
+    dev and test). Analyses call it for every task before probing any, so a task too small for the
+    corpus fails before the work on the others."""
+    n = len(np.unique(task.sentence_ids())) if n_sentences is None else n_sentences
+    if n < 3:
+        raise TaskError(f"task {task.name!r}: needs at least 3 sentences with targets to split, has {n}")
+
+
 def split_by_sentence(
     task: EdgeTask, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1), seed: int = 0
 ) -> dict[str, np.ndarray]:
@@ -291,8 +300,7 @@ def split_by_sentence(
         raise ConfigError(f"split fractions must be three non-negative numbers summing to 1, got {fractions}")
     sent = task.sentence_ids()
     unique = np.unique(sent)
-    if len(unique) < 3:
-        raise TaskError(f"task {task.name!r}: needs at least 3 sentences with targets to split")
+    require_splittable(task, len(unique))
     order = np.random.default_rng(seed).permutation(unique)
     n = len(order)
     n_dev = max(1, int(round(fractions[1] * n)))
