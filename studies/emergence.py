@@ -24,7 +24,7 @@ from bertology.probes.heads.classification import analyse_store
 from bertology.probes.probing.analysis import split_seed
 from bertology.probes.probing.cloze import cloze_accuracy, cloze_predictions
 from bertology.probes.probing.edge import probe_layers, summarise
-from bertology.probes.probing.tasks import TASK_NAMES
+from bertology.probes.probing.tasks import TASK_NAMES, build_task, require_splittable
 from bertology.runs import StudyContext
 from bertology.store import extract
 from bertology.validation import add_study_rules
@@ -104,6 +104,8 @@ def run(ctx: StudyContext) -> None:
     splits = split_seed(cfg, ctx.seed)
     name, folder, checkpoints, kind = _checkpoints(cfg)
     corpus, left_out = _fitting_corpus(cfg, checkpoints[-1][1])
+    for task in cfg["tasks"]:  # before any checkpoint is analysed: each task can be split
+        require_splittable(build_task(corpus, task))
     if left_out:
         ctx.log(f"  {left_out} sentences longer than the checkpoints' training positions left out of the analyses")
     ctx.record(

@@ -44,7 +44,7 @@ from bertology.pretraining.objectives import pair_task
 from bertology.pretraining.text_corpus import corpus_hash, real_token_share
 from bertology.probes.heads.classification import analyse_store
 from bertology.probes.probing.edge import compare_best_layers, probe_layers, summarise
-from bertology.probes.probing.tasks import TASK_NAMES
+from bertology.probes.probing.tasks import TASK_NAMES, build_task, require_splittable
 from bertology.store import extract
 from bertology.validation import add_study_rules
 
@@ -175,12 +175,15 @@ def run(ctx) -> None:
     students = [n for n, f in variants.items() if f.get("objective") == "distill" and not f.get("teacher")]
     if cfg["teacher_variant"] in students:
         raise ConfigError(f"teacher_variant: {cfg['teacher_variant']!r} is itself a student")
+    corpus, dropped = sentences_that_fit(load_corpus(cfg["corpus"]), tokenizer, cfg["limit"])
+    for task in cfg["tasks"]:  # before the pretraining: each task can be split on the analysis corpus
+        require_splittable(build_task(corpus, task))
     trained = ctx.steps(
         ["variants", "training_metrics"],
         lambda: _train_all(ctx, tok_dir, len(tokenizer), tokenizer.pad_token_id, students),
     )
     table = trained["variants"]
-    corpus = _analysis_corpus(ctx, tokenizer, table, tok_dir)
+    _record_analysis_corpus(ctx, corpus, dropped, tokenizer, table, tok_dir)
     reference = paths.models_dir() / f"{cfg['run_prefix']}-{cfg['budget_variant']}"
     ctx.step("heldout", lambda: _heldout(table, trained["training_metrics"], reference))
     tables = ctx.steps(
@@ -247,11 +250,10 @@ def _train_all(ctx, tok_dir: Path, vocab: int, pad: int, students: list[str]) ->
     }
 
 
-def _analysis_corpus(ctx, tokenizer, table: pd.DataFrame, tok_dir: Path):
-    """The annotated corpus the encoders are analysed on (its sentences that fit the models'
-    training positions), recorded in the manifest with the models and the tokenizer."""
-    cfg = ctx.config
-    corpus, dropped = sentences_that_fit(load_corpus(cfg["corpus"]), tokenizer, cfg["limit"])
+def _record_analysis_corpus(ctx, corpus, dropped: int, tokenizer, table: pd.DataFrame, tok_dir: Path) -> None:
+    """Record the annotated corpus the encoders are analysed on (its first ``limit`` sentences that
+    fit the models' training positions; ``dropped`` left out as too long) in the manifest, with the
+    models and the tokenizer."""
     if dropped:
         ctx.log(
             f"  {dropped} sentences longer than the models' {tokenizer.model_max_length} training positions "
@@ -268,7 +270,6 @@ def _analysis_corpus(ctx, tokenizer, table: pd.DataFrame, tok_dir: Path):
         models=list(table["model"]),
         tokenizer=str(tok_dir),
     )
-    return corpus
 
 
 def _heldout(table: pd.DataFrame, training_metrics: pd.DataFrame, reference: Path) -> pd.DataFrame:

@@ -451,3 +451,18 @@ def test_a_task_too_small_to_split_fails_before_any_task_is_probed(tiny_dir, tmp
     with pytest.raises(TaskError, match="task 'entities': needs at least 3 sentences with targets to split, has 2"):
         run_study(study, overrides=overrides, results_root=tmp_path, log=said.append)
     assert not any(line.strip().startswith("pos /") for line in said), said  # edge probing's per-task lines
+
+
+def test_a_task_too_small_to_split_fails_before_any_checkpoint_is_analysed(tmp_path):
+    """emergence (over the shipped bert-mini-english checkpoints): before the first checkpoint's store
+    and probes. (pretraining_variants checks the same before pretraining any variant, after training
+    the tokenizer it needs to choose the analysis sentences: checked by hand, too slow for a test.)"""
+    from bertology.probes.probing.tasks import TaskError
+    from bertology.studies import run_study
+
+    said: list[str] = []
+    with pytest.raises(TaskError, match="task 'entities': needs at least 3 sentences with targets to split, has 2"):
+        run_study(
+            "emergence", overrides={"limit": 3, "tasks": ["pos", "entities"]}, results_root=tmp_path, log=said.append
+        )
+    assert not any("checkpoint" in line for line in said), said
