@@ -149,11 +149,13 @@ def task_inputs(ctx: StudyContext) -> tuple[Any, dict[str, tuple[EdgeTask, Any, 
     lm = corpus = store = None
     if any(not is_task_file(t) for t in tasks):
         lm, corpus, store = model_corpus_store(ctx)
+    built = {name: read_jsonl(name) if is_task_file(name) else build_task(corpus, name) for name in tasks}
+    for task in built.values():  # every task big enough to split, before any task file's store is extracted
+        require_splittable(task)
     inputs: dict[str, tuple[EdgeTask, Any, Any]] = {}
     file_corpora = {}
-    for name in tasks:
+    for name, task in built.items():
         if is_task_file(name):
-            task = read_jsonl(name)
             if lm is None:
                 from bertology.models import load_model
 
@@ -166,9 +168,7 @@ def task_inputs(ctx: StudyContext) -> tuple[Any, dict[str, tuple[EdgeTask, Any, 
             file_corpora[name] = _corpus_info(task_corpus) | {"store": str(task_store.path)}
             inputs[name] = (task, task_corpus, task_store)
         else:
-            inputs[name] = (build_task(corpus, name), corpus, store)
-    for task, _, _ in inputs.values():  # every task big enough to split, before any is probed
-        require_splittable(task)
+            inputs[name] = (task, corpus, store)
     if file_corpora:
         ctx.record(task_corpora=file_corpora)
         if corpus is None:

