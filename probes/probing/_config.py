@@ -39,6 +39,8 @@ class ProbeConfig:
     # per-layer or fixed mixing), minibatch Adam otherwise
     C: float = 1.0  # L-BFGS: inverse L2 strength, as scikit-learn's LogisticRegression
     lbfgs_steps: int = 5  # L-BFGS iterations per "epoch" (one dev check)
+    cache_mb: float = 512.0  # gathered example features kept in memory up to this size (float32 MB);
+    # above it they are spilled to an unnamed temporary file beside the store and read back per batch
     precision: str = "auto"  # training matmuls (L-BFGS and Adam): "float32" | "bfloat16" | "auto"
     # (bfloat16 where a measured micro-benchmark finds it faster:
     # bertology.runtime); predictions and metrics are float32

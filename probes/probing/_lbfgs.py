@@ -37,8 +37,8 @@ def _pooled_inputs(data: SpanFeatures, mixing: np.ndarray, chunk: int = 4096) ->
     ``[P, L]`` bool or fixed float weights)."""
     mixing = np.asarray(mixing)
     n, S, M = data.tokens.shape
-    device = data.feats.device
-    L = data.feats.shape[0]
+    device = data.device
+    L = data.shape[0]
     if (
         data.cached is not None
         and M == 1
@@ -179,7 +179,7 @@ def _fit_lbfgs(
     running probes are done, L-BFGS restarts (warm) on the rest only, so finished layers stop
     costing compute. Returns (function evaluations, best dev loss ``[P]``).
     """
-    bf16 = resolve_precision(config.precision, data.feats.device, what="linear probes") == torch.bfloat16
+    bf16 = resolve_precision(config.precision, data.device, what="linear probes") == torch.bfloat16
     rows = torch.cat([train, dev])
     X = _fit_inputs(data, mixing, rows, torch.bfloat16 if bf16 else torch.float32)  # [P, n, F]
     y = yt[rows]

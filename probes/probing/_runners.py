@@ -25,7 +25,7 @@ from bertology.probes.probing._scores import (
     seed_and_sentence_interval,
     sentence_sums,
 )
-from bertology.probes.probing._spans import SpanFeatures, span_index
+from bertology.probes.probing._spans import SpanFeatures, StoreLayers, span_index
 from bertology.probes.probing._training import JointFit, _loss, fit_joint, predict_logits
 from bertology.probes.probing.tasks import EdgeTask, build_task, split_by_sentence
 
@@ -77,7 +77,7 @@ def probe_arrays(
 
 
 def probe_arrays(  # type: ignore[misc]  # the overloads take **options for brevity; the keywords are these
-    features: np.ndarray | torch.Tensor,
+    features: np.ndarray | torch.Tensor | StoreLayers,
     sentence_offsets: np.ndarray,
     task: EdgeTask,
     *,
@@ -114,7 +114,7 @@ def probe_arrays(  # type: ignore[misc]  # the overloads take **options for brev
     # the layer each probe's rows name (-1: a mix of several layers)
     probe_layer_ids = [layer_ids[p] if p >= 0 else -1 for p in probe_layer]
     tokens, mask = span_index(task, sentence_offsets)
-    data = SpanFeatures(features, tokens, mask, config.standardize, config.device)
+    data = SpanFeatures(features, tokens, mask, config.standardize, config.device, config.cache_mb * 1e6)
     y = label_matrix(task)
     rows: list[dict[str, Any]] = []
     base = {"task": task.name, "mode": mode, "probe": config.probe, "pooling": config.pooling, "control": control}
@@ -252,10 +252,12 @@ def _param_rows(fit: JointFit, layer_ids: list[int], mode: str) -> list[dict[str
     return rows
 
 
-def layer_features(store_or_model: Any, corpus: Any, layers: Any) -> tuple[np.ndarray, np.ndarray, list[int], dict]:
+def layer_features(store_or_model: Any, corpus: Any, layers: Any) -> tuple[Any, np.ndarray, list[int], dict]:
     """Resolve a FeatureStore (anything with ``layers``) or a LoadedModel (extracted with the store).
 
-    Returns features ``[len(layer_ids), n_words, D]``, ``sentence_offsets [n_sentences + 1]``, the
+    Returns features ``[len(layer_ids), n_words, D]`` (a :class:`StoreLayers` for a store with
+    :meth:`~bertology.store.FeatureStore.shard_hidden`, read shard by shard by :class:`SpanFeatures`;
+    otherwise the array ``store.layers(layer_ids)``), ``sentence_offsets [n_sentences + 1]``, the
     layer ids (``layers``: ``"all"``/None or a list of store layers) and ``{"store", "manifest"}``.
     """
     store = store_or_model
@@ -269,7 +271,8 @@ def layer_features(store_or_model: Any, corpus: Any, layers: Any) -> tuple[np.nd
     if bad:
         raise ConfigError(f"layers {bad} outside 0..{n_layers - 1}")
     meta = {"store": str(getattr(store, "path", "")), "manifest": getattr(store, "manifest", {})}
-    return store.layers(layer_ids), np.asarray(store.sentence_offsets), layer_ids, meta
+    feats = StoreLayers(store, layer_ids) if hasattr(store, "shard_hidden") else store.layers(layer_ids)
+    return feats, np.asarray(store.sentence_offsets), layer_ids, meta
 
 
 @overload

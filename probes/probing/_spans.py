@@ -7,6 +7,11 @@ has ``S`` spans (1 or 2) of at most ``M`` words each.
 
 from __future__ import annotations
 
+import mmap
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -52,48 +57,152 @@ def span_index(task: EdgeTask, sentence_offsets: np.ndarray) -> tuple[np.ndarray
     return tokens, mask
 
 
+DEFAULT_CACHE_BYTES = 512e6
+"""Gathered example features kept in memory up to this many bytes (float32); above it they are
+written once to an unnamed temporary file and read back batch by batch (:class:`SpanFeatures`)."""
+
+_RELEASE_BYTES = 64e6  # a spilled cache drops its mapped pages after reading this many bytes
+
+
+class StoreLayers:
+    """The chosen layers of a :class:`~bertology.store.FeatureStore`, read shard by shard: what
+    :class:`SpanFeatures` gathers from without holding the corpus's ``[L, n_words, D]`` in memory.
+    ``shape`` is that of the array it stands for."""
+
+    def __init__(self, store: Any, layer_ids: Sequence[int]):
+        self.store = store
+        self.layer_ids = [int(l) for l in layer_ids]
+        self.shape = (len(self.layer_ids), int(store.n_words), int(store.dim))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """The whole ``[L, n_words, D]`` in memory (for callers that need an array)."""
+        out = self.store.layers(self.layer_ids)
+        return out if dtype is None else out.astype(dtype)
+
+
 class SpanFeatures:
     """Gathers (and standardises) span-token features ``[L, B, S, M, D]`` from ``[L, W, D]``.
 
-    ``standardize``: z-score each layer's dimensions with the mean and standard deviation over the
-    words the spans use. When every example fits in ``cache_bytes`` (float32), all examples are
-    gathered once into ``cached [L, n, S, M, D]`` and a batch is one ``index_select``.
+    ``features``: an array ``[L, W, D]`` or a :class:`StoreLayers` (read shard by shard, so the
+    corpus's features are never all in memory). ``standardize``: z-score each layer's dimensions
+    with the mean and standard deviation over the words the spans use. Every example is gathered
+    (and standardised) once: into ``cached [L, n, S, M, D]`` in memory when that fits in
+    ``cache_bytes`` (float32), otherwise into an unnamed temporary file (example-major; deleted
+    when this object is, or when the process dies), from which a batch is read back, the file's
+    pages released every few tens of MB so that memory stays at one batch's worth.
     """
 
     def __init__(
         self,
-        features: np.ndarray | torch.Tensor,
+        features: np.ndarray | torch.Tensor | StoreLayers,
         tokens: np.ndarray,
         mask: np.ndarray,
         standardize: bool,
         device: str,
-        cache_bytes: float = 2e9,
+        cache_bytes: float = DEFAULT_CACHE_BYTES,
     ):
+        self.device = torch.device(device)
+        self.tokens = torch.as_tensor(tokens, device=device)
+        self.mask = torch.as_tensor(mask, device=device)
+        self.shape = tuple(int(d) for d in features.shape)
+        self.mean: torch.Tensor | None = None  # [L,1,1,1,D] when standardising
+        self.scale: torch.Tensor | None = None
+        self.cached: torch.Tensor | None = None
+        self.cached_lowp: torch.Tensor | None = None  # low-precision copy of ``cached``, made once
+        self._spill: np.memmap | None = None  # [n, L, S, M, D] float32 when not cached
+        self._spill_file: Any = None
+        self._read_bytes = 0.0
+        L, _, D = self.shape
+        n = len(self.tokens)
+        in_memory = L * self.tokens.numel() * D * 4 <= cache_bytes
+        if isinstance(features, StoreLayers):
+            self.feats: torch.Tensor | None = None
+            self._gather_store(features, standardize, in_memory)
+            return
         feats = torch.as_tensor(features)
         if feats.dtype != torch.float32:
             feats = feats.float()
         self.feats = feats.to(device)
-        self.tokens = torch.as_tensor(tokens, device=device)
-        self.mask = torch.as_tensor(mask, device=device)
-        self.mean: torch.Tensor | None = None  # [L,1,1,1,D] when standardising
-        self.scale: torch.Tensor | None = None
         if standardize:
             used = torch.unique(self.tokens[self.mask])
             sample = self.feats[:, used]
             self.mean = sample.mean(1, keepdim=True)[:, :, None, None, :]  # [L,1,1,1,D]
             self.scale = 1.0 / (sample.std(1, keepdim=True)[:, :, None, None, :] + 1e-6)
-        self.cached: torch.Tensor | None = None
-        self.cached_lowp: torch.Tensor | None = None  # low-precision copy of ``cached``, made once
-        L, D = self.feats.shape[0], self.feats.shape[2]
-        if L * self.tokens.numel() * D * 4 <= cache_bytes:
+            del sample
+        if in_memory:
             # gather + standardise every example once; batches are then one index_select
-            chunks = [
-                self._gather(torch.arange(i, min(i + 4096, len(self.tokens)), device=device))
-                for i in range(0, len(self.tokens), 4096)
-            ]
+            chunks = [self._gather(torch.arange(i, min(i + 4096, n), device=device)) for i in range(0, n, 4096)]
             self.cached = torch.cat(chunks, dim=1).contiguous()
 
+    # --- building the cache from a store, shard by shard
+
+    def _gather_store(self, source: StoreLayers, standardize: bool, in_memory: bool) -> None:
+        """Fill ``cached`` (or the spill file) from the store's shards: a first pass for the
+        standardisation statistics (float64 sums over each used word once), a second to gather."""
+        store = source.store
+        L, _, D = self.shape
+        n, S, M = self.tokens.shape
+        tokens = self.tokens.cpu().numpy()
+        mask = self.mask.cpu().numpy()
+        # padding positions gather the example's first token (same sentence, same shard); masked out later
+        tokens = np.where(mask, tokens, tokens[:, :1, :1])
+        shard, local = store.word_location(tokens.reshape(-1))
+        shard, local = shard.reshape(n, S * M), local.reshape(n, S * M)
+        example_shard = shard[:, 0]
+        by_shard = {int(k): np.flatnonzero(example_shard == k) for k in np.unique(example_shard)}
+        if standardize:
+            used_shard, used_local = shard[mask.reshape(n, -1)], local[mask.reshape(n, -1)]
+            total = np.zeros((L, D))
+            squares = np.zeros((L, D))
+            count = 0
+            for k in by_shard:
+                rows = np.unique(used_local[used_shard == k])
+                block = store.shard_hidden(k, source.layer_ids)[:, rows].astype(np.float64)
+                total += block.sum(1)
+                squares += (block * block).sum(1)
+                count += len(rows)
+            mean = total / max(count, 1)
+            var = np.maximum(squares - count * mean * mean, 0.0) / max(count - 1, 1)
+            self.mean = torch.as_tensor(mean, dtype=torch.float32, device=self.device)[:, None, None, None, :]
+            self.scale = (
+                1.0
+                / (torch.as_tensor(np.sqrt(var), dtype=torch.float32, device=self.device) + 1e-6)[
+                    :, None, None, None, :
+                ]
+            )
+        if in_memory:
+            self.cached = torch.empty((L, n, S, M, D), dtype=torch.float32, device=self.device)
+        else:
+            # unnamed (O_TMPFILE where the file system has it) beside the store: the disk the user chose
+            self._spill_file = tempfile.TemporaryFile(prefix=".span-features-", dir=store.path.parent)
+            self._spill = np.memmap(self._spill_file, dtype=np.float32, mode="w+", shape=(n, L, S, M, D))
+        for k, rows in by_shard.items():
+            block = torch.from_numpy(store.shard_hidden(k, source.layer_ids)).to(self.device)  # [L, W_k, D]
+            for start in range(0, len(rows), 4096):
+                ex = rows[start : start + 4096]
+                g = block[:, torch.as_tensor(local[ex].reshape(-1), device=self.device)].view(L, len(ex), S, M, D)
+                if self.mean is not None and self.scale is not None:
+                    g = (g - self.mean) * self.scale
+                if self.cached is not None:
+                    self.cached[:, torch.as_tensor(ex, device=self.device)] = g
+                else:
+                    assert self._spill is not None
+                    self._spill[ex] = g.permute(1, 0, 2, 3, 4).cpu().numpy()
+                    self._release(g.numel() * 4)
+        if self._spill is not None:
+            self._spill.flush()
+            self._release(float("inf"))
+
+    def _release(self, nbytes: float) -> None:
+        """Count ``nbytes`` read from (or written to) the spill file; past :data:`_RELEASE_BYTES`,
+        drop its pages from this process's mapping (they stay in the page cache, not in our RSS)."""
+        self._read_bytes += nbytes
+        if self._spill is not None and self._read_bytes >= _RELEASE_BYTES:
+            self._spill._mmap.madvise(mmap.MADV_DONTNEED)  # type: ignore[attr-defined]
+            self._read_bytes = 0.0
+
     def _gather(self, idx: torch.Tensor) -> torch.Tensor:
+        assert self.feats is not None
         g = self.feats[:, self.tokens[idx]]
         if self.mean is not None and self.scale is not None:
             g = (g - self.mean) * self.scale
@@ -115,5 +224,16 @@ class SpanFeatures:
             source = self.cached if dtype is None or dtype == torch.float32 else self.low_precision(dtype)
             assert source is not None  # cached, so its low-precision copy exists too
             return source.index_select(1, idx), self.mask[idx]
+        if self._spill is not None:
+            rows = idx.cpu().numpy()
+            order = np.argsort(rows, kind="stable")
+            block = np.empty((len(rows), *self._spill.shape[1:]), dtype=np.float32)
+            block[order] = self._spill[rows[order]]  # sorted reads from the file, then back in batch order
+            self._release(block.nbytes)
+            g = torch.from_numpy(block).to(self.device).permute(1, 0, 2, 3, 4)  # [L, B, S, M, D]
+            # layer-major and contiguous, as a cached batch is (batched matmuls over L are slower on a view)
+            return g.contiguous() if dtype is None else g.to(dtype, memory_format=torch.contiguous_format), self.mask[
+                idx
+            ]
         g = self._gather(idx)
         return (g if dtype is None else g.to(dtype)), self.mask[idx]

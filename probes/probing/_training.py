@@ -63,7 +63,7 @@ def predict_logits(
 ) -> torch.Tensor:
     """Logits ``[P, n, K]`` for examples ``idx`` (``active``: only those probes)."""
     model.eval()
-    idx = torch.as_tensor(idx, device=data.feats.device)
+    idx = torch.as_tensor(idx, device=data.device)
     outs = []
     with torch.no_grad():
         for start in range(0, len(idx), batch_size):
@@ -95,8 +95,8 @@ def fit_joint(
     parameters of its own best dev epoch; training stops once every probe has run out of patience.
     """
     t0 = time.perf_counter()
-    device = data.feats.device
-    L, _, D = data.feats.shape
+    device = data.device
+    L, _, D = data.shape
     P, S = len(mixing), data.tokens.shape[1]
     model = JointProbes(P, L, D, S, n_labels, mixing, learned_mix, config, seed).to(device)
     yt = torch.as_tensor(y, device=device)
@@ -140,7 +140,7 @@ def _adam(model: JointProbes, config: ProbeConfig, device: torch.device) -> torc
 
 def _batch_size(data: SpanFeatures, n_probes: int, config: ProbeConfig) -> int:
     """``config.batch_size``, lowered so that a gathered batch stays around a few tens of MB."""
-    L, _, D = data.feats.shape
+    L, _, D = data.shape
     _, S, M = data.tokens.shape
     per_example = (L + 2 * n_probes) * S * M * max(D, config.proj_dim) * 4
     return int(max(32, min(config.batch_size, 64e6 // per_example)))
@@ -164,7 +164,7 @@ def _fit_adam(
     every probe is. ``model`` is left in its best state, in eval mode. Returns (epochs run, best
     dev loss ``[P]``).
     """
-    device = data.feats.device
+    device = data.device
     P = len(model.b2)
     opt = _adam(model, config, device)
     # bfloat16 matmuls (autocast: parameters, gradients and Adam's state stay float32) only where

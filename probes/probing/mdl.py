@@ -74,7 +74,7 @@ def online_codelength(
     layer_ids = list(range(L)) if layer_ids is None else list(layer_ids)
     mixing, learned, probe_layer = mixing_spec(mode, L)
     tokens, mask = span_index(task, sentence_offsets)
-    data = SpanFeatures(features, tokens, mask, config.standardize, config.device)
+    data = SpanFeatures(features, tokens, mask, config.standardize, config.device, config.cache_mb * 1e6)
     y = label_matrix(task)
     n, K = len(task), len(task.labels)
     if n < 20:

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from safetensors import safe_open
 
 from bertology.errors import StoreError
 from bertology.features import token_offset_bins
 from bertology.store.manifest import read_manifest
+from bertology.store.shardfile import ShardFile
 from bertology.store.verify import damage_message, mark_damaged, shard_problem, shard_problems
 
 TokenQueries = Literal["all", "words", "special"]
@@ -60,7 +60,7 @@ class FeatureStore:
             self._where[sentence_ids] = np.stack(
                 [np.full(len(sentence_ids), k), np.arange(len(sentence_ids)), word_off, att_off], 1
             )
-        self._handles: dict[int, object] = {}
+        self._handles: dict[int, ShardFile] = {}
 
     def verify(self) -> None:
         """Hash every shard now; raise :class:`StoreError` naming the damaged ones."""
@@ -75,8 +75,9 @@ class FeatureStore:
             f"{', attention' if self.has_attention else ''})"
         )
 
-    def _open(self, k: int):
-        """Shard ``k``'s safetensors handle, opened (and, with ``verify="lazy"``, hashed) on first use."""
+    def _open(self, k: int) -> ShardFile:
+        """Shard ``k``, opened (and, with ``verify="lazy"``, hashed) on first use. Reads go through
+        :class:`ShardFile` (``pread``), so walking the store keeps no pages of it resident."""
         if k not in self._handles:
             shard = self._shards[k]
             if self._verify == "lazy":
@@ -85,8 +86,8 @@ class FeatureStore:
                     mark_damaged(self.path, [(shard.name, problem)])
                     raise StoreError(damage_message(self.path, [(shard.name, problem)]))
             try:
-                handle = safe_open(str(shard), framework="pt")
-                counts = handle.get_tensor("word_counts").tolist()
+                handle = ShardFile(shard)
+                counts = handle.read("word_counts").tolist()
             except Exception as exc:
                 raise StoreError(damage_message(self.path, [(shard.name, f"unreadable ({exc})")])) from exc
             if counts != self.word_counts[self.manifest["plan"][k]].tolist():
@@ -98,7 +99,7 @@ class FeatureStore:
         """Sentence ``i``'s word vectors of every layer: ``[n_layers, words_i, dim]``."""
         k, _, off, _ = self._where[i]
         w = self.word_counts[i]
-        return self._open(int(k)).get_slice("hidden")[:, int(off) : int(off + w)].float().numpy()
+        return _float32(self._open(int(k)).read("hidden", 1, int(off), int(off + w)))
 
     def attention(self, i: int, *, normalise: bool = True) -> np.ndarray:
         """Sentence ``i``'s word-to-word attention ``[n_layers - 1, heads, words_i, words_i]``.
@@ -110,7 +111,7 @@ class FeatureStore:
             raise StoreError(f"{self.path}: extracted without attentions")
         k, _, _, aoff = self._where[i]
         w = int(self.word_counts[i])
-        flat = self._open(int(k)).get_slice("attention")[:, :, int(aoff) : int(aoff) + w * w].float().numpy()
+        flat = _float32(self._open(int(k)).read("attention", 2, int(aoff), int(aoff) + w * w))
         att = flat.reshape(flat.shape[0], flat.shape[1], w, w)
         if normalise:
             att = att / np.clip(att.sum(-1, keepdims=True), 1e-12, None)
@@ -123,7 +124,7 @@ class FeatureStore:
             raise StoreError(f"{self.path}: extracted without attentions")
         k, _, off, _ = self._where[i]
         w = self.word_counts[i]
-        return self._open(int(k)).get_slice("special")[:, :, int(off) : int(off + w)].float().numpy()
+        return _float32(self._open(int(k)).read("special", 2, int(off), int(off + w)))
 
     @property
     def token_offset_bins(self) -> list[int | str]:
@@ -153,31 +154,58 @@ class FeatureStore:
         """
         self._need_token_offsets()
         k, row, _, _ = self._where[i]
-        counts = self._open(int(k)).get_slice("token_offsets")[int(row) : int(row) + 1].numpy()[0].astype(np.int64)
+        counts = self._open(int(k)).read("token_offsets", 0, int(row), int(row) + 1)[0].astype(np.int64)
         return _select_queries(counts, queries)
 
     def token_offset_totals(self, *, queries: TokenQueries = "all") -> np.ndarray:
         """:meth:`token_offsets` summed over every sentence of the store: ``[n_layers - 1, heads, 2K+2]``."""
         self._need_token_offsets()
-        blocks = [
-            self._open(k).get_tensor("token_offsets").numpy().astype(np.int64).sum(0) for k in range(len(self._shards))
-        ]
+        blocks = [self._open(k).read("token_offsets").astype(np.int64).sum(0) for k in range(len(self._shards))]
         return _select_queries(np.sum(blocks, axis=0), queries)
 
-    def layers(self, layers: Sequence[int] | None = None) -> np.ndarray:
-        """Word vectors of the chosen layers, corpus order: ``[len(layers), n_words, dim]``."""
+    def _layer_ids(self, layers: Sequence[int] | None) -> list[int]:
         layers = list(range(self.n_layers)) if layers is None else [int(l) for l in layers]
         for l in layers:
             if not -self.n_layers <= l < self.n_layers:
                 raise StoreError(f"layer {l} out of range: the store has layers 0..{self.n_layers - 1}")
+        return layers
+
+    def shard_sentences(self, k: int) -> list[int]:
+        """The sentence ids shard ``k`` holds, in its order (its words are these sentences' words, concatenated)."""
+        return list(self.manifest["plan"][k])
+
+    @property
+    def n_shards(self) -> int:
+        return len(self._shards)
+
+    def shard_hidden(self, k: int, layers: Sequence[int] | None = None) -> np.ndarray:
+        """Shard ``k``'s word vectors of the chosen layers: ``[len(layers), words_k, dim]`` float32, its
+        words in :meth:`shard_sentences` order (one read per layer; nothing of the file stays mapped)."""
+        handle = self._open(k)
+        return np.stack(
+            [
+                _float32(handle.read("hidden", 0, l % self.n_layers, l % self.n_layers + 1)[0])
+                for l in self._layer_ids(layers)
+            ]
+        )
+
+    def word_location(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where flat (corpus-order) word indices live: ``(shard [n], row within the shard's words [n])``."""
+        words = np.asarray(words, dtype=np.int64)
+        sentence = np.searchsorted(self.sentence_offsets, words, side="right") - 1
+        where = self._where[sentence]
+        return where[:, 0], where[:, 2] + (words - self.sentence_offsets[sentence])
+
+    def layers(self, layers: Sequence[int] | None = None) -> np.ndarray:
+        """Word vectors of the chosen layers, corpus order: ``[len(layers), n_words, dim]`` (the
+        whole corpus in memory: streaming analyses read :meth:`shard_hidden` instead)."""
+        layers = self._layer_ids(layers)
         out = np.empty((len(layers), self.n_words, self.dim), dtype=np.float32)
         for k, sentence_ids in enumerate(self.manifest["plan"]):
-            block = self._open(k).get_slice("hidden")
             rows = np.concatenate(
                 [np.arange(self.sentence_offsets[s], self.sentence_offsets[s + 1]) for s in sentence_ids]
             )
-            for j, l in enumerate(layers):
-                out[j, rows] = block[l].float().numpy()
+            out[:, rows] = self.shard_hidden(k, layers)
         return out
 
     def layer(self, l: int) -> np.ndarray:
@@ -188,6 +216,11 @@ class FeatureStore:
         """``(i, attention(i))`` for every sentence in corpus order."""
         for i in range(self.n_sentences):
             yield i, self.attention(i, normalise=normalise)
+
+
+def _float32(array: np.ndarray) -> np.ndarray:
+    """A stored float array as float32 (no copy when it already is)."""
+    return array if array.dtype == np.float32 else array.astype(np.float32)
 
 
 def _select_queries(counts: np.ndarray, queries: str) -> np.ndarray:

@@ -1,0 +1,101 @@
+"""Reading slices of a safetensors shard with ``pread``, not a memory map.
+
+``safetensors.safe_open`` maps the whole file: every page a reader touches stays resident (and
+counts in the process's RSS) for as long as the handle is open, so walking a store's sentences
+grew memory with the store's size. :class:`ShardFile` parses the safetensors header itself (8 bytes
+of little-endian header length, a JSON header ``{name: {dtype, shape, data_offsets}}``, then the
+data) and reads only the bytes asked for into fresh arrays: memory is what the caller keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+_DTYPES = {
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),  # widened to float32 by a shift (numpy has no bfloat16)
+    "F64": np.dtype("<f8"),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+
+
+class ShardFile:
+    """One safetensors file, read by slices: ``read(name, axis, start, stop)``.
+
+    ``shape(name)`` gives a tensor's shape. Opened on construction, closed by :meth:`close` (or on
+    garbage collection); a malformed header raises ``ValueError`` naming the file.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._fd = os.open(self.path, os.O_RDONLY)
+        try:
+            (length,) = struct.unpack("<Q", os.pread(self._fd, 8, 0))
+            size = os.fstat(self._fd).st_size
+            if length > size - 8:
+                raise ValueError(f"{self.path}: safetensors header length {length} exceeds the file")
+            header = json.loads(os.pread(self._fd, length, 8))
+            self._data_start = 8 + length
+            self._tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+            for name, info in self._tensors.items():
+                if info["dtype"] not in _DTYPES:
+                    raise ValueError(f"{self.path}: tensor {name!r} has unsupported dtype {info['dtype']}")
+        except Exception:
+            os.close(self._fd)
+            raise
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def keys(self) -> list[str]:
+        return list(self._tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(int(d) for d in self._info(name)["shape"])
+
+    def _info(self, name: str) -> dict:
+        if name not in self._tensors:
+            raise KeyError(f"{self.path}: no tensor {name!r}")
+        return self._tensors[name]
+
+    def read(self, name: str, axis: int = 0, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Tensor ``name`` sliced ``[start:stop]`` along ``axis`` (everything else whole), as stored
+        (``BF16`` widened to float32): one read per index of the axes before ``axis``."""
+        info = self._info(name)
+        shape = tuple(int(d) for d in info["shape"])
+        dtype = _DTYPES[info["dtype"]]
+        stop = shape[axis] if stop is None else stop
+        if not 0 <= start <= stop <= shape[axis]:
+            raise IndexError(f"{self.path}: {name}[{start}:{stop}] on axis {axis} of shape {shape}")
+        outer, inner = shape[:axis], math.prod(shape[axis + 1 :])
+        out = np.empty((*outer, stop - start, *shape[axis + 1 :]), dtype=dtype)
+        flat = out.reshape(math.prod(outer), -1)
+        row_bytes = shape[axis] * inner * dtype.itemsize
+        base = self._data_start + int(info["data_offsets"][0]) + start * inner * dtype.itemsize
+        nbytes = flat.shape[1] * dtype.itemsize
+        for i in range(flat.shape[0]):
+            if nbytes and os.preadv(self._fd, [memoryview(flat[i]).cast("B")], base + i * row_bytes) != nbytes:
+                raise ValueError(f"{self.path}: tensor {name!r} is truncated")
+        if info["dtype"] == "BF16":
+            return (out.astype(np.uint32) << 16).view(np.float32)
+        return out
