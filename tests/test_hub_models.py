@@ -381,3 +381,43 @@ def test_an_unreachable_hub_says_where_it_looked(hub_cache, monkeypatch):
     message = str(err.value)
     assert "\n" not in message and f"127.0.0.1:{port}" in message and "could not be reached" in message
     assert os.fspath(hub_cache) in message
+
+
+@pytest.mark.slow  # a Streamlit AppTest run: ~7 s on 2 busy cores
+def test_the_live_page_offers_and_loads_a_cached_hub_model(hub_cache, tiny_dirs, tmp_path, monkeypatch):
+    """The Live page's model box lists the hub cache's models, and ``?model=org/name`` draws its maps."""
+    from streamlit.testing.v1 import AppTest
+
+    from bertology.apps.pages import live
+
+    build_cache(hub_cache, "planted-org/tiny-bert", {COMMIT_A: folder_files(tiny_dirs[COMMIT_A])}, {"main": COMMIT_A})
+    assert "planted-org/tiny-bert" in live.registry_names()
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py"), default_timeout=120)
+    at.query_params["page"] = "Live"
+    at.query_params["model"] = "planted-org/tiny-bert"
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="live_model").value == "planted-org/tiny-bert"
+    assert len(at.get("plotly_chart")) >= 1  # the model was loaded and its maps drawn
+
+
+def test_a_store_of_a_hub_model_records_its_commit(hub_cache, tiny_dirs):
+    """``bertology extract --model org/name``: the store's manifest names the commit, and the commit
+    of another branch makes another store."""
+    build_cache(
+        hub_cache,
+        "planted-org/tiny-bert",
+        {c: folder_files(d) for c, d in tiny_dirs.items()},
+        {"main": COMMIT_A, "v2": COMMIT_B},
+    )
+    stores = []
+    for name, commit in (("planted-org/tiny-bert", COMMIT_A), ("planted-org/tiny-bert@v2", COMMIT_B)):
+        proc = run_cli("extract", "--model", name, "--limit", "3", "--no-attentions")
+        assert proc.returncode == 0, proc.stderr
+        store = Path(proc.stdout.strip().splitlines()[-1])
+        manifest = json.loads((store / "manifest.json").read_text())
+        assert manifest["model"]["revision"] == commit and manifest["model"]["name"] == name
+        stores.append(store)
+    assert stores[0] != stores[1]
