@@ -421,3 +421,32 @@ def test_a_store_of_a_hub_model_records_its_commit(hub_cache, tiny_dirs):
         assert manifest["model"]["revision"] == commit and manifest["model"]["name"] == name
         stores.append(store)
     assert stores[0] != stores[1]
+
+
+def test_sharded_weights_in_the_cache_load_and_pickles_in_the_cache_are_refused(hub_cache, tiny_dirs, tmp_path):
+    """A sharded checkpoint's shards are links into blobs/ (outside the snapshot folder): allowed
+    there; a cached snapshot with only pickled weights is refused offline, naming what it holds."""
+    from transformers import BertModel
+
+    from bertology.models import load_model
+
+    sharded = tmp_path / "sharded"
+    shutil.copytree(tiny_dirs[COMMIT_A], sharded)
+    (sharded / "model.safetensors").unlink()
+    BertModel.from_pretrained(tiny_dirs[COMMIT_A]).save_pretrained(sharded, max_shard_size="40KB")
+    assert (sharded / "model.safetensors.index.json").is_file() and not (sharded / "model.safetensors").exists()
+    build_cache(hub_cache, "org/sharded", {COMMIT_A: folder_files(sharded)}, {"main": COMMIT_A})
+    lm = load_model("org/sharded")
+    assert lm.revision == COMMIT_A and lm.fingerprint != load_model(tiny_dirs[COMMIT_A]).fingerprint
+
+    files = folder_files(tiny_dirs[COMMIT_A])
+    pickled = {
+        "config.json": files["config.json"],
+        "pytorch_model.bin": b"x",
+        "tokenizer.json": files["tokenizer.json"],
+    }
+    build_cache(hub_cache, "org/pickled", {COMMIT_A: pickled}, {"main": COMMIT_A})
+    with pytest.raises(
+        ModelError, match=r"holds no config.json with safetensors weights \(it holds: .*pytorch_model.bin"
+    ):
+        load_model("org/pickled")

@@ -132,10 +132,10 @@ def _loadable(folder: Path) -> bool:
     return (folder / CONFIG).is_file() and ((folder / WEIGHTS).is_file() or (folder / WEIGHTS_INDEX).is_file())
 
 
-def cached(name: HubName) -> Path | None:
+def cached(name: HubName, *, loadable: bool = True) -> Path | None:
     """The snapshot folder of ``name`` in the hub cache (``refs/<branch or tag>`` or
     ``snapshots/<commit>``, through ``snapshot_download(local_files_only=True)``), None when it is
-    not there or holds no config and safetensors weights. No network."""
+    not there or (``loadable``) holds no config and safetensors weights. No network."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
@@ -150,7 +150,7 @@ def cached(name: HubName) -> Path | None:
     except (LocalEntryNotFoundError, ValueError, OSError):
         return None
     path = Path(str(folder))
-    return path if _loadable(path) else None
+    return path if _loadable(path) or not loadable else None
 
 
 def cached_models() -> list[dict[str, Any]]:
@@ -305,6 +305,15 @@ def offline_error(name: HubName, unknown: str) -> ModelError:
     """The line for a hub name that is not cached while offline: what was looked at and how to pull it.
     A :class:`HubError` for ``org/name`` (clearly meant for the hub), a plain :class:`ModelError`
     for a bare name (it may be a mistyped registry name)."""
+    snapshot = cached(name, loadable=False)
+    if snapshot is not None:  # cached, but not what the workbench loads (e.g. pickled weights only)
+        held = sorted(p.name for p in snapshot.iterdir())
+        return HubError(
+            f"model {str(name)!r}: the Hugging Face cache's snapshot {snapshot} holds no config.json with "
+            f"safetensors weights (it holds: {_listing(held)}), and offline (HF_HUB_OFFLINE or --offline) "
+            f"so the hub was not asked: `bertology models pull {name}` where there is a network fetches them, "
+            "or convert pickled weights with bertology.models.convert_to_safetensors"
+        )
     cls = HubError if "/" in name.repo_id else ModelError
     return cls(
         f"{unknown}, nor in the Hugging Face cache ({cache_dir()}), and offline (HF_HUB_OFFLINE or "
