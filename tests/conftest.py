@@ -47,10 +47,14 @@ def cuda():
 
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
-    """Keep stores, trained models and results of every test out of the user's folders."""
+    """Keep stores, trained models and results of every test out of the user's folders; hub names
+    see an empty Hugging Face cache of their own and never the network (tests/test_hub_models.py
+    turns the hub on against a local stand-in)."""
     home = tmp_path_factory.mktemp("bertology_home")
     monkeypatch.setenv("BERTOLOGY_HOME", str(home))
     monkeypatch.setenv("BERTOLOGY_RESULTS", str(home / "results"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(home / "hf-hub-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")

@@ -148,11 +148,12 @@ def input_digest(value: str) -> dict[str, str] | None:
     """``{"kind", "path", "sha256"}`` of what a config string names, or None when it names no file.
 
     A bundled corpus name -> its file; a shipped release or a pretraining run (``name``, without a
-    step) -> every file of its folder; any other model name (``minilm-l6``, ``run@step``) or a model
-    directory -> the directory's own files; another existing file or folder -> its content.
+    step) -> every file of its folder; any other model name (``minilm-l6``, ``run@step``, a hub name
+    already in the hub cache: ``revision`` its commit) or a model directory -> the directory's own files; another existing file or folder -> its content.
     """
     from bertology.corpus import bundled_corpora
     from bertology.errors import WorkbenchError
+    from bertology.hub import snapshot_commit
     from bertology.models import resolve, shipped_releases
 
     if not value or "\n" in value:
@@ -171,11 +172,13 @@ def input_digest(value: str) -> dict[str, str] | None:
     if path.is_file():
         return {"kind": "file", "path": str(path.resolve()), "sha256": file_digest(path)}
     try:
-        _, model_dir = resolve(value)
+        _, model_dir = resolve(value, offline=True)  # never the network for a config's every string
     except (WorkbenchError, OSError, ValueError):
         model_dir = None
     if model_dir is not None and (Path(model_dir) / "config.json").is_file():
-        return {"kind": "model", "path": str(model_dir), "sha256": model_dir_digest(model_dir)}
+        digest = {"kind": "model", "path": str(model_dir), "sha256": model_dir_digest(model_dir)}
+        commit = snapshot_commit(model_dir)
+        return digest if commit is None else {**digest, "revision": commit}  # a hub model's commit
     if path.is_dir():
         return {"kind": "folder", "path": str(path.resolve()), "sha256": folder_digest(path)}
     return None

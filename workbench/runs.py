@@ -491,12 +491,7 @@ def model_corpus_store(
         check_corpus(corpus)
     store = extract(lm, corpus, attentions=attentions, pooling=cfg.get("pooling", "first"), verify=ctx.force)
     ctx.record(
-        model={
-            "name": lm.name,
-            "path": str(lm.path) if lm.path else None,
-            "fingerprint": lm.fingerprint,
-            "tokenizer_fingerprint": store.manifest["model"].get("tokenizer_fingerprint"),
-        },
+        model={**lm.record(), "tokenizer_fingerprint": store.manifest["model"].get("tokenizer_fingerprint")},
         corpus={
             "name": corpus.name,
             "path": corpus.path,

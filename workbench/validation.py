@@ -132,14 +132,19 @@ def _number(v: Any) -> bool:
 
 
 def _model_resolves(v: Any) -> bool:
-    """Whether ``v`` names a model :func:`bertology.models.resolve` finds (a registry name or a folder)."""
+    """Whether ``v`` names a model :func:`bertology.models.resolve` finds (a registry name, a folder or
+    a hub name, downloaded here when it is not cached). A hub name the hub refuses for a reason of its
+    own (no safetensors, gated, a missing revision, offline) is that error, not a wrong field."""
     from bertology.errors import ModelError
+    from bertology.hub import HubError
     from bertology.models import resolve
 
     if not isinstance(v, str):
         return False
     try:
         resolve(v)
+    except HubError:
+        raise
     except (ModelError, OSError, ValueError):
         return False
     return True
@@ -155,7 +160,10 @@ NON_NEGATIVE = Rule("a number >= 0", lambda v: _number(v) and v >= 0)
 
 FIELD_RULES: dict[str, Rule] = {
     # the model, checked before a run folder is made (`bertology models` lists the names)
-    "model": Rule("a registry name or a model directory (`bertology models` lists them)", _model_resolves),
+    "model": Rule(
+        "a registry name, a model directory or a Hugging Face hub name (`bertology models` lists them)",
+        _model_resolves,
+    ),
     # where the model (and the probes) run; whether a GPU is there is checked when the run starts
     "device": Rule(
         "cpu, cuda, cuda:N or auto", lambda v: isinstance(v, str) and bool(re.fullmatch(r"cpu|cuda(:\d+)?|auto", v))

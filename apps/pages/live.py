@@ -1,13 +1,14 @@
-"""The Live page: pick a model (a registry name or a model directory), type a sentence or pick one
-of the bundled corpus, and see what the model does with it: every head at once (model view), one
-head (head view, tokens or words), its query/key neurons (neuron view), attention rollout across
-layers, and, for a model with an MLM head, its guesses for a masked word.
+"""The Live page: pick a model (a registry name, a model directory or a Hugging Face hub name), type a
+sentence or pick one of the bundled corpus, and see what the model does with it: every head at once
+(model view), one head (head view, tokens or words), its query/key neurons (neuron view), attention
+rollout across layers, and, for a model with an MLM head, its guesses for a masked word.
 
 The one page that loads a model: the computation is :mod:`bertology.inspection` (core); the model
 is cached per process with ``st.cache_resource`` and each sentence's maps with ``st.cache_data``
-(in memory; nothing is written to disk). Every word typed reaches the figures through
-:func:`bertology.apps.figures.esc` and is never rendered as markdown. Deep links: ``?model=<name
-or folder>`` and ``?text=<sentence>``.
+(in memory; nothing is written to disk, but for a hub model's download into the Hugging Face
+cache). Every word typed reaches the figures through :func:`bertology.apps.figures.esc` and is
+never rendered as markdown. Deep links: ``?model=<name, folder or org/name[@REV]>`` and
+``?text=<sentence>``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ if TYPE_CHECKING:  # bertology.inspection loads torch: imported where the page c
     from bertology.inspection import Inspection, Level
 
 DEFAULT_TEXT = "The old jury said the county election was conducted well, didn't it?"
-DIRECTORY = "a model directory…"
+DIRECTORY = "a model directory or hub name…"
 CORPUS = "brown-sample"
 CORPUS_SENTENCES = 300  # the first sentences of the bundled corpus offered in the picker
 TOP_K = 10
@@ -75,14 +76,15 @@ def corpus_sentences() -> list[tuple[str, ...]]:
 
 
 def registry_names() -> list[str]:
-    """Installed registry models, the default first."""
+    """Installed registry models and the hub cache's loadable models, the default first."""
     models = list_models()
     names = [str(n) for n in models.loc[models["installed"].astype(bool), "name"]]
     return sorted(dict.fromkeys(names), key=lambda n: (n != DEFAULT_MODEL, n))
 
 
 def pick_model() -> str | None:
-    """A registry name or a model folder (``?model=`` preselects either); None until a folder is typed."""
+    """A registry name, a model folder or a hub name ``org/name[@REV]`` (``?model=`` preselects any);
+    None until one is typed."""
     names = registry_names()
     wanted = query("model")
     options = [*names, DIRECTORY]
@@ -92,12 +94,13 @@ def pick_model() -> str | None:
         options,
         index=index,
         key="live_model",
-        help="a model of the registry (`bertology models`) or a local Hugging Face folder",
+        help="a model of the registry or the hub cache (`bertology models`), a local Hugging Face folder, "
+        "or a hub name (org/name, NAME@REV: downloaded unless offline)",
     )
     if choice != DIRECTORY:
         return choice
     folder = st.text_input(
-        "model directory (config.json + model.safetensors + tokenizer.json)",
+        "model directory (config.json + model.safetensors + tokenizer.json) or hub name (org/name[@REV])",
         value=wanted if wanted and wanted not in names else "",
         key="live_dir",
     )

@@ -238,7 +238,7 @@ def patching_analysis(ctx: StudyContext) -> None:
         lm.tokenizer, int(cfg["pairs"]), seed=ctx.seed, templates=cfg["templates"], verbs=cfg["verbs"], flip=cfg["flip"]
     )
     ctx.record(
-        model={"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint},
+        model=lm.record(),
         pairs_drawn=len(pairs),
     )
     raw = ctx.steps(["pairs", "pair_positions", "pair_heads"], lambda: patch_pairs(lm, pairs, cfg, ctx.log))

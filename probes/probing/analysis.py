@@ -161,9 +161,7 @@ def task_inputs(ctx: StudyContext) -> tuple[Any, dict[str, tuple[EdgeTask, Any, 
                 from bertology.models import load_model
 
                 lm = load_model(cfg["model"], attentions=True)
-                ctx.record(
-                    model={"name": lm.name, "path": str(lm.path) if lm.path else None, "fingerprint": lm.fingerprint}
-                )
+                ctx.record(model=lm.record())
             task_corpus = corpus_for_task_file(task)
             task_store = extract(lm, task_corpus, attentions=False, pooling=cfg.get("pooling", "first"))
             file_corpora[name] = _corpus_info(task_corpus) | {"store": str(task_store.path)}

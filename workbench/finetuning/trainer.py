@@ -44,6 +44,7 @@ from bertology.finetuning.heads import load_classifier, load_tokenizer
 from bertology.finetuning.masks import apply_weight_masks, load_masks, weight_sparsity
 from bertology.finetuning.modes import apply_mode
 from bertology.finetuning.tasks import Example, FinetuneTask, build_task
+from bertology.hub import snapshot_commit
 from bertology.pretraining.checkpoint import (
     record_replica_digests,
     restore_checkpoint,
@@ -134,7 +135,7 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
         test_fraction=cfg.test_fraction,
         seed=cfg.seed,
     )
-    model_name, model_path = models.resolve(cfg.model)
+    model_name, model_path = models.resolve(cfg.model)  # a hub name: its snapshot folder (bertology.hub)
     tokenizer = load_tokenizer(model_path)
     train, dev = (encode_split(task.split(s), task, tokenizer, cfg.max_seq_len) for s in ("train", "dev"))
     schedule = make_schedule(cfg, len(train), rt.world_size)
@@ -185,7 +186,7 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
                     "config": cfg.to_dict(),
                     "seed": cfg.seed,
                     "task": task.summary(),
-                    "model": {"name": model_name, "path": str(model_path)},
+                    "model": {"name": model_name, "path": str(model_path), "revision": snapshot_commit(model_path)},
                     "schedule": schedule.__dict__,
                     "world_size": rt.world_size,
                     "words_truncated": {"train": train.words_truncated, "dev": dev.words_truncated},

@@ -196,12 +196,7 @@ def _write_manifest(
     manifest = {
         "version": STORE_VERSION,
         "key": plan.record,
-        "model": {
-            "name": lm.name,
-            "path": str(lm.path) if lm.path else None,
-            "fingerprint": lm.fingerprint,
-            "tokenizer_fingerprint": plan.record["tokenizer"],
-        },
+        "model": {**lm.record(), "tokenizer_fingerprint": plan.record["tokenizer"]},
         "corpus": {
             "name": corpus.name,
             "path": corpus.path,
