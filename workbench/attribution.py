@@ -427,7 +427,9 @@ def _class_target(lm: LoadedModel, ids: list[int], position: int, kind: str, tar
         return by_name[str(target)]
     if str(target).isdigit() and int(target) in labels:
         return int(target)
-    raise ConfigError(f"target {target!r} is not a class of {lm.name}: its labels are {', '.join(labels.values())}")
+    names = list(labels.values())
+    more = f", ... and {len(names) - 20} more" if len(names) > 20 else ""  # a 10,000-label head: one readable line
+    raise ConfigError(f"target {target!r} is not a class of {lm.name}: its labels are {', '.join(names[:20])}{more}")
 
 
 def _as_float(tensor: torch.Tensor) -> torch.Tensor:
