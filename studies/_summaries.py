@@ -16,8 +16,11 @@ import pandas as pd
 from bertology.results import ResultError, read_manifest, read_table
 
 
-def interval(value: float, low: float | None, high: float | None, digits: int = 3) -> str:
-    """``0.921 [0.862, 0.978]``, or ``0.921 (no interval)`` when a bound is missing (one seed)."""
+def interval(value: float | None, low: float | None, high: float | None, digits: int = 3) -> str:
+    """``0.921 [0.862, 0.978]``, or ``0.921 (no interval)`` when a bound is missing (one seed);
+    ``n/a`` for a missing score (NaN or None: nothing to score)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
     if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (low, high)):
         return f"{value:.{digits}f} (no interval)"
     return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
@@ -151,7 +154,7 @@ def structural_probe_lines(run_dir: Path) -> list[str]:
     linear: dict[tuple[str, str], float] = {}
     if baselines is not None and {"encoder", "probe", "metric", "score"} <= set(baselines.columns):
         for r in baselines[baselines["encoder"] == "linear"].itertuples():
-            linear[(str(r.probe), str(r.metric))] = float(r.score)
+            linear[(str(r.probe), str(r.metric))] = math.nan if r.score is None else float(r.score)
     if "encoder" in summary.columns:
         summary = summary[summary["encoder"] == "trained"]
     lines = []
@@ -159,7 +162,9 @@ def structural_probe_lines(run_dir: Path) -> list[str]:
         parts = []
         for r in part.itertuples():
             text = f"{STRUCTURAL_METRICS.get(str(r.metric), r.metric)} "
-            text += interval(float(r.score), getattr(r, "low", None), getattr(r, "high", None))
+            text += interval(
+                None if r.score is None else float(r.score), getattr(r, "low", None), getattr(r, "high", None)
+            )
             if (str(probe), str(r.metric)) in linear:
                 text += f" (LINEAR {linear[(str(probe), str(r.metric))]:.3f})"
             if getattr(r, "small_sample", False):

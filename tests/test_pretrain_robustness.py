@@ -41,7 +41,7 @@ def test_nan_loss_stops_at_once_and_keeps_the_finite_checkpoints(corpus_and_toke
         assert all(torch.isfinite(w).all() for w in weights.values()), path
     m = read_metrics(run)
     assert m["value"].map(math.isfinite).all()  # no NaN line in the metrics either
-    assert not [p for p in run.iterdir() if p.name.startswith(".")]
+    assert not [p for p in run.iterdir() if p.name.startswith(".") and p.name != ".lock"]
 
 
 def test_perplexity_of_a_diverged_loss_is_inf_not_an_overflow(corpus_and_tokenizer, tmp_path):
@@ -209,7 +209,7 @@ def test_disk_full_while_saving_leaves_nothing_partial(stopped_run, monkeypatch)
     ):
         run_pretraining(cfg)
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]
-    assert not [p for p in run.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    assert not [p for p in run.iterdir() if p.name.startswith(".") and p.name != ".lock"]  # no temporary folder left
     monkeypatch.setattr(checkpoint, "save_trainer_state", real)
     run_pretraining(cfg)  # space freed: the same command resumes from step 4 and finishes
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4, 6]
@@ -225,7 +225,7 @@ def test_half_written_checkpoint_folders_are_removed_on_resume(stopped_run):
     (run / ".notes").write_text("the user's own hidden file")
     run_pretraining(cfg)
     hidden = sorted(p.name for p in [*run.iterdir(), *(run / "data").iterdir()] if p.name.startswith("."))
-    assert hidden == [".notes"]
+    assert hidden == [".lock", ".notes"]  # the run folder's lock (the trainer's, as a study's) stays
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4, 6]
 
 

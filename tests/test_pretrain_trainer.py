@@ -196,7 +196,7 @@ def test_run_layout_checkpoints_and_metrics(corpus_and_tokenizer, tmp_path, monk
     assert run == tmp_path / "models" / "tiny"
     steps = [s for s, _ in list_checkpoints(run)]
     assert steps == [0, 5, 20, 30]  # keep_steps + one rolling checkpoint + final; 10 was pruned
-    assert not [p for p in run.iterdir() if p.name.startswith(".")]  # no temp dirs left behind
+    assert not [p for p in run.iterdir() if p.name.startswith(".") and p.name != ".lock"]  # no temp dirs left behind
     info = json.loads((run / "run.json").read_text())
     assert info["seed"] == 0 and len(info["corpus_sha256"]) == 64 and info["config"]["max_steps"] == 30
     ckpt = run / "checkpoint-30"
@@ -300,7 +300,7 @@ def test_two_process_gloo_ddp(corpus_and_tokenizer, tmp_path):
     digests = info["final_weights_sha256_per_rank"]
     assert len(digests) == 2 and digests[0] == digests[1]  # DDP kept the replicas identical
     assert [s for s, _ in list_checkpoints(run)] == [0, 2, 4]  # written once, by rank 0
-    assert not [p for p in run.iterdir() if p.name.startswith(".")]
+    assert not [p for p in run.iterdir() if p.name.startswith(".") and p.name != ".lock"]
     m = read_metrics(run)
     assert (m.metric == "loss").sum() == 4  # one metrics line per step, not one per rank
     # the model moved away from its initialisation

@@ -38,7 +38,8 @@ class LockHeld(WorkbenchError):
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is renamed onto ``path``.
 
-    On error (a full disk included) the temporary file is removed and ``path`` is left untouched.
+    On error (a full disk included) the temporary file is removed and ``path`` is left untouched;
+    an operating-system error that names no file (a write's ``ENOSPC``) is raised naming ``path``.
     ``path`` naming an existing folder is a ``ConfigError`` before anything is written (else the
     temporary would be made in the folder's parent, outside what the user named).
     """
@@ -54,6 +55,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:  # a write's error (a full disk) names no file
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
@@ -147,3 +152,28 @@ def folder_lock(
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def locked_output_folder(
+    folder: str | os.PathLike, *, wait: bool = True, on_wait: Callable[[str], None] | None = None
+) -> Iterator[Path]:
+    """:func:`folder_lock` on an output folder (a training run, a built corpus) for the block, with
+    the temporaries of killed writes directly inside it removed first (under the lock). The folders
+    this call made (``folder`` and missing parents) are removed again when the block fails before
+    anything but the lock was written in them, so a refused start leaves nothing behind."""
+    folder = Path(folder)
+    made = [p for p in (folder, *folder.parents) if not p.exists() and not p.is_symlink()]
+    try:
+        with folder_lock(folder, wait=wait, on_wait=on_wait) as lock_file:
+            remove_stale_temporaries(folder)
+            yield lock_file
+    except BaseException:
+        if made and made[0] == folder and folder.is_dir() and all(p.name == LOCK_NAME for p in folder.iterdir()):
+            shutil.rmtree(folder, ignore_errors=True)
+            for parent in made[1:]:
+                try:
+                    parent.rmdir()  # only while empty
+                except OSError:
+                    break
+        raise

@@ -364,7 +364,23 @@ def _mask_word(
 
 
 def _special_ids(lm: LoadedModel, size: int) -> list[int]:
-    return [i for i in lm.tokenizer.all_special_ids if i < size]
+    """The ids never proposed as a guess: the special tokens, and the ids of an output layer larger
+    than the tokenizer's vocabulary (no token spells them: they would print as ``None``)."""
+    return sorted({i for i in lm.tokenizer.all_special_ids if i < size} | set(range(len(lm.tokenizer), size)))
+
+
+def unknown_words(lm: LoadedModel, words: Sequence[str]) -> list[int]:
+    """The indices of the ``words`` that ``lm``'s tokenizer makes nothing but its unknown token of
+    (``[UNK]``): the model sees none of them (a tokenizer whose vocabulary lacks the words)."""
+    unk = lm.tokenizer.unk_token_id
+    if unk is None or not words:
+        return []
+    ids, word_ids = tokenize_sentences(lm.tokenizer, [list(words)])[0]
+    pieces: dict[int, list[int]] = {}
+    for i, w in zip(ids, word_ids):
+        if w >= 0:
+            pieces.setdefault(w, []).append(i)
+    return [w for w, p in sorted(pieces.items()) if all(i == unk for i in p)]
 
 
 def _vocabulary_target(lm: LoadedModel, target: str) -> int:
@@ -393,6 +409,8 @@ def _top_guess(lm: LoadedModel, ids: list[int], log_probabilities: ScoreFunction
     batch = to_device(torch.tensor([ids]), model_device(lm.model))
     scores = log_probabilities(batch)[0].clone()  # [V]
     scores[_special_ids(lm, scores.shape[-1])] = float("-inf")
+    if not torch.isfinite(scores).any():
+        raise ModelError(f"{lm.name}: its tokenizer's vocabulary holds no token to guess (special tokens only)")
     return int(scores.argmax())
 
 
@@ -409,7 +427,9 @@ def _class_target(lm: LoadedModel, ids: list[int], position: int, kind: str, tar
         return by_name[str(target)]
     if str(target).isdigit() and int(target) in labels:
         return int(target)
-    raise ConfigError(f"target {target!r} is not a class of {lm.name}: its labels are {', '.join(labels.values())}")
+    names = list(labels.values())
+    more = f", ... and {len(names) - 20} more" if len(names) > 20 else ""  # a 10,000-label head: one readable line
+    raise ConfigError(f"target {target!r} is not a class of {lm.name}: its labels are {', '.join(names[:20])}{more}")
 
 
 def _as_float(tensor: torch.Tensor) -> torch.Tensor:

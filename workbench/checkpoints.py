@@ -17,7 +17,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,19 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_folder_lock(run_dir: str | os.PathLike) -> Any:
+    """The lock a trainer (fine-tuning, pretraining) holds on its run folder for the whole run, as
+    studies hold theirs (:func:`bertology.atomic.locked_output_folder`): a second run into the same
+    folder waits (saying so on stderr) until the first exits, then resumes or finds it finished,
+    instead of both training and writing every ``metrics.jsonl`` line twice. Under torchrun the
+    process of rank 0 holds it (the others wait for rank 0 at its barriers)."""
+    import sys
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return nullcontext()
+    return atomic.locked_output_folder(run_dir, on_wait=lambda message: print(message, file=sys.stderr, flush=True))
 
 
 def remove_partial_writes(folder: str | os.PathLike, *, recursive_into: tuple[str, ...] = ("data",)) -> list[Path]:

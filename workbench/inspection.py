@@ -296,6 +296,7 @@ def masked_predictions(lm: LoadedModel, words: Sequence[str], word: int, k: int 
     logits = lm.model(input_ids=torch.tensor([ids], device=device)).logits[0, position].float()  # [V]
     special = [i for i in lm.tokenizer.all_special_ids if i < logits.shape[-1]]
     logits[special] = float("-inf")
+    logits[len(lm.tokenizer) :] = float("-inf")  # an output layer larger than the vocabulary: no token spells those
     probabilities = torch.softmax(logits, dim=-1)
     top = torch.topk(probabilities, min(k, int(torch.isfinite(logits).sum())))
     token_ids = top.indices.tolist()

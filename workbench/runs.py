@@ -269,6 +269,7 @@ def run_analysis(
     A second process running the same directory waits for the first (a folder lock).
     """
     run_dir = Path(run_dir)
+    refuse_linked_run_folder(run_dir)
     record = {"study": name, **run_record(config, seed, inputs)}
     fresh = not run_dir.exists()
     failed_before_any_step = False
@@ -301,6 +302,21 @@ def run_analysis(
             shutil.rmtree(run_dir, ignore_errors=True)
             if run_dir.parent.is_dir() and not any(run_dir.parent.iterdir()):
                 run_dir.parent.rmdir()
+
+
+def refuse_linked_run_folder(run_dir: Path) -> None:
+    """``ConfigError`` when the run folder or its study folder is a symbolic link: a run is never
+    written through one (``study list`` and ``study clean`` do not follow them either), so nothing
+    lands outside the results folder."""
+    import os
+
+    for folder, what in ((run_dir.parent, "study folder"), (run_dir, "run folder")):
+        if folder.is_symlink():
+            raise ConfigError(
+                f"{folder}: the {what} is a symbolic link (to {os.readlink(folder)}); runs are not written "
+                "through a link (study list and study clean do not follow it either): remove the link, or "
+                "use a results folder that holds the study folder itself"
+            )
 
 
 def _run_locked(

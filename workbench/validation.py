@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bertology.errors import ConfigError
+from bertology.errors import ConfigError, CorpusError
 
 __all__ = [
     "Rule",
@@ -37,6 +37,7 @@ __all__ = [
     "load_yaml",
     "as_float",
     "as_int",
+    "clean_label",
 ]
 
 
@@ -303,3 +304,13 @@ def check_values(config: dict[str, Any], source: str, study: str | None = None) 
         if all(config.get(f) is not None for f in fields) and not holds(config):
             got = ", ".join(f"{f}={config[f]!r}" for f in fields)
             raise ConfigError(f"{where}: {what}, got {got}")
+
+
+def clean_label(value: str, where: str, error: type[Exception] = CorpusError) -> str:
+    """A task file's label as the task uses it: surrounding white space stripped (``"pos "`` is
+    ``"pos"``); an empty or blank label is an ``error`` naming ``where`` (file:line). The one rule
+    of every task format: fine-tuning's JSONL and CSV/TSV, the probes' jiant-style JSONL."""
+    label = value.strip()
+    if not label:
+        raise error(f"{where}: an empty or blank label {value!r}; every example needs a label")
+    return label

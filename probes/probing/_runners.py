@@ -27,7 +27,7 @@ from bertology.probes.probing._scores import (
 )
 from bertology.probes.probing._spans import SpanFeatures, StoreLayers, span_index
 from bertology.probes.probing._training import JointFit, _loss, fit_joint, predict_logits
-from bertology.probes.probing.tasks import EdgeTask, build_task, split_by_sentence
+from bertology.probes.probing.tasks import EdgeTask, build_task, check_task_sentences, split_by_sentence
 
 SCORE_COLUMNS = ["task", "mode", "probe", "pooling", "control", "layer", "seed", "split", "metric", "value"]
 SENTENCE_COLUMNS = [
@@ -320,6 +320,7 @@ def probe_layers(
     """
     if isinstance(task, str):
         task = build_task(corpus, task)
+    check_task_sentences(task, corpus)  # a task file's sentences must be the store's, in order
     cfg = ProbeConfig(probe=probe, pooling=pooling, **config)
     feats, offsets, layer_ids, _ = layer_features(store_or_model, corpus, layers)
     df, sentences = probe_arrays(

@@ -150,10 +150,11 @@ def mdl_layers(
     """
     from bertology.probes.probing.controls import control_task
     from bertology.probes.probing.edge import layer_features
-    from bertology.probes.probing.tasks import build_task
+    from bertology.probes.probing.tasks import build_task, check_task_sentences
 
     if isinstance(task, str):
         task = build_task(corpus, task)
+    check_task_sentences(task, corpus)  # a task file's sentences must be the store's, in order
     feats, offsets, layer_ids, _ = layer_features(store_or_model, corpus, layers)
     cfg = ProbeConfig(probe=probe, pooling=pooling, **config)
     frames = [online_codelength(feats, offsets, task, seeds=seeds, layer_ids=layer_ids, config=cfg)]

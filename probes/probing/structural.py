@@ -172,7 +172,8 @@ def trees_from_heads(
 def corpus_trees(corpus: Any) -> StructuralTrees:
     """The dependency trees of a ``Corpus`` (``heads``, ``upos``), with the corpus's ``deps`` source
     (gold or silver). Sentences without heads, or whose heads are not one tree, are skipped
-    (``skipped``, with the reason); a corpus with no usable tree is refused naming it."""
+    (``skipped``, with the reason); a corpus with no usable tree, or none with two words of which
+    one is not punctuation (nothing to score), is refused naming it."""
     if not any(s.heads is not None for s in corpus.sentences):
         raise CorpusError(
             f"corpus {corpus.name!r}: the structural probe needs dependency trees and its sentences have none; "
@@ -191,7 +192,36 @@ def corpus_trees(corpus: Any) -> StructuralTrees:
             trees.skipped[k] = f"sentence {s.sent_id}: no dependency heads"
     if len(trees.usable) == 0:
         raise CorpusError(f"corpus {corpus.name!r}: no sentence has one dependency tree ({trees.skipped[0]})")
+    if not any(scoreable(trees, k) for k in trees.usable):
+        raise CorpusError(
+            f"corpus {corpus.name!r}: no sentence has a scoreable word (UUAS and root accuracy leave punctuation "
+            "out: no sentence with a tree has an edge between two words that are not punctuation and a root "
+            "that is not punctuation); give sentences with words"
+        )
     return trees
+
+
+def scoreable(trees: StructuralTrees, k: int) -> bool:
+    """Whether sentence ``k`` counts in UUAS and root accuracy: a tree edge between two words that
+    are not punctuation, and a root that is not punctuation."""
+    if k in trees.skipped:
+        return False
+    keep = ~trees.punct[k]
+    root = int(np.flatnonzero(trees.heads[k] == 0)[0])
+    return bool(keep[root]) and bool(gold_edges(trees.heads[k], keep))
+
+
+def require_scoreable_splits(trees: StructuralTrees, split: dict[str, np.ndarray]) -> None:
+    """Raise ``CorpusError`` unless the dev and the test split each hold a :func:`scoreable`
+    sentence (else their UUAS and root accuracy would be 0/0), before any probe is trained."""
+    for part in ("dev", "test"):
+        if not any(scoreable(trees, int(k)) for k in split[part]):
+            n_ok = sum(scoreable(trees, int(k)) for k in trees.usable)
+            raise CorpusError(
+                f"the {part} split ({len(split[part])} sentence(s)) has no sentence with a scoreable word "
+                f"(only {n_ok} of the {len(trees.usable)} sentences with a tree have an edge and a root that "
+                "are not punctuation); give more sentences with words"
+            )
 
 
 def split_sentences(
@@ -577,6 +607,7 @@ def probe_structure(
     if not seeds:
         raise ConfigError("seeds: give at least one seed")
     split = split_sentences(trees.usable, split_seed)
+    require_scoreable_splits(trees, split)
     feats = torch.as_tensor(features, dtype=torch.float32, device=torch.device(settings.device))
     rows: list[dict[str, Any]] = []
     test_rows: list[dict[str, Any]] = []
@@ -899,6 +930,8 @@ __all__ = [
     "StructuralRun",
     "trees_from_heads",
     "corpus_trees",
+    "require_scoreable_splits",
+    "scoreable",
     "split_sentences",
     "fit_structural",
     "predict_structure",

@@ -35,6 +35,7 @@ from bertology.probes.probing.structural import (
     linear_baseline,
     predict_structure,
     probe_structure,
+    require_scoreable_splits,
     split_sentences,
     structural_intervals,
     structural_summary,
@@ -182,7 +183,12 @@ def structural_probe_analysis(ctx: StudyContext) -> None:
     sweep at the best layer, the LINEAR and random-init baselines, and example trees."""
     cfg = ctx.config
     settings = structural_settings(cfg)
-    lm, corpus, store = model_corpus_store(ctx)
+
+    def check_corpus(corpus: Any) -> None:  # before the store is extracted: no trees, or nothing to score
+        trees = corpus_trees(corpus)
+        require_scoreable_splits(trees, split_sentences(trees.usable, ctx.seed))
+
+    lm, corpus, store = model_corpus_store(ctx, check_corpus=check_corpus)
     trees = corpus_trees(corpus)
     ctx.record(trees=_trees_provenance(trees, corpus))
     if trees.skipped:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from bertology.atomic import write_text
 from bertology.errors import ConfigError, WorkbenchError
-from bertology.validation import Rule
+from bertology.validation import Rule, clean_label
 
 Span = tuple[int, int]
 BUILTIN_TASKS = ("pos", "xpos", "deps", "entities")
@@ -74,6 +74,7 @@ class EdgeTask:
     multilabel: bool = False
     words: list[list[str]] | None = None
     n_sentences: int = 0
+    sentence_lines: list[str] | None = field(default=None, compare=False)  # "file:line" of each of ``words``
 
     def __post_init__(self) -> None:
         if not self.n_sentences:
@@ -110,11 +111,22 @@ class EdgeTask:
         """Same spans, new labels (used by control tasks)."""
         examples = [EdgeExample(e.sentence, e.span1, e.span2, tuple(lab)) for e, lab in zip(self.examples, labels)]
         vocab = sorted({lab for labs in labels for lab in labs})
-        return EdgeTask(name, examples, vocab, source, self.multilabel, self.words, self.n_sentences)
+        return EdgeTask(
+            name, examples, vocab, source, self.multilabel, self.words, self.n_sentences, self.sentence_lines
+        )
 
     def subset(self, indices: Iterable[int]) -> EdgeTask:
         examples = [self.examples[i] for i in indices]
-        return EdgeTask(self.name, examples, self.labels, self.source, self.multilabel, self.words, self.n_sentences)
+        return EdgeTask(
+            self.name,
+            examples,
+            self.labels,
+            self.source,
+            self.multilabel,
+            self.words,
+            self.n_sentences,
+            self.sentence_lines,
+        )
 
 
 def _make(
@@ -190,11 +202,14 @@ _BUILDERS = {"pos": pos_task, "xpos": xpos_task, "deps": deps_task, "entities": 
 
 
 def build_task(corpus: Any, name: str) -> EdgeTask:
-    """A built-in task by name (``pos``, ``xpos``, ``deps``, ``entities``) or a ``.jsonl`` file."""
+    """A built-in task by name (``pos``, ``xpos``, ``deps``, ``entities``) or a ``.jsonl`` file
+    (whose sentences must be ``corpus``'s: :func:`check_task_sentences`; ``corpus`` None: not checked)."""
     if name in _BUILDERS:
         return _BUILDERS[name](corpus)
     if str(name).endswith(".jsonl"):
-        return read_jsonl(name)
+        task = read_jsonl(name)
+        check_task_sentences(task, corpus)
+        return task
     raise TaskError(f"unknown task {name!r}: use one of {', '.join(BUILTIN_TASKS)} or a .jsonl file")
 
 
@@ -224,7 +239,9 @@ def read_jsonl(path: str | Path, name: str | None = None, source: str = "gold: u
     words: list[list[str]] = []
     examples: list[EdgeExample] = []
     two_spans: bool | None = None
+    lines: list[str] = []  # "file:line" of each sentence
     for where, record in jsonl_objects(path, TaskError):
+        lines.append(where)
         if not isinstance(record.get("text"), str):
             raise TaskError(f"{where}: expected an object with a string field 'text'")
         targets = record.get("targets")
@@ -248,10 +265,42 @@ def read_jsonl(path: str | Path, name: str | None = None, source: str = "gold: u
             labels = (label,) if isinstance(label, str) else label
             if not isinstance(labels, (list, tuple)) or not labels or not all(isinstance(lab, str) for lab in labels):
                 raise TaskError(f"{twhere}: 'label' must be a string or a non-empty list of strings")
+            labels = [clean_label(lab, twhere, TaskError) for lab in labels]
             examples.append(EdgeExample(s, span1, span2, tuple(labels)))
     if not examples:
         raise TaskError(f"{path}: no targets")
-    return _make(name or path.stem, examples, source, len(words), words)
+    task = _make(name or path.stem, examples, source, len(words), words)
+    task.sentence_lines = lines
+    return task
+
+
+def check_task_sentences(task: EdgeTask, corpus: Any) -> None:
+    """Raise ``TaskError`` unless a task that brings its own sentences (a JSONL file) has the
+    corpus's sentences, word for word and in their order (its spans index the corpus's store):
+    names the file line of the first sentence that differs. A task without words (built from the
+    corpus) passes."""
+    if task.words is None or corpus is None:
+        return
+    stored = [list(s.words) for s in corpus.sentences]
+    lines = task.sentence_lines or []
+    for k, words in enumerate(task.words):
+        where = lines[k] if k < len(lines) else f"task {task.name!r} sentence {k}"
+        if k >= len(stored):
+            raise TaskError(
+                f"{where}: sentence {k} is beyond the corpus's {len(stored)} sentences; a task file's sentences "
+                "must be the corpus's, in its order"
+            )
+        if list(words) != stored[k]:
+            raise TaskError(
+                f"{where}: the task's sentence {k} ({_short(words)}) is not the corpus's sentence {k} "
+                f"({_short(stored[k])}); a task file's sentences must be the corpus's, in its order "
+                "(or probe it on its own sentences)"
+            )
+
+
+def _short(words: Sequence[str], width: int = 60) -> str:
+    text = " ".join(words)
+    return repr(text if len(text) <= width else text[: width - 3] + "...")
 
 
 def write_jsonl(task: EdgeTask, path: str | Path, words: Sequence[Sequence[str]] | None = None) -> None:

@@ -6,6 +6,7 @@ Each area registers its sub-commands from its own module in this package (``regi
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import typer
 
-from bertology.atomic import is_disk_full
 from bertology.errors import WorkbenchError
 
 app = typer.Typer(
@@ -54,19 +54,47 @@ for _module_name in COMMAND_MODULES:
 
 
 def path_error_message(exc: OSError) -> str:
-    """One line for an operating-system error about a path: the path, what went wrong and, where a
-    file stands where a folder is needed, which file (``--output-root some_file`` and the like)."""
-    path = Path(str(exc.filename)) if exc.filename is not None else None
-    what = exc.strerror or type(exc).__name__
-    if path is None:
+    """One line for an operating-system error about a path: the path (both, for a rename), what
+    went wrong and, where a file or a dangling link stands where a folder is needed, which one
+    (``--output-root some_file``, ``--cache some_file`` and the like)."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
         return what
+    path = Path(os.fsdecode(exc.filename))
     if isinstance(exc, NotADirectoryError):
         blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
         if blocker is not None:
             return f"{path}: {blocker} is a file, where a folder is needed (give a folder, or a path that does not exist yet)"
     if isinstance(exc, IsADirectoryError):
         return f"{path}: is a folder, where a file is needed"
+    if isinstance(exc, FileExistsError) and exc.filename2 is None:
+        if path.is_symlink() and not path.exists():
+            target = os.readlink(path)
+            try:
+                path.stat()
+            except OSError as stat_error:
+                if stat_error.errno == errno.ELOOP:
+                    return f"{path}: a symbolic link (to {target}) in a loop of links, where a folder is needed"
+            return f"{path}: a symbolic link to {target}, which does not exist, where a folder is needed"
+        if path.exists() and not path.is_dir():
+            return f"{path}: is a file, where a folder is needed (give a folder, or a path that does not exist yet)"
+    if exc.filename2 is not None:
+        return f"{path} -> {os.fsdecode(exc.filename2)}: {what}"
     return f"{path}: {what}"
+
+
+def empty_argument(args: list[str]) -> str | None:
+    """The message for an empty command-line value (``--out ''``: an empty path would be the
+    current folder), or None when every value is non-empty."""
+    for k, arg in enumerate(args):
+        if arg.startswith("--") and arg.endswith("=") and len(arg) > 3:
+            return f"{arg[:-1]}: an empty value; give one, or leave the option out"
+        if arg == "":
+            before = args[k - 1] if k > 0 else ""
+            if before.startswith("-") and "=" not in before:
+                return f"{before}: an empty value; give one, or leave the option out"
+            return f"argument {k + 1} is empty; give a value"
+    return None
 
 
 def main() -> None:
@@ -74,14 +102,16 @@ def main() -> None:
     from bertology.runtime import keep_freed_memory
 
     keep_freed_memory()  # batch jobs reuse freed pages instead of faulting in fresh ones
+    empty = empty_argument(sys.argv[1:])
+    if empty is not None:
+        typer.secho(f"error: {empty}", fg=typer.colors.RED, err=True)
+        sys.exit(2)
     try:
         app(standalone_mode=False)
     except WorkbenchError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         sys.exit(2)
-    except OSError as exc:  # a path given on the command line (a file where a folder goes), or a full disk
-        if not isinstance(exc, (NotADirectoryError, IsADirectoryError, PermissionError)) and not is_disk_full(exc):
-            raise
+    except OSError as exc:  # a path (a file where a folder goes, a name too long, a full disk...)
         typer.secho(f"error: {path_error_message(exc)}", fg=typer.colors.RED, err=True)
         sys.exit(2)
     except typer.Exit as exc:

@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Attribute one prediction to the sentence's words: gradient × input, integrated gradients
         (Captum), last-layer attention and rollout; pieces summed into words."""
-        from bertology.attribution import attribute
+        from bertology.attribution import attribute, unknown_words
         from bertology.errors import ConfigError
         from bertology.inspection import split_words
 
@@ -47,6 +47,13 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--method must be one of {', '.join(METHOD_CHOICES)}, got {method!r}")
         words = split_words(sentence)
         lm = load_for_attribution(model, device, attentions=method in ("attention", "all"))
+        unknown = unknown_words(lm, words)
+        if len(unknown) == len(words):
+            typer.echo(
+                f"warning: {lm.name}'s tokenizer makes {lm.tokenizer.unk_token} of every word of the sentence: "
+                "the model sees none of them (is the tokenizer the model's?)",
+                err=True,
+            )
         result = attribute(
             lm,
             words,

@@ -80,8 +80,17 @@ def structural_overrides(
     return overrides
 
 
-def _interval(low: float, high: float) -> str:
-    return "(no interval)" if math.isnan(low) or math.isnan(high) else f"[{low:.3f}, {high:.3f}]"
+def _missing(value: Any) -> bool:
+    """A score that is not there: NaN, or None (a column of NaN read back)."""
+    return value is None or math.isnan(float(value))
+
+
+def _score(value: Any) -> str:
+    return "n/a" if _missing(value) else f"{float(value):.3f}"
+
+
+def _interval(low: Any, high: Any) -> str:
+    return "(no interval)" if _missing(low) or _missing(high) else f"[{float(low):.3f}, {float(high):.3f}]"
 
 
 def summary_lines(summary: Any, baselines: Any | None = None) -> list[str]:
@@ -92,7 +101,7 @@ def summary_lines(summary: Any, baselines: Any | None = None) -> list[str]:
     for (encoder, kind), part in summary.groupby(["encoder", "probe"], sort=False):
         first = part.iloc[0]
         scores = ", ".join(
-            f"{names.get(r.metric, r.metric)} {r.score:.3f} {_interval(r.low, r.high)}"
+            f"{names.get(r.metric, r.metric)} {_score(r.score)} {_interval(r.low, r.high)}"
             + (" (small sample)" if bool(r.small_sample) else "")
             for r in part.itertuples()
         )
@@ -106,7 +115,8 @@ def summary_lines(summary: Any, baselines: Any | None = None) -> list[str]:
         lines.append(
             "LINEAR baseline (the left-to-right chain): "
             + ", ".join(
-                f"{names.get(r.metric, r.metric)} {r.score:.3f} {_interval(r.low, r.high)}" for r in linear.itertuples()
+                f"{names.get(r.metric, r.metric)} {_score(r.score)} {_interval(r.low, r.high)}"
+                for r in linear.itertuples()
             )
         )
     return lines
@@ -125,7 +135,8 @@ def print_summary(run_dir: Path) -> None:
     intervals = read_table(run_dir, "layer_intervals")
     shown = intervals.assign(
         test=[
-            f"{s:.3f} {_interval(lo, hi)}" for s, lo, hi in zip(intervals["score"], intervals["low"], intervals["high"])
+            f"{_score(s)} {_interval(lo, hi)}"
+            for s, lo, hi in zip(intervals["score"], intervals["low"], intervals["high"])
         ]
     )
     typer.echo(

@@ -181,7 +181,10 @@ def read_conllu(
     if tree_errors and bad_trees == "error":
         first = tree_errors[min(tree_errors)]
         more = f" (and {len(tree_errors) - 1} more sentences)" if len(tree_errors) > 1 else ""
-        raise CorpusError(f"{first}{more}; pass bad_trees='drop' to keep such sentences without dependencies")
+        raise CorpusError(
+            f"{first}{more}; fix the HEAD column there (the file's trees are read as gold: one root, no cycle); "
+            "from Python, read_conllu(path, bad_trees='drop') keeps such sentences without dependencies"
+        )
     try:
         token_lists = conllu.parse(text)
     except Exception as exc:  # conllu's own parse errors carry no line number

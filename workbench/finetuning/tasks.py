@@ -36,6 +36,7 @@ from bertology.corpus import Corpus, load_corpus
 from bertology.corpus.bio import entities_to_bio
 from bertology.corpus.documents import MetadataDocument, document_sentences, load_documents
 from bertology.errors import ConfigError, CorpusError
+from bertology.validation import clean_label
 
 __all__ = [
     "Example",
@@ -240,6 +241,13 @@ def build_task(
     return assembled
 
 
+def few(names: list[str], shown: int = 20) -> str:
+    """``names`` comma-separated, cut after ``shown`` of them (``..., and 9980 more``): an error
+    about a task of 10,000 labels stays one readable line."""
+    more = f", ... and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(str(n)[:60] for n in names[:shown]) + more
+
+
 def _refuse_unseen_labels(task: FinetuneTask, path: str) -> None:
     """A ``CorpusError`` naming the file, line and label of the first dev or test example whose
     label (or one of whose word labels) no train example has."""
@@ -253,7 +261,7 @@ def _refuse_unseen_labels(task: FinetuneTask, path: str) -> None:
                 where = ex.where or f"{path} (document {ex.document!r})"
                 raise CorpusError(
                     f"{where}: label {unseen[0]!r} of a {split} example is in no train example "
-                    f"(train labels: {', '.join(sorted(seen))}); the classifier could never predict it: "
+                    f"(train labels: {few(sorted(seen))}); the classifier could never predict it: "
                     "add train examples with it, or move this example to train"
                 )
 
@@ -266,7 +274,7 @@ def _assemble(
     for ex in examples:
         labels.update(ex.label if isinstance(ex.label, tuple) else [ex.label])
     if len(labels) < 2:
-        raise CorpusError(f"task {name}: needs at least two distinct labels, found {sorted(labels)}")
+        raise CorpusError(f"task {name}: needs at least two distinct labels, found {few(sorted(labels))}")
     return FinetuneTask(name, kind, sorted(labels), source, *splits)
 
 
@@ -344,11 +352,12 @@ def _example(record: dict[str, Any], where: str, index: int) -> tuple[str, Examp
         labels = record["labels"]
         if not (isinstance(labels, list) and len(labels) == len(words) and all(isinstance(x, str) for x in labels)):
             raise CorpusError(f"{where}: 'labels' must be a list of {len(words)} strings, one per word")
+        labels = [clean_label(x, f"{where}: word {k} ({words[k]!r})") for k, x in enumerate(labels)]
         return "token", Example(words, tuple(labels), document=document, split=split, where=where)
     if "label" not in record or not isinstance(record["label"], (str, int)) or isinstance(record["label"], bool):
         got = f", got {record['label']!r}" if "label" in record else ""
         raise CorpusError(f"{where}: needs 'label' (a string or an integer{got}) or 'words' + 'labels' (token task)")
-    label = str(record["label"])
+    label = clean_label(str(record["label"]), where)
     if "text_a" in record or "words_a" in record:
         a = _words(record.get("text_a", record.get("words_a")), where, "text_a")
         b = _words(record.get("text_b", record.get("words_b")), where, "text_b")
@@ -370,11 +379,11 @@ def _read_jsonl(path: Path) -> tuple[str, list[Example]]:
             raise CorpusError(f"{where}: a {kind} example in a file of {sorted(kinds - {kind})[0]} examples")
         if "label" in record and "labels" not in record:  # 1 and "1" would be one label: refused
             raw = record["label"]
-            first, first_where = written.setdefault(str(raw), (raw, where))
+            first, first_where = written.setdefault(str(ex.label), (raw, where))
             if type(first) is not type(raw):
                 raise CorpusError(
                     f"{where}: label {raw!r} and label {first!r} ({first_where}) are ambiguous: both read as "
-                    f"the label {str(raw)!r}; write every label as a string, or every one as an integer"
+                    f"the label {ex.label!r}; write every label as a string, or every one as an integer"
                 )
         examples.append(ex)
     if not examples:
@@ -385,19 +394,38 @@ def _read_jsonl(path: Path) -> tuple[str, list[Example]]:
 def _read_csv(path: Path, delimiter: str) -> tuple[str, list[Example]]:
     from bertology.corpus.utf8 import read_utf8
 
-    rows = list(csv.DictReader(read_utf8(path).splitlines(), delimiter=delimiter))
+    reader = csv.reader(read_utf8(path).splitlines(), delimiter=delimiter)
+    names = next(reader, None)
+    if not names:
+        raise CorpusError(f"{path}: empty file (expected a header line such as 'text,label')")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise CorpusError(
+            f"{path}:1: the header names {', '.join(map(repr, twice))} more than once; every column needs its own name"
+        )
+    rows: list[tuple[int, dict[str, str]]] = []
+    for fields in reader:
+        line = reader.line_num
+        if not fields:
+            continue
+        if len(fields) > len(names):
+            raise CorpusError(
+                f"{path}:{line}: {len(fields)} fields for the header's {len(names)} ({delimiter.join(names)}); "
+                f'quote a text holding {"a tab" if delimiter == chr(9) else "a comma"} ("hello, world")'
+            )
+        rows.append((line, dict(zip(names, fields))))
     if not rows:
         raise CorpusError(f"{path}: no rows under the header")
-    header = set(rows[0])
+    header = set(names)
     if "label" not in header or not ({"text"} <= header or {"text_a", "text_b"} <= header):
         raise CorpusError(
             f"{path}:1: the header needs 'text,label' or 'text_a,text_b,label' "
             f"(optional: document, split); found {', '.join(sorted(header))}"
         )
     kinds, examples = set(), []
-    for i, row in enumerate(rows):
-        record = {k: v for k, v in row.items() if k is not None and v not in (None, "")}
-        kind, ex = _example(record, f"{path}:{i + 2}", i)
+    for i, (line, row) in enumerate(rows):
+        record = {k: v for k, v in row.items() if v not in (None, "")}
+        kind, ex = _example(record, f"{path}:{line}", i)
         kinds.add(kind)
         examples.append(ex)
     return kinds.pop(), examples

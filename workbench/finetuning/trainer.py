@@ -36,7 +36,13 @@ import torch.distributed as dist
 
 from bertology import models
 from bertology.atomic import write_json, write_text
-from bertology.checkpoints import latest_resumable, list_checkpoints, read_json_file, remove_partial_writes
+from bertology.checkpoints import (
+    latest_resumable,
+    list_checkpoints,
+    read_json_file,
+    remove_partial_writes,
+    run_folder_lock,
+)
 from bertology.errors import CheckpointError, ConfigError
 from bertology.finetuning.config import RESUMABLE_CHANGES, FinetuneConfig
 from bertology.finetuning.data import IGNORE_INDEX, EncodedSplit, collate, encode_split
@@ -115,7 +121,14 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
     match run.json's except for logging/runtime fields); a finished run returns at once.
     Raises ``ConfigError`` / ``CorpusError`` / ``ModelError`` for bad input (naming the field, file
     or model), ``TrainingDivergedError`` on a non-finite loss, ``CheckpointError`` for a broken run folder.
+    A second fine-tune into the same run folder waits for the first (:func:`run_folder_lock`).
     """
+    with run_folder_lock(config.run_dir):
+        return _run_finetuning(config, resume=resume)
+
+
+def _run_finetuning(config: FinetuneConfig, *, resume: bool) -> Path:
+    """:func:`run_finetuning` under the run folder's lock."""
     cfg = config
     run_dir = cfg.run_dir
     if (run_dir / "run.json").is_file() and "result" in read_json_file(run_dir / "run.json", "run record"):

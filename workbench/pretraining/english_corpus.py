@@ -772,40 +772,8 @@ def parse_sources(spec: str | None) -> tuple[str, ...]:
     return tuple(sorted(names, key=ALL_SOURCES.index))  # fixed order: dedup keeps the first occurrence
 
 
-def build_english_corpus(options: EnglishCorpusOptions) -> Path:
-    """Fetch, clean, de-duplicate and split each source into ``options.output_dir`` (``out``); return the path of
-    its ``manifest.json`` (per source: provenance, licence, duplicates dropped, and the words,
-    lines, documents and sha256 of ``train/<source>.txt.gz`` and ``heldout/<source>.txt.gz``).
-
-    A source that cannot be fetched or read is logged and listed under ``skipped`` in the
-    manifest (an earlier build's files of that source in ``out`` are removed, so ``train/`` holds
-    exactly what the manifest lists); with ``options.strict`` it raises ``CorpusError`` instead
-    (nothing more is written). ``out`` may hold an earlier build, but not the files of a source this
-    build does not make (pretraining reads every file in ``train/``): that is a ``ConfigError``.
-    Same inputs and seed -> byte-identical text files.
-    """
-    if not 0.0 <= options.heldout_fraction < 1.0:
-        raise ConfigError(f"heldout_fraction must be in [0, 1), got {options.heldout_fraction}")
-    names = parse_sources(",".join(options.sources))
-    cache = options.cache.expanduser()
-    cache.mkdir(parents=True, exist_ok=True)
-    opts = replace(options, cache=cache, sources=names)
-    out = opts.output_dir.expanduser()
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"corpus output {out} is a file, not a folder")
-    foreign = sorted(
-        str(p.relative_to(out))
-        for part in ("train", "heldout")
-        for p in (out / part).glob("*")
-        if not p.name.startswith(".") and p.name.removesuffix(".txt.gz") not in names  # as text_files reads
-    )
-    if foreign:
-        raise ConfigError(
-            f"{out} already holds files this build would not replace ({', '.join(foreign[:5])}"
-            f"{', ...' if len(foreign) > 5 else ''}); pretraining reads every file in train/, so build "
-            "into an empty folder or remove them"
-        )
-
+def _build_into(opts: EnglishCorpusOptions, names: tuple[str, ...], out: Path) -> tuple[Path, dict[str, Any], float]:
+    """:func:`build_english_corpus`'s work, under ``out``'s lock: ``(manifest path, manifest, start time)``."""
     seen_docs: set[bytes] = set()
     seen_lines: set[bytes] = set()
     manifest_sources: dict[str, dict[str, Any]] = {}
@@ -869,6 +837,50 @@ def build_english_corpus(options: EnglishCorpusOptions) -> Path:
     }
     manifest_path = out / "manifest.json"
     atomic.write_text(manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return manifest_path, manifest, t_all
+
+
+def build_english_corpus(options: EnglishCorpusOptions) -> Path:
+    """Fetch, clean, de-duplicate and split each source into ``options.output_dir`` (``out``); return the path of
+    its ``manifest.json`` (per source: provenance, licence, duplicates dropped, and the words,
+    lines, documents and sha256 of ``train/<source>.txt.gz`` and ``heldout/<source>.txt.gz``).
+
+    A source that cannot be fetched or read is logged and listed under ``skipped`` in the
+    manifest (an earlier build's files of that source in ``out`` are removed, so ``train/`` holds
+    exactly what the manifest lists); with ``options.strict`` it raises ``CorpusError`` instead
+    (nothing more is written). ``out`` may hold an earlier build, but not the files of a source this
+    build does not make (pretraining reads every file in ``train/``): that is a ``ConfigError``.
+    Same inputs and seed -> byte-identical text files.
+    """
+    if not 0.0 <= options.heldout_fraction < 1.0:
+        raise ConfigError(f"heldout_fraction must be in [0, 1), got {options.heldout_fraction}")
+    names = parse_sources(",".join(options.sources))
+    cache = options.cache.expanduser()
+    cache.mkdir(parents=True, exist_ok=True)
+    opts = replace(options, cache=cache, sources=names)
+    out = opts.output_dir.expanduser()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"corpus output {out} is a file, not a folder")
+    foreign = sorted(
+        str(p.relative_to(out))
+        for part in ("train", "heldout")
+        for p in (out / part).glob("*")
+        if not p.name.startswith(".") and p.name.removesuffix(".txt.gz") not in names  # as text_files reads
+    )
+    if foreign:
+        raise ConfigError(
+            f"{out} already holds files this build would not replace ({', '.join(foreign[:5])}"
+            f"{', ...' if len(foreign) > 5 else ''}); pretraining reads every file in train/, so build "
+            "into an empty folder or remove them"
+        )
+
+    # under the folder's lock (a second build into ``out`` waits), with the temporaries of a killed
+    # build's writes (train/.<source>.txt.gz.<random>.tmp) removed first
+    with atomic.locked_output_folder(out, on_wait=log):
+        for part in ("train", "heldout"):
+            atomic.remove_stale_temporaries(out / part)
+        manifest_path, manifest, t_all = _build_into(opts, names, out)
+    totals, skipped = manifest["totals"], manifest["skipped"]
     log(
         f"done in {time.perf_counter() - t_all:.0f}s: train {totals['train']['words']:,} words / "
         f"{totals['train']['documents']:,} documents, held-out {totals['heldout']['words']:,} words / "
@@ -900,6 +912,11 @@ def main(argv: list[str] | None = None, prog: str = "python scripts/build_englis
     ap.add_argument("--strict", action="store_true", help="fail if any source cannot be fetched or read")
     raw = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(raw)
+    empty = [raw[k - 1] for k, a in enumerate(raw) if a == "" and k > 0] + [
+        a[:-1] for a in raw if a.startswith("--") and a.endswith("=")
+    ]
+    if empty:  # Path("") is the current folder: ``--out ''`` would build into it
+        ap.error(f"{empty[0]}: an empty value; give a path")
     try:
         options = EnglishCorpusOptions(
             output_dir=args.out,

@@ -45,7 +45,7 @@ from typing import Any, cast
 
 import torch
 
-from bertology.checkpoints import latest_resumable, list_checkpoints, remove_partial_writes
+from bertology.checkpoints import latest_resumable, list_checkpoints, remove_partial_writes, run_folder_lock
 from bertology.errors import CheckpointError
 from bertology.pretraining.checkpoint import (
     plan_resume,
@@ -93,7 +93,14 @@ def run_pretraining(config: PretrainConfig, *, resume: bool = True, new_phase: b
 
     Raises ``TrainingDivergedError`` at the first NaN/inf loss or gradient norm (nothing of that
     step is saved) and ``CheckpointError`` when a checkpoint cannot be written (disk full) or read.
+    A second run into the same run folder waits for the first (:func:`run_folder_lock`).
     """
+    with run_folder_lock(config.run_dir):
+        return _run_pretraining(config, resume=resume, new_phase=new_phase)
+
+
+def _run_pretraining(config: PretrainConfig, *, resume: bool, new_phase: bool) -> Path:
+    """:func:`run_pretraining` under the run folder's lock."""
     cfg = config
     rt = setup_runtime(cfg)
     run_dir, source = cfg.run_dir, corpus_path(cfg)
