@@ -15,7 +15,7 @@ try:
     __version__ = _version("bertology-workbench")
 except PackageNotFoundError:  # running from files that were never installed
     __version__ = "0+unknown"
-__all__ = ["load_corpus", "load_model", "extract", "FeatureStore"]
+__all__ = ["load_corpus", "load_model", "extract", "FeatureStore", "set_progress"]
 
 
 def __getattr__(name: str):
@@ -28,6 +28,10 @@ def __getattr__(name: str):
         from bertology.models import load_model
 
         return load_model
+    if name == "set_progress":
+        from bertology.progress import set_progress
+
+        return set_progress
     if name in ("extract", "FeatureStore"):
         from bertology import store
 

@@ -43,13 +43,14 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from bertology.errors import WorkbenchError
+from bertology.progress import progress_bar
 
 DEFAULT_WINDOW = tuple(range(-5, 6))
 SPECIAL_TOKENS = ("keep", "drop")
@@ -328,7 +329,8 @@ def head_statistics(
     special_iter = iter(special_attention) if special_attention is not None else None
     offsets_iter = iter(token_offsets) if token_offsets is not None else None
     reach_iter = iter(reach) if reach is not None else None
-    for index, attention in enumerate(attentions):
+    total = len(attentions) if isinstance(attentions, Sized) else None
+    for index, attention in enumerate(progress_bar(attentions, total=total, desc="head statistics", unit="sent")):
         words = upos = None
         rarest = -1
         if sentence_iter is not None:

@@ -135,6 +135,7 @@ def probe_arrays(  # type: ignore[misc]  # the overloads take **options for brev
             config=config,
             seed=seed,
             multilabel=task.multilabel,
+            progress=f"probe {task.name}{' control' if control else ''} {mode} seed {seed} ({L} layers)",
         )
         for part in ("dev", "test"):
             scores, items = _split_scores(fit, data, y, split[part], task.multilabel)
@@ -264,7 +265,7 @@ def layer_features(store_or_model: Any, corpus: Any, layers: Any) -> tuple[Any, 
     if not hasattr(store, "layers"):
         from bertology.store import extract  # the store owns caching; import late
 
-        store = extract(store_or_model, corpus, attentions=False, progress=False)
+        store = extract(store_or_model, corpus, attentions=False, progress=True)
     n_layers = store.n_layers
     layer_ids = list(range(n_layers)) if layers in ("all", None) else [int(l) for l in layers]
     bad = [l for l in layer_ids if not 0 <= l < n_layers]
@@ -305,6 +306,13 @@ def probe_layers(
     **config: Any,
 ) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """Probe every requested layer of a store (or a model, extracted over ``corpus``).
+
+    Defaults are the ``edge_probing`` study's: 3 probe seeds ``(0, 1, 2)``, the papers' MLP probe with
+    attention pooling, per-layer probes (``bertology probe`` without ``--full`` runs 1 seed; it prints
+    so). A progress bar per seed shows which seed and how many layers train
+    (:mod:`bertology.progress`: ``bertology.set_progress(False)`` turns it off). A store's features
+    are read shard by shard and never held whole (:class:`StoreLayers`; above ``cache_mb`` the
+    gathered examples are spilled to a temporary file).
 
     ``task``: an :class:`EdgeTask` or a name/JSONL path for :func:`bertology.probes.probing.tasks.build_task`.
     ``control=True`` also trains on the Hewitt & Liang control task (same seeds), its word type

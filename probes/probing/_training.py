@@ -24,6 +24,7 @@ from bertology.probes.probing._config import ProbeConfig
 from bertology.probes.probing._lbfgs import _fit_lbfgs, _uses_lbfgs
 from bertology.probes.probing._model import JointProbes
 from bertology.probes.probing._spans import SpanFeatures
+from bertology.progress import progress_bar
 from bertology.runtime import resolve_precision
 
 # buffers with a leading probe axis that describe the mixing, not learned state
@@ -84,6 +85,7 @@ def fit_joint(
     config: ProbeConfig,
     seed: int,
     multilabel: bool = False,
+    progress: str | None = None,
 ) -> JointFit:
     """Train ``P = len(mixing)`` probes jointly, early stopping on dev loss.
 
@@ -93,6 +95,8 @@ def fit_joint(
 
     ``y``: ``[n]`` int label ids, or ``[n, K]`` 0/1 for multi-label. Each probe keeps the
     parameters of its own best dev epoch; training stops once every probe has run out of patience.
+    ``progress``: the description of a progress bar over epochs (:func:`bertology.progress.progress_bar`;
+    ``None``: no bar).
     """
     t0 = time.perf_counter()
     device = data.device
@@ -113,7 +117,7 @@ def fit_joint(
         )
         gamma = np.ones(P, dtype=np.float32)
     else:
-        epochs, best_loss = _fit_adam(data, yt, train, dev, model, config, seed, multilabel)
+        epochs, best_loss = _fit_adam(data, yt, train, dev, model, config, seed, multilabel, progress)
         weights, gamma = _mixing_of(model)
     return JointFit(model, weights, gamma, epochs, best_loss.cpu().numpy(), time.perf_counter() - t0)
 
@@ -155,6 +159,7 @@ def _fit_adam(
     config: ProbeConfig,
     seed: int,
     multilabel: bool,
+    progress: str | None = None,
 ) -> tuple[int, torch.Tensor]:
     """Train ``model`` with minibatch Adam, early stopping on dev loss per probe.
 
@@ -178,6 +183,7 @@ def _fit_adam(
     stale = torch.zeros(P, dtype=torch.long, device=device)
     active: torch.Tensor | None = None  # probes still training (None: all)
     epoch = 0
+    bar = progress_bar(total=config.max_epochs, desc=progress or "", unit="epoch", enabled=progress is not None)
     for epoch in range(1, config.max_epochs + 1):  # noqa: B007  (returned: the epochs run)
         # train: one pass (or several, for tiny training sets) in a fresh order
         model.train()
@@ -203,8 +209,11 @@ def _fit_adam(
         # probes out of patience stop costing compute (their best state is kept)
         running = stale < config.patience
         active = None if bool(running.all()) else torch.nonzero(running).flatten()
+        bar.update()
+        bar.set_postfix(training=f"{int(running.sum())}/{P} probes", refresh=False)
         if bool((stale >= config.patience).all()):
             break
+    bar.close()
     model.load_state_dict(best_state)
     model.eval()
     return epoch, best_loss

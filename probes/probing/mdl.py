@@ -27,6 +27,7 @@ from bertology.probes.probing.edge import (
     span_index,
 )
 from bertology.probes.probing.tasks import EdgeTask, TaskError
+from bertology.progress import progress_bar
 
 BLOCK_PERCENTS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.25, 12.5, 25.0, 50.0, 100.0)
 MDL_COLUMNS = ["task", "mode", "probe", "control", "layer", "seed", "metric", "value"]
@@ -87,7 +88,9 @@ def online_codelength(
         order = rng.permutation(n)
         P = len(mixing)
         block_bits = [np.full(P, ends[0] * unit_bits)]
-        for start, end in zip(ends[:-1], ends[1:]):
+        blocks = list(zip(ends[:-1], ends[1:]))
+        name = f"MDL {task.name}{' control' if control else ''} seed {seed}"
+        for start, end in progress_bar(blocks, desc=name, unit="block"):
             prefix = order[:start]
             n_dev = max(1, int(round(dev_fraction * start))) if start >= 10 else 0
             shuffled = rng.permutation(prefix)

@@ -42,6 +42,7 @@ from bertology.probes.probing.structural_metrics import (
     tree_distances,
     uuas_counts,
 )
+from bertology.progress import progress_bar
 from bertology.uncertainty import (
     combine_seed_and_sentence,
     is_small_sample,
@@ -470,7 +471,7 @@ def fit_structural(
         _make_batch(ids, offsets, trees, kind, device) for ids in _chunks(np.asarray(dev), settings.batch_size)
     ]
     rng = np.random.default_rng(seed)
-    for epoch in range(settings.max_epochs):
+    for epoch in progress_bar(range(settings.max_epochs), desc=f"structural probe ({kind})", unit="epoch"):
         for ids in _chunks(rng.permutation(np.asarray(train)), settings.batch_size):  # one epoch, shuffled
             batch = _make_batch(ids, offsets, trees, kind, device)
             weights.grad = None

@@ -44,7 +44,14 @@ def _global_options(
         "--offline",
         help="never ask the Hugging Face hub: hub names load from its cache only (as HF_HUB_OFFLINE=1)",
     ),
+    no_progress: bool = typer.Option(
+        False,
+        "--no-progress",
+        help="no progress bars (as BERTOLOGY_PROGRESS=0; bertology.set_progress(False) in Python)",
+    ),
 ) -> None:
+    if no_progress:  # read by bertology.progress, here and in any process started from here
+        os.environ["BERTOLOGY_PROGRESS"] = "0"
     if offline:  # read by bertology.hub when a name is resolved, and by any process started from here
         os.environ["HF_HUB_OFFLINE"] = "1"
 

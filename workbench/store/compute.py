@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from bertology.errors import StoreError
 from bertology.features import Segment, forward_segments, low_precision_linears
 from bertology.models import LoadedModel, to_device
+from bertology.progress import progress_bar
 from bertology.store.plan import ExtractionPlan, plan_batches
 from bertology.store.settings import ExtractionSettings
 from bertology.store.write import write_shard
@@ -102,7 +103,7 @@ def compute_shard(
     sentence_ids: list[int],
     settings: ExtractionSettings,
     device: torch.device,
-    progress: tqdm | None,
+    progress: Any,  # a progress_bar, or None
     buffers: ShardBuffers,
     word_counts: np.ndarray,
     *,
@@ -217,13 +218,8 @@ def compute_shards(
     module docstring). ``done``: sentences already in the store (where the progress bar starts)."""
     dev = torch.device(device) if device else next(lm.model.parameters()).device
     lm.model.to(dev)
-    bar = tqdm(
-        total=len(plan.word_counts),
-        initial=done,
-        desc=f"extract {lm.name}",
-        unit="sent",
-        disable=not progress,
-        leave=False,
+    bar = progress_bar(
+        total=len(plan.word_counts), initial=done, desc=f"extract {lm.name}", unit="sent", enabled=progress
     )
     # largest shard first (most words and attention pairs): the last write, which nothing overlaps,
     # is then the smallest
