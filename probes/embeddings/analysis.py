@@ -241,7 +241,7 @@ def contextuality_analysis(ctx: StudyContext) -> None:
     """
     cfg = ctx.config
     lm, corpus, store = model_corpus_store(ctx)
-    layers = store.layers()
+    layers = store.view()  # read one layer at a time: memory stays at one layer's [n_words, dim]
     words = corpus.flat_words()
     lowered = np.array([w.lower() for w in words])
     offsets = store.sentence_offsets
@@ -275,6 +275,7 @@ def contextuality_analysis(ctx: StudyContext) -> None:
     chosen = [w for w in cfg["words"] if (lowered == w).sum() >= cfg["min_word_occurrences"]]
     ctx.record(polysemous_words=chosen)
     last = store.n_layers - 1
+    last_layer = layers[last]  # [n_words, dim], read once for the neighbours and sense clusters
 
     def neighbours() -> pd.DataFrame:
         vocab = sorted(
@@ -284,12 +285,12 @@ def contextuality_analysis(ctx: StudyContext) -> None:
         )
         statics = {
             "input embeddings": word_vectors_from_pieces(lm.encoder, lm.tokenizer, vocab),
-            f"distilled layer {last}": distill_static(layers[last], words, name=f"distilled@{last}"),
+            f"distilled layer {last}": distill_static(last_layer, words, name=f"distilled@{last}"),
         }
         frames = []
         for word in chosen:
             for name, static in statics.items():
-                df = static_vs_contextual_neighbours(word, static, layers[last], words, offsets, k=cfg["neighbours_k"])
+                df = static_vs_contextual_neighbours(word, static, last_layer, words, offsets, k=cfg["neighbours_k"])
                 frames.append(df.assign(word=word, static_space=name))
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -297,7 +298,7 @@ def contextuality_analysis(ctx: StudyContext) -> None:
 
     def clusters() -> pd.DataFrame:
         frames = [
-            sense_clusters(w, layers[last], words, offsets, n_clusters=cfg["n_clusters"], seed=ctx.seed).assign(
+            sense_clusters(w, last_layer, words, offsets, n_clusters=cfg["n_clusters"], seed=ctx.seed).assign(
                 word=w, layer=last
             )
             for w in chosen

@@ -20,6 +20,7 @@ Everything is vectorised: sums over groups (``np.add.reduceat``), batched Gram e
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,15 +28,19 @@ import torch
 
 from bertology.errors import WorkbenchError
 from bertology.probes.embeddings.static_vectors import unit_rows
+from bertology.store.read import LayerView
 from bertology.uncertainty import MIN_WORD_TYPES
 
 METRICS = ("self_similarity", "intra_sentence_similarity", "mev")
 
 
-def _check(layers: np.ndarray, words: Sequence[str], offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    layers = np.asarray(layers, dtype=np.float32)
-    if layers.ndim == 2:
-        layers = layers[None]
+def _check(layers: Any, words: Sequence[str], offsets: np.ndarray) -> tuple[Any, np.ndarray]:
+    """``layers`` as ``[n_layers, n_words, dim]`` float32 (a :class:`~bertology.store.read.LayerView`
+    stays lazy: the measures go layer by layer, one layer in memory at a time) and checked offsets."""
+    if not isinstance(layers, LayerView):
+        layers = np.asarray(layers, dtype=np.float32)
+        if layers.ndim == 2:
+            layers = layers[None]
     offsets = np.asarray(offsets, dtype=np.int64)
     if layers.ndim != 3 or layers.shape[1] != len(words):
         raise WorkbenchError(f"contextuality: layers {layers.shape} must be [n_layers, {len(words)} words, dim]")
@@ -162,7 +167,7 @@ def random_pair_similarity(vectors: np.ndarray, offsets: np.ndarray, n_pairs: in
 
 
 def contextuality(
-    layers: np.ndarray,
+    layers: np.ndarray | LayerView,
     words: Sequence[str],
     offsets: np.ndarray,
     lower: bool = True,
@@ -239,7 +244,7 @@ def few_words_warning(table: pd.DataFrame, minimum: int | None = None) -> str | 
 
 
 def contextuality_by_word(
-    layers: np.ndarray,
+    layers: np.ndarray | LayerView,
     words: Sequence[str],
     offsets: np.ndarray,
     lower: bool = True,

@@ -25,9 +25,10 @@ from bertology.probes.probing._scores import (
     seed_and_sentence_interval,
     sentence_sums,
 )
-from bertology.probes.probing._spans import SpanFeatures, StoreLayers, span_index
+from bertology.probes.probing._spans import SpanFeatures, span_index
 from bertology.probes.probing._training import JointFit, _loss, fit_joint, predict_logits
 from bertology.probes.probing.tasks import EdgeTask, build_task, check_task_sentences, split_by_sentence
+from bertology.store.read import LayerView
 
 SCORE_COLUMNS = ["task", "mode", "probe", "pooling", "control", "layer", "seed", "split", "metric", "value"]
 SENTENCE_COLUMNS = [
@@ -77,7 +78,7 @@ def probe_arrays(
 
 
 def probe_arrays(  # type: ignore[misc]  # the overloads take **options for brevity; the keywords are these
-    features: np.ndarray | torch.Tensor | StoreLayers,
+    features: np.ndarray | torch.Tensor | LayerView,
     sentence_offsets: np.ndarray,
     task: EdgeTask,
     *,
@@ -256,7 +257,7 @@ def _param_rows(fit: JointFit, layer_ids: list[int], mode: str) -> list[dict[str
 def layer_features(store_or_model: Any, corpus: Any, layers: Any) -> tuple[Any, np.ndarray, list[int], dict]:
     """Resolve a FeatureStore (anything with ``layers``) or a LoadedModel (extracted with the store).
 
-    Returns features ``[len(layer_ids), n_words, D]`` (a :class:`StoreLayers` for a store with
+    Returns features ``[len(layer_ids), n_words, D]`` (a :class:`~bertology.store.read.LayerView` for a store with
     :meth:`~bertology.store.FeatureStore.shard_hidden`, read shard by shard by :class:`SpanFeatures`;
     otherwise the array ``store.layers(layer_ids)``), ``sentence_offsets [n_sentences + 1]``, the
     layer ids (``layers``: ``"all"``/None or a list of store layers) and ``{"store", "manifest"}``.
@@ -272,7 +273,7 @@ def layer_features(store_or_model: Any, corpus: Any, layers: Any) -> tuple[Any, 
     if bad:
         raise ConfigError(f"layers {bad} outside 0..{n_layers - 1}")
     meta = {"store": str(getattr(store, "path", "")), "manifest": getattr(store, "manifest", {})}
-    feats = StoreLayers(store, layer_ids) if hasattr(store, "shard_hidden") else store.layers(layer_ids)
+    feats = store.view(layer_ids) if hasattr(store, "shard_hidden") else store.layers(layer_ids)
     return feats, np.asarray(store.sentence_offsets), layer_ids, meta
 
 
@@ -311,7 +312,7 @@ def probe_layers(
     attention pooling, per-layer probes (``bertology probe`` without ``--full`` runs 1 seed; it prints
     so). A progress bar per seed shows which seed and how many layers train
     (:mod:`bertology.progress`: ``bertology.set_progress(False)`` turns it off). A store's features
-    are read shard by shard and never held whole (:class:`StoreLayers`; above ``cache_mb`` the
+    are read shard by shard and never held whole (:class:`~bertology.store.read.LayerView`; above ``cache_mb`` the
     gathered examples are spilled to a temporary file).
 
     ``task``: an :class:`EdgeTask` or a name/JSONL path for :func:`bertology.probes.probing.tasks.build_task`.

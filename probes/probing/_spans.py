@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import mmap
 import tempfile
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from bertology.probes.probing.tasks import EdgeExample, EdgeTask, Span, TaskError
+from bertology.store.read import LayerView
 
 
 def example_spans(example: EdgeExample, n_spans: int) -> tuple[Span, ...]:
@@ -64,26 +64,10 @@ written once to an unnamed temporary file and read back batch by batch (:class:`
 _RELEASE_BYTES = 64e6  # a spilled cache drops its mapped pages after reading this many bytes
 
 
-class StoreLayers:
-    """The chosen layers of a :class:`~bertology.store.FeatureStore`, read shard by shard: what
-    :class:`SpanFeatures` gathers from without holding the corpus's ``[L, n_words, D]`` in memory.
-    ``shape`` is that of the array it stands for."""
-
-    def __init__(self, store: Any, layer_ids: Sequence[int]):
-        self.store = store
-        self.layer_ids = [int(l) for l in layer_ids]
-        self.shape = (len(self.layer_ids), int(store.n_words), int(store.dim))
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        """The whole ``[L, n_words, D]`` in memory (for callers that need an array)."""
-        out = self.store.layers(self.layer_ids)
-        return out if dtype is None else out.astype(dtype)
-
-
 class SpanFeatures:
     """Gathers (and standardises) span-token features ``[L, B, S, M, D]`` from ``[L, W, D]``.
 
-    ``features``: an array ``[L, W, D]`` or a :class:`StoreLayers` (read shard by shard, so the
+    ``features``: an array ``[L, W, D]`` or a :class:`LayerView` (read shard by shard, so the
     corpus's features are never all in memory). ``standardize``: z-score each layer's dimensions
     with the mean and standard deviation over the words the spans use. Every example is gathered
     (and standardised) once: into ``cached [L, n, S, M, D]`` in memory when that fits in
@@ -94,7 +78,7 @@ class SpanFeatures:
 
     def __init__(
         self,
-        features: np.ndarray | torch.Tensor | StoreLayers,
+        features: np.ndarray | torch.Tensor | LayerView,
         tokens: np.ndarray,
         mask: np.ndarray,
         standardize: bool,
@@ -115,7 +99,7 @@ class SpanFeatures:
         L, _, D = self.shape
         n = len(self.tokens)
         in_memory = L * self.tokens.numel() * D * 4 <= cache_bytes
-        if isinstance(features, StoreLayers):
+        if isinstance(features, LayerView):
             self.feats: torch.Tensor | None = None
             self._gather_store(features, standardize, in_memory)
             return
@@ -136,7 +120,7 @@ class SpanFeatures:
 
     # --- building the cache from a store, shard by shard
 
-    def _gather_store(self, source: StoreLayers, standardize: bool, in_memory: bool) -> None:
+    def _gather_store(self, source: LayerView, standardize: bool, in_memory: bool) -> None:
         """Fill ``cached`` (or the spill file) from the store's shards: a first pass for the
         standardisation statistics (float64 sums over each used word once), a second to gather."""
         store = source.store
@@ -177,10 +161,10 @@ class SpanFeatures:
             self._spill_file = tempfile.TemporaryFile(prefix=".span-features-", dir=store.path.parent)
             self._spill = np.memmap(self._spill_file, dtype=np.float32, mode="w+", shape=(n, L, S, M, D))
         for k, rows in by_shard.items():
-            block = torch.from_numpy(store.shard_hidden(k, source.layer_ids)).to(self.device)  # [L, W_k, D]
+            hidden = torch.from_numpy(store.shard_hidden(k, source.layer_ids)).to(self.device)  # [L, W_k, D]
             for start in range(0, len(rows), 4096):
                 ex = rows[start : start + 4096]
-                g = block[:, torch.as_tensor(local[ex].reshape(-1), device=self.device)].view(L, len(ex), S, M, D)
+                g = hidden[:, torch.as_tensor(local[ex].reshape(-1), device=self.device)].view(L, len(ex), S, M, D)
                 if self.mean is not None and self.scale is not None:
                     g = (g - self.mean) * self.scale
                 if self.cached is not None:

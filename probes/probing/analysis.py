@@ -14,7 +14,6 @@ from typing import Any
 import pandas as pd
 
 from bertology.errors import ConfigError
-from bertology.probes.probing._spans import StoreLayers
 from bertology.probes.probing.baselines import random_init_baseline
 from bertology.probes.probing.combinations import COMBINATIONS, combine_layers
 from bertology.probes.probing.controls import CONTROL_KEYS, control_keys
@@ -266,7 +265,7 @@ def edge_probing_analysis(ctx: StudyContext) -> None:
                 task, _, store = inputs[t]
                 ctx.log(f"    {task.name} / MDL online codelength (every layer)")
                 if id(store) not in feats:
-                    feats[id(store)] = StoreLayers(store, range(store.n_layers))
+                    feats[id(store)] = store.view()
                 frames.append(
                     online_codelength(feats[id(store)], store.sentence_offsets, task, seeds=seeds[:1], config=config)
                 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -208,6 +208,10 @@ class FeatureStore:
             out[:, rows] = self.shard_hidden(k, layers)
         return out
 
+    def view(self, layers: Sequence[int] | None = None) -> LayerView:
+        """The chosen layers (default all), read one at a time when used (:class:`LayerView`)."""
+        return LayerView(self, layers)
+
     def layer(self, l: int) -> np.ndarray:
         """One layer's word vectors ``[n_words, dim]`` (0 = embeddings)."""
         return self.layers([l])[0]
@@ -216,6 +220,33 @@ class FeatureStore:
         """``(i, attention(i))`` for every sentence in corpus order."""
         for i in range(self.n_sentences):
             yield i, self.attention(i, normalise=normalise)
+
+
+class LayerView:
+    """The chosen layers of a store, read when used: ``view[j]`` is layer ``layer_ids[j]``'s word vectors
+    ``[n_words, dim]`` (one layer in memory at a time); ``shape`` is ``(len(layer_ids), n_words, dim)``,
+    the array it stands for. Analyses that go layer by layer iterate it; span probes gather from it
+    shard by shard (:meth:`FeatureStore.shard_hidden`); ``np.asarray(view)`` reads it all."""
+
+    def __init__(self, store: FeatureStore, layer_ids: Sequence[int] | None = None):
+        self.store = store
+        self.layer_ids = store._layer_ids(layer_ids)
+        self.shape = (len(self.layer_ids), int(store.n_words), int(store.dim))
+        self.ndim = 3
+
+    def __len__(self) -> int:
+        return len(self.layer_ids)
+
+    def __getitem__(self, j: int) -> np.ndarray:
+        return self.store.layer(self.layer_ids[j])
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for j in range(len(self)):
+            yield self[j]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.store.layers(self.layer_ids)
+        return out if dtype is None else out.astype(dtype)
 
 
 def _float32(array: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-_DTYPES = {
+_DTYPES: dict[str, np.dtype] = {
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),
     "BF16": np.dtype("<u2"),  # widened to float32 by a shift (numpy has no bfloat16)
