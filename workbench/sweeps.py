@@ -1,0 +1,770 @@
+"""Sweeps: one study run per cell of a grid (models × config values × seeds), locally or on Ray.
+
+A sweep file names a study, the config every cell shares and a grid::
+
+    name: tiny
+    study: edge_probing
+    config: {tasks: [pos], limit: 100}   # over the study's shipped config (or `config_file:`)
+    grid:
+      model: [minilm-l6, bert-mini-english]
+      seed: [0, 1]                       # the run seed, as `bertology study run --seed`
+    resources: {cpus: 1, gpus: 0}        # per cell (gpus: 1 by default where a cell's device is cuda)
+    max_retries: 2                       # a cell whose worker dies or that raises unexpectedly
+
+Each cell is an ordinary study run (:func:`bertology.studies.prepare_run` /
+:func:`~bertology.studies.run_prepared`): the same run folder, manifest and tables as
+``bertology study run``, identified by its content (config, seed, inputs, version), so a rerun of a
+sweep skips the cells already complete and resumes an interrupted one from its saved steps. Every
+cell is validated with the study's own rules before any cell runs.
+
+Backends: ``local`` runs the cells one after another in this process; ``ray`` runs them as Ray
+tasks with resource requests and ``max_retries``. A model's feature store is extracted once, by
+its own task, before the cells that read it (a dependency; the store's folder lock is the
+backstop). A cell that fails is recorded with its error and the other cells go on.
+
+Tables (written atomically after every cell, so ``bertology sweep status`` and the dashboard see
+progress): ``<results>/sweeps/<name>/cells.parquet`` (one row per cell: ``cell``, the grid values,
+``status`` complete / failed / pending, ``run`` = ``<study>/<run_id>``, ``seconds``, ``error``)
+and ``summary.parquet`` (each complete cell's headline figures, :func:`headline`: the grid values,
+``run``, ``item``, ``figure``, ``value``, ``low``, ``high``). ``sweep.json`` holds the sweep as
+run and ``logs/<run_id>.log`` each cell's log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bertology import atomic, paths, results
+from bertology.errors import ConfigError, WorkbenchError
+from bertology.runs import read_config_file
+
+__all__ = [
+    "Sweep",
+    "Cell",
+    "load_sweep",
+    "parse_sweep",
+    "expand_grid",
+    "prepare_cells",
+    "run_sweep",
+    "sweep_dir",
+    "read_sweep_tables",
+    "headline",
+    "ray_available",
+    "BACKENDS",
+    "STORE_READERS",
+]
+
+BACKENDS = ("local", "ray")
+SWEEP_FIELDS = ("name", "study", "description", "config", "config_file", "grid", "resources", "max_retries")
+CELL_STATUSES = ("complete", "failed", "pending")
+
+STORE_READERS: dict[str, bool] = {
+    "edge_probing": False,
+    "feature_combinations": False,
+    "structural_probe": False,
+    "contextuality": False,
+    "head_types": True,
+    "pruning": True,
+}
+"""Studies that read the feature store of their config's ``model`` over ``corpus`` (first
+``limit`` sentences, ``pooling``, on ``device``) through :func:`bertology.runs.model_corpus_store`,
+and whether with attention maps: a sweep extracts each such store once, before its cells."""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep file, validated (:func:`parse_sweep`). ``grid``: ``{field: [values]}`` in the file's
+    order (``seed`` is the run seed, any other key a config field of the study); ``cpus`` /
+    ``gpus``: what each cell asks of Ray (``gpus`` None: 1 for a cell on cuda, else 0)."""
+
+    name: str
+    study: str
+    config: dict[str, Any]
+    grid: dict[str, list[Any]]
+    config_file: str | None = None
+    description: str = ""
+    cpus: float = 1.0
+    gpus: float | None = None
+    max_retries: int = 2
+    source: str = "<sweep>"
+
+
+@dataclass
+class Cell:
+    """One cell of a sweep: its position in the grid, its grid values and its prepared study run."""
+
+    index: int
+    values: dict[str, Any]
+    overrides: dict[str, Any]
+    seed: int | None
+    run_dir: Path
+    config: dict[str, Any] = field(repr=False)
+
+    @property
+    def run(self) -> str:
+        """``<study>/<run_id>``: the run folder relative to the results folder."""
+        return f"{self.run_dir.parent.name}/{self.run_dir.name}"
+
+    def label(self) -> str:
+        return ", ".join(f"{k}={_shown(v)}" for k, v in self.values.items())
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+# --------------------------------------------------------------------------- the sweep file
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate a sweep file (YAML); errors name the file and the field."""
+    path = Path(path)
+    data = read_config_file(path)
+    return parse_sweep(data, source=str(path), base=path.parent)
+
+
+def parse_sweep(data: dict[str, Any], *, source: str = "<sweep>", base: Path | None = None) -> Sweep:
+    """A :class:`Sweep` from a sweep file's mapping; ``base``: the folder ``config_file`` is relative to."""
+    from bertology.studies import load_study
+
+    unknown = sorted(set(data) - set(SWEEP_FIELDS))
+    if unknown:
+        raise ConfigError(f"{source}: unknown field {unknown[0]!r}; known fields: {', '.join(SWEEP_FIELDS)}")
+    for required in ("name", "study", "grid"):
+        if required not in data:
+            raise ConfigError(f"{source}: field {required!r} is required")
+    name = paths.plain_name(data["name"], f"{source}: sweep name")
+    study = data["study"]
+    if not isinstance(study, str):
+        raise ConfigError(f"{source}: field 'study' must be a study name, got {study!r}")
+    try:
+        module = load_study(study)
+    except WorkbenchError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    config = data.get("config") or {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"{source}: field 'config' must be a mapping of field: value, got {config!r}")
+    grid = data["grid"]
+    if not isinstance(grid, dict) or not grid:
+        raise ConfigError(f"{source}: field 'grid' must be a mapping of field: [values] with at least one field")
+    known = set(module.DEFAULTS) | {"seed"}
+    for key, values in grid.items():
+        if key not in known:
+            raise ConfigError(
+                f"{source}: grid field {key!r} is not a field of study {study}; known fields: {', '.join(sorted(known))}"
+            )
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{source}: grid field {key!r} must be a non-empty list of values, got {values!r}")
+        if key in config:
+            raise ConfigError(f"{source}: field {key!r} is both in 'config' and in 'grid'; give it in one")
+        seen: list[Any] = []
+        for value in values:
+            if value in seen:
+                raise ConfigError(f"{source}: grid field {key!r} repeats the value {value!r}")
+            seen.append(value)
+    if "seed" in grid and any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in grid["seed"]):
+        raise ConfigError(f"{source}: grid field 'seed' must list integers >= 0, got {grid['seed']!r}")
+    config_file = data.get("config_file")
+    if config_file is not None:
+        if not isinstance(config_file, str):
+            raise ConfigError(f"{source}: field 'config_file' must be a path, got {config_file!r}")
+        resolved = Path(config_file) if base is None else (base / config_file)
+        if not resolved.is_file():
+            raise ConfigError(f"{source}: config_file {config_file!r}: no such file ({resolved})")
+        config_file = str(resolved.resolve())
+    resources = data.get("resources") or {}
+    if not isinstance(resources, dict) or set(resources) - {"cpus", "gpus"}:
+        raise ConfigError(f"{source}: field 'resources' takes cpus and gpus (per cell), got {resources!r}")
+    cpus = _number(resources.get("cpus", 1), f"{source}: resources.cpus", minimum=0, exclusive=True)
+    gpus = resources.get("gpus")
+    if gpus is not None:
+        gpus = _number(gpus, f"{source}: resources.gpus", minimum=0)
+    retries = data.get("max_retries", 2)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigError(f"{source}: field 'max_retries' must be an integer >= 0, got {retries!r}")
+    description = data.get("description") or ""
+    return Sweep(
+        name=name,
+        study=study,
+        config=dict(config),
+        grid={k: list(v) for k, v in grid.items()},
+        config_file=config_file,
+        description=str(description),
+        cpus=cpus,
+        gpus=gpus,
+        max_retries=retries,
+        source=source,
+    )
+
+
+def _number(value: Any, what: str, *, minimum: float, exclusive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{what} must be a number, got {value!r}")
+    if value < minimum or (exclusive and value == minimum):
+        raise ConfigError(f"{what} must be {'>' if exclusive else '>='} {minimum}, got {value!r}")
+    return float(value)
+
+
+def expand_grid(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, the last field varying fastest (as nested loops in
+    the file's order)."""
+    keys = list(grid)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def prepare_cells(sweep: Sweep, results_root: str | Path | None = None) -> list[Cell]:
+    """Every cell of the sweep, validated with the study's own rules and identified by its run
+    folder, before anything runs: the first invalid cell is a ``ConfigError`` naming the sweep, the
+    cell's grid values and the field; two cells that are the same run are refused."""
+    from bertology.studies import prepare_run
+
+    root = Path(results_root or paths.results_dir()).resolve()
+    cells: list[Cell] = []
+    by_run: dict[Path, Cell] = {}
+    for index, values in enumerate(expand_grid(sweep.grid)):
+        overrides = {**sweep.config, **{k: v for k, v in values.items() if k != "seed"}}
+        seed = values.get("seed")
+        label = ", ".join(f"{k}={_shown(v)}" for k, v in values.items())
+        try:
+            prepared = prepare_run(
+                sweep.study, config_file=sweep.config_file, overrides=overrides, seed=seed, results_root=root
+            )
+        except WorkbenchError as exc:
+            raise ConfigError(f"sweep {sweep.name} ({sweep.source}), cell {label}: {exc}") from None
+        cell = Cell(index, values, overrides, seed, prepared.run_dir, prepared.config)
+        if prepared.run_dir in by_run:
+            raise ConfigError(
+                f"sweep {sweep.name}: cells {by_run[prepared.run_dir].label()} and {label} are the same run "
+                f"({cell.run}): a grid value changes nothing"
+            )
+        by_run[prepared.run_dir] = cell
+        cells.append(cell)
+    return cells
+
+
+def store_key(study: str, config: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What identifies the feature store a cell of ``study`` reads (model, corpus, limit, pooling,
+    device, attentions), or None when it reads none this module knows of (:data:`STORE_READERS`)."""
+    if study not in STORE_READERS:
+        return None
+    if study == "edge_probing":
+        from bertology.probes.probing.analysis import is_task_file
+
+        if all(is_task_file(t) for t in config.get("tasks", [])):
+            return None  # task files bring their own sentences and stores
+    return (
+        config["model"],
+        config["corpus"],
+        config.get("limit"),
+        config.get("pooling", "first"),
+        config.get("device") or "cpu",
+        STORE_READERS[study],
+    )
+
+
+# --------------------------------------------------------------------------- what runs on a worker
+
+
+def _enter(environment: dict[str, str], cwd: str, threads: int) -> int:
+    """Give this (worker) process the driver's folders and the cell's thread count; return the
+    previous thread count."""
+    import torch
+
+    os.environ.update(environment)
+    if Path(cwd).is_dir() and Path.cwd() != Path(cwd):
+        os.chdir(cwd)  # relative model or corpus paths in the config mean the driver's folder
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return before
+
+
+def _leave(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def extract_store(
+    config: dict[str, Any], attentions: bool, environment: dict[str, str], cwd: str, threads: int
+) -> dict:
+    """Extract (or find) the feature store ``store_key`` names, as :func:`bertology.runs.model_corpus_store`
+    opens it; ``{"ok": True, "store": path}`` or ``{"ok": False, "error": message}`` for a workbench
+    error (a model that does not load): the cells that read it are then recorded failed with it."""
+    before = _enter(environment, cwd, threads)
+    try:
+        from bertology.corpus import load_corpus
+        from bertology.models import load_model, resolve_device
+        from bertology.store import extract
+
+        lm = load_model(config["model"], attentions=True, device=resolve_device(config.get("device") or "cpu"))
+        corpus = load_corpus(config["corpus"], limit=config.get("limit"))
+        store = extract(lm, corpus, attentions=attentions, pooling=config.get("pooling", "first"), progress=False)
+        return {"ok": True, "store": str(store.path)}
+    except WorkbenchError as exc:
+        return {"ok": False, "error": f"feature store: {exc}"}
+    finally:
+        _leave(before)
+
+
+def run_cell(
+    study: str,
+    config_file: str | None,
+    overrides: dict[str, Any],
+    seed: int | None,
+    results_root: str,
+    log_file: str,
+    environment: dict[str, str],
+    cwd: str,
+    threads: int,
+    store: dict | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) one cell as an ordinary study run. Returns ``{"status", "run_dir", "seconds",
+    "error"}``; a workbench error (bad data, a too-small corpus) is a failed cell, returned, not
+    raised (retrying it would fail the same way); anything else is raised, so Ray retries it."""
+    from bertology.studies import prepare_run, run_prepared
+
+    started = time.perf_counter()
+    if store is not None and not store.get("ok", True):
+        return {"status": "failed", "run_dir": None, "seconds": 0.0, "error": store["error"]}
+    before = _enter(environment, cwd, threads)
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(log_file, "a", encoding="utf-8") as out:
+
+            def log(line: str) -> None:
+                out.write(line + "\n")
+                out.flush()
+
+            prepared = prepare_run(
+                study, config_file=config_file, overrides=overrides, seed=seed, results_root=results_root
+            )
+            run_dir = run_prepared(prepared, log=log)
+        return {"status": "complete", "run_dir": str(run_dir), "seconds": _wall_seconds(run_dir), "error": None}
+    except WorkbenchError as exc:
+        seconds = round(time.perf_counter() - started, 2)
+        return {"status": "failed", "run_dir": None, "seconds": seconds, "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        _leave(before)
+
+
+def _wall_seconds(run_dir: Path) -> float | None:
+    try:
+        value = results.read_manifest(run_dir).get("wall_seconds")
+    except results.ResultError:
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _is_complete(run_dir: Path) -> bool:
+    if not (run_dir / "manifest.json").is_file():
+        return False
+    try:
+        results.read_manifest(run_dir)
+        return True
+    except results.ResultError:
+        return False
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def ray_available() -> bool:
+    """Whether Ray can be imported (the ``sweep`` extra)."""
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+def sweep_dir(name: str, results_root: str | Path | None = None) -> Path:
+    """``<results>/sweeps/<name>``."""
+    root = Path(results_root or paths.results_dir())
+    return root / paths.SWEEPS_FOLDER / paths.plain_name(name, "sweep name")
+
+
+@dataclass
+class _Progress:
+    """The sweep's rows as cells finish, written after each (atomically)."""
+
+    sweep: Sweep
+    cells: list[Cell]
+    folder: Path
+    rows: dict[int, dict[str, Any]]
+    headlines: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def set(self, cell: Cell, status: str, seconds: float | None, error: str | None) -> None:
+        self.rows[cell.index] = {"status": status, "seconds": seconds, "error": error}
+        self.write()
+
+    def write(self) -> None:
+        cells = cells_table(self.sweep, self.cells, self.rows)
+        results.write_table(self.folder, "cells", cells)
+        results.write_table(
+            self.folder, "summary", summary_table(self.sweep, self.cells, cells, self.folder.parents[1], self.headlines)
+        )
+
+
+def run_sweep(
+    sweep: Sweep,
+    *,
+    backend: str | None = None,
+    address: str | None = None,
+    max_parallel: int | None = None,
+    results_root: str | Path | None = None,
+    log: Callable[[str], None] = print,
+) -> pd.DataFrame:
+    """Run (or resume) every cell of ``sweep``; return its cells table (see the module docstring).
+
+    backend: ``"ray"`` or ``"local"`` (None: ray where it is installed, else local). ``address``: a
+    Ray cluster to join (``"auto"``, ``"ray://host:10001"``...; None starts a local Ray, or uses the
+    one this process already started). ``max_parallel``: at most this many cells at once on Ray
+    (None: as many as the cluster's resources allow). Every cell is validated before any runs; cells
+    already complete are skipped (``"N of M cells complete"``). A sweep run by another driver at the
+    same time is refused (the sweep folder's lock)."""
+    backend = backend or ("ray" if ray_available() else "local")
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend == "local" and address is not None:
+        raise ConfigError("--address joins a Ray cluster: use it with --backend ray")
+    if max_parallel is not None and max_parallel < 1:
+        raise ConfigError(f"--max-parallel must be >= 1, got {max_parallel}")
+    if backend == "ray" and not ray_available():
+        raise ConfigError(
+            "--backend ray needs Ray: install the sweep extra (pip install -e '.[sweep]'), or use --backend local"
+        )
+    root = Path(results_root or paths.results_dir()).resolve()
+    cells = prepare_cells(sweep, root)  # every cell valid before anything runs
+    folder = sweep_dir(sweep.name, root)
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic.folder_lock(folder, wait=False):
+        atomic.remove_stale_temporaries(folder)
+        atomic.write_json(folder / "sweep.json", {**asdict(sweep), "backend": backend, "cells": len(cells)})
+        rows = {c.index: _initial_row(c) for c in cells}
+        done = sum(r["status"] == "complete" for r in rows.values())
+        log(f"sweep {sweep.name}: {done} of {len(cells)} cells complete")
+        progress = _Progress(sweep, cells, folder, rows)
+        progress.write()
+        pending = [c for c in cells if rows[c.index]["status"] != "complete"]
+        if pending:
+            log(f"sweep {sweep.name}: running {len(pending)} cell(s) of {sweep.study} on {backend}")
+            if backend == "local":
+                _run_local(sweep, pending, progress, folder, log)
+            else:
+                _run_ray(sweep, pending, progress, folder, address, max_parallel, log)
+        table = cells_table(sweep, cells, progress.rows)
+        complete = int((table["status"] == "complete").sum())
+        failed = table[table["status"] == "failed"]
+        log(
+            f"sweep {sweep.name}: {complete} of {len(cells)} cells complete"
+            + (f", {len(failed)} failed" if len(failed) else "")
+        )
+        for r in failed.itertuples():
+            log(f"  failed: {r.run}: {r.error}")
+        log(f"tables: {folder / 'cells.parquet'}, {folder / 'summary.parquet'}")
+    return table
+
+
+def _initial_row(cell: Cell) -> dict[str, Any]:
+    if _is_complete(cell.run_dir):
+        return {"status": "complete", "seconds": _wall_seconds(cell.run_dir), "error": None}
+    return {"status": "pending", "seconds": None, "error": None}
+
+
+def _worker_context(sweep: Sweep, cell: Cell) -> tuple[dict[str, str], str, int]:
+    environment = {"BERTOLOGY_HOME": str(paths.home().resolve())}
+    if os.environ.get("BERTOLOGY_MODELS"):
+        environment["BERTOLOGY_MODELS"] = str(Path(os.environ["BERTOLOGY_MODELS"]).resolve())
+    return environment, str(Path.cwd()), max(1, int(sweep.cpus))
+
+
+def _cell_gpus(sweep: Sweep, config: dict[str, Any]) -> float:
+    if sweep.gpus is not None:
+        return sweep.gpus
+    return 1.0 if str(config.get("device") or "cpu").startswith("cuda") else 0.0
+
+
+def _cell_args(sweep: Sweep, cell: Cell, folder: Path) -> tuple[Any, ...]:
+    environment, cwd, threads = _worker_context(sweep, cell)
+    log_file = str(folder / "logs" / f"{cell.run_dir.name}.log")
+    root = str(cell.run_dir.parents[1])
+    return (sweep.study, sweep.config_file, cell.overrides, cell.seed, root, log_file, environment, cwd, threads)
+
+
+def _stores_needed(sweep: Sweep, cells: list[Cell]) -> dict[tuple[Any, ...], Cell]:
+    """The first cell of each feature store the pending cells read."""
+    keys: dict[tuple[Any, ...], Cell] = {}
+    for cell in cells:
+        key = store_key(sweep.study, cell.config)
+        if key is not None and key not in keys:
+            keys[key] = cell
+    return keys
+
+
+def _run_local(sweep: Sweep, cells: list[Cell], progress: _Progress, folder: Path, log: Callable[[str], None]) -> None:
+    """One cell after another in this process; a cell that raises something other than a workbench
+    error is tried again up to ``max_retries`` times."""
+    stores: dict[tuple[Any, ...], dict] = {}
+    for n, cell in enumerate(cells, 1):
+        key = store_key(sweep.study, cell.config)
+        if key is not None and key not in stores:
+            environment, cwd, threads = _worker_context(sweep, cell)
+            log(f"  feature store of {key[0]} ({key[1]}, limit {key[2]}) ...")
+            stores[key] = extract_store(cell.config, bool(key[5]), environment, cwd, threads)
+        log(f"  cell {n}/{len(cells)}: {cell.label()} -> {cell.run}")
+        started = time.perf_counter()
+        outcome: dict[str, Any] | None = None
+        for attempt in range(sweep.max_retries + 1):
+            try:
+                outcome = run_cell(*_cell_args(sweep, cell, folder), store=stores.get(key) if key else None)
+                break
+            except Exception as exc:  # noqa: BLE001 -- any failure of one cell is recorded, the others go on
+                if attempt == sweep.max_retries:
+                    seconds = round(time.perf_counter() - started, 2)
+                    outcome = {"status": "failed", "seconds": seconds, "error": f"{type(exc).__name__}: {exc}"}
+                else:
+                    log(f"    {type(exc).__name__}: {exc}; retrying ({attempt + 1} of {sweep.max_retries})")
+        assert outcome is not None
+        _record(progress, cell, outcome, log)
+
+
+def _record(progress: _Progress, cell: Cell, outcome: dict[str, Any], log: Callable[[str], None]) -> None:
+    progress.set(cell, outcome["status"], outcome.get("seconds"), outcome.get("error"))
+    if outcome["status"] == "failed":
+        log(f"    failed: {cell.label()}: {outcome['error']}")
+
+
+def _run_ray(
+    sweep: Sweep,
+    cells: list[Cell],
+    progress: _Progress,
+    folder: Path,
+    address: str | None,
+    max_parallel: int | None,
+    log: Callable[[str], None],
+) -> None:
+    """Cells as Ray tasks: each store's extraction is a task the cells that read it take as an
+    argument (so they start once it is done); at most ``max_parallel`` cells in flight."""
+    import ray
+
+    started_here = False
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+        started_here = True
+    log(f"  ray: {ray.cluster_resources().get('CPU', 0):g} CPUs, {ray.cluster_resources().get('GPU', 0):g} GPUs")
+    try:
+        remote_extract = ray.remote(extract_store)
+        remote_cell = ray.remote(run_cell)
+        store_refs: dict[tuple[Any, ...], Any] = {}
+        for key, first in _stores_needed(sweep, cells).items():
+            environment, cwd, threads = _worker_context(sweep, first)
+            store_refs[key] = remote_extract.options(
+                num_cpus=sweep.cpus,
+                num_gpus=_cell_gpus(sweep, first.config),
+                max_retries=sweep.max_retries,
+                retry_exceptions=True,
+                name=f"store:{Path(str(key[0])).name}",
+            ).remote(first.config, bool(key[5]), environment, cwd, threads)
+        queue = list(cells)
+        in_flight: dict[Any, tuple[Cell, float]] = {}
+        limit = max_parallel or len(cells)
+        while queue or in_flight:
+            while queue and len(in_flight) < limit:
+                cell = queue.pop(0)
+                key = store_key(sweep.study, cell.config)
+                ref = remote_cell.options(
+                    num_cpus=sweep.cpus,
+                    num_gpus=_cell_gpus(sweep, cell.config),
+                    max_retries=sweep.max_retries,
+                    retry_exceptions=True,
+                    name=f"cell:{cell.run}",
+                ).remote(*_cell_args(sweep, cell, folder), store=store_refs.get(key) if key else None)
+                in_flight[ref] = (cell, time.perf_counter())
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            for ref in ready:
+                cell, started = in_flight.pop(ref)
+                try:
+                    outcome = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 -- retries spent: the cell is failed, the others go on
+                    seconds = round(time.perf_counter() - started, 2)
+                    outcome = {"status": "failed", "seconds": seconds, "error": _ray_error(exc)}
+                log(f"  {outcome['status']}: {cell.label()} -> {cell.run}")
+                _record(progress, cell, outcome, log)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _ray_error(exc: BaseException) -> str:
+    """One line for a Ray task's failure: the cell's own exception where Ray kept it (a task that
+    raised), else Ray's reason (a worker or node that died, after the retries)."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {cause}"
+    first = next((line for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first}".strip()
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _axis_columns(sweep: Sweep, cells: list[Cell]) -> dict[str, list[Any]]:
+    """Each grid field's value per cell as a table column: lists as JSON text, a field of mixed
+    value types as text."""
+    columns = {}
+    for key in sweep.grid:
+        values = [c.values[key] for c in cells]
+        values = [json.dumps(v) if isinstance(v, (list, dict)) else v for v in values]
+        if len({type(v) for v in values} - {type(None)}) > 1:
+            values = [None if v is None else str(v) for v in values]
+        columns[key] = values
+    return columns
+
+
+def cells_table(sweep: Sweep, cells: list[Cell], rows: dict[int, dict[str, Any]]) -> pd.DataFrame:
+    """One row per cell (``cell``, the grid fields, ``status``, ``run``, ``seconds``, ``error``)."""
+    table = pd.DataFrame({"cell": [c.index for c in cells], **_axis_columns(sweep, cells)})
+    table["status"] = [rows[c.index]["status"] for c in cells]
+    table["run"] = [c.run for c in cells]
+    table["seconds"] = pd.array([rows[c.index]["seconds"] for c in cells], dtype="Float64").astype(float)
+    table["error"] = pd.array([rows[c.index]["error"] for c in cells], dtype="string")
+    return table
+
+
+SUMMARY_COLUMNS = ["run", "item", "figure", "value", "low", "high"]
+
+
+def summary_table(
+    sweep: Sweep,
+    cells: list[Cell],
+    cells_df: pd.DataFrame,
+    results_root: Path,
+    cache: dict[str, pd.DataFrame] | None = None,
+) -> pd.DataFrame:
+    """Each complete cell's headline figures (:func:`headline`) beside its grid values; ``cache``:
+    figures already read, by run (a complete run's tables do not change)."""
+    cache = {} if cache is None else cache
+    axes = list(sweep.grid)
+    parts = []
+    for cell, row in zip(cells, cells_df.to_dict("records"), strict=True):
+        if row["status"] != "complete":
+            continue
+        if cell.run not in cache:
+            cache[cell.run] = headline(sweep.study, results_root / cell.run)
+        figures = cache[cell.run].copy()
+        if figures.empty:
+            continue
+        figures.insert(0, "run", cell.run)
+        for i, key in enumerate(axes):
+            figures.insert(i, key, [row[key]] * len(figures))
+        parts.append(figures)
+    if not parts:
+        frame = pd.DataFrame({k: pd.Series(dtype=cells_df[k].dtype) for k in axes})
+        for column in SUMMARY_COLUMNS:
+            frame[column] = pd.Series(dtype=float if column in ("value", "low", "high") else object)
+        return frame
+    return pd.concat(parts, ignore_index=True)
+
+
+def _rows(table: pd.DataFrame, item: str, figures: dict[str, tuple[str, str | None, str | None]]) -> pd.DataFrame:
+    out = []
+    for r in table.to_dict("records"):
+        for figure, (value, low, high) in figures.items():
+            if value not in r or r[value] is None or (isinstance(r[value], float) and math.isnan(r[value])):
+                continue
+            out.append(
+                {
+                    "item": str(r.get(item, "")) if item else "",
+                    "figure": figure,
+                    "value": float(r[value]),
+                    "low": float(r[low]) if low and r.get(low) is not None else math.nan,
+                    "high": float(r[high]) if high and r.get(high) is not None else math.nan,
+                }
+            )
+    return pd.DataFrame(out, columns=["item", "figure", "value", "low", "high"])
+
+
+def headline(study: str, run_dir: Path) -> pd.DataFrame:
+    """A run's headline figures from its study's own tables (those ``bertology study run`` prints
+    for a complete run): ``item`` (task, probe, method...), ``figure``, ``value``, ``low``, ``high``
+    (the interval; NaN where the run has none). Empty for a study without headline figures here."""
+
+    def table(name: str) -> pd.DataFrame | None:
+        try:
+            return results.read_table(run_dir, name)
+        except results.ResultError:
+            return None
+
+    if study == "edge_probing" and (t := table("summary")) is not None:
+        return _rows(
+            t,
+            "task",
+            {
+                "best_layer_score": ("best_layer_score", "best_layer_low", "best_layer_high"),
+                "best_layer": ("best_layer", None, None),
+                "mix_score": ("mix_score", "mix_low", "mix_high"),
+            },
+        )
+    if study == "structural_probe" and (t := table("summary")) is not None and {"probe", "metric"} <= set(t.columns):
+        if "encoder" in t.columns:
+            t = t[t["encoder"] == "trained"]
+        t = t.assign(item=t["probe"].astype(str) + " " + t["metric"].astype(str))
+        return _rows(t, "item", {"score": ("score", "low", "high")})
+    if study == "finetuning" and (t := table("finetune_scores")) is not None and {"task", "mode"} <= set(t.columns):
+        t = t.assign(item=t["task"].astype(str) + " / " + t["mode"].astype(str))
+        return _rows(t, "item", {"accuracy": ("accuracy", "low", "high")})
+    if study == "head_types" and (t := table("attention_probe")) is not None:
+        return _rows(t, "method", {"uas": ("uas", "uas_low", "uas_high")})
+    if study == "alignment" and (t := table("precision")) is not None and "k" in t.columns:
+        t = t[t["k"] == t["k"].min()]
+        t = t.assign(item=t.get("method", "mapping").astype(str) + " / " + t["retrieval"].astype(str))
+        return _rows(t, "item", {f"P@{int(t['k'].min()) if len(t) else 1}": ("value", "low", "high")})
+    if study == "pruning" and (t := table("pruning_threshold_summary")) is not None:
+        t = t.assign(item=t["method"].astype(str) + " @ " + t["tolerance"].astype(str))
+        return _rows(t, "item", {"removable_share": ("removable_share", None, None)})
+    if study == "contextuality" and (t := table("contextuality")) is not None and "layer" in t.columns:
+        last = t[t["layer"] == t["layer"].max()]
+        return _rows(last, "metric", {"adjusted_last_layer": ("adjusted", None, None)})
+    return pd.DataFrame(columns=["item", "figure", "value", "low", "high"])
+
+
+def read_sweep_tables(
+    name: str, results_root: str | Path | None = None
+) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
+    """``(sweep.json, cells, summary)`` of a sweep that has run; a ``ConfigError`` naming the sweeps
+    there when it has not."""
+    folder = sweep_dir(name, results_root)
+    if not (folder / "cells.parquet").is_file():
+        known = sorted(p.name for p in folder.parent.glob("*") if (p / "cells.parquet").is_file())
+        raise ConfigError(
+            f"no sweep {name!r} under {folder.parent}"
+            + (f"; sweeps there: {', '.join(known)}" if known else "; run one with `bertology sweep run SWEEP.yaml`")
+        )
+    try:
+        spec = json.loads((folder / "sweep.json").read_text())
+    except (OSError, ValueError):
+        spec = {}
+    cells = results.read_table(folder, "cells")
+    summary = results.read_table(folder, "summary") if (folder / "summary.parquet").is_file() else pd.DataFrame()
+    return spec, cells, summary
+
+
+def live_status(cells: pd.DataFrame, results_root: str | Path | None = None) -> Iterator[str]:
+    """Each pending cell's run folder status now (``running`` while a process holds its lock)."""
+    from bertology.runs import run_status
+
+    root = Path(results_root or paths.results_dir())
+    for r in cells.itertuples():
+        run_dir = root / str(r.run)
+        if r.status == "pending" and run_dir.is_dir():
+            yield run_status(run_dir)
+        else:
+            yield str(r.status)
