@@ -1,0 +1,352 @@
+"""Sweeps (bertology.sweeps): the sweep file's checks, every cell validated before any runs, the
+local backend (resume, failures, retries) on a toy study in-process, and -- marked slow -- a local
+Ray with two workers on two cores running edge probing of tiny random models: the same tables as a
+serial local run, a worker killed mid-cell retried to the same result, a failing cell recorded while
+the others complete, and a rerun skipping every complete cell."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from cli_inprocess import run_cli
+
+from bertology import sweeps
+from bertology.errors import ConfigError, WorkbenchError
+
+# --------------------------------------------------------------------------- a toy study, in-process
+
+CALLS: list[tuple[float, int]] = []
+
+
+def _toy_run(ctx) -> None:
+    """Writes one ``summary`` row; ``value`` 13 raises a RuntimeError (a crash), 17 a ConfigError."""
+    value = ctx.config["value"]
+    CALLS.append((value, ctx.seed))
+    if value == 13:
+        raise RuntimeError("unlucky value 13")
+    if value == 17:
+        raise ConfigError("value 17 is refused by the study")
+    ctx.step("summary", lambda: pd.DataFrame({"task": ["t"], "score": [value + ctx.seed]}))
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """Study ``toysweep`` (fields ``value`` float, ``seed``) registered for the test."""
+    import bertology.studies as studies
+
+    module = types.ModuleType("bertology.studies.toysweep")
+    module.DESCRIPTION, module.DEFAULTS, module.run = "toy", {"value": 1.0, "seed": 0}, _toy_run
+    monkeypatch.setitem(sys.modules, "bertology.studies.toysweep", module)
+    names = studies._names()
+    monkeypatch.setattr(studies, "_names", lambda: sorted([*names, "toysweep"]))
+    CALLS.clear()
+    return "toysweep"
+
+
+def _sweep(study: str, grid: dict, **more) -> sweeps.Sweep:
+    return sweeps.parse_sweep({"name": "s", "study": study, "grid": grid, **more})
+
+
+def test_the_grid_expands_as_nested_loops_in_the_files_order():
+    cells = sweeps.expand_grid({"model": ["a", "b"], "seed": [0, 1, 2]})
+    assert len(cells) == 6
+    assert cells[:4] == [
+        {"model": "a", "seed": 0},
+        {"model": "a", "seed": 1},
+        {"model": "a", "seed": 2},
+        {"model": "b", "seed": 0},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"name": "s", "study": "edge_probing", "grid": {"model": ["a"]}, "extra": 1}, "unknown field 'extra'"),
+        ({"name": "s", "study": "edge_probing"}, "field 'grid' is required"),
+        ({"name": "../s", "study": "edge_probing", "grid": {"seed": [0]}}, "not a plain name"),
+        ({"name": "s", "study": "nope", "grid": {"seed": [0]}}, "unknown study 'nope'"),
+        ({"name": "s", "study": "edge_probing", "grid": {"layers": [1]}}, "grid field 'layers' is not a field"),
+        ({"name": "s", "study": "edge_probing", "grid": {"limit": []}}, "non-empty list"),
+        ({"name": "s", "study": "edge_probing", "grid": {"limit": [5, 5]}}, "repeats the value 5"),
+        ({"name": "s", "study": "edge_probing", "grid": {"seed": [0, -1]}}, "integers >= 0"),
+        (
+            {"name": "s", "study": "edge_probing", "config": {"limit": 5}, "grid": {"limit": [5, 6]}},
+            "both in 'config' and in 'grid'",
+        ),
+        ({"name": "s", "study": "edge_probing", "grid": {"seed": [0]}, "max_retries": -1}, "max_retries"),
+        ({"name": "s", "study": "edge_probing", "grid": {"seed": [0]}, "resources": {"cpus": 0}}, "resources.cpus"),
+        ({"name": "s", "study": "edge_probing", "grid": {"seed": [0]}, "resources": {"ram": 1}}, "resources"),
+    ],
+)
+def test_a_bad_sweep_file_is_refused_naming_the_field(data, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        sweeps.parse_sweep(data)
+
+
+def test_load_sweep_reads_the_shipped_example():
+    sweep = sweeps.load_sweep(Path(__file__).resolve().parents[1] / "examples" / "sweep_tiny.yaml")
+    assert (sweep.name, sweep.study) == ("tiny", "edge_probing")
+    assert sweep.grid == {"model": ["minilm-l6", "bert-mini-english"], "seed": [0, 1]}
+    assert sweep.max_retries == 2 and sweep.cpus == 1
+
+
+def test_an_invalid_grid_value_is_refused_before_any_cell_runs(toy, tmp_path):
+    sweep = _sweep(toy, {"value": [1.0, "lots"]})
+    with pytest.raises(ConfigError, match=r"cell value=lots: .*field 'value' must be a number"):
+        sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lambda m: None)
+    assert CALLS == [] and not any(tmp_path.iterdir())  # nothing ran, nothing was written
+
+
+def test_an_invalid_grid_value_of_a_real_study_is_refused_with_its_own_rules(tmp_path):
+    sweep = _sweep("edge_probing", {"limit": [40, -3]}, config={"tasks": ["pos"]})
+    with pytest.raises(ConfigError, match=r"cell limit=-3: .*limit"):
+        sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lambda m: None)
+    sweep = _sweep("edge_probing", {"tasks": [["pos"], ["pos", "colour"]]})
+    with pytest.raises(ConfigError, match=r"colour"):
+        sweeps.prepare_cells(sweep, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_local_sweep_runs_every_cell_as_a_study_run_and_resumes(toy, tmp_path):
+    from bertology.studies import run_study
+
+    sweep = _sweep(toy, {"value": [1.0, 2.0], "seed": [0, 1]})
+    lines: list[str] = []
+    table = sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
+    assert "sweep s: 0 of 4 cells complete" in lines and "sweep s: 4 of 4 cells complete" in lines
+    assert list(table["status"]) == ["complete"] * 4
+    assert list(table["value"]) == [1.0, 1.0, 2.0, 2.0] and list(table["seed"]) == [0, 1, 0, 1]
+    # each cell is the run `study run` makes for the same config and seed
+    assert (
+        table["run"][3]
+        == f"{toy}/" + run_study(toy, overrides={"value": 2.0}, seed=1, results_root=tmp_path, log=lambda m: None).name
+    )
+    scores = [pd.read_parquet(tmp_path / run / "summary.parquet")["score"][0] for run in table["run"]]
+    assert scores == [1.0, 2.0, 2.0, 3.0]
+    cells = pd.read_parquet(tmp_path / "sweeps" / "s" / "cells.parquet")
+    pd.testing.assert_frame_equal(cells, table)
+    # a rerun runs nothing; one cell made incomplete again is the only one run
+    CALLS.clear()
+    lines.clear()
+    sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
+    assert CALLS == [] and lines[0] == "sweep s: 4 of 4 cells complete"
+    (tmp_path / table["run"][2] / "manifest.json").unlink()
+    (tmp_path / table["run"][2] / "summary.parquet").unlink()
+    lines.clear()
+    again = sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
+    assert CALLS == [(2.0, 0)] and lines[0] == "sweep s: 3 of 4 cells complete"
+    pd.testing.assert_frame_equal(again.drop(columns="seconds"), table.drop(columns="seconds"))
+
+
+def test_a_failing_cell_is_recorded_with_its_error_and_the_others_complete(toy, tmp_path):
+    sweep = _sweep(toy, {"value": [1.0, 13.0, 17.0, 2.0]}, max_retries=2)
+    lines: list[str] = []
+    table = sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
+    assert list(table["status"]) == ["complete", "failed", "failed", "complete"]
+    assert table["error"][1] == "RuntimeError: unlucky value 13"
+    assert table["error"][2] == "ConfigError: value 17 is refused by the study"
+    # a crash is tried 1 + max_retries times; a workbench error (bad input) fails at once
+    assert [v for v, _ in CALLS].count(13.0) == 3 and [v for v, _ in CALLS].count(17.0) == 1
+    assert "sweep s: 2 of 4 cells complete, 2 failed" in lines
+    status = run_cli("sweep", "status", "s", env={"BERTOLOGY_RESULTS": str(tmp_path)})
+    assert status.returncode == 0
+    assert "2 of 4 cells complete" in status.stdout and "RuntimeError: unlucky value 13" in status.stdout
+    # a rerun tries the failed cells again, not the complete ones
+    CALLS.clear()
+    sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lambda m: None)
+    assert sorted({v for v, _ in CALLS}) == [13.0, 17.0]
+
+
+def test_the_sweeps_folder_is_never_listed_nor_cleaned_as_a_run(toy, tmp_path):
+    from bertology.runs import list_runs, remove_unfinished_runs
+
+    sweeps.run_sweep(_sweep(toy, {"value": [1.0]}), backend="local", results_root=tmp_path, log=lambda m: None)
+    assert set(list_runs(tmp_path)["study"]) == {toy}
+    remove_unfinished_runs(tmp_path)
+    assert (tmp_path / "sweeps" / "s" / "cells.parquet").is_file()
+
+
+def test_cli_errors_are_one_line(toy, tmp_path):
+    missing = run_cli("sweep", "status", "nothing", env={"BERTOLOGY_RESULTS": str(tmp_path)})
+    assert missing.returncode == 2 and missing.stderr.startswith("error: no sweep 'nothing'")
+    (tmp_path / "s.yaml").write_text("name: s\nstudy: edge_probing\ngrid: {seed: [0]}\n")
+    both = run_cli("sweep", "run", str(tmp_path / "s.yaml"), "--backend", "local", "--address", "auto")
+    assert both.returncode == 2 and "--address joins a Ray cluster" in both.stderr
+    other = run_cli("sweep", "run", str(tmp_path / "s.yaml"), "--backend", "slurm")
+    assert other.returncode == 2 and "backend 'slurm'" in other.stderr
+
+
+def test_headline_figures_come_from_the_studys_summary_table(tmp_path):
+    from bertology import results
+
+    results.write_table(
+        tmp_path,
+        "summary",
+        pd.DataFrame(
+            {
+                "task": ["pos"],
+                "best_layer": [2],
+                "best_layer_score": [0.9],
+                "best_layer_low": [0.8],
+                "best_layer_high": [0.95],
+                "mix_score": [float("nan")],
+            }
+        ),
+    )
+    figures = sweeps.headline("edge_probing", tmp_path)
+    assert figures.to_dict("records")[0] == {
+        "item": "pos",
+        "figure": "best_layer_score",
+        "value": 0.9,
+        "low": 0.8,
+        "high": 0.95,
+    }
+    assert list(figures["figure"]) == ["best_layer_score", "best_layer"]  # no mix: no row
+    assert sweeps.headline("toysweep", tmp_path).empty
+
+
+# --------------------------------------------------------------------------- on Ray, edge probing
+
+TINY = {
+    "tasks": ["pos"],
+    "limit": 40,
+    "modes": ["per_layer"],
+    "seeds": [0],
+    "max_epochs": 2,
+    "control": False,
+    "mdl_tasks": [],
+    "random_baseline_tasks": [],
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    from bertology.testing import save_tiny_model_dir
+
+    root = tmp_path_factory.mktemp("models")
+    return [str(save_tiny_model_dir("bert", root / f"m{seed}", seed=seed)) for seed in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def serial(tiny_models, tmp_path_factory):
+    """The 2 models x 2 seeds sweep run with the local backend: (results root, cells table)."""
+    root = tmp_path_factory.mktemp("serial")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BERTOLOGY_HOME", str(tmp_path_factory.mktemp("serial_home")))
+    try:
+        sweep = _sweep("edge_probing", {"model": tiny_models, "seed": [0, 1]}, config=TINY)
+        table = sweeps.run_sweep(sweep, backend="local", results_root=root, log=lambda m: None)
+    finally:
+        mp.undo()
+    assert list(table["status"]) == ["complete"] * 4
+    return root, table
+
+
+def _same_cells(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a.drop(columns="seconds"), b.drop(columns="seconds"))
+
+
+def _same_run_tables(run: str, root: Path, other: Path) -> None:
+    """A cell's study tables equal another run's: the summary byte for byte, the layer scores but
+    for the probes' timings (their ``seconds`` rows)."""
+    assert (root / run / "summary.parquet").read_bytes() == (other / run / "summary.parquet").read_bytes()
+    scores, others = (pd.read_parquet(r / run / "layer_scores.parquet") for r in (root, other))
+    untimed = scores["metric"] != "seconds"
+    assert untimed.sum() >= 10
+    pd.testing.assert_frame_equal(scores[untimed], others[others["metric"] != "seconds"])
+
+
+@pytest.mark.slow
+def test_a_ray_sweep_gives_the_tables_of_a_serial_local_run(local_ray, serial, tiny_models, tmp_path):
+    serial_root, serial_cells = serial
+    sweep = _sweep("edge_probing", {"model": tiny_models, "seed": [0, 1]}, config=TINY)
+    lines: list[str] = []
+    cells = sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lines.append)
+    _same_cells(cells, serial_cells)
+    summary = pd.read_parquet(tmp_path / "sweeps" / "s" / "summary.parquet")
+    pd.testing.assert_frame_equal(summary, pd.read_parquet(serial_root / "sweeps" / "s" / "summary.parquet"))
+    assert set(summary["figure"]) >= {"best_layer_score", "best_layer"} and len(summary) >= 8
+    for run in cells["run"]:  # the cells' own study tables
+        _same_run_tables(run, tmp_path, serial_root)
+    # one feature store per model, extracted once before the cells that read it
+    assert len(list((Path(os.environ["BERTOLOGY_HOME"]) / "stores").iterdir())) == 2
+    # a rerun skips every complete cell without starting any task
+    lines.clear()
+    again = sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lines.append)
+    assert lines[0] == "sweep s: 4 of 4 cells complete" and not any("running" in line for line in lines)
+    _same_cells(again, cells)
+
+
+def _kill_first_cell(root: Path, killed: list[int], stop: threading.Event) -> None:
+    """kill -9 the process running the first cell to start (its run folder's lock names its pid)."""
+    while not stop.is_set():
+        for inputs in root.glob("edge_probing/*/inputs.json"):
+            pid = int((inputs.parent / ".lock").read_text().split()[0])
+            if pid != os.getpid():
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_cell_is_retried_to_the_same_result(local_ray, serial, tiny_models, tmp_path):
+    serial_root, serial_cells = serial
+    sweep = _sweep("edge_probing", {"model": tiny_models[:1], "seed": [0, 1]}, config=TINY, max_retries=2)
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_first_cell, args=(tmp_path, killed, stop), daemon=True)
+    killer.start()
+    try:
+        cells = sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lambda m: None)
+    finally:
+        stop.set()
+        killer.join()
+    assert len(killed) == 1
+    assert list(cells["status"]) == ["complete", "complete"]
+    _same_cells(cells, serial_cells.iloc[:2])
+    for run in cells["run"]:
+        _same_run_tables(run, tmp_path, serial_root)
+    logs = [p.read_text() for p in (tmp_path / "sweeps" / "s" / "logs").glob("*.log")]
+    assert sorted(log.count("running into") for log in logs) == [1, 2]  # the killed cell ran twice
+
+
+@pytest.mark.slow
+def test_a_failing_cell_on_ray_is_recorded_while_the_others_complete(local_ray, tiny_models, tmp_path):
+    sweep = _sweep(
+        "edge_probing",
+        {"limit": [40, 2]},
+        config={**{k: v for k, v in TINY.items() if k != "limit"}, "model": tiny_models[0]},
+        max_retries=1,
+    )
+    lines: list[str] = []
+    cells = sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lines.append)
+    assert list(cells["status"]) == ["complete", "failed"]
+    assert cells["error"][1] == "TaskError: task 'pos': needs at least 3 sentences with targets to split, has 2"
+    assert pd.isna(cells["error"][0]) and not (tmp_path / cells["run"][1]).exists()
+    assert "sweep s: 1 of 2 cells complete, 1 failed" in lines
+
+
+def test_a_missing_ray_is_a_clear_error(monkeypatch, toy, tmp_path):
+    monkeypatch.setattr(sweeps, "ray_available", lambda: False)
+    with pytest.raises(WorkbenchError, match=r"needs Ray: install the sweep extra"):
+        sweeps.run_sweep(_sweep(toy, {"value": [1.0]}), backend="ray", results_root=tmp_path, log=lambda m: None)
+    # where Ray is not installed, local is the default
+    table = sweeps.run_sweep(_sweep(toy, {"value": [1.0]}), results_root=tmp_path, log=lambda m: None)
+    assert list(table["status"]) == ["complete"]
