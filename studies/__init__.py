@@ -37,6 +37,9 @@ __all__ = [
     "prepare_run",
     "run_prepared",
     "PreparedRun",
+    "load_sweep",
+    "run_sweep",
+    "prepare_cells",
     "config_dir",
     "default_config_file",
 ]
@@ -177,3 +180,7 @@ def _manifest_time(run_dir: Path) -> int | None:
         return (Path(run_dir) / "manifest.json").stat().st_mtime_ns
     except OSError:
         return None
+
+
+# sweeps: grids of study runs, locally or on Ray (the engine and tables are bertology.sweeps)
+from bertology.studies._sweeps import load_sweep, prepare_cells, run_sweep  # noqa: E402

@@ -20,6 +20,7 @@ from cli_inprocess import run_cli
 
 from bertology import sweeps
 from bertology.errors import ConfigError, WorkbenchError
+from bertology.studies import _sweeps
 
 # --------------------------------------------------------------------------- a toy study, in-process
 
@@ -52,7 +53,7 @@ def toy(monkeypatch):
 
 
 def _sweep(study: str, grid: dict, **more) -> sweeps.Sweep:
-    return sweeps.parse_sweep({"name": "s", "study": study, "grid": grid, **more})
+    return _sweeps.parse_sweep({"name": "s", "study": study, "grid": grid, **more})
 
 
 def test_the_grid_expands_as_nested_loops_in_the_files_order():
@@ -88,11 +89,11 @@ def test_the_grid_expands_as_nested_loops_in_the_files_order():
 )
 def test_a_bad_sweep_file_is_refused_naming_the_field(data, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        sweeps.parse_sweep(data)
+        _sweeps.parse_sweep(data)
 
 
 def test_load_sweep_reads_the_shipped_example():
-    sweep = sweeps.load_sweep(Path(__file__).resolve().parents[1] / "examples" / "sweep_tiny.yaml")
+    sweep = _sweeps.load_sweep(Path(__file__).resolve().parents[1] / "examples" / "sweep_tiny.yaml")
     assert (sweep.name, sweep.study) == ("tiny", "edge_probing")
     assert sweep.grid == {"model": ["minilm-l6", "bert-mini-english"], "seed": [0, 1]}
     assert sweep.max_retries == 2 and sweep.cpus == 1
@@ -101,17 +102,17 @@ def test_load_sweep_reads_the_shipped_example():
 def test_an_invalid_grid_value_is_refused_before_any_cell_runs(toy, tmp_path):
     sweep = _sweep(toy, {"value": [1.0, "lots"]})
     with pytest.raises(ConfigError, match=r"cell value=lots: .*field 'value' must be a number"):
-        sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lambda m: None)
+        _sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lambda m: None)
     assert CALLS == [] and not any(tmp_path.iterdir())  # nothing ran, nothing was written
 
 
 def test_an_invalid_grid_value_of_a_real_study_is_refused_with_its_own_rules(tmp_path):
     sweep = _sweep("edge_probing", {"limit": [40, -3]}, config={"tasks": ["pos"]})
     with pytest.raises(ConfigError, match=r"cell limit=-3: .*limit"):
-        sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lambda m: None)
+        _sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lambda m: None)
     sweep = _sweep("edge_probing", {"tasks": [["pos"], ["pos", "colour"]]})
     with pytest.raises(ConfigError, match=r"colour"):
-        sweeps.prepare_cells(sweep, tmp_path)
+        _sweeps.prepare_cells(sweep, tmp_path)
     assert not any(tmp_path.iterdir())
 
 
@@ -120,7 +121,7 @@ def test_a_local_sweep_runs_every_cell_as_a_study_run_and_resumes(toy, tmp_path)
 
     sweep = _sweep(toy, {"value": [1.0, 2.0], "seed": [0, 1]})
     lines: list[str] = []
-    table = sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
+    table = _sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
     assert "sweep s: 0 of 4 cells complete" in lines and "sweep s: 4 of 4 cells complete" in lines
     assert list(table["status"]) == ["complete"] * 4
     assert list(table["value"]) == [1.0, 1.0, 2.0, 2.0] and list(table["seed"]) == [0, 1, 0, 1]
@@ -136,12 +137,12 @@ def test_a_local_sweep_runs_every_cell_as_a_study_run_and_resumes(toy, tmp_path)
     # a rerun runs nothing; one cell made incomplete again is the only one run
     CALLS.clear()
     lines.clear()
-    sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
+    _sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
     assert CALLS == [] and lines[0] == "sweep s: 4 of 4 cells complete"
     (tmp_path / table["run"][2] / "manifest.json").unlink()
     (tmp_path / table["run"][2] / "summary.parquet").unlink()
     lines.clear()
-    again = sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
+    again = _sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
     assert CALLS == [(2.0, 0)] and lines[0] == "sweep s: 3 of 4 cells complete"
     pd.testing.assert_frame_equal(again.drop(columns="seconds"), table.drop(columns="seconds"))
 
@@ -149,7 +150,7 @@ def test_a_local_sweep_runs_every_cell_as_a_study_run_and_resumes(toy, tmp_path)
 def test_a_failing_cell_is_recorded_with_its_error_and_the_others_complete(toy, tmp_path):
     sweep = _sweep(toy, {"value": [1.0, 13.0, 17.0, 2.0]}, max_retries=2)
     lines: list[str] = []
-    table = sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
+    table = _sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lines.append)
     assert list(table["status"]) == ["complete", "failed", "failed", "complete"]
     assert table["error"][1] == "RuntimeError: unlucky value 13"
     assert table["error"][2] == "ConfigError: value 17 is refused by the study"
@@ -161,14 +162,14 @@ def test_a_failing_cell_is_recorded_with_its_error_and_the_others_complete(toy, 
     assert "2 of 4 cells complete" in status.stdout and "RuntimeError: unlucky value 13" in status.stdout
     # a rerun tries the failed cells again, not the complete ones
     CALLS.clear()
-    sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lambda m: None)
+    _sweeps.run_sweep(sweep, backend="local", results_root=tmp_path, log=lambda m: None)
     assert sorted({v for v, _ in CALLS}) == [13.0, 17.0]
 
 
 def test_the_sweeps_folder_is_never_listed_nor_cleaned_as_a_run(toy, tmp_path):
     from bertology.runs import list_runs, remove_unfinished_runs
 
-    sweeps.run_sweep(_sweep(toy, {"value": [1.0]}), backend="local", results_root=tmp_path, log=lambda m: None)
+    _sweeps.run_sweep(_sweep(toy, {"value": [1.0]}), backend="local", results_root=tmp_path, log=lambda m: None)
     assert set(list_runs(tmp_path)["study"]) == {toy}
     remove_unfinished_runs(tmp_path)
     assert (tmp_path / "sweeps" / "s" / "cells.parquet").is_file()
@@ -251,7 +252,7 @@ def serial(tiny_models, tmp_path_factory):
     mp.setenv("BERTOLOGY_HOME", str(tmp_path_factory.mktemp("serial_home")))
     try:
         sweep = _sweep("edge_probing", {"model": tiny_models, "seed": [0, 1]}, config=TINY)
-        table = sweeps.run_sweep(sweep, backend="local", results_root=root, log=lambda m: None)
+        table = _sweeps.run_sweep(sweep, backend="local", results_root=root, log=lambda m: None)
     finally:
         mp.undo()
     assert list(table["status"]) == ["complete"] * 4
@@ -277,7 +278,7 @@ def test_a_ray_sweep_gives_the_tables_of_a_serial_local_run(local_ray, serial, t
     serial_root, serial_cells = serial
     sweep = _sweep("edge_probing", {"model": tiny_models, "seed": [0, 1]}, config=TINY)
     lines: list[str] = []
-    cells = sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lines.append)
+    cells = _sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lines.append)
     _same_cells(cells, serial_cells)
     summary = pd.read_parquet(tmp_path / "sweeps" / "s" / "summary.parquet")
     pd.testing.assert_frame_equal(summary, pd.read_parquet(serial_root / "sweeps" / "s" / "summary.parquet"))
@@ -288,7 +289,7 @@ def test_a_ray_sweep_gives_the_tables_of_a_serial_local_run(local_ray, serial, t
     assert len(list((Path(os.environ["BERTOLOGY_HOME"]) / "stores").iterdir())) == 2
     # a rerun skips every complete cell without starting any task
     lines.clear()
-    again = sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lines.append)
+    again = _sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lines.append)
     assert lines[0] == "sweep s: 4 of 4 cells complete" and not any("running" in line for line in lines)
     _same_cells(again, cells)
 
@@ -314,7 +315,7 @@ def test_a_worker_killed_mid_cell_is_retried_to_the_same_result(local_ray, seria
     killer = threading.Thread(target=_kill_first_cell, args=(tmp_path, killed, stop), daemon=True)
     killer.start()
     try:
-        cells = sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lambda m: None)
+        cells = _sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lambda m: None)
     finally:
         stop.set()
         killer.join()
@@ -336,7 +337,7 @@ def test_a_failing_cell_on_ray_is_recorded_while_the_others_complete(local_ray, 
         max_retries=1,
     )
     lines: list[str] = []
-    cells = sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lines.append)
+    cells = _sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lines.append)
     assert list(cells["status"]) == ["complete", "failed"]
     assert cells["error"][1] == "TaskError: task 'pos': needs at least 3 sentences with targets to split, has 2"
     assert pd.isna(cells["error"][0]) and not (tmp_path / cells["run"][1]).exists()
@@ -346,7 +347,7 @@ def test_a_failing_cell_on_ray_is_recorded_while_the_others_complete(local_ray, 
 def test_a_missing_ray_is_a_clear_error(monkeypatch, toy, tmp_path):
     monkeypatch.setattr(sweeps, "ray_available", lambda: False)
     with pytest.raises(WorkbenchError, match=r"needs Ray: install the sweep extra"):
-        sweeps.run_sweep(_sweep(toy, {"value": [1.0]}), backend="ray", results_root=tmp_path, log=lambda m: None)
+        _sweeps.run_sweep(_sweep(toy, {"value": [1.0]}), backend="ray", results_root=tmp_path, log=lambda m: None)
     # where Ray is not installed, local is the default
-    table = sweeps.run_sweep(_sweep(toy, {"value": [1.0]}), results_root=tmp_path, log=lambda m: None)
+    table = _sweeps.run_sweep(_sweep(toy, {"value": [1.0]}), results_root=tmp_path, log=lambda m: None)
     assert list(table["status"]) == ["complete"]

@@ -37,7 +37,8 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,40 +46,33 @@ from typing import Any
 import pandas as pd
 
 from bertology import atomic, paths, results
-from bertology.errors import ConfigError, WorkbenchError
-from bertology.runs import read_config_file
+from bertology.errors import ConfigError
 
 __all__ = [
     "Sweep",
     "Cell",
-    "load_sweep",
+    "WorkerContext",
     "parse_sweep",
     "expand_grid",
-    "prepare_cells",
-    "run_sweep",
+    "check_backend",
+    "run_cells",
+    "worker_context",
+    "entered",
+    "wall_seconds",
+    "is_complete",
     "sweep_dir",
+    "cells_table",
+    "summary_table",
     "read_sweep_tables",
     "headline",
+    "live_status",
     "ray_available",
     "BACKENDS",
-    "STORE_READERS",
 ]
 
 BACKENDS = ("local", "ray")
 SWEEP_FIELDS = ("name", "study", "description", "config", "config_file", "grid", "resources", "max_retries")
 CELL_STATUSES = ("complete", "failed", "pending")
-
-STORE_READERS: dict[str, bool] = {
-    "edge_probing": False,
-    "feature_combinations": False,
-    "structural_probe": False,
-    "contextuality": False,
-    "head_types": True,
-    "pruning": True,
-}
-"""Studies that read the feature store of their config's ``model`` over ``corpus`` (first
-``limit`` sentences, ``pooling``, on ``device``) through :func:`bertology.runs.model_corpus_store`,
-and whether with attention maps: a sweep extracts each such store once, before its cells."""
 
 
 @dataclass(frozen=True)
@@ -101,14 +95,18 @@ class Sweep:
 
 @dataclass
 class Cell:
-    """One cell of a sweep: its position in the grid, its grid values and its prepared study run."""
+    """One cell of a sweep: its position in the grid, its grid values, its run folder and what the
+    sweep's cell function takes (``run_cell(*args, store=...)``), the feature store it reads
+    (``store``: a key shared by the cells that read the same store; ``store_args``: what
+    ``extract_store(*store_args)`` takes) and the GPUs it asks of Ray."""
 
     index: int
     values: dict[str, Any]
-    overrides: dict[str, Any]
-    seed: int | None
     run_dir: Path
-    config: dict[str, Any] = field(repr=False)
+    args: tuple[Any, ...] = field(repr=False, default=())
+    store: tuple[Any, ...] | None = None
+    store_args: tuple[Any, ...] = field(repr=False, default=())
+    gpus: float = 0.0
 
     @property
     def run(self) -> str:
@@ -116,7 +114,12 @@ class Cell:
         return f"{self.run_dir.parent.name}/{self.run_dir.name}"
 
     def label(self) -> str:
-        return ", ".join(f"{k}={_shown(v)}" for k, v in self.values.items())
+        return cell_label(self.values)
+
+
+def cell_label(values: dict[str, Any]) -> str:
+    """``model=a, seed=0``: a cell's grid values as a log line or an error names them."""
+    return ", ".join(f"{k}={_shown(v)}" for k, v in values.items())
 
 
 def _shown(value: Any) -> str:
@@ -126,17 +129,14 @@ def _shown(value: Any) -> str:
 # --------------------------------------------------------------------------- the sweep file
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read and validate a sweep file (YAML); errors name the file and the field."""
-    path = Path(path)
-    data = read_config_file(path)
-    return parse_sweep(data, source=str(path), base=path.parent)
-
-
-def parse_sweep(data: dict[str, Any], *, source: str = "<sweep>", base: Path | None = None) -> Sweep:
-    """A :class:`Sweep` from a sweep file's mapping; ``base``: the folder ``config_file`` is relative to."""
-    from bertology.studies import load_study
-
+def parse_sweep(
+    data: dict[str, Any], *, fields: Collection[str], source: str = "<sweep>", base: Path | None = None
+) -> Sweep:
+    """A :class:`Sweep` from a sweep file's mapping. ``fields``: the config fields of its study
+    (``seed`` is always a grid field); ``base``: the folder ``config_file`` is relative to. Errors
+    name the file and the field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of field: value")
     unknown = sorted(set(data) - set(SWEEP_FIELDS))
     if unknown:
         raise ConfigError(f"{source}: unknown field {unknown[0]!r}; known fields: {', '.join(SWEEP_FIELDS)}")
@@ -147,17 +147,13 @@ def parse_sweep(data: dict[str, Any], *, source: str = "<sweep>", base: Path | N
     study = data["study"]
     if not isinstance(study, str):
         raise ConfigError(f"{source}: field 'study' must be a study name, got {study!r}")
-    try:
-        module = load_study(study)
-    except WorkbenchError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
     config = data.get("config") or {}
     if not isinstance(config, dict):
         raise ConfigError(f"{source}: field 'config' must be a mapping of field: value, got {config!r}")
     grid = data["grid"]
     if not isinstance(grid, dict) or not grid:
         raise ConfigError(f"{source}: field 'grid' must be a mapping of field: [values] with at least one field")
-    known = set(module.DEFAULTS) | {"seed"}
+    known = set(fields) | {"seed"}
     for key, values in grid.items():
         if key not in known:
             raise ConfigError(
@@ -222,142 +218,47 @@ def expand_grid(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
-def prepare_cells(sweep: Sweep, results_root: str | Path | None = None) -> list[Cell]:
-    """Every cell of the sweep, validated with the study's own rules and identified by its run
-    folder, before anything runs: the first invalid cell is a ``ConfigError`` naming the sweep, the
-    cell's grid values and the field; two cells that are the same run are refused."""
-    from bertology.studies import prepare_run
-
-    root = Path(results_root or paths.results_dir()).resolve()
-    cells: list[Cell] = []
-    by_run: dict[Path, Cell] = {}
-    for index, values in enumerate(expand_grid(sweep.grid)):
-        overrides = {**sweep.config, **{k: v for k, v in values.items() if k != "seed"}}
-        seed = values.get("seed")
-        label = ", ".join(f"{k}={_shown(v)}" for k, v in values.items())
-        try:
-            prepared = prepare_run(
-                sweep.study, config_file=sweep.config_file, overrides=overrides, seed=seed, results_root=root
-            )
-        except WorkbenchError as exc:
-            raise ConfigError(f"sweep {sweep.name} ({sweep.source}), cell {label}: {exc}") from None
-        cell = Cell(index, values, overrides, seed, prepared.run_dir, prepared.config)
-        if prepared.run_dir in by_run:
-            raise ConfigError(
-                f"sweep {sweep.name}: cells {by_run[prepared.run_dir].label()} and {label} are the same run "
-                f"({cell.run}): a grid value changes nothing"
-            )
-        by_run[prepared.run_dir] = cell
-        cells.append(cell)
-    return cells
-
-
-def store_key(study: str, config: dict[str, Any]) -> tuple[Any, ...] | None:
-    """What identifies the feature store a cell of ``study`` reads (model, corpus, limit, pooling,
-    device, attentions), or None when it reads none this module knows of (:data:`STORE_READERS`)."""
-    if study not in STORE_READERS:
-        return None
-    if study == "edge_probing":
-        from bertology.probes.probing.analysis import is_task_file
-
-        if all(is_task_file(t) for t in config.get("tasks", [])):
-            return None  # task files bring their own sentences and stores
-    return (
-        config["model"],
-        config["corpus"],
-        config.get("limit"),
-        config.get("pooling", "first"),
-        config.get("device") or "cpu",
-        STORE_READERS[study],
-    )
-
-
 # --------------------------------------------------------------------------- what runs on a worker
 
 
-def _enter(environment: dict[str, str], cwd: str, threads: int) -> int:
-    """Give this (worker) process the driver's folders and the cell's thread count; return the
-    previous thread count."""
+@dataclass(frozen=True)
+class WorkerContext:
+    """What a cell's process takes from the driver: its folders (``BERTOLOGY_HOME``...: the
+    feature stores and models every cell shares), its working folder (relative paths in a config)
+    and its torch threads (the sweep's ``cpus`` per cell, on either backend, so both compute alike)."""
+
+    environment: dict[str, str]
+    cwd: str
+    threads: int
+
+
+def worker_context(sweep: Sweep) -> WorkerContext:
+    """This driver's :class:`WorkerContext` for the cells of ``sweep``."""
+    environment = {"BERTOLOGY_HOME": str(paths.home().resolve())}
+    if os.environ.get("BERTOLOGY_MODELS"):
+        environment["BERTOLOGY_MODELS"] = str(Path(os.environ["BERTOLOGY_MODELS"]).resolve())
+    return WorkerContext(environment, str(Path.cwd()), max(1, int(sweep.cpus)))
+
+
+@contextmanager
+def entered(context: WorkerContext) -> Iterator[None]:
+    """Run the block in the driver's folders with the cell's thread count (restored after: the
+    local backend runs cells in the driver's own process)."""
     import torch
 
-    os.environ.update(environment)
-    if Path(cwd).is_dir() and Path.cwd() != Path(cwd):
-        os.chdir(cwd)  # relative model or corpus paths in the config mean the driver's folder
+    os.environ.update(context.environment)
+    if Path(context.cwd).is_dir() and Path.cwd() != Path(context.cwd):
+        os.chdir(context.cwd)  # relative model or corpus paths in the config mean the driver's folder
     before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    return before
-
-
-def _leave(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
-
-
-def extract_store(
-    config: dict[str, Any], attentions: bool, environment: dict[str, str], cwd: str, threads: int
-) -> dict:
-    """Extract (or find) the feature store ``store_key`` names, as :func:`bertology.runs.model_corpus_store`
-    opens it; ``{"ok": True, "store": path}`` or ``{"ok": False, "error": message}`` for a workbench
-    error (a model that does not load): the cells that read it are then recorded failed with it."""
-    before = _enter(environment, cwd, threads)
+    torch.set_num_threads(context.threads)
     try:
-        from bertology.corpus import load_corpus
-        from bertology.models import load_model, resolve_device
-        from bertology.store import extract
-
-        lm = load_model(config["model"], attentions=True, device=resolve_device(config.get("device") or "cpu"))
-        corpus = load_corpus(config["corpus"], limit=config.get("limit"))
-        store = extract(lm, corpus, attentions=attentions, pooling=config.get("pooling", "first"), progress=False)
-        return {"ok": True, "store": str(store.path)}
-    except WorkbenchError as exc:
-        return {"ok": False, "error": f"feature store: {exc}"}
+        yield
     finally:
-        _leave(before)
+        torch.set_num_threads(before)
 
 
-def run_cell(
-    study: str,
-    config_file: str | None,
-    overrides: dict[str, Any],
-    seed: int | None,
-    results_root: str,
-    log_file: str,
-    environment: dict[str, str],
-    cwd: str,
-    threads: int,
-    store: dict | None = None,
-) -> dict[str, Any]:
-    """Run (or resume) one cell as an ordinary study run. Returns ``{"status", "run_dir", "seconds",
-    "error"}``; a workbench error (bad data, a too-small corpus) is a failed cell, returned, not
-    raised (retrying it would fail the same way); anything else is raised, so Ray retries it."""
-    from bertology.studies import prepare_run, run_prepared
-
-    started = time.perf_counter()
-    if store is not None and not store.get("ok", True):
-        return {"status": "failed", "run_dir": None, "seconds": 0.0, "error": store["error"]}
-    before = _enter(environment, cwd, threads)
-    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with open(log_file, "a", encoding="utf-8") as out:
-
-            def log(line: str) -> None:
-                out.write(line + "\n")
-                out.flush()
-
-            prepared = prepare_run(
-                study, config_file=config_file, overrides=overrides, seed=seed, results_root=results_root
-            )
-            run_dir = run_prepared(prepared, log=log)
-        return {"status": "complete", "run_dir": str(run_dir), "seconds": _wall_seconds(run_dir), "error": None}
-    except WorkbenchError as exc:
-        seconds = round(time.perf_counter() - started, 2)
-        return {"status": "failed", "run_dir": None, "seconds": seconds, "error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        _leave(before)
-
-
-def _wall_seconds(run_dir: Path) -> float | None:
+def wall_seconds(run_dir: Path) -> float | None:
+    """A complete run's ``wall_seconds`` (its manifest's), None when it has none."""
     try:
         value = results.read_manifest(run_dir).get("wall_seconds")
     except results.ResultError:
@@ -365,7 +266,8 @@ def _wall_seconds(run_dir: Path) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _is_complete(run_dir: Path) -> bool:
+def is_complete(run_dir: Path) -> bool:
+    """The run folder has a readable manifest (its steps are all saved); never creates the folder."""
     if not (run_dir / "manifest.json").is_file():
         return False
     try:
@@ -413,23 +315,9 @@ class _Progress:
         )
 
 
-def run_sweep(
-    sweep: Sweep,
-    *,
-    backend: str | None = None,
-    address: str | None = None,
-    max_parallel: int | None = None,
-    results_root: str | Path | None = None,
-    log: Callable[[str], None] = print,
-) -> pd.DataFrame:
-    """Run (or resume) every cell of ``sweep``; return its cells table (see the module docstring).
-
-    backend: ``"ray"`` or ``"local"`` (None: ray where it is installed, else local). ``address``: a
-    Ray cluster to join (``"auto"``, ``"ray://host:10001"``...; None starts a local Ray, or uses the
-    one this process already started). ``max_parallel``: at most this many cells at once on Ray
-    (None: as many as the cluster's resources allow). Every cell is validated before any runs; cells
-    already complete are skipped (``"N of M cells complete"``). A sweep run by another driver at the
-    same time is refused (the sweep folder's lock)."""
+def check_backend(backend: str | None, address: str | None, max_parallel: int | None) -> str:
+    """The backend to use (None: ray where it is installed, else local); a ``ConfigError`` for a
+    combination that cannot work (``--address`` without Ray...)."""
     backend = backend or ("ray" if ray_available() else "local")
     if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r}: use one of {', '.join(BACKENDS)}")
@@ -441,9 +329,33 @@ def run_sweep(
         raise ConfigError(
             "--backend ray needs Ray: install the sweep extra (pip install -e '.[sweep]'), or use --backend local"
         )
-    root = Path(results_root or paths.results_dir()).resolve()
-    cells = prepare_cells(sweep, root)  # every cell valid before anything runs
-    folder = sweep_dir(sweep.name, root)
+    return backend
+
+
+def run_cells(
+    sweep: Sweep,
+    cells: list[Cell],
+    *,
+    run_cell: Callable[..., dict[str, Any]],
+    extract_store: Callable[..., dict[str, Any]],
+    backend: str,
+    address: str | None = None,
+    max_parallel: int | None = None,
+    results_root: str | Path | None = None,
+    log: Callable[[str], None] = print,
+) -> pd.DataFrame:
+    """Run (or resume) ``cells`` (every one already validated); return the cells table.
+
+    ``run_cell(*cell.args, store=outcome)`` runs one cell and returns ``{"status": "complete" |
+    "failed", "seconds", "error"}`` (a failure it can name, returned; anything raised is retried up
+    to ``max_retries`` times, then recorded failed); ``extract_store(*cell.store_args)`` makes the
+    store a group of cells reads, once, before them, and its outcome is passed to each. On Ray
+    (``backend="ray"``) both are Ray tasks with the sweep's resource requests; ``address``: a
+    cluster to join (None starts a local Ray, or uses the one this process already started);
+    ``max_parallel``: at most this many cells at once. Cells already complete are skipped
+    (``"N of M cells complete"``). A sweep run by another driver at the same time is refused (the
+    sweep folder's lock)."""
+    folder = sweep_dir(sweep.name, results_root)
     folder.mkdir(parents=True, exist_ok=True)
     with atomic.folder_lock(folder, wait=False):
         atomic.remove_stale_temporaries(folder)
@@ -457,9 +369,9 @@ def run_sweep(
         if pending:
             log(f"sweep {sweep.name}: running {len(pending)} cell(s) of {sweep.study} on {backend}")
             if backend == "local":
-                _run_local(sweep, pending, progress, folder, log)
+                _run_local(sweep, pending, progress, run_cell, extract_store, log)
             else:
-                _run_ray(sweep, pending, progress, folder, address, max_parallel, log)
+                _run_ray(sweep, pending, progress, run_cell, extract_store, address, max_parallel, log)
         table = cells_table(sweep, cells, progress.rows)
         complete = int((table["status"] == "complete").sum())
         failed = table[table["status"] == "failed"]
@@ -474,57 +386,41 @@ def run_sweep(
 
 
 def _initial_row(cell: Cell) -> dict[str, Any]:
-    if _is_complete(cell.run_dir):
-        return {"status": "complete", "seconds": _wall_seconds(cell.run_dir), "error": None}
+    if is_complete(cell.run_dir):
+        return {"status": "complete", "seconds": wall_seconds(cell.run_dir), "error": None}
     return {"status": "pending", "seconds": None, "error": None}
 
 
-def _worker_context(sweep: Sweep, cell: Cell) -> tuple[dict[str, str], str, int]:
-    environment = {"BERTOLOGY_HOME": str(paths.home().resolve())}
-    if os.environ.get("BERTOLOGY_MODELS"):
-        environment["BERTOLOGY_MODELS"] = str(Path(os.environ["BERTOLOGY_MODELS"]).resolve())
-    return environment, str(Path.cwd()), max(1, int(sweep.cpus))
-
-
-def _cell_gpus(sweep: Sweep, config: dict[str, Any]) -> float:
-    if sweep.gpus is not None:
-        return sweep.gpus
-    return 1.0 if str(config.get("device") or "cpu").startswith("cuda") else 0.0
-
-
-def _cell_args(sweep: Sweep, cell: Cell, folder: Path) -> tuple[Any, ...]:
-    environment, cwd, threads = _worker_context(sweep, cell)
-    log_file = str(folder / "logs" / f"{cell.run_dir.name}.log")
-    root = str(cell.run_dir.parents[1])
-    return (sweep.study, sweep.config_file, cell.overrides, cell.seed, root, log_file, environment, cwd, threads)
-
-
-def _stores_needed(sweep: Sweep, cells: list[Cell]) -> dict[tuple[Any, ...], Cell]:
+def _stores_needed(cells: list[Cell]) -> dict[tuple[Any, ...], Cell]:
     """The first cell of each feature store the pending cells read."""
     keys: dict[tuple[Any, ...], Cell] = {}
     for cell in cells:
-        key = store_key(sweep.study, cell.config)
-        if key is not None and key not in keys:
-            keys[key] = cell
+        if cell.store is not None and cell.store not in keys:
+            keys[cell.store] = cell
     return keys
 
 
-def _run_local(sweep: Sweep, cells: list[Cell], progress: _Progress, folder: Path, log: Callable[[str], None]) -> None:
-    """One cell after another in this process; a cell that raises something other than a workbench
-    error is tried again up to ``max_retries`` times."""
-    stores: dict[tuple[Any, ...], dict] = {}
+def _run_local(
+    sweep: Sweep,
+    cells: list[Cell],
+    progress: _Progress,
+    run_cell: Callable[..., dict[str, Any]],
+    extract_store: Callable[..., dict[str, Any]],
+    log: Callable[[str], None],
+) -> None:
+    """One cell after another in this process; a cell that raises is tried again up to
+    ``max_retries`` times."""
+    stores: dict[tuple[Any, ...], dict[str, Any]] = {}
     for n, cell in enumerate(cells, 1):
-        key = store_key(sweep.study, cell.config)
-        if key is not None and key not in stores:
-            environment, cwd, threads = _worker_context(sweep, cell)
-            log(f"  feature store of {key[0]} ({key[1]}, limit {key[2]}) ...")
-            stores[key] = extract_store(cell.config, bool(key[5]), environment, cwd, threads)
+        if cell.store is not None and cell.store not in stores:
+            log(f"  feature store for {cell.label()} ...")
+            stores[cell.store] = extract_store(*cell.store_args)
         log(f"  cell {n}/{len(cells)}: {cell.label()} -> {cell.run}")
         started = time.perf_counter()
-        outcome: dict[str, Any] | None = None
+        outcome: dict[str, Any] = {}
         for attempt in range(sweep.max_retries + 1):
             try:
-                outcome = run_cell(*_cell_args(sweep, cell, folder), store=stores.get(key) if key else None)
+                outcome = run_cell(*cell.args, store=stores.get(cell.store) if cell.store else None)
                 break
             except Exception as exc:  # noqa: BLE001 -- any failure of one cell is recorded, the others go on
                 if attempt == sweep.max_retries:
@@ -532,7 +428,6 @@ def _run_local(sweep: Sweep, cells: list[Cell], progress: _Progress, folder: Pat
                     outcome = {"status": "failed", "seconds": seconds, "error": f"{type(exc).__name__}: {exc}"}
                 else:
                     log(f"    {type(exc).__name__}: {exc}; retrying ({attempt + 1} of {sweep.max_retries})")
-        assert outcome is not None
         _record(progress, cell, outcome, log)
 
 
@@ -546,7 +441,8 @@ def _run_ray(
     sweep: Sweep,
     cells: list[Cell],
     progress: _Progress,
-    folder: Path,
+    run_cell: Callable[..., dict[str, Any]],
+    extract_store: Callable[..., dict[str, Any]],
     address: str | None,
     max_parallel: int | None,
     log: Callable[[str], None],
@@ -559,34 +455,25 @@ def _run_ray(
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
         started_here = True
-    log(f"  ray: {ray.cluster_resources().get('CPU', 0):g} CPUs, {ray.cluster_resources().get('GPU', 0):g} GPUs")
+    resources = ray.cluster_resources()
+    log(f"  ray: {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs")
     try:
         remote_extract = ray.remote(extract_store)
         remote_cell = ray.remote(run_cell)
+        retries = {"max_retries": sweep.max_retries, "retry_exceptions": True}
         store_refs: dict[tuple[Any, ...], Any] = {}
-        for key, first in _stores_needed(sweep, cells).items():
-            environment, cwd, threads = _worker_context(sweep, first)
+        for key, first in _stores_needed(cells).items():
             store_refs[key] = remote_extract.options(
-                num_cpus=sweep.cpus,
-                num_gpus=_cell_gpus(sweep, first.config),
-                max_retries=sweep.max_retries,
-                retry_exceptions=True,
-                name=f"store:{Path(str(key[0])).name}",
-            ).remote(first.config, bool(key[5]), environment, cwd, threads)
+                num_cpus=sweep.cpus, num_gpus=first.gpus, name=f"store for {first.run}", **retries
+            ).remote(*first.store_args)
         queue = list(cells)
         in_flight: dict[Any, tuple[Cell, float]] = {}
         limit = max_parallel or len(cells)
         while queue or in_flight:
             while queue and len(in_flight) < limit:
                 cell = queue.pop(0)
-                key = store_key(sweep.study, cell.config)
-                ref = remote_cell.options(
-                    num_cpus=sweep.cpus,
-                    num_gpus=_cell_gpus(sweep, cell.config),
-                    max_retries=sweep.max_retries,
-                    retry_exceptions=True,
-                    name=f"cell:{cell.run}",
-                ).remote(*_cell_args(sweep, cell, folder), store=store_refs.get(key) if key else None)
+                ref = remote_cell.options(num_cpus=sweep.cpus, num_gpus=cell.gpus, name=f"cell {cell.run}", **retries)
+                ref = ref.remote(*cell.args, store=store_refs.get(cell.store) if cell.store else None)
                 in_flight[ref] = (cell, time.perf_counter())
             ready, _ = ray.wait(list(in_flight), num_returns=1)
             for ref in ready:

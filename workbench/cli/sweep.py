@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run (or resume) a sweep: every cell is an ordinary study run; tables go to results/sweeps/NAME/."""
-        from bertology.sweeps import load_sweep, run_sweep
+        from bertology.studies import load_sweep, run_sweep
 
         table = run_sweep(load_sweep(sweep_file), backend=backend, address=address, max_parallel=max_parallel)
         if (table["status"] == "failed").any():
