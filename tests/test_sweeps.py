@@ -351,3 +351,90 @@ def test_a_missing_ray_is_a_clear_error(monkeypatch, toy, tmp_path):
     # where Ray is not installed, local is the default
     table = _sweeps.run_sweep(_sweep(toy, {"value": [1.0]}), results_root=tmp_path, log=lambda m: None)
     assert list(table["status"]) == ["complete"]
+
+
+# --------------------------------------------------------------------------- the Sweeps page
+
+
+def _planted_sweep(root: Path) -> None:
+    """Sweep ``grid3``: model a/b x seed 0/1 x limit 40/80 of edge_probing, best-layer score
+    ``0.5 + 0.1 * (model b) + 0.01 * seed + 0.001 * (limit 80)``; cell model=b, seed=1, limit=80 failed."""
+    import json
+
+    from bertology import results
+
+    folder = root / "sweeps" / "grid3"
+    folder.mkdir(parents=True)
+    grid = {"model": ["a", "b"], "seed": [0, 1], "limit": [40, 80]}
+    (folder / "sweep.json").write_text(json.dumps({"name": "grid3", "study": "edge_probing", "grid": grid}))
+    rows = [dict(zip(grid, combo, strict=True)) for combo in sweeps.expand_grid(grid) for combo in [combo.values()]]
+    cells = pd.DataFrame(rows)
+    cells.insert(0, "cell", range(len(cells)))
+    failed = (cells["model"] == "b") & (cells["seed"] == 1) & (cells["limit"] == 80)
+    cells["status"] = ["failed" if f else "complete" for f in failed]
+    cells["run"] = [f"edge_probing/r{i}-seed{s}" for i, s in zip(cells["cell"], cells["seed"], strict=True)]
+    cells["seconds"] = 1.0
+    cells["error"] = pd.array([("TaskError: too few" if f else None) for f in failed], dtype="string")
+    results.write_table(folder, "cells", cells)
+    done = cells[~failed]
+    value = 0.5 + 0.1 * (done["model"] == "b") + 0.01 * done["seed"] + 0.001 * (done["limit"] == 80)
+    summary = done[["model", "seed", "limit", "run"]].assign(
+        item="pos", figure="best_layer_score", value=value, low=value - 0.05, high=value + 0.05
+    )
+    results.write_table(folder, "summary", summary.reset_index(drop=True))
+
+
+def test_the_sweep_heatmap_puts_each_cell_at_its_grid_values(tmp_path):
+    from bertology.apps.pages.sweeps import facets, sweep_heatmap
+
+    _planted_sweep(tmp_path)
+    summary = pd.read_parquet(tmp_path / "sweeps" / "grid3" / "summary.parquet")
+    parts = facets(summary, ["limit"])
+    assert [label for label, _ in parts] == ["limit=40", "limit=80"]
+    fig = sweep_heatmap(parts[1][1], "model", "seed", "t")
+    z = fig.data[0].z
+    assert [list(map(str, fig.data[0].x)), list(map(str, fig.data[0].y))] == [["a", "b"], ["0", "1"]]
+    assert z[0][0] == pytest.approx(0.501) and z[0][1] == pytest.approx(0.601) and z[1][0] == pytest.approx(0.511)
+    assert z[1][1] is None  # the failed cell
+    assert "0.601 [0.551, 0.651]" in fig.data[0].hovertext[0][1] and "edge_probing/r" in fig.data[0].hovertext[0][1]
+
+
+def test_the_sweeps_page_shows_a_heatmap_per_value_of_the_other_field(tmp_path, monkeypatch):
+    from dashboard_planted import chart_specs
+    from streamlit.testing.v1 import AppTest
+
+    app = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path))
+    at = AppTest.from_file(app, default_timeout=60)
+    at.run()
+    at.sidebar.radio(key="page").set_value("Sweeps").run()
+    assert not at.exception and any("No sweeps under" in i.value for i in at.info)
+    _planted_sweep(tmp_path)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    specs = chart_specs(at)
+    assert [s["layout"]["title"]["text"] for s in specs] == [
+        "best_layer_score · pos · limit=40",
+        "best_layer_score · pos · limit=80",
+    ]
+    assert any("7 of 8 cells complete" in m.value for m in at.markdown)
+    links = at.dataframe[-1].value["open"]
+    assert links.iloc[0] == "?page=Probing&run=edge_probing/r0-seed0" and links.isna().sum() == 1
+
+
+def test_a_cells_link_opens_its_run_on_its_studys_page(tmp_path, monkeypatch):
+    from dashboard_planted import age, probing_run
+    from streamlit.testing.v1 import AppTest
+
+    older = probing_run(tmp_path, "p-old", "model-a")
+    age(older, 100)
+    probing_run(tmp_path, "p-new", "model-b")
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(tmp_path))
+    app = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
+    for link, shown in ((None, "p-new"), ("edge_probing/p-old", "p-old")):  # a link opens a fresh session
+        at = AppTest.from_file(app, default_timeout=60)
+        at.query_params["page"] = "Probing"
+        if link:
+            at.query_params["run"] = link
+        at.run()
+        assert not at.exception and Path(at.selectbox[0].value).name == shown  # without a link: the newest
