@@ -17,6 +17,7 @@ Ray's overhead = ray 1 worker / local; the speed-up = ray 1 worker / ray 2 worke
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import tempfile
 import time
@@ -79,7 +80,7 @@ def main() -> None:
             for workers in (1, 2):
                 key = f"ray, {workers} worker{'s' if workers > 1 else ''}"
                 t0 = time.perf_counter()
-                ray.init(num_cpus=workers, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+                ray.init(num_cpus=workers, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
                 inits[key] = min(inits.get(key, float("inf")), time.perf_counter() - t0)
                 try:
                     seconds = one_sweep(models, args.limit, "ray", scratch, f"ray{workers}-{r}")

@@ -6,6 +6,7 @@ the others complete, and a rerun skipping every complete cell."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -239,7 +240,7 @@ def tiny_models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     yield ray
     ray.shutdown()
 

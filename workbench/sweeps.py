@@ -33,6 +33,7 @@ run and ``logs/<run_id>.log`` each cell's log.
 from __future__ import annotations
 
 import itertools
+import logging
 import json
 import math
 import os
@@ -453,7 +454,7 @@ def _run_ray(
 
     started_here = False
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
         started_here = True
     resources = ray.cluster_resources()
     log(f"  ray: {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs")

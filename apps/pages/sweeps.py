@@ -17,7 +17,7 @@ from bertology import paths
 from bertology.apps.figures import esc
 from bertology.apps.locations import clean, results_root, shown_root
 from bertology.apps.pages.page import Page
-from bertology.apps.ui import query
+from bertology.apps.ui import chosen, query
 from bertology.results import ResultError
 from bertology.sweeps import read_sweep_tables
 
@@ -67,17 +67,17 @@ def heatmaps(summary: pd.DataFrame, axes: list[str]) -> None:
     """The figure and item picked, two grid fields as the heatmap's axes, one heatmap per value of
     the other fields."""
     left, middle = st.columns(2)
-    figure = left.selectbox("figure", sorted(summary["figure"].unique()), key="sweep_figure")
-    chosen = summary[summary["figure"] == figure]
-    items = sorted(chosen["item"].astype(str).unique())
+    figure = chosen(left.selectbox("figure", sorted(summary["figure"].unique()), key="sweep_figure"))
+    rows = summary[summary["figure"] == figure]
+    items = sorted(rows["item"].astype(str).unique())
     item = middle.selectbox("item", items, key="sweep_item") if len(items) > 1 else (items[0] if items else "")
-    chosen = chosen[chosen["item"].astype(str) == item]
+    rows = rows[rows["item"].astype(str) == item]
     x_col, y_col = st.columns(2)
-    x = x_col.selectbox("across (x)", axes, index=0, key="sweep_x")
+    x = chosen(x_col.selectbox("across (x)", axes, index=0, key="sweep_x"))
     others = [a for a in axes if a != x]
-    y = y_col.selectbox("down (y)", [*others, NO_AXIS] if others else [NO_AXIS], index=0, key="sweep_y")
+    y = chosen(y_col.selectbox("down (y)", [*others, NO_AXIS] if others else [NO_AXIS], index=0, key="sweep_y"))
     y_axis = None if y == NO_AXIS else y
-    for label, part in facets(chosen, [a for a in axes if a not in (x, y_axis)]):
+    for label, part in facets(rows, [a for a in axes if a not in (x, y_axis)]):
         title = f"{figure} · {item}" + (f" · {label}" if label else "")
         st.plotly_chart(sweep_heatmap(part, x, y_axis, title), width="stretch")
 
