@@ -33,8 +33,8 @@ run and ``logs/<run_id>.log`` each cell's log.
 from __future__ import annotations
 
 import itertools
-import logging
 import json
+import logging
 import math
 import os
 import time
