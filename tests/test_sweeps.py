@@ -345,6 +345,41 @@ def test_a_failing_cell_on_ray_is_recorded_while_the_others_complete(local_ray, 
     assert "sweep s: 1 of 2 cells complete, 1 failed" in lines
 
 
+@pytest.mark.slow
+def test_a_driver_killed_mid_sweep_is_finished_by_a_rerun(serial, tiny_models, tmp_path):
+    """kill -9 of ``bertology sweep run`` while its second cell runs; the same command finishes the
+    rest, with the tables of the uninterrupted serial sweep."""
+    import subprocess
+
+    import yaml
+
+    serial_root, serial_cells = serial
+    spec = {"name": "s", "study": "edge_probing", "config": TINY, "grid": {"model": tiny_models[:1], "seed": [0, 1]}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    results_root = tmp_path / "results"
+    env = {**os.environ, "BERTOLOGY_RESULTS": str(results_root)}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "bertology.cli", "sweep", "run", str(tmp_path / "s.yaml"), "--backend", "local"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    second = results_root / serial_cells["run"][1] / "inputs.json"
+    deadline = time.monotonic() + 300
+    while not second.is_file() and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    driver.kill()
+    driver.wait()
+    assert second.is_file() and not (second.parent / "manifest.json").is_file()  # killed mid-cell
+    lines: list[str] = []
+    sweep = _sweeps.load_sweep(tmp_path / "s.yaml")
+    cells = _sweeps.run_sweep(sweep, backend="local", results_root=results_root, log=lines.append)
+    assert lines[0] == "sweep s: 1 of 2 cells complete"
+    _same_cells(cells, serial_cells.iloc[:2])
+    for run in cells["run"]:
+        _same_run_tables(run, results_root, serial_root)
+
+
 def test_a_missing_ray_is_a_clear_error(monkeypatch, toy, tmp_path):
     monkeypatch.setattr(sweeps, "ray_available", lambda: False)
     with pytest.raises(WorkbenchError, match=r"needs Ray: install the sweep extra"):
@@ -439,3 +474,12 @@ def test_a_cells_link_opens_its_run_on_its_studys_page(tmp_path, monkeypatch):
             at.query_params["run"] = link
         at.run()
         assert not at.exception and Path(at.selectbox[0].value).name == shown  # without a link: the newest
+
+
+def test_a_ray_failure_is_one_line_with_the_cells_own_exception_where_ray_kept_it():
+    class TaskFailed(Exception):  # Ray's RayTaskError carries the task's exception as `cause`
+        cause = ValueError("bad value in cell")
+
+    assert sweeps._ray_error(TaskFailed("Traceback ...\n...")) == "ValueError: bad value in cell"
+    crashed = RuntimeError("\nThe worker died unexpectedly while executing this task.\nmore detail")
+    assert sweeps._ray_error(crashed) == "RuntimeError: The worker died unexpectedly while executing this task."
