@@ -483,3 +483,58 @@ def test_a_ray_failure_is_one_line_with_the_cells_own_exception_where_ray_kept_i
     assert sweeps._ray_error(TaskFailed("Traceback ...\n...")) == "ValueError: bad value in cell"
     crashed = RuntimeError("\nThe worker died unexpectedly while executing this task.\nmore detail")
     assert sweeps._ray_error(crashed) == "RuntimeError: The worker died unexpectedly while executing this task."
+
+
+@pytest.mark.parametrize(
+    ("study", "table", "columns", "expected"),
+    [
+        (
+            "structural_probe",
+            "summary",
+            {"probe": ["distance", "distance"], "metric": ["uuas", "uuas"], "encoder": ["trained", "random"]}
+            | {"score": [0.7, 0.2], "low": [0.6, 0.1], "high": [0.8, 0.3]},
+            ("distance uuas", "score", 0.7, 0.6, 0.8),
+        ),
+        (
+            "finetuning",
+            "finetune_scores",
+            {"task": ["pos"], "mode": ["full"], "accuracy": [0.9], "low": [0.85], "high": [0.95]},
+            ("pos / full", "accuracy", 0.9, 0.85, 0.95),
+        ),
+        (
+            "head_types",
+            "attention_probe",
+            {"method": ["attention"], "uas": [0.4], "uas_low": [0.3], "uas_high": [0.5]},
+            ("attention", "uas", 0.4, 0.3, 0.5),
+        ),
+        (
+            "alignment",
+            "precision",
+            {"k": [1, 5], "retrieval": ["csls", "csls"], "value": [0.5, 0.8], "low": [0.4, 0.7], "high": [0.6, 0.9]},
+            ("mapping / csls", "P@1", 0.5, 0.4, 0.6),
+        ),
+        (
+            "pruning",
+            "pruning_threshold_summary",
+            {"method": ["importance"], "tolerance": [0.01], "removable_share": [0.4]},
+            ("importance @ 0.01", "removable_share", 0.4, None, None),
+        ),
+        (
+            "contextuality",
+            "contextuality",
+            {"layer": [0, 6], "metric": ["self_similarity"] * 2, "adjusted": [0.9, 0.3]},
+            ("self_similarity", "adjusted_last_layer", 0.3, None, None),
+        ),
+    ],
+)
+def test_each_studys_headline_figure_is_read_from_its_own_table(tmp_path, study, table, columns, expected):
+    from bertology import results
+
+    results.write_table(tmp_path, table, pd.DataFrame(columns))
+    figures = sweeps.headline(study, tmp_path)
+    assert len(figures) == 1
+    row = figures.iloc[0]
+    item, figure, value, low, high = expected
+    assert (row["item"], row["figure"], row["value"]) == (item, figure, pytest.approx(value))
+    assert pd.isna(row["low"]) if low is None else row["low"] == pytest.approx(low)
+    assert pd.isna(row["high"]) if high is None else row["high"] == pytest.approx(high)

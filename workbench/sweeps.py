@@ -415,7 +415,10 @@ def _run_local(
     for n, cell in enumerate(cells, 1):
         if cell.store is not None and cell.store not in stores:
             log(f"  feature store for {cell.label()} ...")
-            stores[cell.store] = extract_store(*cell.store_args)
+            try:
+                stores[cell.store] = extract_store(*cell.store_args)
+            except Exception as exc:  # noqa: BLE001 -- the cells that read it fail with it, the others go on
+                stores[cell.store] = {"ok": False, "error": f"feature store: {type(exc).__name__}: {exc}"}
         log(f"  cell {n}/{len(cells)}: {cell.label()} -> {cell.run}")
         started = time.perf_counter()
         outcome: dict[str, Any] = {}
@@ -613,7 +616,8 @@ def headline(study: str, run_dir: Path) -> pd.DataFrame:
         return _rows(t, "method", {"uas": ("uas", "uas_low", "uas_high")})
     if study == "alignment" and (t := table("precision")) is not None and "k" in t.columns:
         t = t[t["k"] == t["k"].min()]
-        t = t.assign(item=t.get("method", "mapping").astype(str) + " / " + t["retrieval"].astype(str))
+        method = t["method"].astype(str) if "method" in t.columns else "mapping"
+        t = t.assign(item=method + " / " + t["retrieval"].astype(str))
         return _rows(t, "item", {f"P@{int(t['k'].min()) if len(t) else 1}": ("value", "low", "high")})
     if study == "pruning" and (t := table("pruning_threshold_summary")) is not None:
         t = t.assign(item=t["method"].astype(str) + " @ " + t["tolerance"].astype(str))

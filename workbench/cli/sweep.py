@@ -48,6 +48,6 @@ def register(app: typer.Typer) -> None:
         for r, status in zip(cells.to_dict("records"), now, strict=True):
             values = ", ".join(f"{k}={r[k]}" for k in axes)
             line = f"  {status:<10} {values}  {r['run']}"
-            if status == "failed" and r.get("error"):
+            if status == "failed" and isinstance(r.get("error"), str):
                 line += f"\n             {r['error']}"
             typer.echo(line)
