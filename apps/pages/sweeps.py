@@ -29,7 +29,7 @@ def sweeps_page(page: Page) -> None:
     if not names:
         st.info(
             f"No sweeps under {shown_root()}/{paths.SWEEPS_FOLDER}. Run one with "
-            "`bertology sweep run examples/sweep_tiny.yaml` (4 tiny edge-probing cells; a few minutes on 2 cores)."
+            "`bertology sweep run examples/sweep_tiny.yaml` (4 small edge-probing cells; about a minute on 2 cores)."
         )
         return
     wanted = query("sweep")
@@ -67,7 +67,8 @@ def heatmaps(summary: pd.DataFrame, axes: list[str]) -> None:
     """The figure and item picked, two grid fields as the heatmap's axes, one heatmap per value of
     the other fields."""
     left, middle = st.columns(2)
-    figure = chosen(left.selectbox("figure", sorted(summary["figure"].unique()), key="sweep_figure"))
+    figures = list(dict.fromkeys(summary["figure"]))  # the study's headline figure first (bertology.sweeps.headline)
+    figure = chosen(left.selectbox("figure", figures, key="sweep_figure"))
     rows = summary[summary["figure"] == figure]
     items = sorted(rows["item"].astype(str).unique())
     item = middle.selectbox("item", items, key="sweep_item") if len(items) > 1 else (items[0] if items else "")
