@@ -74,9 +74,9 @@ def heatmaps(summary: pd.DataFrame, axes: list[str]) -> None:
     item = middle.selectbox("item", items, key="sweep_item") if len(items) > 1 else (items[0] if items else "")
     rows = rows[rows["item"].astype(str) == item]
     x_col, y_col = st.columns(2)
-    x = chosen(x_col.selectbox("across (x)", axes, index=0, key="sweep_x"))
+    x: str = chosen(x_col.selectbox("across (x)", axes, index=0, key="sweep_x"))
     others = [a for a in axes if a != x]
-    y = chosen(y_col.selectbox("down (y)", [*others, NO_AXIS] if others else [NO_AXIS], index=0, key="sweep_y"))
+    y: str = chosen(y_col.selectbox("down (y)", [*others, NO_AXIS] if others else [NO_AXIS], index=0, key="sweep_y"))
     y_axis = None if y == NO_AXIS else y
     for label, part in facets(rows, [a for a in axes if a not in (x, y_axis)]):
         title = f"{figure} · {item}" + (f" · {label}" if label else "")
