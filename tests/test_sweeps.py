@@ -538,3 +538,19 @@ def test_each_studys_headline_figure_is_read_from_its_own_table(tmp_path, study,
     assert (row["item"], row["figure"], row["value"]) == (item, figure, pytest.approx(value))
     assert pd.isna(row["low"]) if low is None else row["low"] == pytest.approx(low)
     assert pd.isna(row["high"]) if high is None else row["high"] == pytest.approx(high)
+
+
+def test_a_cell_gets_the_drivers_folders_and_hub_settings_never_a_token(toy, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BERTOLOGY_HOME", "home")  # relative: sent resolved, as the driver sees it
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_TOKEN", "secret")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)  # (conftest points it into the test home)
+    context = sweeps.worker_context(_sweep(toy, {"value": [1.0]}, resources={"cpus": 2}))
+    assert context.environment == {
+        "BERTOLOGY_HOME": str(tmp_path.resolve() / "home"),
+        "HF_HOME": str((tmp_path / "hf").resolve()),
+        "HF_HUB_OFFLINE": "1",
+    }
+    assert context.cwd == str(tmp_path) and context.threads == 2

@@ -222,6 +222,21 @@ def expand_grid(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- what runs on a worker
 
 
+PASSED_ENVIRONMENT = (
+    "BERTOLOGY_MODELS",
+    "BERTOLOGY_PROGRESS",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_ENDPOINT",
+)
+"""The driver's settings a cell's process gets (where set): trained models, progress bars, the
+Hugging Face hub's cache, offline switch and address. Never a credential (``HF_TOKEN``): a node
+that downloads logs in on its own."""
+FOLDER_VARIABLES = frozenset({"BERTOLOGY_MODELS", "HF_HOME", "HF_HUB_CACHE"})
+
+
 @dataclass(frozen=True)
 class WorkerContext:
     """What a cell's process takes from the driver: its folders (``BERTOLOGY_HOME``...: the
@@ -236,8 +251,10 @@ class WorkerContext:
 def worker_context(sweep: Sweep) -> WorkerContext:
     """This driver's :class:`WorkerContext` for the cells of ``sweep``."""
     environment = {"BERTOLOGY_HOME": str(paths.home().resolve())}
-    if os.environ.get("BERTOLOGY_MODELS"):
-        environment["BERTOLOGY_MODELS"] = str(Path(os.environ["BERTOLOGY_MODELS"]).resolve())
+    for name in PASSED_ENVIRONMENT:
+        if os.environ.get(name):
+            value = os.environ[name]
+            environment[name] = str(Path(value).expanduser().resolve()) if name in FOLDER_VARIABLES else value
     return WorkerContext(environment, str(Path.cwd()), max(1, int(sweep.cpus)))
 
 
