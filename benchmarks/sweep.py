@@ -38,18 +38,19 @@ TINY = {
 
 def one_sweep(models: list[str], limit: int, backend: str, scratch: Path, tag: str) -> float:
     """Seconds of one sweep from empty results and store folders."""
-    from bertology.studies import run_sweep
-    from bertology.studies._sweeps import parse_sweep
+    import yaml
+
+    from bertology.studies import load_sweep, run_sweep
 
     os.environ["BERTOLOGY_HOME"] = str(scratch / f"home-{tag}")
-    sweep = parse_sweep(
-        {
-            "name": "bench",
-            "study": "edge_probing",
-            "config": {**TINY, "limit": limit},
-            "grid": {"model": models, "seed": [0, 1]},
-        }
-    )
+    spec = {
+        "name": "bench",
+        "study": "edge_probing",
+        "config": {**TINY, "limit": limit},
+        "grid": {"model": models, "seed": [0, 1]},
+    }
+    (scratch / "bench.yaml").write_text(yaml.safe_dump(spec))
+    sweep = load_sweep(scratch / "bench.yaml")
     started = time.perf_counter()
     table = run_sweep(sweep, backend=backend, results_root=scratch / f"results-{tag}", log=lambda m: None)
     seconds = time.perf_counter() - started
