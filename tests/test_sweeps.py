@@ -338,7 +338,7 @@ def test_a_failing_cell_on_ray_is_recorded_while_the_others_complete(local_ray, 
         max_retries=1,
     )
     lines: list[str] = []
-    cells = _sweeps.run_sweep(sweep, backend="ray", results_root=tmp_path, log=lines.append)
+    cells = _sweeps.run_sweep(sweep, backend="ray", max_parallel=1, results_root=tmp_path, log=lines.append)
     assert list(cells["status"]) == ["complete", "failed"]
     assert cells["error"][1] == "TaskError: task 'pos': needs at least 3 sentences with targets to split, has 2"
     assert pd.isna(cells["error"][0]) and not (tmp_path / cells["run"][1]).exists()
