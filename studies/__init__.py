@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +30,19 @@ from bertology.errors import WorkbenchError
 from bertology.fingerprints import input_fingerprints
 from bertology.runs import analysis_inputs, config_hash, read_config_file, run_analysis, validate_config
 
-__all__ = ["list_studies", "load_study", "run_study", "config_dir", "default_config_file"]
+__all__ = [
+    "list_studies",
+    "load_study",
+    "run_study",
+    "prepare_run",
+    "run_prepared",
+    "PreparedRun",
+    "load_sweep",
+    "run_sweep",
+    "prepare_cells",
+    "config_dir",
+    "default_config_file",
+]
 
 
 def config_dir() -> Path:
@@ -63,7 +76,21 @@ def load_study(name: str) -> ModuleType:
     return module
 
 
-def run_study(
+@dataclass(frozen=True)
+class PreparedRun:
+    """A study run validated and identified, not started (:func:`prepare_run`): its module, merged
+    config, run seed, input fingerprints, config source and run folder."""
+
+    name: str
+    module: ModuleType
+    config: dict[str, Any]
+    seed: int
+    inputs: dict[str, Any]
+    source: str
+    run_dir: Path
+
+
+def prepare_run(
     name: str,
     *,
     config_file: str | Path | None = None,
@@ -71,16 +98,10 @@ def run_study(
     seed: int | None = None,
     run_id: str | None = None,
     results_root: str | Path | None = None,
-    force: bool = False,
-    log: Callable[[str], None] = print,
-) -> Path:
-    """Run (or resume) a study; return its run directory ``<results_root>/<name>/<run_id>``.
-
-    Config: the study's ``DEFAULTS``, then ``config_file`` (default: the shipped
-    ``configs/<name>.yaml``), then ``overrides`` (the CLI's options), each validated field by field.
-    ``run_id``: a plain name (default: hash of config, seed, input contents and version + seed).
-    ``force``: recompute every step (and fully verify the feature stores it reads).
-    """
+) -> PreparedRun:
+    """Everything :func:`run_study` does before any work: load the study, merge and validate its
+    config (refusing a bad field with its name), fingerprint its inputs and name its run folder.
+    A sweep prepares every cell this way before running any (:mod:`bertology.sweeps`)."""
     module = load_study(name)
     if run_id is not None:
         paths.plain_name(run_id, "run id")
@@ -102,18 +123,48 @@ def run_study(
     inputs = {**input_fingerprints(config), **analysis_inputs(module.run, config, f"{name}: {source}")}
     run_id = run_id or f"{config_hash(config, seed, inputs)[:10]}-seed{seed}"
     run_dir = paths.run_dir(results_root or paths.results_dir(), name, run_id)
-    before = _manifest_time(run_dir)
+    return PreparedRun(name, module, config, seed, inputs, source, run_dir)
+
+
+def run_study(
+    name: str,
+    *,
+    config_file: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    seed: int | None = None,
+    run_id: str | None = None,
+    results_root: str | Path | None = None,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Run (or resume) a study; return its run directory ``<results_root>/<name>/<run_id>``.
+
+    Config: the study's ``DEFAULTS``, then ``config_file`` (default: the shipped
+    ``configs/<name>.yaml``), then ``overrides`` (the CLI's options), each validated field by field.
+    ``run_id``: a plain name (default: hash of config, seed, input contents and version + seed).
+    ``force``: recompute every step (and fully verify the feature stores it reads).
+    """
+    prepared = prepare_run(
+        name, config_file=config_file, overrides=overrides, seed=seed, run_id=run_id, results_root=results_root
+    )
+    return run_prepared(prepared, force=force, log=log)
+
+
+def run_prepared(prepared: PreparedRun, *, force: bool = False, log: Callable[[str], None] = print) -> Path:
+    """Run (or resume) a run made by :func:`prepare_run`; return its run directory."""
+    name, module = prepared.name, prepared.module
+    before = _manifest_time(prepared.run_dir)
     run_dir = run_analysis(
         name,
         module.DESCRIPTION,
         module.run,
-        config,
-        seed=seed,
-        run_dir=run_dir,
-        config_file=source,
+        prepared.config,
+        seed=prepared.seed,
+        run_dir=prepared.run_dir,
+        config_file=prepared.source,
         force=force,
         log=log,
-        inputs=inputs,
+        inputs=prepared.inputs,
     )
     if before is not None and _manifest_time(run_dir) == before:  # found complete, not recomputed
         from bertology.studies._summaries import summary_lines
@@ -129,3 +180,7 @@ def _manifest_time(run_dir: Path) -> int | None:
         return (Path(run_dir) / "manifest.json").stat().st_mtime_ns
     except OSError:
         return None
+
+
+# sweeps: grids of study runs, locally or on Ray (the engine and tables are bertology.sweeps)
+from bertology.studies._sweeps import load_sweep, prepare_cells, run_sweep  # noqa: E402

@@ -32,6 +32,7 @@ PAGE_TITLES = {
     "Fine-tuning": "Fine-tuning and what it changes",
     "Compression": "Compressing a fine-tuned model: head pruning and quantization",
     "Compare runs": "Compare two runs",
+    "Sweeps": "Sweeps: a grid of study runs",
 }
 # A phrase each page's "what am I looking at" line must hold (the papers it cites).
 INTRO_PHRASES = {
@@ -50,6 +51,7 @@ INTRO_PHRASES = {
     "Fine-tuning": "Kornblith et al. 2019",
     "Compression": "post-training quantization",
     "Compare runs": "side by side",
+    "Sweeps": "bertology sweep run",
 }
 # The study whose runs each page shows, and that study's main table (what "Compare runs" puts side by side).
 PAGE_STUDIES = {

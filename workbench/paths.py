@@ -28,6 +28,10 @@ def models_dir() -> Path:
     return Path(os.environ.get("BERTOLOGY_MODELS", home() / "models"))
 
 
+SWEEPS_FOLDER = "sweeps"
+"""``<results>/sweeps/<name>/``: a sweep's own tables (:mod:`bertology.sweeps`), not a study's runs."""
+
+
 def results_dir() -> Path:
     return Path(os.environ.get("BERTOLOGY_RESULTS", Path.cwd() / "results"))
 

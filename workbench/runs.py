@@ -400,6 +400,8 @@ def list_runs(results_root: str | Path | None = None) -> pd.DataFrame:
         }
 
     for study in sorted(root.glob("*")):  # as glob("*/*") did: hidden names left out
+        if study.name == paths.SWEEPS_FOLDER and not study.is_symlink():
+            continue  # sweeps' own tables (bertology.sweeps), not runs: never listed nor cleaned
         if study.is_symlink():
             if study.is_dir():
                 rows.append(row(study, None, _linked(study)))

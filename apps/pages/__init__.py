@@ -30,6 +30,7 @@ from bertology.apps.pages import (
     runs,
     semantic_change,
     structural,
+    sweeps,
 )
 from bertology.apps.pages.page import Page
 
@@ -49,6 +50,7 @@ PAGES: tuple[Page, ...] = (
     finetuning.PAGE,
     compression.PAGE,
     compare.PAGE,
+    sweeps.PAGE,
 )
 PAGE_BY_KEY: dict[str, Page] = {p.key: p for p in PAGES}
 

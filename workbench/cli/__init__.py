@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "bertology.cli.attribution",  # attribute
     "bertology.cli.patching",  # patch
     "bertology.cli.study",  # study run / study list, dashboard
+    "bertology.cli.sweep",  # sweep run / sweep status (grids of study runs, local or on Ray)
 )
 
 
