@@ -1,0 +1,106 @@
+"""Streaming reads of the feature store (issue 53 item 2): the pread shard reader returns exactly what
+safetensors returns, a LayerView equals the in-memory layers, and span probes fed shard by shard --
+gathered in memory or spilled to a temporary file -- give the same features and the same scores as
+probes fed the whole ``[L, n_words, D]`` array; reading a store maps none of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from bertology.probes.probing import ProbeConfig, probe_arrays
+from bertology.probes.probing._spans import SpanFeatures, span_index
+from bertology.probes.probing.tasks import build_task
+from bertology.store import extract
+from bertology.store.shardfile import ShardFile
+
+
+@pytest.fixture
+def store(tiny_lm, small_corpus, tmp_path):
+    # small shards, so that the corpus spans several and examples come from every one
+    return extract(tiny_lm, small_corpus, root=tmp_path / "stores", progress=False, shard_size=7)
+
+
+def test_shard_file_reads_what_safetensors_reads(store):
+    shard = store._shards[1]
+    reader = ShardFile(shard)
+    with safe_open(str(shard), framework="pt") as handle:
+        for name in handle.keys():
+            full = handle.get_tensor(name)
+            np.testing.assert_array_equal(reader.read(name), full.float().numpy() if full.is_floating_point() else full)
+            for axis in range(full.dim()):
+                stop = full.shape[axis]
+                start = stop // 3
+                expected = full.narrow(axis, start, stop - start)
+                got = reader.read(name, axis, start, stop)
+                assert got.shape == tuple(expected.shape)
+                np.testing.assert_array_equal(got, expected.numpy())
+    with pytest.raises(IndexError):
+        reader.read("hidden", 1, 0, 10**6)
+
+
+def test_float16_store_reads_as_float32(tiny_lm, small_corpus, tmp_path):
+    half = extract(tiny_lm, small_corpus, root=tmp_path, progress=False, storage="float16", attentions=False)
+    full = extract(tiny_lm, small_corpus, root=tmp_path, progress=False, attentions=False)
+    assert half.layers().dtype == np.float32
+    np.testing.assert_allclose(half.layers(), full.layers(), atol=2e-2, rtol=2e-3)
+
+
+def test_layer_view_equals_layers(store):
+    view = store.view([0, 2])
+    assert view.shape == (2, store.n_words, store.dim) and len(view) == 2
+    layers = store.layers([0, 2])
+    np.testing.assert_array_equal(view[1], layers[1])
+    np.testing.assert_array_equal(np.asarray(view), layers)
+    for k in range(store.n_shards):  # shard_hidden: the shard's words in its sentences' order
+        rows = np.concatenate(
+            [np.arange(store.sentence_offsets[s], store.sentence_offsets[s + 1]) for s in store.shard_sentences(k)]
+        )
+        np.testing.assert_array_equal(store.shard_hidden(k, [0, 2]), layers[:, rows])
+
+
+def test_span_features_from_the_store_equal_the_array_path(store, small_corpus):
+    task = build_task(small_corpus, "pos")
+    tokens, mask = span_index(task, store.sentence_offsets)
+    from_array = SpanFeatures(store.layers(), tokens, mask, True, "cpu")
+    in_memory = SpanFeatures(store.view(), tokens, mask, True, "cpu")
+    spilled = SpanFeatures(store.view(), tokens, mask, True, "cpu", cache_bytes=1)
+    assert in_memory.cached is not None and spilled.cached is None and spilled._spill is not None
+    torch.testing.assert_close(in_memory.mean, from_array.mean, atol=1e-5, rtol=1e-5)
+    idx = torch.randperm(len(tokens), generator=torch.Generator().manual_seed(0))[:50]
+    a, mask_a = from_array(idx)
+    b, _ = in_memory(idx)
+    c, mask_c = spilled(idx)
+    torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)  # float64 vs float32 statistics
+    assert torch.equal(c, b) and torch.equal(mask_c, mask_a)  # the spill holds the same bytes
+    assert torch.equal(spilled(idx, torch.bfloat16)[0], in_memory(idx, torch.bfloat16)[0])
+
+
+def test_probe_scores_do_not_depend_on_where_features_are_kept(store, small_corpus):
+    task = build_task(small_corpus, "pos")
+    kwargs = dict(seeds=[0], config=ProbeConfig(max_epochs=3, precision="float32"))
+    in_memory = probe_arrays(store.view(), store.sentence_offsets, task, **kwargs)
+    spilled = probe_arrays(
+        store.view(),
+        store.sentence_offsets,
+        task,
+        seeds=[0],
+        config=ProbeConfig(max_epochs=3, precision="float32", cache_mb=1e-6),
+    )
+    scores = in_memory[in_memory["split"].isin(["dev", "test"])]
+    spilled_scores = spilled[spilled["split"].isin(["dev", "test"])]
+    np.testing.assert_array_equal(scores["value"].to_numpy(), spilled_scores["value"].to_numpy())
+
+
+def test_reading_a_store_keeps_none_of_it_mapped(store):
+    """The old reader memory-mapped every shard it read (safetensors' safe_open), so walking a store
+    kept all of it resident; the pread reader maps nothing."""
+    for i in range(store.n_sentences):
+        store.hidden(i)
+        store.attention(i)
+        store.special_attention(i)
+    store.layers()
+    maps = open("/proc/self/maps").read()
+    assert not [p for p in store._shards if str(p) in maps]
