@@ -276,3 +276,21 @@ def resolve_precision(
             stacklevel=3,
         )
     return _LOW[requested]
+
+
+def release_free_memory() -> None:
+    """Hand memory the process has freed back to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). After a phase that allocated and freed many blocks of a few MB (a store read shard by
+    shard, an extraction), glibc keeps them for reuse and the resident size stays at the phase's peak;
+    a long run after it would then carry that peak for nothing."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        pass

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from bertology.probes.probing.tasks import EdgeExample, EdgeTask, Span, TaskError
+from bertology.runtime import release_free_memory
 from bertology.store.read import LayerView
 
 
@@ -139,11 +140,12 @@ class SpanFeatures:
             total = np.zeros((L, D))
             squares = np.zeros((L, D))
             count = 0
-            for k in by_shard:
+            for k in by_shard:  # one layer of one shard at a time: memory stays at a few MB
                 rows = np.unique(used_local[used_shard == k])
-                block = store.shard_hidden(k, source.layer_ids)[:, rows].astype(np.float64)
-                total += block.sum(1)
-                squares += (block * block).sum(1)
+                for j, layer in enumerate(source.layer_ids):
+                    x = store.shard_hidden(k, [layer])[0, rows].astype(np.float64)  # [used words, D]
+                    total[j] += x.sum(0)
+                    squares[j] += np.einsum("wd,wd->d", x, x)
                 count += len(rows)
             mean = total / max(count, 1)
             var = np.maximum(squares - count * mean * mean, 0.0) / max(count - 1, 1)
@@ -162,8 +164,8 @@ class SpanFeatures:
             self._spill = np.memmap(self._spill_file, dtype=np.float32, mode="w+", shape=(n, L, S, M, D))
         for k, rows in by_shard.items():
             hidden = torch.from_numpy(store.shard_hidden(k, source.layer_ids)).to(self.device)  # [L, W_k, D]
-            for start in range(0, len(rows), 4096):
-                ex = rows[start : start + 4096]
+            for start in range(0, len(rows), 1024):
+                ex = rows[start : start + 1024]
                 g = hidden[:, torch.as_tensor(local[ex].reshape(-1), device=self.device)].view(L, len(ex), S, M, D)
                 if self.mean is not None and self.scale is not None:
                     g = (g - self.mean) * self.scale
@@ -176,6 +178,7 @@ class SpanFeatures:
         if self._spill is not None:
             self._spill.flush()
             self._release(float("inf"))
+        release_free_memory()  # the shards' blocks were freed: give the pages back to the system
 
     def _release(self, nbytes: float) -> None:
         """Count ``nbytes`` read from (or written to) the spill file; past :data:`_RELEASE_BYTES`,
