@@ -29,8 +29,8 @@ CLEAN_CHROME = """<style>
 </style>"""
 
 
-def main() -> None:
-    st.set_page_config(page_title="BERTology workbench", layout="wide", menu_items={})
+def dashboard() -> None:
+    """The one Streamlit page: the sidebar's own menu of :data:`PAGES` and the page it picks."""
     st.html(CLEAN_CHROME)
     st.sidebar.title("BERTology")
     st.sidebar.caption(f"results: {shown_root()}")
@@ -45,6 +45,14 @@ def main() -> None:
         with st.expander("what the measures on this page mean"):
             st.markdown("\n".join(f"- {line}" for line in definitions))
     page.render(page)
+
+
+def main() -> None:
+    st.set_page_config(page_title="BERTology workbench", layout="wide", menu_items={})
+    # Streamlit turns a `pages/` folder beside the script into its own multipage navigation (a
+    # sidebar link per module, each a blank page). Declaring the app's one page with st.navigation
+    # makes Streamlit ignore that folder; the pages are chosen by the sidebar menu and ?page=<key>.
+    st.navigation([st.Page(dashboard, title="BERTology workbench", default=True)], position="hidden").run()
 
 
 main()
