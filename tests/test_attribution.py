@@ -103,6 +103,27 @@ def test_float32_completeness_and_the_masked_word_gets_no_integrated_gradient(to
     assert a.table.query("method == 'ig' and target")["score"].item() == 0
 
 
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "camembert", "mpnet"])
+def test_completeness_where_positions_depend_on_the_ids(model_type):
+    """The RoBERTa family computes positions from the input ids (a [PAD] gets ``padding_idx``): the
+    baseline's score must be the path's end at the sentence's own positions, so the integrated
+    gradients sum to the reported difference (a delta of ~0, not the gap between two functions)."""
+    tok = tiny_tokenizer(model_type)
+    lm = from_modules(model_type, tiny_model(model_type, mlm=True, initializer_range=0.2).double(), tok)
+    a = masked_word_attribution(lm, WORDS, 2, methods="ig")
+    assert a.baseline_ids != a.input_ids and tok.pad_token_id in a.baseline_ids
+    model = lm.model
+    ids, base = torch.tensor([a.input_ids]), torch.tensor([a.baseline_ids])
+    with torch.no_grad():  # the path's two ends, written out: embeddings in, positions from the sentence
+        e, e0 = model.get_input_embeddings()(ids), model.get_input_embeddings()(base)
+        ends = [torch.log_softmax(model(inputs_embeds=x).logits[0, a.position], -1)[a.target_id] for x in (e0, e)]
+    assert a.baseline_score == pytest.approx(float(ends[0]), abs=1e-10)
+    assert a.score == pytest.approx(float(ends[1]), abs=1e-10)
+    assert abs(a.difference) > 0.01  # the output moves along the path
+    total = a.token_scores["score"].sum()
+    assert total == pytest.approx(a.difference, abs=1e-8) and abs(a.delta) < 1e-8
+
+
 # --------------------------------------------------------------------------- gradient x input
 
 

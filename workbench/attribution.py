@@ -235,10 +235,11 @@ def masked_word_attribution(
     ids, word_ids = _encode(lm, words)
     ids, word_ids, position = _mask_word(lm, ids, word_ids, word, len(words))
     encoder, mlm_head, _ = mlm_parts(lm.model)
+    positions = _positions(lm, ids)
 
     def log_probabilities(batch: torch.Tensor) -> torch.Tensor:
         """``[B, V]`` at the mask; the vocabulary logits there only (the MLM head is position-wise)."""
-        hidden = encoder(input_ids=batch).last_hidden_state[:, position]  # [B, H]
+        hidden = encoder(input_ids=batch, **positions(batch)).last_hidden_state[:, position]  # [B, H]
         return torch.log_softmax(_as_float(mlm_head(hidden)), dim=-1)
 
     with _eval_mode(lm.model):
@@ -282,11 +283,12 @@ def classifier_attribution(
     ids, word_ids = _encode(lm, words)
     position = 0 if kind == "sequence" else _first_piece(word_ids, word, len(words))
     model = lm.model
+    positions = _positions(lm, ids)
     with _eval_mode(model):
         target_id = _class_target(lm, ids, position, kind, target)
 
         def score(batch: torch.Tensor) -> torch.Tensor:
-            logits = _as_float(model(input_ids=batch).logits)  # [B, C] or [B, T, C]
+            logits = _as_float(model(input_ids=batch, **positions(batch)).logits)  # [B, C] or [B, T, C]
             logits = logits if kind == "sequence" else logits[:, position]
             logits = logits if output == "logit" else torch.log_softmax(logits, dim=-1)
             return logits[:, target_id]
@@ -335,6 +337,27 @@ def _encode(lm: LoadedModel, words: Sequence[str]) -> tuple[list[int], list[int]
     if len(ids) > limit:
         raise CorpusError(f"the sentence has {len(ids)} tokens; {lm.name} reads at most {limit}: shorten it")
     return ids, word_ids
+
+
+def _positions(lm: LoadedModel, ids: list[int]) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """The ``position_ids`` keyword for a batch ``[B, T]``: the positions of the sentence itself,
+    whatever the batch holds. The RoBERTa family (RoBERTa, XLM-R, CamemBERT, MPNet: embeddings with
+    a ``padding_idx``) computes positions from the input ids, ``padding_idx + 1 + i`` for a real token
+    and ``padding_idx`` for a padding one, so the [PAD] baseline would otherwise run with other
+    positions than the path Captum integrates along (which embeds the sentence's own ids): the
+    baseline's score, the reported difference and the convergence delta would be of another
+    function. Models with positions 0..T-1 whatever the ids get no keyword."""
+    embeddings = getattr(lm.model.base_model, "embeddings", None)
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    if padding_idx is None:
+        return lambda batch: {}
+    real = torch.tensor(ids) != padding_idx
+    fixed = (torch.cumsum(real.long(), 0) * real.long() + padding_idx)[None, :]  # [1, T], as Hugging Face's rule
+
+    def keyword(batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"position_ids": fixed.to(batch.device).expand(batch.shape[0], -1)}
+
+    return keyword
 
 
 def _check_word(word: int | None, n_words: int) -> int:
