@@ -201,8 +201,9 @@ def test_pieces_are_summed_into_words(tok):
         assert words.loc[4, "pieces"] == 5 and list(words["word"]) == WORDS
         assert words.loc[4, "score"] == pytest.approx(tokens.query("word == 4")["score"].sum(), abs=1e-12)
         assert words["score"].sum() == pytest.approx(tokens.query("word >= 0")["score"].sum(), abs=1e-12)
-        assert np.abs(words["normalised"]).sum() == pytest.approx(1.0)
-    assert list(a.by_word().columns) == ["gxi", "ig", "attention", "rollout"] and len(a.by_word()) == len(WORDS)
+        assert np.abs(words["normalised"].drop(index=1)).sum() == pytest.approx(1.0)  # the masked word is apart
+        assert np.isnan(words.loc[1, "normalised"])
+    assert list(a.by_word().columns) == ["gxi", "ig", "attention", "rollout"] and len(a.by_word()) == len(WORDS) - 1
 
 
 def test_bad_input_is_refused_with_the_reason(tok):
@@ -229,6 +230,32 @@ def test_bad_input_is_refused_with_the_reason(tok):
     with pytest.raises(ModelError, match="eager attention"):
         classifier_attribution(sequence, WORDS, methods="attention")
     assert classifier_attribution(sequence, WORDS, methods="gxi").table["method"].unique().tolist() == ["gxi"]
+
+
+def test_the_masked_word_is_shown_apart_and_outputs_and_special_targets_are_checked(tok):
+    """The masked word is not in the input: its row (the mask token's scores) is kept apart, out of
+    the shares of the words the model did read; an MLM's output is log p(target) only; a special
+    token is no target."""
+    lm = from_modules("tiny-mlm", tiny_model("bert", mlm=True, initializer_range=0.2), tok)
+    a = masked_word_attribution(lm, WORDS, 2, "cat", methods=["gxi"])
+    rows = a.table.set_index("position")
+    assert np.isnan(rows.loc[2, "normalised"]) and rows.loc[2, "score"] != 0  # the mask token's own gradient x input
+    read = rows.drop(index=2)
+    assert read["normalised"].abs().sum() == pytest.approx(1.0)
+    assert read["normalised"].to_numpy() == pytest.approx((read["score"] / read["score"].abs().sum()).to_numpy())
+    assert 2 not in a.by_word().index.get_level_values("position") and 2 in a.by_word(
+        masked=True
+    ).index.get_level_values("position")
+    assert "word 2 ('dog') is the masked position" in a.masked_line() and "[MASK]" in a.masked_line()
+    for output in ("probability", "logit"):
+        with pytest.raises(ConfigError, match="log-probability"):
+            attribute(lm, WORDS, 2, "cat", output=output)
+    assert attribute(lm, WORDS, 2, "cat", output="log-probability", methods=["gxi"]).output == "log-probability"
+    for special in ("[SEP]", "[CLS]", "[PAD]", "[MASK]"):
+        with pytest.raises(CorpusError, match="special token"):
+            masked_word_attribution(lm, WORDS, 2, special, methods=["gxi"])
+    token = from_modules("tiny-tok", classifier(tok, "token"), tok)  # a token classifier reads its word: no NaN
+    assert classifier_attribution(token, WORDS, word=1, methods=["gxi"]).table["normalised"].notna().all()
 
 
 # --------------------------------------------------------------------------- the command
@@ -304,7 +331,7 @@ def test_shipped_mlm_attribution_is_complete_and_reasonable():
     # Gauss-Legendre with 50 points on a real 6-layer model: completeness to ~1% of the difference
     assert abs(a.delta) <= 0.02 * abs(a.difference)
     assert a.difference > 1  # the sentence makes "barked" far more likely than the all-padding baseline
-    assert a.by_word().shape == (len(words), 4) and a.by_word().notna().all().all()
+    assert a.by_word().shape == (len(words) - 1, 4) and a.by_word().notna().all().all()  # the masked word apart
     assert a.table.query("method == 'ig' and target")["score"].item() == 0  # the mask is its own baseline
 
 
@@ -328,9 +355,11 @@ def test_attribution_figure_shows_each_methods_shares_with_typed_words_as_text(t
     ]
     assert fig.data[0].y[1] == "1: dog [[MASK]]" and all("<" not in y for y in fig.data[0].y)
     for trace, method in zip(fig.data, a.methods):
-        shares = a.by_word()[method].to_numpy()
+        shares = a.by_word(masked=True)[method].to_numpy()
+        assert np.isnan(trace.x[1])  # the masked word: its row, no bar (it is not in the input)
         np.testing.assert_allclose(trace.x, shares)
-        assert list(trace.marker.color) == ["#1f77b4" if s >= 0 else "#d62728" for s in shares]
+        read = [i for i in range(len(shares)) if i != 1]
+        assert [trace.marker.color[i] for i in read] == ["#1f77b4" if shares[i] >= 0 else "#d62728" for i in read]
 
 
 def test_live_page_draws_the_attribution_of_the_guess(tmp_path, monkeypatch):

@@ -80,7 +80,9 @@ class Attribution:
     ``table``: one row per word × method -- ``method``, ``position`` (the word's index in the
     sentence), ``word``, ``pieces`` (its number of tokens), ``score`` (the sum of its pieces'
     scores), ``normalised`` (``score / Σ_words |score|`` of that method: signed shares whose
-    absolute values sum to 1) and ``target`` (True for the masked / classified word).
+    absolute values sum to 1) and ``target`` (True for the masked / classified word). A masked word
+    is not in the input (the model reads the mask there): its row holds the mask token's scores,
+    its ``normalised`` is NaN and it is left out of the other words' shares.
     ``token_scores``: the same per token (special tokens included; ``word`` -1 for them).
 
     ``kind``: ``masked-word``, ``sequence`` or ``token``. ``target`` / ``target_id``: the vocabulary
@@ -116,10 +118,27 @@ class Attribution:
         """``f(input) - f(baseline)``: what the integrated-gradients scores add up to."""
         return self.score - self.baseline_score
 
-    def by_word(self, value: str = "normalised") -> pd.DataFrame:
-        """``[W, methods]``: one row per word (index ``position``, ``word``), one column per method."""
-        wide = self.table.pivot(index=["position", "word"], columns="method", values=value)
+    def by_word(self, value: str = "normalised", masked: bool = False) -> pd.DataFrame:
+        """``[W, methods]``: one row per word of the input (index ``position``, ``word``), one column
+        per method; the masked word (not in the input) only with ``masked=True``."""
+        table = self.table
+        if self.kind == "masked-word" and not masked:
+            table = table[~table["target"]]
+        wide = table.pivot(index=["position", "word"], columns="method", values=value)
         return wide[[m for m in self.methods]]
+
+    def masked_line(self) -> str | None:
+        """For a masked word, one line with the mask token's raw scores, said to be apart from the
+        shares (None for a classifier)."""
+        if self.kind != "masked-word" or self.word is None:
+            return None
+        rows = self.table[self.table["target"]].set_index("method")["score"]
+        scores = ", ".join(f"{m} {rows[m]:.4f}" for m in self.methods if m in rows)
+        return (
+            f"word {self.word} ({self.words[self.word]!r}) is the masked position: the model reads "
+            f"{self.tokens[self.position]} there, not the word; its raw scores ({scores}) are the mask token's "
+            "and are left out of the shares"
+        )
 
     def summary(self) -> str:
         """One line: what is explained, its value at the input and at the baseline."""
@@ -184,24 +203,30 @@ def attribute(
     methods: str | Sequence[str] = "all",
     n_steps: int = 50,
     baseline: str = "pad",
-    output: str = "logit",
+    output: str | None = None,
     ig_rule: str = "gausslegendre",
     internal_batch_size: int | None = None,
 ) -> Attribution:
     """Attribution of ``lm``'s prediction, whichever head it has: a masked word for an MLM head
-    (``word`` required, ``target`` a vocabulary word), a class for a fine-tuned classifier
-    (``target`` a label; ``word`` required for a token classifier). Raises :class:`ModelError`
-    for an encoder without a head."""
+    (``word`` required, ``target`` a vocabulary word; the output is ``log-probability``, any other
+    ``output`` is refused), a class for a fine-tuned classifier (``target`` a label; ``word``
+    required for a token classifier; ``output`` ``logit``, the default, or ``log-probability``).
+    Raises :class:`ModelError` for an encoder without a head."""
     kind = head_kind(lm.model)
     options: dict[str, Any] = dict(
         methods=methods, n_steps=n_steps, baseline=baseline, ig_rule=ig_rule, internal_batch_size=internal_batch_size
     )
     if kind == "mlm":
+        if output not in (None, "log-probability"):
+            raise ConfigError(
+                f"output {output!r}: a masked word's attribution explains log p(target) at the mask "
+                "(log-probability); logit and other outputs are for fine-tuned classifiers"
+            )
         if word is None:
             raise CorpusError("masked-word attribution needs the index of the word to mask")
         return masked_word_attribution(lm, words, word, target, **options)
     if kind in ("sequence", "token"):
-        return classifier_attribution(lm, words, target, word, output=output, **options)
+        return classifier_attribution(lm, words, target, word, output=output or "logit", **options)
     raise ModelError(
         f"{lm.name}: {type(lm.model).__name__} has no head to explain; load it with an MLM head "
         "(load_model(..., mlm_head=True)) or give a fine-tuned classifier (<run>@<step>)"
@@ -414,9 +439,16 @@ def _vocabulary_target(lm: LoadedModel, target: str) -> int:
         raise CorpusError("the target word is empty: give a vocabulary word or leave it out for the top guess")
     ids, word_ids = tokenize_sentences(tok, [[str(target)]])[0]
     pieces = [i for i, w in zip(ids, word_ids) if w == 0]
+    special = set(tok.all_special_ids)
+    exact = tok.convert_tokens_to_ids(str(target))
+    for candidate in ([pieces[0]] if len(pieces) == 1 else []) + ([exact] if isinstance(exact, int) else []):
+        if candidate in special and candidate != tok.unk_token_id:
+            raise CorpusError(
+                f"target {target!r} is the special token {tok.convert_ids_to_tokens(int(candidate))}: "
+                "give a word of the vocabulary (special tokens are never the masked word)"
+            )
     if len(pieces) == 1 and pieces[0] != tok.unk_token_id:
         return int(pieces[0])
-    exact = tok.convert_tokens_to_ids(str(target))
     if isinstance(exact, int) and exact != tok.unk_token_id:
         return exact
     spelled = " ".join(tok.convert_ids_to_tokens(pieces))
@@ -574,7 +606,7 @@ def _explain(lm: LoadedModel, words: Sequence[str], problem: _Problem, settings:
         n_steps=settings.n_steps,
         methods=settings.methods,
         token_scores=token_scores,
-        table=word_table(token_scores, [str(w) for w in words], problem.word),
+        table=word_table(token_scores, [str(w) for w in words], problem.word, masked=problem.kind == "masked-word"),
     )
 
 
@@ -598,15 +630,22 @@ def _token_table(tokens: list[str], word_ids: list[int], scores: dict[str, np.nd
     return pd.concat(frames, ignore_index=True)
 
 
-def word_table(token_scores: pd.DataFrame, words: list[str], target_word: int | None) -> pd.DataFrame:
+def word_table(
+    token_scores: pd.DataFrame, words: list[str], target_word: int | None, masked: bool = False
+) -> pd.DataFrame:
     """Pieces summed into words (special tokens left out): one row per method × word with
     ``method``, ``position``, ``word``, ``pieces``, ``score``, ``normalised`` (``score`` over the
-    sum of the words' absolute scores of that method; 0 when they are all 0) and ``target``."""
+    sum of the words' absolute scores of that method; 0 when they are all 0) and ``target``.
+    ``masked``: the target word was replaced by the mask (it is not in the input): its row keeps the
+    mask token's score, its ``normalised`` is NaN and it does not enter the other words' total."""
     pieces = token_scores[token_scores["word"] >= 0]
     summed = pieces.groupby(["method", "word"], sort=False)["score"].agg(["sum", "size"]).reset_index()
     summed = summed.rename(columns={"word": "position", "sum": "score", "size": "pieces"})
-    total = summed.groupby("method", sort=False)["score"].transform(lambda s: s.abs().sum())
-    summed["normalised"] = np.where(total > 0, summed["score"] / total.where(total > 0, 1.0), 0.0)
-    summed["word"] = [words[p] for p in summed["position"]]
     summed["target"] = summed["position"] == (-1 if target_word is None else target_word)
+    shared = summed["score"].where(~(summed["target"] & masked), 0.0)
+    total = shared.groupby(summed["method"], sort=False).transform(lambda s: s.abs().sum())
+    summed["normalised"] = np.where(total > 0, summed["score"] / total.where(total > 0, 1.0), 0.0)
+    if masked:
+        summed.loc[summed["target"], "normalised"] = np.nan
+    summed["word"] = [words[p] for p in summed["position"]]
     return summed[["method", "position", "word", "pieces", "score", "normalised", "target"]]

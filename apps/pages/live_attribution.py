@@ -81,15 +81,19 @@ def _section(name: str, lm: LoadedModel, words: tuple[str, ...], masked: int | N
     left, right = st.columns([3, 2])
     left.plotly_chart(attribution_figure(result), width="stretch", key="live_attribution")
     right.dataframe(result.by_word().reset_index(), hide_index=True, width="stretch")
+    if result.masked_line():
+        st.caption(result.masked_line())
 
 
 def attribution_figure(result: Attribution) -> go.Figure:
     """One panel per method: a horizontal bar per word (top to bottom in sentence order) of its
     normalised score, blue when it raises the explained output, red when it lowers it; the masked
-    word is labelled with the mask. ``result``: :class:`bertology.attribution.Attribution`."""
+    word (not in the input: the model reads the mask there) keeps its row, labelled with the mask,
+    with no bar: it is left out of the shares.
+    ``result``: :class:`bertology.attribution.Attribution`."""
     from bertology.attribution import METHOD_TITLES
 
-    wide = result.by_word("normalised")
+    wide = result.by_word("normalised", masked=True)
     labels = [_label(result, int(p), str(w)) for p, w in wide.index]
     methods = list(wide.columns)
     fig = make_subplots(
@@ -130,6 +134,8 @@ def _label(result: Attribution, position: int, word: str) -> str:
 
 def _range(values: Any) -> list[float]:
     """A symmetric range for signed shares, 0..max for non-negative ones (attention)."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]  # the masked word's row has no share
     top = float(np.abs(values).max()) if len(values) else 1.0
     top = 1.1 * top if top > 0 else 1.0
-    return [0.0, top] if (np.asarray(values) >= 0).all() else [-top, top]
+    return [0.0, top] if (values >= 0).all() else [-top, top]

@@ -33,7 +33,11 @@ def register(app: typer.Typer) -> None:
         method: str = typer.Option("all", help="ig, gxi, attention (last-layer attention and rollout) or all"),
         steps: int = typer.Option(50, help="integrated gradients: points on the path from the baseline"),
         baseline: str = typer.Option("pad", help="integrated gradients: every word piece becomes pad or mask"),
-        output: str = typer.Option("logit", help="classifier: explain the logit or the log-probability"),
+        output: Optional[str] = typer.Option(
+            None,
+            help="classifier: explain the logit (default) or the log-probability; an MLM explains "
+            "log-probability only (anything else is refused)",
+        ),
         raw: bool = typer.Option(False, "--raw", help="print raw scores instead of normalised shares"),
         device: str = typer.Option("cpu", help="cpu, cuda, cuda:N or auto"),
     ) -> None:
@@ -68,6 +72,8 @@ def register(app: typer.Typer) -> None:
         value = "score" if raw else "normalised"
         table = result.by_word(value).reset_index()
         typer.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+        if result.masked_line():
+            typer.echo(result.masked_line())
         typer.echo(
             "pieces summed into words; "
             + ("raw scores" if raw else "normalised: score / sum of |scores| over the words, per method")
