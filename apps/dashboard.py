@@ -19,7 +19,7 @@ import streamlit as st
 
 from bertology.apps.locations import shown_root
 from bertology.apps.pages import PAGE_BY_KEY, PAGES
-from bertology.apps.tables import measure_lines
+from bertology.apps.tables import LAYER_CONVENTION, measure_lines
 from bertology.apps.ui import chosen
 
 # Streamlit's toolbar (Deploy button, menu) is hidden by `--client.toolbarMode viewer`, which the
@@ -40,6 +40,8 @@ def dashboard() -> None:
     page = PAGE_BY_KEY[chosen(st.sidebar.radio("page", keys, index=index, key="page"))]
     st.header(page.title)
     st.caption(page.intro)
+    if page.study is not None or page.key == "Live":  # the pages that show layers
+        st.caption(LAYER_CONVENTION)
     definitions = measure_lines(page.key)
     if definitions:
         with st.expander("what the measures on this page mean"):

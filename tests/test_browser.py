@@ -221,6 +221,8 @@ def test_the_sidebar_has_only_the_dashboards_menu_and_every_page_opens(tmp_path)
             options = sidebar.locator('[data-testid="stRadio"] [role="radiogroup"] label').all_inner_texts()
             assert [o.strip() for o in options] == list(PAGE_BY_KEY), page.key
             assert not screenshots.page_problems(tab)[0], page.key
+            if page.study is not None or page.key == "Live":  # the layer numbering, stated on each page with layers
+                tab.get_by_text("Layer numbers on this page", exact=False).first.wait_for(timeout=WAIT_MS)
         # a module of the pages package is no page of its own: its old address shows the dashboard
         tab.goto(f"{base}/alignment", wait_until="domcontentloaded", timeout=WAIT_MS)
         tab.locator('[data-testid="stHeading"]', has_text=PAGE_BY_KEY["Runs"].title).first.wait_for(timeout=WAIT_MS)

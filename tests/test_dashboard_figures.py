@@ -422,3 +422,16 @@ def test_best_layer_difference_pairs_two_runs_on_their_shared_sentences():
     assert (row["layer A"], row["layer B"]) == (1, 0)
     assert row["A − B"] == pytest.approx(0.5, abs=0.01) and row["low"] < 0.5 < row["high"] and row["p"] < 0.01
     assert row["shared sentences"] == 200 and row["unpaired sentences"] == 1 and not row["small sample"]
+
+
+def test_a_word_has_one_number_as_a_row_and_as_a_column():
+    """The word-level map's columns start with the first special token the rows lack: a word is
+    numbered by its column position in both (issue 54: rows said "1: keys", columns "2: keys")."""
+    rows, columns = ["the", "keys"], ["[CLS]", "the", "keys", "[SEP]"]
+    fig = figures.attention_heatmap(rows, np.full((2, 4), 0.25), "h", columns=columns, first_row=1)
+    assert list(fig.data[0].y) == ["1: the", "2: keys"] and list(fig.data[0].x)[1:3] == ["1: the", "2: keys"]
+    assert list(figures.attention_heatmap(rows, np.eye(2), "h").data[0].y) == ["0: the", "1: keys"]  # one list
+
+
+def test_the_layer_numbering_is_stated_once():
+    assert "0 for the embeddings" in tables.LAYER_CONVENTION and "layer 0 = the first" in tables.LAYER_CONVENTION
