@@ -273,6 +273,13 @@ def test_the_attribute_command_prints_the_word_table(tmp_path, tok):
     header = next(l for l in lines if l.split()[:2] == ["position", "word"])
     assert header.split()[2:] == ["gxi", "ig", "attention", "rollout"]
     assert "log-probability of" in result.output and "zebra" in result.output
+    assert "word 2 ('dog') is the masked position" in result.output  # shown apart, not as a row
+    assert not any(l.split()[:2] == ["2", "dog"] for l in lines)
+    args = ["attribute", "--model", str(mlm_dir), "--sentence", "the old dog said zebra.", "--word", "2"]
+    contrast = CliRunner().invoke(app, [*args, "--target", "cat", "--foil", "dog", "--method", "gxi"])
+    assert contrast.exit_code == 0 and "log-probability contrast of 'cat rather than dog'" in contrast.output
+    refused = CliRunner().invoke(app, [*args, "--output", "probability"])
+    assert refused.exit_code != 0 and "log-probability" in str(refused.exception)
     seq_dir = tmp_path / "seq"
     classifier(tok, "sequence").save_pretrained(seq_dir)
     tok.save_pretrained(seq_dir)
@@ -381,5 +388,37 @@ def test_live_page_draws_the_attribution_of_the_guess(tmp_path, monkeypatch):
     assert len(specs) == 1 and PLANTED_GUESS in specs[0]["layout"]["title"]["text"]
     expected = masked_word_attribution(load_model(mlm_dir, mlm_head=True), "the old dog said nothing".split(), 2)
     ig = next(t for t in specs[0]["data"] if t.get("xaxis") == "x2")
-    np.testing.assert_allclose(np.asarray(ig["x"], dtype=float), expected.by_word()["ig"], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(ig["x"], dtype=float), expected.by_word(masked=True)["ig"], atol=1e-6)
     assert any("log-probability of" in t.value for t in at.text)
+
+
+def test_a_contrastive_target_explains_the_difference_of_two_log_probabilities(mlm64):
+    """Yin & Neubig 2022: log p(target) - log p(foil) at the mask. Gradient x input is linear in the
+    output, so the contrast's scores are the target's minus the foil's; integrated gradients stay
+    complete; a foil equal to the target, or given to a classifier, is refused."""
+    a = masked_word_attribution(mlm64, WORDS, 2, "cat", foil="dog", methods=["gxi", "ig"])
+    t = masked_word_attribution(mlm64, WORDS, 2, "cat", methods=["gxi"])
+    f = masked_word_attribution(mlm64, WORDS, 2, "dog", methods=["gxi"])
+    assert a.output == "log-probability contrast" and a.target == "cat rather than dog"
+    assert a.score == pytest.approx(t.score - f.score, abs=1e-12)
+    gxi = lambda r: r.token_scores.query("method == 'gxi'")["score"].to_numpy()  # noqa: E731
+    np.testing.assert_allclose(gxi(a), gxi(t) - gxi(f), atol=1e-12)
+    assert a.token_scores.query("method == 'ig'")["score"].sum() == pytest.approx(a.difference, abs=1e-8)
+    with pytest.raises(CorpusError, match="the target itself"):
+        masked_word_attribution(mlm64, WORDS, 2, "cat", foil="cat", methods=["gxi"])
+    sequence = from_modules("tiny-seq", classifier(tiny_tokenizer("bert"), "sequence"), tiny_tokenizer("bert"))
+    with pytest.raises(ConfigError, match="foil"):
+        attribute(sequence, WORDS, foil="dog", methods=["gxi"])
+
+
+def test_the_sentence_is_highlighted_as_lit_does_with_typed_words_escaped(tok):
+    from bertology.apps.pages.live_attribution import highlighted_sentence
+
+    lm = from_modules("tiny-mlm", tiny_model("bert", mlm=True, initializer_range=0.2), tok)
+    words = ["the", "<b>dog</b>", "said", "."]
+    a = masked_word_attribution(lm, words, 2, "cat", methods=["gxi"])
+    page = highlighted_sentence(a, "gxi")
+    assert "&lt;b&gt;dog&lt;/b&gt;" in page and "<b>" not in page
+    assert page.count("background:rgba(") == 3 and "[MASK]" in page  # three words coloured, the mask boxed
+    share = a.table.set_index("position").loc[0, "normalised"]
+    assert f'title="{share:+.3f}"' in page and ("31,119,180" if share >= 0 else "214,39,40") in page.split("</span>")[0]

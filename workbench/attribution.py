@@ -5,7 +5,8 @@ Three predictions can be explained (``T`` tokens with the special tokens, ``W`` 
 
 - **a masked word** (:func:`masked_word_attribution`; a model with an MLM head): word ``word`` is
   replaced by one mask token and the output explained is ``log p(target)`` at that position, the
-  target being a vocabulary word or the model's top guess;
+  target being a vocabulary word or the model's top guess; with a ``foil``, the contrast
+  ``log p(target) - log p(foil)`` there (Yin & Neubig 2022: why this word rather than that one);
 - **a fine-tuned sequence classifier** (:func:`classifier_attribution`): the logit (or the
   log-probability) of a class, by default the predicted one;
 - **a fine-tuned token classifier**: the same for word ``word``'s class, read at its first piece (the
@@ -206,10 +207,11 @@ def attribute(
     output: str | None = None,
     ig_rule: str = "gausslegendre",
     internal_batch_size: int | None = None,
+    foil: str | None = None,
 ) -> Attribution:
     """Attribution of ``lm``'s prediction, whichever head it has: a masked word for an MLM head
-    (``word`` required, ``target`` a vocabulary word; the output is ``log-probability``, any other
-    ``output`` is refused), a class for a fine-tuned classifier (``target`` a label; ``word``
+    (``word`` required, ``target`` a vocabulary word, ``foil`` a second one for the contrast
+    ``log p(target) - log p(foil)``; the output is ``log-probability``, any other ``output`` is refused), a class for a fine-tuned classifier (``target`` a label; ``word``
     required for a token classifier; ``output`` ``logit``, the default, or ``log-probability``).
     Raises :class:`ModelError` for an encoder without a head."""
     kind = head_kind(lm.model)
@@ -224,8 +226,10 @@ def attribute(
             )
         if word is None:
             raise CorpusError("masked-word attribution needs the index of the word to mask")
-        return masked_word_attribution(lm, words, word, target, **options)
+        return masked_word_attribution(lm, words, word, target, foil=foil, **options)
     if kind in ("sequence", "token"):
+        if foil is not None:
+            raise ConfigError("a foil contrasts two vocabulary words at a mask: it is for a model with an MLM head")
         return classifier_attribution(lm, words, target, word, output=output or "logit", **options)
     raise ModelError(
         f"{lm.name}: {type(lm.model).__name__} has no head to explain; load it with an MLM head "
@@ -239,6 +243,7 @@ def masked_word_attribution(
     word: int,
     target: str | None = None,
     *,
+    foil: str | None = None,
     methods: str | Sequence[str] = "all",
     n_steps: int = 50,
     baseline: str = "pad",
@@ -248,6 +253,9 @@ def masked_word_attribution(
     """Attribution of ``log p(target)`` at word ``word`` of ``words``, replaced by one mask token.
     ``target``: a vocabulary word (one piece, as the tokenizer cuts it inside a sentence, or a
     vocabulary token such as ``##s``); None: the model's top guess (special tokens excluded).
+    ``foil``: a second vocabulary word; the output explained is then the contrast ``log p(target) -
+    log p(foil)`` at the mask (output ``log-probability contrast``; Yin & Neubig 2022), which is also the
+    difference of the two logits.
 
     Raises :class:`ModelError` for a model without an MLM head, :class:`CorpusError` for an empty
     sentence, a word index out of range or a target that is not one vocabulary piece."""
@@ -270,11 +278,20 @@ def masked_word_attribution(
     with _eval_mode(lm.model):
         target_id = _top_guess(lm, ids, log_probabilities) if target is None else _vocabulary_target(lm, target)
 
+        foil_id = None if foil is None else _vocabulary_target(lm, foil)
+        if foil_id is not None and foil_id == target_id:
+            raise CorpusError(f"the foil {foil!r} is the target itself: a contrast needs two different words")
+
         def score(batch: torch.Tensor) -> torch.Tensor:
-            return log_probabilities(batch)[:, target_id]
+            scores = log_probabilities(batch)
+            return scores[:, target_id] if foil_id is None else scores[:, target_id] - scores[:, foil_id]
 
         token = str(lm.tokenizer.convert_ids_to_tokens(target_id))
-        problem = _Problem("masked-word", "log-probability", word, ids, word_ids, position, token, target_id, score)
+        output = "log-probability"
+        if foil_id is not None:
+            output = "log-probability contrast"
+            token = f"{token} rather than {lm.tokenizer.convert_ids_to_tokens(foil_id)}"
+        problem = _Problem("masked-word", output, word, ids, word_ids, position, token, target_id, score)
         return _explain(lm, words, problem, settings)
 
 

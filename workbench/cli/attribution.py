@@ -30,6 +30,10 @@ def register(app: typer.Typer) -> None:
         target: Optional[str] = typer.Option(
             None, help="MLM: a vocabulary word (default: the top guess); classifier: a label (default: predicted)"
         ),
+        foil: Optional[str] = typer.Option(
+            None,
+            help="MLM: a second vocabulary word; explain log p(target) - log p(foil) at the mask (Yin & Neubig 2022)",
+        ),
         method: str = typer.Option("all", help="ig, gxi, attention (last-layer attention and rollout) or all"),
         steps: int = typer.Option(50, help="integrated gradients: points on the path from the baseline"),
         baseline: str = typer.Option("pad", help="integrated gradients: every word piece becomes pad or mask"),
@@ -67,6 +71,7 @@ def register(app: typer.Typer) -> None:
             n_steps=steps,
             baseline=baseline,
             output=output,
+            foil=foil,
         )
         typer.echo(result.summary())
         value = "score" if raw else "normalised"
