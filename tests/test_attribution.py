@@ -354,7 +354,8 @@ def test_attribution_figure_shows_each_methods_shares_with_typed_words_as_text(t
     words = ["the", "dog", *MARKUP.replace(">", "> ").replace("<", " <").split(), "."]
     a = masked_word_attribution(lm, words, 1, "cat")
     fig = attribution_figure(a)
-    assert [t.text for t in fig.layout.annotations] == [
+    assert all(len(line) <= 20 for t in fig.layout.annotations for line in t.text.split("<br>"))  # wrapped
+    assert [t.text.replace("<br>", " ") for t in fig.layout.annotations] == [
         "gradient × input",
         "integrated gradients",
         "attention (last layer, mean of heads)",

@@ -424,6 +424,10 @@ def test_page_figures_draw_the_planted_scores_and_tree(tmp_path):
     uuas = [t for t in fig.data if t.name == "UUAS (trained)"][0]
     assert list(uuas.y) == pytest.approx(PLANTED_UUAS)
     assert any(f"LINEAR UUAS {PLANTED_LINEAR_UUAS:.3f}" in a.text for a in fig.layout.annotations)
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert len(lines) == 2 and lines[0].line.dash != lines[1].line.dash  # UUAS and DSpr. told apart
+    sides = {a.xanchor for a in fig.layout.annotations if a.text.startswith("LINEAR")}
+    assert len(sides) == 2  # their labels on two sides, not over each other
     rows = summary_rows(read_table(run, "summary"), baselines).set_index(["probe", "metric"])
     assert rows.loc[("distance", "UUAS"), "best_layer"] == 2 and rows.loc[("distance", "UUAS"), "LINEAR"] == 0.5
     assert rank_figure(read_table(run, "rank_curve")).layout.xaxis.type == "log"

@@ -112,8 +112,9 @@ def attribution_figure(result: Attribution) -> go.Figure:
         cols=len(methods),
         shared_yaxes=True,
         horizontal_spacing=0.03,
-        subplot_titles=[METHOD_TITLES[m] for m in methods],
+        subplot_titles=[wrap_title(METHOD_TITLES[m]) for m in methods],
     )
+    fig.update_annotations(font_size=12)  # the panel titles, wrapped to their panel's width
     for col, method in enumerate(methods, start=1):
         values = wide[method].to_numpy(dtype=float)
         fig.add_trace(
@@ -133,9 +134,21 @@ def attribution_figure(result: Attribution) -> go.Figure:
     fig.update_layout(
         title=f"what {esc(result.model_name)}'s {esc(result.output)} of '{esc(result.target)}' rests on",
         height=max(320, 26 * len(labels) + 140),
-        margin=dict(t=90),
+        margin=dict(t=120),
     )
     return fig
+
+
+def wrap_title(text: str, width: int = 14) -> str:
+    """A panel title broken into lines of about ``width`` characters (``<br>``), so that four panels'
+    titles side by side do not print over each other."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
 
 
 def highlighted_sentence(result: Attribution, method: str) -> str:

@@ -92,18 +92,21 @@ def summary_rows(summary: pd.DataFrame, baselines: pd.DataFrame | None = None) -
 
 def layer_figure(intervals: pd.DataFrame, baselines: pd.DataFrame | None, kind: str) -> go.Figure:
     """One probe kind's scores per layer (one line per metric and encoder, 95% bands) with the
-    LINEAR baseline of each metric as a dashed horizontal line."""
+    LINEAR baseline of each metric as a horizontal line, each metric its own dash pattern and its
+    label on its own side (two baselines close together would print their labels over each other)."""
     title = (
         "Distance probe: UUAS and DSpr. per layer" if kind == "distance" else "Depth probe: root% and NSpr. per layer"
     )
     fig = line_with_band(layer_rows(intervals, kind), "layer", "series", title, "test score (95% interval)")
-    for metric, value in baseline_values(baselines, kind).items():
+    styles = [("dash", "dashed", "top left"), ("dot", "dotted", "bottom right")]
+    for k, (metric, value) in enumerate(baseline_values(baselines, kind).items()):
+        dash, dash_name, where = styles[k % len(styles)]
         fig.add_hline(
             y=value,
-            line_dash="dash",
+            line_dash=dash,
             line_color="#7f7f7f",
-            annotation_text=esc(f"LINEAR {METRIC_NAMES.get(metric, metric)} {value:.3f}"),
-            annotation_position="top left",
+            annotation_text=esc(f"LINEAR {METRIC_NAMES.get(metric, metric)} {value:.3f} ({dash_name})"),
+            annotation_position=where,
         )
     fig.update_layout(xaxis=dict(dtick=1))
     return fig
