@@ -461,3 +461,16 @@ def test_the_structural_probe_on_the_gpu_finds_the_planted_trees_as_on_the_cpu(p
     assert scores[str(cuda)]["uuas"] >= 0.95
     assert abs(scores[str(cuda)]["uuas"] - scores["cpu"]["uuas"]) <= 0.02
     assert abs(scores[str(cuda)]["dspr"] - scores["cpu"]["dspr"]) <= 0.02
+
+
+def test_tree_words_are_spaced_by_their_length():
+    from bertology.apps.pages.structural import tree_figure, word_centres
+
+    centres = word_centres(["the", "national", "secretary", "."])
+    gaps = np.diff(centres)
+    assert list(gaps) == [(5 + 10) / 2, (10 + 11) / 2, (11 + 3) / 2]  # half of each neighbour's width
+    words = pd.DataFrame({"sent_id": "s", "position": [0, 1, 2, 3], "word": ["the", "national", "secretary", "."]})
+    edges = pd.DataFrame({"sent_id": "s", "source": ["gold"], "i": [1], "j": [2], "correct": [True]})
+    fig = tree_figure(words, edges, "s")
+    assert list(fig.data[-1].x) == list(centres)
+    assert fig.data[0].x[0] == pytest.approx(centres[1]) and fig.data[0].x[-1] == pytest.approx(centres[2])

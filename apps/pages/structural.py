@@ -127,11 +127,20 @@ def rank_figure(curve: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def _arc(i: int, j: int, up: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Points of a half ellipse from word ``i`` to word ``j``, above (``up``) or below the words."""
+def word_centres(words: list[str]) -> np.ndarray:
+    """The x of each word's centre, in characters: each word as wide as its text plus two spaces, so
+    that long neighbours do not print into each other ("national secretary", not
+    "nationalsecretary"); ``[W]``."""
+    widths = np.array([len(str(w)) + 2 for w in words], dtype=float)
+    return np.cumsum(widths) - widths / 2
+
+
+def _arc(a: float, b: float, up: bool, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """Points of a half ellipse from x ``a`` to x ``b`` (word centres), above (``up``) or below the
+    words; ``span``: how many words apart they are (the arc's height)."""
     t = np.linspace(0, np.pi, 24)
-    centre, radius = (i + j) / 2, abs(j - i) / 2
-    height = 0.4 + 0.25 * abs(j - i)
+    centre, radius = (a + b) / 2, abs(b - a) / 2
+    height = 0.4 + 0.25 * span
     return centre - radius * np.cos(t), (1 if up else -1) * (0.3 + height * np.sin(t))
 
 
@@ -142,9 +151,11 @@ def tree_figure(words: pd.DataFrame, edges: pd.DataFrame, sent_id: str) -> go.Fi
     w = words[words["sent_id"].astype(str) == sent_id].sort_values("position")
     e = edges[edges["sent_id"].astype(str) == sent_id]
     fig = go.Figure()
+    centre = dict(zip(w["position"].astype(int), word_centres(list(w["word"]))))
     for source, up in (("gold", True), ("predicted", False)):
         for row in e[e["source"] == source].itertuples():
-            x, y = _arc(int(row.i), int(row.j), up)
+            i, j = int(row.i), int(row.j)
+            x, y = _arc(centre.get(i, float(i)), centre.get(j, float(j)), up, abs(j - i))
             colour = "#1f77b4" if up else ("#2ca02c" if bool(row.correct) else "#d62728")
             fig.add_trace(
                 go.Scatter(x=x, y=y, mode="lines", line=dict(color=colour, width=2), hoverinfo="skip", showlegend=False)
@@ -152,7 +163,7 @@ def tree_figure(words: pd.DataFrame, edges: pd.DataFrame, sent_id: str) -> go.Fi
     punct = w["punct"].astype(bool) if "punct" in w else pd.Series(False, index=w.index)
     fig.add_trace(
         go.Scatter(
-            x=w["position"],
+            x=[centre[int(p)] for p in w["position"]],
             y=np.zeros(len(w)),
             mode="text",
             text=[esc(t) for t in w["word"]],
