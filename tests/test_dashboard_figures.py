@@ -111,6 +111,7 @@ def test_relation_table_ranks_by_gain_over_the_offset_baseline():
     fig = heads.relation_figure(rel, 0, 1)
     assert list(fig.data[0].x) == [0.8, 0.5, 0.9] and list(fig.data[1].x) == [0.5, 0.4, 0.85]
     assert fig.data[0].y[0] == "nsubj (dependent → head)"
+    assert max(len(line) for line in fig.layout.xaxis.title.text.split("<br>")) <= 50  # fits half a page
 
 
 def test_attention_figures_show_markup_words_as_typed():
