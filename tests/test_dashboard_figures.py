@@ -163,6 +163,9 @@ def test_cluster_legend_names_clusters_not_numbers():
     assert "not gold senses" in fig.layout.legend.title.text
     assert list(fig.data[0].hovertext) == ["a &lt;b&gt;bank&lt;/b&gt; loan"]
     assert "&lt;b&gt;x&lt;/b&gt;" in fig.layout.title.text and "layer 6" in fig.layout.title.text
+    assert "only 3 uses: too few" in fig.layout.title.text  # a map of 3 points is not drawn as if it had clusters
+    many = pd.concat([part] * 10, ignore_index=True)
+    assert "too few" not in embeddings.cluster_figure(many, "bank", layer=6).layout.title.text
 
 
 def test_emergence_figures_follow_the_steps():
