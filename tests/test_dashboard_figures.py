@@ -439,3 +439,22 @@ def test_a_word_has_one_number_as_a_row_and_as_a_column():
 
 def test_the_layer_numbering_is_stated_once():
     assert "0 for the embeddings" in tables.LAYER_CONVENTION and "layer 0 = the first" in tables.LAYER_CONVENTION
+
+
+def test_cka_is_drawn_on_its_whole_range():
+    """CKA with the pretrained layer lies in [0, 1]: an axis zoomed to 0.97-1.0, without interval,
+    turns a small change into a cliff (issue 54, item 3)."""
+    from bertology.apps.pages import finetuning
+
+    change = pd.DataFrame(
+        {
+            "task": "sst2",
+            "mode": "full",
+            "layer": [0, 1, 2],
+            "cka": [1.0, 0.99, 0.97],
+            "weight_attention": [0.0, 0.1, 0.2],
+            "attention_js": [None, 0.01, 0.02],
+        }
+    )
+    fig = finetuning.finetune_change_figure(change, "sst2")
+    assert list(fig.layout.yaxis.range) == [0, 1.02]
