@@ -19,7 +19,7 @@ import streamlit as st
 
 from bertology.apps.locations import shown_root
 from bertology.apps.pages import PAGE_BY_KEY, PAGES
-from bertology.apps.tables import measure_lines
+from bertology.apps.tables import LAYER_CONVENTION, measure_lines
 from bertology.apps.ui import chosen
 
 # Streamlit's toolbar (Deploy button, menu) is hidden by `--client.toolbarMode viewer`, which the
@@ -29,8 +29,8 @@ CLEAN_CHROME = """<style>
 </style>"""
 
 
-def main() -> None:
-    st.set_page_config(page_title="BERTology workbench", layout="wide", menu_items={})
+def dashboard() -> None:
+    """The one Streamlit page: the sidebar's own menu of :data:`PAGES` and the page it picks."""
     st.html(CLEAN_CHROME)
     st.sidebar.title("BERTology")
     st.sidebar.caption(f"results: {shown_root()}")
@@ -40,11 +40,21 @@ def main() -> None:
     page = PAGE_BY_KEY[chosen(st.sidebar.radio("page", keys, index=index, key="page"))]
     st.header(page.title)
     st.caption(page.intro)
+    if page.study is not None or page.key == "Live":  # the pages that show layers
+        st.caption(LAYER_CONVENTION)
     definitions = measure_lines(page.key)
     if definitions:
         with st.expander("what the measures on this page mean"):
             st.markdown("\n".join(f"- {line}" for line in definitions))
     page.render(page)
+
+
+def main() -> None:
+    st.set_page_config(page_title="BERTology workbench", layout="wide", menu_items={})
+    # Streamlit turns a `pages/` folder beside the script into its own multipage navigation (a
+    # sidebar link per module, each a blank page). Declaring the app's one page with st.navigation
+    # makes Streamlit ignore that folder; the pages are chosen by the sidebar menu and ?page=<key>.
+    st.navigation([st.Page(dashboard, title="BERTology workbench", default=True)], position="hidden").run()
 
 
 main()

@@ -154,18 +154,25 @@ def head_map(
     return fig
 
 
-def word_labels(words: Sequence[str]) -> list[str]:
-    """Unique, escaped axis labels ``"3: word"`` (a sentence may repeat a word)."""
-    return [f"{i}: {esc(w)}" for i, w in enumerate(words)]
+def word_labels(words: Sequence[str], start: int = 0) -> list[str]:
+    """Unique, escaped axis labels ``"3: word"`` (a sentence may repeat a word), numbered from ``start``."""
+    return [f"{start + i}: {esc(w)}" for i, w in enumerate(words)]
 
 
 def attention_heatmap(
-    words: Sequence[str], matrix: Any, title: str, height: int = 460, columns: Sequence[str] | None = None
+    words: Sequence[str],
+    matrix: Any,
+    title: str,
+    height: int = 460,
+    columns: Sequence[str] | None = None,
+    first_row: int = 0,
 ) -> go.Figure:
     """Heatmap of one head's attention on one sentence. ``matrix``: ``[words, columns]``, row = the
     attending word, column = the attended word (``columns``: their labels when they differ from
-    ``words``, e.g. words with the special tokens)."""
-    labels = word_labels(words)
+    ``words``, e.g. words with the special tokens). ``first_row``: the column position of the first
+    row's unit (1 when the columns start with a special token the rows lack), so that a unit has
+    the same number as a row and as a column."""
+    labels = word_labels(words, first_row)
     fig = go.Figure(
         go.Heatmap(
             z=np.asarray(matrix, dtype=float),

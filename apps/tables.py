@@ -187,6 +187,13 @@ INTERVAL_ESTIMATES = (
 )
 COUNT_NAMES = ("n", "count", "heads_pruned", "examples", "iterations")
 P_NAMES = ("p", "p_value", "mcnemar_p")
+LAYER_CONVENTION = (
+    "Layer numbers on this page: a hidden state's layer is 0 for the embeddings and l for the output of "
+    "transformer layer l (1..L), as Hugging Face's hidden_states; a head's or an attention map's layer counts "
+    "the transformer layers from 0 (layer 0 = the first, whose output is hidden state 1), as the model's own "
+    "module list and Clark et al.'s tools."
+)
+"""The one statement of the two layer numberings, shown under each page's title (issue 54, item 2)."""
 INDEX_NAMES = ("layer", "head", "offset", "step", "seed", "rank", "k", "iteration", "epoch")
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "prepare_cells",
     "config_dir",
     "default_config_file",
+    "resolve_config_file",
 ]
 
 
@@ -53,6 +54,24 @@ def config_dir() -> Path:
 def default_config_file(name: str, variant: str | None = None) -> Path:
     """``configs/<name>.yaml`` or ``configs/<variant>/<name>.yaml`` (e.g. the quickstart's sizes)."""
     return config_dir() / (f"{variant}/{name}.yaml" if variant else f"{name}.yaml")
+
+
+SOURCE_CONFIG_PREFIX = "studies/configs/"  # where the shipped configs sit in a source checkout
+
+
+def resolve_config_file(config_file: str | Path) -> Path:
+    """``config_file`` as given when it is a file; else a shipped config by its name under
+    ``configs/`` (``tour/feature_combinations``, ``quickstart/compression.yaml``, or the checkout's
+    path ``studies/configs/patching.yaml``), so that the commands the docs and the dashboard suggest
+    work from any folder of an installed package. A name that is neither is returned as given (the
+    reader then says that no such file exists)."""
+    path = Path(config_file)
+    if path.is_file():
+        return path
+    name = str(config_file).replace("\\", "/")
+    name = name[len(SOURCE_CONFIG_PREFIX) :] if name.startswith(SOURCE_CONFIG_PREFIX) else name
+    shipped = config_dir() / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
+    return shipped if name and ".." not in Path(name).parts and shipped.is_file() else path
 
 
 def _names() -> list[str]:
@@ -106,6 +125,7 @@ def prepare_run(
     if run_id is not None:
         paths.plain_name(run_id, "run id")
     default_file = default_config_file(name)
+    config_file = resolve_config_file(config_file) if config_file else None
     file_cfg = (
         read_config_file(config_file)
         if config_file

@@ -24,6 +24,8 @@ add_study_rules(
         "verbs": Rule(f"a list of verb pairs ({', '.join(VERBS)})", VERBS.__contains__, each=True),
         "flip": Rule("subject or both", ("subject", "both").__contains__),
         "use_pairs": Rule("all or correct", ("all", "correct").__contains__),
+        "direction": Rule("denoising or noising", ("denoising", "noising").__contains__),
+        "random_init_control": Rule("true or false", lambda v: isinstance(v, bool)),
         "min_difference": NON_NEGATIVE,
         "carry_threshold": Rule("a number in [0, 1)", lambda v: NON_NEGATIVE.ok(v) and v < 1),
         "confidence": Rule("a number in (0, 1)", lambda v: NON_NEGATIVE.ok(v) and 0 < v < 1),

@@ -103,6 +103,27 @@ def test_float32_completeness_and_the_masked_word_gets_no_integrated_gradient(to
     assert a.table.query("method == 'ig' and target")["score"].item() == 0
 
 
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "camembert", "mpnet"])
+def test_completeness_where_positions_depend_on_the_ids(model_type):
+    """The RoBERTa family computes positions from the input ids (a [PAD] gets ``padding_idx``): the
+    baseline's score must be the path's end at the sentence's own positions, so the integrated
+    gradients sum to the reported difference (a delta of ~0, not the gap between two functions)."""
+    tok = tiny_tokenizer(model_type)
+    lm = from_modules(model_type, tiny_model(model_type, mlm=True, initializer_range=0.2).double(), tok)
+    a = masked_word_attribution(lm, WORDS, 2, methods="ig")
+    assert a.baseline_ids != a.input_ids and tok.pad_token_id in a.baseline_ids
+    model = lm.model
+    ids, base = torch.tensor([a.input_ids]), torch.tensor([a.baseline_ids])
+    with torch.no_grad():  # the path's two ends, written out: embeddings in, positions from the sentence
+        e, e0 = model.get_input_embeddings()(ids), model.get_input_embeddings()(base)
+        ends = [torch.log_softmax(model(inputs_embeds=x).logits[0, a.position], -1)[a.target_id] for x in (e0, e)]
+    assert a.baseline_score == pytest.approx(float(ends[0]), abs=1e-10)
+    assert a.score == pytest.approx(float(ends[1]), abs=1e-10)
+    assert abs(a.difference) > 0.01  # the output moves along the path
+    total = a.token_scores["score"].sum()
+    assert total == pytest.approx(a.difference, abs=1e-8) and abs(a.delta) < 1e-8
+
+
 # --------------------------------------------------------------------------- gradient x input
 
 
@@ -180,8 +201,9 @@ def test_pieces_are_summed_into_words(tok):
         assert words.loc[4, "pieces"] == 5 and list(words["word"]) == WORDS
         assert words.loc[4, "score"] == pytest.approx(tokens.query("word == 4")["score"].sum(), abs=1e-12)
         assert words["score"].sum() == pytest.approx(tokens.query("word >= 0")["score"].sum(), abs=1e-12)
-        assert np.abs(words["normalised"]).sum() == pytest.approx(1.0)
-    assert list(a.by_word().columns) == ["gxi", "ig", "attention", "rollout"] and len(a.by_word()) == len(WORDS)
+        assert np.abs(words["normalised"].drop(index=1)).sum() == pytest.approx(1.0)  # the masked word is apart
+        assert np.isnan(words.loc[1, "normalised"])
+    assert list(a.by_word().columns) == ["gxi", "ig", "attention", "rollout"] and len(a.by_word()) == len(WORDS) - 1
 
 
 def test_bad_input_is_refused_with_the_reason(tok):
@@ -210,6 +232,32 @@ def test_bad_input_is_refused_with_the_reason(tok):
     assert classifier_attribution(sequence, WORDS, methods="gxi").table["method"].unique().tolist() == ["gxi"]
 
 
+def test_the_masked_word_is_shown_apart_and_outputs_and_special_targets_are_checked(tok):
+    """The masked word is not in the input: its row (the mask token's scores) is kept apart, out of
+    the shares of the words the model did read; an MLM's output is log p(target) only; a special
+    token is no target."""
+    lm = from_modules("tiny-mlm", tiny_model("bert", mlm=True, initializer_range=0.2), tok)
+    a = masked_word_attribution(lm, WORDS, 2, "cat", methods=["gxi"])
+    rows = a.table.set_index("position")
+    assert np.isnan(rows.loc[2, "normalised"]) and rows.loc[2, "score"] != 0  # the mask token's own gradient x input
+    read = rows.drop(index=2)
+    assert read["normalised"].abs().sum() == pytest.approx(1.0)
+    assert read["normalised"].to_numpy() == pytest.approx((read["score"] / read["score"].abs().sum()).to_numpy())
+    assert 2 not in a.by_word().index.get_level_values("position") and 2 in a.by_word(
+        masked=True
+    ).index.get_level_values("position")
+    assert "word 2 ('dog') is the masked position" in a.masked_line() and "[MASK]" in a.masked_line()
+    for output in ("probability", "logit"):
+        with pytest.raises(ConfigError, match="log-probability"):
+            attribute(lm, WORDS, 2, "cat", output=output)
+    assert attribute(lm, WORDS, 2, "cat", output="log-probability", methods=["gxi"]).output == "log-probability"
+    for special in ("[SEP]", "[CLS]", "[PAD]", "[MASK]"):
+        with pytest.raises(CorpusError, match="special token"):
+            masked_word_attribution(lm, WORDS, 2, special, methods=["gxi"])
+    token = from_modules("tiny-tok", classifier(tok, "token"), tok)  # a token classifier reads its word: no NaN
+    assert classifier_attribution(token, WORDS, word=1, methods=["gxi"]).table["normalised"].notna().all()
+
+
 # --------------------------------------------------------------------------- the command
 
 
@@ -225,6 +273,13 @@ def test_the_attribute_command_prints_the_word_table(tmp_path, tok):
     header = next(l for l in lines if l.split()[:2] == ["position", "word"])
     assert header.split()[2:] == ["gxi", "ig", "attention", "rollout"]
     assert "log-probability of" in result.output and "zebra" in result.output
+    assert "word 2 ('dog') is the masked position" in result.output  # shown apart, not as a row
+    assert not any(l.split()[:2] == ["2", "dog"] for l in lines)
+    args = ["attribute", "--model", str(mlm_dir), "--sentence", "the old dog said zebra.", "--word", "2"]
+    contrast = CliRunner().invoke(app, [*args, "--target", "cat", "--foil", "dog", "--method", "gxi"])
+    assert contrast.exit_code == 0 and "log-probability contrast of 'cat rather than dog'" in contrast.output
+    refused = CliRunner().invoke(app, [*args, "--output", "probability"])
+    assert refused.exit_code != 0 and "log-probability" in str(refused.exception)
     seq_dir = tmp_path / "seq"
     classifier(tok, "sequence").save_pretrained(seq_dir)
     tok.save_pretrained(seq_dir)
@@ -283,7 +338,7 @@ def test_shipped_mlm_attribution_is_complete_and_reasonable():
     # Gauss-Legendre with 50 points on a real 6-layer model: completeness to ~1% of the difference
     assert abs(a.delta) <= 0.02 * abs(a.difference)
     assert a.difference > 1  # the sentence makes "barked" far more likely than the all-padding baseline
-    assert a.by_word().shape == (len(words), 4) and a.by_word().notna().all().all()
+    assert a.by_word().shape == (len(words) - 1, 4) and a.by_word().notna().all().all()  # the masked word apart
     assert a.table.query("method == 'ig' and target")["score"].item() == 0  # the mask is its own baseline
 
 
@@ -299,7 +354,8 @@ def test_attribution_figure_shows_each_methods_shares_with_typed_words_as_text(t
     words = ["the", "dog", *MARKUP.replace(">", "> ").replace("<", " <").split(), "."]
     a = masked_word_attribution(lm, words, 1, "cat")
     fig = attribution_figure(a)
-    assert [t.text for t in fig.layout.annotations] == [
+    assert all(len(line) <= 20 for t in fig.layout.annotations for line in t.text.split("<br>"))  # wrapped
+    assert [t.text.replace("<br>", " ") for t in fig.layout.annotations] == [
         "gradient × input",
         "integrated gradients",
         "attention (last layer, mean of heads)",
@@ -307,9 +363,11 @@ def test_attribution_figure_shows_each_methods_shares_with_typed_words_as_text(t
     ]
     assert fig.data[0].y[1] == "1: dog [[MASK]]" and all("<" not in y for y in fig.data[0].y)
     for trace, method in zip(fig.data, a.methods):
-        shares = a.by_word()[method].to_numpy()
+        shares = a.by_word(masked=True)[method].to_numpy()
+        assert np.isnan(trace.x[1])  # the masked word: its row, no bar (it is not in the input)
         np.testing.assert_allclose(trace.x, shares)
-        assert list(trace.marker.color) == ["#1f77b4" if s >= 0 else "#d62728" for s in shares]
+        read = [i for i in range(len(shares)) if i != 1]
+        assert [trace.marker.color[i] for i in read] == ["#1f77b4" if shares[i] >= 0 else "#d62728" for i in read]
 
 
 def test_live_page_draws_the_attribution_of_the_guess(tmp_path, monkeypatch):
@@ -331,5 +389,37 @@ def test_live_page_draws_the_attribution_of_the_guess(tmp_path, monkeypatch):
     assert len(specs) == 1 and PLANTED_GUESS in specs[0]["layout"]["title"]["text"]
     expected = masked_word_attribution(load_model(mlm_dir, mlm_head=True), "the old dog said nothing".split(), 2)
     ig = next(t for t in specs[0]["data"] if t.get("xaxis") == "x2")
-    np.testing.assert_allclose(np.asarray(ig["x"], dtype=float), expected.by_word()["ig"], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(ig["x"], dtype=float), expected.by_word(masked=True)["ig"], atol=1e-6)
     assert any("log-probability of" in t.value for t in at.text)
+
+
+def test_a_contrastive_target_explains_the_difference_of_two_log_probabilities(mlm64):
+    """Yin & Neubig 2022: log p(target) - log p(foil) at the mask. Gradient x input is linear in the
+    output, so the contrast's scores are the target's minus the foil's; integrated gradients stay
+    complete; a foil equal to the target, or given to a classifier, is refused."""
+    a = masked_word_attribution(mlm64, WORDS, 2, "cat", foil="dog", methods=["gxi", "ig"])
+    t = masked_word_attribution(mlm64, WORDS, 2, "cat", methods=["gxi"])
+    f = masked_word_attribution(mlm64, WORDS, 2, "dog", methods=["gxi"])
+    assert a.output == "log-probability contrast" and a.target == "cat rather than dog"
+    assert a.score == pytest.approx(t.score - f.score, abs=1e-12)
+    gxi = lambda r: r.token_scores.query("method == 'gxi'")["score"].to_numpy()  # noqa: E731
+    np.testing.assert_allclose(gxi(a), gxi(t) - gxi(f), atol=1e-12)
+    assert a.token_scores.query("method == 'ig'")["score"].sum() == pytest.approx(a.difference, abs=1e-8)
+    with pytest.raises(CorpusError, match="the target itself"):
+        masked_word_attribution(mlm64, WORDS, 2, "cat", foil="cat", methods=["gxi"])
+    sequence = from_modules("tiny-seq", classifier(tiny_tokenizer("bert"), "sequence"), tiny_tokenizer("bert"))
+    with pytest.raises(ConfigError, match="foil"):
+        attribute(sequence, WORDS, foil="dog", methods=["gxi"])
+
+
+def test_the_sentence_is_highlighted_as_lit_does_with_typed_words_escaped(tok):
+    from bertology.apps.pages.live_attribution import highlighted_sentence
+
+    lm = from_modules("tiny-mlm", tiny_model("bert", mlm=True, initializer_range=0.2), tok)
+    words = ["the", "<b>dog</b>", "said", "."]
+    a = masked_word_attribution(lm, words, 2, "cat", methods=["gxi"])
+    page = highlighted_sentence(a, "gxi")
+    assert "&lt;b&gt;dog&lt;/b&gt;" in page and "<b>" not in page
+    assert page.count("background:rgba(") == 3 and "[MASK]" in page  # three words coloured, the mask boxed
+    share = a.table.set_index("position").loc[0, "normalised"]
+    assert f'title="{share:+.3f}"' in page and ("31,119,180" if share >= 0 else "214,39,40") in page.split("</span>")[0]

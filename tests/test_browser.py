@@ -204,3 +204,25 @@ def boxes_overlap(a: dict, b: dict) -> bool:
         and a["y"] < b["y"] + b["height"]
         and b["y"] < a["y"] + a["height"]
     )
+
+
+def test_the_sidebar_has_only_the_dashboards_menu_and_every_page_opens(tmp_path):
+    """Streamlit would turn the ``pages/`` package beside the dashboard script into its own
+    navigation (a sidebar link per module, each a blank page); the only menu is the dashboard's
+    radio of :data:`PAGES`, and each of its pages opens with its own title, even with no runs."""
+    results = tmp_path / "results"
+    results.mkdir()
+    with screenshots.serve(results) as base, screenshots.browser() as tab:
+        for page in PAGE_BY_KEY.values():
+            screenshots.open_page(tab, base, page.key, charts=0, tables=0, timeout_ms=WAIT_MS)
+            sidebar = tab.locator('[data-testid="stSidebar"]')
+            assert tab.locator('[data-testid="stSidebarNav"]').count() == 0, page.key
+            assert sidebar.locator("a[href]").count() == 0, page.key  # no navigation links at all
+            options = sidebar.locator('[data-testid="stRadio"] [role="radiogroup"] label').all_inner_texts()
+            assert [o.strip() for o in options] == list(PAGE_BY_KEY), page.key
+            assert not screenshots.page_problems(tab)[0], page.key
+            if page.study is not None or page.key == "Live":  # the layer numbering, stated on each page with layers
+                tab.get_by_text("Layer numbers on this page", exact=False).first.wait_for(timeout=WAIT_MS)
+        # a module of the pages package is no page of its own: its old address shows the dashboard
+        tab.goto(f"{base}/alignment", wait_until="domcontentloaded", timeout=WAIT_MS)
+        tab.locator('[data-testid="stHeading"]', has_text=PAGE_BY_KEY["Runs"].title).first.wait_for(timeout=WAIT_MS)

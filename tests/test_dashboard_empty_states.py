@@ -36,17 +36,42 @@ def test_every_study_page_has_a_quickstart_run_or_a_command():
 
 
 @pytest.mark.parametrize("study", sorted(locations.FILL_COMMANDS))
-def test_each_command_names_a_study_and_a_shipped_config_that_validates(study):
+def test_each_command_names_a_study_and_a_shipped_config_that_validates(study, tmp_path, monkeypatch):
+    """Each suggested command works from any folder of an installed package: no path into the source
+    checkout, a shipped config by name (resolved here from an empty folder), no setup script."""
+    from bertology.cli import app
+    from bertology.studies import default_config_file, resolve_config_file
+
+    monkeypatch.chdir(tmp_path)  # not the checkout
     command = locations.FILL_COMMANDS[study][0].split("&&")[-1]
     words = shlex.split(command)
     assert words[:3] == ["bertology", "study", "run"] and words[3] == study and study in list_studies()
-    config = ROOT / words[words.index("--config") + 1]
+    assert "scripts/" not in locations.FILL_COMMANDS[study][0] and "studies/configs" not in command
+    name = words[words.index("--config") + 1] if "--config" in words else None
+    config = resolve_config_file(name) if name else default_config_file(study)
     assert config.is_file() and config.stem == study
     validate_config(load_study(study).DEFAULTS, read_config_file(config), str(config))
-    if command != locations.FILL_COMMANDS[study][0]:  # the data first: the setup script and its option
+    if command != locations.FILL_COMMANDS[study][0]:  # the data first: a bertology command
         setup = shlex.split(locations.FILL_COMMANDS[study][0].split("&&")[0])
-        assert setup == ["bash", "scripts/setup.sh", "--with-pretraining-corpus"]
-        assert "--with-pretraining-corpus" in (ROOT / setup[1]).read_text()
+        assert setup[:3] == ["bertology", "build-corpus", "--out"]
+        assert "build-corpus" in {c.name for c in app.registered_commands}
+
+
+def test_a_shipped_config_is_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    from bertology.studies import config_dir, resolve_config_file
+
+    monkeypatch.chdir(tmp_path)
+    shipped = config_dir() / "tour" / "feature_combinations.yaml"
+    for name in (
+        "tour/feature_combinations",
+        "tour/feature_combinations.yaml",
+        "studies/configs/tour/feature_combinations.yaml",
+    ):
+        assert resolve_config_file(name) == shipped
+    (tmp_path / "mine.yaml").write_text("seed: 1\n")
+    assert resolve_config_file("mine.yaml").samefile(tmp_path / "mine.yaml")  # a real file wins
+    assert resolve_config_file("tour/nothing") == type(shipped)("tour/nothing")  # the reader names it missing
+    assert resolve_config_file("../studies/configs/patching") == type(shipped)("../studies/configs/patching")
 
 
 def test_a_manifest_is_read_again_only_when_it_changes(tmp_path):

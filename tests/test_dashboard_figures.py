@@ -111,6 +111,7 @@ def test_relation_table_ranks_by_gain_over_the_offset_baseline():
     fig = heads.relation_figure(rel, 0, 1)
     assert list(fig.data[0].x) == [0.8, 0.5, 0.9] and list(fig.data[1].x) == [0.5, 0.4, 0.85]
     assert fig.data[0].y[0] == "nsubj (dependent → head)"
+    assert max(len(line) for line in fig.layout.xaxis.title.text.split("<br>")) <= 50  # fits half a page
 
 
 def test_attention_figures_show_markup_words_as_typed():
@@ -162,6 +163,9 @@ def test_cluster_legend_names_clusters_not_numbers():
     assert "not gold senses" in fig.layout.legend.title.text
     assert list(fig.data[0].hovertext) == ["a &lt;b&gt;bank&lt;/b&gt; loan"]
     assert "&lt;b&gt;x&lt;/b&gt;" in fig.layout.title.text and "layer 6" in fig.layout.title.text
+    assert "only 3 uses: too few" in fig.layout.title.text  # a map of 3 points is not drawn as if it had clusters
+    many = pd.concat([part] * 10, ignore_index=True)
+    assert "too few" not in embeddings.cluster_figure(many, "bank", layer=6).layout.title.text
 
 
 def test_emergence_figures_follow_the_steps():
@@ -422,3 +426,35 @@ def test_best_layer_difference_pairs_two_runs_on_their_shared_sentences():
     assert (row["layer A"], row["layer B"]) == (1, 0)
     assert row["A − B"] == pytest.approx(0.5, abs=0.01) and row["low"] < 0.5 < row["high"] and row["p"] < 0.01
     assert row["shared sentences"] == 200 and row["unpaired sentences"] == 1 and not row["small sample"]
+
+
+def test_a_word_has_one_number_as_a_row_and_as_a_column():
+    """The word-level map's columns start with the first special token the rows lack: a word is
+    numbered by its column position in both (issue 54: rows said "1: keys", columns "2: keys")."""
+    rows, columns = ["the", "keys"], ["[CLS]", "the", "keys", "[SEP]"]
+    fig = figures.attention_heatmap(rows, np.full((2, 4), 0.25), "h", columns=columns, first_row=1)
+    assert list(fig.data[0].y) == ["1: the", "2: keys"] and list(fig.data[0].x)[1:3] == ["1: the", "2: keys"]
+    assert list(figures.attention_heatmap(rows, np.eye(2), "h").data[0].y) == ["0: the", "1: keys"]  # one list
+
+
+def test_the_layer_numbering_is_stated_once():
+    assert "0 for the embeddings" in tables.LAYER_CONVENTION and "layer 0 = the first" in tables.LAYER_CONVENTION
+
+
+def test_cka_is_drawn_on_its_whole_range():
+    """CKA with the pretrained layer lies in [0, 1]: an axis zoomed to 0.97-1.0, without interval,
+    turns a small change into a cliff (issue 54, item 3)."""
+    from bertology.apps.pages import finetuning
+
+    change = pd.DataFrame(
+        {
+            "task": "sst2",
+            "mode": "full",
+            "layer": [0, 1, 2],
+            "cka": [1.0, 0.99, 0.97],
+            "weight_attention": [0.0, 0.1, 0.2],
+            "attention_js": [None, 0.01, 0.02],
+        }
+    )
+    fig = finetuning.finetune_change_figure(change, "sst2")
+    assert list(fig.layout.yaxis.range) == [0, 1.02]

@@ -169,6 +169,10 @@ def test_pruning_curves_and_real_removal():
     assert set(first) <= {(0, 1), (0, 2), (1, 0), (1, 2)}
     report = measure_pruning(model, {0: [0, 1], 1: [3]}, batches, repeats=1)
     assert report["params_pruned"] < report["params_full"] and report["heads_pruned"] == 3
+    assert report["timing_rounds"] == 1 and np.isnan(report["time_saved_share_low"])  # one round: no interval
+    report = measure_pruning(model, {0: [0, 1], 1: [3]}, batches, repeats=3)
+    assert report["timing_rounds"] == 3 and report["seconds_full"] > 0 and report["seconds_pruned"] > 0
+    assert report["time_saved_share_low"] <= report["time_saved_share"] <= report["time_saved_share_high"]
 
 
 def test_hard_concrete_lambda_prunes_more():

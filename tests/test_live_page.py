@@ -91,7 +91,7 @@ def test_word_units_keep_the_special_tokens_as_columns(mlm_dir, tmp_path, monkey
     assert not at.exception
     head = figure_titled(at, "layer 0, head 0 (words)")["data"][0]
     assert list(head["x"]) == ["0: [CLS]", "1: the", "2: jury", "3: said", "4: nothing", "5: [SEP]"]
-    assert list(head["y"]) == ["0: the", "1: jury", "2: said", "3: nothing"]
+    assert list(head["y"]) == ["1: the", "2: jury", "3: said", "4: nothing"]  # a word: one number, row or column
     np.testing.assert_allclose(np.asarray(head["z"], dtype=float).sum(1), 1.0, atol=1e-5)
 
 

@@ -218,7 +218,7 @@ def test_the_study_writes_means_with_intervals(tiny_english_dir, tmp_path):
     from bertology.results import read_table
     from bertology.studies import run_study
 
-    overrides = {"model": str(tiny_english_dir), "pairs": 8, "min_difference": 1e-9}
+    overrides = {"model": str(tiny_english_dir), "pairs": 8, "min_difference": 1e-9, "use_pairs": "all"}
     run = run_study("patching", overrides=overrides, results_root=tmp_path, log=lambda m: None)
     pairs = read_table(run, "pairs")
     used = pairs[pairs["used"]]
@@ -240,7 +240,8 @@ def test_the_study_writes_means_with_intervals(tiny_english_dir, tmp_path):
     raw = read_table(run, "pair_heads")
     mean = raw[(raw["layer"] == 1) & (raw["head"] == 2)]["restored"].mean()
     assert heads.set_index(["layer", "head"]).loc[(1, 2), "restored"] == pytest.approx(mean)
-    carriers = read_table(run, "number_carriers")
+    assert not (run / "number_carriers.parquet").exists()  # a random model: its accuracy reaches chance
+    carriers = __import__("bertology.probes.patching.analysis", fromlist=["_carriers"])._carriers(positions, heads)
     assert set(carriers["kind"]) <= {"hidden state", "head"} and (carriers["low"] > 0.1).all()
 
 
@@ -268,7 +269,7 @@ def test_cli_patches_one_pair_and_refuses_half_a_pair(tiny_english_dir):
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "hidden states" in result.output and "heads (patched at every position)" in result.output
+    assert "hidden states" in result.output and "patched at every position" in result.output
     assert "[MASK]" in result.output  # the last layer at the mask restores everything: it is in the top rows
 
 
@@ -348,3 +349,137 @@ def test_the_page_shows_the_planted_head_with_its_interval(tmp_path, monkeypatch
     assert positions["x"] == ["CLS", "subject", "verb", "SEP"] and positions["z"][0][1] == pytest.approx(1.0)
     layer, head = PLANTED_PATCH_HEAD
     assert heads["z"][layer][head] == pytest.approx(0.8) and "[0.70, 0.90]" in heads["text"][layer][head]
+
+
+# --------------------------------------------------------------------------- issue 54 items 7-8, issue 55 items 4-5
+
+
+def test_noising_the_planted_head_destroys_the_whole_difference_and_no_other_head_any(planted):
+    heads = patch_heads(planted, CLEAN, CORRUPTED, "is", "are", direction="noising").set_index(["layer", "head"])
+    first = heads.iloc[0]
+    tol = float_tolerance(first["clean_score"], first["corrupted_score"])
+    assert (heads["direction"] == "noising").all()
+    assert heads.loc[(PLANTED_LAYER, PLANTED_HEAD), "restored"] == pytest.approx(1.0, abs=tol)
+    others = heads.drop(index=(PLANTED_LAYER, PLANTED_HEAD))
+    assert np.allclose(others["restored"], 0.0, atol=tol)
+    # the reported scores are the original pair's, whatever the direction
+    denoised = patch_heads(planted, CLEAN, CORRUPTED, "is", "are")
+    assert first["clean_score"] == pytest.approx(denoised["clean_score"].iloc[0])
+    states = patch_hidden_states(planted, CLEAN, CORRUPTED, "is", "are", direction="noising")
+    last = states[(states["layer"] == states["layer"].max()) & (states["position"] == MASK)]
+    assert last["restored"].iloc[0] == pytest.approx(1.0, abs=tol)  # the last state at the mask: all destroyed
+    assert last["token"].iloc[0] == "[MASK]" and states["token"].iloc[SUBJECT] == "dog"  # the clean sentence's tokens
+    with pytest.raises(PatchingError, match="direction"):
+        patch_heads(planted, CLEAN, CORRUPTED, "is", "are", direction="sideways")
+
+
+def test_unknown_words_and_over_long_pairs_are_refused():
+    lm = tiny_lm("bert")
+    with pytest.raises(PatchingError, match=r"target '☃' is the special token \[UNK\]"):
+        encode_pair(lm, CLEAN, CORRUPTED, "☃", "are")
+    with pytest.raises(PatchingError, match=r"foil .* special token"):
+        encode_pair(lm, CLEAN, CORRUPTED, "is", "[SEP]")
+    limit = lm.model.config.max_position_embeddings
+    long_clean, long_corrupted = ("the dog " * limit) + CLEAN, ("the dog " * limit) + CORRUPTED
+    with pytest.raises(PatchingError, match=f"clean sentence has {2 * limit + 7} tokens; .* at most {limit}"):
+        encode_pair(lm, long_clean, long_corrupted, "is", "are")
+
+
+def test_minimal_pairs_never_use_a_word_the_vocabulary_lacks(english_tokenizer):
+    unk = english_tokenizer.unk_token_id
+    for pair in agreement_pairs(english_tokenizer, 30, seed=3):
+        for text in (pair.clean, pair.corrupted):
+            assert unk not in english_tokenizer(text.replace("[MASK]", english_tokenizer.mask_token))["input_ids"]
+
+
+def test_a_random_model_gets_a_warning_a_control_and_no_number_carriers(tiny_english_dir, tmp_path):
+    """The planted answer: a randomly initialised BERT cannot do agreement. The study says so (its
+    clean accuracy's interval reaches chance), scores a random-init control, keeps only the pairs it
+    gets right in both sentences by default, and names no site as carrying number -- in the study,
+    the CLI summary and on the page."""
+    from cli_inprocess import run_cli
+
+    from bertology.probes.patching.analysis import able
+    from bertology.results import read_manifest, read_table
+
+    root = tmp_path / "results"
+    result = run_cli("patch", "--model", str(tiny_english_dir), "--pairs", "12", "--out", str(root), "--top", "3")
+    assert result.returncode == 0, result.stderr
+    run = next((root / "patching").iterdir())
+    pairs, accuracy = read_table(run, "pairs"), read_table(run, "accuracy")
+    both = pairs["clean_correct"] & pairs["corrupted_correct"]
+    assert list(pairs["used"]) == list(both & (pairs["clean_score"] - pairs["corrupted_score"] >= 0.1))
+    every = accuracy.set_index("template").loc["all"]
+    assert every["n_used"] == pairs["used"].sum() and not every["above_chance"] and every["clean_low"] <= 0.5
+    assert read_manifest(run)["above_chance"] is False and not able(accuracy)[0]
+    assert not (run / "number_carriers.parquet").exists()
+    control = read_table(run, "control_accuracy").set_index("template")
+    assert control.loc["all", "n_pairs"] == 12 and not control.loc["all", "above_chance"]
+    assert "warning: the model is not shown to do the task" in result.stdout
+    assert "clean accuracy" in result.stdout and "randomly initialised copy" in result.stdout
+    assert "carries" not in result.stdout
+    # the page: the warning, the accuracy with its interval, no "where number is carried" section
+    from streamlit.testing.v1 import AppTest
+
+    from bertology.apps.dashboard import __file__ as dashboard_file
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BERTOLOGY_RESULTS", str(root))
+        at = AppTest.from_file(dashboard_file, default_timeout=60)
+        at.run()
+        at.sidebar.radio(key="page").set_value("Patching").run()
+    assert not at.exception
+    assert any("not shown to do this task" in w.value for w in at.warning)
+    assert not any("Where number is carried" in h.value for h in at.subheader)
+    assert any("denoising" in m.value for m in at.markdown)
+
+
+def test_noising_runs_as_a_study_and_says_so(tiny_english_dir, tmp_path):
+    from bertology.results import read_table
+    from bertology.studies import run_study
+
+    overrides = {
+        "model": str(tiny_english_dir),
+        "pairs": 6,
+        "min_difference": 1e-9,
+        "use_pairs": "all",
+        "direction": "noising",
+        "random_init_control": False,
+    }
+    run = run_study("patching", overrides=overrides, results_root=tmp_path, log=lambda m: None)
+    raw = read_table(run, "pair_positions")
+    last = raw[(raw["role"] == "verb") & (raw["layer"] == raw["layer"].max())]
+    assert np.allclose(last["restored"], 1.0, atol=1e-3)  # the corrupted last state at the mask destroys it all
+    assert np.allclose(raw["base_score"], raw["clean_score"]) and np.allclose(
+        raw["source_score"], raw["corrupted_score"]
+    )
+    assert not (run / "control_accuracy.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pairs", "0"], "--pairs must be at least 2"),
+        (["--position", "3"], "--position patches one pair"),
+        (["--direction", "backwards"], "--direction must be one of denoising, noising"),
+        (["--top", "-5"], "'--top': Input should be greater than or equal to 1"),
+    ],
+)
+def test_cli_refuses_what_it_would_silently_ignore(tiny_english_dir, tmp_path, args, message):
+    from cli_inprocess import run_cli
+
+    result = run_cli("patch", "--model", str(tiny_english_dir), "--out", str(tmp_path), *args)
+    assert result.returncode == 2 and message in result.stderr, result
+    assert not (tmp_path / "patching").exists()
+
+
+def test_cli_refuses_an_over_long_pair_and_an_unknown_target_in_one_line(tiny_english_dir):
+    from cli_inprocess import run_cli
+
+    pair = ["--clean", "the key " * 300 + "[MASK] here .", "--corrupted", "the keys " * 300 + "[MASK] here ."]
+    result = run_cli("patch", "--model", str(tiny_english_dir), *pair, "--target", "is", "--foil", "are")
+    assert result.returncode == 2 and "reads at most" in result.stderr and "Traceback" not in result.stderr
+    assert len([line for line in result.stderr.splitlines() if "error" in line.lower()]) == 1
+    pair = ["--clean", "the key [MASK] here .", "--corrupted", "the keys [MASK] here ."]
+    result = run_cli("patch", "--model", str(tiny_english_dir), *pair, "--target", "☃", "--foil", "are")
+    assert result.returncode == 2 and "[UNK]" in result.stderr

@@ -386,6 +386,19 @@ def test_layer_differences_pair_layers_on_the_same_sentences():
     other = 3 - best
     assert diffs.loc[other, "low"] < 0 < diffs.loc[other, "high"] or abs(diffs.loc[other, "difference"]) < 0.05
     assert (diffs["selected_on"] == "dev").all() and (diffs["n_seeds"] == 2).all()
+    # the p-value's own interval (test sampling only) is saved beside it: inside the seed-widened one
+    assert ((diffs["paired_low"] >= diffs["low"] - 1e-12) & (diffs["paired_high"] <= diffs["high"] + 1e-12)).all()
+    assert ((diffs["paired_low"] <= diffs["difference"]) & (diffs["difference"] <= diffs["paired_high"])).all()
+    assert diffs.loc[0, "paired_high"] < 0  # p < 0.01 and its interval agree
+    from bertology.apps.pages.probing import with_paired_interval
+
+    shown = with_paired_interval(diffs.reset_index())
+    column = list(shown.columns)
+    assert column.index("paired interval (p)") + 1 == column.index("p_value") and "paired_low" not in column
+    assert (
+        shown["paired interval (p)"].iloc[0]
+        == f"[{diffs['paired_low'].iloc[0]:.3f}, {diffs['paired_high'].iloc[0]:.3f}]"
+    )
 
 
 def test_layer_difference_intervals_cover_a_planted_difference():

@@ -424,6 +424,10 @@ def test_page_figures_draw_the_planted_scores_and_tree(tmp_path):
     uuas = [t for t in fig.data if t.name == "UUAS (trained)"][0]
     assert list(uuas.y) == pytest.approx(PLANTED_UUAS)
     assert any(f"LINEAR UUAS {PLANTED_LINEAR_UUAS:.3f}" in a.text for a in fig.layout.annotations)
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert len(lines) == 2 and lines[0].line.dash != lines[1].line.dash  # UUAS and DSpr. told apart
+    sides = {a.xanchor for a in fig.layout.annotations if a.text.startswith("LINEAR")}
+    assert len(sides) == 2  # their labels on two sides, not over each other
     rows = summary_rows(read_table(run, "summary"), baselines).set_index(["probe", "metric"])
     assert rows.loc[("distance", "UUAS"), "best_layer"] == 2 and rows.loc[("distance", "UUAS"), "LINEAR"] == 0.5
     assert rank_figure(read_table(run, "rank_curve")).layout.xaxis.type == "log"
@@ -457,3 +461,16 @@ def test_the_structural_probe_on_the_gpu_finds_the_planted_trees_as_on_the_cpu(p
     assert scores[str(cuda)]["uuas"] >= 0.95
     assert abs(scores[str(cuda)]["uuas"] - scores["cpu"]["uuas"]) <= 0.02
     assert abs(scores[str(cuda)]["dspr"] - scores["cpu"]["dspr"]) <= 0.02
+
+
+def test_tree_words_are_spaced_by_their_length():
+    from bertology.apps.pages.structural import tree_figure, word_centres
+
+    centres = word_centres(["the", "national", "secretary", "."])
+    gaps = np.diff(centres)
+    assert list(gaps) == [(5 + 10) / 2, (10 + 11) / 2, (11 + 3) / 2]  # half of each neighbour's width
+    words = pd.DataFrame({"sent_id": "s", "position": [0, 1, 2, 3], "word": ["the", "national", "secretary", "."]})
+    edges = pd.DataFrame({"sent_id": "s", "source": ["gold"], "i": [1], "j": [2], "correct": [True]})
+    fig = tree_figure(words, edges, "s")
+    assert list(fig.data[-1].x) == list(centres)
+    assert fig.data[0].x[0] == pytest.approx(centres[1]) and fig.data[0].x[-1] == pytest.approx(centres[2])

@@ -5,7 +5,8 @@ Three predictions can be explained (``T`` tokens with the special tokens, ``W`` 
 
 - **a masked word** (:func:`masked_word_attribution`; a model with an MLM head): word ``word`` is
   replaced by one mask token and the output explained is ``log p(target)`` at that position, the
-  target being a vocabulary word or the model's top guess;
+  target being a vocabulary word or the model's top guess; with a ``foil``, the contrast
+  ``log p(target) - log p(foil)`` there (Yin & Neubig 2022: why this word rather than that one);
 - **a fine-tuned sequence classifier** (:func:`classifier_attribution`): the logit (or the
   log-probability) of a class, by default the predicted one;
 - **a fine-tuned token classifier**: the same for word ``word``'s class, read at its first piece (the
@@ -80,7 +81,9 @@ class Attribution:
     ``table``: one row per word × method -- ``method``, ``position`` (the word's index in the
     sentence), ``word``, ``pieces`` (its number of tokens), ``score`` (the sum of its pieces'
     scores), ``normalised`` (``score / Σ_words |score|`` of that method: signed shares whose
-    absolute values sum to 1) and ``target`` (True for the masked / classified word).
+    absolute values sum to 1) and ``target`` (True for the masked / classified word). A masked word
+    is not in the input (the model reads the mask there): its row holds the mask token's scores,
+    its ``normalised`` is NaN and it is left out of the other words' shares.
     ``token_scores``: the same per token (special tokens included; ``word`` -1 for them).
 
     ``kind``: ``masked-word``, ``sequence`` or ``token``. ``target`` / ``target_id``: the vocabulary
@@ -116,10 +119,27 @@ class Attribution:
         """``f(input) - f(baseline)``: what the integrated-gradients scores add up to."""
         return self.score - self.baseline_score
 
-    def by_word(self, value: str = "normalised") -> pd.DataFrame:
-        """``[W, methods]``: one row per word (index ``position``, ``word``), one column per method."""
-        wide = self.table.pivot(index=["position", "word"], columns="method", values=value)
+    def by_word(self, value: str = "normalised", masked: bool = False) -> pd.DataFrame:
+        """``[W, methods]``: one row per word of the input (index ``position``, ``word``), one column
+        per method; the masked word (not in the input) only with ``masked=True``."""
+        table = self.table
+        if self.kind == "masked-word" and not masked:
+            table = table[~table["target"]]
+        wide = table.pivot(index=["position", "word"], columns="method", values=value)
         return wide[[m for m in self.methods]]
+
+    def masked_line(self) -> str | None:
+        """For a masked word, one line with the mask token's raw scores, said to be apart from the
+        shares (None for a classifier)."""
+        if self.kind != "masked-word" or self.word is None:
+            return None
+        rows = self.table[self.table["target"]].set_index("method")["score"]
+        scores = ", ".join(f"{m} {rows[m]:.4f}" for m in self.methods if m in rows)
+        return (
+            f"word {self.word} ({self.words[self.word]!r}) is the masked position: the model reads "
+            f"{self.tokens[self.position]} there, not the word; its raw scores ({scores}) are the mask token's "
+            "and are left out of the shares"
+        )
 
     def summary(self) -> str:
         """One line: what is explained, its value at the input and at the baseline."""
@@ -184,24 +204,33 @@ def attribute(
     methods: str | Sequence[str] = "all",
     n_steps: int = 50,
     baseline: str = "pad",
-    output: str = "logit",
+    output: str | None = None,
     ig_rule: str = "gausslegendre",
     internal_batch_size: int | None = None,
+    foil: str | None = None,
 ) -> Attribution:
     """Attribution of ``lm``'s prediction, whichever head it has: a masked word for an MLM head
-    (``word`` required, ``target`` a vocabulary word), a class for a fine-tuned classifier
-    (``target`` a label; ``word`` required for a token classifier). Raises :class:`ModelError`
-    for an encoder without a head."""
+    (``word`` required, ``target`` a vocabulary word, ``foil`` a second one for the contrast
+    ``log p(target) - log p(foil)``; the output is ``log-probability``, any other ``output`` is refused), a class for a fine-tuned classifier (``target`` a label; ``word``
+    required for a token classifier; ``output`` ``logit``, the default, or ``log-probability``).
+    Raises :class:`ModelError` for an encoder without a head."""
     kind = head_kind(lm.model)
     options: dict[str, Any] = dict(
         methods=methods, n_steps=n_steps, baseline=baseline, ig_rule=ig_rule, internal_batch_size=internal_batch_size
     )
     if kind == "mlm":
+        if output not in (None, "log-probability"):
+            raise ConfigError(
+                f"output {output!r}: a masked word's attribution explains log p(target) at the mask "
+                "(log-probability); logit and other outputs are for fine-tuned classifiers"
+            )
         if word is None:
             raise CorpusError("masked-word attribution needs the index of the word to mask")
-        return masked_word_attribution(lm, words, word, target, **options)
+        return masked_word_attribution(lm, words, word, target, foil=foil, **options)
     if kind in ("sequence", "token"):
-        return classifier_attribution(lm, words, target, word, output=output, **options)
+        if foil is not None:
+            raise ConfigError("a foil contrasts two vocabulary words at a mask: it is for a model with an MLM head")
+        return classifier_attribution(lm, words, target, word, output=output or "logit", **options)
     raise ModelError(
         f"{lm.name}: {type(lm.model).__name__} has no head to explain; load it with an MLM head "
         "(load_model(..., mlm_head=True)) or give a fine-tuned classifier (<run>@<step>)"
@@ -214,6 +243,7 @@ def masked_word_attribution(
     word: int,
     target: str | None = None,
     *,
+    foil: str | None = None,
     methods: str | Sequence[str] = "all",
     n_steps: int = 50,
     baseline: str = "pad",
@@ -223,6 +253,9 @@ def masked_word_attribution(
     """Attribution of ``log p(target)`` at word ``word`` of ``words``, replaced by one mask token.
     ``target``: a vocabulary word (one piece, as the tokenizer cuts it inside a sentence, or a
     vocabulary token such as ``##s``); None: the model's top guess (special tokens excluded).
+    ``foil``: a second vocabulary word; the output explained is then the contrast ``log p(target) -
+    log p(foil)`` at the mask (output ``log-probability contrast``; Yin & Neubig 2022), which is also the
+    difference of the two logits.
 
     Raises :class:`ModelError` for a model without an MLM head, :class:`CorpusError` for an empty
     sentence, a word index out of range or a target that is not one vocabulary piece."""
@@ -235,20 +268,30 @@ def masked_word_attribution(
     ids, word_ids = _encode(lm, words)
     ids, word_ids, position = _mask_word(lm, ids, word_ids, word, len(words))
     encoder, mlm_head, _ = mlm_parts(lm.model)
+    positions = _positions(lm, ids)
 
     def log_probabilities(batch: torch.Tensor) -> torch.Tensor:
         """``[B, V]`` at the mask; the vocabulary logits there only (the MLM head is position-wise)."""
-        hidden = encoder(input_ids=batch).last_hidden_state[:, position]  # [B, H]
+        hidden = encoder(input_ids=batch, **positions(batch)).last_hidden_state[:, position]  # [B, H]
         return torch.log_softmax(_as_float(mlm_head(hidden)), dim=-1)
 
     with _eval_mode(lm.model):
         target_id = _top_guess(lm, ids, log_probabilities) if target is None else _vocabulary_target(lm, target)
 
+        foil_id = None if foil is None else _vocabulary_target(lm, foil)
+        if foil_id is not None and foil_id == target_id:
+            raise CorpusError(f"the foil {foil!r} is the target itself: a contrast needs two different words")
+
         def score(batch: torch.Tensor) -> torch.Tensor:
-            return log_probabilities(batch)[:, target_id]
+            scores = log_probabilities(batch)
+            return scores[:, target_id] if foil_id is None else scores[:, target_id] - scores[:, foil_id]
 
         token = str(lm.tokenizer.convert_ids_to_tokens(target_id))
-        problem = _Problem("masked-word", "log-probability", word, ids, word_ids, position, token, target_id, score)
+        output = "log-probability"
+        if foil_id is not None:
+            output = "log-probability contrast"
+            token = f"{token} rather than {lm.tokenizer.convert_ids_to_tokens(foil_id)}"
+        problem = _Problem("masked-word", output, word, ids, word_ids, position, token, target_id, score)
         return _explain(lm, words, problem, settings)
 
 
@@ -282,11 +325,12 @@ def classifier_attribution(
     ids, word_ids = _encode(lm, words)
     position = 0 if kind == "sequence" else _first_piece(word_ids, word, len(words))
     model = lm.model
+    positions = _positions(lm, ids)
     with _eval_mode(model):
         target_id = _class_target(lm, ids, position, kind, target)
 
         def score(batch: torch.Tensor) -> torch.Tensor:
-            logits = _as_float(model(input_ids=batch).logits)  # [B, C] or [B, T, C]
+            logits = _as_float(model(input_ids=batch, **positions(batch)).logits)  # [B, C] or [B, T, C]
             logits = logits if kind == "sequence" else logits[:, position]
             logits = logits if output == "logit" else torch.log_softmax(logits, dim=-1)
             return logits[:, target_id]
@@ -335,6 +379,27 @@ def _encode(lm: LoadedModel, words: Sequence[str]) -> tuple[list[int], list[int]
     if len(ids) > limit:
         raise CorpusError(f"the sentence has {len(ids)} tokens; {lm.name} reads at most {limit}: shorten it")
     return ids, word_ids
+
+
+def _positions(lm: LoadedModel, ids: list[int]) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """The ``position_ids`` keyword for a batch ``[B, T]``: the positions of the sentence itself,
+    whatever the batch holds. The RoBERTa family (RoBERTa, XLM-R, CamemBERT, MPNet: embeddings with
+    a ``padding_idx``) computes positions from the input ids, ``padding_idx + 1 + i`` for a real token
+    and ``padding_idx`` for a padding one, so the [PAD] baseline would otherwise run with other
+    positions than the path Captum integrates along (which embeds the sentence's own ids): the
+    baseline's score, the reported difference and the convergence delta would be of another
+    function. Models with positions 0..T-1 whatever the ids get no keyword."""
+    embeddings = getattr(lm.model.base_model, "embeddings", None)
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    if padding_idx is None:
+        return lambda batch: {}
+    real = torch.tensor(ids) != padding_idx
+    fixed = (torch.cumsum(real.long(), 0) * real.long() + padding_idx)[None, :]  # [1, T], as Hugging Face's rule
+
+    def keyword(batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"position_ids": fixed.to(batch.device).expand(batch.shape[0], -1)}
+
+    return keyword
 
 
 def _check_word(word: int | None, n_words: int) -> int:
@@ -391,9 +456,16 @@ def _vocabulary_target(lm: LoadedModel, target: str) -> int:
         raise CorpusError("the target word is empty: give a vocabulary word or leave it out for the top guess")
     ids, word_ids = tokenize_sentences(tok, [[str(target)]])[0]
     pieces = [i for i, w in zip(ids, word_ids) if w == 0]
+    special = set(tok.all_special_ids)
+    exact = tok.convert_tokens_to_ids(str(target))
+    for candidate in ([pieces[0]] if len(pieces) == 1 else []) + ([exact] if isinstance(exact, int) else []):
+        if candidate in special and candidate != tok.unk_token_id:
+            raise CorpusError(
+                f"target {target!r} is the special token {tok.convert_ids_to_tokens(int(candidate))}: "
+                "give a word of the vocabulary (special tokens are never the masked word)"
+            )
     if len(pieces) == 1 and pieces[0] != tok.unk_token_id:
         return int(pieces[0])
-    exact = tok.convert_tokens_to_ids(str(target))
     if isinstance(exact, int) and exact != tok.unk_token_id:
         return exact
     spelled = " ".join(tok.convert_ids_to_tokens(pieces))
@@ -551,7 +623,7 @@ def _explain(lm: LoadedModel, words: Sequence[str], problem: _Problem, settings:
         n_steps=settings.n_steps,
         methods=settings.methods,
         token_scores=token_scores,
-        table=word_table(token_scores, [str(w) for w in words], problem.word),
+        table=word_table(token_scores, [str(w) for w in words], problem.word, masked=problem.kind == "masked-word"),
     )
 
 
@@ -575,15 +647,22 @@ def _token_table(tokens: list[str], word_ids: list[int], scores: dict[str, np.nd
     return pd.concat(frames, ignore_index=True)
 
 
-def word_table(token_scores: pd.DataFrame, words: list[str], target_word: int | None) -> pd.DataFrame:
+def word_table(
+    token_scores: pd.DataFrame, words: list[str], target_word: int | None, masked: bool = False
+) -> pd.DataFrame:
     """Pieces summed into words (special tokens left out): one row per method × word with
     ``method``, ``position``, ``word``, ``pieces``, ``score``, ``normalised`` (``score`` over the
-    sum of the words' absolute scores of that method; 0 when they are all 0) and ``target``."""
+    sum of the words' absolute scores of that method; 0 when they are all 0) and ``target``.
+    ``masked``: the target word was replaced by the mask (it is not in the input): its row keeps the
+    mask token's score, its ``normalised`` is NaN and it does not enter the other words' total."""
     pieces = token_scores[token_scores["word"] >= 0]
     summed = pieces.groupby(["method", "word"], sort=False)["score"].agg(["sum", "size"]).reset_index()
     summed = summed.rename(columns={"word": "position", "sum": "score", "size": "pieces"})
-    total = summed.groupby("method", sort=False)["score"].transform(lambda s: s.abs().sum())
-    summed["normalised"] = np.where(total > 0, summed["score"] / total.where(total > 0, 1.0), 0.0)
-    summed["word"] = [words[p] for p in summed["position"]]
     summed["target"] = summed["position"] == (-1 if target_word is None else target_word)
+    shared = summed["score"].where(~(summed["target"] & masked), 0.0)
+    total = shared.groupby(summed["method"], sort=False).transform(lambda s: s.abs().sum())
+    summed["normalised"] = np.where(total > 0, summed["score"] / total.where(total > 0, 1.0), 0.0)
+    if masked:
+        summed.loc[summed["target"], "normalised"] = np.nan
+    summed["word"] = [words[p] for p in summed["position"]]
     return summed[["method", "position", "word", "pieces", "score", "normalised", "target"]]

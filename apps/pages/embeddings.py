@@ -158,9 +158,13 @@ def contextuality_multiples(contextuality: pd.DataFrame, run_column: str | None 
     return fig
 
 
+MIN_MAP_POINTS = 30  # fewer uses: UMAP's layout and k-means clusters of them show no structure to trust
+
+
 def cluster_figure(part: pd.DataFrame, word: str, layer: Any = None) -> go.Figure:
     """UMAP of one word's occurrences, coloured by k-means cluster (unsupervised, not gold senses);
-    the hover shows each occurrence's context, escaped.
+    the hover shows each occurrence's context, escaped. Under :data:`MIN_MAP_POINTS` uses the title
+    says that the picture is too small to show clusters.
 
     ``part``: the ``sense_clusters`` rows of one word: ``x, y`` (UMAP), ``cluster`` and ``context``
     where present; ``layer``: the layer of the vectors (None: not said)."""
@@ -184,8 +188,14 @@ def cluster_figure(part: pd.DataFrame, word: str, layer: Any = None) -> go.Figur
                 hoverinfo="text" if "context" in g else "x+y",
             )
         )
+    title = f"'{esc(word)}' in context: UMAP of its {where}"
+    if len(part) < MIN_MAP_POINTS:
+        title += (
+            f"<br><sup>only {len(part)} uses: too few for the layout or the clusters to show structure; "
+            "read the contexts, not the picture</sup>"
+        )
     fig.update_layout(
-        title=f"'{esc(word)}' in context: UMAP of its {where}",
+        title=title,
         legend_title_text="k-means cluster of its contexts (not gold senses)",
         height=440,
         xaxis_title="UMAP 1",

@@ -200,6 +200,8 @@ def finetune_change_figure(change: pd.DataFrame, task: str, colours: dict[str, s
     for c, (_, measure) in enumerate(FINETUNE_CHANGE_AXES, 1):
         fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=1, row=1, col=c)
         fig.update_yaxes(title_text=measure, row=1, col=c)
+    # CKA is in [0, 1]: its whole range, so that 0.97 against 1.0 (no interval here) does not look like a cliff
+    fig.update_yaxes(range=[0, 1.02], row=1, col=1)
     fig.update_layout(
         title=f"what fine-tuning changed, layer by layer: {esc(task)}",
         height=460,

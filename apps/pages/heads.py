@@ -440,12 +440,13 @@ def relation_figure(rel: pd.DataFrame, layer: int, head: int) -> go.Figure:
     )
     fig.update_layout(
         title=f"layer {layer}, head {head}: relations it finds best vs the offset baseline",
-        xaxis=dict(title="accuracy (share of relation instances found by the argmax)", range=[0, 1]),
+        # two lines: the chart sits in half the page's width, where one line was cut ("...found by the argm")
+        xaxis=dict(title="accuracy<br>(share of relation instances found by the argmax)", range=[0, 1]),
         yaxis=dict(autorange="reversed"),
         barmode="group",
-        height=360,
-        margin=dict(t=50),
-        legend=dict(orientation="h", y=-0.25),
+        height=380,
+        margin=dict(t=50, b=110),
+        legend=dict(orientation="h", y=-0.4),
     )
     return fig
 

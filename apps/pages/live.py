@@ -144,7 +144,13 @@ def head_section(ins: Inspection, level: Level) -> tuple[int, int]:
     matrix = maps[layer, head]
     left, right = st.columns(2)
     left.plotly_chart(
-        figures.attention_heatmap(rows, matrix, f"layer {layer}, head {head} ({level}s)", columns=columns),
+        figures.attention_heatmap(
+            rows,
+            matrix,
+            f"layer {layer}, head {head} ({level}s)",
+            columns=columns,
+            first_row=1 if level == "word" else 0,  # the words sit after [CLS] among the columns: one number each
+        ),
         width="stretch",
         key="live_head_map",
     )

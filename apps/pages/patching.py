@@ -12,21 +12,84 @@ import streamlit as st
 from bertology.apps.figures import esc
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, has_columns_or_explain, load_table, optional_table, pick_run
+from bertology.results import read_manifest
 
 EFFECT_COLUMNS = ["layer", "restored", "low", "high", "n_pairs"]
+CHANCE = 0.5  # two verb forms, the clean subject's number drawn at random (the study's CHANCE)
+DIRECTION_TEXT = {
+    "denoising": "**Direction: denoising** -- one activation of the clean sentence is copied into the corrupted "
+    "run; 1 = the clean score restored entirely, 0 = nothing restored.",
+    "noising": "**Direction: noising** (Vig et al. 2020) -- one activation of the corrupted sentence is copied into "
+    "the clean run; the maps show the share of the clean - corrupted difference it destroys (1 = all of it).",
+}
+SELECTION_TEXT = {
+    "correct": "only the pairs the model gets right in both sentences (Finlayson et al. 2021)",
+    "all": "every pair whose score moves toward the right verb",
+}
+
+
+def accuracy_view(accuracy: pd.DataFrame) -> pd.DataFrame:
+    """The accuracy table as shown: pair counts and each accuracy with its interval in one cell."""
+    out = accuracy[["template", "n_pairs", "n_used"]].rename(columns={"n_pairs": "pairs", "n_used": "pairs used"})
+    for name in ("clean", "corrupted", "both", "direction"):
+        if f"{name}_accuracy" in accuracy:
+            out[name] = [
+                f"{a:.3f} [{lo:.2f}, {hi:.2f}]"
+                for a, lo, hi in zip(accuracy[f"{name}_accuracy"], accuracy[f"{name}_low"], accuracy[f"{name}_high"])
+            ]
+    return out
+
+
+def chance_warning(accuracy: pd.DataFrame) -> str | None:
+    """The warning the page shows when the model's clean accuracy over all pairs has an interval that
+    reaches chance (the study then names no site as carrying number); None when it is above chance."""
+    every = accuracy[accuracy["template"].astype(str) == "all"]
+    if every.empty:
+        return None
+    row = every.iloc[0]
+    if row["clean_low"] > CHANCE:
+        return None
+    return (
+        f"The model is not shown to do this task: clean accuracy {row['clean_accuracy']:.3f} "
+        f"[{row['clean_low']:.2f}, {row['clean_high']:.2f}] over {int(row['n_pairs'])} pairs, an interval that "
+        f"reaches chance ({CHANCE}). No site is named as carrying number; the maps describe a model that does not "
+        "tell the verb forms apart."
+    )
 
 
 def patching_page(page: Page) -> None:
     run = pick_run(page.study, "patching_run")
     if run is None:
         return
+    config = read_manifest(run).get("config", {})
+    direction = str(config.get("direction", "denoising"))
+    st.markdown(
+        DIRECTION_TEXT.get(direction, direction) + " Layers: hidden state 0 = the embeddings, hidden state l = "
+        "the output of transformer layer l; a head's layer counts from 0 (layer 0 = the first transformer layer, "
+        "whose output is hidden state 1), as on the Heads page."
+    )
     accuracy = optional_table(run, "accuracy")
-    if accuracy is not None:
+    warning = None
+    if accuracy is not None and has_columns_or_explain(
+        accuracy, ["template", "clean_accuracy", "clean_low"], "accuracy", run
+    ):
+        selection = SELECTION_TEXT.get(str(config.get("use_pairs", "all")), str(config.get("use_pairs")))
         st.caption(
             "the model on the pairs: clean / corrupted / both sentences right, and the share of pairs whose "
-            "score moves toward the right verb (95% Wilson intervals); means below are over the pairs used"
+            f"score moves toward the right verb (95% Wilson intervals); the means below are over the pairs used: "
+            f"{selection}, with a clean - corrupted difference of at least {config.get('min_difference', '?')} nats"
         )
-        st.dataframe(accuracy, width="stretch", hide_index=True)
+        st.dataframe(accuracy_view(accuracy), width="stretch", hide_index=True)
+        control = optional_table(run, "control_accuracy")
+        if control is not None:
+            st.caption("a randomly initialised copy of the model on the same pairs (the chance-level control)")
+            st.dataframe(accuracy_view(control), width="stretch", hide_index=True)
+        warning = chance_warning(accuracy)
+        if warning:
+            st.warning(warning)
+    if not (run / "position_effects.parquet").is_file() and accuracy is not None:
+        st.info("No pair entered the means: nothing was patched.")
+        return
     positions = load_table(run, "position_effects")
     if has_columns_or_explain(positions, ["template", "role", "role_order", *EFFECT_COLUMNS], "position_effects", run):
         with guard("the layer x position map", run):
@@ -38,7 +101,7 @@ def patching_page(page: Page) -> None:
         with guard("the layer x head map", run):
             st.plotly_chart(head_heatmap(heads), width="stretch", key="patching-heads")
     carriers = optional_table(run, "number_carriers")
-    if carriers is not None:
+    if carriers is not None and warning is None:
         st.subheader("Where number is carried (interval above the threshold)")
         st.dataframe(carriers, width="stretch", hide_index=True)
 
@@ -97,7 +160,9 @@ def position_heatmap(position_effects: pd.DataFrame, template: str) -> go.Figure
         for layer in grids["restored"].index
     ]
     title = f"hidden state patched at one token ({template}): share of the clean score restored"
-    return _heatmap(grids["restored"], text, title, "token role", "hidden state (0 = embeddings, l = after layer l)")
+    return _heatmap(
+        grids["restored"], text, title, "token role", "hidden state (0 = embeddings, l = output of layer l)"
+    )
 
 
 def head_heatmap(head_effects: pd.DataFrame) -> go.Figure:

@@ -76,10 +76,13 @@ def probing_page(page: Page) -> None:
     if differences is not None and not differences.empty:
         st.subheader("Each layer against the best layer (chosen on dev), paired on the same test sentences")
         st.caption(
-            "difference = layer − best layer on test; low/high: 95% interval (paired sentence bootstrap, "
-            "widened by the seeds' spread); significant: the interval excludes 0."
+            "difference = layer − best layer on test, with its 95% interval (paired sentence bootstrap, "
+            "widened by the seeds' spread); significant: that interval excludes 0. The p-value is the paired "
+            'bootstrap\'s over test sentences only, shown beside its own interval ("paired interval (p)"): '
+            "with several seeds the first interval is wider, so a small p beside an interval holding 0 means "
+            "the layers differ for these probes but not reliably across seeds."
         )
-        st.dataframe(tables.paper_table(differences), width="stretch", hide_index=True)
+        st.dataframe(tables.paper_table(with_paired_interval(differences)), width="stretch", hide_index=True)
     summary = load_table(run, "summary")
     if summary is not None:
         st.subheader("Expected layers (Table 1 style)")
@@ -155,6 +158,19 @@ def paired_difference(run: Path, other: Path) -> None:
 
 
 # --------------------------------------------------------------------------- data shaping
+
+
+def with_paired_interval(differences: pd.DataFrame) -> pd.DataFrame:
+    """``layer_differences`` with the paired bootstrap's own interval (``paired_low, paired_high``:
+    the one its p-value agrees with) as one text column, ``paired interval (p)``, just before ``p_value``;
+    unchanged for runs written before that interval was saved."""
+    if not {"paired_low", "paired_high", "p_value"} <= set(differences.columns):
+        return differences
+    out = differences.drop(columns=["paired_low", "paired_high"])
+    text = [f"[{lo:.3f}, {hi:.3f}]" for lo, hi in zip(differences["paired_low"], differences["paired_high"])]
+    out.insert(list(out.columns).index("p_value"), "paired interval (p)", text)
+    return out
+
 
 ONE_SEED = "One seed: no interval over seeds (a row's interval is the test sentences' only, or none); use --seeds 3."
 

@@ -85,6 +85,17 @@ def pruning_sections(run: Path) -> float:
     cost = optional_table(run, "pruning_cost")
     if cost is not None:
         st.subheader("pruning cost")
+        if "timing_rounds" in cost.columns:
+            st.caption(
+                "The heads really removed. Time: one warm-up pass, then the full and the pruned model in turns "
+                "for each timing round; seconds are the median over rounds, the time saved its mean with a 95% "
+                "interval over rounds (on this run's machine, under its load)."
+            )
+        else:
+            st.caption(
+                "Time from a run written before timing was warmed up and repeated in turns: the first pass may "
+                "carry start-up cost, so the time saved is not a measurement to rely on."
+            )
         st.dataframe(shown_table(cost, sign), width="stretch", hide_index=True)
     return sign
 

@@ -92,18 +92,21 @@ def summary_rows(summary: pd.DataFrame, baselines: pd.DataFrame | None = None) -
 
 def layer_figure(intervals: pd.DataFrame, baselines: pd.DataFrame | None, kind: str) -> go.Figure:
     """One probe kind's scores per layer (one line per metric and encoder, 95% bands) with the
-    LINEAR baseline of each metric as a dashed horizontal line."""
+    LINEAR baseline of each metric as a horizontal line, each metric its own dash pattern and its
+    label on its own side (two baselines close together would print their labels over each other)."""
     title = (
         "Distance probe: UUAS and DSpr. per layer" if kind == "distance" else "Depth probe: root% and NSpr. per layer"
     )
     fig = line_with_band(layer_rows(intervals, kind), "layer", "series", title, "test score (95% interval)")
-    for metric, value in baseline_values(baselines, kind).items():
+    styles = [("dash", "dashed", "top left"), ("dot", "dotted", "bottom right")]
+    for k, (metric, value) in enumerate(baseline_values(baselines, kind).items()):
+        dash, dash_name, where = styles[k % len(styles)]
         fig.add_hline(
             y=value,
-            line_dash="dash",
+            line_dash=dash,
             line_color="#7f7f7f",
-            annotation_text=esc(f"LINEAR {METRIC_NAMES.get(metric, metric)} {value:.3f}"),
-            annotation_position="top left",
+            annotation_text=esc(f"LINEAR {METRIC_NAMES.get(metric, metric)} {value:.3f} ({dash_name})"),
+            annotation_position=where,
         )
     fig.update_layout(xaxis=dict(dtick=1))
     return fig
@@ -124,11 +127,20 @@ def rank_figure(curve: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def _arc(i: int, j: int, up: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Points of a half ellipse from word ``i`` to word ``j``, above (``up``) or below the words."""
+def word_centres(words: list[str]) -> np.ndarray:
+    """The x of each word's centre, in characters: each word as wide as its text plus two spaces, so
+    that long neighbours do not print into each other ("national secretary", not
+    "nationalsecretary"); ``[W]``."""
+    widths = np.array([len(str(w)) + 2 for w in words], dtype=float)
+    return np.cumsum(widths) - widths / 2
+
+
+def _arc(a: float, b: float, up: bool, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """Points of a half ellipse from x ``a`` to x ``b`` (word centres), above (``up``) or below the
+    words; ``span``: how many words apart they are (the arc's height)."""
     t = np.linspace(0, np.pi, 24)
-    centre, radius = (i + j) / 2, abs(j - i) / 2
-    height = 0.4 + 0.25 * abs(j - i)
+    centre, radius = (a + b) / 2, abs(b - a) / 2
+    height = 0.4 + 0.25 * span
     return centre - radius * np.cos(t), (1 if up else -1) * (0.3 + height * np.sin(t))
 
 
@@ -139,9 +151,11 @@ def tree_figure(words: pd.DataFrame, edges: pd.DataFrame, sent_id: str) -> go.Fi
     w = words[words["sent_id"].astype(str) == sent_id].sort_values("position")
     e = edges[edges["sent_id"].astype(str) == sent_id]
     fig = go.Figure()
+    centre = dict(zip(w["position"].astype(int), word_centres(list(w["word"]))))
     for source, up in (("gold", True), ("predicted", False)):
         for row in e[e["source"] == source].itertuples():
-            x, y = _arc(int(row.i), int(row.j), up)
+            i, j = int(row.i), int(row.j)
+            x, y = _arc(centre.get(i, float(i)), centre.get(j, float(j)), up, abs(j - i))
             colour = "#1f77b4" if up else ("#2ca02c" if bool(row.correct) else "#d62728")
             fig.add_trace(
                 go.Scatter(x=x, y=y, mode="lines", line=dict(color=colour, width=2), hoverinfo="skip", showlegend=False)
@@ -149,7 +163,7 @@ def tree_figure(words: pd.DataFrame, edges: pd.DataFrame, sent_id: str) -> go.Fi
     punct = w["punct"].astype(bool) if "punct" in w else pd.Series(False, index=w.index)
     fig.add_trace(
         go.Scatter(
-            x=w["position"],
+            x=[centre[int(p)] for p in w["position"]],
             y=np.zeros(len(w)),
             mode="text",
             text=[esc(t) for t in w["word"]],

@@ -413,7 +413,10 @@ def pruning_analysis(ctx: StudyContext) -> None:
       description; ``refined``: a single-head point added near a threshold, off the ``step`` grid).
     - ``pruning_cost`` (curve methods only; rows only with ``importance``): the heads of the
       importance curve at 30% and 50% really removed: ``share_removed, metric_value, heads_pruned,
-      params_full, params_pruned, params_saved_share, seconds_full, seconds_pruned, time_saved_share``.
+      params_full, params_pruned, params_saved_share, seconds_full, seconds_pruned, time_saved_share``
+      with its interval over timing rounds (``time_saved_share_low, _high``, ``timing_rounds``;
+      :func:`~bertology.probes.heads.pruning.measure_pruning`: a warm-up round, then full and
+      pruned model in turns).
     - ``pruning_thresholds`` (curve methods only): ``method, seed, tolerance, removable_share,
       n_removable, base, value, next_n_pruned, resolution_heads, threshold_is_lower_bound, base_test,
       value_test, drop_test, selected_on, reported_on, n_dev_items, n_test_items, small_sample``: the

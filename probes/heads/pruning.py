@@ -394,48 +394,64 @@ def heads_dict(pairs: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
 
 
 @torch.no_grad()
-def _time_forward(model: nn.Module, batches: Sequence[Batch], repeats: int) -> float:
-    """Best-of-``repeats`` wall seconds of one forward pass over ``batches`` (moved to the model's
-    device before timing; on a GPU the clock stops once its queued work is done)."""
-    device = model_device(model)
-    inputs = [to_device(model_inputs(batch), device) for batch in batches]
+def _paired_forward_seconds(models: Sequence[nn.Module], batches: Sequence[Batch], repeats: int) -> np.ndarray:
+    """Wall seconds of one forward pass over ``batches`` per model and round: ``[repeats, models]``.
+    One warm-up round over every batch first (thread pools, packed weights and the kernels of each
+    padded length are made then, not inside the first timed pass), then the models take turns in
+    each round, so load from other processes falls on all of them alike; on a GPU the clock stops
+    once its queued work is done."""
+    devices = [model_device(m) for m in models]
+    inputs = {d: [to_device(model_inputs(batch), d) for batch in batches] for d in dict.fromkeys(devices)}
 
-    def sync() -> None:
+    def sync(device: torch.device) -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    model(**inputs[0])  # warm-up
-    best = math.inf
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        for batch in inputs:
-            model(**batch)
-        sync()
-        best = min(best, time.perf_counter() - start)
-    return best
+    out = np.zeros((repeats, len(models)))
+    for round_ in range(repeats + 1):
+        for k, model in enumerate(models):
+            sync(devices[k])
+            start = time.perf_counter()
+            for batch in inputs[devices[k]]:
+                model(**batch)
+            sync(devices[k])
+            if round_:  # round 0 is the warm-up
+                out[round_ - 1, k] = time.perf_counter() - start
+    return out
 
 
 def measure_pruning(
-    model: nn.Module, heads_to_prune: dict[int, list[int]], batches: Sequence[Batch], repeats: int = 3
+    model: nn.Module, heads_to_prune: dict[int, list[int]], batches: Sequence[Batch], repeats: int = 5
 ) -> dict[str, float]:
-    """Really remove heads from a copy of ``model``; parameters and best-of-``repeats`` forward time.
+    """Really remove heads from a copy of ``model``; parameters and forward time.
+
+    Time: a warm-up round, then ``repeats`` rounds in which the full and the pruned model each run
+    one forward pass over ``batches`` in turn (:func:`_paired_forward_seconds`). ``seconds_full`` /
+    ``seconds_pruned``: the median over rounds; ``time_saved_share``: the mean over rounds of
+    ``1 - pruned / full`` with a Student-t interval over rounds (``time_saved_share_low``,
+    ``_high``; NaN with one round), ``timing_rounds``: the rounds.
 
     Returns ``heads_pruned, params_full, params_pruned, params_saved_share, seconds_full,
-    seconds_pruned, time_saved_share``.
+    seconds_pruned, time_saved_share, time_saved_share_low, time_saved_share_high, timing_rounds``.
     """
+    from bertology.uncertainty import t_interval
+
     pruned = prune_heads(copy.deepcopy(model).eval(), heads_to_prune)
-    t_full = _time_forward(model.eval(), batches, repeats)
-    t_pruned = _time_forward(pruned, batches, repeats)
+    seconds = _paired_forward_seconds([model.eval(), pruned], batches, max(1, int(repeats)))  # [rounds, 2]
+    saved = 1 - seconds[:, 1] / seconds[:, 0]
+    interval = t_interval(saved, 0.95) if len(saved) >= 2 else None
     p_full, p_pruned = count_parameters(model), count_parameters(pruned)
     return {
         "heads_pruned": sum(len(v) for v in heads_to_prune.values()),
         "params_full": p_full,
         "params_pruned": p_pruned,
         "params_saved_share": 1 - p_pruned / p_full,
-        "seconds_full": t_full,
-        "seconds_pruned": t_pruned,
-        "time_saved_share": 1 - t_pruned / t_full,
+        "seconds_full": float(np.median(seconds[:, 0])),
+        "seconds_pruned": float(np.median(seconds[:, 1])),
+        "time_saved_share": float(saved.mean()),
+        "time_saved_share_low": interval.low if interval else math.nan,
+        "time_saved_share_high": interval.high if interval else math.nan,
+        "timing_rounds": len(saved),
     }
 
 

@@ -4,11 +4,20 @@ the verb, by activation patching over subject-verb agreement minimal pairs
 
 :func:`patching_analysis` (config :data:`PATCHING_DEFAULTS`) patches every hidden state (layer x
 token) and every head (layer x head, at every token) of each pair's clean run into its corrupted
-run, and averages the restored fraction over pairs with intervals over pairs.
+run (``direction: denoising``; ``noising`` copies the corrupted run's activation into the clean run
+instead), and averages the restored (or destroyed) fraction over pairs with intervals over pairs.
+
+Whether the model can do the task at all comes first: its clean accuracy (the right verb preferred
+for the clean sentence; chance 1/2, the clean subject being singular or plural at random) has a
+Wilson interval, and when that interval reaches down to chance the study warns and names no site as
+carrying number (``number_carriers`` is not written). By default only the pairs the model gets right
+in both sentences enter the means (``use_pairs: correct``, as Finlayson et al. 2021), and a randomly
+initialised copy of the model is scored on the same pairs (``random_init_control``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -16,13 +25,22 @@ import numpy as np
 import pandas as pd
 
 from bertology.errors import ConfigError, ModelError
-from bertology.models import LoadedModel, load_model, resolve_device
+from bertology.models import LoadedModel, load_model, random_init_like, resolve_device
 from bertology.probes.patching.minimal_pairs import ROLE_ORDER, TEMPLATES, VERBS, AgreementPair, agreement_pairs
-from bertology.probes.patching.patch import encode_pair, head_scores, hidden_state_scores, pair_scores
+from bertology.probes.patching.patch import (
+    DIRECTIONS,
+    encode_pair,
+    head_scores,
+    hidden_state_scores,
+    pair_scores,
+    swapped,
+)
 from bertology.runs import StudyContext
 from bertology.uncertainty import ratio_bootstrap, t_interval, wilson_interval
 
-__all__ = ["PATCHING_DEFAULTS", "patching_analysis", "summarise_sites", "pair_accuracy"]
+__all__ = ["PATCHING_DEFAULTS", "CHANCE", "patching_analysis", "summarise_sites", "pair_accuracy", "able"]
+
+CHANCE = 0.5  # two verb forms, the clean subject singular or plural at random
 
 PATCHING_DEFAULTS: dict[str, Any] = {
     "model": "minilm-english-mlm",  # needs an MLM head: the masked verb is scored
@@ -30,8 +48,10 @@ PATCHING_DEFAULTS: dict[str, Any] = {
     "templates": list(TEMPLATES),  # pp, object_rc, subject_rc
     "verbs": list(VERBS),  # is/are, was/were, has/have
     "flip": "subject",  # subject: only the subject's number differs | both: the attractor's too
-    "use_pairs": "all",  # all | correct: only pairs the model gets right in both sentences
+    "use_pairs": "correct",  # correct: only pairs the model gets right in both sentences (Finlayson et al.) | all
     "min_difference": 0.1,  # nats: pairs whose clean - corrupted score difference is smaller are left out
+    "direction": "denoising",  # denoising: clean into corrupted (restored) | noising: corrupted into clean (destroyed)
+    "random_init_control": True,  # also score the pairs with a randomly initialised copy of the model
     "carry_threshold": 0.1,  # a site carries number when the low end of its interval exceeds this
     "confidence": 0.95,
     "batch_rows": 256,  # patched rows per forward
@@ -51,6 +71,10 @@ def _check(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"patching: field 'confidence' must be between 0 and 1, got {cfg['confidence']!r}")
     if int(cfg["batch_rows"]) < 1:
         raise ConfigError(f"patching: field 'batch_rows' must be >= 1, got {cfg['batch_rows']!r}")
+    if cfg.get("direction", "denoising") not in DIRECTIONS:
+        raise ConfigError(
+            f"patching: field 'direction' must be one of {', '.join(DIRECTIONS)}, got {cfg.get('direction')!r}"
+        )
 
 
 def _used(row: dict[str, Any], cfg: dict[str, Any]) -> bool:
@@ -78,15 +102,28 @@ def _patch_pair(lm: LoadedModel, pair: AgreementPair, cfg: dict[str, Any]):
     if not row["used"]:
         return row, None, None
     batch = int(cfg["batch_rows"])
+    if cfg.get("direction", "denoising") == "noising":  # the corrupted run's activations into the clean run
+        encoded = swapped(encoded)
+        run = pair_scores(lm, encoded)
     return row, hidden_state_scores(lm, encoded, run, batch_rows=batch), head_scores(lm, encoded, run, batch_rows=batch)
 
 
-def _site_rows(pair: AgreementPair, row: dict[str, Any], hidden: np.ndarray, heads: np.ndarray):
+def _site_rows(pair: AgreementPair, row: dict[str, Any], hidden: np.ndarray, heads: np.ndarray, direction: str):
     """Long tables of one pair: ``[L + 1, T]`` hidden-state and ``[L, H]`` head scores with their
-    restored fractions."""
+    restored fractions ``(score - base) / (source - base)``: the run patched into is ``base``, the
+    run patched from ``source`` (denoising: corrupted and clean; noising: clean and corrupted, so the
+    fraction is the share of the difference destroyed)."""
     clean, corrupted = row["clean_score"], row["corrupted_score"]
+    source, into = (clean, corrupted) if direction == "denoising" else (corrupted, clean)
     layers, positions = np.indices(hidden.shape)
-    base = {"pair_id": pair.pair_id, "template": pair.template, "clean_score": clean, "corrupted_score": corrupted}
+    base = {
+        "pair_id": pair.pair_id,
+        "template": pair.template,
+        "clean_score": clean,
+        "corrupted_score": corrupted,
+        "source_score": source,
+        "base_score": into,
+    }
     states = pd.DataFrame(
         {
             **base,
@@ -99,39 +136,44 @@ def _site_rows(pair: AgreementPair, row: dict[str, Any], hidden: np.ndarray, hea
     hl, hh = np.indices(heads.shape)
     head_table = pd.DataFrame({**base, "layer": hl.ravel(), "head": hh.ravel(), "score": heads.ravel()})
     for table in (states, head_table):
-        table["restored"] = (table["score"] - corrupted) / (clean - corrupted)
+        table["restored"] = (table["score"] - into) / (source - into)
     return states, head_table
 
 
 def patch_pairs(lm: LoadedModel, pairs: list[AgreementPair], cfg: dict[str, Any], log=print) -> dict[str, pd.DataFrame]:
     """Every pair through the model: ``pairs`` (one row per pair), ``pair_positions`` (pair x layer x
-    token) and ``pair_heads`` (pair x layer x head) for the pairs used."""
+    token) and ``pair_heads`` (pair x layer x head) for the pairs used (empty tables when none is)."""
     rows, states, heads = [], [], []
+    direction = cfg.get("direction", "denoising")
     started = time.perf_counter()
     for i, pair in enumerate(pairs):
         row, hidden, head = _patch_pair(lm, pair, cfg)
         rows.append(row)
         if hidden is not None:
-            s, h = _site_rows(pair, row, hidden, head)
+            s, h = _site_rows(pair, row, hidden, head, direction)
             states.append(s)
             heads.append(h)
         if (i + 1) % 20 == 0:
             log(f"    {i + 1}/{len(pairs)} pairs, {time.perf_counter() - started:.0f}s")
     if not states:
-        raise ConfigError(
-            f"patching: none of {len(pairs)} pairs is usable (use_pairs={cfg['use_pairs']!r}, "
-            f"min_difference={cfg['min_difference']}): the model does not tell the verbs apart"
+        log(
+            f"  warning: none of {len(pairs)} pairs is usable (use_pairs={cfg['use_pairs']!r}, "
+            f"min_difference={cfg['min_difference']}): nothing is patched"
         )
+        return {"pairs": pd.DataFrame(rows), "pair_positions": pd.DataFrame(), "pair_heads": pd.DataFrame()}
     return {"pairs": pd.DataFrame(rows), "pair_positions": pd.concat(states), "pair_heads": pd.concat(heads)}
 
 
 def _summary(part: pd.DataFrame, confidence: float, seed: int) -> dict[str, Any]:
-    """Mean restored fraction over pairs (t interval) and the pooled fraction sum(patched -
-    corrupted) / sum(clean - corrupted) with a bootstrap over pairs."""
+    """Mean restored fraction over pairs (t interval) and the pooled fraction sum(patched - base) /
+    sum(source - base) with a bootstrap over pairs (base: the run patched into; source: the run
+    patched from; tables without them are denoising: base corrupted, source clean)."""
     t = t_interval(part["restored"], confidence)
+    base = part["base_score"] if "base_score" in part else part["corrupted_score"]
+    source = part["source_score"] if "source_score" in part else part["clean_score"]
     pooled = ratio_bootstrap(
-        part["score"] - part["corrupted_score"],
-        part["clean_score"] - part["corrupted_score"],
+        part["score"] - base,
+        source - base,
         part["pair_id"],
         confidence=confidence,
         seed=seed,
@@ -192,8 +234,26 @@ def pair_accuracy(pairs: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame
         ):
             interval = wilson_interval(int(hits.sum()), len(part), confidence)
             row |= {f"{name}_accuracy": interval.estimate, f"{name}_low": interval.low, f"{name}_high": interval.high}
+        row["above_chance"] = bool(row["clean_low"] > CHANCE)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def able(accuracy: pd.DataFrame) -> tuple[bool, str]:
+    """Whether the model can do the task on these pairs (the ``all`` row of :func:`pair_accuracy`: the
+    low end of its clean accuracy's interval above :data:`CHANCE`), and a line that says so with the
+    numbers (the warning, when it cannot)."""
+    row = accuracy.set_index("template").loc["all"]
+    numbers = (
+        f"clean accuracy {row['clean_accuracy']:.3f} [{row['clean_low']:.2f}, {row['clean_high']:.2f}] "
+        f"over {int(row['n_pairs'])} pairs; chance {CHANCE}"
+    )
+    if row["clean_low"] > CHANCE:
+        return True, f"the model does the task above chance: {numbers}; {int(row['n_used'])} pairs enter the means"
+    return False, (
+        f"warning: the model is not shown to do the task ({numbers}, the interval reaches chance): "
+        "no site is named as carrying number; the maps below describe a model that cannot tell the verbs apart"
+    )
 
 
 def _carriers(positions: pd.DataFrame, heads: pd.DataFrame) -> pd.DataFrame:
@@ -217,20 +277,47 @@ def _load(cfg: dict[str, Any]) -> LoadedModel:
         raise ModelError(f"patching scores the masked verb with the model's MLM head: {exc}") from None
 
 
+def _control_accuracy(lm: LoadedModel, pairs: list[AgreementPair], cfg: dict[str, Any], seed: int) -> pd.DataFrame:
+    """:func:`pair_accuracy` of a randomly initialised copy of the model (same architecture and
+    tokenizer, weights drawn with ``seed``) on the same pairs: what the task looks like to a model
+    that has learnt nothing."""
+    control = random_init_like(lm, seed)
+    # random_init_like builds the *ForMaskedLM class for a model with an MLM head, but flags it False
+    control = dataclasses.replace(control, has_mlm_head=control.model is not control.encoder)
+    rows = []
+    for pair in pairs:
+        run = pair_scores(control, encode_pair(control, pair.clean, pair.corrupted, pair.target, pair.foil))
+        row = {
+            "template": pair.template,
+            "clean_score": run.clean_score,
+            "corrupted_score": run.corrupted_score,
+            "clean_correct": run.clean_score > 0,
+            "corrupted_correct": run.corrupted_score < 0,
+            "direction_correct": run.clean_score > run.corrupted_score,
+        }
+        row["used"] = _used(row, cfg)
+        rows.append(row)
+    return pair_accuracy(pd.DataFrame(rows), float(cfg["confidence"]))
+
+
 def patching_analysis(ctx: StudyContext) -> None:
     """Activation patching over subject-verb agreement minimal pairs (Vig et al. 2020; Meng et al.
     2022; Finlayson et al. 2021): which hidden states and heads carry the subject's number.
 
     Config (:data:`PATCHING_DEFAULTS`): ``model`` (with an MLM head), ``pairs`` (how many minimal
-    pairs to draw), ``templates``, ``verbs``, ``flip``, ``use_pairs`` (``correct``: only pairs whose
-    clean and corrupted sentences the model gets right), ``min_difference`` (nats), ``carry_threshold``,
-    ``confidence``, ``batch_rows``, ``device``, ``seed`` (the pairs drawn; the bootstrap).
+    pairs to draw), ``templates``, ``verbs``, ``flip``, ``use_pairs`` (``correct``, the default:
+    only pairs whose clean and corrupted sentences the model gets right; ``all``), ``min_difference``
+    (nats), ``direction`` (``denoising``: clean into corrupted; ``noising``: corrupted into clean),
+    ``random_init_control``, ``carry_threshold``, ``confidence``, ``batch_rows``, ``device``,
+    ``seed`` (the pairs drawn; the bootstrap; the control's weights).
 
     Tables: ``pairs`` (every pair, its scores, correctness, whether used), ``accuracy``
-    (:func:`pair_accuracy`), ``pair_positions`` / ``pair_heads`` (per pair and site: patched
+    (:func:`pair_accuracy`; ``above_chance``), ``control_accuracy`` (the same for a random-init copy,
+    with ``random_init_control``), ``pair_positions`` / ``pair_heads`` (per pair and site: patched
     ``score``, ``restored``), ``position_effects`` (per template or ``all`` x layer x role) and
-    ``head_effects`` (per layer x head) from :func:`summarise_sites`, and ``number_carriers`` (the
-    sites whose interval lies above ``carry_threshold``)."""
+    ``head_effects`` (per layer x head) from :func:`summarise_sites` (none when no pair is used), and
+    ``number_carriers`` (the sites whose interval lies above ``carry_threshold``), written only when
+    the model does the task above chance (:func:`able`)."""
     cfg = ctx.config
     _check(cfg)
     lm = _load(cfg)
@@ -247,7 +334,15 @@ def patching_analysis(ctx: StudyContext) -> None:
         "threshold": float(cfg["carry_threshold"]),
         "seed": ctx.seed,
     }
-    ctx.step("accuracy", lambda: pair_accuracy(raw["pairs"], float(cfg["confidence"])))
+    accuracy = ctx.step("accuracy", lambda: pair_accuracy(raw["pairs"], float(cfg["confidence"])))
+    if cfg.get("random_init_control", True):
+        ctx.step("control_accuracy", lambda: _control_accuracy(lm, pairs, cfg, ctx.seed))
+    ok, verdict = able(accuracy)
+    ctx.record(above_chance=ok, task_check=verdict, direction=cfg.get("direction", "denoising"))
+    ctx.log(f"  {verdict}")
+    if raw["pair_positions"].empty:
+        return
     positions = ctx.step("position_effects", lambda: _position_effects(raw["pair_positions"], cfg, ctx.seed))
     heads = ctx.step("head_effects", lambda: summarise_sites(raw["pair_heads"], ["layer", "head"], **kw))
-    ctx.step("number_carriers", lambda: _carriers(positions, heads))
+    if ok:
+        ctx.step("number_carriers", lambda: _carriers(positions, heads))

@@ -119,7 +119,9 @@ class AgreementPair:
 
 
 def _one_token(tokenizer: Any, word: str) -> bool:
-    return len(tokenizer(word, add_special_tokens=False)["input_ids"]) == 1
+    """The word is one token of the vocabulary (not [UNK] or another special token)."""
+    ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    return len(ids) == 1 and ids[0] not in tokenizer.all_special_ids
 
 
 def _single_token_lists(tokenizer: Any) -> dict[str, Any]:
@@ -154,7 +156,7 @@ def _token_roles(tokenizer: Any, words: list[str], roles: tuple[str, ...]) -> tu
     """One role per token (special tokens ``CLS`` / ``SEP``), or None when a word is not one token."""
     text = " ".join(w.replace("[MASK]", tokenizer.mask_token) for w in words)
     ids = tokenizer(text)["input_ids"]
-    if len(ids) != len(words) + 2:
+    if len(ids) != len(words) + 2 or (tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids):
         return None
     return ("CLS", *roles, "SEP")
 

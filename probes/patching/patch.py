@@ -29,6 +29,7 @@ import torch
 
 from bertology.architectures import architecture_for, mlm_parts
 from bertology.errors import ModelError, WorkbenchError
+from bertology.features import model_max_tokens
 from bertology.models import LoadedModel, model_device, to_device
 from bertology.probes.patching.activations import Activations, Patch, head_dim, head_layout, patching, recording
 
@@ -44,11 +45,16 @@ __all__ = [
     "patch_hidden_states",
     "patch_heads",
     "MODEL_INPUTS",
+    "DIRECTIONS",
+    "swapped",
 ]
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 MIN_DIFFERENCE = 1e-6  # |clean - corrupted| below this (nats): the restored fraction is undefined
 DEFAULT_BATCH_ROWS = 256  # patched rows per forward (whole layers: all positions of a layer together)
+# denoising: a clean activation into the corrupted run (the share of the difference it restores);
+# noising: a corrupted activation into the clean run (the share it destroys; Vig et al. 2020)
+DIRECTIONS = ("denoising", "noising")
 
 
 class PatchingError(WorkbenchError):
@@ -81,6 +87,9 @@ def _single_token(tokenizer, word: str, what: str) -> int:
     if len(ids) != 1:
         pieces = tokenizer.convert_ids_to_tokens(ids)
         raise PatchingError(f"{what} {word!r} is {len(ids)} tokens {pieces} for this tokenizer; it must be one")
+    if ids[0] in tokenizer.all_special_ids:  # [UNK] (a word the vocabulary lacks) or another special token
+        token = tokenizer.convert_ids_to_tokens(ids)[0]
+        raise PatchingError(f"{what} {word!r} is the special token {token} for this tokenizer: not a word it can score")
     return int(ids[0])
 
 
@@ -111,6 +120,12 @@ def encode_pair(lm: LoadedModel, clean: str, corrupted: str, target: str, foil: 
     a, b = _encode(tok, clean), _encode(tok, corrupted)
     tokens_a = tok.convert_ids_to_tokens(a["input_ids"][0])
     tokens_b = tok.convert_ids_to_tokens(b["input_ids"][0])
+    limit = model_max_tokens(lm.model, tok)
+    for name, tokens in (("clean", tokens_a), ("corrupted", tokens_b)):
+        if len(tokens) > limit:
+            raise PatchingError(
+                f"the {name} sentence has {len(tokens)} tokens; {lm.name} reads at most {limit}: shorten it"
+            )
     if len(tokens_a) != len(tokens_b):
         raise PatchingError(
             f"clean and corrupted sentences must have the same token length: {len(tokens_a)} {tokens_a} "
@@ -123,6 +138,27 @@ def encode_pair(lm: LoadedModel, clean: str, corrupted: str, target: str, foil: 
     if target_id == foil_id:
         raise PatchingError(f"target {target!r} and foil {foil!r} are the same token")
     return EncodedPair(a, b, position, target_id, foil_id, tokens_a, tokens_b)
+
+
+def swapped(pair: EncodedPair) -> EncodedPair:
+    """The pair with its sentences exchanged (target and foil kept): patching it clean -> corrupted is
+    *noising* the original pair, a corrupted activation copied into the clean run. Its restored
+    fraction ``(patched - s_clean) / (s_corrupted - s_clean)`` is the share of the original
+    difference that the corrupted activation destroys."""
+    return EncodedPair(
+        pair.corrupted,
+        pair.clean,
+        pair.mask_position,
+        pair.target_id,
+        pair.foil_id,
+        pair.tokens_corrupted,
+        pair.tokens_clean,
+    )
+
+
+def _check_direction(direction: str) -> None:
+    if direction not in DIRECTIONS:
+        raise PatchingError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
 
 
 def _mlm(lm: LoadedModel):
@@ -293,15 +329,46 @@ def restored_fraction(patched, clean: float, corrupted: float, *, min_difference
     return (np.asarray(patched, dtype=float) - float(corrupted)) / difference
 
 
-def _prepare(lm: LoadedModel, clean: str, corrupted: str, target: str, foil: str):
+def _prepare(lm: LoadedModel, clean: str, corrupted: str, target: str, foil: str, direction: str):
+    """The pair as patched (exchanged for ``noising``: :func:`swapped`) and its unpatched run; the run's
+    ``clean_score`` is the score of the run patched from, ``corrupted_score`` of the run patched into."""
+    _check_direction(direction)
     pair = encode_pair(lm, clean, corrupted, target, foil)
+    if direction == "noising":
+        pair = swapped(pair)
     run = pair_scores(lm, pair)
     restored_fraction(0.0, run.clean_score, run.corrupted_score)  # refuse an undefined metric before patching
     return pair, run
 
 
+def _frame(columns: dict, pair: EncodedPair, run: PairRun, scores: np.ndarray, direction: str) -> pd.DataFrame:
+    """The result table: the original pair's ``clean_score`` / ``corrupted_score`` whatever the
+    direction, and ``restored`` = the share of their difference the patch restores (denoising) or
+    destroys (noising)."""
+    clean, corrupted = (run.clean_score, run.corrupted_score)
+    if direction == "noising":
+        clean, corrupted = corrupted, clean
+    return pd.DataFrame(
+        {
+            **columns,
+            "score": scores.ravel(),
+            "clean_score": clean,
+            "corrupted_score": corrupted,
+            "direction": direction,
+            "restored": restored_fraction(scores, run.clean_score, run.corrupted_score).ravel(),
+        }
+    )
+
+
 def patch_hidden_states(
-    lm: LoadedModel, clean: str, corrupted: str, target: str, foil: str, *, batch_rows: int = DEFAULT_BATCH_ROWS
+    lm: LoadedModel,
+    clean: str,
+    corrupted: str,
+    target: str,
+    foil: str,
+    *,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    direction: str = "denoising",
 ) -> pd.DataFrame:
     """Patch every hidden state ``[L + 1 layers, T positions]`` of the clean run, one (layer, position)
     at a time, into the corrupted run (layer 0 = the embeddings; ``lm`` loaded with ``mlm_head=True``).
@@ -309,24 +376,22 @@ def patch_hidden_states(
     ``clean`` / ``corrupted``: sentences of equal token length with one ``[MASK]`` at the same token;
     ``target`` / ``foil``: single-token words, ``target`` correct for ``clean`` (e.g. ``"is"``,
     ``"are"``). Returns ``(L + 1) * T`` rows: ``layer, position, token, token_corrupted, score,
-    clean_score, corrupted_score, restored`` (``score``: log P(target) - log P(foil) of the patched
-    run; ``restored``: :func:`restored_fraction`). Raises :class:`PatchingError` when the scores of
-    the two sentences are equal."""
-    pair, run = _prepare(lm, clean, corrupted, target, foil)
+    clean_score, corrupted_score, direction, restored`` (``score``: log P(target) - log P(foil) of the
+    patched run; ``restored``: :func:`restored_fraction`). ``direction``: ``denoising`` (a clean state
+    into the corrupted run; ``restored`` = the share of the difference it brings back) or ``noising``
+    (a corrupted state into the clean run; ``restored`` = the share it destroys). Raises
+    :class:`PatchingError` when the scores of the two sentences are equal."""
+    pair, run = _prepare(lm, clean, corrupted, target, foil, direction)
     scores = hidden_state_scores(lm, pair, run, batch_rows=batch_rows)
     layers, positions = np.indices(scores.shape)
-    return pd.DataFrame(
-        {
-            "layer": layers.ravel(),
-            "position": positions.ravel(),
-            "token": np.asarray(pair.tokens_clean)[positions.ravel()],
-            "token_corrupted": np.asarray(pair.tokens_corrupted)[positions.ravel()],
-            "score": scores.ravel(),
-            "clean_score": run.clean_score,
-            "corrupted_score": run.corrupted_score,
-            "restored": restored_fraction(scores, run.clean_score, run.corrupted_score).ravel(),
-        }
-    )
+    tokens = (pair.tokens_clean, pair.tokens_corrupted)[:: -1 if direction == "noising" else 1]
+    columns = {
+        "layer": layers.ravel(),
+        "position": positions.ravel(),
+        "token": np.asarray(tokens[0])[positions.ravel()],
+        "token_corrupted": np.asarray(tokens[1])[positions.ravel()],
+    }
+    return _frame(columns, pair, run, scores, direction)
 
 
 def patch_heads(
@@ -338,22 +403,19 @@ def patch_heads(
     *,
     position: int | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    direction: str = "denoising",
 ) -> pd.DataFrame:
     """Patch every head's output ``[L layers, H heads]`` of the clean run, one head at a time, into the
     corrupted run: at every token (``position=None``) or at token ``position`` only. Inputs as for
     :func:`patch_hidden_states`. Returns ``L * H`` rows: ``layer, head, position`` (NA = every
-    token), ``score, clean_score, corrupted_score, restored``."""
-    pair, run = _prepare(lm, clean, corrupted, target, foil)
+    token), ``score, clean_score, corrupted_score, direction, restored`` (``direction`` as for
+    :func:`patch_hidden_states`)."""
+    pair, run = _prepare(lm, clean, corrupted, target, foil, direction)
     scores = head_scores(lm, pair, run, position=position, batch_rows=batch_rows)
     layers, heads = np.indices(scores.shape)
-    return pd.DataFrame(
-        {
-            "layer": layers.ravel(),
-            "head": heads.ravel(),
-            "position": pd.array([position] * scores.size, dtype="Int64"),
-            "score": scores.ravel(),
-            "clean_score": run.clean_score,
-            "corrupted_score": run.corrupted_score,
-            "restored": restored_fraction(scores, run.clean_score, run.corrupted_score).ravel(),
-        }
-    )
+    columns = {
+        "layer": layers.ravel(),
+        "head": heads.ravel(),
+        "position": pd.array([position] * scores.size, dtype="Int64"),
+    }
+    return _frame(columns, pair, run, scores, direction)

