@@ -19,7 +19,7 @@ from bertology.corpus import Corpus
 from bertology.errors import StoreError
 from bertology.features import LongPolicy, Pooling
 from bertology.models import LoadedModel
-from bertology.runtime import resolve_precision
+from bertology.runtime import release_free_memory, resolve_precision
 from bertology.store.compute import compute_shards
 from bertology.store.manifest import manifest_checksum
 from bertology.store.plan import ExtractionPlan, plan_extraction, prepare_folder
@@ -102,6 +102,7 @@ def extract(
         started = time.perf_counter()
         _compute_share(lm, plan, to_compute, settings, path, device, progress, group)
         group.run_on_main(lambda: _write_manifest(path, lm, corpus, settings, plan, started, group.world_size))
+        release_free_memory()  # the batches' activations are freed: the analysis after it starts low
     return FeatureStore(path)
 
 
