@@ -104,3 +104,16 @@ def test_reading_a_store_keeps_none_of_it_mapped(store):
     store.layers()
     maps = open("/proc/self/maps").read()
     assert not [p for p in store._shards if str(p) in maps]
+
+
+def test_structural_probe_read_from_the_store_equals_the_array(store, small_corpus):
+    from bertology.probes.probing.structural import StructuralSettings, corpus_trees, probe_structure
+
+    trees = corpus_trees(small_corpus)
+    kwargs = dict(kind="distance", seeds=[0], settings=StructuralSettings(batch_size=8, max_epochs=3))
+    from_array = probe_structure(store.layers([1, 2]), store.sentence_offsets, trees, layer_ids=[1, 2], **kwargs)
+    streamed = probe_structure(store.view([1, 2]), store.sentence_offsets, trees, layer_ids=[1, 2], **kwargs)
+    values = from_array.scores["value"].to_numpy()
+    assert np.isfinite(values).sum() > 10  # uuas, dspr, ... of two layers on dev and test
+    np.testing.assert_allclose(streamed.scores["value"].to_numpy(), values, rtol=1e-6)
+    assert streamed.sentences.equals(from_array.sentences)

@@ -43,6 +43,7 @@ from bertology.probes.probing.structural_metrics import (
     uuas_counts,
 )
 from bertology.progress import progress_bar
+from bertology.store.read import LayerView
 from bertology.uncertainty import (
     combine_seed_and_sentence,
     is_small_sample,
@@ -391,8 +392,38 @@ class _EarlyStopping:
                 adam.lr[p] = 0.0  # frozen where it is; its best weights are kept
 
 
-def _as_features(features: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``[L, n_words + 1, D]`` float32 on ``device``: the features with a zero row appended (padding)."""
+class _StoreRows:
+    """A store's chosen layers as ``[L, n_words + 1, D]`` (the last row zero: padding), read by the
+    rows a batch asks for (``rows[:, batch.rows]``: each sentence's words from the store, the padding
+    as zeros), so the probes never hold the corpus's features (:class:`~bertology.store.read.LayerView`)."""
+
+    def __init__(self, view: LayerView, device: torch.device):
+        self.view, self.device = view, device
+        L, W, D = view.shape
+        self.shape = (L, W + 1, D)
+        self.ndim = 3
+
+    def __getitem__(self, key: tuple[slice, Any]) -> torch.Tensor:
+        _, rows = key
+        rows = np.asarray(rows.cpu() if isinstance(rows, torch.Tensor) else rows, dtype=np.int64)
+        store, (L, W, D) = self.view.store, self.view.shape
+        out = np.zeros((L, len(rows), D), dtype=np.float32)
+        words = np.flatnonzero(rows < W)  # row W is the padding
+        sentence = np.searchsorted(store.sentence_offsets, rows[words], side="right") - 1
+        layers = [l % store.n_layers for l in self.view.layer_ids]
+        for s in np.unique(sentence):
+            at = words[sentence == s]
+            out[:, at] = store.hidden(int(s))[layers][:, rows[at] - store.sentence_offsets[s]]
+        return torch.from_numpy(out).to(self.device)
+
+
+def _as_features(features: np.ndarray | torch.Tensor | LayerView | _StoreRows, device: torch.device) -> Any:
+    """``[L, n_words + 1, D]`` float32 on ``device``: the features with a zero row appended (padding);
+    a store's :class:`~bertology.store.read.LayerView` is read batch by batch (:class:`_StoreRows`)."""
+    if isinstance(features, _StoreRows):
+        return features
+    if isinstance(features, LayerView):
+        return _StoreRows(features, device)
     f = torch.as_tensor(features, dtype=torch.float32, device=device)
     if f.ndim != 3:
         raise ConfigError(f"features must be [layers, n_words, dim], got shape {tuple(f.shape)}")
@@ -435,7 +466,7 @@ def _dev_loss(
 
 
 def fit_structural(
-    features: np.ndarray | torch.Tensor,
+    features: np.ndarray | torch.Tensor | LayerView,
     sentence_offsets: np.ndarray,
     trees: StructuralTrees,
     train: np.ndarray,
@@ -499,7 +530,7 @@ def _chunks(ids: np.ndarray, size: int) -> list[np.ndarray]:
 
 def predict_structure(
     probes: StructuralProbes,
-    features: np.ndarray | torch.Tensor,
+    features: np.ndarray | torch.Tensor | LayerView,
     sentence_offsets: np.ndarray,
     trees: StructuralTrees,
     sentence_ids: Ints,
@@ -588,7 +619,7 @@ def _score_rows(probes: StructuralProbes, part: str, parts: pd.DataFrame, base: 
 
 
 def probe_structure(
-    features: np.ndarray | torch.Tensor,
+    features: np.ndarray | torch.Tensor | LayerView,
     sentence_offsets: np.ndarray,
     trees: StructuralTrees,
     *,
@@ -609,7 +640,11 @@ def probe_structure(
         raise ConfigError("seeds: give at least one seed")
     split = split_sentences(trees.usable, split_seed)
     require_scoreable_splits(trees, split)
-    feats = torch.as_tensor(features, dtype=torch.float32, device=torch.device(settings.device))
+    feats: Any = (
+        features
+        if isinstance(features, LayerView)  # read batch by batch (_StoreRows)
+        else torch.as_tensor(features, dtype=torch.float32, device=torch.device(settings.device))
+    )
     rows: list[dict[str, Any]] = []
     test_rows: list[dict[str, Any]] = []
     kept: dict[int, StructuralProbes] = {}

@@ -41,6 +41,7 @@ from bertology.probes.probing.structural import (
     structural_summary,
 )
 from bertology.runs import StudyContext, model_corpus_store
+from bertology.store.read import LayerView
 from bertology.validation import LAYER, NON_NEGATIVE_INT, POSITIVE_INT, Rule, add_study_rules
 
 STRUCTURAL_PROBE_DEFAULTS: dict[str, Any] = {
@@ -122,7 +123,7 @@ def _trees_provenance(trees: StructuralTrees, corpus: Any) -> dict[str, Any]:
 
 
 def _per_layer(
-    feats: np.ndarray, store: Any, trees: StructuralTrees, cfg: dict[str, Any], ctx: StudyContext, **run: Any
+    feats: LayerView, store: Any, trees: StructuralTrees, cfg: dict[str, Any], ctx: StudyContext, **run: Any
 ) -> dict[str, StructuralRun]:
     """Every probe kind of the config over the store layers ``feats`` ``[L, n_words, dim]``."""
     out = {}
@@ -143,13 +144,13 @@ def _random_runs(
 
     ctx.log("    random-init baseline: a fresh extraction of a randomly initialised copy")
     store = extract(random_init_like(lm, ctx.seed), corpus, attentions=False, pooling=cfg["pooling"], progress=False)
-    feats = store.layers(run["layer_ids"])
+    feats = store.view(run["layer_ids"])  # read batch by batch, never held whole
     return list(_per_layer(feats, store, trees, cfg, ctx, encoder="random-init", **run).values())
 
 
 def _trees_tables(
     runs: dict[str, StructuralRun],
-    feats: np.ndarray,
+    feats: LayerView,
     store: Any,
     trees: StructuralTrees,
     corpus: Any,
@@ -197,7 +198,7 @@ def structural_probe_analysis(ctx: StudyContext) -> None:
     rank = int(cfg["rank"]) or store.dim
     if rank > store.dim:
         raise ConfigError(f"structural_probe: field 'rank': {rank} is above the hidden size {store.dim}")
-    feats = store.layers(layer_ids)
+    feats = store.view(layer_ids)  # read batch by batch, never held whole
     seeds = [int(s) for s in cfg["seeds"]]
     run = {"layer_ids": layer_ids, "ranks": rank, "seeds": seeds, "split_seed": ctx.seed, "settings": settings}
 
@@ -227,7 +228,7 @@ def structural_probe_analysis(ctx: StudyContext) -> None:
 
 
 def _rank_curve(
-    feats: np.ndarray,
+    feats: LayerView,
     store: Any,
     trees: StructuralTrees,
     layer_ids: list[int],
@@ -245,7 +246,7 @@ def _rank_curve(
     ctx.log(f"    rank sweep at layer {layer}: ranks {ranks} x {len(run['seeds'])} seed(s)")
     k = layer_ids.index(layer)
     sweep = probe_structure(
-        feats[k : k + 1],
+        store.view([layer_ids[k]]),
         store.sentence_offsets,
         trees,
         kind="distance",
