@@ -461,8 +461,8 @@ def test_model_null_or_unknown_makes_no_run_folder(tmp_path, model, shown):
     results = tmp_path / "results"
     with pytest.raises(
         ConfigError,
-        match=rf"head_types: .*bad.yaml: field 'model' must be a registry name .*, "
-        rf"got {shown}",
+        match=rf"head_types: .*bad.yaml: field 'model' must be a registry name, a model directory or a "
+        rf"Hugging Face hub name .*, got {shown}",
     ):
         run_study("head_types", config_file=config, results_root=results, log=lambda m: None)
     assert not results.exists()
