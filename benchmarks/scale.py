@@ -84,6 +84,20 @@ def build_model(out: Path, shape: str) -> str:
     return str(folder)
 
 
+def probe_epochs(results: Path) -> tuple[float, float]:
+    """(epochs, training seconds) of the newest ``edge_probing`` run under ``results``: early stopping
+    ends after more epochs on more data (on a repeated corpus dev sentences have twins in training),
+    so time per epoch is what must grow linearly with the words."""
+    import pandas as pd
+
+    runs = sorted((results / "edge_probing").glob("*/layer_scores.parquet"), key=lambda p: p.stat().st_mtime)
+    df = pd.read_parquet(runs[-1])
+    param = df[(df["split"] == "param") & ~df["control"].astype(bool)]
+    return float(param.loc[param["metric"] == "epochs", "value"].sum()), float(
+        param.loc[param["metric"] == "seconds", "value"].sum()
+    )
+
+
 def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     """Run ``cmd``; wall and CPU seconds and peak RSS (GB) of that process alone (``os.wait4``)."""
     start = time.perf_counter()
@@ -121,8 +135,8 @@ def main() -> None:
     env["BERTOLOGY_PROGRESS"] = "0"
     print(machine_line())
     print(f"1x = {args.base_sentences} Brown sentences; float32; every row its own process; work folder {work}")
-    print("| model | analysis | scale | sentences | wall s | CPU s | peak RSS GB | wall / 1x |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | analysis | scale | sentences | wall s | CPU s | peak RSS GB | wall / 1x | probe epochs, s/epoch |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for shape in shapes:
         model = build_model(work, shape)
         first: dict[str, float] = {}
@@ -134,9 +148,13 @@ def main() -> None:
             for name, cmd in rows:
                 m = measure(cmd, env)
                 first.setdefault(name, m["wall"])
+                epochs = ""
+                if name == "probe":
+                    n, seconds = probe_epochs(work / "results")
+                    epochs = f"{n:.0f}, {seconds / max(n, 1):.2f}"
                 print(
                     f"| {shape} | {name} | {scale}x | {scale * args.base_sentences} | {m['wall']:.1f} | "
-                    f"{m['cpu']:.1f} | {m['rss_gb']:.2f} | {m['wall'] / first[name]:.2f} |",
+                    f"{m['cpu']:.1f} | {m['rss_gb']:.2f} | {m['wall'] / first[name]:.2f} | {epochs} |",
                     flush=True,
                 )
 
