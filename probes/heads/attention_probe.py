@@ -54,9 +54,13 @@ def _pair_features(attention: np.ndarray) -> np.ndarray:
 
 
 def _design(attentions: Sequence[np.ndarray], sentences: Sequence | None):
-    """Padded candidates: X ``[words, max_w, F]``, valid ``[words, max_w]``, gold ``[words]``."""
-    rows, masks, gold = [], [], []
-    max_w = max(np.shape(a)[-1] for a in attentions)
+    """Every candidate head of every word, flat (no padding to the longest sentence, so memory is the
+    corpus's word pairs, about a quarter of the padded layout): X ``[pairs, F]``, ``group [pairs]``
+    (the word a candidate belongs to), ``gold [words]`` (the index of each word's gold head among the
+    pairs; -1 without sentences). A word's candidates are the other words of its sentence; root words
+    are left out when ``sentences`` give heads."""
+    rows, groups, gold = [], [], []
+    n_words = n_pairs = 0
     for index, attention in enumerate(attentions):
         feats = _pair_features(attention)
         w = feats.shape[0]
@@ -64,17 +68,24 @@ def _design(attentions: Sequence[np.ndarray], sentences: Sequence | None):
         for i in range(w):
             if heads is not None and int(heads[i]) <= 0:
                 continue
-            x = np.zeros((max_w, feats.shape[-1]), dtype=np.float32)
-            x[:w] = feats[i]
-            valid = np.zeros(max_w, dtype=bool)
-            valid[:w] = True
-            valid[i] = False
-            rows.append(x)
-            masks.append(valid)
-            gold.append(int(heads[i]) - 1 if heads is not None else -1)
+            candidates = np.delete(np.arange(w), i)
+            rows.append(feats[i, candidates])
+            groups.append(np.full(len(candidates), n_words, dtype=np.int64))
+            if heads is not None:
+                gold.append(n_pairs + int(np.searchsorted(candidates, int(heads[i]) - 1)))
+            else:
+                gold.append(-1)
+            n_words += 1
+            n_pairs += len(candidates)
     if not rows:
         raise WorkbenchError("attention probe: no non-root words")
-    return torch.from_numpy(np.stack(rows)), torch.from_numpy(np.stack(masks)), torch.tensor(gold)
+    return torch.from_numpy(np.concatenate(rows)), torch.from_numpy(np.concatenate(groups)), torch.tensor(gold)
+
+
+def _group_max(values: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per group the largest of ``values`` ``[pairs]``: ``[n_groups]``."""
+    out = torch.full((n_groups,), float("-inf"), dtype=values.dtype)
+    return out.scatter_reduce(0, group, values, reduce="amax")
 
 
 class AttentionDependencyProbe:
@@ -92,7 +103,8 @@ class AttentionDependencyProbe:
         return logits.masked_fill(~valid, float("-inf"))
 
     def fit(self, attentions: Sequence[np.ndarray], sentences: Sequence) -> AttentionDependencyProbe:
-        x, valid, gold = _design(attentions, sentences)
+        x, group, gold = _design(attentions, sentences)
+        n_words = len(gold)
         torch.manual_seed(self.seed)
         self.shape_ = np.shape(attentions[0])[:2]
         self.weight_ = torch.zeros(x.shape[-1], requires_grad=True)
@@ -100,7 +112,11 @@ class AttentionDependencyProbe:
 
         def closure():
             opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(self._logits(x, valid), gold) + self.l2 * (self.weight_**2).sum()
+            logits = x @ self.weight_  # [pairs]
+            # softmax over each word's candidates: log-sum-exp per group, stabilised by the group's max
+            top = _group_max(logits.detach(), group, n_words)
+            sums = torch.zeros(n_words, dtype=logits.dtype).index_add(0, group, torch.exp(logits - top[group]))
+            loss = (torch.log(sums) + top - logits[gold]).mean() + self.l2 * (self.weight_**2).sum()
             loss.backward()
             return loss
 
@@ -122,9 +138,10 @@ class AttentionDependencyProbe:
 
     def score(self, attentions: Sequence[np.ndarray], sentences: Sequence) -> float:
         """UAS over non-root words."""
-        x, valid, gold = _design(attentions, sentences)
+        x, group, gold = _design(attentions, sentences)
         with torch.no_grad():
-            return float((self._logits(x, valid).argmax(-1) == gold).float().mean())
+            logits = x @ self.weight_
+            return float((logits[gold] >= _group_max(logits, group, len(gold))).float().mean())
 
 
 def distance_features(n_words: int, max_distance: int = 10) -> np.ndarray:
