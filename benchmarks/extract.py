@@ -32,6 +32,7 @@ import argparse
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -137,6 +138,42 @@ def shard_writes(store, root: Path, repeat: int) -> list[dict]:
     return rows
 
 
+def _time_paths(
+    lm: Any, corpus: Any, warm: Any, paths: dict[str, dict[str, Any]], root: str, repeat: int
+) -> tuple[dict[str, list[tuple[float, float]]], list[float]]:
+    """Every path (the naive loop, the forward pass alone, each store setting) once on the ``warm``
+    sentences, then ``repeat`` timed rounds over ``corpus``: per path its (wall, CPU) seconds of each
+    round, and the float32 matmul rate measured before each round (FLOP/s)."""
+    naive_loop(lm, warm)
+    for kw in paths.values():
+        extract(lm, warm, root=root, progress=False, **kw)
+    batches = store_batches(lm, corpus)
+    forward_only(lm, store_batches(lm, warm))
+    timings: dict[str, list[tuple[float, float]]] = {}
+    rates: list[float] = []
+    # round robin over the paths, best of --repeat each, every other round in reverse order: a
+    # slow spell of this machine then falls on every path alike, and no path always runs right
+    # after the same one (a run leaves freed memory and page cache behind for the next)
+    jobs = [
+        ("naive", lambda r: timed_cpu(naive_loop, lm, corpus)),
+        ("forward", lambda r: timed_cpu(forward_only, lm, batches)),
+    ]
+    for name, kw in paths.items():  # a new root each time (the store must not reopen), deleted
+
+        def store_job(r, name=name, kw=kw):  # after timing: every run starts from the same page cache
+            store, t, c = timed_cpu(extract, lm, corpus, root=Path(root) / f"{name}-{r}", progress=False, **kw)
+            shutil.rmtree(store.path)
+            return store, t, c
+
+        jobs.append((name, store_job))
+    for r in range(repeat):
+        rates.append(matmul_flops_per_second())  # the machine's speed moves: keep its best
+        for name, job in jobs if r % 2 == 0 else jobs[::-1]:
+            _, t, c = job(r)
+            timings.setdefault(name, []).append((t, c))
+    return timings, rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="200 sentences")
@@ -164,33 +201,7 @@ def main() -> None:
     if args.bf16:
         paths["feature store, forced bfloat16 (hidden + attention)"] = dict(FORCED_BF16)
     with tempfile.TemporaryDirectory() as root:
-        naive_loop(lm, warm)
-        for kw in paths.values():
-            extract(lm, warm, root=root, progress=False, **kw)
-        batches = store_batches(lm, corpus)
-        forward_only(lm, store_batches(lm, warm))
-        timings: dict[str, list[tuple[float, float]]] = {}
-        rates: list[float] = []
-        # round robin over the paths, best of --repeat each, every other round in reverse order: a
-        # slow spell of this machine then falls on every path alike, and no path always runs right
-        # after the same one (a run leaves freed memory and page cache behind for the next)
-        jobs = [
-            ("naive", lambda r: timed_cpu(naive_loop, lm, corpus)),
-            ("forward", lambda r: timed_cpu(forward_only, lm, batches)),
-        ]
-        for name, kw in paths.items():  # a new root each time (the store must not reopen), deleted
-
-            def store_job(r, name=name, kw=kw):  # after timing: every run starts from the same page cache
-                store, t, c = timed_cpu(extract, lm, corpus, root=Path(root) / f"{name}-{r}", progress=False, **kw)
-                shutil.rmtree(store.path)
-                return store, t, c
-
-            jobs.append((name, store_job))
-        for r in range(args.repeat):
-            rates.append(matmul_flops_per_second())  # the machine's speed moves: keep its best
-            for name, job in jobs if r % 2 == 0 else jobs[::-1]:
-                _, t, c = job(r)
-                timings.setdefault(name, []).append((t, c))
+        timings, rates = _time_paths(lm, corpus, warm, paths, root, args.repeat)
         stores = {
             name: extract(lm, corpus, root=Path(root) / f"{name}-kept", progress=False, **paths[name])
             for name in (

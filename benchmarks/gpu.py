@@ -185,11 +185,8 @@ def disk_write_rate(root: Path, n_bytes: int) -> float:
 
 def part_extract() -> None:
     from bertology.corpus import load_corpus
-    from bertology.features import model_max_tokens, padded_inputs, segment_sentence, tokenize_sentences
     from bertology.models import load_model
     from bertology.runtime import keep_freed_memory, resolve_precision
-    from bertology.store import extract
-    from bertology.store.plan import plan_batches, plan_shards
 
     fig = Figures("extract")
     dev = device()
@@ -204,90 +201,21 @@ def part_extract() -> None:
     n_large = 96 if ARGS.tiny else ARGS.large_sentences
     corpora = {"main": corpus, "large": sample.subset([i % pool for i in range(n_large)])}
     warm = sample.subset(range(pool, len(sample)))
-    L, d = lm.config.num_hidden_layers, lm.config.hidden_size
-    n_nonemb = sum(p.numel() for name, p in lm.model.named_parameters() if not name.startswith("embeddings"))
-
-    def batches_of(c, batch_tokens: int):
-        tokens = tokenize_sentences(lm.tokenizer, [s.words for s in c])
-        limit = model_max_tokens(lm.model, lm.tokenizer)
-        segs = [
-            segment_sentence(lm.tokenizer, s.words, i, limit, "error", s.sent_id, tokens[i]) for i, s in enumerate(c)
-        ]
-        pad = lm.tokenizer.pad_token_id or 0
-        out, real, flops = [], 0, 0.0
-        for shard in plan_shards(segs, 256):
-            for batch in plan_batches([s for i in shard for s in segs[i]], batch_tokens):
-                ids, mask = padded_inputs(batch, pad)
-                out.append({"input_ids": ids.to(dev), "attention_mask": mask.to(dev)})
-                lens = mask.sum(1).tolist()
-                real += sum(lens)
-                flops += sum(2 * n_nonemb * t + 4 * L * t * t * d for t in lens)
-        return out, {"tokens": real, "forward_flops": flops}
-
-    def bare(batches, amp):
-        with torch.inference_mode(), torch.autocast(dev.type, dtype=amp or torch.float32, enabled=amp is not None):
-            for b in batches:
-                lm.model(**b, output_hidden_states=True, output_attentions=True)
-        sync()
-
     root = work() / "stores"
     root.mkdir(parents=True, exist_ok=True)
     big = 256 if ARGS.tiny else 8192
     fast = {"amp_dtype": "bfloat16", "storage": "float16", "batch_tokens": big}
-    large = f"{n_large:,} sentences"
-    rows = {  # name -> (bare amp or store options, batch tokens, baseline, corpus)
-        "bare forward, float32, 1024-token batches": (None, 1024, None, "main"),
-        "store, defaults (float32)": ({}, 1024, "bare forward, float32, 1024-token batches", "main"),
-        f"bare forward, bf16, {big}-token batches": (torch.bfloat16, big, None, "main"),
-        f"store, bf16, float16 storage, {big}-token batches": (
-            fast,
-            big,
-            f"bare forward, bf16, {big}-token batches",
-            "main",
-        ),
-        f"store, auto precision, float16 storage, {big}-token batches": (
-            {"amp_dtype": "auto", "storage": "float16", "batch_tokens": big},
-            big,
-            f"bare forward, bf16, {big}-token batches",
-            "main",
-        ),
-        # a larger corpus: the store's fixed costs (tokenising, planning, the first forward before
-        # any write, the last write after every forward, the manifest) spread over more bytes
-        f"bare forward, bf16, {big}-token batches, {large}": (torch.bfloat16, big, None, "large"),
-        f"store, bf16, float16 storage, {big}-token batches, {large}": (
-            fast,
-            big,
-            f"bare forward, bf16, {big}-token batches, {large}",
-            "large",
-        ),
-    }
+    rows = _extract_rows(big, fast, f"{n_large:,} sentences")
     sets = {}
     for _, bt, _, which in rows.values():
         if (bt, which) not in sets:
-            sets[bt, which] = (*batches_of(corpora[which], bt), batches_of(warm, bt)[0])
-    results: dict[str, dict] = {}
-    failed: dict[str, str] = {}
+            sets[bt, which] = (*_store_batches(lm, corpora[which], bt), _store_batches(lm, warm, bt)[0])
 
     def run(name: str, warmup: bool) -> tuple[float, int]:
         opt, bt, _, which = rows[name]
-        batches, _, warm_batches = sets[bt, which]
-        if not isinstance(opt, dict):
-            sync()
-            t = time.perf_counter()
-            bare(warm_batches if warmup else batches, opt)
-            return time.perf_counter() - t, 0
-        where = Path(tempfile.mkdtemp(dir=root))
-        try:
-            sync()
-            t = time.perf_counter()
-            text = warm if warmup else corpora[which]
-            store = extract(lm, text, root=where, device=str(dev), progress=False, **opt)
-            sync()
-            seconds = time.perf_counter() - t
-            return seconds, sum(store.manifest["shard_bytes"].values())
-        finally:
-            shutil.rmtree(where, ignore_errors=True)
+        return _time_path(lm, opt, sets[bt, which], warm if warmup else corpora[which], root, warmup)
 
+    failed: dict[str, str] = {}
     for name in rows:
         try:
             run(name, warmup=True)
@@ -295,32 +223,7 @@ def part_extract() -> None:
             failed[name] = error_text(exc)
             traceback.print_exc(limit=-4)
     fig.put("failed", failed)
-    store_bytes = 0
-    for r in range(1 if ARGS.tiny else 2):
-        for name in list(rows) if r == 0 else list(rows)[::-1]:
-            if name in failed or left() < 20:
-                continue
-            seconds, n_bytes = run(name, warmup=False)
-            row = results.setdefault(name, {"runs": []})
-            row["runs"].append(round(seconds, 4))
-            best = min(row["runs"])
-            _, bt, _, which = rows[name]
-            flops = sets[bt, which][1]["forward_flops"]
-            words = corpora[which].n_words
-            row.update(
-                seconds=best,
-                words=words,
-                words_per_s=words / best,
-                mfu_peak=flops / best / H100_PEAK,
-                mfu_matmul=flops / best / matmul_rate(),
-            )
-            if n_bytes:
-                row.update(bytes=n_bytes, bytes_per_s=n_bytes / best)
-                store_bytes = max(store_bytes, n_bytes)
-            base = rows[name][2]
-            if base in results:
-                row["ratio_to_bare"] = results[base]["seconds"] / best
-            log(f"round {r + 1} {name}: {seconds:.3f} s, {corpora[rows[name][3]].n_words / seconds:,.0f} words/s")
+    results, store_bytes = _extract_rounds(run, rows, sets, corpora, failed)
     # the disk, measured in the same run on the same folder, with the largest store's byte count
     rate = disk_write_rate(root, store_bytes or (64 << 20))
     fig.put("disk_write_bytes_per_s", rate)
@@ -350,6 +253,129 @@ def part_extract() -> None:
             traceback.print_exc(limit=-4)
     if dev.type == "cuda":
         fig.put("peak_memory_gib", torch.cuda.max_memory_allocated() / 2**30)
+
+
+def _extract_rows(big: int, fast: dict, large: str) -> dict[str, tuple]:
+    """The timed paths: name -> (bare forward's amp dtype or the store's options, batch tokens,
+    the bare baseline's name, the corpus: ``main`` or ``large``)."""
+    return {
+        "bare forward, float32, 1024-token batches": (None, 1024, None, "main"),
+        "store, defaults (float32)": ({}, 1024, "bare forward, float32, 1024-token batches", "main"),
+        f"bare forward, bf16, {big}-token batches": (torch.bfloat16, big, None, "main"),
+        f"store, bf16, float16 storage, {big}-token batches": (
+            fast,
+            big,
+            f"bare forward, bf16, {big}-token batches",
+            "main",
+        ),
+        f"store, auto precision, float16 storage, {big}-token batches": (
+            {"amp_dtype": "auto", "storage": "float16", "batch_tokens": big},
+            big,
+            f"bare forward, bf16, {big}-token batches",
+            "main",
+        ),
+        # a larger corpus: the store's fixed costs (tokenising, planning, the first forward before
+        # any write, the last write after every forward, the manifest) spread over more bytes
+        f"bare forward, bf16, {big}-token batches, {large}": (torch.bfloat16, big, None, "large"),
+        f"store, bf16, float16 storage, {big}-token batches, {large}": (
+            fast,
+            big,
+            f"bare forward, bf16, {big}-token batches, {large}",
+            "large",
+        ),
+    }
+
+
+def _store_batches(lm, c, batch_tokens: int) -> tuple[list[dict], dict]:
+    """The batches the store runs over corpus ``c`` (on the device), and their real tokens and
+    forward FLOPs (``Σ 2·N_nonemb·n + 4·L·n²·d``)."""
+    from bertology.features import model_max_tokens, padded_inputs, segment_sentence, tokenize_sentences
+    from bertology.store.plan import plan_batches, plan_shards
+
+    dev = device()
+    L, d = lm.config.num_hidden_layers, lm.config.hidden_size
+    n_nonemb = sum(p.numel() for name, p in lm.model.named_parameters() if not name.startswith("embeddings"))
+    tokens = tokenize_sentences(lm.tokenizer, [s.words for s in c])
+    limit = model_max_tokens(lm.model, lm.tokenizer)
+    segs = [segment_sentence(lm.tokenizer, s.words, i, limit, "error", s.sent_id, tokens[i]) for i, s in enumerate(c)]
+    pad = lm.tokenizer.pad_token_id or 0
+    out, real, flops = [], 0, 0.0
+    for shard in plan_shards(segs, 256):
+        for batch in plan_batches([s for i in shard for s in segs[i]], batch_tokens):
+            ids, mask = padded_inputs(batch, pad)
+            out.append({"input_ids": ids.to(dev), "attention_mask": mask.to(dev)})
+            lens = mask.sum(1).tolist()
+            real += sum(lens)
+            flops += sum(2 * n_nonemb * t + 4 * L * t * t * d for t in lens)
+    return out, {"tokens": real, "forward_flops": flops}
+
+
+def _bare(lm, batches: list[dict], amp) -> None:
+    """The bare HF forward (every layer's states and attention maps returned) over ``batches``."""
+    dev = device()
+    with torch.inference_mode(), torch.autocast(dev.type, dtype=amp or torch.float32, enabled=amp is not None):
+        for b in batches:
+            lm.model(**b, output_hidden_states=True, output_attentions=True)
+    sync()
+
+
+def _time_path(lm, opt, batch_set: tuple, text, root: Path, warmup: bool) -> tuple[float, int]:
+    """Seconds of one run of a path (the bare forward over the set's batches, its warm-up batches when
+    ``warmup``; or a store of ``text`` with options ``opt``, written to a new folder under ``root`` and
+    deleted), and the bytes the store wrote (0 for the bare forward)."""
+    from bertology.store import extract
+
+    dev = device()
+    batches, _, warm_batches = batch_set
+    if not isinstance(opt, dict):
+        sync()
+        t = time.perf_counter()
+        _bare(lm, warm_batches if warmup else batches, opt)
+        return time.perf_counter() - t, 0
+    where = Path(tempfile.mkdtemp(dir=root))
+    try:
+        sync()
+        t = time.perf_counter()
+        store = extract(lm, text, root=where, device=str(dev), progress=False, **opt)
+        sync()
+        seconds = time.perf_counter() - t
+        return seconds, sum(store.manifest["shard_bytes"].values())
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def _extract_rounds(run, rows: dict[str, tuple], sets: dict, corpora: dict, failed: dict[str, str]) -> tuple[dict, int]:
+    """The timed rounds (two, the second in reverse order; one with ``--tiny``) over the paths that
+    warmed up, while the budget lasts: per path its runs, best seconds, words/s, bytes/s, MFU and
+    ratio to its bare baseline; and the largest store's bytes."""
+    results: dict[str, dict] = {}
+    store_bytes = 0
+    for r in range(1 if ARGS.tiny else 2):
+        for name in list(rows) if r == 0 else list(rows)[::-1]:
+            if name in failed or left() < 20:
+                continue
+            seconds, n_bytes = run(name, warmup=False)
+            row = results.setdefault(name, {"runs": []})
+            row["runs"].append(round(seconds, 4))
+            best = min(row["runs"])
+            _, bt, _, which = rows[name]
+            flops = sets[bt, which][1]["forward_flops"]
+            words = corpora[which].n_words
+            row.update(
+                seconds=best,
+                words=words,
+                words_per_s=words / best,
+                mfu_peak=flops / best / H100_PEAK,
+                mfu_matmul=flops / best / matmul_rate(),
+            )
+            if n_bytes:
+                row.update(bytes=n_bytes, bytes_per_s=n_bytes / best)
+                store_bytes = max(store_bytes, n_bytes)
+            base = rows[name][2]
+            if base in results:
+                row["ratio_to_bare"] = results[base]["seconds"] / best
+            log(f"round {r + 1} {name}: {seconds:.3f} s, {corpora[rows[name][3]].n_words / seconds:,.0f} words/s")
+    return results, store_bytes
 
 
 def store_profile(lm, corpus, root: Path, dev: torch.device, options: dict, top: int = 25) -> list[str]:
@@ -510,18 +536,8 @@ def store_stages(lm, corpus, root: Path, dev: torch.device, options: dict) -> di
 
 
 def part_pretrain() -> None:
-    from bertology.pretraining import load_config, read_metrics, run_pretraining
-    from bertology.pretraining.data import (
-        Masker,
-        corpus_path,
-        load_sequences,
-        masked_batch,
-        run_tokenizer,
-        stream_indices,
-    )
-    from bertology.pretraining.objectives import build_model
+    from bertology.pretraining import load_config
     from bertology.pretraining.runtime import setup_runtime
-    from bertology.pretraining.text_corpus import corpus_hash
 
     fig = Figures("pretrain")
     dev = device()
@@ -564,74 +580,121 @@ def part_pretrain() -> None:
     rt = setup_runtime(cfg)
     prep = root / "prep"
     prep.mkdir(parents=True, exist_ok=True)
-    source = corpus_path(cfg)
-    tok = run_tokenizer(cfg, prep, source, rt)
-    train, _ = load_sequences(cfg, prep, source, tok, rt, corpus_hash(source))
-    masker = Masker(cfg, tok)
     n_warm, n_timed = (2, 4) if ARGS.tiny else (5, 40)
-    cpu_batches = []
-    for step in range(n_warm + n_timed):
-        rows_, epochs = stream_indices(len(train), cfg.seed, step * cfg.batch_size, cfg.batch_size)
-        b = masked_batch(train, rows_, epochs, masker, cfg, tok.pad_token_id)
-        cpu_batches.append({k: b[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")})
-    width = cfg.max_seq_len
-
-    def padded(b):  # one shape for every batch: compiled graphs are not rebuilt per width
-        extra = width - b["input_ids"].shape[1]
-        fill = {"input_ids": tok.pad_token_id, "attention_mask": 0, "token_type_ids": 0, "labels": -100}
-        return {k: torch.nn.functional.pad(v, (0, extra), value=fill[k]) if extra > 0 else v for k, v in b.items()}
-
-    gpu_batches = [{k: v.to(dev) for k, v in padded(b).items()} for b in cpu_batches]
+    tok, cpu_batches = _masked_batches(cfg, prep, rt, n_warm + n_timed)
+    gpu_batches = [
+        {k: v.to(dev) for k, v in _padded(b, cfg.max_seq_len, tok.pad_token_id).items()} for b in cpu_batches
+    ]
     tokens = sum(int(b["attention_mask"].sum()) for b in cpu_batches[n_warm:])
-    amp = rt.autocast_dtype
     n_params = 0
 
     def minimal(compiled: bool) -> dict:
         nonlocal n_params
-        torch.manual_seed(cfg.seed)
-        model = build_model(cfg, vocab_size=len(tok), pad_token_id=tok.pad_token_id).to(dev).train()
-        n_params = sum(p.numel() for p in model.parameters())
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
-        fwd = torch.compile(model) if compiled else model
-        for i, b in enumerate(gpu_batches):
-            if i == n_warm:
-                sync()
-                t = time.perf_counter()
-            with torch.autocast(dev.type, dtype=amp or torch.float32, enabled=amp is not None):
-                loss = fwd(**b).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        sync()
-        s = time.perf_counter() - t
-        return {
-            "tokens_per_s": tokens / s,
-            "mfu_peak": 6 * n_params * tokens / s / H100_PEAK,
-            "mfu_matmul": 6 * n_params * tokens / s / matmul_rate(),
-        }
-
-    def trainer(compiled: bool, accum: int = 1) -> dict:
-        name = ("trainer-compiled" if compiled else "trainer") + (f"-accum{accum}" if accum > 1 else "")
-        shutil.rmtree(root / name, ignore_errors=True)
-        (root / name).mkdir(parents=True)
-        for sub in ("tokenizer", "data"):
-            if (prep / sub).is_dir():
-                shutil.copytree(prep / sub, root / name / sub)
-        kw = {"compile": True} if compiled else {}
-        run_cfg = load_config("bert_base_gpu", **{**over, "run_name": name, "grad_accum_steps": accum, **kw})
-        run_dir = run_pretraining(run_cfg, resume=False)
-        m = read_metrics(run_dir)
-        tps = m[(m.metric == "tokens_per_s") & (m.step > log_every)]["value"]
-        mfu = m[(m.metric == "mfu") & (m.step > log_every)]["value"]
-        out = {
-            "tokens_per_s": float(tps.mean()),
-            "windows": m[m.metric == "tokens_per_s"].value.round(0).tolist(),
-            "mfu_peak": 6 * n_params * float(tps.mean()) / H100_PEAK,
-            "mfu_logged": float(mfu.mean()) if len(mfu) else None,
-        }
-        shutil.rmtree(run_dir, ignore_errors=True)
+        out, n_params = _minimal_loop(cfg, tok, gpu_batches, n_warm, tokens, rt.autocast_dtype, compiled)
         return out
 
+    def trainer(compiled: bool, accum: int = 1) -> dict:
+        return _trainer_loop(over, root, prep, log_every, n_params, compiled, accum)
+
+    _time_loops(fig, minimal, trainer)
+    if dev.type == "cuda":
+        fig.put("peak_memory_gib", torch.cuda.max_memory_allocated() / 2**30)
+
+
+def _masked_batches(cfg, prep: Path, rt, n: int) -> tuple:
+    """The recipe's tokenizer (trained or read in ``prep``) and its first ``n`` masked training batches
+    (``input_ids, attention_mask, token_type_ids, labels``, on the CPU)."""
+    from bertology.pretraining.data import (
+        Masker,
+        corpus_path,
+        load_sequences,
+        masked_batch,
+        run_tokenizer,
+        stream_indices,
+    )
+    from bertology.pretraining.text_corpus import corpus_hash
+
+    source = corpus_path(cfg)
+    tok = run_tokenizer(cfg, prep, source, rt)
+    train, _ = load_sequences(cfg, prep, source, tok, rt, corpus_hash(source))
+    masker = Masker(cfg, tok)
+    cpu_batches = []
+    for step in range(n):
+        rows_, epochs = stream_indices(len(train), cfg.seed, step * cfg.batch_size, cfg.batch_size)
+        b = masked_batch(train, rows_, epochs, masker, cfg, tok.pad_token_id)
+        cpu_batches.append({k: b[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")})
+    return tok, cpu_batches
+
+
+def _padded(b: dict, width: int, pad_token_id: int) -> dict:
+    """``b`` padded to ``width`` tokens: one shape for every batch, compiled graphs are not rebuilt per width."""
+    extra = width - b["input_ids"].shape[1]
+    fill = {"input_ids": pad_token_id, "attention_mask": 0, "token_type_ids": 0, "labels": -100}
+    return {k: torch.nn.functional.pad(v, (0, extra), value=fill[k]) if extra > 0 else v for k, v in b.items()}
+
+
+def _minimal_loop(cfg, tok, gpu_batches: list, n_warm: int, tokens: int, amp, compiled: bool) -> tuple[dict, int]:
+    """The minimal loop (forward, backward, AdamW step) over the pre-built batches, timed after
+    ``n_warm`` of them: its tokens/s and MFU, and the model's parameter count."""
+    from bertology.pretraining.objectives import build_model
+
+    dev = device()
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, vocab_size=len(tok), pad_token_id=tok.pad_token_id).to(dev).train()
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    fwd = torch.compile(model) if compiled else model
+    for i, b in enumerate(gpu_batches):
+        if i == n_warm:
+            sync()
+            t = time.perf_counter()
+        with torch.autocast(dev.type, dtype=amp or torch.float32, enabled=amp is not None):
+            loss = fwd(**b).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    sync()
+    s = time.perf_counter() - t
+    out = {
+        "tokens_per_s": tokens / s,
+        "mfu_peak": 6 * n_params * tokens / s / H100_PEAK,
+        "mfu_matmul": 6 * n_params * tokens / s / matmul_rate(),
+    }
+    return out, n_params
+
+
+def _trainer_loop(
+    over: dict, root: Path, prep: Path, log_every: int, n_params: int, compiled: bool, accum: int = 1
+) -> dict:
+    """``run_pretraining`` with the recipe and the overrides ``over`` (the prepared tokenizer and data
+    copied in): its tokens/s after the first log window, the windows, and its MFU."""
+    from bertology.pretraining import load_config, read_metrics, run_pretraining
+
+    name = ("trainer-compiled" if compiled else "trainer") + (f"-accum{accum}" if accum > 1 else "")
+    shutil.rmtree(root / name, ignore_errors=True)
+    (root / name).mkdir(parents=True)
+    for sub in ("tokenizer", "data"):
+        if (prep / sub).is_dir():
+            shutil.copytree(prep / sub, root / name / sub)
+    kw = {"compile": True} if compiled else {}
+    run_cfg = load_config("bert_base_gpu", **{**over, "run_name": name, "grad_accum_steps": accum, **kw})
+    run_dir = run_pretraining(run_cfg, resume=False)
+    m = read_metrics(run_dir)
+    tps = m[(m.metric == "tokens_per_s") & (m.step > log_every)]["value"]
+    mfu = m[(m.metric == "mfu") & (m.step > log_every)]["value"]
+    out = {
+        "tokens_per_s": float(tps.mean()),
+        "windows": m[m.metric == "tokens_per_s"].value.round(0).tolist(),
+        "mfu_peak": 6 * n_params * float(tps.mean()) / H100_PEAK,
+        "mfu_logged": float(mfu.mean()) if len(mfu) else None,
+    }
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return out
+
+
+def _time_loops(fig: Figures, minimal, trainer) -> None:
+    """Each loop in turn while the budget lasts (``--skip`` leaves one out), its figures and ratio to
+    the minimal loop recorded after each; a failure is recorded, not fatal."""
     rows: dict[str, dict] = {}
     for name, fn in [
         ("minimal loop", lambda: minimal(False)),
@@ -657,8 +720,6 @@ def part_pretrain() -> None:
             if base and "tokens_per_s" in r:
                 r["ratio_to_minimal"] = r["tokens_per_s"] / base
         fig.put("loops", rows)
-    if dev.type == "cuda":
-        fig.put("peak_memory_gib", torch.cuda.max_memory_allocated() / 2**30)
 
 
 # --------------------------------------------------------------------------- report

@@ -42,26 +42,31 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = ap.parse_args()
 
-    import pandas as pd
-
-    from bertology.pretraining import PretrainConfig, read_metrics, run_pretraining
-    from bertology.pretraining.data import (
-        Masker,
-        corpus_path,
-        load_sequences,
-        masked_batch,
-        run_tokenizer,
-        stream_indices,
-    )
     from bertology.pretraining.objectives import build_model
-    from bertology.pretraining.optimization import make_optimizer
-    from bertology.pretraining.runtime import setup_runtime
-    from bertology.pretraining.text_corpus import corpus_hash
 
     if args.threads:
         torch.set_num_threads(args.threads)
 
     steps, log_every = (12, 4) if args.quick else (40, 10)
+    root = Path(tempfile.mkdtemp(prefix="bench_pretrain_"))
+    cfg = _config(args.quick, args.threads, root, steps, log_every)
+    # data + tokenizer prepared once (the trainer reuses the cache in its run dir)
+    tok, batches = _prepared_batches(cfg, root / "bench", steps)
+
+    # alternate the two (best of two each): the machine is shared, so load drifts during the run
+    tps_min = max(_minimal_loop(cfg, tok, batches), 0.0)
+    tps = _trainer(cfg, root, "bench1", log_every)
+    tps_min = max(tps_min, _minimal_loop(cfg, tok, batches))
+    tps = max(tps, _trainer(cfg, root, "bench2", log_every))
+    model = build_model(cfg, vocab_size=len(tok), pad_token_id=tok.pad_token_id)
+    _report(cfg, len(tok), steps, sum(p.numel() for p in model.parameters()), tps_min, tps)
+
+
+def _config(quick: bool, threads: int | None, root: Path, steps: int, log_every: int):
+    """The benchmark's ``PretrainConfig``: a 2-layer (``--quick``) or 4-layer BERT on Brown text, run
+    ``bench`` under ``root``, no eval or checkpoint before the end."""
+    from bertology.pretraining import PretrainConfig
+
     dims = (
         dict(
             num_hidden_layers=2,
@@ -72,7 +77,7 @@ def main() -> None:
             batch_size=8,
             vocab_size=4000,
         )
-        if args.quick
+        if quick
         else dict(
             num_hidden_layers=4,
             hidden_size=256,
@@ -83,11 +88,10 @@ def main() -> None:
             vocab_size=8000,
         )
     )
-    root = Path(tempfile.mkdtemp(prefix="bench_pretrain_"))
-    cfg = PretrainConfig(
+    return PretrainConfig(
         run_name="bench",
         corpus="brown",
-        max_documents=60 if args.quick else 200,
+        max_documents=60 if quick else 200,
         output_root=str(root),
         max_steps=steps,
         warmup_steps=2,
@@ -99,16 +103,30 @@ def main() -> None:
         progress=False,
         dropout=0.1,
         seed=0,
-        num_threads=args.threads,
+        num_threads=threads,
         **dims,
     )
 
-    # data + tokenizer prepared once (the trainer reuses the cache in its run dir)
+
+def _prepared_batches(cfg, folder: Path, steps: int) -> tuple:
+    """The tokenizer and tokenized data prepared in ``folder`` (made here), and the first ``steps``
+    masked batches of the trainer's stream (``input_ids, attention_mask, token_type_ids, labels``)."""
+    from bertology.pretraining.data import (
+        Masker,
+        corpus_path,
+        load_sequences,
+        masked_batch,
+        run_tokenizer,
+        stream_indices,
+    )
+    from bertology.pretraining.runtime import setup_runtime
+    from bertology.pretraining.text_corpus import corpus_hash
+
     rt = setup_runtime(cfg)
-    (root / "bench").mkdir(parents=True)
+    folder.mkdir(parents=True)
     source = corpus_path(cfg)
-    tok = run_tokenizer(cfg, root / "bench", source, rt)
-    train, _ = load_sequences(cfg, root / "bench", source, tok, rt, corpus_hash(source))
+    tok = run_tokenizer(cfg, folder, source, rt)
+    train, _ = load_sequences(cfg, folder, source, tok, rt, corpus_hash(source))
 
     masker = Masker(cfg, tok)
     batches = []
@@ -116,40 +134,47 @@ def main() -> None:
         rows, epochs = stream_indices(len(train), cfg.seed, step * cfg.batch_size, cfg.batch_size)
         b = masked_batch(train, rows, epochs, masker, cfg, tok.pad_token_id)
         batches.append({k: b[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")})
+    return tok, batches
 
-    def minimal_loop() -> float:
-        """Same model, same masked batches, HF's ``labels=`` path; tokens/s after one warm-up step."""
-        torch.manual_seed(cfg.seed)
-        model = build_model(cfg, vocab_size=len(tok), pad_token_id=tok.pad_token_id).train()
-        opt = make_optimizer(model, cfg)
-        n_tokens, t_total = 0, 0.0
-        for i, batch in enumerate(batches):
-            t = time.perf_counter()
-            model(**batch).loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if i > 0:
-                t_total += time.perf_counter() - t
-                n_tokens += int(batch["attention_mask"].sum())
-        return n_tokens / t_total
 
-    def trainer(run_name: str) -> float:
-        cfg.run_name = run_name
-        import shutil
+def _minimal_loop(cfg, tok, batches: list[dict]) -> float:
+    """Same model, same masked batches, HF's ``labels=`` path; tokens/s after one warm-up step."""
+    from bertology.pretraining.objectives import build_model
+    from bertology.pretraining.optimization import make_optimizer
 
-        shutil.copytree(root / "bench" / "tokenizer", root / run_name / "tokenizer")
-        shutil.copytree(root / "bench" / "data", root / run_name / "data")
-        m = read_metrics(run_pretraining(cfg, resume=False))
-        return m[(m.metric == "tokens_per_s") & (m.step > log_every)]["value"].mean()
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, vocab_size=len(tok), pad_token_id=tok.pad_token_id).train()
+    opt = make_optimizer(model, cfg)
+    n_tokens, t_total = 0, 0.0
+    for i, batch in enumerate(batches):
+        t = time.perf_counter()
+        model(**batch).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i > 0:
+            t_total += time.perf_counter() - t
+            n_tokens += int(batch["attention_mask"].sum())
+    return n_tokens / t_total
 
-    # alternate the two (best of two each): the machine is shared, so load drifts during the run
-    tps_min = max(minimal_loop(), 0.0)
-    tps = trainer("bench1")
-    tps_min = max(tps_min, minimal_loop())
-    tps = max(tps, trainer("bench2"))
-    model = build_model(cfg, vocab_size=len(tok), pad_token_id=tok.pad_token_id)
 
-    params = sum(p.numel() for p in model.parameters())
+def _trainer(cfg, root: Path, run_name: str, log_every: int) -> float:
+    """The workbench trainer as run ``run_name`` (the prepared tokenizer and data copied in); its
+    mean tokens/s after the first log window."""
+    import shutil
+
+    from bertology.pretraining import read_metrics, run_pretraining
+
+    cfg.run_name = run_name
+    shutil.copytree(root / "bench" / "tokenizer", root / run_name / "tokenizer")
+    shutil.copytree(root / "bench" / "data", root / run_name / "data")
+    m = read_metrics(run_pretraining(cfg, resume=False))
+    return m[(m.metric == "tokens_per_s") & (m.step > log_every)]["value"].mean()
+
+
+def _report(cfg, vocab: int, steps: int, params: int, tps_min: float, tps: float) -> None:
+    """Print the model, the matmul rate and both loops' tokens/s, model TFLOP/s and MFU."""
+    import pandas as pd
+
     peak = matmul_flops()
     rows = [
         {
@@ -167,7 +192,7 @@ def main() -> None:
     ]
     df = pd.DataFrame(rows)
     print(
-        f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocab {len(tok)}, "
+        f"model: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocab {vocab}, "
         f"{params / 1e6:.2f}M params; batch {cfg.batch_size} x {cfg.max_seq_len}; {steps} steps; "
         f"torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}"
     )

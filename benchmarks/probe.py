@@ -163,61 +163,77 @@ def main() -> None:
         with threadpool_limits(threads):
             before = torch.get_num_threads()
             torch.set_num_threads(threads)
-            joint("linear", [0])  # warm-up (thread pools, allocator)
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")  # a ConvergenceWarning would make the baseline unfair
-                (acc_sk, sk_iters), t_sk = _best_of(sklearn_per_layer, args.repeat)
-            acc_lin, t_lin = _best_of(lambda: joint("linear", list(range(L))), args.repeat)
-            acc_lin32, t_lin32 = _best_of(lambda: joint("linear", list(range(L)), precision="float32"), args.repeat)
-            acc_adam, t_adam = _best_of(lambda: joint("linear", list(range(L)), solver="adam", lr=3e-3), 1)
-            rows = [
-                ("sklearn LogisticRegression, 1 per layer (baseline)", t_sk, t_sk, acc_sk),
-                ("joint linear, L-BFGS (auto precision)", t_lin, t_sk, acc_lin),
-                ("joint linear, L-BFGS (float32)", t_lin32, t_sk, acc_lin32),
-                ("joint linear, minibatch Adam", t_adam, t_sk, acc_adam),
-            ]
-            if not args.no_mlp:
-                acc_mlp, t_mlp = _best_of(lambda: joint("mlp", list(range(L))), 1)
-                acc_loop, t_loop = _best_of(lambda: np.concatenate([joint("mlp", [l]) for l in range(L)]), 1)
-                with _previous_adam():
-                    acc_old, t_old = _best_of(
-                        lambda: joint("mlp", list(range(L)), batch_size=128, precision="float32"), 1
-                    )
-                acc_f32, t_f32 = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128, precision="float32"), 1)
-                acc_mlp128, t_mlp128 = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128), 1)
-                rows += [
-                    ("torch MLP probe, 1 per layer in a loop (baseline)", t_loop, t_loop, acc_loop),
-                    ("joint MLP (all layers), batch 512", t_mlp, t_loop, acc_mlp),
-                    (PREVIOUS_MLP, t_old, t_old, acc_old),
-                    ("joint MLP, batch 128, float32, fused Adam", t_f32, t_old, acc_f32),
-                    (CURRENT_MLP, t_mlp128, t_old, acc_mlp128),
-                ]
+            rows, sk_iters = _timed_rows(joint, sklearn_per_layer, L, args.repeat, args.no_mlp)
             torch.set_num_threads(before)
         for m, t, _, a in rows:
             if m not in best or t < best[m][0]:
                 best[m] = (t, threads, a)
-        table = [
-            {
-                "method": m,
-                "seconds": t,
-                "speed-up": base / t,
-                "mean acc": float(a.mean()),
-                "best layer": int(a.argmax()),
-                "best acc": float(a.max()),
-            }
-            for m, t, base, a in rows
-        ]
-        print_table(
-            table,
-            f"All-layer probing, {threads} thread(s) (speed-up vs the row's baseline; "
-            f"sklearn iterations per layer {sk_iters})",
-        )
-        per_layer = [
-            {"layer": l, **{m.split(",")[0] if "sklearn" in m else m: float(a[l]) for m, _, _, a in rows}}
-            for l in range(L)
-        ]
-        print_table(per_layer, "Test accuracy per layer")
+        _print_tables(rows, threads, sk_iters, L)
+    _print_fastest(best, args.no_mlp)
 
+
+def _timed_rows(joint, sklearn_per_layer, L: int, repeat: int, no_mlp: bool) -> tuple[list[tuple], list[int]]:
+    """Every method timed once at the current thread count (best of ``repeat`` for the linear probes):
+    rows ``(method, seconds, its baseline's seconds, test accuracy per layer [L])``, and scikit-learn's
+    lbfgs iterations per layer."""
+    joint("linear", [0])  # warm-up (thread pools, allocator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a ConvergenceWarning would make the baseline unfair
+        (acc_sk, sk_iters), t_sk = _best_of(sklearn_per_layer, repeat)
+    acc_lin, t_lin = _best_of(lambda: joint("linear", list(range(L))), repeat)
+    acc_lin32, t_lin32 = _best_of(lambda: joint("linear", list(range(L)), precision="float32"), repeat)
+    acc_adam, t_adam = _best_of(lambda: joint("linear", list(range(L)), solver="adam", lr=3e-3), 1)
+    rows = [
+        ("sklearn LogisticRegression, 1 per layer (baseline)", t_sk, t_sk, acc_sk),
+        ("joint linear, L-BFGS (auto precision)", t_lin, t_sk, acc_lin),
+        ("joint linear, L-BFGS (float32)", t_lin32, t_sk, acc_lin32),
+        ("joint linear, minibatch Adam", t_adam, t_sk, acc_adam),
+    ]
+    if not no_mlp:
+        acc_mlp, t_mlp = _best_of(lambda: joint("mlp", list(range(L))), 1)
+        acc_loop, t_loop = _best_of(lambda: np.concatenate([joint("mlp", [l]) for l in range(L)]), 1)
+        with _previous_adam():
+            acc_old, t_old = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128, precision="float32"), 1)
+        acc_f32, t_f32 = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128, precision="float32"), 1)
+        acc_mlp128, t_mlp128 = _best_of(lambda: joint("mlp", list(range(L)), batch_size=128), 1)
+        rows += [
+            ("torch MLP probe, 1 per layer in a loop (baseline)", t_loop, t_loop, acc_loop),
+            ("joint MLP (all layers), batch 512", t_mlp, t_loop, acc_mlp),
+            (PREVIOUS_MLP, t_old, t_old, acc_old),
+            ("joint MLP, batch 128, float32, fused Adam", t_f32, t_old, acc_f32),
+            (CURRENT_MLP, t_mlp128, t_old, acc_mlp128),
+        ]
+    return rows, sk_iters
+
+
+def _print_tables(rows: list[tuple], threads: int, sk_iters: list[int], L: int) -> None:
+    """One thread count's table (seconds, speed-up against the row's baseline, accuracies) and the
+    test accuracy per layer of every method."""
+    table = [
+        {
+            "method": m,
+            "seconds": t,
+            "speed-up": base / t,
+            "mean acc": float(a.mean()),
+            "best layer": int(a.argmax()),
+            "best acc": float(a.max()),
+        }
+        for m, t, base, a in rows
+    ]
+    print_table(
+        table,
+        f"All-layer probing, {threads} thread(s) (speed-up vs the row's baseline; "
+        f"sklearn iterations per layer {sk_iters})",
+    )
+    per_layer = [
+        {"layer": l, **{m.split(",")[0] if "sklearn" in m else m: float(a[l]) for m, _, _, a in rows}} for l in range(L)
+    ]
+    print_table(per_layer, "Test accuracy per layer")
+
+
+def _print_fastest(best: dict[str, tuple[float, int, np.ndarray]], no_mlp: bool) -> None:
+    """The closing lines: each side at its own fastest thread count (``best``: method -> (seconds,
+    threads, accuracies))."""
     sk, lin, lin32 = (
         best[m]
         for m in (
@@ -232,7 +248,7 @@ def main() -> None:
         f"(float32: {sk[0] / lin32[0]:.1f}x), mean test accuracy {lin[2].mean():.4f} "
         f"(float32 {lin32[2].mean():.4f}) vs {sk[2].mean():.4f}; target >= 10x at equal or better accuracy"
     )
-    if not args.no_mlp:
+    if not no_mlp:
         loop = best["torch MLP probe, 1 per layer in a loop (baseline)"]
         for m in ("joint MLP (all layers), batch 512", CURRENT_MLP):
             mlp = best[m]

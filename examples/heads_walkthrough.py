@@ -49,8 +49,19 @@ print(type_matrix(types).to_string())
 
 # %%
 best = best_head_per_relation(store, corpus, min_count=10)
-columns = ["relation", "direction", "layer", "head", "accuracy", "accuracy_low", "accuracy_high",
-           "baseline_offset", "gain", "gain_p_value", "small_sample"]
+columns = [
+    "relation",
+    "direction",
+    "layer",
+    "head",
+    "accuracy",
+    "accuracy_low",
+    "accuracy_high",
+    "baseline_offset",
+    "gain",
+    "gain_p_value",
+    "small_sample",
+]
 print(best[columns].head(8).round(3).to_string(index=False))
 
 # %% [markdown]

@@ -11,10 +11,10 @@ import os
 
 import numpy as np
 
-from bertology.probes.probing.edge import EdgeProbe, pooled_features, probe_layers, summarise
-from bertology.probes.probing.tasks import build_task
 from bertology.corpus import load_corpus
 from bertology.models import load_model
+from bertology.probes.probing.edge import EdgeProbe, pooled_features, probe_layers, summarise
+from bertology.probes.probing.tasks import build_task
 from bertology.store import extract
 
 N = int(os.environ.get("WALKTHROUGH_SENTENCES", 400))
@@ -31,7 +31,7 @@ print(corpus.describe())
 lm = load_model("minilm-l6")
 store = extract(lm, corpus, attentions=False)
 print(store)
-X4 = store.layer(4)                     # [n_words, 384]
+X4 = store.layer(4)  # [n_words, 384]
 print("layer 4 word vectors:", X4.shape)
 
 # %% [markdown]

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-DIRS="workbench probes studies apps tests benchmarks scripts"
+DIRS="workbench probes studies apps tests benchmarks scripts examples"
 "$PY" -m ruff check $DIRS
 "$PY" -m ruff format --check $DIRS
 # the rooms mypy checks: every core module, the store, pretraining, fine-tuning, the CLI, the analyses (probes)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from bertology.pretraining import heldout_sentences, unigram_baseline
 from bertology.pretraining.release import earlier_stretch, export_release, release_stretches
@@ -73,7 +74,8 @@ def _home_relative(path: Path) -> str:
         return str(path)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The script's command line."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", type=Path, required=True, help="the pretraining run folder")
     ap.add_argument("--corpus", type=Path, required=True, help="the corpus folder (with manifest.json)")
@@ -111,6 +113,11 @@ def main() -> None:
         default=None,
         help="the command that builds this run's corpus, for the card (default: scripts/setup.sh --with-pretraining-corpus)",
     )
+    return ap
+
+
+def main() -> None:
+    ap = _parser()
     args = ap.parse_args()
     released = release_stretches(args.earlier_release) if args.earlier_release else []
     earlier_runs = [Path(r["run"]) for r in released] + list(args.earlier_run)
@@ -121,55 +128,7 @@ def main() -> None:
 
     run = json.loads((args.run / "run.json").read_text(encoding="utf-8"))
     steps = [int(s) for s in args.steps.split(",")] if args.steps else run["config"]["keep_steps"]
-    corpus = json.loads((args.corpus / "manifest.json").read_text(encoding="utf-8"))
-    sources = {
-        name: {
-            "words_train": info["train"]["words"],
-            "words_heldout": info["heldout"]["words"],
-            "documents_train": info["train"]["documents"],
-            "documents_heldout": info["heldout"]["documents"],
-            "from": info.get("package"),
-            "licence": info.get("licence"),
-        }
-        for name, info in corpus["sources"].items()
-    }
-    totals = corpus["totals"]
-    summary = (
-        f"{totals['train']['words']:,} words / {totals['train']['documents']:,} documents for training, "
-        f"{totals['heldout']['words']:,} words / {totals['heldout']['documents']:,} documents held out, from "
-        + ", ".join(sources)
-        + " (scripts/build_english_corpus.py, seed "
-        f"{corpus['seed']}; licences per source in release.json)"
-    )
-    baseline = unigram_baseline(args.run)
-    card = {
-        "description": CONTINUED if (run["config"].get("init_from") or args.earlier_run) else FROM_SCRATCH,
-        "unigram_baseline": baseline["unigram_eval_loss"],
-        "unigram_details": baseline,
-        "corpus": {
-            "summary": summary,
-            "sources": sources,
-            "totals": totals,
-            "split": corpus.get("split"),
-            "dedup": corpus.get("dedup"),
-        },
-        "licence": (
-            "weights: Apache-2.0, as all-MiniLM-L6-v2 (sentence-transformers) they start from and the workbench"
-            if (run["config"].get("init_from") or args.earlier_run)
-            else "weights: Apache-2.0, as the workbench"
-        )
-        + "; the training texts keep their own licences (public domain, PDDL/CC0, MPL-2.0, GPL-2.0+ for "
-        "GCIDE, the WordNet licence; listed per source in release.json)",
-        "command": reproduce(
-            args.config,
-            args.run,
-            args.out,
-            list(zip(args.earlier_config, earlier_runs)),
-            args.corpus_command,
-            _home_relative(args.corpus),
-        ),
-        "notes": args.notes,
-    }
+    card = _card(args, run, earlier_runs)
     recipe = None
     if args.recipe:
         from bertology.pretraining import load_config
@@ -191,6 +150,61 @@ def main() -> None:
     )
     print(f"wrote {out}")
     print((out / "README.md").read_text(encoding="utf-8"))
+
+
+def _card(args: argparse.Namespace, run: dict[str, Any], earlier_runs: list[Path]) -> dict[str, Any]:
+    """The release's card fields: description, unigram baseline, corpus (summary, per-source counts and
+    licences), licence, the command that reproduces it and the notes."""
+    corpus = json.loads((args.corpus / "manifest.json").read_text(encoding="utf-8"))
+    sources = {
+        name: {
+            "words_train": info["train"]["words"],
+            "words_heldout": info["heldout"]["words"],
+            "documents_train": info["train"]["documents"],
+            "documents_heldout": info["heldout"]["documents"],
+            "from": info.get("package"),
+            "licence": info.get("licence"),
+        }
+        for name, info in corpus["sources"].items()
+    }
+    totals = corpus["totals"]
+    summary = (
+        f"{totals['train']['words']:,} words / {totals['train']['documents']:,} documents for training, "
+        f"{totals['heldout']['words']:,} words / {totals['heldout']['documents']:,} documents held out, from "
+        + ", ".join(sources)
+        + " (scripts/build_english_corpus.py, seed "
+        f"{corpus['seed']}; licences per source in release.json)"
+    )
+    baseline = unigram_baseline(args.run)
+    continued = run["config"].get("init_from") or args.earlier_run
+    return {
+        "description": CONTINUED if continued else FROM_SCRATCH,
+        "unigram_baseline": baseline["unigram_eval_loss"],
+        "unigram_details": baseline,
+        "corpus": {
+            "summary": summary,
+            "sources": sources,
+            "totals": totals,
+            "split": corpus.get("split"),
+            "dedup": corpus.get("dedup"),
+        },
+        "licence": (
+            "weights: Apache-2.0, as all-MiniLM-L6-v2 (sentence-transformers) they start from and the workbench"
+            if continued
+            else "weights: Apache-2.0, as the workbench"
+        )
+        + "; the training texts keep their own licences (public domain, PDDL/CC0, MPL-2.0, GPL-2.0+ for "
+        "GCIDE, the WordNet licence; listed per source in release.json)",
+        "command": reproduce(
+            args.config,
+            args.run,
+            args.out,
+            list(zip(args.earlier_config, earlier_runs)),
+            args.corpus_command,
+            _home_relative(args.corpus),
+        ),
+        "notes": args.notes,
+    }
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -51,6 +51,11 @@ from bertology.probes.heads.analysis import PRUNING_METHODS
 from bertology.probes.heads.pruning import BAD_SUBNETWORKS, RANDOM_SUBNETWORKS, SUBNETWORK_KINDS
 from bertology.runs import StudyContext
 from bertology.validation import CROSS_FIELD_RULES, Rule, add_study_rules
+
+if TYPE_CHECKING:  # imported where used: the study's heavy modules load when it runs
+    from bertology.finetuning import FinetuneConfig
+    from bertology.finetuning.finished import FinishedFinetune
+    from bertology.probes.heads.pruning import StructuredPruning
 
 DESCRIPTION = (
     "Compression of a fine-tuned model: Michel et al.'s head pruning on the task's loss and accuracy "
@@ -207,93 +212,20 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
     (:func:`bertology.probes.heads.pruning.matched_components`,
     :func:`bertology.finetuning.masks.structured_masks`); compare them paired on the same test examples;
     count which heads and blocks survive in every seed's good sub-network."""
-    import dataclasses
-
-    from bertology.finetuning import FinetuneConfig, run_finetuning
-    from bertology.finetuning.finished import load_finished_finetune
-    from bertology.finetuning.lottery import training_differences
-    from bertology.finetuning.masks import save_masks, structured_masks
     from bertology.finetuning.trainer import read_test_predictions
-    from bertology.models import resolve_device
-    from bertology.probes.heads.pruning import classifier_task, matched_components, structured_prune
-    from bertology.uncertainty import is_small_sample, paired_bootstrap
 
     cfg = ctx.config
     root = ctx.run_dir / "structured"
-    rows, comparisons, survivors, traces = [], [], [], []
-    shape = None
+    rows: list[dict[str, Any]] = []
+    comparisons: list[dict[str, Any]] = []
+    survivors: list[dict[str, Any]] = []
+    traces: list[pd.DataFrame] = []
     made = _study_finetune(ctx)
     for seed in (int(s) for s in cfg["structured_seeds"]):
-        base = FinetuneConfig(
-            model=cfg["model"],
-            task=cfg["task"],
-            corpus=cfg["corpus"],
-            mode="full",
-            seed=seed,
-            max_examples=cfg["max_examples"],
-            epochs=cfg["epochs"],
-            batch_size=cfg["batch_size"],
-            max_seq_len=cfg["max_seq_len"],
-            device=cfg["device"],
-            progress=False,
-            output_root=str(root),
-            run_name=f"dense-seed{seed}",
-        )
-        if seed == ctx.seed and not training_differences(base, made):
-            dense = load_finished_finetune(made)  # the run this study compresses, trained the same way
-        else:
-            ctx.log(f"  structured tickets, seed {seed}: fine-tuning the dense model")
-            dense = load_finished_finetune(run_finetuning(base))
-        dense.model.to(resolve_device(cfg["device"]))  # pruned where it was fine-tuned
-        task = classifier_task(
-            dense.model,
-            dense.batches("train", limit=cfg["importance_examples"], seed=seed),
-            dense.batches("dev"),
-            dense.batches("test"),
-            dense.description,
-        )
-        pruning = structured_prune(
-            dense.model,
-            task,
-            head_step=cfg["structured_head_step"],
-            keep=cfg["structured_keep"],
-            normalise_per_layer=cfg["structured_normalise_per_layer"],
-            continue_phases=cfg["structured_continue_phases"],
-        )
+        base, dense = _structured_dense(ctx, seed, root, made)
+        pruning = _structured_pruning(ctx, dense, seed)
         traces.append(pruning.trace.assign(seed=seed))
-        shape = pruning.head_importance.shape
-        runs = {"dense": dense.run_dir}
-        for kind in SUBNETWORK_KINDS:
-            heads, ffn = matched_components(
-                pruning, kind, seed=seed, bad=cfg["structured_bad"], random=cfg["structured_random"]
-            )
-            mask = root / "masks" / f"{kind}-seed{seed}.safetensors"
-            if not mask.is_file():
-                save_masks({k: m.cpu() for k, m in structured_masks(dense.model, heads, ffn).items()}, mask)
-            ctx.log(f"    retraining the {kind} sub-network ({len(heads)} heads, {len(ffn)} FFN blocks removed)")
-            runs[kind] = run_finetuning(dataclasses.replace(base, run_name=f"{kind}-seed{seed}", weight_mask=str(mask)))
-            if kind == "good":
-                gone_heads, gone_ffn = set(heads), set(ffn)
-                survivors += [
-                    {"seed": seed, "layer": l, "head": h, "component": "head", "survives": (l, h) not in gone_heads}
-                    for l in range(shape[0])
-                    for h in range(shape[1])
-                ]
-                survivors += [
-                    {"seed": seed, "layer": l, "head": -1, "component": "ffn", "survives": l not in gone_ffn}
-                    for l in range(shape[0])
-                ]
-            rows.append(
-                {
-                    "seed": seed,
-                    "kind": kind,
-                    "heads_removed": len(heads),
-                    "ffn_removed": len(ffn),
-                    **_result(runs[kind]),
-                    "run": str(runs[kind].relative_to(ctx.run_dir)),
-                    **_structured_choices(cfg),
-                }
-            )
+        runs = _structured_retrain(ctx, base, dense, pruning, seed, root, rows, survivors)
         rows.append(
             {
                 "seed": seed,
@@ -306,34 +238,158 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
             }
         )
         good = read_test_predictions(runs["good"])
-        for other in ("random", "bad"):
-            theirs = read_test_predictions(runs[other])
-            diff = paired_bootstrap(good["correct"], theirs["correct"], good["scored"], theirs["scored"], seed=seed)
-            n_items = int(sum(good["scored"]))
-            comparisons.append(
-                {
-                    "seed": seed,
-                    "comparison": f"good - {other}",
-                    "difference": diff.difference,
-                    "low": diff.low,
-                    "high": diff.high,
-                    "p_value": diff.p_value,
-                    "n_items": n_items,
-                    "small_sample": is_small_sample(n_items),
-                }
-            )
+        comparisons += [
+            _structured_comparison(good, read_test_predictions(runs[o]), o, seed) for o in ("random", "bad")
+        ]
+    return {
+        "structured_subnetworks": pd.DataFrame(rows),
+        "structured_comparison": pd.DataFrame(comparisons),
+        "structured_survivors": _survivor_summary(survivors),
+        "structured_trace": pd.concat(traces, ignore_index=True),
+    }
+
+
+def _structured_dense(ctx: StudyContext, seed: int, root: Path, made: Path) -> tuple[FinetuneConfig, FinishedFinetune]:
+    """The dense fine-tuning config of ``seed`` (run ``dense-seed<seed>`` under ``root``) and its finished
+    run: the study's own fine-tuned run ``made`` when it is that seed trained the same way, else a new one."""
+    from bertology.finetuning import FinetuneConfig, run_finetuning
+    from bertology.finetuning.finished import load_finished_finetune
+    from bertology.finetuning.lottery import training_differences
+    from bertology.models import resolve_device
+
+    cfg = ctx.config
+    base = FinetuneConfig(
+        model=cfg["model"],
+        task=cfg["task"],
+        corpus=cfg["corpus"],
+        mode="full",
+        seed=seed,
+        max_examples=cfg["max_examples"],
+        epochs=cfg["epochs"],
+        batch_size=cfg["batch_size"],
+        max_seq_len=cfg["max_seq_len"],
+        device=cfg["device"],
+        progress=False,
+        output_root=str(root),
+        run_name=f"dense-seed{seed}",
+    )
+    if seed == ctx.seed and not training_differences(base, made):
+        dense = load_finished_finetune(made)  # the run this study compresses, trained the same way
+    else:
+        ctx.log(f"  structured tickets, seed {seed}: fine-tuning the dense model")
+        dense = load_finished_finetune(run_finetuning(base))
+    dense.model.to(resolve_device(cfg["device"]))  # pruned where it was fine-tuned
+    return base, dense
+
+
+def _structured_pruning(ctx: StudyContext, dense: FinishedFinetune, seed: int) -> StructuredPruning:
+    """The good sub-network of the dense model: heads and FFN blocks pruned by importance (on
+    ``importance_examples`` training examples) until dev falls below ``structured_keep`` of full."""
+    from bertology.probes.heads.pruning import classifier_task, structured_prune
+
+    cfg = ctx.config
+    task = classifier_task(
+        dense.model,
+        dense.batches("train", limit=cfg["importance_examples"], seed=seed),
+        dense.batches("dev"),
+        dense.batches("test"),
+        dense.description,
+    )
+    return structured_prune(
+        dense.model,
+        task,
+        head_step=cfg["structured_head_step"],
+        keep=cfg["structured_keep"],
+        normalise_per_layer=cfg["structured_normalise_per_layer"],
+        continue_phases=cfg["structured_continue_phases"],
+    )
+
+
+def _structured_retrain(
+    ctx: StudyContext,
+    base: FinetuneConfig,
+    dense: FinishedFinetune,
+    pruning: StructuredPruning,
+    seed: int,
+    root: Path,
+    rows: list[dict[str, Any]],
+    survivors: list[dict[str, Any]],
+) -> dict[str, Path]:
+    """Retrain each sub-network kind (good, random, bad) of ``seed`` from the pre-trained weights with
+    its removed components masked; append its row to ``rows`` (and, for the good one, which heads and
+    blocks survive to ``survivors``); return the run folder of each kind and of ``dense``."""
+    import dataclasses
+
+    from bertology.finetuning import run_finetuning
+    from bertology.finetuning.masks import save_masks, structured_masks
+    from bertology.probes.heads.pruning import matched_components
+
+    cfg = ctx.config
+    shape = pruning.head_importance.shape
+    runs: dict[str, Path] = {"dense": dense.run_dir}
+    for kind in SUBNETWORK_KINDS:
+        heads, ffn = matched_components(
+            pruning, kind, seed=seed, bad=cfg["structured_bad"], random=cfg["structured_random"]
+        )
+        mask = root / "masks" / f"{kind}-seed{seed}.safetensors"
+        if not mask.is_file():
+            save_masks({k: m.cpu() for k, m in structured_masks(dense.model, heads, ffn).items()}, mask)
+        ctx.log(f"    retraining the {kind} sub-network ({len(heads)} heads, {len(ffn)} FFN blocks removed)")
+        runs[kind] = run_finetuning(dataclasses.replace(base, run_name=f"{kind}-seed{seed}", weight_mask=str(mask)))
+        if kind == "good":
+            gone_heads, gone_ffn = set(heads), set(ffn)
+            survivors += [
+                {"seed": seed, "layer": l, "head": h, "component": "head", "survives": (l, h) not in gone_heads}
+                for l in range(shape[0])
+                for h in range(shape[1])
+            ]
+            survivors += [
+                {"seed": seed, "layer": l, "head": -1, "component": "ffn", "survives": l not in gone_ffn}
+                for l in range(shape[0])
+            ]
+        rows.append(
+            {
+                "seed": seed,
+                "kind": kind,
+                "heads_removed": len(heads),
+                "ffn_removed": len(ffn),
+                **_result(runs[kind]),
+                "run": str(runs[kind].relative_to(ctx.run_dir)),
+                **_structured_choices(cfg),
+            }
+        )
+    return runs
+
+
+def _structured_comparison(good: dict[str, Any], theirs: dict[str, Any], other: str, seed: int) -> dict[str, Any]:
+    """The good sub-network's test accuracy minus the ``other`` one's, paired on the same test items
+    (bootstrap interval and p-value): one row of ``structured_comparison``."""
+    from bertology.uncertainty import is_small_sample, paired_bootstrap
+
+    diff = paired_bootstrap(good["correct"], theirs["correct"], good["scored"], theirs["scored"], seed=seed)
+    n_items = int(sum(good["scored"]))
+    return {
+        "seed": seed,
+        "comparison": f"good - {other}",
+        "difference": diff.difference,
+        "low": diff.low,
+        "high": diff.high,
+        "p_value": diff.p_value,
+        "n_items": n_items,
+        "small_sample": is_small_sample(n_items),
+    }
+
+
+def _survivor_summary(survivors: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per component (head or FFN block), how many seeds' good sub-networks keep it: ``seeds_surviving``,
+    ``n_seeds``, ``share`` and ``super_survivor`` (kept in every seed)."""
     surviving = pd.DataFrame(survivors)
     summary = surviving.groupby(["component", "layer", "head"], as_index=False)["survives"].agg(
         seeds_surviving="sum", n_seeds="count"
     )
     summary["share"] = summary["seeds_surviving"] / summary["n_seeds"]
     summary["super_survivor"] = summary["seeds_surviving"] == summary["n_seeds"]
-    return {
-        "structured_subnetworks": pd.DataFrame(rows),
-        "structured_comparison": pd.DataFrame(comparisons),
-        "structured_survivors": summary,
-        "structured_trace": pd.concat(traces, ignore_index=True),
-    }
+    return summary
 
 
 def _structured_choices(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -30,48 +30,64 @@ def probing_page(page: Page) -> None:
     scores = load_table(run, "layer_scores")
     colours = figures.category_colours([] if scores is None or "task" not in scores else scores["task"])
     if has_columns_or_explain(scores, ["task", "layer", "metric", "value", "seed"], "layer_scores", run):
-        with guard("the layer curves", run):
-            metrics, start = options_and_default(probe_metrics(scores), "accuracy")
-            metric = st.selectbox("metric", metrics, index=start) or metrics[start]
-            mode = None
-            if "mode" in scores.columns:
-                modes, start = options_and_default(scores["mode"], "per_layer")
-                mode = st.selectbox("probe input", modes, index=start)
-            intervals = optional_table(run, "layer_intervals")
-            bands = None if intervals is None else interval_bands(intervals, metric, mode)
-            if bands is not None and not bands.empty:
-                means = bands
-                band = band_label(means, "95% interval over seeds and test sentences")
-            else:
-                means = tables.layer_means(probe_part(scores, metric, mode))
-                band = band_label(means, "mean ± 95% CI over seeds")
-            small = [] if intervals is None else tables.small_sample_tasks(intervals)
-            if small:
-                st.warning(
-                    f"Small sample: {', '.join(small)} scored on fewer than {MIN_TEST_ITEMS} test items; "
-                    "its best layer and differences between layers are not reliable."
+        layer_curves(run, other, scores, colours)
+    layer_tables(run)
+    weights = optional_table(run, "mix_weights")
+    if has_columns_or_explain(weights, ["task", "layer", "weight"], "mix_weights", run):
+        with guard("the scalar-mix weights", run):
+            st.plotly_chart(mix_weights_figure(mean_mix_weights(weights), colours), width="stretch")
+    controls_and_mdl(run, colours)
+
+
+def layer_curves(run: Path, other: Path | None, scores: pd.DataFrame, colours: dict[str, str]) -> None:
+    """The probe's score per layer (a chosen metric and probe input) with its interval and the
+    random-init baseline; with a second run, both runs' curves and their paired difference."""
+    with guard("the layer curves", run):
+        metrics, start = options_and_default(probe_metrics(scores), "accuracy")
+        metric = st.selectbox("metric", metrics, index=start) or metrics[start]
+        mode = None
+        if "mode" in scores.columns:
+            modes, start = options_and_default(scores["mode"], "per_layer")
+            mode = st.selectbox("probe input", modes, index=start)
+        intervals = optional_table(run, "layer_intervals")
+        bands = None if intervals is None else interval_bands(intervals, metric, mode)
+        if bands is not None and not bands.empty:
+            means = bands
+            band = band_label(means, "95% interval over seeds and test sentences")
+        else:
+            means = tables.layer_means(probe_part(scores, metric, mode))
+            band = band_label(means, "mean ± 95% CI over seeds")
+        small = [] if intervals is None else tables.small_sample_tasks(intervals)
+        if small:
+            st.warning(
+                f"Small sample: {', '.join(small)} scored on fewer than {MIN_TEST_ITEMS} test items; "
+                "its best layer and differences between layers are not reliable."
+            )
+        if other is None:
+            fig = figures.line_with_band(
+                means, "layer", "task", f"{metric} per layer ({band})", metric, colours, "layer (0 = embeddings)"
+            )
+            baseline = optional_table(run, "random_baseline")
+            random_means = None if baseline is None else random_baseline_means(baseline, metric, mode)
+            if random_means is not None:
+                add_baseline_lines(fig, random_means, "task", "random-init encoder")
+            st.plotly_chart(fig, width="stretch")
+            if random_means is not None:
+                st.caption(
+                    "Dashed: the same probe on a randomly initialised copy of the model (same architecture "
+                    "and tokenizer): what the probe reads from the input words and the architecture alone. "
+                    "The distance between a solid curve and its dashed one is what pretraining added."
                 )
-            if other is None:
-                fig = figures.line_with_band(
-                    means, "layer", "task", f"{metric} per layer ({band})", metric, colours, "layer (0 = embeddings)"
-                )
-                baseline = optional_table(run, "random_baseline")
-                random_means = None if baseline is None else random_baseline_means(baseline, metric, mode)
-                if random_means is not None:
-                    add_baseline_lines(fig, random_means, "task", "random-init encoder")
-                st.plotly_chart(fig, width="stretch")
-                if random_means is not None:
-                    st.caption(
-                        "Dashed: the same probe on a randomly initialised copy of the model (same architecture "
-                        "and tokenizer): what the probe reads from the input words and the architecture alone. "
-                        "The distance between a solid curve and its dashed one is what pretraining added."
-                    )
-            else:
-                means_b = tables.layer_means(probe_part(read_table(other, "layer_scores"), metric, mode))
-                both = tables.stack_runs([(describe(run), means), (describe(other), means_b)])
-                st.plotly_chart(layer_curves_two_runs(both, metric), width="stretch")
-        if other is not None:
-            paired_difference(run, other)
+        else:
+            means_b = tables.layer_means(probe_part(read_table(other, "layer_scores"), metric, mode))
+            both = tables.stack_runs([(describe(run), means), (describe(other), means_b)])
+            st.plotly_chart(layer_curves_two_runs(both, metric), width="stretch")
+    if other is not None:
+        paired_difference(run, other)
+
+
+def layer_tables(run: Path) -> None:
+    """Each layer against the best layer (paired on test sentences) and the expected layers."""
     differences = optional_table(run, "layer_differences")
     if differences is not None and not differences.empty:
         st.subheader("Each layer against the best layer (chosen on dev), paired on the same test sentences")
@@ -89,10 +105,10 @@ def probing_page(page: Page) -> None:
         st.dataframe(tables.paper_table(summary), width="stretch", hide_index=True)
         if "n_seeds" in summary.columns and (summary["n_seeds"] == 1).any():
             st.caption(ONE_SEED)
-    weights = optional_table(run, "mix_weights")
-    if has_columns_or_explain(weights, ["task", "layer", "weight"], "mix_weights", run):
-        with guard("the scalar-mix weights", run):
-            st.plotly_chart(mix_weights_figure(mean_mix_weights(weights), colours), width="stretch")
+
+
+def controls_and_mdl(run: Path, colours: dict[str, str]) -> None:
+    """Selectivity against control tasks and MDL compression per layer, each with its table."""
     controls = optional_table(run, "controls")
     mdl = optional_table(run, "mdl")
     if controls is not None or mdl is not None:

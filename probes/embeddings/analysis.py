@@ -11,7 +11,7 @@ those studies with the options given, so a run has the one manifest schema of
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,10 @@ from bertology.probes.embeddings.static_vectors import (
     word_vectors_from_pieces,
 )
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
+
+if TYPE_CHECKING:
+    from bertology.corpus.documents import SliceSpec
+    from bertology.probes.embeddings.semantic_change import ChangeSettings
 
 CONTEXTUALITY_DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6",
@@ -624,9 +628,27 @@ def semantic_change_analysis(ctx: StudyContext) -> None:
     """
     from bertology.corpus.documents import SliceSpec, load_documents, select_documents
     from bertology.models import load_model
-    from bertology.probes.embeddings.semantic_change import SCORED, ChangeSettings, semantic_change
 
     cfg = ctx.config
+    _check_semantic_change_options(cfg)
+    docs = load_documents(cfg["documents"])
+    specs = {
+        name: (SliceSpec.from_config(f"{name}.a", c["a"]), SliceSpec.from_config(f"{name}.b", c["b"]))
+        for name, c in cfg["comparisons"].items()
+    }
+    chosen = {name: (select_documents(docs, a), select_documents(docs, b)) for name, (a, b) in specs.items()}
+    lm = load_model(cfg["model"]) if cfg["space"] == "contextual" else None
+    settings = _change_settings(cfg, ctx.seed)
+    tables = ctx.steps(
+        ["slices", "word_change", "control", "control_scores", "replicates"],
+        lambda: _semantic_change_tables(ctx, specs, chosen, lm, settings),
+    )
+    ctx.record(slices=tables["slices"].to_dict("records"), space=cfg["space"])
+    _log_most_moved(ctx, tables["word_change"], cfg["top"])
+
+
+def _check_semantic_change_options(cfg: dict[str, Any]) -> None:
+    """Refuse an unknown ``space`` or ``control``, or ``comparisons`` not of the form name -> {a, b}."""
     if cfg["space"] not in ("word2vec", "contextual"):
         raise ConfigError(f"space must be word2vec or contextual, got {cfg['space']!r}")
     if cfg["control"] not in ("word", "bin"):
@@ -638,14 +660,13 @@ def semantic_change_analysis(ctx: StudyContext) -> None:
         or not all(isinstance(c, dict) and set(c) == {"a", "b"} for c in comparisons.values())
     ):
         raise ConfigError("comparisons: a mapping of name -> {a: slice, b: slice}")
-    docs = load_documents(cfg["documents"])
-    specs = {
-        name: (SliceSpec.from_config(f"{name}.a", c["a"]), SliceSpec.from_config(f"{name}.b", c["b"]))
-        for name, c in comparisons.items()
-    }
-    chosen = {name: (select_documents(docs, a), select_documents(docs, b)) for name, (a, b) in specs.items()}
-    lm = load_model(cfg["model"]) if cfg["space"] == "contextual" else None
-    settings = ChangeSettings(
+
+
+def _change_settings(cfg: dict[str, Any], seed: int) -> ChangeSettings:
+    """The :class:`~bertology.probes.embeddings.semantic_change.ChangeSettings` of the study's config."""
+    from bertology.probes.embeddings.semantic_change import ChangeSettings
+
+    return ChangeSettings(
         replicates=cfg["replicates"],
         control_replicates=cfg["control_replicates"],
         min_count=cfg["min_count"],
@@ -657,53 +678,68 @@ def semantic_change_analysis(ctx: StudyContext) -> None:
         control=cfg["control"],
         frequency_bins=cfg["frequency_bins"],
         control_quantile=cfg["control_quantile"],
-        seed=ctx.seed,
+        seed=seed,
     )
 
-    def run_all() -> dict[str, pd.DataFrame]:
-        slices, changes, controls, control_scores, replicates = [], [], [], [], []
-        for name, (docs_a, docs_b) in chosen.items():
-            ctx.log(
-                f"  {name}: {specs[name][0].describe()} ({len(docs_a)} documents) vs "
-                f"{specs[name][1].describe()} ({len(docs_b)} documents)"
-            )
-            built = [_slice_builder(ctx, d, f"{name}.{side}", lm) for d, side in ((docs_a, "a"), (docs_b, "b"))]
-            for (_, counts, sentences), side, d in zip(built, "ab", (docs_a, docs_b)):
-                slices.append(
-                    {
-                        "comparison": name,
-                        "side": side,
-                        "slice": specs[name]["ab".index(side)].describe(),
-                        "documents": len(d),
-                        "sentences": sum(len(x) for x in sentences),
-                        "words": sum(counts.values()),
-                        "vocabulary": len(counts),
-                    }
-                )
-            result = semantic_change(
-                built[0][0],
-                built[1][0],
-                built[0][1],
-                built[1][1],
-                (len(docs_a), len(docs_b)),
-                settings,
-                comparison=name,
-                progress=ctx.log,
-            )
-            changes.append(result["word_change"])
-            controls.append(result["control"])
-            control_scores.append(result["control_scores"])
-            replicates.append(result["replicates"])
-        return {
-            "slices": pd.DataFrame(slices),
-            "word_change": pd.concat(changes, ignore_index=True),
-            "control": pd.concat(controls, ignore_index=True),
-            "control_scores": pd.concat(control_scores, ignore_index=True),
-            "replicates": pd.concat(replicates, ignore_index=True),
-        }
 
-    tables = ctx.steps(["slices", "word_change", "control", "control_scores", "replicates"], run_all)
-    ctx.record(slices=tables["slices"].to_dict("records"), space=cfg["space"])
+def _semantic_change_tables(
+    ctx: StudyContext,
+    specs: dict[str, tuple[SliceSpec, SliceSpec]],
+    chosen: dict[str, tuple[list, list]],
+    lm: Any,
+    settings: ChangeSettings,
+) -> dict[str, pd.DataFrame]:
+    """Per comparison: the two slices' spaces and the semantic-change scores between them; the tables
+    ``slices``, ``word_change``, ``control``, ``control_scores`` and ``replicates`` over every comparison."""
+    from bertology.probes.embeddings.semantic_change import semantic_change
+
+    slices, changes, controls, control_scores, replicates = [], [], [], [], []
+    for name, (docs_a, docs_b) in chosen.items():
+        ctx.log(
+            f"  {name}: {specs[name][0].describe()} ({len(docs_a)} documents) vs "
+            f"{specs[name][1].describe()} ({len(docs_b)} documents)"
+        )
+        built = [_slice_builder(ctx, d, f"{name}.{side}", lm) for d, side in ((docs_a, "a"), (docs_b, "b"))]
+        for (_, counts, sentences), side, d in zip(built, "ab", (docs_a, docs_b)):
+            slices.append(
+                {
+                    "comparison": name,
+                    "side": side,
+                    "slice": specs[name]["ab".index(side)].describe(),
+                    "documents": len(d),
+                    "sentences": sum(len(x) for x in sentences),
+                    "words": sum(counts.values()),
+                    "vocabulary": len(counts),
+                }
+            )
+        result = semantic_change(
+            built[0][0],
+            built[1][0],
+            built[0][1],
+            built[1][1],
+            (len(docs_a), len(docs_b)),
+            settings,
+            comparison=name,
+            progress=ctx.log,
+        )
+        changes.append(result["word_change"])
+        controls.append(result["control"])
+        control_scores.append(result["control_scores"])
+        replicates.append(result["replicates"])
+    return {
+        "slices": pd.DataFrame(slices),
+        "word_change": pd.concat(changes, ignore_index=True),
+        "control": pd.concat(controls, ignore_index=True),
+        "control_scores": pd.concat(control_scores, ignore_index=True),
+        "replicates": pd.concat(replicates, ignore_index=True),
+    }
+
+
+def _log_most_moved(ctx: StudyContext, word_change: pd.DataFrame, top: int) -> None:
+    """Log per comparison how many tested words moved beyond the control, the ``top`` most moved, and
+    (with the reason) the first ``top`` words not tested."""
+    from bertology.probes.embeddings.semantic_change import SCORED
+
     shown = [
         "word",
         "count_a",
@@ -716,12 +752,12 @@ def semantic_change_analysis(ctx: StudyContext) -> None:
         "neighbours_a",
         "neighbours_b",
     ]
-    for name, part in tables["word_change"].groupby("comparison", sort=False):
+    for name, part in word_change.groupby("comparison", sort=False):
         tested = part[part["status"] == SCORED]
         ctx.log(f"\n{name}: {int(tested['moved'].sum())} of {len(tested)} words moved beyond the control; most moved:")
-        ctx.log(tested.head(cfg["top"])[shown].round(3).to_string(index=False))
+        ctx.log(tested.head(top)[shown].round(3).to_string(index=False))
         untested = part[part["status"] != SCORED]
         if len(untested):
             ctx.log(f"  {len(untested)} words not tested (column status), e.g.:")
-        for row in untested.head(cfg["top"]).itertuples():
+        for row in untested.head(top).itertuples():
             ctx.log(f"  {row.word}: {row.status}")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from bertology.probes.embeddings.alignment import align, compare_methods, identical_pairs
+from bertology.probes.embeddings.alignment import AlignmentResult, align, compare_methods, identical_pairs
 from bertology.probes.embeddings.dictionaries import LICENCE, bilingual_pairs, filter_to_vocab, split_dictionary
 from bertology.probes.embeddings.static_vectors import StaticVectors, load_spacy_vectors
 
@@ -61,64 +61,14 @@ def crosslingual_experiment(
     hits: list[Any] = []
     first = None
     for spec in methods:
-        method, _, seed_kind = spec.partition(":")
-        t0 = time.perf_counter()
-        if method == "self-learning":
-            res = align(
-                src,
-                tgt,
-                None,
-                method="self-learning",
-                seed_dictionary=seed_kind or "identical",
-                exclude_from_seed=held_out,
-                normalization=normalization,
-                vocab_cutoff=vocab_cutoff,
-                max_iter=max_iter,
-            )
-            seed_pairs = identical_pairs(src, tgt, numerals_only=seed_kind == "numerals", exclude=held_out)
-            n_seed = len(seed_pairs)
-            assert not held_out & set(seed_pairs["source"])
-            history.append(res.history.assign(method=spec))
-        else:
-            res = align(src, tgt, train, method=method, normalization=normalization)
-            n_seed = len(res.train_pairs)
-        seconds = time.perf_counter() - t0
-        first = first or res
-        method_hits: list[pd.DataFrame] = []
-        ev = res.evaluate(src, tgt, test, retrieval=retrieval, ks=ks, hits=method_hits)
-        hits.extend(h.assign(method=spec) for h in method_hits)
-        precision.append(
-            ev.assign(
-                method=spec,
-                seed_dictionary=n_seed,
-                n_train_pairs=len(res.train_pairs),
-                iterations=len(res.history),
-                seconds=seconds,
-                seed=seed,
-            )
+        res, scores, method_history, method_hits = _align_and_score(
+            spec, src, tgt, train, test, held_out, retrieval, ks, normalization, vocab_cutoff, max_iter, seed
         )
-    cols = [
-        "method",
-        "seed_dictionary",
-        "retrieval",
-        "k",
-        "metric",
-        "value",
-        "low",
-        "high",
-        "n_queries",
-        "coverage",
-        "n_train_pairs",
-        "iterations",
-        "seconds",
-        "seed",
-    ]
-    precision_df = pd.concat(precision, ignore_index=True)[cols]
-    history_df = (
-        pd.concat(history, ignore_index=True)[["method", "iteration", "n_pairs", "objective", "improvement"]]
-        if history
-        else pd.DataFrame(columns=["method", "iteration", "n_pairs", "objective", "improvement"])
-    )
+        first = first or res
+        if method_history is not None:
+            history.append(method_history)
+        hits.extend(method_hits)
+        precision.append(scores)
     dictionary_df = pd.DataFrame(
         [
             {
@@ -137,6 +87,94 @@ def crosslingual_experiment(
             }
         ]
     )
+    return {
+        "precision": pd.concat(precision, ignore_index=True)[PRECISION_COLUMNS],
+        "history": (
+            pd.concat(history, ignore_index=True)[HISTORY_COLUMNS] if history else pd.DataFrame(columns=HISTORY_COLUMNS)
+        ),
+        "dictionary": dictionary_df,
+        "translations": _sample_translations(first, src, tgt, test, held_out),
+        "method_comparison": compare_methods(pd.concat(hits, ignore_index=True), ks=(1,)).assign(seed=seed),
+    }
+
+
+PRECISION_COLUMNS = [
+    "method",
+    "seed_dictionary",
+    "retrieval",
+    "k",
+    "metric",
+    "value",
+    "low",
+    "high",
+    "n_queries",
+    "coverage",
+    "n_train_pairs",
+    "iterations",
+    "seconds",
+    "seed",
+]
+HISTORY_COLUMNS = ["method", "iteration", "n_pairs", "objective", "improvement"]
+
+
+def _align_and_score(
+    spec: str,
+    src: StaticVectors,
+    tgt: StaticVectors,
+    train: pd.DataFrame,
+    test: pd.DataFrame,
+    held_out: set[str],
+    retrieval: Sequence[str],
+    ks: Sequence[int],
+    normalization: str,
+    vocab_cutoff: int | None,
+    max_iter: int,
+    seed: int,
+) -> tuple[AlignmentResult, pd.DataFrame, pd.DataFrame | None, list[pd.DataFrame]]:
+    """Align by one method ``spec`` (supervised on ``train``, or self-learning from a seed that leaves
+    out the ``held_out`` test words) and score it on ``test``: the alignment, its precision rows, its
+    self-learning history (None for a supervised method) and its per-query hits."""
+    method, _, seed_kind = spec.partition(":")
+    t0 = time.perf_counter()
+    history = None
+    if method == "self-learning":
+        res = align(
+            src,
+            tgt,
+            None,
+            method="self-learning",
+            seed_dictionary=seed_kind or "identical",
+            exclude_from_seed=held_out,
+            normalization=normalization,
+            vocab_cutoff=vocab_cutoff,
+            max_iter=max_iter,
+        )
+        seed_pairs = identical_pairs(src, tgt, numerals_only=seed_kind == "numerals", exclude=held_out)
+        n_seed = len(seed_pairs)
+        assert not held_out & set(seed_pairs["source"])
+        history = res.history.assign(method=spec)
+    else:
+        res = align(src, tgt, train, method=method, normalization=normalization)
+        n_seed = len(res.train_pairs)
+    seconds = time.perf_counter() - t0
+    method_hits: list[pd.DataFrame] = []
+    ev = res.evaluate(src, tgt, test, retrieval=retrieval, ks=ks, hits=method_hits)
+    scores = ev.assign(
+        method=spec,
+        seed_dictionary=n_seed,
+        n_train_pairs=len(res.train_pairs),
+        iterations=len(res.history),
+        seconds=seconds,
+        seed=seed,
+    )
+    return res, scores, history, [h.assign(method=spec) for h in method_hits]
+
+
+def _sample_translations(
+    first: AlignmentResult | None, src: StaticVectors, tgt: StaticVectors, test: pd.DataFrame, held_out: set[str]
+) -> pd.DataFrame:
+    """Top-5 CSLS translations under ``first`` of 25 test words spread over the sorted held-out words,
+    each marked ``correct`` when the test dictionary pairs it with its source."""
     sample = sorted(held_out)[:: max(1, len(held_out) // 25)][:25]
     translations = first.translate(sample, src, tgt, k=5, retrieval="csls") if first is not None else pd.DataFrame()
     if len(translations):
@@ -144,11 +182,4 @@ def crosslingual_experiment(
         translations["correct"] = [
             t in gold.get(s, set()) for s, t in zip(translations["source"], translations["target"])
         ]
-    comparison = compare_methods(pd.concat(hits, ignore_index=True), ks=(1,)).assign(seed=seed)
-    return {
-        "precision": precision_df,
-        "history": history_df,
-        "dictionary": dictionary_df,
-        "translations": translations,
-        "method_comparison": comparison,
-    }
+    return translations

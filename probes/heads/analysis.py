@@ -13,7 +13,7 @@ so a run has one manifest schema (:func:`bertology.runs.run_analysis`) whichever
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -57,6 +57,10 @@ from bertology.probes.heads.stats import (
 )
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
 from bertology.uncertainty import is_small_sample, t_interval
+
+if TYPE_CHECKING:
+    from bertology.corpus.types import Sentence
+    from bertology.store import FeatureStore
 
 __all__ = [
     "CURVE_METHODS",
@@ -207,10 +211,32 @@ def head_types_analysis(ctx: StudyContext) -> None:
     windows = attention_windows(lm.config)  # local (sliding-window) layers: tokens seen each side
     ctx.record(attention_windows=windows)
     sentences = list(corpus)
-    n = len(corpus)
     has_deps = all(s.heads is not None and s.deprels is not None for s in sentences)
     freqs = corpus_frequencies(sentences) if cfg["frequencies"] == "corpus" else None
 
+    _head_type_tables(ctx, lm.tokenizer, store, sentences, windows, freqs, has_deps)
+    if too_few:
+        ctx.record(head_best_skipped=too_few[0])
+    if has_deps:
+        _dependency_probes(ctx, store, sentences, best_heads=not too_few)
+    else:
+        ctx.log(f"  corpus {corpus.name} has no dependencies: no head_best, no attention_probe")
+    ctx.extra("attention_examples", lambda: _attention_examples(store, sentences, cfg))
+
+
+def _head_type_tables(
+    ctx: StudyContext,
+    tokenizer: Any,
+    store: FeatureStore,
+    sentences: list[Sentence],
+    windows: list[int | None],
+    freqs: Any,
+    has_deps: bool,
+) -> None:
+    """The steps ``head_stats``, ``head_dependency``, ``head_types`` and ``head_type_matrix``; with
+    local attention layers also ``window_reach`` and (with dependencies) ``head_dependency_in_reach``."""
+    cfg = ctx.config
+    n = len(sentences)
     local = any(window is not None for window in windows)
     stats = ctx.step(
         "head_stats",
@@ -222,7 +248,7 @@ def head_types_analysis(ctx: StudyContext) -> None:
                 frequencies=freqs,
                 token_offsets=(store.token_offsets(i, queries=cfg["positional_queries"]) for i in range(n)),
                 special_tokens=cfg["special_tokens"],
-                reach=corpus_reach(lm.tokenizer, sentences, windows) if local else None,
+                reach=corpus_reach(tokenizer, sentences, windows) if local else None,
             ),
             windows,
         ),
@@ -257,21 +283,26 @@ def head_types_analysis(ctx: StudyContext) -> None:
     )
     ctx.step("head_type_matrix", lambda: type_matrix(types).reset_index())
     if local:  # local layers: what their heads can reach at all
-        ctx.step("window_reach", lambda: window_reach(lm.tokenizer, sentences, windows))
+        ctx.step("window_reach", lambda: window_reach(tokenizer, sentences, windows))
         if has_deps:  # and how well they do on the arcs they can see
             ctx.step(
                 "head_dependency_in_reach",
                 lambda: dependency_scores_in_reach(
                     (store.attention(i, normalise=False) for i in range(n)),
                     sentences,
-                    lm.tokenizer,
+                    tokenizer,
                     windows,
                     exclude_self=cfg["exclude_self"],
                 ),
             )
-    if too_few:
-        ctx.record(head_best_skipped=too_few[0])
-    if has_deps and not too_few:
+
+
+def _dependency_probes(ctx: StudyContext, store: FeatureStore, sentences: list[Sentence], *, best_heads: bool) -> None:
+    """The steps that need dependencies: ``head_best`` (when ``best_heads``: the corpus has enough
+    cases) and ``attention_probe`` (with the spaCy ``word_vectors`` unless ``none``)."""
+    cfg = ctx.config
+    n = len(sentences)
+    if best_heads:
         ctx.step(
             "head_best",
             lambda: held_out_best_heads(
@@ -283,37 +314,33 @@ def head_types_analysis(ctx: StudyContext) -> None:
                 exclude_self=cfg["exclude_self"],
             ),
         )
-    if has_deps:
-        vectors = None
-        if cfg["word_vectors"] != "none":
-            from bertology.probes.embeddings.static_vectors import load_spacy_vectors
+    vectors = None
+    if cfg["word_vectors"] != "none":
+        from bertology.probes.embeddings.static_vectors import load_spacy_vectors
 
-            vectors = load_spacy_vectors(cfg["word_vectors"])
-            ctx.record(word_vectors=vectors.metadata)
-        ctx.step(
-            "attention_probe",
-            lambda: attention_probe(
-                [store.attention(i) for i in range(len(corpus))], sentences, seed=ctx.seed, word_vectors=vectors
-            ),
-        )
-    else:
-        ctx.log(f"  corpus {corpus.name} has no dependencies: no head_best, no attention_probe")
+        vectors = load_spacy_vectors(cfg["word_vectors"])
+        ctx.record(word_vectors=vectors.metadata)
+    ctx.step(
+        "attention_probe",
+        lambda: attention_probe([store.attention(i) for i in range(n)], sentences, seed=ctx.seed, word_vectors=vectors),
+    )
 
-    def examples() -> dict:
-        short = [i for i, s in enumerate(sentences) if 6 <= len(s) <= cfg["example_max_words"]]
-        chosen = short[: cfg["example_sentences"]]
-        return {
-            "sentences": [
-                {
-                    "sent_id": sentences[i].sent_id,
-                    "words": sentences[i].words,
-                    "attention": np.round(store.attention(i), 4).tolist(),
-                }
-                for i in chosen
-            ]
-        }
 
-    ctx.extra("attention_examples", examples)
+def _attention_examples(store: FeatureStore, sentences: list[Sentence], cfg: dict[str, Any]) -> dict:
+    """The ``attention_examples`` extra: the first ``example_sentences`` sentences of 6 to
+    ``example_max_words`` words, each with its words and attention maps ``[layers, heads, words, words]``."""
+    short = [i for i, s in enumerate(sentences) if 6 <= len(s) <= cfg["example_max_words"]]
+    chosen = short[: cfg["example_sentences"]]
+    return {
+        "sentences": [
+            {
+                "sent_id": sentences[i].sent_id,
+                "words": sentences[i].words,
+                "attention": np.round(store.attention(i), 4).tolist(),
+            }
+            for i in chosen
+        ]
+    }
 
 
 def _check_head_type_options(cfg: dict[str, Any]) -> None:

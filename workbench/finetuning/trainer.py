@@ -139,6 +139,62 @@ def _run_finetuning(config: FinetuneConfig, *, resume: bool) -> Path:
     rt = setup_runtime(cfg)
 
     # task, pretrained model, tokenizer, encoded splits
+    inputs = _prepare_inputs(cfg, rt)
+    # resume plan
+    checkpoint = _plan_resume(cfg, run_dir, rt, resume)
+    # model (head initialised from the seed), mode, optimizer, schedule
+    model, sizes = _build_model(cfg, inputs, rt)
+    optimizer = make_optimizer(model, cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, linear_schedule(inputs.schedule.warmup_steps, inputs.schedule.max_steps)
+    )
+    torch.manual_seed(mix_seed(cfg.seed, 5, rt.rank))  # dropout stream, distinct per process
+    metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=rt.is_main)
+    # restore the checkpoint, or record the new run
+    start_step, log_window = _restore_or_record(
+        cfg, rt, inputs, checkpoint, model, optimizer, scheduler, metrics, sizes
+    )
+    run = _Run(
+        cfg,
+        rt,
+        inputs.task,
+        inputs.schedule,
+        inputs.tokenizer,
+        inputs.train,
+        inputs.dev,
+        model,
+        optimizer,
+        scheduler,
+        log_window,
+    )
+    # the optimizer steps, with a dev evaluation and a checkpoint every eval_every steps
+    _train(run, metrics, start_step)
+    # the best checkpoint on dev, scored on test, becomes the run's model
+    if rt.world_size > 1:
+        record_replica_digests(run_dir, model, rt)
+    if rt.is_main:
+        _finish(run)
+    rt.barrier()
+    rt.close()
+    return run_dir
+
+
+@dataclass
+class _Inputs:
+    """What a run reads before it builds its model: the task, the pretrained model's name and folder,
+    its tokenizer, the encoded train and dev splits and the schedule they give."""
+
+    task: FinetuneTask
+    model_name: str
+    model_path: Path
+    tokenizer: Any
+    train: EncodedSplit
+    dev: EncodedSplit
+    schedule: Schedule
+
+
+def _prepare_inputs(cfg: FinetuneConfig, rt: Runtime) -> _Inputs:
+    """Build the task, resolve the pretrained model, load its tokenizer, encode train and dev."""
     task = build_task(
         cfg.task,
         corpus=cfg.corpus,
@@ -152,8 +208,14 @@ def _run_finetuning(config: FinetuneConfig, *, resume: bool) -> Path:
     tokenizer = load_tokenizer(model_path)
     train, dev = (encode_split(task.split(s), task, tokenizer, cfg.max_seq_len) for s in ("train", "dev"))
     schedule = make_schedule(cfg, len(train), rt.world_size)
+    return _Inputs(task, model_name, model_path, tokenizer, train, dev, schedule)
 
-    # resume plan
+
+def _plan_resume(cfg: FinetuneConfig, run_dir: Path, rt: Runtime, resume: bool) -> Path | None:
+    """The checkpoint to resume from (None: a fresh run); the run folder made, its partial writes removed.
+
+    ``CheckpointError`` when ``resume=False`` finds checkpoints; ``ConfigError`` when a resumed
+    run's config changes the training."""
     checkpoint = latest_resumable(run_dir) if resume else None
     if not resume and list_checkpoints(run_dir):
         raise CheckpointError(f"{run_dir}: run already has checkpoints; resume it or choose another run_name")
@@ -164,10 +226,14 @@ def _run_finetuning(config: FinetuneConfig, *, resume: bool) -> Path:
             remove_partial_writes(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
     rt.barrier()
+    return checkpoint
 
-    # model (head initialised from the seed), mode, optimizer, schedule
+
+def _build_model(cfg: FinetuneConfig, inputs: _Inputs, rt: Runtime) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The classifier (head initialised from ``cfg.seed``) in its mode, masked when ``weight_mask`` is
+    set, on the run's device; and the sizes run.json records (trainable parameters, the mask)."""
     torch.manual_seed(cfg.seed)
-    model = load_classifier(model_path, task.kind, task.labels)
+    model = load_classifier(inputs.model_path, inputs.task.kind, inputs.task.labels)
     sizes: dict[str, Any] = apply_mode(model, cfg.mode, cfg.adapter_size)  # plus the weight mask's record
     if cfg.weight_mask:  # a sparse sub-network: removed weights zeroed, their gradients kept at zero
         masks = load_masks(Path(cfg.weight_mask), model)
@@ -180,36 +246,56 @@ def _run_finetuning(config: FinetuneConfig, *, resume: bool) -> Path:
             "pooler": any("pooler" in name for name in masks),
         }
     model.to(rt.device)
-    optimizer = make_optimizer(model, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(schedule.warmup_steps, schedule.max_steps))
-    torch.manual_seed(mix_seed(cfg.seed, 5, rt.rank))  # dropout stream, distinct per process
-    metrics = MetricsLog(run_dir / "metrics.jsonl", enabled=rt.is_main)
+    return model, sizes
+
+
+def _restore_or_record(
+    cfg: FinetuneConfig,
+    rt: Runtime,
+    inputs: _Inputs,
+    checkpoint: Path | None,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    metrics: MetricsLog,
+    sizes: dict[str, Any],
+) -> tuple[int, dict[str, float]]:
+    """Restore ``checkpoint`` (weights, optimizer, scheduler, RNG; metrics after it dropped), or write
+    a fresh run's run.json; return the step to start at and the log window in progress."""
     if checkpoint is not None:
-        start_step = restore_checkpoint(checkpoint, model, optimizer, scheduler, schedule, rt)  # type: ignore[arg-type]
+        start_step = restore_checkpoint(checkpoint, model, optimizer, scheduler, inputs.schedule, rt)  # type: ignore[arg-type]
         log_window = saved_log_window(checkpoint)
         metrics.truncate_after(start_step)
-    else:
-        start_step, log_window = 0, {}
-        metrics.truncate_after(0)  # events of an attempt killed before its first checkpoint
-        if rt.is_main:
-            write_json(
-                run_dir / "run.json",
-                {
-                    "kind": "finetune",
-                    "config": cfg.to_dict(),
-                    "seed": cfg.seed,
-                    "task": task.summary(),
-                    "model": {"name": model_name, "path": str(model_path), "revision": snapshot_commit(model_path)},
-                    "schedule": schedule.__dict__,
-                    "world_size": rt.world_size,
-                    "words_truncated": {"train": train.words_truncated, "dev": dev.words_truncated},
-                    **sizes,
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    "machine": run_machine(rt),
+        return start_step, log_window
+    metrics.truncate_after(0)  # events of an attempt killed before its first checkpoint
+    if rt.is_main:
+        write_json(
+            cfg.run_dir / "run.json",
+            {
+                "kind": "finetune",
+                "config": cfg.to_dict(),
+                "seed": cfg.seed,
+                "task": inputs.task.summary(),
+                "model": {
+                    "name": inputs.model_name,
+                    "path": str(inputs.model_path),
+                    "revision": snapshot_commit(inputs.model_path),
                 },
-            )
+                "schedule": inputs.schedule.__dict__,
+                "world_size": rt.world_size,
+                "words_truncated": {"train": inputs.train.words_truncated, "dev": inputs.dev.words_truncated},
+                **sizes,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "machine": run_machine(rt),
+            },
+        )
+    return 0, {}
 
-    run = _Run(cfg, rt, task, schedule, tokenizer, train, dev, model, optimizer, scheduler, log_window)
+
+def _train(run: _Run, metrics: MetricsLog, start_step: int) -> None:
+    """Run the optimizer steps from ``start_step`` in pretraining's loop (DDP when several processes,
+    ``torch.compile`` of the training forward when ``compile: true``)."""
+    cfg, rt, model = run.cfg, run.rt, run.model
     train_module: torch.nn.Module = model
     if rt.world_size > 1:
         train_module = torch.nn.parallel.DistributedDataParallel(
@@ -222,20 +308,20 @@ def _run_finetuning(config: FinetuneConfig, *, resume: bool) -> Path:
     run_steps(
         StepLoop(
             run_name=cfg.run_name,
-            run_dir=run_dir,
-            max_steps=schedule.max_steps,
+            run_dir=cfg.run_dir,
+            max_steps=run.schedule.max_steps,
             grad_accum_steps=cfg.grad_accum_steps,
             max_grad_norm=cfg.max_grad_norm,
             log_every=cfg.log_every,
-            eval_every=schedule.eval_every,
-            save_every=schedule.eval_every,
+            eval_every=run.schedule.eval_every,
+            save_every=run.schedule.eval_every,
             keep_steps=(),
             progress=cfg.progress,
             rt=rt,
             model=model,
             train_module=train_module,
-            optimizer=optimizer,
-            scheduler=scheduler,
+            optimizer=run.optimizer,
+            scheduler=run.scheduler,
             metrics=metrics,
             micro_batch=lambda step, micro: _micro_batch(run, step, micro),
             forward=lambda batch: _loss(forward_module, batch, rt),
@@ -249,14 +335,6 @@ def _run_finetuning(config: FinetuneConfig, *, resume: bool) -> Path:
         ),
         start_step,
     )
-
-    if rt.world_size > 1:
-        record_replica_digests(run_dir, model, rt)
-    if rt.is_main:
-        _finish(run)
-    rt.barrier()
-    rt.close()
-    return run_dir
 
 
 def config_differences(cfg: FinetuneConfig, run_dir: Path, *, ignore: frozenset[str] = frozenset()) -> list[str]:

@@ -361,6 +361,17 @@ def read_release(folder: str | Path) -> dict[str, Any]:
 
 def model_card(release: dict[str, Any]) -> str:
     """A Markdown model card from a release manifest."""
+    lines = _card_summary(release) + _card_stretches(release) + _card_checkpoints(release)
+    if "command" in release:
+        lines += ["", "## Reproduce", "", "```bash", release["command"], "```"]
+    if "notes" in release:
+        lines += ["", "## Notes", "", release["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _card_summary(release: dict[str, Any]) -> list[str]:
+    """The model card's title, description and summary table (architecture, parameters, start,
+    objective, optimisation, tokens, held-out loss; unigram baseline, corpus, licence when recorded)."""
     cfg, run = release["recipe"], release["run"]
     final = release["checkpoints"][-1]
     lines = [
@@ -400,6 +411,12 @@ def model_card(release: dict[str, Any]) -> str:
         lines.append(f"| corpus | {release['corpus'].get('summary', '')} |")
     if "licence" in release:
         lines.append(f"| licence | {release['licence']} |")
+    return lines
+
+
+def _card_stretches(release: dict[str, Any]) -> list[str]:
+    """The model card's "Training stretches" section (none for a release trained in one stretch)."""
+    lines: list[str] = []
     if release.get("stretches"):
         lines += [
             "",
@@ -431,8 +448,14 @@ def model_card(release: dict[str, Any]) -> str:
                 + ". A stretch on another corpus reads a new shuffle of it, so text shared with an earlier "
                 "stretch's corpus may be read again; the corpus row above is the last stretch's.",
             ]
+    return lines
+
+
+def _card_checkpoints(release: dict[str, Any]) -> list[str]:
+    """The model card's "Checkpoints" section: per checkpoint its step, tokens, held-out loss, PLL
+    scores when measured and registry name; a note on the PLL measure."""
     pll = "pll_texts" in release
-    lines += [
+    lines = [
         "",
         "## Checkpoints",
         "",
@@ -460,8 +483,4 @@ def model_card(release: dict[str, Any]) -> str:
             f"piece and per whitespace word, on {texts['sentences']} held-out sentences ({texts['source']}); "
             "95% bootstrap intervals over sentences. Per word compares models with different tokenizers.",
         ]
-    if "command" in release:
-        lines += ["", "## Reproduce", "", "```bash", release["command"], "```"]
-    if "notes" in release:
-        lines += ["", "## Notes", "", release["notes"]]
-    return "\n".join(lines) + "\n"
+    return lines
