@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertology.apps.pages import PAGE_BY_KEY, PAGES
+from bertology.paths import dashboard_command
 
 CHART = '[data-testid="stPlotlyChart"]'
 TABLE = '[data-testid="stDataFrame"]'
@@ -83,23 +84,7 @@ def serve(results: Path, port: int | None = None, timeout: float = 180) -> Itera
     results = Path(results).resolve()
     env = dict(os.environ, BERTOLOGY_RESULTS=str(results))
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bertology.apps.serve",
-            "run",
-            str(Path(__file__).resolve().parent / "dashboard.py"),
-            "--server.address",
-            "127.0.0.1",
-            "--server.port",
-            str(port),
-            "--server.headless",
-            "true",
-            "--browser.gatherUsageStats",
-            "false",
-            "--client.toolbarMode",
-            "viewer",
-        ],
+        dashboard_command(port),
         env=env,
         cwd=results.parent,
         stdout=subprocess.DEVNULL,

@@ -67,3 +67,29 @@ def relative_if_inside(path: Path, root: Path) -> str:
     """``path`` relative to ``root`` when it lies inside it (a run recording its own sub-folders, so
     the run folder can move), else absolute as given."""
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def dashboard_command(port: int) -> list[str]:
+    """The command that serves the dashboard shipped in the package (``bertology/apps/dashboard.py``)
+    on ``127.0.0.1:port``: headless, no usage statistics, the viewer's toolbar. ``bertology
+    dashboard`` and the browser tests start it."""
+    import sys
+    from importlib import resources
+
+    return [
+        sys.executable,
+        "-m",
+        "bertology.apps.serve",
+        "run",
+        str(resources.files("bertology.apps") / "dashboard.py"),
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--client.toolbarMode",
+        "viewer",
+    ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -106,29 +105,13 @@ def dashboard_cmd(
 ) -> None:
     """Open the Streamlit dashboard on localhost (it only reads result files)."""
     import os
-    from importlib import resources
 
-    app_file = resources.files("bertology.apps") / "dashboard.py"  # shipped inside the package
+    from bertology.paths import dashboard_command
+
     env = dict(os.environ)
     if results:
         env["BERTOLOGY_RESULTS"] = str(results.resolve())
-    cmd = [
-        sys.executable,
-        "-m",
-        "bertology.apps.serve",
-        "run",
-        str(app_file),
-        "--server.address",
-        "127.0.0.1",
-        "--server.port",
-        str(port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-        "--client.toolbarMode",
-        "viewer",
-    ]
+    cmd = dashboard_command(port)  # the dashboard shipped inside the package
     typer.echo(f"dashboard on http://127.0.0.1:{port}  (Ctrl-C to stop)")
     code = run_forwarding_signals(cmd, env)  # a stopped command stops its server too
     if code not in (0, -signal.SIGTERM, -signal.SIGINT):
