@@ -6,6 +6,7 @@ probes fed the whole ``[L, n_words, D]`` array; reading a store maps none of it.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from safetensors import safe_open
@@ -117,3 +118,13 @@ def test_structural_probe_read_from_the_store_equals_the_array(store, small_corp
     assert np.isfinite(values).sum() > 10  # uuas, dspr, ... of two layers on dev and test
     np.testing.assert_allclose(streamed.scores["value"].to_numpy(), values, rtol=1e-6)
     assert streamed.sentences.equals(from_array.sentences)
+
+
+def test_attention_probe_on_lazy_maps_equals_the_list(store, small_corpus):
+    from bertology.probes.heads.attention_probe import LazyAttentions, attention_probe
+
+    sentences = list(small_corpus)
+    held = attention_probe([store.attention(i) for i in range(len(sentences))], sentences, seed=0)
+    lazy = attention_probe(LazyAttentions(store.attention, range(len(sentences))), sentences, seed=0)
+    assert held["uas"].notna().all() and len(held) == 3  # best offset, best head, learned combination
+    pd.testing.assert_frame_equal(lazy, held)

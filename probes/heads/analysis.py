@@ -21,7 +21,7 @@ import pandas as pd
 from bertology.architectures import attention_windows
 from bertology.errors import ConfigError, WorkbenchError
 from bertology.models import load_model, model_device
-from bertology.probes.heads.attention_probe import attention_probe
+from bertology.probes.heads.attention_probe import LazyAttentions, attention_probe
 from bertology.probes.heads.classification import (
     POSITIONAL_LEVELS,
     VOITA_RELATIONS,
@@ -322,7 +322,9 @@ def _dependency_probes(ctx: StudyContext, store: FeatureStore, sentences: list[S
         ctx.record(word_vectors=vectors.metadata)
     ctx.step(
         "attention_probe",
-        lambda: attention_probe([store.attention(i) for i in range(n)], sentences, seed=ctx.seed, word_vectors=vectors),
+        lambda: attention_probe(  # maps read from the store when used, not held all at once
+            LazyAttentions(store.attention, range(n)), sentences, seed=ctx.seed, word_vectors=vectors
+        ),
     )
 
 

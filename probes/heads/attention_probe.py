@@ -18,7 +18,7 @@ UAS carries a 95% interval from a bootstrap over the test sentences
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -55,31 +55,56 @@ def _pair_features(attention: np.ndarray) -> np.ndarray:
 
 def _design(attentions: Sequence[np.ndarray], sentences: Sequence | None):
     """Every candidate head of every word, flat (no padding to the longest sentence, so memory is the
-    corpus's word pairs, about a quarter of the padded layout): X ``[pairs, F]``, ``group [pairs]``
-    (the word a candidate belongs to), ``gold [words]`` (the index of each word's gold head among the
-    pairs; -1 without sentences). A word's candidates are the other words of its sentence; root words
-    are left out when ``sentences`` give heads."""
-    rows, groups, gold = [], [], []
-    n_words = n_pairs = 0
+    corpus's word pairs, about a quarter of the padded layout; filled in place, one sentence's
+    features at a time): X ``[pairs, F]``, ``group [pairs]`` (the word a candidate belongs to),
+    ``gold [words]`` (the index of each word's gold head among the pairs; -1 without sentences). A
+    word's candidates are the other words of its sentence; root words are left out when
+    ``sentences`` give heads."""
+
+    def kept(index: int, w: int) -> list[int]:
+        heads = sentences[index].heads if sentences is not None else None
+        return [i for i in range(w) if heads is None or int(heads[i]) > 0]
+
+    widths = [int(np.shape(a)[-1]) for a in attentions]
+    n_features = 2 * int(np.prod(np.shape(attentions[0])[:2])) if len(widths) else 0
+    n_pairs = sum(len(kept(s, w)) * (w - 1) for s, w in enumerate(widths))
+    if n_pairs == 0:
+        raise WorkbenchError("attention probe: no non-root words")
+    x = np.empty((n_pairs, n_features), dtype=np.float32)
+    groups = np.empty(n_pairs, dtype=np.int64)
+    gold: list[int] = []
+    at = 0
     for index, attention in enumerate(attentions):
         feats = _pair_features(attention)
         w = feats.shape[0]
         heads = sentences[index].heads if sentences is not None else None
-        for i in range(w):
-            if heads is not None and int(heads[i]) <= 0:
-                continue
+        for i in kept(index, w):
             candidates = np.delete(np.arange(w), i)
-            rows.append(feats[i, candidates])
-            groups.append(np.full(len(candidates), n_words, dtype=np.int64))
-            if heads is not None:
-                gold.append(n_pairs + int(np.searchsorted(candidates, int(heads[i]) - 1)))
-            else:
-                gold.append(-1)
-            n_words += 1
-            n_pairs += len(candidates)
-    if not rows:
-        raise WorkbenchError("attention probe: no non-root words")
-    return torch.from_numpy(np.concatenate(rows)), torch.from_numpy(np.concatenate(groups)), torch.tensor(gold)
+            x[at : at + len(candidates)] = feats[i, candidates]
+            groups[at : at + len(candidates)] = len(gold)
+            gold.append(at + int(np.searchsorted(candidates, int(heads[i]) - 1)) if heads is not None else -1)
+            at += len(candidates)
+    return torch.from_numpy(x), torch.from_numpy(groups), torch.tensor(gold)
+
+
+class LazyAttentions(Sequence):
+    """Attention maps read when used: ``maps[k]`` is ``read(ids[k])`` (e.g. ``store.attention``), so
+    an analysis that passes over a corpus's maps holds one at a time, not all of them."""
+
+    def __init__(self, read: Callable[[int], np.ndarray], ids: Sequence[int]):
+        self.read, self.ids = read, list(ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, slice):
+            return LazyAttentions(self.read, self.ids[k])
+        return self.read(int(self.ids[k]))
+
+    def subset(self, positions: Sequence[int]) -> LazyAttentions:
+        """The maps at ``positions`` of this sequence, still lazy."""
+        return LazyAttentions(self.read, [self.ids[int(p)] for p in positions])
 
 
 def _group_max(values: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
@@ -321,7 +346,8 @@ def attention_probe(
     part. Returns ``method, layer, head, offset, n_train, n_test, uas, uas_low, uas_high, seed``:
     ``uas_low, uas_high`` the 95% interval of a bootstrap over the test sentences (NaN with one).
     """
-    attentions, sentences = list(attentions), list(sentences)
+    attentions = attentions if isinstance(attentions, LazyAttentions) else list(attentions)
+    sentences = list(sentences)
     if len(attentions) != len(sentences) or len(sentences) < 2:
         raise WorkbenchError(
             f"attention_probe: need ≥ 2 sentences with one attention array each, "
@@ -330,8 +356,12 @@ def attention_probe(
     order = np.random.default_rng(seed).permutation(len(sentences))
     n_test = max(1, int(round(test_size * len(sentences))))
     test, train = order[:n_test], order[n_test:]
-    a_tr, s_tr = [attentions[i] for i in train], [sentences[i] for i in train]
-    a_te, s_te = [attentions[i] for i in test], [sentences[i] for i in test]
+    a_tr, a_te = (
+        (attentions.subset(train), attentions.subset(test))
+        if isinstance(attentions, LazyAttentions)
+        else ([attentions[i] for i in train], [attentions[i] for i in test])
+    )
+    s_tr, s_te = [sentences[i] for i in train], [sentences[i] for i in test]
     n_train = sum(int(h) > 0 for s in s_tr for h in s.heads)
     n_test_words = sum(int(h) > 0 for s in s_te for h in s.heads)
     rows = []
