@@ -479,3 +479,28 @@ def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch, tiny_br
     proc = run_cli("build-corpus", "--out", str(out), "--sources", "brown", "--cache", str(tmp_path / "k"))
     _refused(proc, f"{out / 'train' / 'brown.txt.gz'}: No space left on device")
     assert not [p for p in _tree(out) if p.endswith(".tmp")]
+
+
+def test_extracting_with_a_tokenizer_of_unknown_words_warns(tmp_path, minilm_tokenizer, small_corpus, caplog):
+    """The smaller item of round five: a tokenizer that makes [UNK] of (nearly) every word loaded and
+    extracted silently; every word's vector is then the same token's. Extraction now says so."""
+    import logging
+
+    from transformers import BertTokenizerFast
+
+    from bertology.models import from_modules
+    from bertology.store import extract
+    from bertology.testing import make_tiny_bert
+
+    tokenizer = BertTokenizerFast(
+        vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the"])}
+    )
+    unk = from_modules("unk-model", make_tiny_bert(minilm_tokenizer), tokenizer)
+    with caplog.at_level(logging.WARNING, logger="bertology.store.plan"):
+        extract(unk, small_corpus, root=tmp_path / "a", progress=False, attentions=False)
+    assert any("makes [UNK] of 9" in r.getMessage() and "unk-model" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    fine = from_modules("tiny", make_tiny_bert(minilm_tokenizer), minilm_tokenizer)
+    with caplog.at_level(logging.WARNING, logger="bertology.store.plan"):
+        extract(fine, small_corpus, root=tmp_path / "b", progress=False, attentions=False)
+    assert not [r for r in caplog.records if "[UNK]" in r.getMessage()]

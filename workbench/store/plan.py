@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,39 @@ class ExtractionPlan:
         return int(sum(max(seg.n_tokens for seg in self.segments[i]) for i in self.shards[k]))
 
 
+UNKNOWN_SHARE_WARNING = 0.5  # warn when more of the corpus's words than this are nothing but [UNK]
+
+
+def unknown_word_share(unk_id: int | None, tokens: Sequence[tuple[list[int], list[int]]]) -> float:
+    """The share of words whose every piece is the unknown token ``unk_id`` (the model sees none of
+    them), over tokenised sentences ``(ids, word ids)`` (:func:`bertology.features.tokenize_sentences`)."""
+    if unk_id is None:
+        return 0.0
+    words = unknown = 0
+    for ids, word_ids in tokens:
+        pieces: dict[int, bool] = {}
+        for i, w in zip(ids, word_ids):
+            if w >= 0:
+                pieces[w] = pieces.get(w, True) and i == unk_id
+        words += len(pieces)
+        unknown += sum(pieces.values())
+    return unknown / words if words else 0.0
+
+
+def warn_unknown_words(lm: LoadedModel, corpus: Corpus, tokens: Sequence[tuple[list[int], list[int]]]) -> None:
+    """Say so (a warning) when the tokenizer makes nothing but [UNK] of most of the corpus's words: a
+    tokenizer that does not belong to the text (or to the model), whose vectors would all be one."""
+    share = unknown_word_share(lm.tokenizer.unk_token_id, tokens)
+    if share > UNKNOWN_SHARE_WARNING:
+        logger.warning(
+            "%s: the tokenizer makes [UNK] of %.0f%% of the words of corpus %s: the model sees none of them "
+            "(a tokenizer for another language or vocabulary?)",
+            lm.name,
+            100 * share,
+            corpus.name,
+        )
+
+
 def plan_extraction(
     lm: LoadedModel, corpus: Corpus, settings: ExtractionSettings, key_record: dict[str, Any]
 ) -> ExtractionPlan:
@@ -62,6 +95,7 @@ def plan_extraction(
     take) and split the corpus into shards."""
     max_tokens = model_max_tokens(lm.model, lm.tokenizer)
     tokens = tokenize_sentences(lm.tokenizer, [s.words for s in corpus])
+    warn_unknown_words(lm, corpus, tokens)
     segments = [
         segment_sentence(
             lm.tokenizer,
