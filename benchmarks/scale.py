@@ -131,7 +131,10 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="bertology-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     bertology = str(Path(sys.executable).with_name("bertology"))
-    env = dict(os.environ, BERTOLOGY_HOME=str(work / "home"), BERTOLOGY_RESULTS=str(work / "results"))
+    # stores are reused between invocations (the extract rows then measure a reopening); results are
+    # fresh each time, so every analysis really runs
+    results = work / f"results-{time.strftime('%Y%m%d-%H%M%S')}"
+    env = dict(os.environ, BERTOLOGY_HOME=str(work / "home"), BERTOLOGY_RESULTS=str(results))
     env["BERTOLOGY_PROGRESS"] = "0"
     print(machine_line())
     print(f"1x = {args.base_sentences} Brown sentences; float32; every row its own process; work folder {work}")
@@ -150,7 +153,7 @@ def main() -> None:
                 first.setdefault(name, m["wall"])
                 epochs = ""
                 if name == "probe":
-                    n, seconds = probe_epochs(work / "results")
+                    n, seconds = probe_epochs(results)
                     epochs = f"{n:.0f}, {seconds / max(n, 1):.2f}"
                 print(
                     f"| {shape} | {name} | {scale}x | {scale * args.base_sentences} | {m['wall']:.1f} | "
