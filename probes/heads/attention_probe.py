@@ -97,12 +97,12 @@ class LazyAttentions(Sequence):
     def __len__(self) -> int:
         return len(self.ids)
 
-    def __getitem__(self, k):  # type: ignore[override]
+    def __getitem__(self, k):
         if isinstance(k, slice):
             return LazyAttentions(self.read, self.ids[k])
         return self.read(int(self.ids[k]))
 
-    def subset(self, positions: Sequence[int]) -> LazyAttentions:
+    def subset(self, positions: Sequence[int] | np.ndarray) -> LazyAttentions:
         """The maps at ``positions`` of this sequence, still lazy."""
         return LazyAttentions(self.read, [self.ids[int(p)] for p in positions])
 
