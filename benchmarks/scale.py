@@ -119,6 +119,13 @@ def main() -> None:
     parser.add_argument("--analyses", default="probe", help=f"comma-separated: {', '.join(ANALYSES)}")
     parser.add_argument("--base-sentences", type=int, default=3000, help="sentences of the 1x corpus")
     parser.add_argument("--work", type=Path, default=None, help="working folder (default: a temporary one)")
+    parser.add_argument(
+        "--probe-epochs",
+        type=int,
+        default=0,
+        help="probe for exactly this many epochs (--max-epochs; patience 3 keeps every layer's probe training "
+        "through the first 3), so that time compares across sizes; 0: early stopping as configured",
+    )
     args = parser.parse_args()
     shapes, analyses = args.shapes.split(","), args.analyses.split(",")
     scales = [int(s) for s in args.scales.split(",")]
@@ -147,7 +154,8 @@ def main() -> None:
             corpus = build_corpus(work, scale, args.base_sentences)
             common = ["--model", model, "--corpus", str(corpus), "--limit", "0"]
             rows = [("extract", [bertology, "extract", *common])]
-            rows += [(a, [bertology, *ANALYSES[a], *common]) for a in analyses]
+            epochs = ["--max-epochs", str(args.probe_epochs)] if args.probe_epochs else []
+            rows += [(a, [bertology, *ANALYSES[a], *common, *(epochs if a == "probe" else [])]) for a in analyses]
             for name, cmd in rows:
                 m = measure(cmd, env)
                 first.setdefault(name, m["wall"])
