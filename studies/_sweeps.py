@@ -38,18 +38,8 @@ and whether with attention maps: a sweep extracts each such store once, before i
 
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file (YAML); errors name the file and the field."""
-    from bertology.studies import load_study
-
     path = Path(path)
-    data = read_config_file(path)
-    study = data.get("study")
-    fields: set[str] = set()
-    if isinstance(study, str):
-        try:
-            fields = set(load_study(study).DEFAULTS)
-        except WorkbenchError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-    return sweeps.parse_sweep(data, fields=fields, source=str(path), base=path.parent)
+    return parse_sweep(read_config_file(path), source=str(path), base=path.parent)
 
 
 def parse_sweep(data: dict[str, Any], *, source: str = "<sweep>", base: Path | None = None) -> Sweep:
