@@ -37,6 +37,8 @@ def test_mlm_head_and_random_init_baseline(minilm_tokenizer, tmp_path):
     assert type(lm.encoder).__name__ == "BertModel"
     rnd = random_init_like(lm, seed=3)
     assert rnd.fingerprint != lm.fingerprint
+    assert rnd.has_mlm_head and type(rnd.model).__name__ == "BertForMaskedLM"  # a head, flagged as such
+    assert not random_init_like(load_model(tmp_path / "mlm"), seed=3).has_mlm_head
     w1 = lm.encoder.encoder.layer[0].attention.self.query.weight
     w2 = rnd.encoder.encoder.layer[0].attention.self.query.weight
     assert w1.shape == w2.shape and not torch.equal(w1, w2)

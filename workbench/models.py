@@ -554,7 +554,8 @@ def random_init_like(lm: LoadedModel, seed: int = 0) -> LoadedModel:
     model.eval()
     model.to(model_device(lm.model))
     fingerprint = hashlib.sha256(f"{lm.fingerprint}:random-init:{seed}".encode()).hexdigest()
-    return LoadedModel(f"{lm.name}/random-init-{seed}", None, model, lm.tokenizer, model.config, fingerprint, False)
+    has_mlm = model is not getattr(model, "base_model", model)  # the MLM class keeps its (random) head
+    return LoadedModel(f"{lm.name}/random-init-{seed}", None, model, lm.tokenizer, model.config, fingerprint, has_mlm)
 
 
 def from_modules(name: str, model: Any, tokenizer: Any) -> LoadedModel:
