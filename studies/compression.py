@@ -252,27 +252,13 @@ def _structured(ctx: StudyContext) -> dict[str, pd.DataFrame]:
 def _structured_dense(ctx: StudyContext, seed: int, root: Path, made: Path) -> tuple[FinetuneConfig, FinishedFinetune]:
     """The dense fine-tuning config of ``seed`` (run ``dense-seed<seed>`` under ``root``) and its finished
     run: the study's own fine-tuned run ``made`` when it is that seed trained the same way, else a new one."""
-    from bertology.finetuning import FinetuneConfig, run_finetuning
+    from bertology.finetuning import run_finetuning
     from bertology.finetuning.finished import load_finished_finetune
     from bertology.finetuning.lottery import training_differences
     from bertology.models import resolve_device
 
     cfg = ctx.config
-    base = FinetuneConfig(
-        model=cfg["model"],
-        task=cfg["task"],
-        corpus=cfg["corpus"],
-        mode="full",
-        seed=seed,
-        max_examples=cfg["max_examples"],
-        epochs=cfg["epochs"],
-        batch_size=cfg["batch_size"],
-        max_seq_len=cfg["max_seq_len"],
-        device=cfg["device"],
-        progress=False,
-        output_root=str(root),
-        run_name=f"dense-seed{seed}",
-    )
+    base = _finetune_config(cfg, seed, mode="full", output_root=str(root), run_name=f"dense-seed{seed}")
     if seed == ctx.seed and not training_differences(base, made):
         dense = load_finished_finetune(made)  # the run this study compresses, trained the same way
     else:
@@ -403,6 +389,16 @@ def _structured_choices(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _finetune_config(cfg: dict[str, Any], seed: int, **fields: Any) -> FinetuneConfig:
+    """The study's fine-tuning settings (model, task, corpus, examples, epochs, batch, length, device)
+    as a :class:`~bertology.finetuning.FinetuneConfig` for ``seed``, with ``fields`` (mode, output
+    folder, run name) on top; no progress bars inside a study."""
+    from bertology.finetuning import FinetuneConfig
+
+    keys = ("model", "task", "corpus", "max_examples", "epochs", "batch_size", "max_seq_len", "device")
+    return FinetuneConfig(seed=seed, progress=False, **{k: cfg[k] for k in keys}, **fields)
+
+
 def _study_finetune(ctx: StudyContext) -> Path:
     """The folder of the fine-tune this run compresses (table ``finetune_run``)."""
     made = Path(ctx.tables["finetune_run"]["run_dir"].iloc[0])
@@ -417,23 +413,10 @@ def _result(run_dir: Path) -> dict[str, Any]:
 def _lottery(ctx: StudyContext) -> dict[str, pd.DataFrame]:
     """Magnitude lottery tickets of ``model`` on ``task`` (:func:`bertology.finetuning.lottery.magnitude_lottery`),
     every fine-tune under ``<run>/lottery/``."""
-    from bertology.finetuning import FinetuneConfig
     from bertology.finetuning.lottery import magnitude_lottery, training_differences
 
     cfg = ctx.config
-    config = FinetuneConfig(
-        model=cfg["model"],
-        task=cfg["task"],
-        corpus=cfg["corpus"],
-        mode="full",
-        seed=ctx.seed,
-        max_examples=cfg["max_examples"],
-        epochs=cfg["epochs"],
-        batch_size=cfg["batch_size"],
-        max_seq_len=cfg["max_seq_len"],
-        device=cfg["device"],
-        progress=False,
-    )
+    config = _finetune_config(cfg, ctx.seed, mode="full")
     # the run this study compresses is round 0 when it was trained as the lottery's fine-tunes are
     made = _study_finetune(ctx)
     dense = made if not training_differences(config, made) else None
@@ -485,7 +468,7 @@ def quant_settings(names: list[str]) -> list[Any]:
 
 def _finetune(ctx: StudyContext) -> pd.DataFrame:
     """``finetune_run``: the fine-tune this run compresses (made here, or the config's ``finetune_run``)."""
-    from bertology.finetuning import FinetuneConfig, run_finetuning
+    from bertology.finetuning import run_finetuning
     from bertology.finetuning.finished import finished_run_directory
 
     cfg = ctx.config
@@ -495,20 +478,12 @@ def _finetune(ctx: StudyContext) -> pd.DataFrame:
     else:
         ctx.log(f"  fine-tuning {cfg['model']} on {cfg['task']} ({cfg['mode']}, seed {ctx.seed})")
         run_dir = run_finetuning(
-            FinetuneConfig(
-                run_name=f"{cfg['mode']}-seed{ctx.seed}",
-                model=cfg["model"],
-                task=cfg["task"],
-                corpus=cfg["corpus"],
+            _finetune_config(
+                cfg,
+                ctx.seed,
                 mode=cfg["mode"],
-                seed=ctx.seed,
-                max_examples=cfg["max_examples"],
-                epochs=cfg["epochs"],
-                batch_size=cfg["batch_size"],
-                max_seq_len=cfg["max_seq_len"],
-                device=cfg["device"],
                 output_root=str(ctx.run_dir / "finetunes"),
-                progress=False,
+                run_name=f"{cfg['mode']}-seed{ctx.seed}",
             )
         )
         where = str(run_dir.relative_to(ctx.run_dir))
