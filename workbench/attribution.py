@@ -45,6 +45,7 @@ from bertology.errors import ConfigError, CorpusError, ModelError
 from bertology.features import model_max_tokens, tokenize_sentences
 from bertology.inspection import attention_rollout
 from bertology.models import LoadedModel, model_device, to_device
+from bertology.progress import progress_bar
 
 __all__ = [
     "Attribution",
@@ -548,18 +549,33 @@ def _integrated_gradients(
     model: Any, score: ScoreFunction, ids: torch.Tensor, baseline: torch.Tensor, settings: _Settings
 ) -> tuple[np.ndarray, float]:
     """Integrated gradients on the input embeddings, summed over their dimensions (``[T]``), and
-    Captum's convergence delta ``Σ scores - (f(ids) - f(baseline))``."""
+    Captum's convergence delta ``Σ scores - (f(ids) - f(baseline))``.
+
+    A progress bar over Captum's forwards (:func:`bertology.progress.progress_bar`): the path's
+    ``n_steps`` points in batches of ``internal_batch_size`` (one batch when None), and the two
+    forwards of the end points; ``score`` is only wrapped to count its calls, so the numbers are
+    Captum's own. Pass ``internal_batch_size`` to see progress along a long path."""
     from captum.attr import LayerIntegratedGradients
 
-    method = LayerIntegratedGradients(score, model.get_input_embeddings())
-    scores, delta = method.attribute(
-        ids,
-        baselines=baseline,
-        n_steps=settings.n_steps,
-        method=settings.ig_rule,
-        internal_batch_size=settings.internal_batch_size,
-        return_convergence_delta=True,
-    )  # [1, T, E], [1]
+    size = settings.internal_batch_size or settings.n_steps
+    bar = progress_bar(total=-(-settings.n_steps // size) + 2, desc="integrated gradients", unit="batch")
+
+    def counted(batch: torch.Tensor, *rest: Any, **kwargs: Any) -> torch.Tensor:
+        bar.update(1 if bar.n < bar.total else 0)
+        return score(batch, *rest, **kwargs)
+
+    method = LayerIntegratedGradients(counted, model.get_input_embeddings())
+    try:
+        scores, delta = method.attribute(
+            ids,
+            baselines=baseline,
+            n_steps=settings.n_steps,
+            method=settings.ig_rule,
+            internal_batch_size=settings.internal_batch_size,
+            return_convergence_delta=True,
+        )  # [1, T, E], [1]
+    finally:
+        bar.close()
     return scores[0].sum(-1).detach().double().cpu().numpy(), float(delta.reshape(-1)[0])
 
 

@@ -42,6 +42,8 @@ TOKENIZER_FILES = (
     "tokenizer.model",
 )  # what AutoTokenizer reads from a folder; nothing here is code or pickle
 PICKLED_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".h5", ".msgpack")  # never fetched
+# how every --model option, config field and page names what it takes (one wording everywhere)
+MODEL_NAME_HELP = "registry name, model folder, or Hugging Face hub name (org/name[@revision])"
 _REPO_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.-]*/)?[A-Za-z0-9][A-Za-z0-9_.-]*")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 

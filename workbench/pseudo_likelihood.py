@@ -70,9 +70,9 @@ def pseudo_log_likelihood(
     jobs = [(s, p) for s, ids in enumerate(encoded) for p, t in enumerate(ids) if t not in special]
     iterator = range(0, len(jobs), batch_size)
     if progress:
-        from tqdm.auto import tqdm
+        from bertology.progress import progress_bar
 
-        iterator = tqdm(iterator, desc="pseudo-log-likelihood", unit="batch")
+        iterator = progress_bar(iterator, desc="pseudo-log-likelihood", unit="batch")
     was_training = model.training
     model.eval()
     with torch.inference_mode():

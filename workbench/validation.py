@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertology.errors import ConfigError, CorpusError
+from bertology.hub import MODEL_NAME_HELP
 
 __all__ = [
     "Rule",
@@ -115,6 +116,9 @@ class Rule:
     ok: Callable[[Any], bool]
     optional: bool = False
     each: bool = False
+    # why a refused value is refused, when the rule alone cannot say (a model name: the line of
+    # bertology.models.resolve, naming the places looked at); None: the rule's words say it all
+    problem: Callable[[Any], str | None] | None = None
 
     def accepts(self, value: Any) -> bool:
         if value is None:
@@ -132,23 +136,35 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _model_resolves(v: Any) -> bool:
-    """Whether ``v`` names a model :func:`bertology.models.resolve` finds (a registry name, a folder or
-    a hub name, downloaded here when it is not cached). A hub name the hub refuses for a reason of its
-    own (no safetensors, gated, a missing revision, offline) is that error, not a wrong field."""
+def model_problem(v: Any) -> str | None:
+    """Why ``v`` names no model :func:`bertology.models.resolve` finds (a registry name, a folder or a
+    hub name, downloaded here when it is not cached unless offline), as resolve's one line; None
+    when it does. A hub name the hub refuses for a reason of its own (no safetensors, gated, a
+    missing revision, unreachable) raises that :class:`~bertology.hub.HubError`: the value is not
+    wrong, the hub is in the way."""
     from bertology.errors import ModelError
     from bertology.hub import HubError
     from bertology.models import resolve
 
     if not isinstance(v, str):
-        return False
+        return None  # no line of resolve's: the rule's own words name what a model field takes
     try:
         resolve(v)
     except HubError:
         raise
-    except (ModelError, OSError, ValueError):
-        return False
-    return True
+    except (ModelError, OSError, ValueError) as exc:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return None
+
+
+def _model_resolves(v: Any) -> bool:
+    """Whether ``v`` names a model :func:`bertology.models.resolve` finds (:func:`model_problem`)."""
+    return isinstance(v, str) and model_problem(v) is None
+
+
+def _model_problem_or_none(v: Any) -> str | None:
+    """:func:`model_problem` of a named model; None for none named (``None``, ``""``)."""
+    return None if v is None or v == "" else model_problem(v)
 
 
 POSITIVE_INT = Rule("an integer >= 1", lambda v: _int(v) and v >= 1)
@@ -159,12 +175,22 @@ PROBABILITY = Rule("a number in [0, 1]", lambda v: _number(v) and 0 <= v <= 1)
 SHARE_STEP = Rule("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1)
 NON_NEGATIVE = Rule("a number >= 0", lambda v: _number(v) and v >= 0)
 
+MODEL = Rule(f"a {MODEL_NAME_HELP} (`bertology models` lists them)", _model_resolves, problem=_model_problem_or_none)
+OPTIONAL_MODEL = Rule(
+    f'a {MODEL_NAME_HELP}, or "" (none)',
+    lambda v: v == "" or _model_resolves(v),
+    optional=True,
+    problem=_model_problem_or_none,
+)
+
 FIELD_RULES: dict[str, Rule] = {
     # the model, checked before a run folder is made (`bertology models` lists the names)
-    "model": Rule(
-        "a registry name, a model directory or a Hugging Face hub name (`bertology models` lists them)",
-        _model_resolves,
-    ),
+    "model": MODEL,
+    # a second model: alignment's other encoder, emergence's cloze yardstick, the quickstart's and the
+    # tour's second run ("" or null: none)
+    "other_model": OPTIONAL_MODEL,
+    "reference_model": OPTIONAL_MODEL,
+    "second_model": OPTIONAL_MODEL,
     # where the model (and the probes) run; whether a GPU is there is checked when the run starts
     "device": Rule(
         "cpu, cuda, cuda:N or auto", lambda v: isinstance(v, str) and bool(re.fullmatch(r"cpu|cuda(:\d+)?|auto", v))
@@ -299,6 +325,9 @@ def check_values(config: dict[str, Any], source: str, study: str | None = None) 
     for field, value in config.items():
         rule = rule_for(field, study)
         if rule is not None and not rule.accepts(value):
+            why = rule.problem(value) if rule.problem is not None and not rule.each else None
+            if why:  # the check's own line (a model name: what resolve looked at), after the field
+                raise ConfigError(f"{where}: field {field!r}: {why}")
             raise ConfigError(f"{where}: field {field!r} must be {rule.what}, got {value!r}")
     for fields, holds, what in CROSS_FIELD_RULES:
         if all(config.get(f) is not None for f in fields) and not holds(config):

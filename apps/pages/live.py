@@ -1,12 +1,13 @@
-"""The Live page: pick a model (a registry name, a model directory or a Hugging Face hub name), type a
+"""The Live page: pick a model (a registry name, a model folder or a Hugging Face hub name), type a
 sentence or pick one of the bundled corpus, and see what the model does with it: every head at once
 (model view), one head (head view, tokens or words), its query/key neurons (neuron view), attention
 rollout across layers, and, for a model with an MLM head, its guesses for a masked word.
 
 The one page that loads a model: the computation is :mod:`bertology.inspection` (core); the model
 is cached per process with ``st.cache_resource`` and each sentence's maps with ``st.cache_data``
-(in memory; nothing is written to disk, but for a hub model's download into the Hugging Face
-cache). Every word typed reaches the figures through :func:`bertology.apps.figures.esc` and is
+(in memory; nothing is written to disk). A hub name is looked up in the Hugging Face cache only:
+the dashboard reads and never downloads (:func:`refusal` says to ``bertology models pull`` it).
+Every word typed reaches the figures through :func:`bertology.apps.figures.esc` and is
 never rendered as markdown. Deep links: ``?model=<name, folder or org/name[@REV]>`` and
 ``?text=<sentence>``.
 """
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # bertology.inspection loads torch: imported where the page c
     from bertology.inspection import Inspection, Level
 
 DEFAULT_TEXT = "The old jury said the county election was conducted well, didn't it?"
-DIRECTORY = "a model directory or hub name…"
+DIRECTORY = "a model folder or hub name…"
 CORPUS = "brown-sample"
 CORPUS_SENTENCES = 300  # the first sentences of the bundled corpus offered in the picker
 TOP_K = 10
@@ -44,13 +45,32 @@ TOP_K = 10
 @st.cache_resource(max_entries=2, show_spinner="loading the model…")
 def cached_model(name_or_path: str) -> LoadedModel:
     """The model with its MLM head when its weights carry one, else the encoder alone (eager
-    attention, float32, CPU). Kept for the life of the server process (two models at most)."""
+    attention, float32, CPU). Kept for the life of the server process (two models at most). A hub
+    name from the Hugging Face cache only (``offline=True``): the dashboard never downloads."""
     try:
-        return load_model(name_or_path, mlm_head=True)
+        return load_model(name_or_path, mlm_head=True, offline=True)
     except WorkbenchError as exc:
         if "carry no MLM head" not in str(exc):
             raise
-    return load_model(name_or_path)
+    return load_model(name_or_path, offline=True)
+
+
+def refusal(name: str, exc: WorkbenchError) -> str:
+    """The line shown when ``name`` does not load: for a name that is no registry name, no folder
+    and nothing in the Hugging Face cache, that the dashboard never downloads and how to fetch it
+    (``bertology models pull``); else the error as it is."""
+    from pathlib import Path
+
+    from bertology import hub
+
+    parsed = hub.parse_name(name)
+    if parsed is None or Path(name).expanduser().exists() or hub.cached(parsed, loadable=False) is not None:
+        return clean(exc)
+    return (
+        f"model {name!r}: not a registry name, a model folder or in the Hugging Face cache ({hub.cache_dir()}); "
+        f"the dashboard only reads and never downloads: fetch a hub model first with `bertology models pull {name}` "
+        "(`bertology models` lists what is here), then pick it again"
+    )
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -95,12 +115,14 @@ def pick_model() -> str | None:
         index=index,
         key="live_model",
         help="a model of the registry or the hub cache (`bertology models`), a local Hugging Face folder, "
-        "or a hub name (org/name, NAME@REV: downloaded unless offline)",
+        "or a hub name already in the Hugging Face cache (org/name[@revision]; the dashboard never downloads: "
+        "`bertology models pull NAME` fetches one)",
     )
     if choice != DIRECTORY:
         return choice
     folder = st.text_input(
-        "model directory (config.json + model.safetensors + tokenizer.json) or hub name (org/name[@REV])",
+        "model folder (config.json + model.safetensors + tokenizer.json) or hub name in the cache "
+        "(org/name[@revision]; `bertology models pull` fetches one)",
         value=wanted if wanted and wanted not in names else "",
         key="live_dir",
     )
@@ -279,7 +301,7 @@ def live_page(page: Page) -> None:
         lm = cached_model(name)
         ins = cached_inspection(name, words)
     except WorkbenchError as exc:
-        st.error(clean(exc))
+        st.error(refusal(name, exc))
         return
     st.caption(
         f"{lm.name}: {ins.n_layers} layers × {ins.n_heads} heads, {len(ins.tokens)} tokens for {len(ins.words)} words"

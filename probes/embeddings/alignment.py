@@ -25,6 +25,7 @@ import torch
 
 from bertology.errors import WorkbenchError
 from bertology.probes.embeddings.static_vectors import StaticVectors, unit_rows
+from bertology.progress import progress_bar
 from bertology.runtime import resolve_precision
 
 NORMALIZATIONS = {
@@ -476,7 +477,8 @@ def self_learning(
     src, tgt = np.asarray(seed_source), np.asarray(seed_target)
     best, w_best, src_best, tgt_best = -np.inf, None, src, tgt
     rows = []
-    for it in range(1, max_iter + 1):
+    # a bar over the iterations (at most max_iter: it stops early when the objective stops improving)
+    for it in progress_bar(range(1, max_iter + 1), desc="self-learning", unit="iteration"):
         w = procrustes(xs[src], zt[tgt])
         mapped = unit_rows(xs_c @ w)
         s_f, i_f = retrieve(mapped, zt_c, 1, induction, csls_k, source_pool=mapped, batch_size=batch_size)

@@ -48,6 +48,7 @@ from bertology.probes.heads.gates import (
     prune_heads,
 )
 from bertology.probes.heads.importance import Batch, LossFn, frozen, importance_scores, model_inputs
+from bertology.progress import progress_bar
 from bertology.uncertainty import DEFAULT_RESAMPLES, is_small_sample, paired_bootstrap, ratio_bootstrap
 
 MetricFn = Callable[[nn.Module, torch.Tensor], float]  # (model, gates [L, H]) -> metric
@@ -172,7 +173,10 @@ def pruning_curve(
     grid = [c for c in _steps(total, step) if c <= max_share * total + 1e-9]
     device = model_device(model)
     rows = []
-    for seed in seeds if method in ("random", "type") else seeds[:1]:
+    curve_seeds = seeds if method in ("random", "type") else seeds[:1]
+    # a bar over the points evaluated (a refinement's points added to it when they are known)
+    bar = progress_bar(total=len(grid) * len(curve_seeds), desc=f"pruning curve ({method})", unit="point")
+    for seed in curve_seeds:
         order = removal_order(model, method, grid, seed=seed, batches=batches, loss_fn=loss_fn, head_types=head_types)
 
         def gates_for(count: int, order: list = order) -> torch.Tensor:  # this seed's order
@@ -181,13 +185,19 @@ def pruning_curve(
                 gates[layer, head] = 0.0
             return gates.to(device)  # filled on the CPU, moved once
 
-        points = {count: float(metric_fn(model, gates_for(count))) for count in grid}
+        def point(count: int) -> float:
+            value = float(metric_fn(model, gates_for(count)))
+            bar.update()
+            return value
+
+        points = {count: point(count) for count in grid}
         extra = (
             set(range(grid[-1] + 1)) - set(points)
             if refine == "all"
             else (_refine_counts(points, tolerances) if refine == "bracket" else set())
         )
-        points |= {count: float(metric_fn(model, gates_for(count))) for count in sorted(extra)}
+        bar.total += len(extra)
+        points |= {count: point(count) for count in sorted(extra)}
         for count in sorted(points):
             row = {
                 "method": method,
@@ -202,6 +212,7 @@ def pruning_curve(
             for name, fn in (report_metrics or {}).items():
                 row[f"metric_{name}"] = float(fn(model, gates_for(count)))
             rows.append(row)
+    bar.close()
     return pd.DataFrame(rows)
 
 
@@ -520,7 +531,7 @@ def train_l0_gates(
     was_training = model.training
     model.eval()
     with frozen(model), HeadGates(model) as gates:
-        for it in range(steps):
+        for it in progress_bar(range(steps), desc=f"L0 gates (lambda {lam:g})", unit="step"):
             batch = to_device(batches[it % len(batches)], device)
             gates.gates = hard(gen)
             loss = loss_fn(model, batch).mean() + lam * hard.p_open().sum()

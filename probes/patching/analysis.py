@@ -35,6 +35,7 @@ from bertology.probes.patching.patch import (
     pair_scores,
     swapped,
 )
+from bertology.progress import progress_bar
 from bertology.runs import StudyContext
 from bertology.uncertainty import ratio_bootstrap, t_interval, wilson_interval
 
@@ -142,11 +143,13 @@ def _site_rows(pair: AgreementPair, row: dict[str, Any], hidden: np.ndarray, hea
 
 def patch_pairs(lm: LoadedModel, pairs: list[AgreementPair], cfg: dict[str, Any], log=print) -> dict[str, pd.DataFrame]:
     """Every pair through the model: ``pairs`` (one row per pair), ``pair_positions`` (pair x layer x
-    token) and ``pair_heads`` (pair x layer x head) for the pairs used (empty tables when none is)."""
+    token) and ``pair_heads`` (pair x layer x head) for the pairs used (empty tables when none is).
+    A progress bar over the pairs (:func:`bertology.progress.progress_bar`) and a ``log`` line every
+    20 pairs (the run's log)."""
     rows, states, heads = [], [], []
     direction = cfg.get("direction", "denoising")
     started = time.perf_counter()
-    for i, pair in enumerate(pairs):
+    for i, pair in enumerate(progress_bar(pairs, desc="patching", unit="pair")):
         row, hidden, head = _patch_pair(lm, pair, cfg)
         rows.append(row)
         if hidden is not None:
@@ -285,7 +288,7 @@ def _control_accuracy(lm: LoadedModel, pairs: list[AgreementPair], cfg: dict[str
     # random_init_like builds the *ForMaskedLM class for a model with an MLM head, but flags it False
     control = dataclasses.replace(control, has_mlm_head=control.model is not control.encoder)
     rows = []
-    for pair in pairs:
+    for pair in progress_bar(pairs, desc="patching: random-init control", unit="pair"):
         run = pair_scores(control, encode_pair(control, pair.clean, pair.corrupted, pair.target, pair.foil))
         row = {
             "template": pair.template,

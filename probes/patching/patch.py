@@ -32,6 +32,7 @@ from bertology.errors import ModelError, WorkbenchError
 from bertology.features import model_max_tokens
 from bertology.models import LoadedModel, model_device, to_device
 from bertology.probes.patching.activations import Activations, Patch, head_dim, head_layout, patching, recording
+from bertology.progress import progress_bar
 
 __all__ = [
     "PatchingError",
@@ -224,7 +225,14 @@ def _chunks(sites: list[Site], batch_rows: int) -> list[list[Site]]:
 
 
 def _run_sites(
-    lm: LoadedModel, pair: EncodedPair, sites: list[Site], make_patch, *, heads: bool, batch_rows: int
+    lm: LoadedModel,
+    pair: EncodedPair,
+    sites: list[Site],
+    make_patch,
+    *,
+    heads: bool,
+    batch_rows: int,
+    progress: bool = False,
 ) -> np.ndarray:
     """The corrupted run's score with each site's patch: ``[len(sites)]``, one batch row per site,
     whole layers per forward (:func:`_chunks`). ``make_patch(layer, index)`` gives the
@@ -236,11 +244,21 @@ def _run_sites(
     broadcasts the ``[1, T, width]`` activation against the ``[rows, T, width]`` mask; the residual
     sums and ``[1, ...]`` attention masks after it broadcast too). Packing whole layers rather than
     one layer per forward was faster for MiniLM-sized models on the CPU (fewer, larger matrix
-    products); forwards split by ``batch_rows`` start at later layers and skip more."""
+    products); forwards split by ``batch_rows`` start at later layers and skip more.
+
+    ``progress``: a bar over the sites (:func:`bertology.progress.progress_bar`) when they take more
+    than one forward."""
     encoder = _mlm(lm)[0]
     out = np.empty(len(sites))
     done = 0
-    for chunk in _chunks(sites, batch_rows):
+    chunks = _chunks(sites, batch_rows)
+    bar = progress_bar(
+        total=len(sites),
+        desc="patching heads" if heads else "patching hidden states",
+        unit="site",
+        enabled=progress and len(chunks) > 1,
+    )
+    for chunk in chunks:
         patches = {}
         for layer in sorted({site[0] for site in chunk}):
             index = torch.tensor([s[1] if s[0] == layer else -1 for s in chunk], device=model_device(encoder))
@@ -253,6 +271,8 @@ def _run_sites(
             )
         out[done : done + len(chunk)] = scores.double().cpu().numpy()
         done += len(chunk)
+        bar.update(len(chunk))
+    bar.close()
     return out
 
 
@@ -263,11 +283,13 @@ def hidden_state_scores(
     *,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     skip_unchanged: bool = True,
+    progress: bool = False,
 ) -> np.ndarray:
     """The corrupted run's score with hidden state ``l`` at position ``p`` taken from the clean run:
     ``[L + 1, T]`` (layer 0 = embeddings; ``run``: :func:`pair_scores`). One batch row per (layer, position), all positions of a layer side by side;
     with ``skip_unchanged``, a site whose clean and corrupted states are equal (at layer 0 every token
-    the two sentences share) is not run: its patch changes nothing, its score is the corrupted score."""
+    the two sentences share) is not run: its patch changes nothing, its score is the corrupted score.
+    ``progress``: a bar over the sites when they take more than one forward."""
     states = run.acts.states
     differs = torch.stack([(states[l][0] != states[l][1]).any(-1) for l in range(len(states))]).cpu()
     if not skip_unchanged:
@@ -281,7 +303,9 @@ def hidden_state_scores(
     out = np.full(differs.shape, np.nan)
     out[~differs.numpy()] = run.corrupted_score
     if sites:
-        out[tuple(np.array(sites).T)] = _run_sites(lm, pair, sites, make_patch, heads=False, batch_rows=batch_rows)
+        out[tuple(np.array(sites).T)] = _run_sites(
+            lm, pair, sites, make_patch, heads=False, batch_rows=batch_rows, progress=progress
+        )
     return out
 
 
@@ -292,10 +316,12 @@ def head_scores(
     *,
     position: int | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    progress: bool = False,
 ) -> np.ndarray:
     """The corrupted run's score with head ``(l, h)``'s output taken from the clean run (``run``:
     :func:`pair_scores`) at every token (``position=None``) or at one: ``[L, H]`` (original head numbering; NaN
-    for heads a pruned model lacks). One batch row per head, the heads of a layer side by side."""
+    for heads a pruned model lacks). One batch row per head, the heads of a layer side by side.
+    ``progress``: a bar over the heads when they take more than one forward."""
     layout, d, acts = head_layout(lm.encoder), head_dim(lm.encoder), run.acts
     if position is not None and not 0 <= position < pair.length:
         raise PatchingError(f"position {position} is outside the {pair.length} tokens of the pair")
@@ -309,7 +335,7 @@ def head_scores(
         return Patch(where, acts.contexts[layer][:1])
 
     sites = [(layer, slot) for layer, heads in enumerate(layout) for slot in range(len(heads))]
-    scores = _run_sites(lm, pair, sites, make_patch, heads=True, batch_rows=batch_rows)
+    scores = _run_sites(lm, pair, sites, make_patch, heads=True, batch_rows=batch_rows, progress=progress)
     out = np.full((len(layout), lm.num_heads), np.nan)
     for (layer, slot), score in zip(sites, scores):
         out[layer, layout[layer][slot]] = score
@@ -382,7 +408,7 @@ def patch_hidden_states(
     (a corrupted state into the clean run; ``restored`` = the share it destroys). Raises
     :class:`PatchingError` when the scores of the two sentences are equal."""
     pair, run = _prepare(lm, clean, corrupted, target, foil, direction)
-    scores = hidden_state_scores(lm, pair, run, batch_rows=batch_rows)
+    scores = hidden_state_scores(lm, pair, run, batch_rows=batch_rows, progress=True)
     layers, positions = np.indices(scores.shape)
     tokens = (pair.tokens_clean, pair.tokens_corrupted)[:: -1 if direction == "noising" else 1]
     columns = {
@@ -411,7 +437,7 @@ def patch_heads(
     token), ``score, clean_score, corrupted_score, direction, restored`` (``direction`` as for
     :func:`patch_hidden_states`)."""
     pair, run = _prepare(lm, clean, corrupted, target, foil, direction)
-    scores = head_scores(lm, pair, run, position=position, batch_rows=batch_rows)
+    scores = head_scores(lm, pair, run, position=position, batch_rows=batch_rows, progress=True)
     layers, heads = np.indices(scores.shape)
     columns = {
         "layer": layers.ravel(),

@@ -7,6 +7,8 @@ from typing import Any, Optional
 
 import typer
 
+from bertology.cli.core import MODEL_HELP
+
 METHOD_CHOICES = {
     "gxi": ("gxi",),
     "ig": ("ig",),
@@ -21,7 +23,7 @@ def register(app: typer.Typer) -> None:
     @app.command("attribute")
     def attribute_cmd(
         model: str = typer.Option(
-            ..., help="registry name or folder: a model with an MLM head, or a fine-tuned classifier <run>@<step>"
+            ..., help=f"{MODEL_HELP}: a model with an MLM head, or a fine-tuned classifier <run>@<step>"
         ),
         sentence: str = typer.Option(..., help="the sentence (split into words and punctuation marks)"),
         word: Optional[int] = typer.Option(

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Optional, cast
 
 import typer
 
+from bertology.hub import MODEL_NAME_HELP
+
 if TYPE_CHECKING:
     from bertology.features import LongPolicy, Pooling
 
@@ -43,6 +45,8 @@ def check_device(device: str | None) -> str | None:
     return device
 
 
+# every --model option says what it takes in these words (the "[" escaped: typer renders help as rich markup)
+MODEL_HELP = MODEL_NAME_HELP.replace("[", r"\[")
 DEVICE_HELP = "where the model runs: cpu or cuda (default: the study config's, cpu)"
 
 
@@ -131,7 +135,7 @@ def register_store_commands(app: typer.Typer) -> None:
 
     @app.command("extract")
     def extract_cmd(
-        model: str = typer.Option("minilm-l6", help="registry name or model directory"),
+        model: str = typer.Option("minilm-l6", help=MODEL_HELP),
         corpus: str = typer.Option("brown-sample", help="bundled name or a .conllu/.bio/.txt file"),
         limit: Optional[int] = typer.Option(
             None, help="first N sentences only (0 = all, as for probe, heads and embeddings)"

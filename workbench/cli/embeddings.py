@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from bertology.cli.core import DEVICE_HELP, check_device, quick_overrides
+from bertology.cli.core import DEVICE_HELP, MODEL_HELP, check_device, quick_overrides
 
 
 def _given(**options: Any) -> dict[str, Any]:
@@ -20,7 +20,7 @@ QUICK_LIMIT = 500  # `bertology embeddings` without --full or --limit: about a m
 
 
 def embeddings_cmd(
-    model: Optional[str] = typer.Option(None, help="registry name or model directory"),
+    model: Optional[str] = typer.Option(None, help=MODEL_HELP),
     corpus: Optional[str] = typer.Option(None, help="bundled name or a .conllu/.bio/.txt file"),
     limit: Optional[int] = typer.Option(None, help="first N sentences only (0 = all)"),
     min_occurrences: Optional[int] = typer.Option(

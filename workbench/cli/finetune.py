@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from bertology.cli.core import MODEL_HELP
+
 
 def model_names_line(run_dir: Path, step: int) -> str:
     """How to load the finished fine-tune: ``load_model("<run>@<step>")`` where the registry finds
@@ -31,7 +33,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("finetune")
     def finetune(
-        model: str = typer.Option("minilm-l6", "--model", help="registry name (see `bertology models`) or model dir"),
+        model: str = typer.Option("minilm-l6", "--model", help=f"the pretrained encoder: {MODEL_HELP} (`bertology models` lists them)"),
         task: str = typer.Option(
             "pos",
             "--task",

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from bertology.cli.core import DEVICE_HELP, check_device, quick_overrides
+from bertology.cli.core import DEVICE_HELP, MODEL_HELP, check_device, quick_overrides
 
 
 def _overrides(**options: Any) -> dict[str, Any]:
@@ -48,7 +48,7 @@ def _run(study: str, overrides: dict[str, Any], out: Optional[Path], seed: Optio
 
 
 def heads_cmd(
-    model: Optional[str] = typer.Option(None, "--model", help="registry name or model directory"),
+    model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
     corpus: Optional[str] = typer.Option(None, "--corpus", help="bundled name or corpus file"),
     out: Optional[Path] = typer.Option(
         None, "--out", help="results root (default results/); the run goes to OUT/head_types/RUN-ID/"
@@ -94,7 +94,7 @@ def heads_cmd(
 
 
 def prune_cmd(
-    model: Optional[str] = typer.Option(None, "--model", help="registry name or model directory"),
+    model: Optional[str] = typer.Option(None, "--model", help=MODEL_HELP),
     corpus: Optional[str] = typer.Option(None, "--corpus", help="bundled name or corpus file"),
     method: Optional[str] = typer.Option(
         None, "--method", help="importance, random, type or l0 (L0 gates); several comma-separated"

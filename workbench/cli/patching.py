@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from bertology.cli.core import DEVICE_HELP, check_device
+from bertology.cli.core import DEVICE_HELP, MODEL_HELP, check_device
 
 PAIR_OPTIONS = ("--clean", "--corrupted", "--target", "--foil")
 
@@ -121,9 +121,7 @@ def register(app: typer.Typer) -> None:
             None, "--target", help="the word correct for the clean sentence (one token)"
         ),
         foil: Optional[str] = typer.Option(None, "--foil", help="the wrong word for the clean sentence (one token)"),
-        model: Optional[str] = typer.Option(
-            None, "--model", help="registry name or folder of a model with an MLM head"
-        ),
+        model: Optional[str] = typer.Option(None, "--model", help=f"{MODEL_HELP}: a model with an MLM head"),
         position: Optional[int] = typer.Option(
             None, "--position", help="one pair only: patch heads at this token only (default: every token)"
         ),

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from bertology.cli.core import check_device, quick_overrides
+from bertology.cli.core import MODEL_HELP, check_device, quick_overrides
 
 
 def _seeds(text: str) -> list[int]:
@@ -173,7 +173,7 @@ def register(app: typer.Typer) -> None:
         task: Optional[str] = typer.Option(
             None, help="pos, xpos, deps, entities or a jiant-style FILE.jsonl (default: the study's tasks)"
         ),
-        model: Optional[str] = typer.Option(None, help="registry name or model directory"),
+        model: Optional[str] = typer.Option(None, help=MODEL_HELP),
         corpus: Optional[str] = typer.Option(None, help="bundled name or .conllu/.bio/.txt (ignored for .jsonl tasks)"),
         limit: Optional[int] = typer.Option(None, help="first N sentences of the corpus (0 = all)"),
         mode: Optional[str] = typer.Option(

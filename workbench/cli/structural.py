@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import typer
 
-from bertology.cli.core import check_device, quick_overrides
+from bertology.cli.core import MODEL_HELP, check_device, quick_overrides
 
 # What `bertology structural` runs unless --full (or the option itself) is given: both probes on
 # every layer at full rank over the config's seeds, without the rank sweep and the random-init
@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("structural")
     def structural_cmd(
-        model: Optional[str] = typer.Option(None, help="registry name or model directory"),
+        model: Optional[str] = typer.Option(None, help=MODEL_HELP),
         corpus: Optional[str] = typer.Option(None, help="bundled name or a .conllu file with heads (gold trees)"),
         limit: Optional[int] = typer.Option(None, help="first N sentences of the corpus (0 = all)"),
         layers: Optional[str] = typer.Option(None, help="store layers, comma-separated (0 = embeddings), or all"),

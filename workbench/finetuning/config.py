@@ -48,7 +48,7 @@ class FinetuneConfig:
     a CoNLL-U file), or a CoNLL-U / JSONL / CSV file of labelled examples (docs/finetuning.md)."""
 
     run_name: str = "finetune"
-    model: str = "minilm-l6"  # registry name or model directory
+    model: str = "minilm-l6"  # registry name, model folder or hub name (org/name[@revision])
     task: str = "pos"
     corpus: str = "brown-sample"  # for the built-in tasks
     label_column: str = "upos"  # CoNLL-U files: the word-level label (upos | xpos | deprel)

@@ -123,6 +123,7 @@ def run_finetuning(config: FinetuneConfig, *, resume: bool = True) -> Path:
     or model), ``TrainingDivergedError`` on a non-finite loss, ``CheckpointError`` for a broken run folder.
     A second fine-tune into the same run folder waits for the first (:func:`run_folder_lock`).
     """
+    models.resolve(config.model)  # a name that is no model: one line before any folder is made
     with run_folder_lock(config.run_dir):
         return _run_finetuning(config, resume=resume)
 
@@ -194,7 +195,9 @@ class _Inputs:
 
 
 def _prepare_inputs(cfg: FinetuneConfig, rt: Runtime) -> _Inputs:
-    """Build the task, resolve the pretrained model, load its tokenizer, encode train and dev."""
+    """Resolve the pretrained model (first: before the task file is read), build the task, load the
+    model's tokenizer, encode train and dev."""
+    model_name, model_path = models.resolve(cfg.model)  # a hub name: its snapshot folder (bertology.hub)
     task = build_task(
         cfg.task,
         corpus=cfg.corpus,
@@ -204,7 +207,6 @@ def _prepare_inputs(cfg: FinetuneConfig, rt: Runtime) -> _Inputs:
         test_fraction=cfg.test_fraction,
         seed=cfg.seed,
     )
-    model_name, model_path = models.resolve(cfg.model)  # a hub name: its snapshot folder (bertology.hub)
     tokenizer = load_tokenizer(model_path)
     train, dev = (encode_split(task.split(s), task, tokenizer, cfg.max_seq_len) for s in ("train", "dev"))
     schedule = make_schedule(cfg, len(train), rt.world_size)

@@ -56,7 +56,7 @@ class PretrainConfig:
     # [SEP] between them) | token_blocks (the token stream cut into
     # full blocks, sentences split at block ends)
     # continued pretraining ("don't stop pretraining", Gururangan et al. 2020)
-    init_from: str | None = None  # a registry name or directory of a BERT encoder: start from its weights
+    init_from: str | None = None  # a registry name, folder or hub name of a BERT encoder: start from its weights
     # and tokenizer (an MLM head it lacks is initialised as BERT's); the
     # model-size fields must then equal that model's (the error names them)
     # tokenizer
@@ -79,7 +79,7 @@ class PretrainConfig:
     generator_size: float = 0.25  # ELECTRA: generator width / discriminator width (hidden, heads, FFN)
     rtd_weight: float = 50.0  # ELECTRA: lambda of the replaced-token-detection loss
     sbo_weight: float = 1.0  # SpanBERT: weight of the span boundary objective
-    teacher: str | None = None  # distill: registry name or directory of an MLM-headed teacher
+    teacher: str | None = None  # distill: registry name, folder or hub name of an MLM-headed teacher
     distill_temperature: float = 2.0  # distill: softmax temperature T (loss scaled by T^2)
     distill_kl_weight: float = 1.0  # distill: weight of T^2 KL(teacher || student)
     distill_mlm_weight: float = 0.0  # distill: weight of the student's own MLM loss on the gold tokens

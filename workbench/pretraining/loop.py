@@ -270,18 +270,19 @@ def run_steps(loop: StepLoop, start_step: int) -> None:
     """Optimizer steps ``start_step + 1`` .. ``max_steps``, each logged, evaluated and saved at the
     loop's intervals (and at the end). Raises ``TrainingDivergedError`` at the first non-finite
     loss or gradient norm (nothing of that step is applied or saved)."""
-    from tqdm.auto import tqdm
+    from bertology.progress import progress_bar
 
     rt = loop.rt
     if start_step == 0 and 0 in loop.keep_steps:
         checkpoint(loop, 0)
     loop.model.train()
-    bar = tqdm(
+    bar = progress_bar(  # off with the config's progress: false, or the one switch (bertology.progress)
         total=loop.max_steps,
         initial=start_step,
-        disable=not (loop.progress and rt.is_main),
+        enabled=loop.progress and rt.is_main,
         desc=loop.run_name,
-        dynamic_ncols=True,
+        unit="step",
+        leave=True,
         file=sys.stderr,
     )
     batches = _Batches(loop, start_step)

@@ -37,6 +37,7 @@ from torch import nn
 
 from bertology.architectures import mlm_parts
 from bertology.errors import ConfigError, ModelError
+from bertology.hub import MODEL_NAME_HELP
 from bertology.pretraining.masking import IGNORE_INDEX
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ _DISTILL_WEIGHTS = ("distill_kl_weight", "distill_mlm_weight", "distill_cosine_w
 # bertology.pretraining.config.validate_config after its own: (field, ok(config) -> bool, what the
 # field must be -- text, or a function of the config that gives it).
 def _model_problem(name: str) -> str | None:
-    """Why ``name`` (a registry name or model directory) cannot be loaded, or None: checked with the
+    """Why ``name`` (a registry name, model folder or hub name) cannot be loaded, or None: checked with the
     config, before a run folder is made or any text is read."""
     from bertology.models import resolve
 
@@ -173,7 +174,7 @@ OBJECTIVE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str | Callable[[Any], 
     (
         "teacher",
         lambda c: c.objective != "distill" or bool(c.teacher),
-        "objective distill needs a teacher (a registry name or model directory)",
+        f"objective distill needs a teacher (a {MODEL_NAME_HELP})",
     ),
     (
         "teacher",
@@ -561,7 +562,7 @@ def distillation_kl(
 
 
 def teacher_directory(cfg: Any) -> Path:
-    """The directory of ``cfg.teacher`` (a registry name or a path)."""
+    """The directory of ``cfg.teacher`` (a registry name, a path or a hub name)."""
     from bertology.models import resolve
 
     try:
@@ -571,7 +572,7 @@ def teacher_directory(cfg: Any) -> Path:
 
 
 def initial_model_directory(cfg: Any) -> Path:
-    """The directory of ``cfg.init_from`` (a registry name or a path)."""
+    """The directory of ``cfg.init_from`` (a registry name, a path or a hub name)."""
     from bertology.models import resolve
 
     try:

@@ -117,9 +117,9 @@ def tokenize_documents(
     backend = tokenizer.backend_tokenizer  # the Rust tokenizer: no max-length warnings, no Python overhead
     starts = range(0, len(flat), batch_size)
     if progress is not None:
-        from tqdm.auto import tqdm
+        from bertology.progress import progress_bar
 
-        starts = tqdm(starts, desc=progress, unit="batch", total=len(starts))
+        starts = progress_bar(starts, desc=progress, unit="batch", total=len(starts))
     for i in starts:
         for enc in backend.encode_batch(flat[i : i + batch_size], add_special_tokens=False):
             ids.append(enc.ids)
