@@ -283,7 +283,11 @@ def test_the_attribute_command_prints_the_word_table(tmp_path, tok):
     seq_dir = tmp_path / "seq"
     classifier(tok, "sequence").save_pretrained(seq_dir)
     tok.save_pretrained(seq_dir)
-    out = CliRunner().invoke(app, ["attribute", "--model", str(seq_dir), "--sentence", "the dog", "--method", "ig"])
+    out = CliRunner().invoke(  # no bar: CliRunner mixes standard error into the output read here
+        app,
+        ["attribute", "--model", str(seq_dir), "--sentence", "the dog", "--method", "ig"],
+        env={"BERTOLOGY_PROGRESS": "0"},
+    )
     assert out.exit_code == 0, out.output
     assert "logit of" in out.output and out.output.splitlines()[1].split() == ["position", "word", "ig"]
 
@@ -307,7 +311,9 @@ def test_the_attribute_command_explains_a_fine_tuned_token_classifier_by_its_reg
     )
     run_finetuning(config)
     args = ["attribute", "--model", "ft-tok", "--sentence", "the old dog said that .", "--word", "2"]
-    out = CliRunner().invoke(app, [*args, "--target", "B", "--output", "log-probability"])
+    out = CliRunner().invoke(
+        app, [*args, "--target", "B", "--output", "log-probability"], env={"BERTOLOGY_PROGRESS": "0"}
+    )
     assert out.exit_code == 0, out.output
     assert out.output.startswith("ft-tok@20: log-probability of 'B' at word 2 ('dog')")
     bad = CliRunner().invoke(app, [*args, "--target", "C"])

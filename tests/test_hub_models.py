@@ -450,3 +450,183 @@ def test_sharded_weights_in_the_cache_load_and_pickles_in_the_cache_are_refused(
         ModelError, match=r"holds no config.json with safetensors weights \(it holds: .*pytorch_model.bin"
     ):
         load_model("org/pickled")
+
+
+# --------------------------------------------------------------------------- (c) every place a model is named
+
+MODEL_FIELDS = ("model", "other_model", "reference_model", "second_model")
+
+
+def _cached_tiny(hub_cache, tiny_dirs) -> str:
+    build_cache(hub_cache, "planted-org/tiny-bert", {COMMIT_A: folder_files(tiny_dirs[COMMIT_A])}, {"main": COMMIT_A})
+    return "planted-org/tiny-bert"
+
+
+def _one_line(message: str, *words: str) -> None:
+    assert "\n" not in message and all(w in message for w in words), message
+
+
+@pytest.mark.parametrize("field", MODEL_FIELDS)
+def test_every_model_field_of_a_config_takes_a_cached_hub_name_and_refuses_none_in_resolves_line(
+    hub_cache, tiny_dirs, field
+):
+    """``model``, alignment's ``other_model``, emergence's ``reference_model``, the quickstart's and
+    tour's ``second_model``: a cached hub name passes; a name that is nothing fails in one line naming
+    the field and what resolve looked at (the registry, folders, the cache, offline: how to pull)."""
+    from bertology.errors import ConfigError
+    from bertology.hub import HubError
+    from bertology.validation import check_values
+
+    name = _cached_tiny(hub_cache, tiny_dirs)
+    check_values({field: name}, "alignment: x.yaml")
+    check_values({field: f"{name}@{COMMIT_A}"}, "alignment: x.yaml")
+    with pytest.raises(ConfigError) as err:
+        check_values({field: "no-such-model"}, "alignment: x.yaml")
+    _one_line(
+        str(err.value),
+        f"alignment: x.yaml: field {field!r}: unknown model 'no-such-model'",
+        "not a registry name",
+        "bertology models pull no-such-model",
+    )
+    with pytest.raises(HubError) as hub_err:  # org/name is meant for the hub: the hub's own line
+        check_values({field: "org/absent"}, "alignment: x.yaml")
+    _one_line(str(hub_err.value), "org/absent", "offline", "bertology models pull org/absent")
+    if field != "model":  # "" and null: no second model
+        check_values({field: ""}, "alignment: x.yaml")
+        check_values({field: None}, "alignment: x.yaml")
+
+
+@pytest.mark.parametrize(
+    "study, overrides",
+    [
+        ("alignment", {"other_model": "no-such-model"}),
+        ("emergence", {"reference_model": "no-such-model"}),
+        ("patching", {"model": "org/absent"}),
+        ("finetuning", {"model": "org/absent"}),
+        ("quickstart", {"second_model": "no-such-model"}),
+    ],
+)
+def test_a_study_naming_a_model_that_is_nothing_stops_before_any_folder(hub_cache, tmp_path, study, overrides):
+    from bertology.errors import WorkbenchError
+    from bertology.studies import run_study
+
+    results = tmp_path / "results"
+    [(field, name)] = overrides.items()
+    with pytest.raises(WorkbenchError) as err:
+        run_study(study, overrides=overrides, results_root=results, log=lambda m: None)
+    _one_line(str(err.value), repr(name), f"bertology models pull {name}")
+    assert not results.exists()
+
+
+def test_a_sweep_over_hub_names_validates_every_cell_before_any_runs(hub_cache, tiny_dirs, tmp_path):
+    from bertology.errors import ConfigError
+    from bertology.studies import _sweeps
+
+    name = _cached_tiny(hub_cache, tiny_dirs)
+    results = tmp_path / "results"
+    data = {"name": "hub", "study": "head_types", "config": {"limit": 3}, "grid": {"model": [name]}}
+    [cell] = _sweeps.prepare_cells(_sweeps.parse_sweep(data), results)
+    assert cell.values == {"model": name} and not results.exists()
+    data["grid"]["model"] = [name, "no-such-model"]
+    with pytest.raises(ConfigError) as err:
+        _sweeps.prepare_cells(_sweeps.parse_sweep(data), results)
+    _one_line(str(err.value), "cell model=no-such-model", "field 'model'", "bertology models pull no-such-model")
+    assert not results.exists()
+
+
+def test_a_teacher_or_init_from_is_a_hub_name_checked_with_the_recipe(hub_cache, tiny_dirs):
+    from bertology.errors import ConfigError
+    from bertology.pretraining.config import PretrainConfig
+
+    name = _cached_tiny(hub_cache, tiny_dirs)
+    tiny = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64, progress=False)
+    assert PretrainConfig(**tiny, objective="distill", teacher=name, tokenizer=None).teacher == name
+    assert PretrainConfig(**tiny, init_from=f"{name}@main", tokenizer=None).init_from == f"{name}@main"
+    for field, kw in (("teacher", {"objective": "distill"}), ("init_from", {})):
+        with pytest.raises(ConfigError) as err:
+            PretrainConfig(**tiny, **kw, tokenizer=None, **{field: "org/absent"})
+        _one_line(str(err.value), f"'{field}'", "org/absent", "bertology models pull org/absent")
+
+
+def test_a_fine_tune_of_a_hub_name_that_is_nothing_stops_before_reading_the_task_or_making_a_folder(
+    hub_cache, tmp_path
+):
+    from bertology.finetuning.config import FinetuneConfig
+    from bertology.finetuning.trainer import run_finetuning
+
+    config = FinetuneConfig(
+        run_name="ft", model="org/absent", task=str(tmp_path / "no-task.jsonl"), output_root=str(tmp_path / "models")
+    )
+    with pytest.raises(ModelError) as err:
+        run_finetuning(config)  # the task file does not exist either: the model is checked first
+    _one_line(str(err.value), "org/absent", "bertology models pull org/absent")
+    assert not (tmp_path / "models").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("finetune", "--task", "pos", "--max-steps", "1"),
+        ("attribute", "--sentence", "the dog", "--word", "1"),
+        ("patch", "--clean", "a [MASK]", "--corrupted", "b [MASK]", "--target", "is", "--foil", "are"),
+        ("probe", "--task", "pos"),
+        ("heads",),
+        ("embeddings",),
+        ("structural",),
+    ],
+)
+def test_every_model_option_refuses_a_name_that_is_nothing_in_one_line(hub_cache, tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    proc = run_cli(*args, "--model", "org/absent", env={"BERTOLOGY_PROGRESS": "0"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    _one_line(line, "error:", "org/absent", "bertology models pull org/absent")
+    assert not (tmp_path / "results").exists()
+
+
+def test_every_model_option_says_it_takes_hub_names_in_the_same_words():
+    """One wording (bertology.hub.MODEL_NAME_HELP) for every --model of every command."""
+    import click
+    import typer
+
+    from bertology.cli import app
+    from bertology.hub import MODEL_NAME_HELP
+
+    def commands(command: click.Command, path: str = ""):
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from commands(sub, f"{path} {name}".strip())
+
+    seen = []
+    for path, command in commands(typer.main.get_command(app)):
+        for param in command.params:
+            if "--model" in getattr(param, "opts", []):
+                seen.append(path)
+                assert MODEL_NAME_HELP.replace("[", r"\[") in (param.help or ""), (path, param.help)
+    assert {"extract", "probe", "heads", "prune", "embeddings", "structural", "finetune", "attribute", "patch"} <= set(
+        seen
+    ), seen
+
+
+def test_the_live_page_never_downloads_and_says_how_to_pull(fake_hub, hub_cache, tiny_dirs):
+    """The dashboard only reads: a hub name the hub has but the cache does not is refused without a
+    request, with a line saying to `bertology models pull` it; once pulled, it loads from the cache."""
+    from bertology.apps.pages import live
+    from bertology.errors import WorkbenchError
+
+    name = "planted-org/tiny-bert"
+    live.cached_model.clear()  # a model another test loaded under this name stays in the process's cache
+    with pytest.raises(WorkbenchError) as err:
+        live.cached_model(name)
+    assert fake_hub.requested == []  # nothing asked of the hub, nothing downloaded
+    line = live.refusal(name, err.value)
+    _one_line(line, repr(name), "never downloads", f"bertology models pull {name}", "hf-cache")
+    assert not (hub_cache / "models--planted-org--tiny-bert" / "snapshots").exists()
+    typo = "no-such-model"
+    with pytest.raises(WorkbenchError) as err:
+        live.cached_model(typo)
+    assert "bertology models pull no-such-model" in live.refusal(typo, err.value) and fake_hub.requested == []
+    assert run_cli("models", "pull", name).returncode == 0
+    lm = live.cached_model(name)
+    assert lm.revision == COMMIT_A
+    live.cached_model.clear()

@@ -66,7 +66,7 @@ def refusal(name: str, exc: WorkbenchError) -> str:
     parsed = hub.parse_name(name)
     if parsed is None or Path(name).expanduser().exists() or hub.cached(parsed, loadable=False) is not None:
         return clean(exc)
-    return (
+    return clean(
         f"model {name!r}: not a registry name, a model folder or in the Hugging Face cache ({hub.cache_dir()}); "
         f"the dashboard only reads and never downloads: fetch a hub model first with `bertology models pull {name}` "
         "(`bertology models` lists what is here), then pick it again"
