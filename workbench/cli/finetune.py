@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("finetune")
     def finetune(
-        model: str = typer.Option("minilm-l6", "--model", help=f"the pretrained encoder: {MODEL_HELP} (`bertology models` lists them)"),
+        model: str = typer.Option(
+            "minilm-l6", "--model", help=f"the pretrained encoder: {MODEL_HELP} (`bertology models` lists them)"
+        ),
         task: str = typer.Option(
             "pos",
             "--task",
