@@ -46,7 +46,7 @@ from bertology.probes.heads.classification import analyse_store
 from bertology.probes.probing.edge import compare_best_layers, probe_layers, summarise
 from bertology.probes.probing.tasks import TASK_NAMES, build_task, require_splittable
 from bertology.store import extract
-from bertology.validation import add_study_rules
+from bertology.validation import Rule, add_study_rules, model_problem
 
 DESCRIPTION = "MLM vs ELECTRA vs ALBERT (+ distilled student) pretrained at equal FLOPs; loss, probes, head types"
 DEFAULTS = {
@@ -73,7 +73,47 @@ DEFAULTS = {
     "random_baseline": True,  # also probe a randomly initialised copy of the budget variant
     "seed": 0,
 }
-add_study_rules("pretraining_variants", {"tasks": TASK_NAMES})  # checked before any pretraining or model load
+MODEL_FIELDS = ("teacher", "init_from")  # PretrainConfig fields that name a model
+
+
+def _variant_model_problem(variants: object) -> str | None:
+    """The first model a variant names (``teacher:``, ``init_from:``) that does not resolve, as
+    ``variant 'x', field 'teacher': <resolve's line>``; None when every one does (or none is named)."""
+    if not isinstance(variants, dict):
+        return None
+    for variant, fields in variants.items():
+        for field in MODEL_FIELDS:
+            name = fields.get(field) if isinstance(fields, dict) else None
+            why = model_problem(name) if name else None
+            if why:
+                return f"variant {variant!r}, field {field!r}: {why}"
+    return None
+
+
+def _base_model_problem(base: object) -> str | None:
+    why = _variant_model_problem({"base": base})
+    return why.replace("variant 'base', ", "", 1) if why else None
+
+
+# checked before any pretraining or model load: the tasks, and every model a variant names (a teacher
+# or init_from: a registry name, a folder or a hub name), so a mistyped teacher fails before the
+# tokenizer and the variants before it are trained
+add_study_rules(
+    "pretraining_variants",
+    {
+        "tasks": TASK_NAMES,
+        "variants": Rule(
+            "a mapping of variant names to PretrainConfig fields whose teacher / init_from name models",
+            lambda v: _variant_model_problem(v) is None,
+            problem=_variant_model_problem,
+        ),
+        "base": Rule(
+            "PretrainConfig fields whose teacher / init_from name models",
+            lambda v: _base_model_problem(v) is None,
+            problem=_base_model_problem,
+        ),
+    },
+)
 
 
 def _tokenizer(prefix: str, base: dict, log) -> Path:

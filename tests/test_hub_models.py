@@ -548,6 +548,31 @@ def test_a_teacher_or_init_from_is_a_hub_name_checked_with_the_recipe(hub_cache,
         _one_line(str(err.value), f"'{field}'", "org/absent", "bertology models pull org/absent")
 
 
+def test_a_pretraining_variant_naming_a_teacher_that_is_nothing_stops_before_any_training(
+    hub_cache, tiny_dirs, tmp_path
+):
+    from bertology.errors import ConfigError
+    from bertology.studies import load_study, run_study
+    from bertology.validation import check_values
+
+    load_study("pretraining_variants")  # its rules are added when the study module is imported
+    name = _cached_tiny(hub_cache, tiny_dirs)
+    fine = {"mlm": {"objective": "mlm"}, "student": {"objective": "distill", "teacher": name}}
+    check_values({"variants": fine, "base": {"init_from": name}}, "pretraining_variants: x.yaml")
+    results = tmp_path / "results"
+    bad = {**fine, "student": {"objective": "distill", "teacher": "no-such-model"}}
+    with pytest.raises(ConfigError) as err:
+        run_study("pretraining_variants", overrides={"variants": bad}, results_root=results, log=lambda m: None)
+    _one_line(
+        str(err.value),
+        "field 'variants': variant 'student', field 'teacher': unknown model 'no-such-model'",
+        "bertology models pull no-such-model",
+    )
+    with pytest.raises(ConfigError, match=r"field 'base': field 'init_from': unknown model 'x-absent'"):
+        run_study("pretraining_variants", overrides={"base": {"init_from": "x-absent"}}, results_root=results)
+    assert not results.exists()
+
+
 def test_a_fine_tune_of_a_hub_name_that_is_nothing_stops_before_reading_the_task_or_making_a_folder(
     hub_cache, tmp_path
 ):
