@@ -139,9 +139,13 @@ def test_pruning_curves_and_l0_gates_show_bars(switch, capsys):
     assert "pruning curve (random)" in err and "point" in err and "L0 gates" in err
     assert curve["metric"].tolist() == [4.0 - n for n in curve["n_pruned"]]  # every point, refinement too
     assert len(gates) == 4
+    by_importance = pruning_curve(model, metric, method="importance", step=0.5, batches=[batch], loss_fn=loss_fn)
+    assert "pruning order (importance re-scored)" in capsys.readouterr().err
     switch(False)
     pruning_curve(model, metric, method="random", step=0.25, seeds=(0,))
+    again = pruning_curve(model, metric, method="importance", step=0.5, batches=[batch], loss_fn=loss_fn)
     assert capsys.readouterr().err == ""
+    assert again["pruned"].tolist() == by_importance["pruned"].tolist()  # the same order either way
 
 
 def test_self_learning_shows_a_bar_over_its_iterations(switch, capsys):

@@ -103,7 +103,7 @@ def removal_order(
         raise WorkbenchError("pruning_curve(method='importance') needs batches and loss_fn")
     gates = torch.ones(n_layers, n_heads)
     order: list[tuple[int, int]] = []
-    for count in counts:
+    for count in progress_bar(counts, desc="pruning order (importance re-scored)", unit="step"):
         if len(order) >= count:
             continue
         scores = importance_scores(model, batches, loss_fn, normalise=True, base_gates=gates)
