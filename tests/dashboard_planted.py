@@ -308,10 +308,14 @@ def pruning_run(root: Path, run_id: str = "planted", model: str = "planted-bert"
 PLANTED_PATCH_HEAD = (1, 2)  # the head the planted patching run finds carrying number: 0.8 [0.7, 0.9]
 
 
-def patching_run(root: Path, run_id: str = "planted", model: str = "planted-bert") -> Path:
+PLANTED_CONTROL_HEAD = (0, 0)
+
+
+def patching_run(root: Path, run_id: str = "planted", model: str = "planted-bert", control: bool = False) -> Path:
     """A patching run: hidden states 0..2 x roles CLS, subject, verb, SEP (the subject's embedding
     restores 1.0, the verb's state after layer 2 1.0), 2 layers x 3 heads of which PLANTED_PATCH_HEAD
-    restores 0.8 [0.7, 0.9] over 40 pairs, the rest 0.0 [-0.05, 0.05]."""
+    restores 0.8 [0.7, 0.9] over 40 pairs, the rest 0.0 [-0.05, 0.05]. ``control``: with a random-init
+    control's maps too (:data:`PLANTED_CONTROL_HEAD` restores 3.0 over 12 pairs, every other site 0.2)."""
     roles = ["CLS", "subject", "verb", "SEP"]
     grid = np.array([[0.0, 1.0, 0.0, 0.0], [0.0, 0.6, 0.3, 0.0], [0.0, 0.0, 1.0, 0.0]])
     layers, order = np.indices(grid.shape)
@@ -349,9 +353,15 @@ def patching_run(root: Path, run_id: str = "planted", model: str = "planted-bert
             "clean_high": [0.81],
         }
     )
+    tables = {"position_effects": positions, "head_effects": heads, "accuracy": accuracy}
+    if control:
+        tables["control_accuracy"] = accuracy.assign(n_used=12, clean_accuracy=0.5, clean_low=0.36, clean_high=0.64)
+        tables["control_position_effects"] = positions.assign(restored=0.2, low=0.0, high=0.4, n_pairs=12)
+        planted = (heads["layer"] == PLANTED_CONTROL_HEAD[0]) & (heads["head"] == PLANTED_CONTROL_HEAD[1])
+        tables["control_head_effects"] = heads.assign(restored=np.where(planted, 3.0, 0.2), n_pairs=12)
     return write_results(
         root / "patching" / run_id,
-        {"position_effects": positions, "head_effects": heads, "accuracy": accuracy},
+        tables,
         {"study": "patching", "run_id": run_id, "seed": 0, "model": {"name": model}},
     )
 

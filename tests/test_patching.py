@@ -483,3 +483,72 @@ def test_cli_refuses_an_over_long_pair_and_an_unknown_target_in_one_line(tiny_en
     pair = ["--clean", "the key [MASK] here .", "--corrupted", "the keys [MASK] here ."]
     result = run_cli("patch", "--model", str(tiny_english_dir), *pair, "--target", "☃", "--foil", "are")
     assert result.returncode == 2 and "[UNK]" in result.stderr
+
+
+# --------------------------------------------------------------------------- issue 54: the random-init control's maps
+
+
+def test_the_control_is_patched_and_mapped_like_the_model(tiny_english_dir, tmp_path):
+    """The random-init control goes through the same patching: its pairs are those whose score it moves
+    toward the right verb (``use_pairs: all``), and its maps hold the same identity as any model's (the
+    last hidden state at the mask restores everything), so they are real patching results."""
+    from bertology.results import read_manifest, read_table
+    from bertology.studies import run_study
+
+    overrides = {"model": str(tiny_english_dir), "pairs": 8, "min_difference": 1e-9}
+    run = run_study("patching", overrides=overrides, results_root=tmp_path, log=lambda m: None)
+    control = read_table(run, "control_pairs")
+    moved = control["clean_score"] - control["corrupted_score"] >= 1e-9
+    assert len(control) == 8 and list(control["used"]) == list(moved) and moved.sum() >= 2
+    assert read_table(run, "control_accuracy").set_index("template").loc["all", "n_used"] == moved.sum()
+    assert read_manifest(run)["control_selection"] == "all"
+    positions = read_table(run, "control_position_effects")
+    every = positions[positions["template"] == "all"]
+    last = every[(every["role"] == "verb") & (every["layer"] == every["layer"].max())]
+    assert last["restored"].iloc[0] == pytest.approx(1.0, abs=1e-3) and (every["n_pairs"] <= moved.sum()).all()
+    heads = read_table(run, "control_head_effects")
+    assert len(heads) == 2 * 4 and (heads["n_pairs"] == moved.sum()).all()
+    raw = read_table(run, "control_pair_heads")
+    assert heads.set_index(["layer", "head"]).loc[(0, 1), "restored"] == pytest.approx(
+        raw[(raw["layer"] == 0) & (raw["head"] == 1)]["restored"].mean()
+    )
+    # the control's weights differ from the model's: its scores are not the model's
+    assert not np.allclose(control["clean_score"], read_table(run, "pairs")["clean_score"])
+
+
+def test_the_page_draws_the_control_maps_under_the_model_on_one_colour_scale(tmp_path, monkeypatch):
+    from dashboard_planted import PLANTED_CONTROL_HEAD, chart_specs, patching_run
+    from streamlit.testing.v1 import AppTest
+
+    from bertology.apps.dashboard import __file__ as dashboard_file
+
+    root = tmp_path / "results"
+    patching_run(root, control=True)
+    monkeypatch.setenv("BERTOLOGY_RESULTS", str(root))
+    at = AppTest.from_file(dashboard_file, default_timeout=60)
+    at.run()
+    at.sidebar.radio(key="page").set_value("Patching").run()
+    assert not at.exception and not at.error
+    specs = chart_specs(at)
+    assert len(specs) == 4  # the model's two maps, then the control's two
+    titles = [spec["layout"]["title"]["text"] for spec in specs]
+    assert not any("CONTROL" in t for t in titles[:2]) and all(t.startswith("CONTROL (random-init") for t in titles[2:])
+    scales = {(spec["data"][0]["zmin"], spec["data"][0]["zmax"]) for spec in specs}
+    assert scales == {(-1.0, 1.0)}  # the model's largest |restored| is 1.0: one scale for all four
+    layer, head = PLANTED_CONTROL_HEAD
+    control_heads = specs[3]["data"][0]
+    assert control_heads["z"][layer][head] == pytest.approx(3.0)  # beyond the scale: clipped in colour, exact on hover
+    assert "restored 3.000" in control_heads["text"][layer][head]
+    assert any("Control: randomly initialised model" in h.value for h in at.subheader)
+
+
+def test_colour_limit_is_the_largest_mean_and_at_least_one():
+    from bertology.apps.pages.patching import colour_limit, head_heatmap
+
+    heads = pd.DataFrame(
+        {"layer": [0, 0], "head": [0, 1], "restored": [-2.5, 0.3], "low": 0.0, "high": 1.0, "n_pairs": 3}
+    )
+    assert colour_limit(heads) == 2.5 and colour_limit(heads.assign(restored=[0.1, np.nan])) == 1.0
+    assert colour_limit(None) == 1.0
+    heat = head_heatmap(heads, 2.5, control=True).data[0]
+    assert (heat.zmin, heat.zmax) == (-2.5, 2.5)

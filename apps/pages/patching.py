@@ -4,6 +4,8 @@ corrupted run, averaged over minimal pairs, with the interval over pairs on hove
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -82,39 +84,93 @@ def patching_page(page: Page) -> None:
         st.dataframe(accuracy_view(accuracy), width="stretch", hide_index=True)
         control = optional_table(run, "control_accuracy")
         if control is not None:
-            st.caption("a randomly initialised copy of the model on the same pairs (the chance-level control)")
+            st.caption(
+                "a randomly initialised copy of the model on the same pairs (the chance-level control; its pairs "
+                "used: every pair whose score it moves toward the right verb, patched for its maps below)"
+            )
             st.dataframe(accuracy_view(control), width="stretch", hide_index=True)
         warning = chance_warning(accuracy)
         if warning:
             st.warning(warning)
+    control_positions = optional_table(run, "control_position_effects")
+    control_heads = optional_table(run, "control_head_effects")
     if not (run / "position_effects.parquet").is_file() and accuracy is not None:
         st.info("No pair entered the means: nothing was patched.")
+        control_maps(run, control_positions, control_heads, "all", 1.0)
         return
     positions = load_table(run, "position_effects")
+    heads = load_table(run, "head_effects")
+    limit = colour_limit(positions, heads)
+    template = None
     if has_columns_or_explain(positions, ["template", "role", "role_order", *EFFECT_COLUMNS], "position_effects", run):
         with guard("the layer x position map", run):
             templates = list(dict.fromkeys(["all", *positions["template"].astype(str)]))
             template = st.selectbox("template", templates, key="patching_template")
-            st.plotly_chart(position_heatmap(positions, template), width="stretch", key="patching-positions")
-    heads = load_table(run, "head_effects")
+            st.plotly_chart(position_heatmap(positions, template, limit), width="stretch", key="patching-positions")
     if has_columns_or_explain(heads, ["head", *EFFECT_COLUMNS], "head_effects", run):
         with guard("the layer x head map", run):
-            st.plotly_chart(head_heatmap(heads), width="stretch", key="patching-heads")
+            st.plotly_chart(head_heatmap(heads, limit), width="stretch", key="patching-heads")
+    control_maps(run, control_positions, control_heads, template or "all", limit)
     carriers = optional_table(run, "number_carriers")
     if carriers is not None and warning is None:
         st.subheader("Where number is carried (interval above the threshold)")
         st.dataframe(carriers, width="stretch", hide_index=True)
 
 
+CONTROL_TEXT = (
+    "**Control: a randomly initialised copy of the model** (same architecture and tokenizer), patched the same "
+    "way over the pairs whose score it moves toward the right verb by at least the minimum difference "
+    "(`use_pairs: all`; it gets almost none right in both sentences). Same colour scale as the maps above: "
+    "what patching draws for a model that has learnt nothing."
+)
+
+
+def control_maps(
+    run: Path, positions: pd.DataFrame | None, heads: pd.DataFrame | None, template: str, limit: float
+) -> None:
+    """The random-init control's layer x position and layer x head maps under the trained model's
+    (the same colour scale ``limit``), or a line saying why there are none."""
+    if positions is None and heads is None:
+        if (run / "control_pairs.parquet").is_file():
+            st.info("Control: no pair of the random-init copy moved the score toward the right verb: nothing patched.")
+        return
+    st.subheader("Control: randomly initialised model")
+    st.markdown(CONTROL_TEXT)
+    if positions is not None and has_columns_or_explain(
+        positions, ["template", "role", "role_order", *EFFECT_COLUMNS], "control_position_effects", run
+    ):
+        with guard("the control's layer x position map", run):
+            shown = template if template in set(positions["template"].astype(str)) else "all"
+            fig = position_heatmap(positions, shown, limit, control=True)
+            st.plotly_chart(fig, width="stretch", key="patching-control-positions")
+    if heads is not None and has_columns_or_explain(heads, ["head", *EFFECT_COLUMNS], "control_head_effects", run):
+        with guard("the control's layer x head map", run):
+            st.plotly_chart(head_heatmap(heads, limit, control=True), width="stretch", key="patching-control-heads")
+
+
 # --------------------------------------------------------------------------- figures
+
+CONTROL_PREFIX = "CONTROL (random-init model): "
+
+
+def colour_limit(*tables: pd.DataFrame | None) -> float:
+    """The colour scale's end for every map of a run: the largest absolute mean restored fraction of
+    ``tables`` (the trained model's; at least 1, the whole clean score), so the trained model's maps and
+    the control's share one scale (-limit blue, 0 white, +limit red; the control's larger values clip)."""
+    values = [np.abs(t["restored"].to_numpy(dtype=float)) for t in tables if t is not None and "restored" in t]
+    finite = np.concatenate(values)[np.isfinite(np.concatenate(values))] if values else np.array([])
+    return float(max(1.0, finite.max())) if finite.size else 1.0
 
 
 def _hover(label: str, restored: float, low: float, high: float, n: int) -> str:
     return f"{label}<br>restored {restored:.3f} [{low:.2f}, {high:.2f}]<br>{int(n)} pairs"
 
 
-def _heatmap(grid: pd.DataFrame, text: list[list[str]], title: str, x_title: str, y_title: str) -> go.Figure:
-    """A diverging heat map of restored fractions (0 white, 1 red, negative blue), layer 0 on top."""
+def _heatmap(
+    grid: pd.DataFrame, text: list[list[str]], title: str, x_title: str, y_title: str, limit: float | None = None
+) -> go.Figure:
+    """A diverging heat map of restored fractions (0 white, 1 red, negative blue), layer 0 on top;
+    ``limit``: the colour scale runs from -limit to +limit (None: from the values)."""
     fig = go.Figure(
         go.Heatmap(
             z=grid.to_numpy(dtype=float),
@@ -124,6 +180,7 @@ def _heatmap(grid: pd.DataFrame, text: list[list[str]], title: str, x_title: str
             hoverinfo="text",
             colorscale="RdBu_r",
             zmid=0.0,
+            **({} if limit is None else {"zmin": -limit, "zmax": limit}),
             colorbar=dict(title="restored"),
         )
     )
@@ -140,10 +197,13 @@ def _grid(df: pd.DataFrame, column: str, value: str) -> pd.DataFrame:
     return df.pivot(index="layer", columns=column, values=value).sort_index()
 
 
-def position_heatmap(position_effects: pd.DataFrame, template: str) -> go.Figure:
+def position_heatmap(
+    position_effects: pd.DataFrame, template: str, limit: float | None = None, control: bool = False
+) -> go.Figure:
     """Layer x token role of one template (or ``all``): the mean restored fraction over pairs, its
     interval and pair count on hover. ``position_effects``: ``template, layer, role, role_order,
-    restored, low, high, n_pairs``; roles in ``role_order``."""
+    restored, low, high, n_pairs``; roles in ``role_order``. ``limit``: the colour scale's end
+    (:func:`colour_limit`); ``control``: the random-init control's map, titled so."""
     part = position_effects[position_effects["template"].astype(str) == template]
     roles = list(part.sort_values("role_order").drop_duplicates("role")["role"].astype(str))
     grids = {c: _grid(part, "role", c).reindex(columns=roles) for c in ("restored", "low", "high", "n_pairs")}
@@ -161,14 +221,19 @@ def position_heatmap(position_effects: pd.DataFrame, template: str) -> go.Figure
     ]
     title = f"hidden state patched at one token ({template}): share of the clean score restored"
     return _heatmap(
-        grids["restored"], text, title, "token role", "hidden state (0 = embeddings, l = output of layer l)"
+        grids["restored"],
+        text,
+        CONTROL_PREFIX + title if control else title,
+        "token role",
+        "hidden state (0 = embeddings, l = output of layer l)",
+        limit,
     )
 
 
-def head_heatmap(head_effects: pd.DataFrame) -> go.Figure:
+def head_heatmap(head_effects: pd.DataFrame, limit: float | None = None, control: bool = False) -> go.Figure:
     """Layer x head: the mean restored fraction over pairs when that head's output (at every token) is
     patched, its interval and pair count on hover. ``head_effects``: ``layer, head, restored, low,
-    high, n_pairs``."""
+    high, n_pairs``; ``limit``, ``control``: as :func:`position_heatmap`."""
     grids = {c: _grid(head_effects, "head", c) for c in ("restored", "low", "high", "n_pairs")}
     text = [
         [
@@ -181,7 +246,7 @@ def head_heatmap(head_effects: pd.DataFrame) -> go.Figure:
         for layer in grids["restored"].index
     ]
     title = "head output patched at every token: share of the clean score restored"
-    return _heatmap(grids["restored"], text, title, "head", "layer")
+    return _heatmap(grids["restored"], text, CONTROL_PREFIX + title if control else title, "head", "layer", limit)
 
 
 # --------------------------------------------------------------------------- the registry entry

@@ -12,12 +12,12 @@ for the clean sentence; chance 1/2, the clean subject being singular or plural a
 Wilson interval, and when that interval reaches down to chance the study warns and names no site as
 carrying number (``number_carriers`` is not written). By default only the pairs the model gets right
 in both sentences enter the means (``use_pairs: correct``, as Finlayson et al. 2021), and a randomly
-initialised copy of the model is scored on the same pairs (``random_init_control``).
+initialised copy of the model is scored and patched on the same pairs (``random_init_control``): its
+accuracy and its own maps, the picture a model that has learnt nothing gives.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -141,15 +141,17 @@ def _site_rows(pair: AgreementPair, row: dict[str, Any], hidden: np.ndarray, hea
     return states, head_table
 
 
-def patch_pairs(lm: LoadedModel, pairs: list[AgreementPair], cfg: dict[str, Any], log=print) -> dict[str, pd.DataFrame]:
+def patch_pairs(
+    lm: LoadedModel, pairs: list[AgreementPair], cfg: dict[str, Any], log=print, desc: str = "patching"
+) -> dict[str, pd.DataFrame]:
     """Every pair through the model: ``pairs`` (one row per pair), ``pair_positions`` (pair x layer x
     token) and ``pair_heads`` (pair x layer x head) for the pairs used (empty tables when none is).
-    A progress bar over the pairs (:func:`bertology.progress.progress_bar`) and a ``log`` line every
-    20 pairs (the run's log)."""
+    A progress bar over the pairs (:func:`bertology.progress.progress_bar`, labelled ``desc``) and a
+    ``log`` line every 20 pairs (the run's log)."""
     rows, states, heads = [], [], []
     direction = cfg.get("direction", "denoising")
     started = time.perf_counter()
-    for i, pair in enumerate(progress_bar(pairs, desc="patching", unit="pair")):
+    for i, pair in enumerate(progress_bar(pairs, desc=desc, unit="pair")):
         row, hidden, head = _patch_pair(lm, pair, cfg)
         rows.append(row)
         if hidden is not None:
@@ -280,27 +282,21 @@ def _load(cfg: dict[str, Any]) -> LoadedModel:
         raise ModelError(f"patching scores the masked verb with the model's MLM head: {exc}") from None
 
 
-def _control_accuracy(lm: LoadedModel, pairs: list[AgreementPair], cfg: dict[str, Any], seed: int) -> pd.DataFrame:
-    """:func:`pair_accuracy` of a randomly initialised copy of the model (same architecture and
-    tokenizer, weights drawn with ``seed``) on the same pairs: what the task looks like to a model
-    that has learnt nothing."""
+CONTROL_SELECTION = "all"  # the pairs the control's maps are drawn over (see _control)
+
+
+def _control(lm: LoadedModel, pairs: list[AgreementPair], cfg: dict[str, Any], seed: int, log=print):
+    """A randomly initialised copy of the model (same architecture and tokenizer, weights drawn with
+    ``seed``) through the same pairs and the same patching: what the task and the maps look like for
+    a model that has learnt nothing. Its pairs are selected with ``use_pairs: all`` (the score moves
+    toward the right verb by at least ``min_difference``; :data:`CONTROL_SELECTION`): a random model
+    gets almost no pair right in both sentences, and the lenient selection is the one under which
+    patching a model that knows nothing can still draw sites that look like carriers. Returns the
+    :func:`patch_pairs` tables; costs at most one more patching run over the pairs."""
     control = random_init_like(lm, seed)
-    # random_init_like builds the *ForMaskedLM class for a model with an MLM head, but flags it False
-    control = dataclasses.replace(control, has_mlm_head=control.model is not control.encoder)
-    rows = []
-    for pair in progress_bar(pairs, desc="patching: random-init control", unit="pair"):
-        run = pair_scores(control, encode_pair(control, pair.clean, pair.corrupted, pair.target, pair.foil))
-        row = {
-            "template": pair.template,
-            "clean_score": run.clean_score,
-            "corrupted_score": run.corrupted_score,
-            "clean_correct": run.clean_score > 0,
-            "corrupted_correct": run.corrupted_score < 0,
-            "direction_correct": run.clean_score > run.corrupted_score,
-        }
-        row["used"] = _used(row, cfg)
-        rows.append(row)
-    return pair_accuracy(pd.DataFrame(rows), float(cfg["confidence"]))
+    return patch_pairs(
+        control, pairs, {**cfg, "use_pairs": CONTROL_SELECTION}, log, desc="patching: random-init control"
+    )
 
 
 def patching_analysis(ctx: StudyContext) -> None:
@@ -315,8 +311,10 @@ def patching_analysis(ctx: StudyContext) -> None:
     ``seed`` (the pairs drawn; the bootstrap; the control's weights).
 
     Tables: ``pairs`` (every pair, its scores, correctness, whether used), ``accuracy``
-    (:func:`pair_accuracy`; ``above_chance``), ``control_accuracy`` (the same for a random-init copy,
-    with ``random_init_control``), ``pair_positions`` / ``pair_heads`` (per pair and site: patched
+    (:func:`pair_accuracy`; ``above_chance``), with ``random_init_control`` the same for a random-init
+    copy (``control_pairs``, ``control_accuracy``, ``control_pair_positions`` / ``control_pair_heads``
+    and, when a control pair is used, ``control_position_effects`` / ``control_head_effects``;
+    :func:`_control`), ``pair_positions`` / ``pair_heads`` (per pair and site: patched
     ``score``, ``restored``), ``position_effects`` (per template or ``all`` x layer x role) and
     ``head_effects`` (per layer x head) from :func:`summarise_sites` (none when no pair is used), and
     ``number_carriers`` (the sites whose interval lies above ``carry_threshold``), written only when
@@ -339,7 +337,16 @@ def patching_analysis(ctx: StudyContext) -> None:
     }
     accuracy = ctx.step("accuracy", lambda: pair_accuracy(raw["pairs"], float(cfg["confidence"])))
     if cfg.get("random_init_control", True):
-        ctx.step("control_accuracy", lambda: _control_accuracy(lm, pairs, cfg, ctx.seed))
+        names = ["control_pairs", "control_pair_positions", "control_pair_heads"]
+        control = ctx.steps(
+            names, lambda: {f"control_{k}": v for k, v in _control(lm, pairs, cfg, ctx.seed, ctx.log).items()}
+        )
+        ctx.step("control_accuracy", lambda: pair_accuracy(control["control_pairs"], float(cfg["confidence"])))
+        ctx.record(control_selection=CONTROL_SELECTION)
+        if not control["control_pair_positions"].empty:
+            states, head_rows = control["control_pair_positions"], control["control_pair_heads"]
+            ctx.step("control_position_effects", lambda: _position_effects(states, cfg, ctx.seed))
+            ctx.step("control_head_effects", lambda: summarise_sites(head_rows, ["layer", "head"], **kw))
     ok, verdict = able(accuracy)
     ctx.record(above_chance=ok, task_check=verdict, direction=cfg.get("direction", "denoising"))
     ctx.log(f"  {verdict}")
