@@ -309,7 +309,8 @@ def line_with_band(
     colours: dict[str, str] | None = None,
     x_title: str | None = None,
 ) -> go.Figure:
-    """One line per value of ``color`` over ``x`` with a shaded 95% band.
+    """One line per value of ``color`` over ``x`` with a shaded 95% band; scores in [0, 1] on an axis
+    of at least :data:`SCORE_MIN_SPAN` (:func:`anchor_score_axis`).
 
     ``df``: ``[x], [color], mean`` and the band as ``low, high`` (or, without them, ``mean ± ci95``):
     a :func:`bertology.results.mean_ci` or :func:`bertology.apps.pages.probing.interval_bands` table.
@@ -336,15 +337,86 @@ def line_with_band(
         )
         fig.add_trace(go.Scatter(x=part[x], y=part["mean"], mode="lines+markers", name=esc(name), line=dict(color=c)))
     fig.update_layout(title=esc(title), xaxis_title=esc(x_title or x), yaxis_title=esc(y_title), height=420)
-    return fig
+    return anchor_score_axis(fig)
+
+
+# --------------------------------------------------------------------------- score axes
+
+SCORE_MIN_SPAN = 0.25
+"""The least span of an axis that shows scores in [0, 1] (accuracy, UUAS, P@k, CKA, shares): a 0.03
+difference drawn on it takes an eighth of the height, not all of it (issue 54 item 3: 0.97 against
+1.0 on a 0.97-1.0 axis looks like a cliff)."""
+SCORE_MARGIN = 0.02  # how far past 0 or 1 a score axis may reach, so markers at 1.0 are not cut in half
+
+
+def score_range(
+    low: Any, high: Any = (), baselines: Any = (), pad: float = 0.1, min_span: float = SCORE_MIN_SPAN
+) -> list[float] | None:
+    """The one rule for an axis of scores: around the values from ``low`` to ``high`` (arrays: the
+    band's or error bars' ends, or the values themselves) and the ``baselines`` drawn with them (chance,
+    LINEAR, random-init: always inside), padded by ``pad`` of their span, at least ``min_span`` wide,
+    and kept in [0, 1] (give or take :data:`SCORE_MARGIN`). None when a value lies outside [0, 1] or
+    there is none: not a score, so the axis keeps Plotly's own range (losses, perplexities...)."""
+    parts = [np.asarray(v, dtype=float).ravel() for v in (low, high, baselines)]
+    values = np.concatenate(parts)
+    values = values[np.isfinite(values)]
+    if not values.size or values.min() < 0 or values.max() > 1:
+        return None
+    lo, hi = float(values.min()), float(values.max())
+    lo, hi = lo - pad * (hi - lo), hi + pad * (hi - lo)
+    if hi - lo < min_span:
+        middle = (lo + hi) / 2
+        lo, hi = middle - min_span / 2, middle + min_span / 2
+    if lo < 0:
+        lo, hi = 0.0, hi - lo
+    if hi > 1:
+        lo, hi = max(0.0, lo - (hi - 1)), 1.0
+    return [max(lo - SCORE_MARGIN, -SCORE_MARGIN), min(hi + SCORE_MARGIN, 1 + SCORE_MARGIN)]
 
 
 def zoomed_range(low: Any, high: Any, pad: float = 0.15) -> list[float]:
     """An axis range around the values from ``low`` to ``high`` (arrays), padded by ``pad`` of their
-    span, so that differences between close scores are visible (the axis need not start at 0)."""
+    span, so that differences between close scores are visible (the axis need not start at 0); scores
+    in [0, 1] follow :func:`score_range` (at least :data:`SCORE_MIN_SPAN` wide)."""
+    scores = score_range(low, high, pad=pad)
+    if scores is not None:
+        return scores
     lo, hi = float(np.nanmin(low)), float(np.nanmax(high))
     span = hi - lo or max(abs(hi), 1e-3) * 0.1
-    lo, hi = lo - pad * span, hi + pad * span
-    if float(np.nanmin(low)) >= 0 and float(np.nanmax(high)) <= 1:  # shares and scores stay in [0, 1]
-        lo, hi = max(lo, 0.0), min(hi, 1.0)
-    return [lo, hi]
+    return [lo - pad * span, hi + pad * span]
+
+
+def _drawn_values(trace: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The y values a line or marker trace draws (its centres) and the ends of its intervals: error bars
+    (``error_y``: an array, symmetric unless ``arrayminus`` is given) or, for a filled band
+    (``fill="toself"``, :func:`line_with_band`), its outline."""
+    if getattr(trace, "type", None) != "scatter" or trace.y is None:
+        return [], []
+    y = np.asarray([np.nan if v is None else v for v in trace.y], dtype=float)
+    if trace.fill == "toself":
+        return [], [y]
+    ends = []
+    error = trace.error_y
+    if error is not None and error.array is not None and error.visible is not False:
+        plus = np.asarray(error.array, dtype=float)
+        minus = np.asarray(error.arrayminus, dtype=float) if error.arrayminus is not None else plus
+        ends = [y + plus, y - minus]
+    return [y], ends
+
+
+def anchor_score_axis(fig: go.Figure) -> go.Figure:
+    """Apply :func:`score_range` to the y axes of ``fig`` (one range for all its y axes, so panels
+    compare): the values of its line and marker traces, their bands and error bars (cut at 0 and 1: a
+    score's interval ``mean ± t·se`` may pass them) and its horizontal lines (``add_hline``: baselines).
+    Leaves the axes alone when the values and lines are not all scores in [0, 1]. Call it again after
+    adding traces or lines to a figure that already had it."""
+    drawn = [_drawn_values(trace) for trace in fig.data]
+    centres = [v for c, _ in drawn for v in c]
+    ends = [np.clip(v, 0.0, 1.0) for _, e in drawn for v in e]
+    lines = [s.y0 for s in fig.layout.shapes or () if s.type == "line" and s.y0 is not None and s.y0 == s.y1]
+    if not centres and not ends:
+        return fig
+    axis = score_range(np.concatenate(centres or ends), np.concatenate(ends or centres), np.asarray(lines, float))
+    if axis is not None:
+        fig.update_yaxes(range=axis, autorange=False)
+    return fig

@@ -257,7 +257,7 @@ def test_bars_of_mix_weights_and_combinations():
     # sorted by score, not by name: Plotly draws categories bottom-up, so the best is last = on top
     assert list(fig.layout.yaxis.categoryarray) == ["last", "sum4"] and fig.layout.yaxis.autorange is None
     low, high = fig.layout.xaxis.range  # the axis spans the scores and their intervals, not 0..1
-    assert 0.3 < low < 0.7 - 0.127 and 0.9 < high <= 1.0 and "not 0" in fig.layout.xaxis.title.text
+    assert 0.3 < low < 0.7 - 0.127 and 0.9 < high <= 1 + figures.SCORE_MARGIN and "not 0" in fig.layout.xaxis.title.text
 
 
 def test_pruning_shaping_and_importance_grid():
@@ -458,3 +458,75 @@ def test_cka_is_drawn_on_its_whole_range():
     )
     fig = finetuning.finetune_change_figure(change, "sst2")
     assert list(fig.layout.yaxis.range) == [0, 1.02]
+
+
+# --------------------------------------------------------------------------- issue 54 item 3: score axes
+
+
+def band_rows(means: list[float], half: float = 0.005) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "layer": range(len(means)),
+            "task": "pos",
+            "mean": means,
+            "low": [m - half for m in means],
+            "high": [min(m + half, 1.0) for m in means],
+        }
+    )
+
+
+def test_a_score_axis_spans_at_least_the_minimum_and_stays_in_0_1():
+    """0.97 against 1.0 drawn on 0.97-1.0 looks like a cliff: every score axis is at least
+    SCORE_MIN_SPAN wide, inside [0, 1] give or take the margin; values outside [0, 1] keep Plotly's range."""
+    fig = figures.line_with_band(band_rows([0.97, 0.99, 1.0]), "layer", "task", "t", "accuracy")
+    low, high = fig.layout.yaxis.range
+    assert high - low >= figures.SCORE_MIN_SPAN and high == pytest.approx(1 + figures.SCORE_MARGIN)
+    assert low <= 0.965 - 0.1  # the band's lowest end well inside, not on the axis's floor
+    assert figures.score_range([0.0, 0.01]) == pytest.approx([-figures.SCORE_MARGIN, 0.25 + figures.SCORE_MARGIN])
+    wide = figures.score_range([0.2, 0.8])  # spread scores: padded, not stretched
+    assert wide == pytest.approx([0.14 - figures.SCORE_MARGIN, 0.86 + figures.SCORE_MARGIN])
+    loss = pd.DataFrame({"layer": [0, 1], "task": "mlm", "mean": [3.2, 3.1], "ci95": [0.1, 0.1]})
+    assert figures.line_with_band(loss, "layer", "task", "t", "loss").layout.yaxis.range is None
+    assert figures.score_range([]) is None and figures.score_range([0.5, -0.2]) is None
+
+
+def test_baselines_and_error_bars_are_inside_the_score_axis():
+    """A LINEAR baseline (a horizontal line) and a random-init curve added after the bands, and error
+    bars of a two-run figure, all lie inside the y range."""
+    from bertology.apps.pages import structural
+
+    intervals = pd.DataFrame(
+        {
+            "encoder": "trained",
+            "probe": "distance",
+            "layer": [0, 1, 0, 1],
+            "metric": ["uuas", "uuas", "dspr", "dspr"],
+            "score": [0.80, 0.82, 0.78, 0.81],
+            "low": [0.79, 0.81, 0.77, 0.80],
+            "high": [0.81, 0.83, 0.79, 0.82],
+        }
+    )
+    baselines = pd.DataFrame(
+        {"encoder": "linear", "probe": "distance", "metric": ["uuas", "dspr"], "score": [0.3, 0.35]}
+    )
+    low, high = structural.layer_figure(intervals, baselines, "distance").layout.yaxis.range
+    assert low < 0.3 and high > 0.83 and high - low >= figures.SCORE_MIN_SPAN
+    fig = figures.line_with_band(band_rows([0.9, 0.92]), "layer", "task", "t", "accuracy")
+    probing.add_baseline_lines(fig, pd.DataFrame({"layer": [0, 1], "task": "pos", "mean": [0.4, 0.45]}), "task", "r")
+    assert figures.anchor_score_axis(fig).layout.yaxis.range[0] < 0.4
+    both = pd.DataFrame(
+        {
+            "run": ["a", "a", "b", "b"],
+            "task": "pos",
+            "layer": [0, 1, 0, 1],
+            "mean": [0.9, 0.95, 0.91, 0.96],
+            "ci95": 0.2,
+        }
+    )
+    fig = probing.layer_curves_two_runs(both, "accuracy")
+    assert all(t.error_y.array is not None for t in fig.data)  # the intervals are drawn
+    low, high = fig.layout.yaxis.range
+    assert low <= 0.7 and high >= 1.0  # the error bars' ends (0.7 .. 1.16, cut at 1) inside
+    selectivity = pd.DataFrame({"task": "pos", "layer": [0, 1], "selectivity": [0.2, 0.21]})
+    fig = probing.per_layer_lines(selectivity, "selectivity", "t", "s", zero_line=True)
+    assert fig.layout.yaxis.range[0] <= 0  # the zero line is a baseline: inside

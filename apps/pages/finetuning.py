@@ -9,7 +9,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from bertology.apps import tables
-from bertology.apps.figures import category_colours, esc, zoomed_range
+from bertology.apps.figures import anchor_score_axis, category_colours, esc, zoomed_range
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, has_columns_or_explain, load_table, optional_table, pick_run
 
@@ -258,7 +258,7 @@ def probing_before_after_figure(probes: pd.DataFrame, task: str, colours: dict[s
         yaxis_title="accuracy",
         height=420,
     )
-    return fig
+    return anchor_score_axis(fig)  # one score axis for every panel
 
 
 # --------------------------------------------------------------------------- the registry entry

@@ -276,7 +276,7 @@ def probe_by_step(scores: pd.DataFrame) -> go.Figure:
         yaxis_title="accuracy",
         margin=dict(t=80),
     )
-    return fig
+    return figures.anchor_score_axis(fig)
 
 
 def best_layer_figure(best: pd.DataFrame) -> go.Figure:
@@ -292,7 +292,7 @@ def best_layer_figure(best: pd.DataFrame) -> go.Figure:
         color_discrete_map=figures.category_colours(best["task"]),
     )
     fig.update_layout(xaxis_title="training step", yaxis_title="probe accuracy at the best layer (test)")
-    return fig
+    return figures.anchor_score_axis(fig)
 
 
 # --------------------------------------------------------------------------- the registry entry

@@ -71,6 +71,7 @@ def layer_curves(run: Path, other: Path | None, scores: pd.DataFrame, colours: d
             random_means = None if baseline is None else random_baseline_means(baseline, metric, mode)
             if random_means is not None:
                 add_baseline_lines(fig, random_means, "task", "random-init encoder")
+                figures.anchor_score_axis(fig)  # the baseline inside the score axis
             st.plotly_chart(fig, width="stretch")
             if random_means is not None:
                 st.caption(
@@ -379,7 +380,7 @@ def layer_curves_two_runs(both: pd.DataFrame, metric: str) -> go.Figure:
     )
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
     fig.update_layout(height=420, legend=dict(orientation="h", y=-0.25))
-    return fig
+    return figures.anchor_score_axis(fig)
 
 
 def mix_weights_figure(weights: pd.DataFrame, colours: dict[str, str] | None = None) -> go.Figure:
@@ -408,7 +409,8 @@ def per_layer_lines(
     colours: dict[str, str] | None = None,
 ) -> go.Figure:
     """One line per task over layers, with markers; ``df``: ``task, layer, <y>`` (one row each, e.g.
-    a mean over seeds). The y axis covers the values, not 0..1; ``zero_line`` marks 0 (selectivity);
+    a mean over seeds). Scores in [0, 1] get :func:`figures.anchor_score_axis` (0 included with
+    ``zero_line``), other values Plotly's range; ``zero_line`` marks 0 (selectivity);
     ``colours``: the page's :func:`figures.category_colours`."""
     shown = df.assign(task=df["task"].map(esc)).sort_values(["task", "layer"])
     fig = px.line(
@@ -423,7 +425,7 @@ def per_layer_lines(
     fig.update_layout(xaxis=dict(dtick=1, title="layer (0 = embeddings)"), yaxis_title=y_title)
     if zero_line:
         fig.add_hline(y=0, line_dash="dot", line_color="grey")
-    return fig
+    return figures.anchor_score_axis(fig)
 
 
 # --------------------------------------------------------------------------- the registry entry

@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from bertology.apps.figures import esc, line_with_band
+from bertology.apps.figures import anchor_score_axis, esc, line_with_band
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import guard, has_columns_or_explain, load_table, optional_table, pick_run
 
@@ -109,7 +109,7 @@ def layer_figure(intervals: pd.DataFrame, baselines: pd.DataFrame | None, kind: 
             annotation_position=where,
         )
     fig.update_layout(xaxis=dict(dtick=1))
-    return fig
+    return anchor_score_axis(fig)  # the baselines inside the score axis
 
 
 def rank_figure(curve: pd.DataFrame) -> go.Figure:
