@@ -463,14 +463,46 @@ def test_the_structural_probe_on_the_gpu_finds_the_planted_trees_as_on_the_cpu(p
     assert abs(scores[str(cuda)]["dspr"] - scores["cpu"]["dspr"]) <= 0.02
 
 
-def test_tree_words_are_spaced_by_their_length():
-    from bertology.apps.pages.structural import tree_figure, word_centres
+LONG_NEIGHBOURS = ["the", "national", "secretary", "WWWMMM", "internationalisation", "mmmmwwww", "."]
 
-    centres = word_centres(["the", "national", "secretary", "."])
-    gaps = np.diff(centres)
-    assert list(gaps) == [(5 + 10) / 2, (10 + 11) / 2, (11 + 3) / 2]  # half of each neighbour's width
+
+@pytest.mark.parametrize("words", [LONG_NEIGHBOURS, LONG_NEIGHBOURS * 4, ["x"] * 40, ["internationalisation"] * 30])
+def test_tree_labels_never_touch_whatever_their_lengths(words):
+    """Issue 54 item 3 ("nationalsecretary"): the words are placed by their drawn width in px, so
+    neighbouring labels keep a clearance in any plot at least MIN_PLOT_WIDTH wide: level words one em
+    apart when they fit, else rotated strips at least a line height apart."""
+    from bertology.apps.pages import structural
+
+    layout = structural.tree_layout(words)
+    gaps = [layout.gap(i) for i in range(len(words) - 1)]
+    assert min(gaps) >= (structural.TREE_FONT if layout.angle == 0 else 0) - 1e-9
+    assert layout.angle == (0 if words == LONG_NEIGHBOURS else structural.ROTATED_ANGLE)
+    low, high = layout.x_range  # every label inside the x range, which is at least the plot width assumed
+    assert high - low >= structural.MIN_PLOT_WIDTH - 1e-9
+    if layout.angle == 0:
+        assert low <= layout.x[0] - layout.widths[0] / 2 and layout.x[-1] + layout.widths[-1] / 2 <= high
+    else:
+        a = np.radians(layout.angle)
+        across = (layout.widths * np.cos(a) + structural.LINE_HEIGHT * np.sin(a)) / 2
+        assert low <= (layout.x - across).min() and (layout.x + across).max() <= high
+    # a wider word is estimated wider: "mmm" against "iii"
+    assert structural.text_width("mmm") > 2.5 * structural.text_width("iii")
+
+
+def test_the_tree_figure_draws_the_layout_in_pixels():
+    from bertology.apps.pages.structural import TREE_FONT, tree_figure, tree_layout
+
     words = pd.DataFrame({"sent_id": "s", "position": [0, 1, 2, 3], "word": ["the", "national", "secretary", "."]})
     edges = pd.DataFrame({"sent_id": "s", "source": ["gold"], "i": [1], "j": [2], "correct": [True]})
     fig = tree_figure(words, edges, "s")
-    assert list(fig.data[-1].x) == list(centres)
-    assert fig.data[0].x[0] == pytest.approx(centres[1]) and fig.data[0].x[-1] == pytest.approx(centres[2])
+    layout = tree_layout(list(words["word"]))
+    assert [a.text for a in fig.layout.annotations] == ["the", "national", "secretary", "."]
+    assert [a.x for a in fig.layout.annotations] == pytest.approx(list(layout.x))
+    assert {a.textangle for a in fig.layout.annotations} == {0} and fig.layout.annotations[0].font.size == TREE_FONT
+    assert list(fig.layout.xaxis.range) == pytest.approx(list(layout.x_range))
+    low, high = fig.layout.yaxis.range  # a y unit is a pixel: the plot area is as high as the y range
+    assert fig.layout.height - fig.layout.margin.t - fig.layout.margin.b == pytest.approx(high - low, abs=1)
+    arc = fig.data[0]  # the gold arc from "national" to "secretary", above the words' strip
+    assert arc.x[0] == pytest.approx(layout.x[1]) and arc.x[-1] == pytest.approx(layout.x[2])
+    assert min(arc.y) > layout.band
+    assert fig.layout.annotations[-1].font.color == "#000000"  # no punct column: every word black

@@ -6,6 +6,7 @@ predicted tree (the minimum spanning tree of the predicted distances) drawn agai
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -127,35 +128,117 @@ def rank_figure(curve: pd.DataFrame) -> go.Figure:
     return fig
 
 
+# The tree's geometry is in pixels (the y axis: the figure's fixed height; the x axis: pixels when the
+# plot is at least its x range wide), so that labels are placed by their drawn size, not by characters.
+TREE_FONT = 12  # px, the words' font size
+MIN_PLOT_WIDTH = 640  # px: no two labels touch in a plot area at least this wide (the x range's floor)
+ROTATED_ANGLE = 60  # degrees: a sentence too long for one line of level words has its words rotated
+LINE_HEIGHT = 1.25 * TREE_FONT  # px: the height a label's letters take, accents and descenders included
+NARROW, WIDE = set("ijl.,;:'!|`"), set("mwMW@%")
+
+
+def text_width(word: str, size: float = TREE_FONT) -> float:
+    """A generous estimate of ``word``'s drawn width in px at font size ``size`` (Plotly's sans-serif:
+    Open Sans, Arial...): narrow letters 0.3 em, f r t and brackets 0.4, m w M W 1.0, other capitals
+    0.75, CJK and other wide scripts 1.0, anything else 0.62 (Open Sans's lower case: 0.50-0.62)."""
+    em = 0.0
+    for ch in str(word):
+        if ch in NARROW:
+            em += 0.3
+        elif ch in "frt()[]{}":
+            em += 0.4
+        elif ch in WIDE or ord(ch) >= 0x2E80:
+            em += 1.0
+        elif ch.isupper():
+            em += 0.75
+        else:
+            em += 0.62
+    return em * size
+
+
+@dataclass(frozen=True)
+class TreeLayout:
+    """Where :func:`tree_figure` puts a sentence's words: ``x`` (px, each word's centre; ``[W]``),
+    ``widths`` (px, each label's estimated width), ``angle`` (0: level words side by side, each one
+    em from the next; :data:`ROTATED_ANGLE`: words rotated at an even pitch, when level words would
+    need more than :data:`MIN_PLOT_WIDTH`), ``x_range`` (the x axis: at least the words' extent and
+    :data:`MIN_PLOT_WIDTH`, centred) and ``band`` (px, the half height of the words' strip: arcs
+    start beyond it)."""
+
+    x: np.ndarray
+    widths: np.ndarray
+    angle: float
+    x_range: tuple[float, float]
+    band: float
+
+    def gap(self, i: int) -> float:
+        """The clearance between label ``i`` and label ``i + 1`` in px when the plot is as wide as the
+        x range: level words, the space between their boxes; rotated ones (parallel strips), the
+        distance across the strips minus one line height. Negative = they overlap."""
+        dx = float(self.x[i + 1] - self.x[i])
+        if self.angle == 0:
+            return dx - (self.widths[i] + self.widths[i + 1]) / 2
+        return dx * float(np.sin(np.radians(self.angle))) - LINE_HEIGHT
+
+
+def tree_layout(words: list[str]) -> TreeLayout:
+    """:class:`TreeLayout` of ``words``: level, each word's centre after the previous word's width and
+    one em, when they fit in :data:`MIN_PLOT_WIDTH`; else rotated by :data:`ROTATED_ANGLE`, spread
+    over :data:`MIN_PLOT_WIDTH` but never closer than the pitch where neighbouring strips of text are
+    one line height apart, whatever the words' lengths."""
+    widths = np.array([text_width(w) for w in words], dtype=float)
+    steps = np.concatenate([[0.0], (widths[:-1] + widths[1:]) / 2 + TREE_FONT]) if len(words) else np.zeros(0)
+    x = widths[0] / 2 + np.cumsum(steps) if len(words) else steps
+    left, right = (float(x[0] - widths[0] / 2), float(x[-1] + widths[-1] / 2)) if len(words) else (0.0, 0.0)
+    angle, band = 0.0, LINE_HEIGHT / 2
+    if right - left > MIN_PLOT_WIDTH:
+        angle, a = float(ROTATED_ANGLE), np.radians(ROTATED_ANGLE)
+        across = (widths * np.cos(a) + LINE_HEIGHT * np.sin(a)) / 2  # half of each rotated label's width
+        spread = (MIN_PLOT_WIDTH - 2 * across.max()) / max(len(words) - 1, 1)
+        pitch = max(np.ceil(LINE_HEIGHT / np.sin(a)), spread)  # neighbouring strips a line apart or more
+        x = pitch * np.arange(len(words))
+        left, right = float(np.min(x - across)), float(np.max(x + across))
+        band = float((widths.max() * np.sin(a) + LINE_HEIGHT * np.cos(a)) / 2)
+    middle, width = (left + right) / 2, max(right - left, MIN_PLOT_WIDTH)
+    return TreeLayout(x, widths, angle, (middle - width / 2, middle + width / 2), band)
+
+
 def word_centres(words: list[str]) -> np.ndarray:
-    """The x of each word's centre, in characters: each word as wide as its text plus two spaces, so
-    that long neighbours do not print into each other ("national secretary", not
-    "nationalsecretary"); ``[W]``."""
-    widths = np.array([len(str(w)) + 2 for w in words], dtype=float)
-    return np.cumsum(widths) - widths / 2
+    """The x of each word's centre in px (:func:`tree_layout`); ``[W]``."""
+    return tree_layout(words).x
 
 
-def _arc(a: float, b: float, up: bool, span: int) -> tuple[np.ndarray, np.ndarray]:
-    """Points of a half ellipse from x ``a`` to x ``b`` (word centres), above (``up``) or below the
-    words; ``span``: how many words apart they are (the arc's height)."""
+def _arc(a: float, b: float, up: bool, height: float, start: float) -> tuple[np.ndarray, np.ndarray]:
+    """Points of a half ellipse from x ``a`` to x ``b`` (word centres, px), ``height`` px high above
+    (``up``) or below the words' strip, which ends ``start`` px from the middle line."""
     t = np.linspace(0, np.pi, 24)
     centre, radius = (a + b) / 2, abs(b - a) / 2
-    height = 0.4 + 0.25 * span
-    return centre - radius * np.cos(t), (1 if up else -1) * (0.3 + height * np.sin(t))
+    return centre - radius * np.cos(t), (1 if up else -1) * (start + height * np.sin(t))
+
+
+ARC_ROOM = 150  # px above and below the words' strip for the arcs
+TREE_MARGIN = dict(t=60, b=10, l=10, r=10)
 
 
 def tree_figure(words: pd.DataFrame, edges: pd.DataFrame, sent_id: str) -> go.Figure:
     """One sentence's words in order, the gold tree's edges as arcs above them and the predicted
     tree's (the minimum spanning tree of the predicted distances) below: green where the gold tree
-    has the edge, red where it does not; punctuation (left out of both) in grey."""
+    has the edge, red where it does not; punctuation (left out of both) in grey. The words are
+    annotations placed by :func:`tree_layout` (never touching in a plot at least
+    :data:`MIN_PLOT_WIDTH` wide), the figure's height fixed so that a y unit is a pixel; an invisible
+    marker per word carries its hover text."""
     w = words[words["sent_id"].astype(str) == sent_id].sort_values("position")
     e = edges[edges["sent_id"].astype(str) == sent_id]
+    layout = tree_layout([str(t) for t in w["word"]])
+    centre = dict(zip(w["position"].astype(int), layout.x))
+    start = layout.band + 4
+    spans = [abs(int(r.j) - int(r.i)) for r in e.itertuples()] or [1]
     fig = go.Figure()
-    centre = dict(zip(w["position"].astype(int), word_centres(list(w["word"]))))
     for source, up in (("gold", True), ("predicted", False)):
         for row in e[e["source"] == source].itertuples():
             i, j = int(row.i), int(row.j)
-            x, y = _arc(centre.get(i, float(i)), centre.get(j, float(j)), up, abs(j - i))
+            height = ARC_ROOM * (0.2 + 0.75 * abs(j - i) / max(spans))
+            x, y = _arc(centre[i], centre[j], up, height, start)
             colour = "#1f77b4" if up else ("#2ca02c" if bool(row.correct) else "#d62728")
             fig.add_trace(
                 go.Scatter(x=x, y=y, mode="lines", line=dict(color=colour, width=2), hoverinfo="skip", showlegend=False)
@@ -163,23 +246,36 @@ def tree_figure(words: pd.DataFrame, edges: pd.DataFrame, sent_id: str) -> go.Fi
     punct = w["punct"].astype(bool) if "punct" in w else pd.Series(False, index=w.index)
     fig.add_trace(
         go.Scatter(
-            x=[centre[int(p)] for p in w["position"]],
+            x=layout.x,
             y=np.zeros(len(w)),
-            mode="text",
-            text=[esc(t) for t in w["word"]],
-            textfont=dict(color=["#9e9e9e" if p else "#000000" for p in punct]),
+            mode="markers",
+            marker=dict(size=max(8.0, LINE_HEIGHT), opacity=0),
             hovertext=[f"{esc(t)}: gold depth {g}" for t, g in zip(w["word"], w.get("gold_depth", [""] * len(w)))],
             hoverinfo="text",
             showlegend=False,
         )
     )
+    for x, word, grey in zip(layout.x, w["word"], punct):
+        fig.add_annotation(
+            x=float(x),
+            y=0,
+            text=esc(word),
+            showarrow=False,
+            textangle=-layout.angle,
+            font=dict(size=TREE_FONT, color="#9e9e9e" if grey else "#000000"),
+            xanchor="center",
+            yanchor="middle",
+        )
     gold = e[e["source"] == "gold"]
     correct = int(e[(e["source"] == "predicted") & e["correct"].astype(bool)].shape[0])
+    half = start + ARC_ROOM
     fig.update_layout(
         title=esc(f"{sent_id}: {correct} of {len(gold)} gold edges found (gold above, predicted below)"),
-        xaxis=dict(visible=False),
-        yaxis=dict(visible=False),
-        height=420,
+        xaxis=dict(visible=False, range=list(layout.x_range), fixedrange=True),
+        yaxis=dict(visible=False, range=[-half, half], fixedrange=True),
+        height=int(2 * half + TREE_MARGIN["t"] + TREE_MARGIN["b"]),
+        margin=TREE_MARGIN,
+        plot_bgcolor="white",
     )
     return fig
 
