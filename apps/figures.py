@@ -38,6 +38,24 @@ def esc(text: Any) -> str:
     return html.escape(str(text), quote=False)
 
 
+HALF_COLUMN_CHARS = 44
+"""About how many characters of a chart title fit on one line in half the page's width (a column of
+two, ~420 px at Plotly's 17 px title font); longer titles there are broken with :func:`wrap`."""
+
+
+def wrap(text: str, width: int = HALF_COLUMN_CHARS) -> str:
+    """``text`` broken into lines of at most ``width`` characters at spaces (``<br>``; a longer word
+    keeps a line of its own), for titles and labels that Plotly would otherwise cut at the figure's
+    edge. Escape the text first (:func:`esc`): the breaks are markup."""
+    lines: list[str] = []
+    for word in str(text).split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
 def type_colour(kind: str, known: Sequence[str] = ()) -> str:
     """The fixed colour of a head type; unknown types get stable colours from a qualitative palette."""
     if kind in TYPE_COLOURS:
@@ -187,8 +205,8 @@ def attention_heatmap(
         title=esc(title),
         yaxis_autorange="reversed",
         height=height,
-        xaxis_title="attended word",
-        yaxis_title="attending word",
+        xaxis=dict(title="attended word", automargin=True),  # long words: the margin grows, no label is cut
+        yaxis=dict(title="attending word", automargin=True),
         margin=dict(t=50),
     )
     return fig

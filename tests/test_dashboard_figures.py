@@ -88,6 +88,14 @@ def test_offset_histogram_reads_one_heads_shares_in_offset_order():
     fig = heads.offset_figure(hist, 1, 2)
     assert list(fig.layout.xaxis.categoryarray) == ["-10", "-1", "2", "other"]
     assert [t.name for t in fig.data] == ["token level", "word level"]
+    assert max(len(line) for line in fig.layout.title.text.split("<br>")) <= figures.HALF_COLUMN_CHARS
+
+
+def test_wrap_breaks_at_spaces_within_the_width():
+    text = "layer 11, head 11: where its attention argmax falls (relative offset)"
+    lines = figures.wrap(text, 30).split("<br>")
+    assert " ".join(lines) == text and max(map(len, lines)) <= 30 and len(lines) == 3
+    assert figures.wrap("internationalisation x", 5) == "internationalisation<br>x"  # a long word keeps its line
 
 
 def test_relation_table_ranks_by_gain_over_the_offset_baseline():
@@ -110,8 +118,10 @@ def test_relation_table_ranks_by_gain_over_the_offset_baseline():
     assert rel["gain"].tolist() == pytest.approx([0.3, 0.1, 0.05])
     fig = heads.relation_figure(rel, 0, 1)
     assert list(fig.data[0].x) == [0.8, 0.5, 0.9] and list(fig.data[1].x) == [0.5, 0.4, 0.85]
-    assert fig.data[0].y[0] == "nsubj (dependent → head)"
+    assert fig.data[0].y[0] == "nsubj<br>dependent → head" and fig.layout.yaxis.automargin  # two lines, never cut
     assert max(len(line) for line in fig.layout.xaxis.title.text.split("<br>")) <= 50  # fits half a page
+    # the title too, in half the page's width (checked in Chromium at 420 px: nothing spills)
+    assert max(len(line) for line in fig.layout.title.text.split("<br>")) <= figures.HALF_COLUMN_CHARS
 
 
 def test_attention_figures_show_markup_words_as_typed():

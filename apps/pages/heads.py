@@ -16,7 +16,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from bertology.apps import figures, tables
-from bertology.apps.figures import esc, word_labels
+from bertology.apps.figures import esc, word_labels, wrap
 from bertology.apps.locations import describe, run_label
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import (
@@ -403,8 +403,9 @@ def offset_figure(hist: pd.DataFrame, layer: int, head: int) -> go.Figure:
         part = hist[hist["level"] == level]
         if len(part):
             fig.add_trace(go.Bar(x=part["offset"], y=part["share"], name=f"{level} level", marker_color=colour))
+    title = wrap(f"layer {layer}, head {head}: where its attention argmax falls (relative offset)")
     fig.update_layout(
-        title=f"layer {layer}, head {head}: where its attention argmax falls (relative offset)",
+        title=title,  # in half the page's width: wrapped, not cut
         xaxis=dict(
             title="offset of the most-attended position (−1 = previous)",
             type="category",
@@ -414,7 +415,7 @@ def offset_figure(hist: pd.DataFrame, layer: int, head: int) -> go.Figure:
         yaxis=dict(title="share of queries", range=[0, 1]),
         barmode="group",
         height=360,
-        margin=dict(t=50),
+        margin=dict(t=40 + 24 * title.count("<br>") + 30),
     )
     return fig
 
@@ -423,7 +424,7 @@ def relation_figure(rel: pd.DataFrame, layer: int, head: int) -> go.Figure:
     """Bars: the head's accuracy per relation beside the best fixed-offset baseline.
     ``rel``: ``relation, direction, accuracy, baseline_offset, baseline_accuracy``
     (:func:`relation_table`), best first."""
-    labels = [f"{esc(r)} ({DIRECTIONS.get(d, esc(d))})" for r, d in zip(rel["relation"], rel["direction"])]
+    labels = [f"{esc(r)}<br>{DIRECTIONS.get(d, esc(d))}" for r, d in zip(rel["relation"], rel["direction"])]
     fig = go.Figure(
         [
             go.Bar(y=labels, x=rel["accuracy"], name="this head", marker_color="#d62728", orientation="h"),
@@ -438,14 +439,15 @@ def relation_figure(rel: pd.DataFrame, layer: int, head: int) -> go.Figure:
             ),
         ]
     )
+    title = wrap(f"layer {layer}, head {head}: relations it finds best vs the offset baseline")
     fig.update_layout(
-        title=f"layer {layer}, head {head}: relations it finds best vs the offset baseline",
+        title=title,
         # two lines: the chart sits in half the page's width, where one line was cut ("...found by the argm")
         xaxis=dict(title="accuracy<br>(share of relation instances found by the argmax)", range=[0, 1]),
-        yaxis=dict(autorange="reversed"),
+        yaxis=dict(autorange="reversed", automargin=True),  # relation and direction in two lines, never cut
         barmode="group",
         height=380,
-        margin=dict(t=50, b=110),
+        margin=dict(t=40 + 24 * title.count("<br>") + 30, b=110),
         legend=dict(orientation="h", y=-0.4),
     )
     return fig
