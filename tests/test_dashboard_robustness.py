@@ -158,7 +158,7 @@ def test_head_detail_follows_the_selected_head(tmp_path, monkeypatch):
     head_map = specs[0]
     legend = sorted(t["name"] for t in head_map["data"] if t["name"] != "selected head")
     assert legend == ["broad (1)", "other (1)", "positional (2)", "special (1)", "syntactic (1)"]
-    offsets = [s for s in specs if "where its attention argmax falls" in s["layout"]["title"]["text"]][0]
+    offsets = [s for s in specs if "where its attention argmax" in s["layout"]["title"]["text"]][0]  # title wrapped
     token = [t for t in offsets["data"] if t["name"] == "token level"][0]
     assert token["y"][token["x"].index("-1")] == pytest.approx(0.95)
     pick = [s for s in at.selectbox if s.label.startswith("head")][0]
