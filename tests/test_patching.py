@@ -543,12 +543,15 @@ def test_the_page_draws_the_control_maps_under_the_model_on_one_colour_scale(tmp
 
 
 def test_colour_limit_is_the_largest_mean_and_at_least_one():
-    from bertology.apps.pages.patching import colour_limit, head_heatmap
+    from bertology.apps.pages.patching import colour_limit, head_heatmap, position_heatmap
 
     heads = pd.DataFrame(
         {"layer": [0, 0], "head": [0, 1], "restored": [-2.5, 0.3], "low": 0.0, "high": 1.0, "n_pairs": 3}
     )
     assert colour_limit(heads) == 2.5 and colour_limit(heads.assign(restored=[0.1, np.nan])) == 1.0
     assert colour_limit(None) == 1.0
-    heat = head_heatmap(heads, 2.5, control=True).data[0]
-    assert (heat.zmin, heat.zmax) == (-2.5, 2.5)
+    fig = head_heatmap(heads, 2.5, control=True)
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (-2.5, 2.5)
+    assert fig.layout.title.text.startswith("CONTROL (random-init model):<br>head output")  # its own line
+    positions = heads.rename(columns={"head": "role_order"}).assign(template="<b>x</b>", role=["subject", "verb"])
+    assert "(&lt;b&gt;x&lt;/b&gt;)" in position_heatmap(positions, "<b>x</b>").layout.title.text  # data escaped

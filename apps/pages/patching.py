@@ -150,7 +150,7 @@ def control_maps(
 
 # --------------------------------------------------------------------------- figures
 
-CONTROL_PREFIX = "CONTROL (random-init model): "
+CONTROL_PREFIX = "CONTROL (random-init model):<br>"  # a line of its own: the title stays within the page
 
 
 def colour_limit(*tables: pd.DataFrame | None) -> float:
@@ -170,7 +170,8 @@ def _heatmap(
     grid: pd.DataFrame, text: list[list[str]], title: str, x_title: str, y_title: str, limit: float | None = None
 ) -> go.Figure:
     """A diverging heat map of restored fractions (0 white, 1 red, negative blue), layer 0 on top;
-    ``limit``: the colour scale runs from -limit to +limit (None: from the values)."""
+    ``limit``: the colour scale runs from -limit to +limit (None: from the values); ``title``: escaped
+    text (:func:`esc`), ``<br>`` a line break."""
     fig = go.Figure(
         go.Heatmap(
             z=grid.to_numpy(dtype=float),
@@ -185,10 +186,11 @@ def _heatmap(
         )
     )
     fig.update_layout(
-        title=esc(title),
+        title=title,
         xaxis=dict(title=x_title, type="category"),
         yaxis=dict(title=y_title, autorange="reversed", dtick=1),
-        height=160 + 36 * len(grid.index),
+        height=160 + 36 * len(grid.index) + 24 * title.count("<br>"),
+        margin=dict(t=60 + 24 * title.count("<br>")),
     )
     return fig
 
@@ -219,7 +221,7 @@ def position_heatmap(
         ]
         for layer in grids["restored"].index
     ]
-    title = f"hidden state patched at one token ({template}): share of the clean score restored"
+    title = f"hidden state patched at one token ({esc(template)}): share of the clean score restored"
     return _heatmap(
         grids["restored"],
         text,
