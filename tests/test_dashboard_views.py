@@ -291,7 +291,8 @@ def test_finetuning_page_shows_modes_with_intervals_and_change_per_layer(tmp_pat
     assert bars["mode"] == "markers+text" and bars["textposition"] == "top center"
     assert list(bars["y"]) == ["frozen", "full", "bitfit"] and bars["x"] == pytest.approx([0.90, 0.97, 0.95])
     assert bars["error_x"]["arrayminus"] == pytest.approx([0.02, 0.01, 0.02])
-    assert scores["layout"]["xaxis"]["range"][0] > 0.8  # the axis shows the differences
+    low, high = scores["layout"]["xaxis"]["range"]  # the axis shows the differences, as no cliff
+    assert 0.7 < low < 0.87 and high - low >= 0.25
     titles = [a["text"] for a in change["layout"]["annotations"]]  # short two-line panel titles, room above
     assert titles[0].startswith("CKA with pretrained") and all(len(x) <= 24 for t in titles for x in t.split("<br>"))
     assert change["layout"]["margin"]["t"] >= 100
