@@ -189,7 +189,7 @@ def _heatmap(
         title=title,
         xaxis=dict(title=x_title, type="category"),
         yaxis=dict(title=y_title, autorange="reversed", dtick=1),
-        height=160 + 36 * len(grid.index) + 24 * title.count("<br>"),
+        height=max(300, 160 + 36 * len(grid.index)) + 24 * title.count("<br>"),
         margin=dict(t=60 + 24 * title.count("<br>")),
     )
     return fig
@@ -227,7 +227,7 @@ def position_heatmap(
         text,
         CONTROL_PREFIX + title if control else title,
         "token role",
-        "hidden state (0 = embeddings, l = output of layer l)",
+        "hidden state<br>(0 = embeddings)",  # short: a long vertical title overran a map of few layers
         limit,
     )
 

@@ -132,6 +132,7 @@ def rank_figure(curve: pd.DataFrame) -> go.Figure:
 # plot is at least its x range wide), so that labels are placed by their drawn size, not by characters.
 TREE_FONT = 12  # px, the words' font size
 MIN_PLOT_WIDTH = 640  # px: no two labels touch in a plot area at least this wide (the x range's floor)
+MAX_GAP = 6  # em: the widest gap between level words (a short sentence spread toward MIN_PLOT_WIDTH)
 ROTATED_ANGLE = 60  # degrees: a sentence too long for one line of level words has its words rotated
 LINE_HEIGHT = 1.25 * TREE_FONT  # px: the height a label's letters take, accents and descenders included
 NARROW, WIDE = set("ijl.,;:'!|`"), set("mwMW@%")
@@ -182,16 +183,19 @@ class TreeLayout:
 
 
 def tree_layout(words: list[str]) -> TreeLayout:
-    """:class:`TreeLayout` of ``words``: level, each word's centre after the previous word's width and
-    one em, when they fit in :data:`MIN_PLOT_WIDTH`; else rotated by :data:`ROTATED_ANGLE`, spread
+    """:class:`TreeLayout` of ``words``: level, each word after the previous one's width and a gap of one
+    em (up to :data:`MAX_GAP` em for a few words), when they fit in :data:`MIN_PLOT_WIDTH`; else rotated by :data:`ROTATED_ANGLE`, spread
     over :data:`MIN_PLOT_WIDTH` but never closer than the pitch where neighbouring strips of text are
     one line height apart, whatever the words' lengths."""
     widths = np.array([text_width(w) for w in words], dtype=float)
-    steps = np.concatenate([[0.0], (widths[:-1] + widths[1:]) / 2 + TREE_FONT]) if len(words) else np.zeros(0)
+    # one em between level words at least, spread toward MIN_PLOT_WIDTH (up to MAX_GAP em) when they are few
+    room = (MIN_PLOT_WIDTH - widths.sum()) / max(len(words) - 1, 1)
+    gap = float(np.clip(room, TREE_FONT, MAX_GAP * TREE_FONT))
+    steps = np.concatenate([[0.0], (widths[:-1] + widths[1:]) / 2 + gap]) if len(words) else np.zeros(0)
     x = widths[0] / 2 + np.cumsum(steps) if len(words) else steps
     left, right = (float(x[0] - widths[0] / 2), float(x[-1] + widths[-1] / 2)) if len(words) else (0.0, 0.0)
     angle, band = 0.0, LINE_HEIGHT / 2
-    if right - left > MIN_PLOT_WIDTH:
+    if widths.sum() + TREE_FONT * max(len(words) - 1, 0) > MIN_PLOT_WIDTH:  # one em apart, they would not fit
         angle, a = float(ROTATED_ANGLE), np.radians(ROTATED_ANGLE)
         across = (widths * np.cos(a) + LINE_HEIGHT * np.sin(a)) / 2  # half of each rotated label's width
         spread = (MIN_PLOT_WIDTH - 2 * across.max()) / max(len(words) - 1, 1)
@@ -216,7 +220,7 @@ def _arc(a: float, b: float, up: bool, height: float, start: float) -> tuple[np.
     return centre - radius * np.cos(t), (1 if up else -1) * (start + height * np.sin(t))
 
 
-ARC_ROOM = 150  # px above and below the words' strip for the arcs
+ARC_ROOM = 150  # px: the most room above and below the words' strip for the arcs
 TREE_MARGIN = dict(t=60, b=10, l=10, r=10)
 
 
@@ -231,14 +235,19 @@ def tree_figure(words: pd.DataFrame, edges: pd.DataFrame, sent_id: str) -> go.Fi
     e = edges[edges["sent_id"].astype(str) == sent_id]
     layout = tree_layout([str(t) for t in w["word"]])
     centre = dict(zip(w["position"].astype(int), layout.x))
+    e = e[e["i"].astype(int).isin(centre) & e["j"].astype(int).isin(centre)]  # an edge to a word not listed: left out
     start = layout.band + 4
-    spans = [abs(int(r.j) - int(r.i)) for r in e.itertuples()] or [1]
+    # an arc's height grows with its width (flattened at ARC_ROOM): arcs over more words are higher
+    heights = {
+        (int(r.i), int(r.j)): float(min(12 + 0.3 * abs(centre[int(r.j)] - centre[int(r.i)]), ARC_ROOM))
+        for r in e.itertuples()
+    }
+    room = max(heights.values(), default=12.0) + 8
     fig = go.Figure()
     for source, up in (("gold", True), ("predicted", False)):
         for row in e[e["source"] == source].itertuples():
             i, j = int(row.i), int(row.j)
-            height = ARC_ROOM * (0.2 + 0.75 * abs(j - i) / max(spans))
-            x, y = _arc(centre[i], centre[j], up, height, start)
+            x, y = _arc(centre[i], centre[j], up, heights[(i, j)], start)
             colour = "#1f77b4" if up else ("#2ca02c" if bool(row.correct) else "#d62728")
             fig.add_trace(
                 go.Scatter(x=x, y=y, mode="lines", line=dict(color=colour, width=2), hoverinfo="skip", showlegend=False)
@@ -268,7 +277,7 @@ def tree_figure(words: pd.DataFrame, edges: pd.DataFrame, sent_id: str) -> go.Fi
         )
     gold = e[e["source"] == "gold"]
     correct = int(e[(e["source"] == "predicted") & e["correct"].astype(bool)].shape[0])
-    half = start + ARC_ROOM
+    half = start + room
     fig.update_layout(
         title=esc(f"{sent_id}: {correct} of {len(gold)} gold edges found (gold above, predicted below)"),
         xaxis=dict(visible=False, range=list(layout.x_range), fixedrange=True),
