@@ -422,19 +422,32 @@ def _drawn_values(trace: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
     return [y], ends
 
 
-def anchor_score_axis(fig: go.Figure) -> go.Figure:
-    """Apply :func:`score_range` to the y axes of ``fig`` (one range for all its y axes, so panels
-    compare): the values of its line and marker traces, their bands and error bars (cut at 0 and 1: a
-    score's interval ``mean ± t·se`` may pass them) and its horizontal lines (``add_hline``: baselines).
-    Leaves the axes alone when the values and lines are not all scores in [0, 1]. Call it again after
-    adding traces or lines to a figure that already had it."""
-    drawn = [_drawn_values(trace) for trace in fig.data]
-    centres = [v for c, _ in drawn for v in c]
-    ends = [np.clip(v, 0.0, 1.0) for _, e in drawn for v in e]
-    lines = [s.y0 for s in fig.layout.shapes or () if s.type == "line" and s.y0 is not None and s.y0 == s.y1]
-    if not centres and not ends:
-        return fig
-    axis = score_range(np.concatenate(centres or ends), np.concatenate(ends or centres), np.asarray(lines, float))
-    if axis is not None:
-        fig.update_yaxes(range=axis, autorange=False)
+def anchor_score_axis(fig: go.Figure, per_axis: bool = False) -> go.Figure:
+    """Apply :func:`score_range` to the y axes of ``fig``: the values of its line and marker traces,
+    their bands and error bars (cut at 0 and 1: a score's interval ``mean ± t·se`` may pass them) and
+    its horizontal lines (``add_hline``: baselines). One range for all its y axes, so panels compare;
+    ``per_axis``: each y axis its own (panels of different measures). Leaves an axis alone when its
+    values and lines are not all scores in [0, 1]. Call it again after adding traces or lines to a
+    figure that already had it."""
+    groups: dict[str, list[Any]] = {}
+    for trace in fig.data:
+        groups.setdefault(trace.yaxis or "y" if per_axis else "y", []).append(trace)
+    for axis_id, traces in groups.items():
+        drawn = [_drawn_values(trace) for trace in traces]
+        centres = [v for c, _ in drawn for v in c]
+        ends = [np.clip(v, 0.0, 1.0) for _, e in drawn for v in e]
+        lines = [
+            s.y0
+            for s in fig.layout.shapes or ()
+            if s.type == "line" and s.y0 is not None and s.y0 == s.y1 and (not per_axis or (s.yref or "y") == axis_id)
+        ]
+        if not centres and not ends:
+            continue
+        axis = score_range(np.concatenate(centres or ends), np.concatenate(ends or centres), np.asarray(lines, float))
+        if axis is None:
+            continue
+        if per_axis:
+            fig.layout[f"yaxis{axis_id[1:]}"].update(range=axis, autorange=False)
+        else:
+            fig.update_yaxes(range=axis, autorange=False)
     return fig

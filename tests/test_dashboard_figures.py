@@ -540,3 +540,19 @@ def test_baselines_and_error_bars_are_inside_the_score_axis():
     selectivity = pd.DataFrame({"task": "pos", "layer": [0, 1], "selectivity": [0.2, 0.21]})
     fig = probing.per_layer_lines(selectivity, "selectivity", "t", "s", zero_line=True)
     assert fig.layout.yaxis.range[0] <= 0  # the zero line is a baseline: inside
+
+
+def test_panels_of_different_measures_get_their_own_score_axis():
+    """Contextuality's panels (one per measure): a panel of scores in [0, 1] is anchored on its own
+    (0.97-0.99 on an axis at least SCORE_MIN_SPAN wide); a panel with a negative adjusted value keeps
+    Plotly's range."""
+    rows = [
+        {"layer": l, "metric": m, "raw": raw + l / 100, "baseline": base, "adjusted": raw + l / 100 - base}
+        for m, raw, base in (("self_similarity", 0.97, 0.0), ("mev", 0.1, 0.15))
+        for l in range(3)
+    ]
+    fig = embeddings.contextuality_multiples(pd.DataFrame(rows))
+    ranges = {a: fig.layout[a].range for a in ("yaxis", "yaxis2")}
+    anchored = [r for r in ranges.values() if r is not None]
+    assert len(anchored) == 1 and anchored[0][1] - anchored[0][0] >= figures.SCORE_MIN_SPAN  # self-similarity
+    assert anchored[0][0] <= 0.0  # its baseline 0.0 is inside

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from bertology.apps import tables
-from bertology.apps.figures import esc
+from bertology.apps.figures import anchor_score_axis, esc
 from bertology.apps.locations import describe, manifest_config
 from bertology.apps.pages.page import Page
 from bertology.apps.ui import (
@@ -155,7 +155,7 @@ def contextuality_multiples(contextuality: pd.DataFrame, run_column: str | None 
         margin=dict(t=80),
         legend=dict(orientation="h", y=-0.2),
     )
-    return fig
+    return anchor_score_axis(fig, per_axis=True)  # each measure's panel: a score axis when its values are scores
 
 
 MIN_MAP_POINTS = 30  # fewer uses: UMAP's layout and k-means clusters of them show no structure to trust
