@@ -430,7 +430,8 @@ def test_page_figures_draw_the_planted_scores_and_tree(tmp_path):
     assert len(sides) == 2  # their labels on two sides, not over each other
     rows = summary_rows(read_table(run, "summary"), baselines).set_index(["probe", "metric"])
     assert rows.loc[("distance", "UUAS"), "best_layer"] == 2 and rows.loc[("distance", "UUAS"), "LINEAR"] == 0.5
-    assert rank_figure(read_table(run, "rank_curve")).layout.xaxis.type == "log"
+    rank = rank_figure(read_table(run, "rank_curve")).layout.xaxis
+    assert rank.type == "log" and list(rank.tickvals) == sorted(set(read_table(run, "rank_curve")["rank"]))
     tree = tree_figure(read_table(run, "tree_words"), read_table(run, "tree_edges"), "planted-7")
     assert "1 of 2 gold edges found" in tree.layout.title.text
     arcs = [t for t in tree.data if t.mode == "lines"]

@@ -124,7 +124,10 @@ def rank_figure(curve: pd.DataFrame) -> go.Figure:
         f"Distance probe by rank (layer {layer})",
         "test score",
     )
-    fig.update_layout(xaxis=dict(type="log", title="probe rank (log scale)"))
+    ranks = sorted(int(r) for r in set(curve["rank"]))  # ticks at the ranks probed, not Plotly's 2..9 of each decade
+    fig.update_layout(
+        xaxis=dict(type="log", title="probe rank (log scale)", tickvals=ranks, ticktext=list(map(str, ranks)))
+    )
     return fig
 
 
