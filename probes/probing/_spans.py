@@ -7,9 +7,10 @@ has ``S`` spans (1 or 2) of at most ``M`` words each.
 
 from __future__ import annotations
 
-import mmap
+import os
 import tempfile
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -62,7 +63,65 @@ DEFAULT_CACHE_BYTES = 512e6
 """Gathered example features kept in memory up to this many bytes (float32); above it they are
 written once to an unnamed temporary file and read back batch by batch (:class:`SpanFeatures`)."""
 
-_RELEASE_BYTES = 64e6  # a spilled cache drops its mapped pages after reading this many bytes
+_IOV_MAX = 1024  # buffers per preadv/pwritev call (Linux's IOV_MAX)
+_CALL_BYTES = 1 << 30  # and at most this many bytes per call (Linux moves at most ~2 GB per call)
+
+
+class _SpillFile:
+    """Rows ``[n, *row_shape]`` float32 in an unnamed temporary file (``O_TMPFILE`` where the file
+    system has it; gone when this object is, or when the process dies), written and read with
+    ``pwritev`` / ``preadv``: nothing is mapped, so the file's pages sit in the page cache, never in
+    this process's memory. A batch of rows is read in file order, each run of consecutive rows with
+    one call whose buffers are the rows' places in the batch: the cost of a read depends on the batch,
+    not on the file's size (a memory map faulted its pages in one by one, and touched more of them
+    the larger and sparser the file)."""
+
+    def __init__(self, directory: Path, n: int, row_shape: tuple[int, ...]):
+        self.shape = (n, *row_shape)
+        self.row_bytes = 4 * int(np.prod(row_shape))
+        self._file = tempfile.TemporaryFile(prefix=".span-features-", dir=directory)
+        self._fd = self._file.fileno()
+        os.ftruncate(self._fd, n * self.row_bytes)
+
+    def write(self, rows: np.ndarray, block: np.ndarray) -> None:
+        """File rows ``rows [B]`` (distinct) := ``block [B, *row_shape]``."""
+        block = np.ascontiguousarray(block, dtype=np.float32)
+        if len(rows):
+            self._transfer(os.pwritev, np.asarray(rows, dtype=np.int64), memoryview(block).cast("B"))
+
+    def read(self, rows: np.ndarray) -> np.ndarray:
+        """File rows ``rows [B]`` (any order, repeats allowed) as ``[B, *row_shape]`` float32."""
+        out = np.empty((len(rows), *self.shape[1:]), dtype=np.float32)
+        if len(rows):
+            self._transfer(os.preadv, np.asarray(rows, dtype=np.int64), memoryview(out).cast("B"))
+        return out
+
+    def _transfer(
+        self, call: Callable[[int, Sequence[memoryview], int], int], rows: np.ndarray, buffer: memoryview
+    ) -> None:
+        """``call(fd, buffers, offset)`` over the runs of consecutive file rows among ``rows [B > 0]``,
+        in file order; row ``rows[i]`` goes to (comes from) ``buffer``'s ``i``-th row."""
+        if rows.min() < 0 or rows.max() >= self.shape[0]:
+            raise IndexError(f"spilled features have {self.shape[0]} rows, asked for row {rows.max()}")
+        rb = self.row_bytes
+        order = np.argsort(rows, kind="stable")
+        sorted_rows = rows[order]
+        # a run ends where the next row is not the next one in the file (or the call would grow too big)
+        per_call = max(1, min(_IOV_MAX, _CALL_BYTES // rb))
+        breaks = np.flatnonzero(np.diff(sorted_rows) != 1) + 1
+        starts = np.concatenate([[0], breaks]).tolist()
+        ends = breaks.tolist() + [len(rows)]
+        places = order.tolist()
+        first = sorted_rows.tolist()
+        for a, b in zip(starts, ends):
+            for c in range(a, b, per_call):
+                d = min(b, c + per_call)
+                buffers = [buffer[i * rb : (i + 1) * rb] for i in places[c:d]]
+                if call(self._fd, buffers, first[c] * rb) != (d - c) * rb:
+                    raise OSError(f"short {call.__name__} on the span features' temporary file")
+
+    def close(self) -> None:
+        self._file.close()
 
 
 class SpanFeatures:
@@ -72,9 +131,10 @@ class SpanFeatures:
     corpus's features are never all in memory). ``standardize``: z-score each layer's dimensions
     with the mean and standard deviation over the words the spans use. Every example is gathered
     (and standardised) once: into ``cached [L, n, S, M, D]`` in memory when that fits in
-    ``cache_bytes`` (float32), otherwise into an unnamed temporary file (example-major; deleted
-    when this object is, or when the process dies), from which a batch is read back, the file's
-    pages released every few tens of MB so that memory stays at one batch's worth.
+    ``cache_bytes`` (float32), otherwise into an unnamed temporary file beside the store
+    (example-major, :class:`_SpillFile`; deleted when this object is, or when the process dies),
+    from which each batch is read back with ``preadv``: memory stays at one batch's worth and the
+    batch's examples (their order, their bytes) are the same either way.
     """
 
     def __init__(
@@ -94,9 +154,7 @@ class SpanFeatures:
         self.scale: torch.Tensor | None = None
         self.cached: torch.Tensor | None = None
         self.cached_lowp: torch.Tensor | None = None  # low-precision copy of ``cached``, made once
-        self._spill: np.memmap | None = None  # [n, L, S, M, D] float32 when not cached
-        self._spill_file: Any = None
-        self._read_bytes = 0.0
+        self._spill: _SpillFile | None = None  # rows [n, L, S, M, D] float32 when not cached
         L, _, D = self.shape
         n = len(self.tokens)
         in_memory = L * self.tokens.numel() * D * 4 <= cache_bytes
@@ -159,9 +217,8 @@ class SpanFeatures:
         if in_memory:
             self.cached = torch.empty((L, n, S, M, D), dtype=torch.float32, device=self.device)
         else:
-            # unnamed (O_TMPFILE where the file system has it) beside the store: the disk the user chose
-            self._spill_file = tempfile.TemporaryFile(prefix=".span-features-", dir=store.path.parent)
-            self._spill = np.memmap(self._spill_file, dtype=np.float32, mode="w+", shape=(n, L, S, M, D))
+            # beside the store: the disk the user chose
+            self._spill = _SpillFile(store.path.parent, n, (L, S, M, D))
         for k, rows in by_shard.items():
             hidden = torch.from_numpy(store.shard_hidden(k, source.layer_ids)).to(self.device)  # [L, W_k, D]
             for start in range(0, len(rows), 1024):
@@ -173,20 +230,8 @@ class SpanFeatures:
                     self.cached[:, torch.as_tensor(ex, device=self.device)] = g
                 else:
                     assert self._spill is not None
-                    self._spill[ex] = g.permute(1, 0, 2, 3, 4).cpu().numpy()
-                    self._release(g.numel() * 4)
-        if self._spill is not None:
-            self._spill.flush()
-            self._release(float("inf"))
+                    self._spill.write(ex, g.permute(1, 0, 2, 3, 4).cpu().numpy())
         release_free_memory()  # the shards' blocks were freed: give the pages back to the system
-
-    def _release(self, nbytes: float) -> None:
-        """Count ``nbytes`` read from (or written to) the spill file; past :data:`_RELEASE_BYTES`,
-        drop its pages from this process's mapping (they stay in the page cache, not in our RSS)."""
-        self._read_bytes += nbytes
-        if self._spill is not None and self._read_bytes >= _RELEASE_BYTES:
-            self._spill._mmap.madvise(mmap.MADV_DONTNEED)  # type: ignore[attr-defined]
-            self._read_bytes = 0.0
 
     def _gather(self, idx: torch.Tensor) -> torch.Tensor:
         assert self.feats is not None
@@ -212,11 +257,7 @@ class SpanFeatures:
             assert source is not None  # cached, so its low-precision copy exists too
             return source.index_select(1, idx), self.mask[idx]
         if self._spill is not None:
-            rows = idx.cpu().numpy()
-            order = np.argsort(rows, kind="stable")
-            block = np.empty((len(rows), *self._spill.shape[1:]), dtype=np.float32)
-            block[order] = self._spill[rows[order]]  # sorted reads from the file, then back in batch order
-            self._release(block.nbytes)
+            block = self._spill.read(idx.cpu().numpy())  # read in file order, placed in batch order
             g = torch.from_numpy(block).to(self.device).permute(1, 0, 2, 3, 4)  # [L, B, S, M, D]
             # layer-major and contiguous, as a cached batch is (batched matmuls over L are slower on a view)
             return g.contiguous() if dtype is None else g.to(dtype, memory_format=torch.contiguous_format), self.mask[
