@@ -42,6 +42,23 @@ def test_shard_file_reads_what_safetensors_reads(store):
         reader.read("hidden", 1, 0, 10**6)
 
 
+def test_shard_file_reads_only_the_chosen_layers(store):
+    """``first=``: chosen indices of axis 0 (layers of ``[L, W, D]``), in the order asked, equal to
+    slicing the whole read; the structural probe's reader reads a sentence's chosen layers only."""
+    reader = ShardFile(store._shards[0])
+    W = reader.shape("hidden")[1]
+    whole = reader.read("hidden", 1, 2, W - 1)
+    for first in ([2], [2, 0], [0, 1, 2], []):
+        np.testing.assert_array_equal(reader.read("hidden", 1, 2, W - 1, first=first), whole[first])
+    attention = reader.read("attention", 2, 3, 20)  # [layers, heads, flat maps]: axis 1 stays whole
+    np.testing.assert_array_equal(reader.read("attention", 2, 3, 20, first=[1]), attention[[1]])
+    for bad in ({"first": [store.n_layers]}, {"first": [0], "axis": 0}):
+        with pytest.raises(IndexError):
+            reader.read("hidden", **{"axis": 1, "start": 0, "stop": 1, **bad})
+    for i in (0, store.n_sentences - 1):
+        np.testing.assert_array_equal(store.hidden(i, [2, -1, 0]), store.hidden(i)[[2, -1, 0]])
+
+
 def test_float16_store_reads_as_float32(tiny_lm, small_corpus, tmp_path):
     half = extract(tiny_lm, small_corpus, root=tmp_path, progress=False, storage="float16", attentions=False)
     full = extract(tiny_lm, small_corpus, root=tmp_path, progress=False, attentions=False)

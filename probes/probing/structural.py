@@ -410,10 +410,9 @@ class _StoreRows:
         out = np.zeros((L, len(rows), D), dtype=np.float32)
         words = np.flatnonzero(rows < W)  # row W is the padding
         sentence = np.searchsorted(store.sentence_offsets, rows[words], side="right") - 1
-        layers = [l % store.n_layers for l in self.view.layer_ids]
-        for s in np.unique(sentence):
+        for s in np.unique(sentence):  # only the chosen layers of each sentence are read
             at = words[sentence == s]
-            out[:, at] = store.hidden(int(s))[layers][:, rows[at] - store.sentence_offsets[s]]
+            out[:, at] = store.hidden(int(s), self.view.layer_ids)[:, rows[at] - store.sentence_offsets[s]]
         return torch.from_numpy(out).to(self.device)
 
 

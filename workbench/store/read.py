@@ -95,11 +95,13 @@ class FeatureStore:
             self._handles[k] = handle
         return self._handles[k]
 
-    def hidden(self, i: int) -> np.ndarray:
-        """Sentence ``i``'s word vectors of every layer: ``[n_layers, words_i, dim]``."""
+    def hidden(self, i: int, layers: Sequence[int] | None = None) -> np.ndarray:
+        """Sentence ``i``'s word vectors of every layer (or of ``layers``, in that order; only those
+        are read): ``[n_layers or len(layers), words_i, dim]``."""
         k, _, off, _ = self._where[i]
         w = self.word_counts[i]
-        return _float32(self._open(int(k)).read("hidden", 1, int(off), int(off + w)))
+        first = None if layers is None else [l % self.n_layers for l in self._layer_ids(layers)]
+        return _float32(self._open(int(k)).read("hidden", 1, int(off), int(off + w), first=first))
 
     def attention(self, i: int, *, normalise: bool = True) -> np.ndarray:
         """Sentence ``i``'s word-to-word attention ``[n_layers - 1, heads, words_i, words_i]``.

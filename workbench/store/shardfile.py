@@ -13,6 +13,7 @@ import json
 import math
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -78,23 +79,46 @@ class ShardFile:
             raise KeyError(f"{self.path}: no tensor {name!r}")
         return self._tensors[name]
 
-    def read(self, name: str, axis: int = 0, start: int = 0, stop: int | None = None) -> np.ndarray:
+    def read(
+        self,
+        name: str,
+        axis: int = 0,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        first: Sequence[int] | None = None,
+    ) -> np.ndarray:
         """Tensor ``name`` sliced ``[start:stop]`` along ``axis`` (everything else whole), as stored
-        (``BF16`` widened to float32): one read per index of the axes before ``axis``."""
+        (``BF16`` widened to float32): one read per index of the axes before ``axis``.
+
+        ``first`` (with ``axis >= 1``): only these indices of axis 0, in this order (e.g. the chosen
+        layers of ``[L, W, D]`` hidden states): ``read(name, axis, start, stop, first=ids)`` equals
+        ``read(name, axis, start, stop)[ids]`` and reads only those bytes.
+        """
         info = self._info(name)
         shape = tuple(int(d) for d in info["shape"])
         dtype = _DTYPES[info["dtype"]]
         stop = shape[axis] if stop is None else stop
         if not 0 <= start <= stop <= shape[axis]:
             raise IndexError(f"{self.path}: {name}[{start}:{stop}] on axis {axis} of shape {shape}")
-        outer, inner = shape[:axis], math.prod(shape[axis + 1 :])
-        out = np.empty((*outer, stop - start, *shape[axis + 1 :]), dtype=dtype)
-        flat = out.reshape(math.prod(outer), -1)
+        if first is None:
+            chosen = range(shape[0]) if axis else range(1)
+        else:
+            if axis == 0:
+                raise IndexError(f"{self.path}: first= selects axis 0, so it needs axis >= 1, not {axis}")
+            chosen = [int(i) for i in first]
+            if any(not 0 <= i < shape[0] for i in chosen):
+                raise IndexError(f"{self.path}: {name} indices {list(chosen)} outside axis 0 of shape {shape}")
+        middle, inner = math.prod(shape[1:axis]), math.prod(shape[axis + 1 :])
+        lead = (len(chosen), *shape[1:axis]) if axis else ()
+        out = np.empty((*lead, stop - start, *shape[axis + 1 :]), dtype=dtype)
+        rows = [i * middle + j for i in chosen for j in range(middle)] if axis else [0]
+        flat = out.reshape(len(rows), (stop - start) * inner)
         row_bytes = shape[axis] * inner * dtype.itemsize
         base = self._data_start + int(info["data_offsets"][0]) + start * inner * dtype.itemsize
         nbytes = flat.shape[1] * dtype.itemsize
-        for i in range(flat.shape[0]):
-            if nbytes and os.preadv(self._fd, [memoryview(flat[i]).cast("B")], base + i * row_bytes) != nbytes:
+        for r, row in enumerate(rows):
+            if nbytes and os.preadv(self._fd, [memoryview(flat[r]).cast("B")], base + row * row_bytes) != nbytes:
                 raise ValueError(f"{self.path}: tensor {name!r} is truncated")
         if info["dtype"] == "BF16":
             return (out.astype(np.uint32) << 16).view(np.float32)
