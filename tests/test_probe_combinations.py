@@ -70,3 +70,38 @@ def test_combination_summary_chooses_on_dev_and_reports_test_with_intervals():
     assert (table["selected_on"] == "dev").all()
     assert ((table["low"] <= table["score"]) & (table["score"] <= table["high"])).all()
     assert (table["n_test"] < 100).all() and table["small_sample"].all()  # ~60 test words
+
+
+def test_a_combined_view_is_the_combination_computed_shard_by_shard(tiny_lm, small_corpus, tmp_path):
+    """The feature-combinations analysis probes a ``CombinedView``: each shard's combination equals
+    the corresponding rows of the whole-corpus combination, and span features gathered from it
+    (in memory or spilled) equal those gathered from the whole array (statistics in float64 there,
+    float32 here: equal to 1e-4)."""
+    import torch
+
+    from bertology.probes.probing._spans import SpanFeatures, span_index
+    from bertology.probes.probing.combinations import CombinedView
+    from bertology.probes.probing.tasks import build_task
+
+    store = extract(tiny_lm, small_corpus, root=tmp_path, attentions=False, progress=False, shard_size=9)
+    assert store.n_shards > 2
+    layers = store.layers()
+    task = build_task(small_corpus, "pos")
+    tokens, mask = span_index(task, store.sentence_offsets)
+    idx = torch.randperm(len(tokens), generator=torch.Generator().manual_seed(0))[:64]
+    for name in COMBINATIONS:
+        whole = combine_layers(layers, name)
+        view = CombinedView(store, name)
+        assert view.shape == (1, *whole.shape) and len(view) == 1
+        np.testing.assert_array_equal(np.asarray(view)[0], whole)
+        for k in range(store.n_shards):
+            rows = np.concatenate(
+                [np.arange(store.sentence_offsets[s], store.sentence_offsets[s + 1]) for s in store.shard_sentences(k)]
+            )
+            np.testing.assert_array_equal(view.shard(k), whole[None, rows])  # same arithmetic, same bits
+        from_array = SpanFeatures(whole[None], tokens, mask, True, "cpu")
+        held = SpanFeatures(view, tokens, mask, True, "cpu")
+        spilled = SpanFeatures(view, tokens, mask, True, "cpu", cache_bytes=1)
+        assert held.cached is not None and spilled._spill is not None
+        torch.testing.assert_close(held(idx)[0], from_array(idx)[0], atol=1e-4, rtol=1e-4)
+        assert torch.equal(spilled(idx)[0], held(idx)[0])

@@ -200,8 +200,8 @@ class SpanFeatures:
             count = 0
             for k in by_shard:  # one layer of one shard at a time: memory stays at a few MB
                 rows = np.unique(used_local[used_shard == k])
-                for j, layer in enumerate(source.layer_ids):
-                    x = store.shard_hidden(k, [layer])[0, rows].astype(np.float64)  # [used words, D]
+                for j in range(L):
+                    x = source.shard(k, [j])[0, rows].astype(np.float64)  # [used words, D]
                     total[j] += x.sum(0)
                     squares[j] += np.einsum("wd,wd->d", x, x)
                 count += len(rows)
@@ -220,7 +220,7 @@ class SpanFeatures:
             # beside the store: the disk the user chose
             self._spill = _SpillFile(store.path.parent, n, (L, S, M, D))
         for k, rows in by_shard.items():
-            hidden = torch.from_numpy(store.shard_hidden(k, source.layer_ids)).to(self.device)  # [L, W_k, D]
+            hidden = torch.from_numpy(source.shard(k)).to(self.device)  # [L, W_k, D]
             for start in range(0, len(rows), 1024):
                 ex = rows[start : start + 1024]
                 g = hidden[:, torch.as_tensor(local[ex].reshape(-1), device=self.device)].view(L, len(ex), S, M, D)

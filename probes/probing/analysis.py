@@ -15,7 +15,7 @@ import pandas as pd
 
 from bertology.errors import ConfigError
 from bertology.probes.probing.baselines import random_init_baseline
-from bertology.probes.probing.combinations import COMBINATIONS, combine_layers
+from bertology.probes.probing.combinations import COMBINATIONS, CombinedView
 from bertology.probes.probing.controls import CONTROL_KEYS, control_keys
 from bertology.probes.probing.edge import (
     SELECTED_ON,
@@ -343,10 +343,9 @@ def feature_combinations_analysis(ctx: StudyContext) -> None:
         require_splittable(task)
 
     def combos() -> dict[str, pd.DataFrame]:
-        layers = store.layers()
         frames = []
         for name in COMBINATIONS:
-            feats = combine_layers(layers, name)[None]  # [1, n_words, dim']
+            feats = CombinedView(store, name)  # [1, n_words, dim'], computed shard by shard when gathered
             for task in tasks.values():
                 df = probe_arrays(
                     feats,

@@ -228,7 +228,9 @@ class LayerView:
     """The chosen layers of a store, read when used: ``view[j]`` is layer ``layer_ids[j]``'s word vectors
     ``[n_words, dim]`` (one layer in memory at a time); ``shape`` is ``(len(layer_ids), n_words, dim)``,
     the array it stands for. Analyses that go layer by layer iterate it; span probes gather from it
-    shard by shard (:meth:`FeatureStore.shard_hidden`); ``np.asarray(view)`` reads it all."""
+    shard by shard (:meth:`shard`); ``np.asarray(view)`` reads it all. A subclass may stand for
+    features computed from the layers (a feature combination) by overriding ``shape``, ``shard``,
+    ``__getitem__`` and ``__array__``."""
 
     def __init__(self, store: FeatureStore, layer_ids: Sequence[int] | None = None):
         self.store = store
@@ -249,6 +251,13 @@ class LayerView:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self.store.layers(self.layer_ids)
         return out if dtype is None else out.astype(dtype)
+
+    def shard(self, k: int, which: Sequence[int] | None = None) -> np.ndarray:
+        """Shard ``k``'s words of this view's layers (or of positions ``which`` among them):
+        ``[len(view) or len(which), words_k, shape[2]]`` float32, in
+        :meth:`FeatureStore.shard_sentences` order (what span probes gather from, shard by shard)."""
+        ids = self.layer_ids if which is None else [self.layer_ids[j] for j in which]
+        return self.store.shard_hidden(k, ids)
 
 
 def _float32(array: np.ndarray) -> np.ndarray:
