@@ -57,7 +57,7 @@ def label_matrix(task: EdgeTask) -> np.ndarray:
 
 @overload
 def probe_arrays(
-    features: np.ndarray | torch.Tensor,
+    features: np.ndarray | torch.Tensor | LayerView,
     sentence_offsets: np.ndarray,
     task: EdgeTask,
     *,
@@ -68,7 +68,7 @@ def probe_arrays(
 
 @overload
 def probe_arrays(
-    features: np.ndarray | torch.Tensor,
+    features: np.ndarray | torch.Tensor | LayerView,
     sentence_offsets: np.ndarray,
     task: EdgeTask,
     *,

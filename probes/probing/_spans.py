@@ -87,13 +87,13 @@ class _SpillFile:
         """File rows ``rows [B]`` (distinct) := ``block [B, *row_shape]``."""
         block = np.ascontiguousarray(block, dtype=np.float32)
         if len(rows):
-            self._transfer(os.pwritev, np.asarray(rows, dtype=np.int64), memoryview(block).cast("B"))
+            self._transfer(os.pwritev, np.asarray(rows, dtype=np.int64), block.data.cast("B"))
 
     def read(self, rows: np.ndarray) -> np.ndarray:
         """File rows ``rows [B]`` (any order, repeats allowed) as ``[B, *row_shape]`` float32."""
         out = np.empty((len(rows), *self.shape[1:]), dtype=np.float32)
         if len(rows):
-            self._transfer(os.preadv, np.asarray(rows, dtype=np.int64), memoryview(out).cast("B"))
+            self._transfer(os.preadv, np.asarray(rows, dtype=np.int64), out.data.cast("B"))
         return out
 
     def _transfer(

@@ -101,6 +101,7 @@ class ShardFile:
         stop = shape[axis] if stop is None else stop
         if not 0 <= start <= stop <= shape[axis]:
             raise IndexError(f"{self.path}: {name}[{start}:{stop}] on axis {axis} of shape {shape}")
+        chosen: Sequence[int]
         if first is None:
             chosen = range(shape[0]) if axis else range(1)
         else:
