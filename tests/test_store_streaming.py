@@ -137,6 +137,25 @@ def test_spilled_and_in_memory_features_give_the_same_scores_for_wide_and_paired
     np.testing.assert_array_equal(spilled, held)
 
 
+def test_linear_probes_on_spilled_features_give_the_same_scores(store, small_corpus):
+    """Full-batch L-BFGS reads its pooled inputs in chunks of consecutive examples (long runs: many
+    rows per ``preadv`` call) from the spill file: the same inputs, the same scores."""
+    task = build_task(small_corpus, "entities")
+    frames = [
+        probe_arrays(
+            store.view(),
+            store.sentence_offsets,
+            task,
+            seeds=[0],
+            config=ProbeConfig(probe="linear", pooling="mean", max_epochs=3, cache_mb=cache_mb),
+        )
+        for cache_mb in (512.0, 1e-6)
+    ]
+    held, spilled = (f[f["split"].isin(["dev", "test"])]["value"].to_numpy() for f in frames)
+    assert np.isfinite(held).all() and len(held) > 4
+    np.testing.assert_array_equal(spilled, held)
+
+
 def test_spill_file_reads_rows_in_any_order(tmp_path, monkeypatch):
     """``_SpillFile`` writes rows given out of order and reads any selection (repeats, runs of
     consecutive rows, runs longer than one call may carry) back in the order asked."""
