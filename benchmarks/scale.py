@@ -4,8 +4,10 @@
 Every command runs as its own process (``bertology ...``, the way a researcher runs it) and is
 measured by ``os.wait4``: wall seconds, user + system CPU seconds and the child's own peak resident
 set size (``ru_maxrss``). The corpus at scale ``k`` is the bundled Brown sample (3,000 sentences,
-gold POS) written ``k`` times with fresh sentence ids; the feature store is extracted first (its own
-row), so each analysis row measures the analysis reading that store. The baseline of each ratio is
+gold POS) written ``k`` times with fresh sentence ids; the feature stores are extracted first (their
+own rows: ``extract`` without attention maps, as probing and contextuality read it, and
+``extract+attn`` with them, as head statistics read it -- two store keys), so each analysis row
+measures the analysis reading its store. The baseline of each ratio is
 the same command at 1x, run in this same invocation.
 
     .venv/bin/python benchmarks/scale.py                       # MiniLM, 1x 2x 4x: extract, probe pos
@@ -153,7 +155,13 @@ def main() -> None:
         for scale in scales:
             corpus = build_corpus(work, scale, args.base_sentences)
             common = ["--model", model, "--corpus", str(corpus), "--limit", "0"]
-            rows = [("extract", [bertology, "extract", *common])]
+            # the store each analysis reads: probing and contextuality keep no attention maps (a store
+            # of its own key), head statistics do; each is extracted first, so analyses reopen it
+            rows = []
+            if any(a in analyses for a in ("probe", "contextuality")):
+                rows.append(("extract", [bertology, "extract", "--no-attentions", *common]))
+            if "heads" in analyses:
+                rows.append(("extract+attn", [bertology, "extract", *common]))
             epochs = ["--max-epochs", str(args.probe_epochs)] if args.probe_epochs else []
             rows += [(a, [bertology, *ANALYSES[a], *common, *(epochs if a == "probe" else [])]) for a in analyses]
             for name, cmd in rows:
