@@ -19,8 +19,9 @@ import streamlit as st
 
 from bertology.apps.locations import shown_root
 from bertology.apps.pages import PAGE_BY_KEY, PAGES
-from bertology.apps.tables import LAYER_CONVENTION, measure_lines
+from bertology.apps.tables import measure_lines
 from bertology.apps.ui import chosen
+from bertology.numbering import STATEMENT
 
 # Streamlit's toolbar (Deploy button, menu) is hidden by `--client.toolbarMode viewer`, which the
 # CLI and the screenshot script pass; this keeps the chrome clean when the file is run directly.
@@ -41,7 +42,7 @@ def dashboard() -> None:
     st.header(page.title)
     st.caption(page.intro)
     if page.study is not None or page.key == "Live":  # the pages that show layers
-        st.caption(LAYER_CONVENTION)
+        st.caption(STATEMENT)
     definitions = measure_lines(page.key)
     if definitions:
         with st.expander("what the measures on this page mean"):

@@ -101,7 +101,8 @@ def head_map(
     height: int | None = None,
     subtitle: str | None = None,
 ) -> go.Figure:
-    """Categorical head map: one square per head (x = head, y = layer, layer 0 at the top), coloured
+    """Categorical head map: one square per head (x = head, y = layer, the first layer at the top; the
+    table's numbers, from 1, on the axes), coloured
     by its type, one legend entry per type with its count. Each point carries ``customdata =
     [layer, head]`` (what a click selects); ``selected`` gets a black outline.
 
@@ -112,8 +113,9 @@ def head_map(
     df["layer"] = df["layer"].astype(int)
     df["head"] = df["head"].astype(int)
     df["type"] = df["type"].astype(str)
-    n_layers = int(df["layer"].max()) + 1 if len(df) else 1
-    n_heads = int(df["head"].max()) + 1 if len(df) else 1
+    first_layer, first_head = (int(df["layer"].min()), int(df["head"].min())) if len(df) else (1, 1)
+    n_layers = int(df["layer"].max()) - first_layer + 1 if len(df) else 1
+    n_heads = int(df["head"].max()) - first_head + 1 if len(df) else 1
     cell = int(
         np.clip(min(360 / max(n_layers, 1), 300 / max(n_heads, 1)), 10, 34)
     )  # squares that do not touch in a half-width column
@@ -152,16 +154,16 @@ def head_map(
         xaxis=dict(
             title="head",
             tickmode="array",
-            tickvals=list(range(n_heads)),
-            range=[-0.6, n_heads - 0.4],
+            tickvals=list(range(first_head, first_head + n_heads)),
+            range=[first_head - 0.6, first_head + n_heads - 0.4],
             showgrid=False,
             zeroline=False,
         ),
         yaxis=dict(
             title="layer",
             tickmode="array",
-            tickvals=list(range(n_layers)),
-            range=[n_layers - 0.4, -0.6],
+            tickvals=list(range(first_layer, first_layer + n_layers)),
+            range=[first_layer + n_layers - 0.4, first_layer - 0.6],
             showgrid=False,
             zeroline=False,
         ),

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bertology.numbering import is_current, to_index
 from bertology.results import mean_ci
 
 
@@ -187,13 +188,32 @@ INTERVAL_ESTIMATES = (
 )
 COUNT_NAMES = ("n", "count", "heads_pruned", "examples", "iterations")
 P_NAMES = ("p", "p_value", "mcnemar_p")
-LAYER_CONVENTION = (
-    "Layer numbers on this page: a hidden state's layer is 0 for the embeddings and l for the output of "
-    "transformer layer l (1..L), as Hugging Face's hidden_states; a head's or an attention map's layer counts "
-    "the transformer layers from 0 (layer 0 = the first, whose output is hidden state 1), as the model's own "
-    "module list and Clark et al.'s tools."
-)
-"""The one statement of the two layer numberings, shown under each page's title (issue 54, item 2)."""
+HEAD_NUMBERED_STUDIES = frozenset({"head_types", "pruning", "patching", "compression", "emergence"})
+"""Studies whose tables name a head's (or an attention map's) layer and its heads. Their runs from
+before :mod:`bertology.numbering` (no ``numbering`` in the manifest) counted both from 0; the other
+studies' layers are hidden states, numbered as they still are (0 = embeddings)."""
+
+
+def array_position(number: int, manifest: dict[str, Any]) -> int:
+    """The 0-based array index (of a run's saved ``[layers, heads, ...]`` arrays) of the layer or head
+    its tables call ``number``: ``number - 1``, or ``number`` itself in a run written before the one
+    numbering (:func:`old_numbering_note`)."""
+    return to_index(int(number)) if is_current(manifest) else int(number)
+
+
+def old_numbering_note(manifest: dict[str, Any]) -> str | None:
+    """A warning for a run of :data:`HEAD_NUMBERED_STUDIES` written before the one numbering (its
+    tables count a head's layer and heads from 0, so they would be read one off); None otherwise.
+    The dashboard does not renumber such files: it says so and asks for a re-run."""
+    if manifest.get("study") not in HEAD_NUMBERED_STUDIES or is_current(manifest):
+        return None
+    return (
+        f"This {manifest.get('study')} run ({manifest.get('run_id', '?')}) predates the numbering stated above: "
+        "its tables count a head's layer and the heads from 0, so every layer and head number of a head on "
+        "this page is one lower than the same head elsewhere. Re-run the study (with --force) to renumber it."
+    )
+
+
 INDEX_NAMES = ("layer", "head", "offset", "step", "seed", "rank", "k", "iteration", "epoch")
 
 

@@ -29,10 +29,21 @@ from bertology.apps.locations import (
     shown_root,
     split_runs,
 )
-from bertology.apps.tables import comparison_mismatches, paper_table, search_rows
+from bertology.apps.tables import comparison_mismatches, old_numbering_note, paper_table, search_rows
 from bertology.results import ResultError, read_extra, read_table
 
-PROVENANCE = ("study", "run_id", "seed", "config", "model", "corpus", "wall_seconds", "git_commit", "packages")
+PROVENANCE = (
+    "study",
+    "run_id",
+    "seed",
+    "config",
+    "model",
+    "corpus",
+    "wall_seconds",
+    "git_commit",
+    "packages",
+    "numbering",
+)
 
 
 def load_table(run: Path, name: str) -> pd.DataFrame | None:
@@ -151,6 +162,8 @@ def pick_run(study: str | None, key: str, label: str = "run") -> Path | None:
         return None
     with st.expander("provenance"):
         st.json(clean_json({k: manifest.get(k) for k in PROVENANCE if k in manifest}))
+    if note := old_numbering_note(manifest):
+        st.warning(note)
     return choice
 
 
@@ -186,6 +199,8 @@ def pick_other(study: str | None, run: Path, key: str) -> Path | None:
             return None
         if mismatches:
             st.warning(MISMATCH_WARNING + "; ".join(clean(m) for m in mismatches))
+        if note := old_numbering_note(read_manifest(choice)):
+            st.warning(note)
     return choice
 
 

@@ -47,6 +47,7 @@ from bertology import paths
 from bertology.errors import ConfigError
 from bertology.finetuning.config import BUILTIN_TASKS, MODES, names_a_task
 from bertology.finetuning.lottery import LOTTERY_SCHEDULES
+from bertology.numbering import head_number, layer_number
 from bertology.probes.heads.analysis import PRUNING_METHODS
 from bertology.probes.heads.pruning import BAD_SUBNETWORKS, RANDOM_SUBNETWORKS, SUBNETWORK_KINDS
 from bertology.runs import StudyContext
@@ -324,13 +325,19 @@ def _structured_retrain(
         runs[kind] = run_finetuning(dataclasses.replace(base, run_name=f"{kind}-seed{seed}", weight_mask=str(mask)))
         if kind == "good":
             gone_heads, gone_ffn = set(heads), set(ffn)
-            survivors += [
-                {"seed": seed, "layer": l, "head": h, "component": "head", "survives": (l, h) not in gone_heads}
+            survivors += [  # layers 1..L, heads 1..H (bertology.numbering); head -1: an FFN block
+                {
+                    "seed": seed,
+                    "layer": layer_number(l),
+                    "head": head_number(h),
+                    "component": "head",
+                    "survives": (l, h) not in gone_heads,
+                }
                 for l in range(shape[0])
                 for h in range(shape[1])
             ]
             survivors += [
-                {"seed": seed, "layer": l, "head": -1, "component": "ffn", "survives": l not in gone_ffn}
+                {"seed": seed, "layer": layer_number(l), "head": -1, "component": "ffn", "survives": l not in gone_ffn}
                 for l in range(shape[0])
             ]
         rows.append(

@@ -12,7 +12,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bertology.results import write_results
+from bertology import results
+from bertology.numbering import NUMBERING
+
+
+def write_results(run_dir: Path, tables: dict, manifest: dict, extras: dict | None = None) -> Path:
+    """:func:`bertology.results.write_results` with the manifest's ``numbering`` (layers and heads
+    from 1) as every run of this version writes it, unless the manifest says otherwise."""
+    return results.write_results(run_dir, tables, {"numbering": NUMBERING, **manifest}, extras)
+
 
 # The pages in sidebar order and the header each must show: written out here so that a wrong
 # registry entry fails the tests instead of being compared with itself.
@@ -71,21 +79,21 @@ PAGE_STUDIES = {
 
 MARKUP = "<b>x</b>"
 ESCAPED = "&lt;b&gt;x&lt;/b&gt;"
-# layer x head -> type (2 layers, 3 heads)
+# (layer, head) -> type (2 layers, 3 heads; numbered from 1 as the tables are)
 PLANTED_TYPES = {
-    (0, 0): "positional",
-    (0, 1): "broad",
-    (0, 2): "special",
-    (1, 0): "syntactic",
     (1, 1): "positional",
-    (1, 2): "other",
+    (1, 2): "broad",
+    (1, 3): "special",
+    (2, 1): "syntactic",
+    (2, 2): "positional",
+    (2, 3): "other",
 }
 
 
 def head_types_run(
     root: Path, run_id: str = "planted", model: str = "planted-bert", types: dict[tuple[int, int], str] | None = None
 ) -> Path:
-    """A head_types run: 2 layers x 3 heads of known types; layer 1 head 0 tracks ``nsubj`` with
+    """A head_types run: 2 layers x 3 heads of known types; layer 2 head 1 tracks ``nsubj`` with
     accuracy 0.9 against a 0.4 offset baseline; one example sentence holds the word ``<b>x</b>``."""
     types = types or PLANTED_TYPES
     rows = [
@@ -111,7 +119,7 @@ def head_types_run(
         stats.append({"layer": l, "head": h, "statistic": "token_offset_other", "value": 0.0, "n": 80})
     deps = []
     for l, h in types:
-        for relation, acc in (("nsubj", 0.9 if (l, h) == (1, 0) else 0.2), ("amod", 0.3)):
+        for relation, acc in (("nsubj", 0.9 if (l, h) == (2, 1) else 0.2), ("amod", 0.3)):
             deps.append(
                 {
                     "layer": l,
@@ -133,8 +141,8 @@ def head_types_run(
     probe = pd.DataFrame(
         {
             "method": ["best_offset", "best_head"],
-            "layer": [np.nan, 1.0],
-            "head": [np.nan, 0.0],
+            "layer": [np.nan, 2.0],
+            "head": [np.nan, 1.0],
             "offset": [1.0, np.nan],
             "n_train": [100, 100],
             "n_test": [20, 20],
@@ -294,8 +302,8 @@ def pruning_run(root: Path, run_id: str = "planted", model: str = "planted-bert"
     importance = pd.DataFrame(
         [
             {"layer": l, "head": h, "importance": v, "method": "gradient"}
-            for l, row in enumerate(PLANTED_IMPORTANCE)
-            for h, v in enumerate(row)
+            for l, row in enumerate(PLANTED_IMPORTANCE, start=1)
+            for h, v in enumerate(row, start=1)
         ]
     )
     return write_results(
@@ -305,7 +313,7 @@ def pruning_run(root: Path, run_id: str = "planted", model: str = "planted-bert"
     )
 
 
-PLANTED_PATCH_HEAD = (1, 2)  # the head the planted patching run finds carrying number: 0.8 [0.7, 0.9]
+PLANTED_PATCH_HEAD = (2, 3)  # (layer, head) the planted patching run finds carrying number: 0.8 [0.7, 0.9]
 
 
 PLANTED_CONTROL_HEAD = (0, 0)
@@ -335,7 +343,7 @@ def patching_run(root: Path, run_id: str = "planted", model: str = "planted-bert
         }
     )
     positions["carries"] = positions["low"] > 0.1
-    hl, hh = np.indices((2, 3))
+    hl, hh = np.indices((2, 3)) + 1  # layers and heads numbered from 1
     restored = np.where((hl == PLANTED_PATCH_HEAD[0]) & (hh == PLANTED_PATCH_HEAD[1]), 0.8, 0.0).ravel()
     heads = pd.DataFrame(
         {"layer": hl.ravel(), "head": hh.ravel(), "restored": restored, "low": restored - 0.1 + 0.05 * (restored == 0)}
@@ -422,8 +430,8 @@ def compression_run(root: Path, run_id: str = "planted") -> Path:
     importance = pd.DataFrame(
         [
             {"layer": l, "head": h, "importance": v, "method": "gradient"}
-            for l, row in enumerate(PLANTED_IMPORTANCE)
-            for h, v in enumerate(row)
+            for l, row in enumerate(PLANTED_IMPORTANCE, start=1)
+            for h, v in enumerate(row, start=1)
         ]
     )
     quant = pd.DataFrame(
@@ -481,15 +489,15 @@ def compression_run(root: Path, run_id: str = "planted") -> Path:
                 "component": "head",
                 "layer": l,
                 "head": h,
-                "share": 1.0 if (l, h) == (1, 2) else 0.5,
-                "super_survivor": (l, h) == (1, 2),
+                "share": 1.0 if (l, h) == (2, 3) else 0.5,
+                "super_survivor": (l, h) == (2, 3),
             }
-            for l in range(2)
-            for h in range(3)
+            for l in (1, 2)
+            for h in (1, 2, 3)
         ]
         + [
-            {"component": "ffn", "layer": l, "head": -1, "share": [0.0, 1.0][l], "super_survivor": l == 1}
-            for l in range(2)
+            {"component": "ffn", "layer": l, "head": -1, "share": [0.0, 1.0][l - 1], "super_survivor": l == 2}
+            for l in (1, 2)
         ]
     )
     return write_results(
@@ -686,8 +694,8 @@ def finetuning_run(root: Path, run_id: str = "planted") -> Path:
             "task": "pos",
             "mode": "full",
             "seed": 0,
-            "layer": [0, 0, 1, 1],
-            "head": [0, 1, 0, 1],
+            "layer": [1, 1, 2, 2],
+            "head": [1, 2, 1, 2],
             "type_before": ["positional", "broad", "syntactic", "special"],
             "type_after": ["positional", "broad", "broad", "special"],
             "changed": [False, False, True, False],

@@ -44,16 +44,16 @@ def test_best_single_head_is_the_planted_one():
     sentences, attentions = noisy_corpus(p_a=1.0, p_b=0.3)
     top = best_heads(dependency_scores(attentions, sentences))
     row = top[(top.relation == "all") & (top.direction == "dependent_attends_to_head")].iloc[0]
-    assert (row["layer"], row["head"]) == (0, 1) and row["accuracy"] == 1.0
+    assert (row["layer"], row["head"]) == (1, 2) and row["accuracy"] == 1.0  # array position (0, 1)
     for rel in ("nsubj", "dobj", "det"):
         r = top[(top.relation == rel) & (top.direction == "dependent_attends_to_head")].iloc[0]
-        assert (r["layer"], r["head"]) == (0, 1)
+        assert (r["layer"], r["head"]) == (1, 2)
 
 
 def test_learned_combination_beats_single_heads():
     sentences, attentions = noisy_corpus(n=120, parity=True)
     table = attention_probe(attentions, sentences, test_size=0.3, seed=0).set_index("method")
-    assert table.loc["best_head", "layer"] in (0, 1)
+    assert table.loc["best_head", "layer"] in (1, 2)
     assert table.loc["learned_combination", "uas"] > table.loc["best_head", "uas"] + 0.3
     assert table.loc["best_offset", "uas"] < 0.3  # random trees: offsets are weak
     probe = AttentionDependencyProbe().fit(attentions[:80], sentences[:80])
@@ -117,7 +117,7 @@ def test_each_held_out_uas_carries_a_sentence_bootstrap_interval():
     sentences, attentions = noisy_corpus(n=40, p_a=1.0, p_b=0.3)
     table = attention_probe(attentions, sentences, test_size=0.25, seed=0).set_index("method")
     best = table.loc["best_head"]
-    assert (best["layer"], best["head"]) == (0, 1)
+    assert (best["layer"], best["head"]) == (1, 2)  # array position (0, 1), numbered from 1
     assert (best["uas"], best["uas_low"], best["uas_high"]) == (1.0, 1.0, 1.0)
     offset = table.loc["best_offset"]
     assert offset["uas_low"] < offset["uas"] < offset["uas_high"]

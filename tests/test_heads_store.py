@@ -12,7 +12,8 @@ from bertology.probes.heads.classification import analyse_store
 from bertology.store import extract
 from bertology.testing import plant_offset_head, tiny_bert, tiny_model, tiny_tokenizer
 
-FORCED = (1, 2)
+FORCED = (1, 2)  # 0-based array position (plant_offset_head's arguments)
+NAMED = (2, 3)  # its (layer, head) numbers in the tables, both from 1
 WORDS = [f"w{i}" for i in range(30)]
 
 
@@ -30,10 +31,10 @@ def test_forced_previous_token_head_through_store(tmp_path):
     handle.remove()
     tables = analyse_store(store, corpus, frequencies={w: 1.0 for w in WORDS})
     types = tables["head_types"].set_index(["layer", "head"])
-    assert types.loc[FORCED, "type"] == "positional"
-    assert types.loc[FORCED, "positional_offset"] == -1
+    assert types.loc[NAMED, "type"] == "positional"
+    assert types.loc[NAMED, "positional_offset"] == -1
     positional = types[types["type"] == "positional"]
-    assert list(positional.index) == [FORCED]
+    assert list(positional.index) == [NAMED]
     # the notebook function returns the same table
     import pandas as pd
 
@@ -72,15 +73,15 @@ def test_planted_previous_token_head_on_multi_piece_words(multi_piece_store):
     tables = analyse_store(store, corpus, frequencies="wordfreq")
     types = tables["head_types"].set_index(["layer", "head"])
     share = 1 - len(corpus) / (sum(pieces) + 2 * len(corpus))
-    assert types.loc[FORCED, "type"] == "positional"
-    assert types.loc[FORCED, "positional_offset"] == -1
-    assert types.loc[FORCED, "positional_share"] == pytest.approx(share)
-    assert list(types[types["is_positional"]].index) == [FORCED]
+    assert types.loc[NAMED, "type"] == "positional"
+    assert types.loc[NAMED, "positional_offset"] == -1
+    assert types.loc[NAMED, "positional_share"] == pytest.approx(share)
+    assert list(types[types["is_positional"]].index) == [NAMED]
     # the word-level view (Clark's conversion, specials dropped) misses it: a split word's pieces
     # attend within the word, so the word's row points at itself
-    assert types.loc[FORCED, "word_share"] < 0.9
+    assert types.loc[NAMED, "word_share"] < 0.9
     words = analyse_store(store, corpus, frequencies="wordfreq", positional_level="word")["head_types"]
-    assert not words.set_index(["layer", "head"]).loc[FORCED, "is_positional"]
+    assert not words.set_index(["layer", "head"]).loc[NAMED, "is_positional"]
     # leaving the special tokens' own rows out: every word piece points at the previous token
     pieces_only = analyse_store(store, corpus, frequencies="wordfreq", positional_queries="words")["head_types"]
-    assert pieces_only.set_index(["layer", "head"]).loc[FORCED, "positional_share"] == pytest.approx(1.0)
+    assert pieces_only.set_index(["layer", "head"]).loc[NAMED, "positional_share"] == pytest.approx(1.0)

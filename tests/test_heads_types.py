@@ -17,7 +17,12 @@ from bertology.probes.heads.classification import (
 from bertology.probes.heads.stats import corpus_frequencies, head_statistics, statistic_matrix
 
 L, H = 2, 4
-POSITIONAL, SYNTACTIC, RARE = (0, 1), (1, 2), (1, 0)
+POSITIONAL, SYNTACTIC, RARE = (0, 1), (1, 2), (1, 0)  # 0-based positions in the attention arrays
+
+
+def number(position: tuple[int, int]) -> tuple[int, int]:
+    """The (layer, head) numbers the tables give the head at an array position (both from 1)."""
+    return position[0] + 1, position[1] + 1
 RELATIONS = ["nsubj", "dobj", "amod", "det", "obj", "nmod:poss"]
 
 
@@ -57,15 +62,16 @@ def test_statistics_recover_planted_heads():
     stats = head_statistics(attentions, sentences, special_attention=specials, frequencies=freq, special_tokens="drop")
     assert set(stats.columns) == {"layer", "head", "statistic", "value", "n"}
     prev = statistic_matrix(stats, "argmax_offset_-1")
-    others = prev.stack().drop(index=POSITIONAL)
-    assert prev.loc[POSITIONAL] > 0.9 and others.max() < 0.5
+    others = prev.stack().drop(index=number(POSITIONAL))
+    assert prev.loc[number(POSITIONAL)] > 0.9 and others.max() < 0.5
     rare = statistic_matrix(stats, "argmax_rarest")
-    assert rare.loc[RARE] == pytest.approx(1.0)
+    assert rare.loc[number(RARE)] == pytest.approx(1.0)
     conf = statistic_matrix(stats, "confidence")
-    assert conf.loc[POSITIONAL] == pytest.approx(0.8)
-    assert statistic_matrix(stats, "attn_sep").loc[0, 3] == pytest.approx(0.9)
+    assert conf.loc[number(POSITIONAL)] == pytest.approx(0.8)
+    assert statistic_matrix(stats, "attn_sep").loc[1, 4] == pytest.approx(0.9)  # array position (0, 3)
     ent = statistic_matrix(stats, "entropy_norm")
-    assert ent.loc[POSITIONAL] < ent.loc[0, 0]
+    assert ent.loc[number(POSITIONAL)] < ent.loc[1, 1]
+    assert list(prev.index) == [1, 2] and list(prev.columns) == [1, 2, 3, 4]  # layers and heads from 1
     # rows of a word-level map sum to one, so offset shares sum to one per head
     offs = stats[stats.statistic.str.startswith("argmax_offset_")].groupby(["layer", "head"]).value.sum()
     np.testing.assert_allclose(offs.to_numpy(), 1.0)
@@ -82,23 +88,23 @@ def test_types_recover_planted_heads():
     stats = head_statistics(attentions, sentences, special_attention=specials, frequencies=freq)
     dep = dependency_scores(attentions, sentences)
     assert set(dep.direction) == {DEPENDENT_TO_HEAD, HEAD_TO_DEPENDENT}
-    syn = dep[(dep["layer"] == 1) & (dep["head"] == 2) & (dep.direction == DEPENDENT_TO_HEAD)]
+    syn = dep[(dep["layer"] == 2) & (dep["head"] == 3) & (dep.direction == DEPENDENT_TO_HEAD)]  # SYNTACTIC
     assert (syn.accuracy > 0.99).all() and set(syn.relation) >= {"nsubj", "dobj", "poss"}
     assert "obj" not in set(dep.relation)  # UD alias folded
     with pytest.raises(WorkbenchError, match="token-level"):
         classify_heads(stats, dep, min_count=20)  # the default positional view needs token counts
     types = classify_heads(stats, dep, min_count=20, positional_level="word")
     by_head = types.set_index(["layer", "head"])
-    assert by_head.loc[POSITIONAL, "type"] == "positional"
-    assert by_head.loc[POSITIONAL, "positional_offset"] == -1
-    assert by_head.loc[SYNTACTIC, "type"] == "syntactic"
-    assert by_head.loc[RARE, "type"] == "rare-token"
-    assert by_head.loc[(0, 3), "type"] == "special"
+    assert by_head.loc[number(POSITIONAL), "type"] == "positional"
+    assert by_head.loc[number(POSITIONAL), "positional_offset"] == -1
+    assert by_head.loc[number(SYNTACTIC), "type"] == "syntactic"
+    assert by_head.loc[number(RARE), "type"] == "rare-token"
+    assert by_head.loc[(1, 4), "type"] == "special"
     assert (types.type == "positional").sum() == 1
     assert (types.type == "syntactic").sum() == 1
     assert (types.type == "rare-token").sum() == 1
     m = type_matrix(types)
-    assert m.shape == (L, H) and m.loc[0, 1] == "positional"
+    assert m.shape == (L, H) and m.loc[1, 2] == "positional"
 
 
 def test_relation_labels():
@@ -131,28 +137,28 @@ def test_statistics_over_full_rows_by_hand():
     keep = statistic_matrix  # shorthand
     stats = head_statistics([words], special_attention=[special])
     # entropy of 0.1 0.2 0.3 0.4 = 1.84644 bits, of 0.6 0.1 0.1 0.2 = 1.57095 bits
-    assert keep(stats, "entropy").loc[0, 0] == pytest.approx((1.8464393 + 1.5709506) / 2)
-    assert keep(stats, "entropy_norm").loc[0, 0] == pytest.approx((1.8464393 + 1.5709506) / 2 / 2)  # log2(4) = 2
-    assert keep(stats, "confidence").loc[0, 0] == pytest.approx((0.4 + 0.6) / 2)
-    assert keep(stats, "argmax_special").loc[0, 0] == pytest.approx(0.5)  # row 0's maximum is [SEP]
-    assert keep(stats, "attn_special").loc[0, 0] == pytest.approx((0.7 + 0.3) / 2)
-    assert keep(stats, "attn_sep").loc[0, 0] == pytest.approx(0.3)
-    assert keep(stats, "attn_self").loc[0, 0] == pytest.approx((0.1 + 0.1) / 2)
+    assert keep(stats, "entropy").loc[1, 1] == pytest.approx((1.8464393 + 1.5709506) / 2)
+    assert keep(stats, "entropy_norm").loc[1, 1] == pytest.approx((1.8464393 + 1.5709506) / 2 / 2)  # log2(4) = 2
+    assert keep(stats, "confidence").loc[1, 1] == pytest.approx((0.4 + 0.6) / 2)
+    assert keep(stats, "argmax_special").loc[1, 1] == pytest.approx(0.5)  # row 0's maximum is [SEP]
+    assert keep(stats, "attn_special").loc[1, 1] == pytest.approx((0.7 + 0.3) / 2)
+    assert keep(stats, "attn_sep").loc[1, 1] == pytest.approx(0.3)
+    assert keep(stats, "attn_self").loc[1, 1] == pytest.approx((0.1 + 0.1) / 2)
     # renormalised word maps (FeatureStore.attention(i)) give the same full rows
     normalised = words / words.sum(-1, keepdims=True)
     again = head_statistics([normalised], special_attention=[special])
     np.testing.assert_allclose(again.value, stats.value)
     # the word-only view: rows 1/3 2/3 and 6/7 1/7
     drop = head_statistics([words], special_attention=[special], special_tokens="drop")
-    assert keep(drop, "entropy").loc[0, 0] == pytest.approx((0.9182958 + 0.5916728) / 2)
-    assert keep(drop, "entropy_norm").loc[0, 0] == pytest.approx((0.9182958 + 0.5916728) / 2)  # log2(2) = 1
-    assert keep(drop, "confidence").loc[0, 0] == pytest.approx((2 / 3 + 6 / 7) / 2)
+    assert keep(drop, "entropy").loc[1, 1] == pytest.approx((0.9182958 + 0.5916728) / 2)
+    assert keep(drop, "entropy_norm").loc[1, 1] == pytest.approx((0.9182958 + 0.5916728) / 2)  # log2(2) = 1
+    assert keep(drop, "confidence").loc[1, 1] == pytest.approx((2 / 3 + 6 / 7) / 2)
     assert "argmax_special" not in set(drop.statistic)
-    assert keep(drop, "attn_special").loc[0, 0] == pytest.approx(0.5)  # still reported
+    assert keep(drop, "attn_special").loc[1, 1] == pytest.approx(0.5)  # still reported
     # word-level argmax offsets are over words in both views: row 0 -> word 1 (+1), row 1 -> word 0 (-1)
     for table in (stats, drop):
-        assert keep(table, "argmax_offset_1").loc[0, 0] == pytest.approx(0.5)
-        assert keep(table, "argmax_offset_-1").loc[0, 0] == pytest.approx(0.5)
+        assert keep(table, "argmax_offset_1").loc[1, 1] == pytest.approx(0.5)
+        assert keep(table, "argmax_offset_-1").loc[1, 1] == pytest.approx(0.5)
 
 
 def sep_heads_corpus(n_sentences=30, w=20):
@@ -177,15 +183,15 @@ def test_heads_that_attend_to_sep_are_special_not_broad():
         "head"
     )
     # rows over words + [CLS] + [SEP]: entropy of (0.6, 20 x 0.02) / log2(22) = 0.605 -> not broad
-    assert keep.loc[0, "types"] == "special"
-    assert keep.loc[0, "entropy_norm"] == pytest.approx(
+    assert keep.loc[1, "types"] == "special"
+    assert keep.loc[1, "entropy_norm"] == pytest.approx(
         -(0.6 * np.log2(0.6) + 0.4 * np.log2(0.02)) / np.log2(22), rel=1e-6
     )
-    assert keep.loc[1, "type"] == "other" and keep.loc[1, "entropy_norm"] < 0.8
-    assert keep.loc[1, "special_argmax_share"] == pytest.approx(1.0)
+    assert keep.loc[2, "type"] == "other" and keep.loc[2, "entropy_norm"] < 0.8
+    assert keep.loc[2, "special_argmax_share"] == pytest.approx(1.0)
     # word rows renormalised: every word gets 1/20, entropy_norm 1 -> "broad"
-    assert drop.loc[0, "types"] == "special;broad"
-    assert drop.loc[1, "type"] == "broad" and drop.loc[1, "entropy_norm"] == pytest.approx(1.0)
+    assert drop.loc[1, "types"] == "special;broad"
+    assert drop.loc[2, "type"] == "broad" and drop.loc[2, "entropy_norm"] == pytest.approx(1.0)
 
 
 # --------------------------------------------------------------------------- token-level positional view
@@ -207,16 +213,16 @@ def test_token_level_offsets_decide_positional_heads():
     counts[0, 1, window - 1] = 12
     counts[0, 1, -1] = 18  # "other"
     stats = head_statistics([attention], token_offsets=[counts])
-    assert statistic_matrix(stats, "token_offset_-1").loc[0].tolist() == pytest.approx([28 / 30, 12 / 30])
-    assert statistic_matrix(stats, "token_offset_other").loc[0, 1] == pytest.approx(18 / 30)
+    assert statistic_matrix(stats, "token_offset_-1").loc[1].tolist() == pytest.approx([28 / 30, 12 / 30])
+    assert statistic_matrix(stats, "token_offset_other").loc[1, 2] == pytest.approx(18 / 30)
     assert set(stats.loc[stats.statistic.str.startswith("token_offset_"), "n"]) == {30}
     token = classify_heads(stats).set_index("head")
-    assert token.loc[0, "type"] == "positional" and token.loc[0, "positional_offset"] == -1
-    assert token.loc[0, "positional_share"] == pytest.approx(28 / 30) and token.loc[1, "type"] != "positional"
-    assert token.loc[0, "word_offset"] == 0 and token.loc[1, "word_share"] == pytest.approx(0.9)
+    assert token.loc[1, "type"] == "positional" and token.loc[1, "positional_offset"] == -1
+    assert token.loc[1, "positional_share"] == pytest.approx(28 / 30) and token.loc[2, "type"] != "positional"
+    assert token.loc[1, "word_offset"] == 0 and token.loc[2, "word_share"] == pytest.approx(0.9)
     word = classify_heads(stats, positional_level="word").set_index("head")
-    assert word.loc[0, "positional_offset"] == 0 and word.loc[0, "positional_share"] == pytest.approx(1.0)
-    assert word.loc[1, "type"] == "positional" and word.loc[1, "positional_offset"] == -1
+    assert word.loc[1, "positional_offset"] == 0 and word.loc[1, "positional_share"] == pytest.approx(1.0)
+    assert word.loc[2, "type"] == "positional" and word.loc[2, "positional_offset"] == -1
     assert (word["positional_level"] == "word").all() and (token["positional_level"] == "token").all()
 
 
@@ -251,15 +257,15 @@ def self_heavy_corpus(n_sentences=40, seed=0):
 def test_syntactic_argmax_excludes_the_word_itself():
     sentences, attentions = self_heavy_corpus()
     dep = dependency_scores(attentions, sentences)
-    rows = dep[(dep["layer"] == 0) & (dep["head"] == 0) & (dep.direction == DEPENDENT_TO_HEAD)].set_index("relation")
+    rows = dep[(dep["layer"] == 1) & (dep["head"] == 1) & (dep.direction == DEPENDENT_TO_HEAD)].set_index("relation")
     assert rows.loc["nsubj", "accuracy"] == 1.0 and rows.loc["all", "accuracy"] == 1.0
     with_self = dependency_scores(attentions, sentences, exclude_self=False)
     assert (with_self.loc[with_self.direction == DEPENDENT_TO_HEAD, "accuracy"] == 0.0).all()  # self always wins
     stats = head_statistics(attentions, sentences, frequencies={})
     types = classify_heads(stats, dep, positional_level="word", min_count=10).set_index("head")
-    assert types.loc[0, "types"] == "positional;syntactic"  # its argmax over all words is itself (offset 0)
-    assert types.loc[0, "syntactic_relation"] in ("nsubj", "amod")
-    assert types.loc[0, "syntactic_direction"] == DEPENDENT_TO_HEAD
+    assert types.loc[1, "types"] == "positional;syntactic"  # its argmax over all words is itself (offset 0)
+    assert types.loc[1, "syntactic_relation"] in ("nsubj", "amod")
+    assert types.loc[1, "syntactic_direction"] == DEPENDENT_TO_HEAD
     assert not classify_heads(stats, with_self, positional_level="word", min_count=10)["is_syntactic"].any()
 
 
@@ -267,13 +273,13 @@ def test_syntactic_relations_default_to_voita():
     """Head (0, 1) tracks only det: not syntactic on Voita's nsubj/dobj/amod/advmod, syntactic on all."""
     sentences, attentions = self_heavy_corpus()
     dep = dependency_scores(attentions, sentences)
-    det = dep[(dep["head"] == 1) & (dep.relation == "det") & (dep.direction == DEPENDENT_TO_HEAD)]
+    det = dep[(dep["head"] == 2) & (dep.relation == "det") & (dep.direction == DEPENDENT_TO_HEAD)]
     assert det["accuracy"].iloc[0] == 1.0
     stats = head_statistics(attentions, sentences, frequencies={})
     voita = classify_heads(stats, dep, positional_level="word", min_count=10).set_index("head")
-    assert not voita.loc[1, "is_syntactic"] and voita.loc[1, "syntactic_relation"] != "det"
+    assert not voita.loc[2, "is_syntactic"] and voita.loc[2, "syntactic_relation"] != "det"
     every = classify_heads(stats, dep, positional_level="word", min_count=10, relations="all").set_index("head")
-    assert every.loc[1, "is_syntactic"] and every.loc[1, "syntactic_relation"] == "det"
+    assert every.loc[2, "is_syntactic"] and every.loc[2, "syntactic_relation"] == "det"
 
 
 def test_held_out_best_head_is_chosen_on_dev_and_reported_on_test():
@@ -285,7 +291,7 @@ def test_held_out_best_head_is_chosen_on_dev_and_reported_on_test():
     sentences, attentions, _, _ = planted_corpus(n_sentences=80)
     best = held_out_best_heads(attentions, sentences, dev_share=0.5, seed=3, min_count=5)
     d2h = best[best.direction == DEPENDENT_TO_HEAD].set_index("relation")
-    assert (d2h[["layer", "head"]].apply(tuple, axis=1) == SYNTACTIC).all()
+    assert (d2h[["layer", "head"]].apply(tuple, axis=1) == number(SYNTACTIC)).all()
     assert (best.selected_on == "dev").all()
     row = d2h.loc["all"]
     everything = dependency_scores(attentions, sentences)

@@ -27,6 +27,7 @@ import yaml
 
 from bertology import __version__, atomic, paths, results
 from bertology.errors import ConfigError, WorkbenchError
+from bertology.numbering import NUMBERING
 from bertology.validation import as_float, as_int, check_values, load_yaml
 
 INPUTS_FILE = "inputs.json"
@@ -204,8 +205,16 @@ def _content_only(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_record(config: dict[str, Any], seed: int, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a run's results depend on: config, seed, input contents (no paths), workbench version."""
-    return {"config": config, "seed": seed, "inputs": _content_only(inputs or {}), "code_version": __version__}
+    """What a run's results depend on: config, seed, input contents (no paths), workbench version and
+    the tables' layer and head numbering (:data:`bertology.numbering.NUMBERING`: steps saved under an
+    older numbering are recomputed, never mixed with new ones)."""
+    return {
+        "config": config,
+        "seed": seed,
+        "inputs": _content_only(inputs or {}),
+        "code_version": __version__,
+        "numbering": NUMBERING,
+    }
 
 
 def config_hash(config: dict[str, Any], seed: int, inputs: dict[str, Any] | None = None) -> str:
@@ -221,7 +230,7 @@ def _what_changed(before: dict[str, Any], now: dict[str, Any]) -> str:
         for key in sorted(set(old) | set(new)):
             if old.get(key) != new.get(key):
                 changes.append(f"{section} {key!r}")
-    for key in ("seed", "code_version"):
+    for key in ("seed", "code_version", "numbering"):
         if before.get(key) != now.get(key):
             changes.append(f"{key} {before.get(key)!r} -> {now.get(key)!r}")
     return ", ".join(changes) or "the record"
@@ -371,6 +380,7 @@ def _run_locked(
             "seed": seed,
             "inputs": inputs or {},
             "code_version": __version__,
+            "numbering": NUMBERING,  # layers 1..L, heads 1..H in the tables (bertology.numbering)
             "wall_seconds": round(time.perf_counter() - started, 2),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **ctx.provenance,

@@ -192,11 +192,11 @@ def survivors_figure(survivors: pd.DataFrame) -> go.Figure:
     )
     ffn = survivors[survivors["component"] == "ffn"].set_index("layer")["share"].reindex(heads.index)
     z = np.column_stack([heads.to_numpy(), ffn.to_numpy()])
-    stars = survivors.assign(column=survivors["head"].where(survivors["component"] == "head", heads.shape[1]))
+    columns = {head: i for i, head in enumerate(heads.columns)}  # the table's head numbers -> grid columns
     text = np.full(z.shape, "", dtype=object)
     rows = {layer: i for i, layer in enumerate(heads.index)}
-    for r in stars[stars["super_survivor"]].itertuples():
-        text[rows[r.layer], int(r.column)] = "★"
+    for r in survivors[survivors["super_survivor"]].itertuples():
+        text[rows[r.layer], columns[r.head] if r.component == "head" else heads.shape[1]] = "★"
     x = [f"H{h}" for h in heads.columns] + ["FFN"]
     fig = go.Figure(
         go.Heatmap(

@@ -29,6 +29,7 @@ from bertology.apps.ui import (
     pick_run,
     query,
 )
+from bertology.numbering import to_index
 from bertology.results import ResultError, read_manifest
 
 
@@ -107,10 +108,10 @@ def selected_head(run: Path, types: pd.DataFrame, heads: list[str]) -> str:
         wanted = query("head")
         st.session_state[pick_key] = wanted if wanted in heads else default_head(types)
         if wanted is not None and wanted not in heads:
-            n_layers, n_heads = int(types["layer"].max()) + 1, int(types["head"].max()) + 1
+            layers, heads_ = types["layer"], types["head"]
             st.warning(
-                f"?head={esc(wanted)}: no such head in this run (write it as layer-head, layers 0-{n_layers - 1}, "
-                f"heads 0-{n_heads - 1}); showing {st.session_state[pick_key]}"
+                f"?head={esc(wanted)}: no such head in this run (write it as layer-head, layers "
+                f"{layers.min()}-{layers.max()}, heads {heads_.min()}-{heads_.max()}); showing {st.session_state[pick_key]}"
             )
     click = clicked_head(st.session_state.get("head_map"))
     if click in heads and click != st.session_state.get("head_last_click"):
@@ -202,8 +203,10 @@ def head_examples(run: Path, layer: int, head: int) -> None:
     with guard("the attention examples", run):
         sents = examples.get("sentences") if isinstance(examples, dict) else None
         if sents:
+            manifest = read_manifest(run)
+            at = (tables.array_position(layer, manifest), tables.array_position(head, manifest))  # in the arrays
             st.markdown("**Its attention on example sentences** (row = attending word, column = attended word)")
-            st.plotly_chart(attention_small_multiples(sents, layer, head), width="stretch", key="examples")
+            st.plotly_chart(attention_small_multiples(sents, layer, head, at), width="stretch", key="examples")
             st.markdown("**Head view of one sentence** (bertviz-style, drawn offline)")
             k = st.selectbox(
                 "sentence",
@@ -212,7 +215,7 @@ def head_examples(run: Path, layer: int, head: int) -> None:
                 key="head_sentence",
             )
             c3, c4 = st.columns(2)
-            words, matrix = sents[k]["words"], sents[k]["attention"][layer][head]
+            words, matrix = sents[k]["words"], sents[k]["attention"][at[0]][at[1]]
             c3.plotly_chart(
                 figures.head_view(words, matrix, f"layer {layer}, head {head}"), width="stretch", key="head_view"
             )
@@ -354,10 +357,13 @@ def relation_table(dependency: pd.DataFrame, layer: int, head: int, min_count: i
 DIRECTIONS = {"dependent_attends_to_head": "dependent → head", "head_attends_to_dependent": "head → dependent"}
 
 
-def attention_small_multiples(sentences: Sequence[dict], layer: int, head: int, columns: int = 2) -> go.Figure:
-    """One heatmap per example sentence for head ``(layer, head)`` (shared colour scale 0..1).
-
-    ``sentences``: dicts with ``words`` and ``attention`` ``[layers, heads, words, words]``."""
+def attention_small_multiples(
+    sentences: Sequence[dict], layer: int, head: int, at: tuple[int, int] | None = None, columns: int = 2
+) -> go.Figure:
+    """One heatmap per example sentence for head ``(layer, head)`` (its numbers, from 1; shared colour
+    scale 0..1). ``sentences``: dicts with ``words`` and ``attention`` ``[layers, heads, words, words]``;
+    ``at``: the head's 0-based index in those arrays (default ``(layer - 1, head - 1)``)."""
+    at = at or (to_index(layer), to_index(head))
     n = len(sentences)
     rows = (n + columns - 1) // columns
     titles = [esc(" ".join(s["words"])[:60]) for s in sentences]
@@ -372,7 +378,7 @@ def attention_small_multiples(sentences: Sequence[dict], layer: int, head: int, 
         labels = word_labels(s["words"])
         fig.add_trace(
             go.Heatmap(
-                z=np.asarray(s["attention"][layer][head], dtype=float),
+                z=np.asarray(s["attention"][at[0]][at[1]], dtype=float),
                 x=labels,
                 y=labels,
                 coloraxis="coloraxis",

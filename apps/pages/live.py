@@ -31,6 +31,7 @@ from bertology.apps.pages.page import Page
 from bertology.apps.ui import chosen, guard, pick_word, query
 from bertology.errors import WorkbenchError
 from bertology.models import DEFAULT_MODEL, LoadedModel, list_models, load_model
+from bertology.numbering import head_number, layer_number
 
 if TYPE_CHECKING:  # bertology.inspection loads torch: imported where the page computes, not when the dashboard starts
     from bertology.inspection import Inspection, Level
@@ -157,19 +158,21 @@ def pick_words() -> tuple[str, ...] | None:
 
 
 def head_section(ins: Inspection, level: Level) -> tuple[int, int]:
-    """One head's map at the chosen level, as a heatmap and as bertviz-style lines; returns the head."""
+    """One head's map at the chosen level, as a heatmap and as bertviz-style lines; returns the head's
+    0-based array indices (the widgets and titles show its numbers, layers and heads from 1)."""
     st.subheader("Head view")
     c1, c2 = st.columns(2)
-    layer: int = chosen(c1.selectbox("layer", range(ins.n_layers), key="live_layer"))
-    head: int = chosen(c2.selectbox("head", range(ins.n_heads), key="live_head"))
+    layer: int = chosen(c1.selectbox("layer", range(ins.n_layers), key="live_layer", format_func=layer_number))
+    head: int = chosen(c2.selectbox("head", range(ins.n_heads), key="live_head", format_func=head_number))
     rows, columns, maps = ins.maps(level)
     matrix = maps[layer, head]
+    name = f"layer {layer_number(layer)}, head {head_number(head)}"
     left, right = st.columns(2)
     left.plotly_chart(
         figures.attention_heatmap(
             rows,
             matrix,
-            f"layer {layer}, head {head} ({level}s)",
+            f"{name} ({level}s)",
             columns=columns,
             first_row=1 if level == "word" else 0,  # the words sit after [CLS] among the columns: one number each
         ),
@@ -181,7 +184,7 @@ def head_section(ins: Inspection, level: Level) -> tuple[int, int]:
         figures.head_view(
             rows,
             matrix,
-            f"layer {layer}, head {head}: lines ≥ 0.05",
+            f"{name}: lines ≥ 0.05",
             targets=columns,
             first_row=1 if level == "word" else 0,  # the words sit after [CLS] in both columns
             highlight=lit if isinstance(lit, int) and lit < len(rows) else None,
@@ -247,7 +250,7 @@ def neuron_section(ins: Inspection, layer: int, head: int) -> None:
             qk_contributions(q, k, query_token),
             ins.attentions[layer, head, query_token],
             query_token,
-            f"layer {layer}, head {head}, query {query_token}",
+            f"layer {layer_number(layer)}, head {head_number(head)}, query {query_token}",
         ),
         width="stretch",
         key="live_neurons",
@@ -260,15 +263,19 @@ def rollout_section(ins: Inspection) -> None:
     st.subheader("Attention rollout (Abnar & Zuidema 2020)")
     st.caption(
         "Per layer A′ = ½·(mean of the heads' maps) + ½·I (the residual connection), rows renormalised; "
-        "the rollout after layer l is A′ₗ·…·A′₀: how much of each token's representation there flows "
+        "the rollout after layer l is A′ₗ·…·A′₁: how much of each token's representation there flows "
         "from each input token."
     )
     rollout = attention_rollout(ins.attentions)
     layer = st.select_slider(
-        "after layer", options=list(range(ins.n_layers)), value=ins.n_layers - 1, key="live_rollout_layer"
+        "after layer",
+        options=list(range(ins.n_layers)),
+        value=ins.n_layers - 1,
+        key="live_rollout_layer",
+        format_func=layer_number,
     )
     st.plotly_chart(
-        figures.attention_heatmap(ins.tokens, rollout[layer], f"rollout after layer {layer}"),
+        figures.attention_heatmap(ins.tokens, rollout[layer], f"rollout after layer {layer_number(layer)}"),
         width="stretch",
         key="live_rollout",
     )
@@ -340,7 +347,7 @@ def live_page(page: Page) -> None:
 
 def model_view(maps: Any, title: str, width: int = 1100) -> go.Figure:
     """bertviz's model view as one mosaic: the attention map of every head of every layer at once
-    (row = layer, layer 0 at the top; column = head), shared colour scale 0..1, maps separated by a
+    (row = layer, layer 1 at the top; column = head, from 1), shared colour scale 0..1, maps separated by a
     blank line. ``maps``: ``[layers, heads, rows, columns]`` (row = the attending unit); with fewer
     rows than columns (word units: the words against ``[CLS]``, the words, ``[SEP]``) each tile is
     square, the rows placed beside their own columns and the special tokens' rows blank, so a
@@ -371,7 +378,7 @@ def model_view(maps: Any, title: str, width: int = 1100) -> go.Figure:
         xaxis=dict(
             tickmode="array",
             tickvals=[h * (C + 1) + (C - 1) / 2 for h in range(H)],
-            ticktext=[f"head {h}" for h in range(H)],
+            ticktext=[f"head {head_number(h)}" for h in range(H)],
             side="top",
             showgrid=False,
             zeroline=False,
@@ -379,7 +386,7 @@ def model_view(maps: Any, title: str, width: int = 1100) -> go.Figure:
         yaxis=dict(
             tickmode="array",
             tickvals=[l * (R + 1) + (R - 1) / 2 for l in range(L)],
-            ticktext=[f"layer {l}" for l in range(L)],
+            ticktext=[f"layer {layer_number(l)}" for l in range(L)],
             autorange="reversed",
             showgrid=False,
             zeroline=False,

@@ -67,8 +67,7 @@ def patching_page(page: Page) -> None:
     direction = str(config.get("direction", "denoising"))
     st.markdown(
         DIRECTION_TEXT.get(direction, direction) + " Layers: hidden state 0 = the embeddings, hidden state l = "
-        "the output of transformer layer l; a head's layer counts from 0 (layer 0 = the first transformer layer, "
-        "whose output is hidden state 1), as on the Heads page."
+        "the output of transformer layer l, the layer whose heads are heads l-1 .. l-H, as on the Heads page."
     )
     accuracy = optional_table(run, "accuracy")
     warning = None
@@ -169,7 +168,7 @@ def _hover(label: str, restored: float, low: float, high: float, n: int) -> str:
 def _heatmap(
     grid: pd.DataFrame, text: list[list[str]], title: str, x_title: str, y_title: str, limit: float | None = None
 ) -> go.Figure:
-    """A diverging heat map of restored fractions (0 white, 1 red, negative blue), layer 0 on top;
+    """A diverging heat map of restored fractions (0 white, 1 red, negative blue), the first layer on top;
     ``limit``: the colour scale runs from -limit to +limit (None: from the values); ``title``: escaped
     text (:func:`esc`), ``<br>`` a line break."""
     fig = go.Figure(

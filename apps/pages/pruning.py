@@ -240,7 +240,7 @@ def importance_figure(grid: pd.DataFrame) -> go.Figure:
 
 def l0_gates_figure(gates: pd.DataFrame) -> go.Figure:
     """One panel per λ: each head's probability that its Hard Concrete gate is open (``p_open``),
-    a square per head (x = head, y = layer, layer 0 at the top), heads the deterministic gate removes
+    a square per head (x = head, y = layer, the first at the top), heads the deterministic gate removes
     marked with an x. ``gates``: ``lam, layer, head, p_open, kept`` (:func:`train_l0_gates`; the first
     seed of each λ)."""
     lams = sorted(gates["lam"].unique())
@@ -286,7 +286,7 @@ def l0_gates_figure(gates: pd.DataFrame) -> go.Figure:
             c,
         )
         fig.update_xaxes(title_text="head", dtick=1, row=1, col=c)
-    n_layers = int(gates["layer"].max()) + 1
+    n_layers = int(gates["layer"].nunique())
     fig.update_yaxes(autorange="reversed", dtick=1, title_text="layer", row=1, col=1)
     fig.update_layout(
         title="L0 head gates (Voita et al. 2019): which heads each penalty keeps", height=180 + 34 * n_layers

@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from bertology.errors import WorkbenchError
+from bertology.numbering import head_indices, head_number, layer_number
 from bertology.probes.embeddings.static_vectors import StaticVectors
 from bertology.probes.heads.classification import DEPENDENT_TO_HEAD, argmax_other_word, dependency_scores
 from bertology.uncertainty import ratio_bootstrap
@@ -371,8 +372,9 @@ def attention_probe(
     dep = dependency_scores(a_tr, s_tr)
     unlabelled = dep[(dep["relation"] == "all") & (dep["direction"] == DEPENDENT_TO_HEAD)]
     top = unlabelled.loc[unlabelled["accuracy"].idxmax()]
-    layer, head = int(top["layer"]), int(top["head"])
-    rows.append(_uas_row("best_head", layer, head, None, _single_head_heads(a_te, layer, head), s_te, seed))
+    layer, head = head_indices([(top["layer"], top["head"])])[0]
+    heads_found = _single_head_heads(a_te, layer, head)
+    rows.append(_uas_row("best_head", layer_number(layer), head_number(head), None, heads_found, s_te, seed))
     probe = AttentionDependencyProbe(l2=l2, seed=seed).fit(a_tr, s_tr)
     rows.append(_uas_row("learned_combination", None, None, None, probe.predict(a_te), s_te, seed))
     if word_vectors is not None:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from bertology.errors import WorkbenchError
+from bertology.numbering import head_number, layer_number
 from bertology.probes.heads.stats import DEFAULT_WINDOW, head_statistics
 
 # ClearNLP (spaCy English) and UD spellings of the same relations -> one canonical label.
@@ -212,8 +213,8 @@ def dependency_scores(
         frames.append(
             pd.DataFrame(
                 {
-                    "layer": layers.ravel(),
-                    "head": heads_.ravel(),
+                    "layer": layer_number(layers.ravel()),
+                    "head": head_number(heads_.ravel()),
                     "relation": key[0],
                     "direction": key[1],
                     "n": n,
@@ -294,8 +295,8 @@ def dependency_scores_in_reach(
             for head in range(correct.shape[1]):
                 rows.append(
                     {
-                        "layer": layer,
-                        "head": head,
+                        "layer": layer_number(layer),
+                        "head": head_number(head),
                         "attention_window": windows[layer],
                         "relation": rel,
                         "direction": DEPENDENT_TO_HEAD,
@@ -391,8 +392,8 @@ def held_out_best_heads(
             {
                 "relation": key[0],
                 "direction": key[1],
-                "layer": int(layer),
-                "head": int(head),
+                "layer": layer_number(int(layer)),
+                "head": head_number(int(head)),
                 "selected_on": "dev",
                 "n_dev": dev_n,
                 "dev_accuracy": dev_hits[layer, head] / dev_n,

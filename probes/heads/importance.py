@@ -29,6 +29,7 @@ from torch import nn
 from bertology.architectures import mlm_parts
 from bertology.errors import ModelError, WorkbenchError
 from bertology.models import model_device, to_device
+from bertology.numbering import head_number, layer_number
 from bertology.probes.heads.gates import HeadGates, head_shape, ones_gates
 
 Batch = dict[str, torch.Tensor]
@@ -71,8 +72,8 @@ def _table(scores: np.ndarray, raw: np.ndarray, method: str) -> pd.DataFrame:
     layers, heads = np.indices(scores.shape)
     return pd.DataFrame(
         {
-            "layer": layers.ravel(),
-            "head": heads.ravel(),
+            "layer": layer_number(layers.ravel()),
+            "head": head_number(heads.ravel()),
             "importance": scores.ravel(),
             "importance_raw": raw.ravel(),
             "method": method,
@@ -156,7 +157,7 @@ def ffn_importance_scores(
     norm = np.linalg.norm(raw)
     scores = raw / norm if normalise and norm > 0 else raw
     return pd.DataFrame(
-        {"layer": np.arange(n_layers), "importance": scores, "importance_raw": raw, "method": "gradient"}
+        {"layer": layer_number(np.arange(n_layers)), "importance": scores, "importance_raw": raw, "method": "gradient"}
     )
 
 

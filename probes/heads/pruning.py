@@ -39,6 +39,7 @@ from torch import nn
 
 from bertology.errors import WorkbenchError
 from bertology.models import model_device, to_device
+from bertology.numbering import head_indices, head_number, head_numbers, layer_number
 from bertology.probes.heads.gates import (
     HeadGates,
     count_parameters,
@@ -96,7 +97,7 @@ def removal_order(
             _rank=head_types["type"].map({k: i for i, k in enumerate(TYPE_PRUNE_ORDER)}),
         )
         t = t.sort_values(["_rank", "confidence", "_tie"])
-        return [(int(r.layer), int(r.head)) for r in t.itertuples()][: counts[-1]]
+        return head_indices(zip(t["layer"], t["head"]))[: counts[-1]]
     if method != "importance":
         raise WorkbenchError(f"pruning_curve: unknown method {method!r} (importance, random, type)")
     if batches is None or loss_fn is None:
@@ -108,11 +109,11 @@ def removal_order(
             continue
         scores = importance_scores(model, batches, loss_fn, normalise=True, base_gates=gates)
         removed = set(order)
-        scores = scores[[(int(l), int(h)) not in removed for l, h in zip(scores["layer"], scores["head"])]]
+        scores = scores[[pair not in removed for pair in head_indices(zip(scores["layer"], scores["head"]))]]
         chosen = scores.sort_values("importance", kind="stable").head(count - len(order))
-        for layer, head in zip(chosen["layer"], chosen["head"]):
-            gates[int(layer), int(head)] = 0.0
-            order.append((int(layer), int(head)))
+        for layer, head in head_indices(zip(chosen["layer"], chosen["head"])):
+            gates[layer, head] = 0.0
+            order.append((layer, head))
     return order
 
 
@@ -205,7 +206,7 @@ def pruning_curve(
                 "n_pruned": count,
                 "share_pruned": count / total,
                 "metric": points[count],
-                "pruned": str(sorted(order[:count])),
+                "pruned": str(head_numbers(sorted(order[:count]))),  # (layer, head) numbers, from 1
                 "n_heads": total,
                 "refined": count not in grid,
             }
@@ -219,10 +220,11 @@ def pruning_curve(
 def heads_pruned_at(
     curve: pd.DataFrame, share: float, share_column: str = "share_pruned"
 ) -> tuple[pd.Series, list[tuple[int, int]]]:
-    """The curve row nearest ``share`` of heads removed and its ``(layer, head)`` list (the ``pruned``
-    column is stored as a string so the table stays plain parquet)."""
+    """The curve row nearest ``share`` of heads removed and its 0-based ``(layer, head)`` index list
+    (the ``pruned`` column holds the heads' numbers, from 1, as a string so the table stays plain
+    parquet)."""
     row = curve.iloc[(curve[share_column] - share).abs().argmin()]
-    return row, [(int(l), int(h)) for l, h in ast.literal_eval(row["pruned"])]
+    return row, head_indices(ast.literal_eval(row["pruned"]))
 
 
 def removable_shares(
@@ -361,8 +363,8 @@ def compare_orders(
             per_seed = []
             for pruned in at["pruned"]:
                 gates = torch.ones(n_layers, n_heads)
-                for layer, head in ast.literal_eval(pruned):
-                    gates[int(layer), int(head)] = 0.0
+                for layer, head in head_indices(ast.literal_eval(pruned)):
+                    gates[layer, head] = 0.0
                 per_seed.append(sentence_scores(model, gates.to(model_device(model)), batches))
             if per_seed:
                 scores[method] = (np.mean([n for n, _ in per_seed], axis=0), per_seed[0][1], len(per_seed))
@@ -545,8 +547,8 @@ def train_l0_gates(
     layers, heads = np.indices((n_layers, n_heads))
     return pd.DataFrame(
         {
-            "layer": layers.ravel(),
-            "head": heads.ravel(),
+            "layer": layer_number(layers.ravel()),
+            "head": head_number(heads.ravel()),
             "log_alpha": hard.log_alpha.detach().cpu().numpy().ravel(),
             "p_open": p.numpy().ravel(),
             "gate": z.numpy().ravel(),
@@ -574,7 +576,8 @@ def evaluate_l0_gates(
     base = task.metric("test")(model, ones_gates(model, n_layers, n_heads))
     rows = []
     for (lam, gate_seed), part in gates.groupby(["lam", "seed"], sort=False):
-        off = [(int(r.layer), int(r.head)) for r in part.itertuples() if not bool(r.kept)]
+        closed = part[~part["kept"].astype(bool)]
+        off = head_indices(zip(closed["layer"], closed["head"]))
         mask = gates_from_heads(model, off)
         numerator, denominator = task.sentence_scores(model, mask, task.test)
         boot = ratio_bootstrap(numerator, denominator, n_resamples=n_resamples, seed=seed)

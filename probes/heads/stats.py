@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from bertology.errors import WorkbenchError
+from bertology.numbering import head_number, layer_number, to_index
 from bertology.progress import progress_bar
 
 DEFAULT_WINDOW = tuple(range(-5, 6))
@@ -285,8 +286,8 @@ class HeadStatistics:
             rows.append(
                 pd.DataFrame(
                     {
-                        "layer": layers.ravel(),
-                        "head": heads.ravel(),
+                        "layer": layer_number(layers.ravel()),
+                        "head": head_number(heads.ravel()),
                         "statistic": name,
                         "value": mean.ravel(),
                         "n": n.ravel(),
@@ -370,13 +371,13 @@ def with_attention_windows(table: pd.DataFrame, windows: Sequence[int | None]) -
     construction, not by what the head learned (docs/METHODS.md, "Local attention windows")."""
     if "layer" not in table.columns:
         raise WorkbenchError(f"with_attention_windows: the table has no layer column ({list(table.columns)})")
-    layers = table["layer"].astype(int).to_numpy()
-    if len(layers) and (layers.min() < 0 or layers.max() >= len(windows)):
+    layers = table["layer"].astype(int).to_numpy()  # transformer layers 1..L (bertology.numbering)
+    if len(layers) and (layers.min() < 1 or layers.max() > len(windows)):
         raise WorkbenchError(
-            f"with_attention_windows: layers {layers.min()}..{layers.max()} but windows for {len(windows)} layers"
+            f"with_attention_windows: layers {layers.min()}..{layers.max()} but windows for layers 1..{len(windows)}"
         )
     out = table.copy()
-    out["attention_window"] = pd.array([windows[layer] for layer in layers], dtype="Int64")
+    out["attention_window"] = pd.array([windows[to_index(layer)] for layer in layers], dtype="Int64")
     return out
 
 
@@ -483,7 +484,7 @@ def window_reach(tokenizer, sentences: Sequence, windows: Sequence[int | None]) 
             if t[total]:
                 rows.append(
                     {
-                        "layer": layer,
+                        "layer": layer_number(layer),
                         "attention_window": layer_window,
                         "statistic": statistic,
                         "value": t[hit] / t[total],

@@ -26,6 +26,7 @@ import pandas as pd
 
 from bertology.errors import ConfigError, ModelError
 from bertology.models import LoadedModel, load_model, random_init_like, resolve_device
+from bertology.numbering import head_number, layer_number
 from bertology.probes.patching.minimal_pairs import ROLE_ORDER, TEMPLATES, VERBS, AgreementPair, agreement_pairs
 from bertology.probes.patching.patch import (
     DIRECTIONS,
@@ -135,7 +136,9 @@ def _site_rows(pair: AgreementPair, row: dict[str, Any], hidden: np.ndarray, hea
         }
     )
     hl, hh = np.indices(heads.shape)
-    head_table = pd.DataFrame({**base, "layer": hl.ravel(), "head": hh.ravel(), "score": heads.ravel()})
+    head_table = pd.DataFrame(
+        {**base, "layer": layer_number(hl.ravel()), "head": head_number(hh.ravel()), "score": heads.ravel()}
+    )
     for table in (states, head_table):
         table["restored"] = (table["score"] - into) / (source - into)
     return states, head_table

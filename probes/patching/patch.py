@@ -31,6 +31,7 @@ from bertology.architectures import architecture_for, mlm_parts
 from bertology.errors import ModelError, WorkbenchError
 from bertology.features import model_max_tokens
 from bertology.models import LoadedModel, model_device, to_device
+from bertology.numbering import head_number, layer_number
 from bertology.probes.patching.activations import Activations, Patch, head_dim, head_layout, patching, recording
 from bertology.progress import progress_bar
 
@@ -440,8 +441,8 @@ def patch_heads(
     scores = head_scores(lm, pair, run, position=position, batch_rows=batch_rows, progress=True)
     layers, heads = np.indices(scores.shape)
     columns = {
-        "layer": layers.ravel(),
-        "head": heads.ravel(),
+        "layer": layer_number(layers.ravel()),  # transformer layers 1..L, heads 1..H (bertology.numbering)
+        "head": head_number(heads.ravel()),
         "position": pd.array([position] * scores.size, dtype="Int64"),
     }
     return _frame(columns, pair, run, scores, direction)

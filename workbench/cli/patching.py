@@ -49,7 +49,7 @@ def _one_pair(
     shown = states.sort_values("restored", ascending=False).head(top).rename(columns={"restored": effect})
     typer.echo(shown[["layer", "position", "token", "token_corrupted", effect]].round(3).to_string(index=False))
     where = "every position" if position is None else f"position {position}"
-    typer.echo(f"heads (layer 0 = the first transformer layer, patched at {where}), top {top} by {effect} fraction:")
+    typer.echo(f"heads (transformer layers 1..L, heads 1..H; patched at {where}), top {top} by {effect} fraction:")
     shown = heads.sort_values("restored", ascending=False).head(top).rename(columns={"restored": effect})
     typer.echo(shown[["layer", "head", effect]].round(3).to_string(index=False))
 
@@ -101,7 +101,7 @@ def _print_study(run_dir: Path, top: int) -> None:
     typer.echo(_interval(positions)[columns].rename(columns={"restored": effect}).round(3).to_string(index=False))
     heads = read_table(run_dir, "head_effects").sort_values("restored", ascending=False).head(top)
     typer.echo(
-        f"heads (layer 0 = the first transformer layer, patched at every token), top {top}: mean {effect} over pairs"
+        f"heads (transformer layers 1..L, heads 1..H; patched at every token), top {top}: mean {effect} over pairs"
     )
     columns = ["layer", "head", "restored", "interval", "n_pairs", "pooled", *carries]
     typer.echo(_interval(heads)[columns].rename(columns={"restored": effect}).round(3).to_string(index=False))

@@ -90,9 +90,9 @@ def finetuning_analysis(ctx: StudyContext) -> None:
     - ``finetune_comparisons``: one row per task and mode other than full: ``difference`` = accuracy
       (mode) − accuracy (full) on the same test examples, ``low``, ``high``, ``p_value``,
       ``significant``, ``n_seeds``, ``n_examples``, ``interval``.
-    - ``weight_change``: ``task, mode, seed, layer`` (-1 = embeddings), ``module``, ``relative_change``, ...
+    - ``weight_change``: ``task, mode, seed, layer`` (0 = embeddings, 1..L), ``module``, ``relative_change``, ...
     - ``layer_cka``: ``task, mode, seed, layer`` (0 = embeddings), ``cka``, ``n_words``.
-    - ``attention_change`` (``attention_change: true``): ``task, mode, seed, layer, head, js_divergence, n_rows``.
+    - ``attention_change`` (``attention_change: true``): ``task, mode, seed, layer, head, js_divergence, n_rows`` (layers 1..L, heads 1..H).
     - ``change_by_layer``: the three on one depth axis, means over seeds (:func:`change_by_layer`).
     The ``finetuning`` study adds (``studies/finetuning.py``, through the probes layer):
 
@@ -383,8 +383,7 @@ def change_by_layer(weight_change: pd.DataFrame, cka: pd.DataFrame, attention: p
         .agg(cka=("cka", "mean"), cka_min=("cka", "min"), cka_max=("cka", "max"), n_seeds=("seed", "nunique"))
         .reset_index()
     )
-    weights = weight_change.assign(layer=weight_change["layer"] + 1)  # -1 (embeddings) -> 0, encoder layer l -> l + 1
-    weights = weights.pivot_table(index=keys, columns="module", values="relative_change", aggfunc="mean")
+    weights = weight_change.pivot_table(index=keys, columns="module", values="relative_change", aggfunc="mean")
     weights.columns = [f"weight_{c}" for c in weights.columns]
     out = out.merge(weights.reset_index(), on=keys, how="left")
     if attention is not None and len(attention):
@@ -395,9 +394,7 @@ def change_by_layer(weight_change: pd.DataFrame, cka: pd.DataFrame, attention: p
             .mean()
             .reset_index()
         )
-        out = out.merge(
-            js.assign(layer=js["layer"] + 1).rename(columns={"js_divergence": "attention_js"}), on=keys, how="left"
-        )
+        out = out.merge(js.rename(columns={"js_divergence": "attention_js"}), on=keys, how="left")
     else:
         out["attention_js"] = np.nan
     return out.sort_values(keys, kind="stable").reset_index(drop=True)

@@ -19,6 +19,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from bertology.numbering import head_number, layer_number
+
 __all__ = [
     "module_kind",
     "relative_weight_change",
@@ -56,7 +58,8 @@ def module_kind(name: str) -> tuple[int, str] | None:
 
 
 def relative_weight_change(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> pd.DataFrame:
-    """Tidy table, one row per (layer, module): ``layer`` (-1 = embeddings), ``module``,
+    """Tidy table, one row per (layer, module): ``layer`` (0 = embeddings, transformer layers 1..L as
+    everywhere, :mod:`bertology.numbering`), ``module``,
     ``n_tensors``, ``n_parameters``, ``delta_norm``, ``weight_norm``, ``relative_change``.
 
     ``before`` / ``after``: state dicts (names may carry a task model's base prefix, ``bert.``);
@@ -84,7 +87,7 @@ def relative_weight_change(before: dict[str, torch.Tensor], after: dict[str, tor
         acc[3] += w0.numel()
     rows = [
         {
-            "layer": layer,
+            "layer": layer_number(layer),  # module_kind's index -1 (embeddings) -> 0, layer index i -> i + 1
             "module": kind,
             "n_tensors": int(n),
             "n_parameters": int(p),
@@ -168,7 +171,7 @@ def attention_change(
     and in ``after`` (``LoadedModel`` s loaded with ``attentions=True``: e.g. pretrained and
     fine-tuned) over every query sub-word (``[CLS]`` and ``[SEP]`` included) of ``sentences``
     (pre-split words, tokenised by ``before``'s tokenizer and truncated to ``max_length``):
-    columns ``layer`` (0 = the first encoder layer), ``head``, ``js_divergence``, ``n_rows``.
+    columns ``layer`` (transformer layers 1..L), ``head`` (1..H), ``js_divergence``, ``n_rows``.
     0 at every head for identical models; ``ConfigError`` for models of different shapes."""
     from bertology.errors import ConfigError
 
@@ -194,7 +197,12 @@ def attention_change(
             totals[layer] += (js * valid[:, None, :]).sum(dim=(0, 2))
         n_rows += int(valid.sum())
     rows = [
-        {"layer": layer, "head": head, "js_divergence": float(totals[layer, head]) / max(n_rows, 1), "n_rows": n_rows}
+        {
+            "layer": layer_number(layer),
+            "head": head_number(head),
+            "js_divergence": float(totals[layer, head]) / max(n_rows, 1),
+            "n_rows": n_rows,
+        }
         for layer in range(totals.shape[0])
         for head in range(totals.shape[1])
     ]
