@@ -87,8 +87,8 @@ def test_a_head_made_irrelevant_is_unimportant_and_pruned_first(planted):
         model, finished.batches("train"), finished.batches("dev"), finished.batches("test"), "planted"
     )
     scores = importance_scores(model, task.train, classifier_loss, normalise=False)
-    raw = scores.set_index(["layer", "head"])["importance_raw"]
-    assert raw[(layer, head)] == 0.0 and (raw.drop((layer, head)) > 0).all()
+    raw = scores.set_index(["layer", "head"])["importance_raw"]  # numbered from 1
+    assert raw[(layer + 1, head + 1)] == 0.0 and (raw.drop((layer + 1, head + 1)) > 0).all()
     order = removal_order(model, "importance", [1, 4], batches=task.train, loss_fn=classifier_loss)
     assert order[0] == (layer, head)
     assert task.n_items["test"] == finished.result["test_items"]

@@ -73,10 +73,11 @@ def test_relative_weight_change_is_the_groups_norm_ratio():
     table = relative_weight_change(before, after).set_index(["layer", "module"])
     q, k = before["encoder.layer.0.attention.self.query.weight"], before["encoder.layer.0.attention.self.key.weight"]
     expected = 0.5 * float(q.norm()) / math.sqrt(float(q.norm()) ** 2 + float(k.norm()) ** 2)
-    assert table.loc[(0, "attention"), "relative_change"] == pytest.approx(expected, rel=1e-6)
-    assert table.loc[(0, "attention"), "n_tensors"] == 2
-    assert table.loc[(0, "ffn"), "relative_change"] == 0.0
-    assert table.loc[(-1, "embeddings"), "relative_change"] == 0.0
+    # the table numbers layers as everywhere: 0 = embeddings, encoder.layer.0 = transformer layer 1
+    assert table.loc[(1, "attention"), "relative_change"] == pytest.approx(expected, rel=1e-6)
+    assert table.loc[(1, "attention"), "n_tensors"] == 2
+    assert table.loc[(1, "ffn"), "relative_change"] == 0.0
+    assert table.loc[(0, "embeddings"), "relative_change"] == 0.0
     assert len(table) == 3
 
 

@@ -114,8 +114,8 @@ def test_study_runs_end_to_end_with_known_answers(planted, tmp_path):
     assert np.isnan(frozen.loc[0, "weight_attention"]) and frozen.loc[0, "weight_embeddings"] == 0  # 0: embeddings
     assert np.isnan(frozen.loc[0, "attention_js"]) and (frozen.loc[[1, 2], "attention_js"] == 0).all()
     full = by_layer[by_layer["mode"] == "full"].set_index("layer")
-    expected = weights[(weights["mode"] == "full") & (weights["layer"] == 1) & (weights["module"] == "ffn")]
-    assert full.loc[2, "weight_ffn"] == pytest.approx(expected["relative_change"].mean())  # encoder layer 1 -> 2
+    expected = weights[(weights["mode"] == "full") & (weights["layer"] == 2) & (weights["module"] == "ffn")]
+    assert full.loc[2, "weight_ffn"] == pytest.approx(expected["relative_change"].mean())  # layer 2 in both tables
 
     # probing and head types before and after: the frozen encoder is the pretrained one, so its
     # probes score exactly the same and no head changes type
@@ -214,8 +214,8 @@ def test_attention_change_is_zero_for_identical_models_and_finds_a_forced_head(p
         changed = attention_change(before, after, sentences, batch_size=3).set_index(["layer", "head"])["js_divergence"]
     finally:
         handle.remove()
-    assert changed.idxmax() == (1, 2) and changed[(1, 2)] > 0.1
-    assert (changed.drop((1, 2)) == 0).all()  # the other heads of that layer and every earlier head
+    assert changed.idxmax() == (2, 3) and changed[(2, 3)] > 0.1  # array position (1, 2), numbered from 1
+    assert (changed.drop((2, 3)) == 0).all()  # the other heads of that layer and every earlier head
 
 
 # --------------------------------------------------------------------------- State of the Union tasks

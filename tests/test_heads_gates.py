@@ -158,15 +158,15 @@ def test_pruning_curves_and_real_removal():
     assert half(imp) >= half(rnd) - 1e-6
     types = pd.DataFrame(
         {
-            "layer": [0, 0, 0, 0, 1, 1, 1, 1],
-            "head": [0, 1, 2, 3] * 2,
+            "layer": [1, 1, 1, 1, 2, 2, 2, 2],  # a table's numbers, from 1
+            "head": [1, 2, 3, 4] * 2,
             "type": ["positional", "other", "other", "syntactic", "other", "rare-token", "other", "broad"],
             "confidence": np.linspace(0, 1, 8),
         }
     )
     typ = pruning_curve(model, metric, method="type", head_types=types, step=0.25)
     first = eval(typ.iloc[1]["pruned"])
-    assert set(first) <= {(0, 1), (0, 2), (1, 0), (1, 2)}
+    assert set(first) <= {(1, 2), (1, 3), (2, 1), (2, 3)}  # the "other" heads, by their numbers
     report = measure_pruning(model, {0: [0, 1], 1: [3]}, batches, repeats=1)
     assert report["params_pruned"] < report["params_full"] and report["heads_pruned"] == 3
     assert report["timing_rounds"] == 1 and np.isnan(report["time_saved_share_low"])  # one round: no interval

@@ -160,18 +160,18 @@ def test_head_types_run_records_the_local_windows(tmp_path, one_torch_thread):
         table = read_table(run, name)
         by_layer = table.groupby("layer")["attention_window"]
         assert by_layer.apply(lambda w: w.isna().all()).tolist() == [True, False], name
-        assert (table.loc[table["layer"] == 1, "attention_window"] == 2).all(), name
+        assert (table.loc[table["layer"] == 2, "attention_window"] == 2).all(), name  # layers from 1
     reach = read_table(run, "window_reach")
-    assert set(reach["layer"]) == {1} and set(reach["statistic"]) >= {"word_pairs_in_reach", "cls_in_reach"}
+    assert set(reach["layer"]) == {2} and set(reach["statistic"]) >= {"word_pairs_in_reach", "cls_in_reach"}
     assert ((reach["value"] > 0) & (reach["value"] < 1)).all()
     in_reach = read_table(run, "head_dependency_in_reach")  # the local layer's heads on the arcs they can see
-    assert set(in_reach["layer"]) == {1} and (in_reach["n_in_reach"] <= in_reach["n"]).all()
+    assert set(in_reach["layer"]) == {2} and (in_reach["n_in_reach"] <= in_reach["n"]).all()
     assert (in_reach["accuracy"] <= in_reach["arcs_in_reach"] + 1e-12).all()
     stats = read_table(run, "head_stats").pivot_table(index=["layer", "head"], columns="statistic", values="value")
     for plain in ("entropy_norm", "attn_cls", "attn_sep", "attn_special"):  # global layer: in reach = plain
-        assert stats.loc[0, f"{plain}_in_reach"].to_numpy() == pytest.approx(stats.loc[0, plain].to_numpy())
-    assert (stats.loc[1, "entropy_norm_in_reach"] >= stats.loc[1, "entropy_norm"] - 1e-12).all()
-    assert (stats.loc[1, "attn_cls_in_reach"] >= stats.loc[1, "attn_cls"] - 1e-12).all()
+        assert stats.loc[1, f"{plain}_in_reach"].to_numpy() == pytest.approx(stats.loc[1, plain].to_numpy())
+    assert (stats.loc[2, "entropy_norm_in_reach"] >= stats.loc[2, "entropy_norm"] - 1e-12).all()
+    assert (stats.loc[2, "attn_cls_in_reach"] >= stats.loc[2, "attn_cls"] - 1e-12).all()
 
 
 def test_window_column_refuses_a_table_of_other_layers():
@@ -180,9 +180,9 @@ def test_window_column_refuses_a_table_of_other_layers():
     from bertology.errors import WorkbenchError
     from bertology.probes.heads.stats import with_attention_windows
 
-    table = pd.DataFrame({"layer": [0, 1, 1], "head": [0, 0, 1]})
+    table = pd.DataFrame({"layer": [1, 2, 2], "head": [1, 1, 2]})  # layers numbered from 1
     assert with_attention_windows(table, [None, 3])["attention_window"].tolist() == [pd.NA, 3, 3]
-    with pytest.raises(WorkbenchError, match="windows for 1 layers"):
+    with pytest.raises(WorkbenchError, match=r"windows for layers 1\.\.1"):
         with_attention_windows(table, [None])
 
 
@@ -272,7 +272,7 @@ def test_window_reach_counts_pairs_arcs_and_special_tokens():
     )
     table = window_reach(tok, [sentence], [None, 1])
     values = table.set_index("statistic")["value"]
-    assert set(table["layer"]) == {1} and set(table["attention_window"]) == {1}
+    assert set(table["layer"]) == {2} and set(table["attention_window"]) == {1}  # the second layer (index 1)
     assert values["word_pairs_in_reach"] == pytest.approx(8 / 20)  # neighbours only
     assert values["arcs_in_reach"] == pytest.approx(3 / 4)  # jury -> said is 2 words away
     assert values["cls_in_reach"] == pytest.approx(1 / 5) and values["sep_in_reach"] == pytest.approx(1 / 5)
@@ -304,14 +304,15 @@ def test_a_local_heads_accuracy_is_also_read_on_the_arcs_it_can_see():
     attention[1, 1, :, :] += np.eye(5, k=-1)  # head 1: always the previous word
     attention[1, 1, 0, 4] = 1.0  # (the first word: the last one)
     table = dependency_scores_in_reach([attention], [sentence], tok, [None, 1])
-    assert set(table["layer"]) == {1} and (table["attention_window"] == 1).all()  # global layer 0: no rows
-    row = table[(table["relation"] == "all") & (table["head"] == 0)].iloc[0]
+    # the table numbers layers and heads from 1: array index 1 is layer 2; the global layer 1: no rows
+    assert set(table["layer"]) == {2} and (table["attention_window"] == 1).all()
+    row = table[(table["relation"] == "all") & (table["head"] == 1)].iloc[0]
     assert (row["n"], row["n_in_reach"], row["correct"]) == (4, 3, 3)
     assert row["accuracy"] == pytest.approx(0.75) and row["accuracy_in_reach"] == pytest.approx(1.0)
     assert row["arcs_in_reach"] == pytest.approx(0.75)
-    previous = table[(table["relation"] == "all") & (table["head"] == 1)].iloc[0]
+    previous = table[(table["relation"] == "all") & (table["head"] == 2)].iloc[0]
     assert previous["correct"] == 0  # every arc here points right
-    obj = table[(table["relation"].isin(["obj", "dobj"])) & (table["head"] == 0)].iloc[0]  # named as Voita et al.
+    obj = table[(table["relation"].isin(["obj", "dobj"])) & (table["head"] == 1)].iloc[0]  # named as Voita et al.
     assert (obj["n"], obj["n_in_reach"]) == (1, 0) and np.isnan(obj["accuracy_in_reach"])
     assert dependency_scores_in_reach([attention], [sentence], tok, [None, None]).empty
 

@@ -27,7 +27,8 @@ from bertology.testing import tiny_model, tiny_tokenizer
 
 CLEAN, CORRUPTED = "the dog [MASK] here .", "the dogs [MASK] here ."
 SUBJECT, MASK = 2, 3  # token positions in [CLS] the dog [MASK] here . [SEP]
-PLANTED_LAYER, PLANTED_HEAD = 0, 1
+PLANTED_LAYER, PLANTED_HEAD = 0, 1  # 0-based array position of the planted head
+NAMED = (1, 2)  # its (layer, head) numbers in the tables, both from 1
 
 
 def tiny_lm(model_type: str = "bert", **kw) -> LoadedModel:
@@ -67,8 +68,8 @@ def test_the_planted_head_and_no_other_restores_the_score(planted):
     assert abs(clean - corrupted) > 0.01  # the planted difference is there to restore (~1e-4 unscaled)
     tol = float_tolerance(clean, corrupted)
     restored = heads.set_index(["layer", "head"])["restored"]
-    assert restored[(PLANTED_LAYER, PLANTED_HEAD)] == pytest.approx(1.0, abs=tol)
-    others = restored.drop((PLANTED_LAYER, PLANTED_HEAD))
+    assert restored[NAMED] == pytest.approx(1.0, abs=tol)
+    others = restored.drop(NAMED)
     assert len(others) == 7 and np.allclose(others, 0.0, atol=tol)
 
 
@@ -76,7 +77,7 @@ def test_the_planted_head_matters_at_the_mask_only(planted):
     at_mask = patch_heads(planted, CLEAN, CORRUPTED, "is", "are", position=MASK).set_index(["layer", "head"])
     at_subject = patch_heads(planted, CLEAN, CORRUPTED, "is", "are", position=SUBJECT).set_index(["layer", "head"])
     tol = float_tolerance(at_mask["clean_score"].iloc[0], at_mask["corrupted_score"].iloc[0])
-    assert at_mask.loc[(PLANTED_LAYER, PLANTED_HEAD), "restored"] == pytest.approx(1.0, abs=tol)
+    assert at_mask.loc[NAMED, "restored"] == pytest.approx(1.0, abs=tol)
     # layer 1 reads no other token (its heads are silenced): the planted head's output at the subject is never read
     assert np.allclose(at_subject["restored"], 0.0, atol=tol)
     assert at_mask["position"].iloc[0] == MASK
@@ -347,8 +348,10 @@ def test_the_page_shows_the_planted_head_with_its_interval(tmp_path, monkeypatch
     assert len(specs) == 2
     positions, heads = (spec["data"][0] for spec in specs)
     assert positions["x"] == ["CLS", "subject", "verb", "SEP"] and positions["z"][0][1] == pytest.approx(1.0)
-    layer, head = PLANTED_PATCH_HEAD
-    assert heads["z"][layer][head] == pytest.approx(0.8) and "[0.70, 0.90]" in heads["text"][layer][head]
+    layer, head = PLANTED_PATCH_HEAD  # numbers, from 1: row layer - 1, column head - 1 of the grid
+    assert heads["y"] == [1, 2] and heads["x"] == [1, 2, 3]  # the axes label layers and heads from 1
+    assert heads["z"][layer - 1][head - 1] == pytest.approx(0.8)
+    assert f"layer {layer}, head {head}<br>restored 0.800 [0.70, 0.90]" in heads["text"][layer - 1][head - 1]
 
 
 # --------------------------------------------------------------------------- issue 54 items 7-8, issue 55 items 4-5
@@ -359,8 +362,8 @@ def test_noising_the_planted_head_destroys_the_whole_difference_and_no_other_hea
     first = heads.iloc[0]
     tol = float_tolerance(first["clean_score"], first["corrupted_score"])
     assert (heads["direction"] == "noising").all()
-    assert heads.loc[(PLANTED_LAYER, PLANTED_HEAD), "restored"] == pytest.approx(1.0, abs=tol)
-    others = heads.drop(index=(PLANTED_LAYER, PLANTED_HEAD))
+    assert heads.loc[NAMED, "restored"] == pytest.approx(1.0, abs=tol)
+    others = heads.drop(index=NAMED)
     assert np.allclose(others["restored"], 0.0, atol=tol)
     # the reported scores are the original pair's, whatever the direction
     denoised = patch_heads(planted, CLEAN, CORRUPTED, "is", "are")

@@ -144,8 +144,8 @@ def test_orders_compared_on_the_same_sentences(model):
         base = rng.uniform(0.6, 1.0, size=n_sentences)
         return base * 10 - layer0_off * 0.5, np.full(n_sentences, 10.0)
 
-    layer0 = str([(0, h) for h in range(8)])
-    elsewhere = str([(1, h) for h in range(8)])
+    layer0 = str([(1, h) for h in range(1, 9)])  # the "pruned" column: (layer, head) numbers, from 1
+    elsewhere = str([(2, h) for h in range(1, 9)])
     curve = pd.DataFrame(
         {
             "method": ["importance", "random", "random"],
@@ -172,7 +172,7 @@ def test_orders_compared_on_the_same_sentences(model):
                     "seed": [0],
                     "n_pruned": [7],
                     "share_pruned": [7 / 32],
-                    "pruned": [str([(1, h) for h in range(7)])],
+                    "pruned": [str([(2, h) for h in range(1, 8)])],
                 }
             ),
         ]
@@ -200,7 +200,7 @@ def test_l0_evaluation_scores_exactly_the_heads_the_gates_keep():
         description="planted",
         metric=lambda split: lambda m, g: planted_metric(g),
     )
-    layers, heads = np.indices((2, 4))
+    layers, heads = np.indices((2, 4)) + 1  # an l0_gates table numbers layers and heads from 1
     gates = pd.concat(
         [
             pd.DataFrame({"layer": layers.ravel(), "head": heads.ravel(), "kept": kept, "lam": lam, "seed": 0})

@@ -21,7 +21,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from bertology.errors import ConfigError
+from bertology.errors import ConfigError, WorkbenchError
 
 NUMBERING = "layers-from-1"
 """The manifest's ``numbering`` field of runs whose tables follow this module. Runs without it were
@@ -76,8 +76,16 @@ def head_numbers(pairs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def head_indices(pairs: Iterable[tuple[Any, Any]]) -> list[tuple[int, int]]:
     """0-based ``(layer_index, head_index)`` pairs of ``(layer, head)`` numbers read from a table
-    (e.g. ``zip(table["layer"], table["head"])``)."""
-    return [(to_index(int(layer)), to_index(int(head))) for layer, head in pairs]
+    (e.g. ``zip(table["layer"], table["head"])``); a WorkbenchError for a number below 1 (a table
+    that counts from 0, written before this numbering)."""
+    out = [(to_index(int(layer)), to_index(int(head))) for layer, head in pairs]
+    bad = [(layer + 1, head + 1) for layer, head in out if layer < 0 or head < 0]
+    if bad:
+        raise WorkbenchError(
+            f"head {bad[0][0]}-{bad[0][1]}: layers and heads are numbered from 1 in tables "
+            "(a table counting from 0 predates bertology.numbering; re-run it)"
+        )
+    return out
 
 
 def layer_index(number: int, n_layers: int, what: str = "layer") -> int:
