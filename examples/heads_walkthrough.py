@@ -13,6 +13,7 @@ import numpy as np
 
 from bertology.corpus import load_corpus
 from bertology.models import load_model
+from bertology.numbering import to_index
 from bertology.probes.heads import best_head_per_relation, head_types, type_matrix
 from bertology.store import extract
 
@@ -28,7 +29,7 @@ corpus = load_corpus("brown-sample", limit=N)
 lm = load_model("minilm-l6")
 store = extract(lm, corpus, attentions=True)
 print(store)
-print("sentence 0, layer 0, head 0:", store.attention(0).shape, "# [layers, heads, words, words]")
+print("sentence 0:", store.attention(0).shape, "# [layers, heads, words, words], indexed from 0")
 
 # %% [markdown]
 # ## 2. Head types
@@ -67,11 +68,13 @@ print(best[columns].head(8).round(3).to_string(index=False))
 # %% [markdown]
 # ## 4. One head's attention over one sentence
 # Rows are the words attending, columns the words attended to; each row sums to 1 over the words
-# and the special tokens (`store.special_attention(i)`).
+# and the special tokens (`store.special_attention(i)`). Tables number layers and heads from 1
+# (`bertology.numbering`); the store's arrays are indexed from 0: head h of layer l is `[l - 1, h - 1]`.
 
 # %%
 layer, head = int(best.iloc[0]["layer"]), int(best.iloc[0]["head"])
 sentence = corpus[0]
-attention = store.attention(0)[layer, head]
+print(f"layer {layer}, head {head}:")
+attention = store.attention(0)[to_index(layer), to_index(head)]  # numbers from 1 -> array indices from 0
 for word, row in zip(sentence.words, attention):
     print(f"{word:>15} -> {sentence.words[int(np.argmax(row))]}")

@@ -23,6 +23,7 @@ from dashboard_planted import (
 
 from bertology.apps import screenshots
 from bertology.apps.pages import PAGE_BY_KEY
+from bertology.numbering import STATEMENT
 
 pytestmark = [
     pytest.mark.slow,
@@ -104,13 +105,13 @@ def test_head_map_click_comparison_and_markup_words(planted_results, tmp_path):
             tab.locator('[data-testid="stPlotlyChart"] .gtitle-subtitle', has_text="head_types/run-b · model-b").count()
             == 1
         )
-        tab.get_by_text("Layer 1, head 0", exact=True).wait_for(timeout=WAIT_MS)  # the clearest syntactic head
-        # click the "special" square (layer 0, head 2) of the first map: its detail opens
+        tab.get_by_text("Layer 2, head 1", exact=True).wait_for(timeout=WAIT_MS)  # the clearest syntactic head
+        # click the "special" square (layer 1, head 3) of the first map: its detail opens
         head_map = tab.locator('[data-testid="stPlotlyChart"]').first
         trace = head_map.locator(".scatterlayer .trace").nth(2)  # positional, syntactic, special, ...
         box = trace.locator("path.point").first.bounding_box()
         tab.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-        tab.get_by_text("Layer 0, head 2", exact=True).wait_for(timeout=WAIT_MS)
+        tab.get_by_text("Layer 1, head 3", exact=True).wait_for(timeout=WAIT_MS)
         screenshots.settle(tab, WAIT_MS)
         # a word written as markup shows as typed in the plots, and is not rendered bold
         svg_text = tab.locator('[data-testid="stPlotlyChart"] svg text', has_text=MARKUP)
@@ -174,8 +175,8 @@ def test_live_page_shows_a_typed_sentence_in_every_head_and_the_mlm_guess(tmp_pa
         )
         assert view.count() == 1
         ticks = view.locator(".ytick text").all_text_contents()
-        assert ticks == ["layer 0", "layer 1"], ticks
-        assert view.locator(".xtick text").all_text_contents() == [f"head {h}" for h in range(4)]
+        assert ticks == ["layer 1", "layer 2"], ticks  # layers and heads numbered from 1
+        assert view.locator(".xtick text").all_text_contents() == [f"head {h}" for h in range(1, 5)]
         guesses = tab.locator('[data-testid="stPlotlyChart"]', has=tab.locator(".gtitle", has_text="MLM head puts"))
         assert f"1. {PLANTED_GUESS}" in guesses.locator(".ytick text").all_text_contents()
         assert not any(screenshots.page_problems(tab))
@@ -222,7 +223,7 @@ def test_the_sidebar_has_only_the_dashboards_menu_and_every_page_opens(tmp_path)
             assert [o.strip() for o in options] == list(PAGE_BY_KEY), page.key
             assert not screenshots.page_problems(tab)[0], page.key
             if page.study is not None or page.key == "Live":  # the layer numbering, stated on each page with layers
-                tab.get_by_text("Layer numbers on this page", exact=False).first.wait_for(timeout=WAIT_MS)
+                tab.get_by_text(STATEMENT[:40], exact=False).first.wait_for(timeout=WAIT_MS)
         # a module of the pages package is no page of its own: its old address shows the dashboard
         tab.goto(f"{base}/alignment", wait_until="domcontentloaded", timeout=WAIT_MS)
         tab.locator('[data-testid="stHeading"]', has_text=PAGE_BY_KEY["Runs"].title).first.wait_for(timeout=WAIT_MS)

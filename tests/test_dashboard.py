@@ -129,7 +129,7 @@ def test_combinations_page_shows_the_planted_means(planted_results, monkeypatch)
 def test_heads_page_opens_the_planted_syntactic_head(planted_results, monkeypatch):
     at = open_page("Heads", planted_results, monkeypatch)
     assert at.header[0].value == "Attention heads (Voita et al. 2019, Clark et al. 2019)"
-    assert at.subheader[0].value == "Layer 1, head 0"
+    assert at.subheader[0].value == "Layer 2, head 1"
     assert any("Best: nsubj (dependent → head), accuracy 0.90 vs 0.40" in c.value for c in at.caption)
 
 

@@ -35,13 +35,13 @@ def test_esc_keeps_words_as_typed():
 def test_head_map_is_categorical_one_trace_per_type():
     types = pd.DataFrame(
         {
-            "layer": [0, 0, 0, 1, 1, 1],
-            "head": [0, 1, 2, 0, 1, 2],
+            "layer": [1, 1, 1, 2, 2, 2],  # a head_types table: layers and heads numbered from 1
+            "head": [1, 2, 3, 1, 2, 3],
             "type": ["positional", "syntactic", "other", "positional", "odd<i>type</i>", "broad"],
             "positional_share": [0.95, 0.1, 0.2, 0.93, 0.0, 0.1],
         }
     )
-    fig = figures.head_map(types, "map", selected=(1, 2))
+    fig = figures.head_map(types, "map", selected=(2, 3))
     kinds = [t for t in fig.data if t.name != "selected head"]
     # fixed order of known types, unknown ones after; each legend entry counts its heads
     assert [t.name for t in kinds] == [
@@ -53,10 +53,11 @@ def test_head_map_is_categorical_one_trace_per_type():
     ]
     assert all(t.type == "scatter" for t in fig.data)  # no continuous colour bar
     assert kinds[0].marker.color == figures.TYPE_COLOURS["positional"]
-    assert kinds[0].customdata.tolist() == [[0, 0], [1, 0]]
-    assert list(kinds[0].x) == [0, 0] and list(kinds[0].y) == [0, 1]
+    assert kinds[0].customdata.tolist() == [[1, 1], [2, 1]]
+    assert list(kinds[0].x) == [1, 1] and list(kinds[0].y) == [1, 2]
+    assert list(fig.layout.xaxis.tickvals) == [1, 2, 3] and list(fig.layout.yaxis.tickvals) == [1, 2]
     selected = [t for t in fig.data if t.name == "selected head"][0]
-    assert (list(selected.x), list(selected.y)) == ([2], [1])
+    assert (list(selected.x), list(selected.y)) == ([3], [2])
     assert "<i>type" not in " ".join(strings(fig.to_dict()))
 
 
@@ -131,13 +132,13 @@ def test_attention_figures_show_markup_words_as_typed():
     for fig in (
         figures.attention_heatmap(words, matrix, MARKUP),
         figures.head_view(words, matrix, "view"),
-        heads.attention_small_multiples([sentence], 0, 1),
+        heads.attention_small_multiples([sentence], 1, 2),
     ):
         texts = strings(fig.to_dict())
         assert not [t for t in texts if MARKUP in t], "a word reached Plotly as markup"
         assert any("&lt;b&gt;x&lt;/b&gt;" in t for t in texts)
-    heat = heads.attention_small_multiples([sentence], 0, 1).data[0]
-    assert np.asarray(heat.z).tolist() == matrix.T.tolist()  # head 1 of layer 0
+    heat = heads.attention_small_multiples([sentence], 1, 2).data[0]
+    assert np.asarray(heat.z).tolist() == matrix.T.tolist()  # head 2 of layer 1: array [0][1]
     assert list(heat.x) == ["0: the", "1: &lt;b&gt;x&lt;/b&gt;", "2: dog"]
     view = figures.head_view(words, matrix, "view", threshold=0.05)
     lines = [t for t in view.data if t.mode == "lines"]
@@ -448,7 +449,11 @@ def test_a_word_has_one_number_as_a_row_and_as_a_column():
 
 
 def test_the_layer_numbering_is_stated_once():
-    assert "0 for the embeddings" in tables.LAYER_CONVENTION and "layer 0 = the first" in tables.LAYER_CONVENTION
+    """One numbering (issue 54, item 2): layer 0 = the embeddings, transformer layers and heads from 1."""
+    from bertology.numbering import STATEMENT
+
+    assert "layer 0 is the embeddings" in STATEMENT and "1..L" in STATEMENT and "1..H" in STATEMENT
+    assert not hasattr(tables, "LAYER_CONVENTION")  # the two numberings it stated are gone
 
 
 def test_cka_is_drawn_on_its_whole_range():

@@ -151,8 +151,8 @@ def test_head_detail_follows_the_selected_head(tmp_path, monkeypatch):
     root = tmp_path / "results"
     head_types_run(root)
     at = open_page("Heads", root, monkeypatch)
-    # the detail opens on the clearest syntactic head: layer 1, head 0 (planted)
-    assert at.subheader[0].value == "Layer 1, head 0"
+    # the detail opens on the clearest syntactic head: layer 2, head 1 (planted)
+    assert at.subheader[0].value == "Layer 2, head 1"
     assert any("Best: nsubj (dependent → head), accuracy 0.90 vs 0.40" in c.value for c in at.caption)
     specs = chart_specs(at)
     head_map = specs[0]
@@ -162,17 +162,17 @@ def test_head_detail_follows_the_selected_head(tmp_path, monkeypatch):
     token = [t for t in offsets["data"] if t["name"] == "token level"][0]
     assert token["y"][token["x"].index("-1")] == pytest.approx(0.95)
     pick = [s for s in at.selectbox if s.label.startswith("head")][0]
-    pick.set_value("0-2").run()
-    assert at.subheader[0].value == "Layer 0, head 2"
+    pick.set_value("1-3").run()
+    assert at.subheader[0].value == "Layer 1, head 3"
     assert any("type **special**" in m.value for m in at.markdown)
-    assert at.query_params["head"] in ("0-2", ["0-2"])  # the URL follows the pick
-    # deep link: ?head=0-1
-    at = open_page("Heads", root, monkeypatch, {"head": "0-1"})
-    assert at.subheader[0].value == "Layer 0, head 1" and not at.warning
+    assert at.query_params["head"] in ("1-3", ["1-3"])  # the URL follows the pick
+    # deep link: ?head=1-2
+    at = open_page("Heads", root, monkeypatch, {"head": "1-2"})
+    assert at.subheader[0].value == "Layer 1, head 2" and not at.warning
     # a head the run does not have: said, and the default shown
     at = open_page("Heads", root, monkeypatch, {"head": "3-8"})
     assert any(
-        "?head=3-8: no such head in this run" in w.value and "layers 0-1, heads 0-2" in w.value for w in at.warning
+        "?head=3-8: no such head in this run" in w.value and "layers 1-2, heads 1-3" in w.value for w in at.warning
     )
     shown = at.subheader[0].value.replace("Layer ", "").replace(", head ", "-")
     assert at.query_params["head"] in (shown, [shown])

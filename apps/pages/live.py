@@ -263,7 +263,7 @@ def rollout_section(ins: Inspection) -> None:
     st.subheader("Attention rollout (Abnar & Zuidema 2020)")
     st.caption(
         "Per layer A′ = ½·(mean of the heads' maps) + ½·I (the residual connection), rows renormalised; "
-        "the rollout after layer l is A′ₗ·…·A′₁: how much of each token's representation there flows "
+        "the rollout after layer l is A′ₗ·…·A′₁ (layers from 1): how much of each token's representation there flows "
         "from each input token."
     )
     rollout = attention_rollout(ins.attentions)
