@@ -217,8 +217,8 @@ def test_selectivity_mdl_and_l0_gates_are_drawn_per_layer(tmp_path, monkeypatch)
         {
             "lam": 0.1,
             "seed": 0,
-            "layer": [0, 0, 1, 1],
-            "head": [0, 1, 0, 1],
+            "layer": [1, 1, 2, 2],  # layers and heads numbered from 1
+            "head": [1, 2, 1, 2],
             "log_alpha": 0.0,
             "p_open": [0.9, 0.1, 0.8, 0.2],
             "gate": [1.0, 0.0, 1.0, 0.0],
@@ -228,7 +228,7 @@ def test_selectivity_mdl_and_l0_gates_are_drawn_per_layer(tmp_path, monkeypatch)
     write_results(
         tmp_path / "results" / "pruning" / "l0",
         {"l0_gates": gates},
-        {"study": "pruning", "run_id": "l0", "seed": 0, "model": {"name": "m"}},
+        {"study": "pruning", "run_id": "l0", "seed": 0, "model": {"name": "m"}, "numbering": "layers-from-1"},
     )
     at = open_page(tmp_path / "results", monkeypatch, "Pruning")
     assert not at.exception and not at.error
@@ -236,7 +236,8 @@ def test_selectivity_mdl_and_l0_gates_are_drawn_per_layer(tmp_path, monkeypatch)
     heat = [t for t in gate_map["data"] if t["type"] == "heatmap"][0]
     assert heat["z"] == [[0.9, 0.1], [0.8, 0.2]]
     removed = [t for t in gate_map["data"] if t.get("name") == "removed"][0]
-    assert sorted(zip(removed["y"], removed["x"])) == [(0, 1), (1, 1)]
+    assert sorted(zip(removed["y"], removed["x"])) == [(1, 2), (2, 2)]
+    assert heat["x"] == [1, 2] and heat["y"] == [1, 2] and not at.warning
     assert "2 of 4 heads kept" in gate_map["layout"]["annotations"][0]["text"]
 
 
@@ -330,7 +331,11 @@ def test_compression_page_shows_the_fine_tune_pruning_and_quantization(tmp_path,
     assert any("test accuracy 0.9500 [0.9400, 0.9600] on 800 items" in m.value for m in at.markdown)
     curves, importance, lottery, survivors, quant, probing = chart_specs(at)
     heat = survivors["data"][0]
-    assert heat["x"] == ["H0", "H1", "H2", "FFN"] and heat["z"] == [[0.5, 0.5, 0.5, 0.0], [0.5, 0.5, 1.0, 1.0]]
+    assert (
+        heat["x"] == ["H1", "H2", "H3", "FFN"]
+        and heat["y"] == ["L1", "L2"]
+        and heat["z"] == [[0.5, 0.5, 0.5, 0.0], [0.5, 0.5, 1.0, 1.0]]
+    )
     assert heat["text"][1] == ["", "", "★", "★"]
     ticket = [t for t in lottery["data"] if t.get("name") == "magnitude ticket (IMP, rewound)"][0]
     assert ticket["x"] == pytest.approx([0.0, 0.5, 0.75]) and ticket["y"] == pytest.approx([0.95, 0.94, 0.92])
@@ -456,7 +461,7 @@ def test_heads_page_shows_the_attention_probe_uas_with_its_interval(tmp_path, mo
 
     run = every_study_run(tmp_path / "results")["head_types"]
     probe = pd.DataFrame(
-        {"method": ["best_head"], "layer": [2.0], "head": [0.0], "offset": [float("nan")], "n_train": [90]}
+        {"method": ["best_head"], "layer": [2.0], "head": [1.0], "offset": [float("nan")], "n_train": [90]}
         | {"n_test": [1296], "uas": [0.3512], "uas_low": [0.3012], "uas_high": [0.4023], "seed": [0]}
     )
     write_results(run, {"attention_probe": probe}, read_manifest(run))

@@ -23,6 +23,8 @@ POSITIONAL, SYNTACTIC, RARE = (0, 1), (1, 2), (1, 0)  # 0-based positions in the
 def number(position: tuple[int, int]) -> tuple[int, int]:
     """The (layer, head) numbers the tables give the head at an array position (both from 1)."""
     return position[0] + 1, position[1] + 1
+
+
 RELATIONS = ["nsubj", "dobj", "amod", "det", "obj", "nmod:poss"]
 
 

@@ -89,10 +89,12 @@ def test_word_units_keep_the_special_tokens_as_columns(mlm_dir, tmp_path, monkey
     at = open_live(monkeypatch, tmp_path, str(mlm_dir), "the jury said nothing")
     at.radio(key="live_level").set_value("word").run()
     assert not at.exception
-    head = figure_titled(at, "layer 0, head 0 (words)")["data"][0]
+    head = figure_titled(at, "layer 1, head 1 (words)")["data"][0]  # the first head, numbered from 1
     assert list(head["x"]) == ["0: [CLS]", "1: the", "2: jury", "3: said", "4: nothing", "5: [SEP]"]
     assert list(head["y"]) == ["1: the", "2: jury", "3: said", "4: nothing"]  # a word: one number, row or column
     np.testing.assert_allclose(np.asarray(head["z"], dtype=float).sum(1), 1.0, atol=1e-5)
+    assert at.selectbox(key="live_layer").options == ["1", "2"]  # the planted MLM's 2 layers, from 1
+    assert at.selectbox(key="live_head").options == ["1", "2", "3", "4"]
 
 
 def test_a_model_without_mlm_head_and_a_bad_folder_say_so(tmp_path, monkeypatch):
@@ -115,7 +117,8 @@ def test_model_view_places_each_head_in_its_tile():
     np.testing.assert_array_equal(z[6:8, 5:9], maps[1, 1])  # rows 1-2 of the tile, beside columns 1-2
     assert np.isnan(z[4]).all() and np.isnan(z[:, 4]).all()  # blank lines between the maps
     assert np.isnan(z[5]).all() and np.isnan(z[8]).all()  # and the special tokens' rows
-    assert list(fig.layout.yaxis.ticktext) == ["layer 0", "layer 1"] and fig.layout.title.text == "&lt;b&gt;x&lt;/b&gt;"
+    assert list(fig.layout.xaxis.ticktext) == ["head 1", "head 2", "head 3"]  # numbered from 1
+    assert list(fig.layout.yaxis.ticktext) == ["layer 1", "layer 2"] and fig.layout.title.text == "&lt;b&gt;x&lt;/b&gt;"
 
 
 def test_neuron_view_shows_query_keys_products_and_the_attention_row():
@@ -189,7 +192,7 @@ def test_model_view_in_word_units_puts_each_word_beside_its_own_column(previous_
     rows, columns, maps = previous_word.maps("word")
     z = np.asarray(live.model_view(maps, "m").data[0].z, dtype=float)
     C = len(columns)
-    tile = z[C + 1 : 2 * C + 1, 2 * (C + 1) : 2 * (C + 1) + C]  # layer 1, head 2: [CLS, words, SEP] square
+    tile = z[C + 1 : 2 * C + 1, 2 * (C + 1) : 2 * (C + 1) + C]  # array [1, 2] = layer 2, head 3: a square
     assert np.isnan(tile[0]).all() and np.isnan(tile[-1]).all()  # the special tokens' rows are blank
     np.testing.assert_allclose(np.diag(tile, -1)[:-1], 1.0, atol=1e-5)  # the previous word: the sub-diagonal
 
