@@ -162,8 +162,8 @@ def head_section(ins: Inspection, level: Level) -> tuple[int, int]:
     0-based array indices (the widgets and titles show its numbers, layers and heads from 1)."""
     st.subheader("Head view")
     c1, c2 = st.columns(2)
-    layer: int = chosen(c1.selectbox("layer", range(ins.n_layers), key="live_layer", format_func=layer_number))
-    head: int = chosen(c2.selectbox("head", range(ins.n_heads), key="live_head", format_func=head_number))
+    layer: int = chosen(c1.selectbox("layer", range(ins.n_layers), key="live_layer", format_func=_layer_label))
+    head: int = chosen(c2.selectbox("head", range(ins.n_heads), key="live_head", format_func=_head_label))
     rows, columns, maps = ins.maps(level)
     matrix = maps[layer, head]
     name = f"layer {layer_number(layer)}, head {head_number(head)}"
@@ -196,6 +196,16 @@ def head_section(ins: Inspection, level: Level) -> tuple[int, int]:
     )
     right.caption("Hover a unit: where its attention goes. Click it: its lines in orange (double-click: all).")
     return layer, head
+
+
+def _layer_label(index: int) -> str:
+    """A widget's label of transformer layer ``index`` (0-based): its number, from 1."""
+    return str(layer_number(index))
+
+
+def _head_label(index: int) -> str:
+    """A widget's label of head ``index`` (0-based): its number, from 1."""
+    return str(head_number(index))
 
 
 HIGHLIGHT = "live_highlight"  # session state: the attending row whose head-view lines are highlighted
@@ -272,7 +282,7 @@ def rollout_section(ins: Inspection) -> None:
         options=list(range(ins.n_layers)),
         value=ins.n_layers - 1,
         key="live_rollout_layer",
-        format_func=layer_number,
+        format_func=_layer_label,
     )
     st.plotly_chart(
         figures.attention_heatmap(ins.tokens, rollout[layer], f"rollout after layer {layer_number(layer)}"),
