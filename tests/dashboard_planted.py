@@ -316,7 +316,7 @@ def pruning_run(root: Path, run_id: str = "planted", model: str = "planted-bert"
 PLANTED_PATCH_HEAD = (2, 3)  # (layer, head) the planted patching run finds carrying number: 0.8 [0.7, 0.9]
 
 
-PLANTED_CONTROL_HEAD = (0, 0)
+PLANTED_CONTROL_HEAD = (1, 1)  # (layer, head) numbers, from 1
 
 
 def patching_run(root: Path, run_id: str = "planted", model: str = "planted-bert", control: bool = False) -> Path:

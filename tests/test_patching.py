@@ -512,8 +512,8 @@ def test_the_control_is_patched_and_mapped_like_the_model(tiny_english_dir, tmp_
     heads = read_table(run, "control_head_effects")
     assert len(heads) == 2 * 4 and (heads["n_pairs"] == moved.sum()).all()
     raw = read_table(run, "control_pair_heads")
-    assert heads.set_index(["layer", "head"]).loc[(0, 1), "restored"] == pytest.approx(
-        raw[(raw["layer"] == 0) & (raw["head"] == 1)]["restored"].mean()
+    assert heads.set_index(["layer", "head"]).loc[(1, 2), "restored"] == pytest.approx(
+        raw[(raw["layer"] == 1) & (raw["head"] == 2)]["restored"].mean()
     )
     # the control's weights differ from the model's: its scores are not the model's
     assert not np.allclose(control["clean_score"], read_table(run, "pairs")["clean_score"])
@@ -538,10 +538,10 @@ def test_the_page_draws_the_control_maps_under_the_model_on_one_colour_scale(tmp
     assert not any("CONTROL" in t for t in titles[:2]) and all(t.startswith("CONTROL (random-init") for t in titles[2:])
     scales = {(spec["data"][0]["zmin"], spec["data"][0]["zmax"]) for spec in specs}
     assert scales == {(-1.0, 1.0)}  # the model's largest |restored| is 1.0: one scale for all four
-    layer, head = PLANTED_CONTROL_HEAD
+    layer, head = PLANTED_CONTROL_HEAD  # numbers, from 1: grid row layer - 1, column head - 1
     control_heads = specs[3]["data"][0]
-    assert control_heads["z"][layer][head] == pytest.approx(3.0)  # beyond the scale: clipped in colour, exact on hover
-    assert "restored 3.000" in control_heads["text"][layer][head]
+    assert control_heads["z"][layer - 1][head - 1] == pytest.approx(3.0)  # beyond the scale: clipped, exact on hover
+    assert f"layer {layer}, head {head}<br>restored 3.000" in control_heads["text"][layer - 1][head - 1]
     assert any("Control: randomly initialised model" in h.value for h in at.subheader)
 
 
