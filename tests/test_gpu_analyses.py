@@ -31,7 +31,8 @@ CPU = torch.device("cpu")
 RTOL, ATOL = 1e-3, 1e-4  # float32, GPU against CPU (see the module docstring)
 SHARE_ATOL = 0.05  # argmax shares of a random model: a few near-ties may flip
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-PLANTED = (1, 2)  # head (layer, head) planted on the previous token
+PLANTED = (1, 2)  # head (layer, head) planted on the previous token: 0-based array position
+PLANTED_NAMED = (2, 3)  # its (layer, head) numbers in the tables, both from 1
 
 runner = CliRunner()
 
@@ -319,7 +320,7 @@ def check_store_head_types(device, tiny_lm, small_corpus, root):
     _compare_head_stats(ours["head_stats"], theirs["head_stats"])
     for tables in (ours, theirs):
         types = tables["head_types"].set_index(["layer", "head"])
-        assert types.loc[PLANTED, "type"] == "positional" and types.loc[PLANTED, "positional_offset"] == -1
+        assert types.loc[PLANTED_NAMED, "type"] == "positional" and types.loc[PLANTED_NAMED, "positional_offset"] == -1
     close(ours["head_types"]["entropy_norm"], theirs["head_types"]["entropy_norm"])
     return cpu_store, dev_store
 
