@@ -8,7 +8,7 @@ Run with ``bertology dashboard`` (binds to 127.0.0.1) or
 The pages are the entries of :data:`bertology.apps.pages.PAGES`. Deep links (used by the
 screenshot script and the browser tests): ``?page=Heads``, plus ``&compare=<study>/<run>`` (a
 second run beside the first on the pages that compare runs: Probing, Heads, Embeddings),
-``&head=<layer>-<head>`` (the head whose detail the Heads page opens) and ``&step=<n>`` (the
+``&head=<layer>-<head>`` (numbers from 1: the head whose detail the Heads page opens) and ``&step=<n>`` (the
 checkpoint of the Pretraining page's head map); the Live page takes ``&model=<name or folder>`` and
 ``&text=<sentence>``.
 """

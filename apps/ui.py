@@ -131,7 +131,7 @@ def pick_word(container: Any, words: tuple[str, ...], key: str, label: str = "wo
 
 
 def query(name: str) -> str | None:
-    """A deep-link parameter of the URL (``?head=1-0``), or None when absent or empty."""
+    """A deep-link parameter of the URL (``?head=1-3``: layer 1, head 3), or None when absent or empty."""
     value = st.query_params.get(name)
     return value if isinstance(value, str) and value else None
 
