@@ -331,7 +331,7 @@ def test_9_a_trainer_holds_its_run_folder_lock_and_a_second_one_waits(tmp_path, 
         return cfg.run_dir
 
     monkeypatch.setattr(module, inner, train)
-    cfg = SimpleNamespace(run_dir=run_dir)
+    cfg = SimpleNamespace(run_dir=run_dir, model="minilm-l6")  # a registry model: resolved before the lock
     run_dir.mkdir(parents=True)
     with atomic.folder_lock(run_dir):  # another trainer holds the folder
         second = threading.Thread(target=lambda: public(cfg))
