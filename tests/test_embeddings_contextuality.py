@@ -180,3 +180,25 @@ def test_a_contextuality_table_resting_on_few_words_is_flagged():
     assert warning is not None and "too few words" in warning and "rest on 6 distinct words (need 50)" in warning
     assert few_words_warning(table.assign(n_items=[60, 30, 60])) is None  # sentences count for intra-sentence
     assert few_words_warning(table.drop(columns=["n_items"])) is None  # an older table does not say
+
+
+def test_intra_sentence_similarity_in_blocks_equals_one_block():
+    # blocks of whole sentences do the same arithmetic per sentence as one block of the whole layer;
+    # one-word sentences are skipped, a sentence longer than a block is a block alone
+    from bertology.probes.embeddings.contextuality import intra_sentence_per_sentence
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 12, size=60)
+    lengths[7] = 40
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    vectors = rng.normal(size=(int(offsets[-1]), 16)).astype(np.float32)
+    whole = intra_sentence_per_sentence(vectors, offsets, block_words=10**9)
+    assert len(whole) == int((lengths >= 2).sum())
+    for block in (1, 9, 25):
+        np.testing.assert_array_equal(intra_sentence_per_sentence(vectors, offsets, block_words=block), whole)
+    # by hand: the first sentence of >= 2 words
+    k = int(np.flatnonzero(lengths >= 2)[0])
+    x = vectors[offsets[k] : offsets[k + 1]].astype(np.float64)
+    mean = x.mean(0)
+    by_hand = np.mean(x @ mean / (np.linalg.norm(x, axis=1) * np.linalg.norm(mean)))
+    assert whole[0] == pytest.approx(by_hand, abs=1e-6)

@@ -124,3 +124,77 @@ def test_each_held_out_uas_carries_a_sentence_bootstrap_interval():
     assert (table["uas_low"] <= table["uas"]).all() and (table["uas"] <= table["uas_high"]).all()
     one = attention_probe(attentions[:4], sentences[:4], test_size=0.25, seed=0)
     assert one["uas"].notna().all() and one["uas_low"].isna().all() and one["uas_high"].isna().all()
+
+
+def test_chunked_spilled_fit_equals_the_one_chunk_fit():
+    # the closure adds up chunks' losses and gradients: the objective is the full batch's, so one
+    # sentence per chunk read back from a temporary file gives the one-chunk, in-memory fit
+    import torch
+
+    from bertology.probes.heads.attention_probe import _chunk_loss, _design_chunks
+
+    sentences, attentions = noisy_corpus(n=60, parity=True)
+    whole = AttentionDependencyProbe(chunk_bytes=float("inf"), cache_bytes=float("inf")).fit(attentions, sentences)
+    chunked = AttentionDependencyProbe(chunk_bytes=1, cache_bytes=0).fit(attentions, sentences)
+    np.testing.assert_allclose(chunked.coef_, whole.coef_, atol=1e-5)
+    big = {tuple(ix) for ix in np.argwhere(whole.coef_[0] >= np.sort(whole.coef_[0].ravel())[-2])}
+    assert big == {(0, 1), (1, 3)}  # the planted heads
+    held_out_s, held_out_a = noisy_corpus(n=20, parity=True, seed=1)
+    for a, b in zip(chunked.predict(held_out_a), whole.predict(held_out_a)):
+        np.testing.assert_array_equal(a, b)
+    assert chunked.score(held_out_a, held_out_s) == whole.score(held_out_a, held_out_s) > 0.9
+    # the chunks' summed loss at a random weight equals the mean NLL computed word by word (float64)
+    chunks = list(_design_chunks(attentions, sentences, chunk_bytes=1))
+    assert len(chunks) == len(sentences)
+    weight = np.random.default_rng(0).normal(size=chunks[0][0].shape[1])
+    w = torch.tensor(weight, dtype=torch.float32)
+    summed = sum(float(_chunk_loss(*(torch.from_numpy(x) for x in c), w)) for c in chunks)
+    brute = []
+    for s, a in zip(sentences, attentions):
+        n = len(s.words)
+        feats = np.concatenate([a.reshape(-1, n, n), a.reshape(-1, n, n).transpose(0, 2, 1)]).transpose(1, 2, 0)
+        for i, h in enumerate(s.heads):
+            if h > 0:
+                logits = np.delete(feats[i] @ weight, i)
+                brute.append(np.log(np.exp(logits).sum()) - (feats[i, h - 1] @ weight))
+    assert abs(summed / len(brute) - np.mean(brute)) < 1e-5
+
+
+def test_word_aware_fit_in_spilled_buckets_equals_the_in_memory_fit():
+    from bertology.probes.embeddings.static_vectors import StaticVectors
+    from bertology.probes.heads.attention_probe import WordAwareDependencyProbe, _pair_features
+
+    sentences, attentions = word_typed_corpus(n=60)
+    rng = np.random.default_rng(1)
+    words = [f"{k}{i}" for k in "ab" for i in range(5)]
+    kind = {"a": rng.normal(size=8), "b": rng.normal(size=8)}
+    vectors = StaticVectors(words, np.stack([kind[w[0]] + 0.1 * rng.normal(size=8) for w in words]), "toy")
+    feats = [_pair_features(a) for a in attentions]
+    # the same L-BFGS path, to rounding (10 iterations: before the fit stops on its tolerance, which
+    # rounding can move by an iteration)
+    held = WordAwareDependencyProbe(vectors, max_iter=10, cache_bytes=float("inf")).fit(feats[:40], sentences[:40])
+    spilled = WordAwareDependencyProbe(vectors, max_iter=10, bucket_pairs=400, cache_bytes=0)
+    spilled.fit(feats[:40], sentences[:40])
+    assert len(spilled._groups(sentences[:40])) > 5  # many buckets, each read back from the file
+    np.testing.assert_allclose(spilled.P_.numpy(), held.P_.numpy(), atol=1e-5)
+    np.testing.assert_allclose(spilled.Q_.numpy(), held.Q_.numpy(), atol=1e-5)
+    for a, b in zip(spilled.predict(feats[40:], sentences[40:]), held.predict(feats[40:], sentences[40:])):
+        np.testing.assert_array_equal(a, b)
+    assert held.score(feats[40:], sentences[40:]) > 0.9
+
+
+def test_spill_gives_back_what_was_written_in_memory_and_from_its_file():
+    from bertology.spill import Spill
+
+    arrays = [np.arange(12, dtype=np.float32).reshape(3, 4), np.eye(3, dtype=bool), np.zeros((0, 5)), np.arange(7)]
+    for cache_bytes, spilled in ((1e9, False), (50, True)):
+        spill = Spill(cache_bytes=cache_bytes)
+        for a in arrays:
+            spill.append(a)
+        arrays[0][0, 0] = -1  # later changes to an appended array do not reach the spill
+        assert spill.spilled is spilled and len(spill) == len(arrays)
+        assert spill[0][0, 0] == 0
+        for k, a in enumerate(arrays[1:], start=1):
+            assert spill[k].dtype == a.dtype and spill[k].shape == a.shape and np.array_equal(spill[k], a)
+        arrays[0][0, 0] = 0
+        spill.close()

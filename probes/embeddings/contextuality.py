@@ -139,18 +139,31 @@ def random_groups(n_words: int, starts: np.ndarray, rng: np.random.Generator) ->
     return rng.choice(n_words, size=int(starts[-1]), replace=False).astype(np.int64)
 
 
-def intra_sentence_per_sentence(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Mean cosine of each word to its sentence's mean vector, for sentences of >= 2 words."""
+def intra_sentence_per_sentence(vectors: np.ndarray, offsets: np.ndarray, block_words: int = 16384) -> np.ndarray:
+    """Mean cosine of each word to its sentence's mean vector, for sentences of >= 2 words.
+
+    Computed over blocks of whole sentences of about ``block_words`` words (the same arithmetic,
+    sentence by sentence, as one block of the whole corpus): memory holds a block's float64 copy,
+    not the layer's."""
     lengths = np.diff(offsets)
     ok = lengths >= 2
     starts = offsets[:-1][ok]
     lens = lengths[ok]
-    idx = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lens)]) if len(lens) else np.zeros(0, int)
-    x = vectors[idx].astype(np.float64)
-    group_starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-    means = np.add.reduceat(x, group_starts, axis=0) / lens[:, None]
-    cos = np.einsum("ij,ij->i", unit_rows(x), unit_rows(np.repeat(means, lens, axis=0)))
-    return np.add.reduceat(cos, group_starts) / lens
+    out = np.empty(len(lens))
+    ends = np.cumsum(lens)
+    first = 0
+    while first < len(lens):
+        before = ends[first] - lens[first]
+        last = max(first + 1, int(np.searchsorted(ends, before + block_words, side="right")))
+        s, n = starts[first:last], lens[first:last]
+        idx = np.concatenate([np.arange(a, a + m) for a, m in zip(s, n)])
+        x = vectors[idx].astype(np.float64)
+        group_starts = np.concatenate([[0], np.cumsum(n)[:-1]])
+        means = np.add.reduceat(x, group_starts, axis=0) / n[:, None]
+        cos = np.einsum("ij,ij->i", unit_rows(x), unit_rows(np.repeat(means, n, axis=0)))
+        out[first:last] = np.add.reduceat(cos, group_starts) / n
+        first = last
+    return out
 
 
 def random_pair_similarity(vectors: np.ndarray, offsets: np.ndarray, n_pairs: int, rng: np.random.Generator) -> float:
@@ -195,7 +208,8 @@ def contextuality(
     sizes = np.diff(starts)
     occ = (int(sizes.min()), float(sizes.mean()), int(sizes.max())) if len(sizes) else (np.nan,) * 3
     rows: list[tuple] = []
-    for li, vectors in zip(layer_ids, layers):
+    for j, li in enumerate(layer_ids):
+        vectors = layers[j]  # one layer read at a time (the previous one is dropped at the loop's end)
         rng = np.random.default_rng([seed, li])
         aniso = random_pair_similarity(vectors, offsets, n_baseline_pairs, rng)
         intra = intra_sentence_per_sentence(vectors, offsets)
@@ -215,6 +229,7 @@ def contextuality(
             rows.append(("self_similarity", np.nan, aniso, 0, *no_occ))
             rows.append(("mev", np.nan, np.nan, 0, *no_occ))
         rows[-3:] = [(li, *r) for r in rows[-3:]]
+        del vectors
     occ_cols = ["occurrences_min", "occurrences_mean", "occurrences_max"]
     df = pd.DataFrame(rows, columns=["layer", "metric", "raw", "baseline", "n_items", *occ_cols])
     df["adjusted"] = df["raw"] - df["baseline"]
@@ -260,18 +275,21 @@ def contextuality_by_word(
     types, positions, starts = occurrence_groups(words, lower, min_occurrences, max_occurrences, seed)
     if not types:
         return pd.DataFrame(columns=["layer", "word", "n_occurrences", "self_similarity", "mev"])
-    frames = [
-        pd.DataFrame(
-            {
-                "layer": li,
-                "word": types,
-                "n_occurrences": np.diff(starts),
-                "self_similarity": self_similarity_per_word(v, positions, starts),
-                "mev": mev_per_group(v, positions, starts, centering=mev_centering),
-            }
+    frames = []
+    for li in range(len(layers)):
+        v = layers[li]  # one layer read at a time
+        frames.append(
+            pd.DataFrame(
+                {
+                    "layer": li,
+                    "word": types,
+                    "n_occurrences": np.diff(starts),
+                    "self_similarity": self_similarity_per_word(v, positions, starts),
+                    "mev": mev_per_group(v, positions, starts, centering=mev_centering),
+                }
+            )
         )
-        for li, v in enumerate(layers)
-    ]
+        del v
     return pd.concat(frames, ignore_index=True)
 
 

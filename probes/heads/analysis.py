@@ -322,8 +322,12 @@ def _dependency_probes(ctx: StudyContext, store: FeatureStore, sentences: list[S
         ctx.record(word_vectors=vectors.metadata)
     ctx.step(
         "attention_probe",
-        lambda: attention_probe(  # maps read from the store when used, not held all at once
-            LazyAttentions(store.attention, range(n)), sentences, seed=ctx.seed, word_vectors=vectors
+        lambda: attention_probe(  # maps read from the store when used, designs spilled beside it
+            LazyAttentions(store.attention, range(n)),
+            sentences,
+            seed=ctx.seed,
+            word_vectors=vectors,
+            spill_dir=store.path.parent,
         ),
     )
 

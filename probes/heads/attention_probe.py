@@ -18,7 +18,8 @@ UAS carries a 95% interval from a bootstrap over the test sentences
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,7 @@ from bertology.errors import WorkbenchError
 from bertology.numbering import head_indices, head_number, layer_number
 from bertology.probes.embeddings.static_vectors import StaticVectors
 from bertology.probes.heads.classification import DEPENDENT_TO_HEAD, argmax_other_word, dependency_scores
+from bertology.spill import DEFAULT_CACHE_BYTES, Spill
 from bertology.uncertainty import ratio_bootstrap
 
 
@@ -54,38 +56,42 @@ def _pair_features(attention: np.ndarray) -> np.ndarray:
     return np.concatenate([forward, backward], axis=-1)
 
 
-def _design(attentions: Sequence[np.ndarray], sentences: Sequence | None):
-    """Every candidate head of every word, flat (no padding to the longest sentence, so memory is the
-    corpus's word pairs, about a quarter of the padded layout; filled in place, one sentence's
-    features at a time): X ``[pairs, F]``, ``group [pairs]`` (the word a candidate belongs to),
-    ``gold [words]`` (the index of each word's gold head among the pairs; -1 without sentences). A
-    word's candidates are the other words of its sentence; root words are left out when
-    ``sentences`` give heads."""
+DESIGN_CHUNK_BYTES = 32e6
+"""Bytes of one chunk of the attention probe's design (whole sentences; a longer sentence is one chunk)."""
 
-    def kept(index: int, w: int) -> list[int]:
-        heads = sentences[index].heads if sentences is not None else None
-        return [i for i in range(w) if heads is None or int(heads[i]) > 0]
 
-    widths = [int(np.shape(a)[-1]) for a in attentions]
-    n_features = 2 * int(np.prod(np.shape(attentions[0])[:2])) if len(widths) else 0
-    n_pairs = sum(len(kept(s, w)) * (w - 1) for s, w in enumerate(widths))
-    if n_pairs == 0:
-        raise WorkbenchError("attention probe: no non-root words")
-    x = np.empty((n_pairs, n_features), dtype=np.float32)
-    groups = np.empty(n_pairs, dtype=np.int64)
-    gold: list[int] = []
-    at = 0
+def _design_chunks(
+    attentions: Sequence[np.ndarray], sentences: Sequence, chunk_bytes: float = DESIGN_CHUNK_BYTES
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every candidate head of every non-root word, flat (no padding to the longest sentence), in
+    chunks of whole sentences of about ``chunk_bytes``, so that the design is never all in memory.
+
+    Yields ``x [pairs, F]`` (float32, ``F = 2 * layers * heads``), ``group [pairs]`` (the word of the
+    chunk each candidate belongs to) and ``gold [words]`` (the row of each word's gold head in the
+    chunk). A word's candidates are the other words of its sentence, in order; concatenated, the
+    chunks are the whole design, words in corpus order."""
+    blocks: list[np.ndarray] = []
+    groups: list[np.ndarray] = []
+    golds: list[np.ndarray] = []
+    n_pairs = n_words = 0
     for index, attention in enumerate(attentions):
         feats = _pair_features(attention)
         w = feats.shape[0]
-        heads = sentences[index].heads if sentences is not None else None
-        for i in kept(index, w):
-            candidates = np.delete(np.arange(w), i)
-            x[at : at + len(candidates)] = feats[i, candidates]
-            groups[at : at + len(candidates)] = len(gold)
-            gold.append(at + int(np.searchsorted(candidates, int(heads[i]) - 1)) if heads is not None else -1)
-            at += len(candidates)
-    return torch.from_numpy(x), torch.from_numpy(groups), torch.tensor(gold)
+        heads = np.asarray(sentences[index].heads, dtype=np.int64)
+        kept = np.flatnonzero(heads > 0)
+        if len(kept) and w > 1:
+            rows, cols = np.nonzero(~np.eye(w, dtype=bool)[kept])  # row-major: each word's candidates in order
+            blocks.append(feats[kept[rows], cols])
+            groups.append(n_words + rows)
+            target = heads[kept] - 1
+            golds.append(n_pairs + np.arange(len(kept)) * (w - 1) + target - (target > kept))
+            n_pairs += len(rows)
+            n_words += len(kept)
+        if n_pairs and n_pairs * feats.shape[-1] * 4 >= chunk_bytes:
+            yield np.concatenate(blocks), np.concatenate(groups), np.concatenate(golds)
+            blocks, groups, golds, n_pairs, n_words = [], [], [], 0, 0
+    if n_pairs:
+        yield np.concatenate(blocks), np.concatenate(groups), np.concatenate(golds)
 
 
 class LazyAttentions(Sequence):
@@ -114,39 +120,72 @@ def _group_max(values: torch.Tensor, group: torch.Tensor, n_groups: int) -> torc
     return out.scatter_reduce(0, group, values, reduce="amax")
 
 
+def _chunk_loss(x: torch.Tensor, group: torch.Tensor, gold: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Summed negative log-likelihood of the gold heads of one design chunk: Σ over its words of
+    log Σ_candidates exp(x·w) - x_gold·w (log-sum-exp per word, stabilised by the word's max)."""
+    logits = x @ weight  # [pairs]
+    top = _group_max(logits.detach(), group, len(gold))
+    sums = torch.zeros(len(gold), dtype=logits.dtype).index_add(0, group, torch.exp(logits - top[group]))
+    return (torch.log(sums) + top - logits[gold]).sum()
+
+
 class AttentionDependencyProbe:
     """Conditional logistic regression over head attentions (sklearn-style ``fit/predict/score``).
 
     l2: weight penalty; max_iter: L-BFGS iterations. Learned ``coef_`` ``[2, layers, heads]``
     (0: word -> candidate, 1: candidate -> word).
+
+    Full-batch L-BFGS whose closure passes over the design in chunks of whole sentences
+    (``chunk_bytes``), adding each chunk's loss and gradient: the objective and its gradient are the
+    full batch's, while memory holds one chunk. A design above ``cache_bytes`` is written once to an
+    unnamed temporary file in ``spill_dir`` (default: the system's temporary folder) and read back
+    chunk by chunk (:class:`~bertology.spill.Spill`).
     """
 
-    def __init__(self, l2: float = 1e-3, max_iter: int = 100, seed: int = 0):
+    def __init__(
+        self,
+        l2: float = 1e-3,
+        max_iter: int = 100,
+        seed: int = 0,
+        chunk_bytes: float = DESIGN_CHUNK_BYTES,
+        cache_bytes: float = DEFAULT_CACHE_BYTES,
+        spill_dir: str | Path | None = None,
+    ):
         self.l2, self.max_iter, self.seed = l2, max_iter, seed
+        self.chunk_bytes, self.cache_bytes, self.spill_dir = chunk_bytes, cache_bytes, spill_dir
 
     def _logits(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         logits = x @ self.weight_
         return logits.masked_fill(~valid, float("-inf"))
 
     def fit(self, attentions: Sequence[np.ndarray], sentences: Sequence) -> AttentionDependencyProbe:
-        x, group, gold = _design(attentions, sentences)
-        n_words = len(gold)
+        design = Spill(self.spill_dir, self.cache_bytes)
+        index: list[tuple[torch.Tensor, torch.Tensor]] = []  # per chunk: group [pairs], gold [words]
+        for x, group, gold in _design_chunks(attentions, sentences, self.chunk_bytes):
+            design.append(x)
+            index.append((torch.from_numpy(group), torch.from_numpy(gold)))
+        n_words = sum(len(gold) for _, gold in index)
+        if n_words == 0:
+            raise WorkbenchError("attention probe: no non-root words")
         torch.manual_seed(self.seed)
         self.shape_ = np.shape(attentions[0])[:2]
-        self.weight_ = torch.zeros(x.shape[-1], requires_grad=True)
+        self.weight_ = torch.zeros(2 * int(np.prod(self.shape_)), requires_grad=True)
         opt = torch.optim.LBFGS([self.weight_], max_iter=self.max_iter, line_search_fn="strong_wolfe")
 
         def closure():
+            # the mean over every word, chunk by chunk: gradients add up in weight_.grad
             opt.zero_grad()
-            logits = x @ self.weight_  # [pairs]
-            # softmax over each word's candidates: log-sum-exp per group, stabilised by the group's max
-            top = _group_max(logits.detach(), group, n_words)
-            sums = torch.zeros(n_words, dtype=logits.dtype).index_add(0, group, torch.exp(logits - top[group]))
-            loss = (torch.log(sums) + top - logits[gold]).mean() + self.l2 * (self.weight_**2).sum()
-            loss.backward()
-            return loss
+            total = 0.0
+            for k, (group, gold) in enumerate(index):
+                loss = _chunk_loss(torch.from_numpy(design[k]), group, gold, self.weight_) / n_words
+                loss.backward()
+                total += float(loss.detach())
+            penalty = self.l2 * (self.weight_**2).sum()
+            penalty.backward()
+            return torch.tensor(total + float(penalty.detach()))
 
         opt.step(closure)
+        design.close()
         self.weight_ = self.weight_.detach()
         self.coef_ = self.weight_.numpy().reshape(2, *self.shape_)
         return self
@@ -164,10 +203,16 @@ class AttentionDependencyProbe:
 
     def score(self, attentions: Sequence[np.ndarray], sentences: Sequence) -> float:
         """UAS over non-root words."""
-        x, group, gold = _design(attentions, sentences)
+        correct = total = 0
         with torch.no_grad():
-            logits = x @ self.weight_
-            return float((logits[gold] >= _group_max(logits, group, len(gold))).float().mean())
+            for x, group, gold in _design_chunks(attentions, sentences, self.chunk_bytes):
+                logits = torch.from_numpy(x) @ self.weight_
+                top = _group_max(logits, torch.from_numpy(group), len(gold))
+                correct += int((logits[torch.from_numpy(gold)] >= top).sum())
+                total += len(gold)
+        if total == 0:
+            raise WorkbenchError("attention probe: no non-root words")
+        return correct / total
 
 
 def distance_features(n_words: int, max_distance: int = 10) -> np.ndarray:
@@ -188,11 +233,24 @@ class WordAwareDependencyProbe:
     directions, ``K = 2 * layers * heads``; :func:`distance_features` for the baseline). Each
     feature's weight is ``P_k·ṽ_i + Q_k·ṽ_j`` with ``ṽ = [v / mean |v|; 1]`` (words missing from
     ``vectors``, also lower-cased, get the zero vector), so the attention-only probe is the special
-    case with zero word weights. Trained full-batch with L-BFGS on sentences bucketed by length.
+    case with zero word weights. Trained full-batch with L-BFGS on sentences bucketed by length
+    (at most ``bucket_pairs`` padded word pairs a bucket): each sentence's features are read once,
+    the buckets written to a :class:`~bertology.spill.Spill` (a temporary file in ``spill_dir``
+    above ``cache_bytes``), and the closure adds up the buckets' losses and gradients one bucket
+    at a time, so memory holds one bucket, not the training set.
     """
 
-    def __init__(self, vectors: StaticVectors, l2: float = 1e-3, max_iter: int = 100, bucket_pairs: int = 200_000):
+    def __init__(
+        self,
+        vectors: StaticVectors,
+        l2: float = 1e-3,
+        max_iter: int = 100,
+        bucket_pairs: int = 200_000,
+        cache_bytes: float = DEFAULT_CACHE_BYTES,
+        spill_dir: str | Path | None = None,
+    ):
         self.vectors, self.l2, self.max_iter, self.bucket_pairs = vectors, l2, max_iter, bucket_pairs
+        self.cache_bytes, self.spill_dir = cache_bytes, spill_dir
         norms = np.linalg.norm(vectors.matrix, axis=1)
         self._scale = float(norms[norms > 0].mean()) if (norms > 0).any() else 1.0
 
@@ -206,9 +264,9 @@ class WordAwareDependencyProbe:
                     break
         return out
 
-    def _buckets(self, pair_features: Sequence[np.ndarray], sentences: Sequence, with_gold: bool):
-        """Length-sorted groups of sentences padded to their longest: features ``[S, W, W, K]``,
-        words ``[S, W, d+1]``, valid candidates ``[S, W, W]``, gold ``[S, W]`` (-1 = not scored)."""
+    def _groups(self, sentences: Sequence) -> list[list[int]]:
+        """Sentences sorted by length and cut into groups of at most ``bucket_pairs`` padded pairs
+        (a longer sentence alone)."""
         order = sorted(range(len(sentences)), key=lambda k: len(sentences[k].words))
         groups: list[list[int]] = []
         current: list[int] = []
@@ -222,24 +280,29 @@ class WordAwareDependencyProbe:
             longest = max(longest, w)
         if current:
             groups.append(current)
-        out = []
-        for group in groups:
-            W = max(len(sentences[k].words) for k in group)
-            K = pair_features[group[0]].shape[-1]
-            feats = np.zeros((len(group), W, W, K), dtype=np.float32)
-            words = np.zeros((len(group), W, self.vectors.dim + 1), dtype=np.float32)
-            valid = np.zeros((len(group), W, W), dtype=bool)
-            gold = np.full((len(group), W), -1, dtype=np.int64)
-            for b, k in enumerate(group):
-                w = len(sentences[k].words)
-                feats[b, :w, :w] = pair_features[k]
-                words[b, :w] = self._word_matrix(sentences[k].words)
-                valid[b, :w, :w] = ~np.eye(w, dtype=bool)
-                if with_gold:
-                    heads = np.asarray(sentences[k].heads, dtype=np.int64)
-                    gold[b, :w] = np.where(heads > 0, heads - 1, -1)
-            out.append((group, *(torch.from_numpy(x) for x in (feats, words, valid, gold))))
-        return out
+        return groups
+
+    def _bucket(self, group: list[int], pair_features: Sequence[np.ndarray], sentences: Sequence, with_gold: bool):
+        """One group of sentences padded to its longest: features ``[S, W, W, K]``, words
+        ``[S, W, d+1]``, valid candidates ``[S, W, W]``, gold ``[S, W]`` (-1 = not scored), as arrays."""
+        W = max(len(sentences[k].words) for k in group)
+        feats = None
+        words = np.zeros((len(group), W, self.vectors.dim + 1), dtype=np.float32)
+        valid = np.zeros((len(group), W, W), dtype=bool)
+        gold = np.full((len(group), W), -1, dtype=np.int64)
+        for b, k in enumerate(group):
+            w = len(sentences[k].words)
+            pair = pair_features[k]  # read once (it may be computed from the store's maps)
+            if feats is None:
+                feats = np.zeros((len(group), W, W, pair.shape[-1]), dtype=np.float32)
+            feats[b, :w, :w] = pair
+            words[b, :w] = self._word_matrix(sentences[k].words)
+            valid[b, :w, :w] = ~np.eye(w, dtype=bool)
+            if with_gold:
+                heads = np.asarray(sentences[k].heads, dtype=np.int64)
+                gold[b, :w] = np.where(heads > 0, heads - 1, -1)
+        assert feats is not None
+        return feats, words, valid, gold
 
     def _logits(self, feats: torch.Tensor, words: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         p = words @ self.P_.T  # [S, W, K]
@@ -248,35 +311,51 @@ class WordAwareDependencyProbe:
         return logits.masked_fill(~valid, float("-inf"))
 
     def fit(self, pair_features: Sequence[np.ndarray], sentences: Sequence) -> WordAwareDependencyProbe:
-        buckets = self._buckets(pair_features, sentences, with_gold=True)
-        n_rows = sum(int((gold >= 0).sum()) for *_, gold in buckets)
+        spill = Spill(self.spill_dir, self.cache_bytes)  # per bucket: features, then words
+        masks: list[tuple[torch.Tensor, torch.Tensor]] = []  # per bucket: valid, gold
+        for group in self._groups(sentences):
+            feats, words, valid, gold = self._bucket(group, pair_features, sentences, with_gold=True)
+            spill.append(feats)
+            spill.append(words)
+            masks.append((torch.from_numpy(valid), torch.from_numpy(gold)))
+            del feats, words
+        n_rows = sum(int((gold >= 0).sum()) for _, gold in masks)
         if n_rows == 0:
             raise WorkbenchError("word-aware dependency probe: no non-root words to train on")
-        K, d1 = buckets[0][1].shape[-1], self.vectors.dim + 1
+        K, d1 = spill[0].shape[-1], self.vectors.dim + 1
         self.P_ = torch.zeros(K, d1, requires_grad=True)
         self.Q_ = torch.zeros(K, d1, requires_grad=True)
         opt = torch.optim.LBFGS([self.P_, self.Q_], max_iter=self.max_iter, line_search_fn="strong_wolfe")
 
         def closure():
+            # the full batch's loss and gradient, one bucket at a time (gradients add up in P_, Q_)
             opt.zero_grad()
-            loss = self.l2 * ((self.P_**2).sum() + (self.Q_**2).sum())
-            for _, feats, words, valid, gold in buckets:
+            penalty = self.l2 * ((self.P_**2).sum() + (self.Q_**2).sum())
+            penalty.backward()
+            total = float(penalty.detach())
+            for b, (valid, gold) in enumerate(masks):
+                feats, words = torch.from_numpy(spill[2 * b]), torch.from_numpy(spill[2 * b + 1])
                 rows = gold >= 0
                 logits = self._logits(feats, words, valid)[rows]
-                loss = loss + torch.nn.functional.cross_entropy(logits, gold[rows], reduction="sum") / n_rows
-            loss.backward()
-            return loss
+                loss = torch.nn.functional.cross_entropy(logits, gold[rows], reduction="sum") / n_rows
+                loss.backward()
+                total += float(loss.detach())
+                del feats, words, logits, loss
+            return torch.tensor(total)
 
         opt.step(closure)
+        spill.close()
         self.P_, self.Q_ = self.P_.detach(), self.Q_.detach()
         return self
 
     def predict(self, pair_features: Sequence[np.ndarray], sentences: Sequence) -> list[np.ndarray]:
-        """Predicted head per word (1-based), one array per sentence."""
+        """Predicted head per word (1-based), one array per sentence (one bucket in memory at a time)."""
         out: list[np.ndarray] = [np.zeros(0)] * len(sentences)
         with torch.no_grad():
-            for group, feats, words, valid, _ in self._buckets(pair_features, sentences, with_gold=False):
-                best = self._logits(feats, words, valid).argmax(-1).numpy() + 1
+            for group in self._groups(sentences):
+                feats, words, valid, _ = self._bucket(group, pair_features, sentences, with_gold=False)
+                logits = self._logits(*(torch.from_numpy(x) for x in (feats, words, valid)))
+                best = logits.argmax(-1).numpy() + 1
                 for b, k in enumerate(group):
                     out[k] = best[b, : len(sentences[k].words)]
         return out
@@ -289,6 +368,21 @@ class WordAwareDependencyProbe:
             correct += int((pred[heads > 0] == heads[heads > 0]).sum())
             total += int((heads > 0).sum())
         return correct / max(total, 1)
+
+
+class _Mapped(Sequence):
+    """``make(items[k])`` computed when read: pair features from lazily read attention maps."""
+
+    def __init__(self, make: Callable[[np.ndarray], np.ndarray], items: Sequence[np.ndarray]):
+        self.make, self.items = make, items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        return self.make(self.items[k])
 
 
 def _single_head_heads(attentions, layer: int, head: int) -> list[np.ndarray]:
@@ -339,12 +433,15 @@ def attention_probe(
     seed: int = 0,
     l2: float = 1e-3,
     word_vectors: StaticVectors | None = None,
+    spill_dir: str | Path | None = None,
 ) -> pd.DataFrame:
     """Held-out UAS of the best fixed offset, the best single head and the learned combination;
     with ``word_vectors`` also the attention-and-words probe and the distances-and-words baseline.
 
     Sentences are split at random (``seed``); the best head and offset are chosen on the training
-    part. Returns ``method, layer, head, offset, n_train, n_test, uas, uas_low, uas_high, seed``:
+    part. The probes' training designs above a few tens of MB go to temporary files in
+    ``spill_dir`` (default: the system's temporary folder; the workbench passes the store's folder).
+    Returns ``method, layer, head, offset, n_train, n_test, uas, uas_low, uas_high, seed``:
     ``uas_low, uas_high`` the 95% interval of a bootstrap over the test sentences (NaN with one).
     """
     attentions = attentions if isinstance(attentions, LazyAttentions) else list(attentions)
@@ -375,15 +472,15 @@ def attention_probe(
     layer, head = head_indices([(top["layer"], top["head"])])[0]
     heads_found = _single_head_heads(a_te, layer, head)
     rows.append(_uas_row("best_head", layer_number(layer), head_number(head), None, heads_found, s_te, seed))
-    probe = AttentionDependencyProbe(l2=l2, seed=seed).fit(a_tr, s_tr)
+    probe = AttentionDependencyProbe(l2=l2, seed=seed, spill_dir=spill_dir).fit(a_tr, s_tr)
     rows.append(_uas_row("learned_combination", None, None, None, probe.predict(a_te), s_te, seed))
     if word_vectors is not None:
         for method, make in (
             ("attention_and_words", _pair_features),
             ("distances_and_words", lambda a: distance_features(np.shape(a)[-1])),
         ):
-            f_tr, f_te = [make(a) for a in a_tr], [make(a) for a in a_te]
-            aware = WordAwareDependencyProbe(word_vectors, l2=l2).fit(f_tr, s_tr)
+            f_tr, f_te = _Mapped(make, a_tr), _Mapped(make, a_te)  # computed per bucket, not all at once
+            aware = WordAwareDependencyProbe(word_vectors, l2=l2, spill_dir=spill_dir).fit(f_tr, s_tr)
             rows.append(_uas_row(method, None, None, None, aware.predict(f_te, s_te), s_te, seed))
     table = pd.DataFrame(rows, columns=["method", "layer", "head", "offset", "uas", "uas_low", "uas_high"])
     table["n_train"], table["n_test"], table["seed"] = n_train, n_test_words, seed
