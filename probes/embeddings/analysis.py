@@ -35,6 +35,7 @@ from bertology.probes.embeddings.static_vectors import (
     word_vectors_from_pieces,
 )
 from bertology.runs import StudyContext, model_corpus_store, reads_inputs
+from bertology.runtime import release_free_memory
 
 if TYPE_CHECKING:
     from bertology.corpus.documents import SliceSpec
@@ -279,6 +280,7 @@ def contextuality_analysis(ctx: StudyContext) -> None:
     chosen = [w for w in cfg["words"] if (lowered == w).sum() >= cfg["min_word_occurrences"]]
     ctx.record(polysemous_words=chosen)
     last = store.n_layers - 1
+    release_free_memory()  # what the per-layer steps freed goes back before the last layer is held
     last_layer = layers[last]  # [n_words, dim], read once for the neighbours and sense clusters
 
     def neighbours() -> pd.DataFrame:

@@ -28,6 +28,7 @@ import torch
 
 from bertology.errors import WorkbenchError
 from bertology.probes.embeddings.static_vectors import unit_rows
+from bertology.runtime import release_free_memory
 from bertology.store.read import LayerView
 from bertology.uncertainty import MIN_WORD_TYPES
 
@@ -230,6 +231,7 @@ def contextuality(
             rows.append(("mev", np.nan, np.nan, 0, *no_occ))
         rows[-3:] = [(li, *r) for r in rows[-3:]]
         del vectors
+        release_free_memory()  # the layer and its float64 copies: pages back before the next layer's read
     occ_cols = ["occurrences_min", "occurrences_mean", "occurrences_max"]
     df = pd.DataFrame(rows, columns=["layer", "metric", "raw", "baseline", "n_items", *occ_cols])
     df["adjusted"] = df["raw"] - df["baseline"]
@@ -290,6 +292,7 @@ def contextuality_by_word(
             )
         )
         del v
+        release_free_memory()
     return pd.concat(frames, ignore_index=True)
 
 

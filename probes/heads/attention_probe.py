@@ -245,7 +245,7 @@ class WordAwareDependencyProbe:
         vectors: StaticVectors,
         l2: float = 1e-3,
         max_iter: int = 100,
-        bucket_pairs: int = 200_000,
+        bucket_pairs: int = 50_000,
         cache_bytes: float = DEFAULT_CACHE_BYTES,
         spill_dir: str | Path | None = None,
     ):
