@@ -39,7 +39,9 @@ ANALYSES = {  # the analysis commands (each after the store is extracted)
     "probe": ["probe", "--task", "pos"],
     "heads": ["heads"],
     "contextuality": ["embeddings"],
+    "structural": ["structural", "--no-random-baseline"],  # Hewitt & Manning's distance and depth probes
 }
+EPOCH_OPTION = ("probe", "structural")  # the analyses --probe-epochs fixes the epochs of
 
 
 def build_corpus(out: Path, scale: int, base_sentences: int) -> Path:
@@ -125,8 +127,8 @@ def main() -> None:
         "--probe-epochs",
         type=int,
         default=0,
-        help="probe for exactly this many epochs (--max-epochs; patience 3 keeps every layer's probe training "
-        "through the first 3), so that time compares across sizes; 0: early stopping as configured",
+        help="probe (and structural) for exactly this many epochs (--max-epochs; patience 3 keeps every layer's "
+        "probe training through the first 3), so that time compares across sizes; 0: early stopping as configured",
     )
     args = parser.parse_args()
     shapes, analyses = args.shapes.split(","), args.analyses.split(",")
@@ -158,12 +160,12 @@ def main() -> None:
             # the store each analysis reads: probing and contextuality keep no attention maps (a store
             # of its own key), head statistics do; each is extracted first, so analyses reopen it
             rows = []
-            if any(a in analyses for a in ("probe", "contextuality")):
+            if any(a in analyses for a in ("probe", "contextuality", "structural")):
                 rows.append(("extract", [bertology, "extract", "--no-attentions", *common]))
             if "heads" in analyses:
                 rows.append(("extract+attn", [bertology, "extract", *common]))
             epochs = ["--max-epochs", str(args.probe_epochs)] if args.probe_epochs else []
-            rows += [(a, [bertology, *ANALYSES[a], *common, *(epochs if a == "probe" else [])]) for a in analyses]
+            rows += [(a, [bertology, *ANALYSES[a], *common, *(epochs if a in EPOCH_OPTION else [])]) for a in analyses]
             for name, cmd in rows:
                 m = measure(cmd, env)
                 first.setdefault(name, m["wall"])
