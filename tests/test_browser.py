@@ -219,7 +219,9 @@ def test_the_sidebar_has_only_the_dashboards_menu_and_every_page_opens(tmp_path)
             sidebar = tab.locator('[data-testid="stSidebar"]')
             assert tab.locator('[data-testid="stSidebarNav"]').count() == 0, page.key
             assert sidebar.locator("a[href]").count() == 0, page.key  # no navigation links at all
-            options = sidebar.locator('[data-testid="stRadio"] [role="radiogroup"] label').all_inner_texts()
+            labels = sidebar.locator('[data-testid="stRadio"] [role="radiogroup"] label')
+            labels.nth(len(PAGE_BY_KEY) - 1).wait_for(timeout=WAIT_MS)  # the menu renders after the title
+            options = labels.all_inner_texts()
             assert [o.strip() for o in options] == list(PAGE_BY_KEY), page.key
             assert not screenshots.page_problems(tab)[0], page.key
             if page.study is not None or page.key == "Live":  # the layer numbering, stated on each page with layers
