@@ -2,33 +2,22 @@
 forced to attend to the previous *token* comes out positional at offset -1, and no other head does
 -- also on text full of multi-piece words, where the word-level view misses it."""
 
-import numpy as np
 import pytest
-from transformers import BertTokenizerFast
 
-from bertology.corpus import Corpus, Sentence, load_corpus
+from bertology.corpus import load_corpus
 from bertology.models import from_modules
 from bertology.probes.heads.classification import analyse_store
 from bertology.store import extract
-from bertology.testing import plant_offset_head, tiny_bert, tiny_model, tiny_tokenizer
+from bertology.testing import PLANTED_WORDS, plant_offset_head, planted_head_store, tiny_model, tiny_tokenizer
 
 FORCED = (1, 2)  # 0-based array position (plant_offset_head's arguments)
 NAMED = (2, 3)  # its (layer, head) numbers in the tables, both from 1
-WORDS = [f"w{i}" for i in range(30)]
+WORDS = PLANTED_WORDS
 
 
 def test_forced_previous_token_head_through_store(tmp_path):
     """One piece per word: token and word views agree."""
-    model = tiny_bert(seed=3, mlm=False, layers=2, heads=4, hidden=32)
-    handle = plant_offset_head(model, *FORCED, offset=-1)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
-    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)})
-    rng = np.random.default_rng(0)
-    sentences = [Sentence(f"s{i}", list(rng.choice(WORDS, size=int(rng.integers(14, 22))))) for i in range(30)]
-    corpus = Corpus("planted-previous", sentences)
-    lm = from_modules("tiny-forced", model, tokenizer)
-    store = extract(lm, corpus, attentions=True, root=tmp_path, progress=False)
-    handle.remove()
+    _, corpus, store = planted_head_store(tmp_path, FORCED, name="planted-previous", sentences=30, lengths=(14, 22))
     tables = analyse_store(store, corpus, frequencies={w: 1.0 for w in WORDS})
     types = tables["head_types"].set_index(["layer", "head"])
     assert types.loc[NAMED, "type"] == "positional"

@@ -12,22 +12,18 @@ import pandas as pd
 import pytest
 from dashboard_planted import chart_specs
 from streamlit.testing.v1 import AppTest
-from transformers import BertTokenizerFast
 
 from bertology import numbering
 from bertology.apps import figures, tables
-from bertology.corpus import Corpus, Sentence
 from bertology.errors import ConfigError, WorkbenchError
-from bertology.models import from_modules
 from bertology.probes.heads.classification import analyse_store
 from bertology.results import read_manifest, write_results
 from bertology.runs import run_analysis
-from bertology.store import extract
-from bertology.testing import plant_offset_head, tiny_bert
+from bertology.testing import PLANTED_WORDS, planted_head_store
 
 APP = str(Path(__file__).resolve().parents[1] / "apps" / "dashboard.py")
 PLANTED = (0, 2)  # 0-based array position: attentions[0, 2]
-WORDS = [f"w{i}" for i in range(30)]
+WORDS = PLANTED_WORDS
 
 
 @pytest.fixture(scope="module")
@@ -35,16 +31,9 @@ def planted(tmp_path_factory):
     """A 2-layer x 4-head BERT whose head at array position (0, 2) attends to the previous token,
     a store of its attention over 24 sentences, and the head analysis of that store."""
     root = tmp_path_factory.mktemp("numbering")
-    model = tiny_bert(seed=3, mlm=False, layers=2, heads=4, hidden=32)
-    handle = plant_offset_head(model, *PLANTED, offset=-1)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
-    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)})
-    rng = np.random.default_rng(0)
-    sentences = [Sentence(f"s{i}", list(rng.choice(WORDS, size=int(rng.integers(6, 12))))) for i in range(24)]
-    corpus = Corpus("planted-numbering", sentences)
-    lm = from_modules("tiny-numbering", model, tokenizer)
-    store = extract(lm, corpus, attentions=True, root=root / "stores", progress=False)
-    handle.remove()
+    lm, corpus, store = planted_head_store(
+        root / "stores", PLANTED, name="planted-numbering", sentences=24, lengths=(6, 12)
+    )
     analysis = analyse_store(store, corpus, frequencies={w: 1.0 for w in WORDS})
     return {"root": root, "store": store, "corpus": corpus, "lm": lm, "analysis": analysis}
 

@@ -409,6 +409,37 @@ def plant_offset_head(model: Any, layer: int, head: int, offset: int = -1) -> An
     return module.register_forward_hook(hook, with_kwargs=True, prepend=True)
 
 
+PLANTED_WORDS = [f"w{i}" for i in range(30)]
+"""The words of :func:`planted_head_store`'s sentences (one WordPiece each)."""
+
+
+def planted_head_store(
+    root: str | Path, position: tuple[int, int], *, name: str, sentences: int, lengths: tuple[int, int]
+) -> tuple[Any, Any, Any]:
+    """``(lm, corpus, store)``: a random 2-layer x 4-head BERT (seed 3) whose head at 0-based array
+    ``position`` attends to the previous token (:func:`plant_offset_head`), ``sentences`` random
+    sentences of :data:`PLANTED_WORDS` with ``lengths[0] <= length < lengths[1]`` words (seed 0),
+    and the store of its hidden states and attention maps under ``root`` (the head unplanted after)."""
+    import numpy as np
+    from transformers import BertTokenizerFast  # type: ignore[attr-defined]  # transformers 5 keeps the alias, its stubs do not
+
+    from bertology.corpus import Corpus, Sentence
+    from bertology.models import from_modules
+    from bertology.store import extract
+
+    model = tiny_bert(seed=3, mlm=False, layers=2, heads=4, hidden=32)
+    handle = plant_offset_head(model, *position, offset=-1)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + PLANTED_WORDS
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)})
+    rng = np.random.default_rng(0)
+    words = [list(rng.choice(PLANTED_WORDS, size=int(rng.integers(*lengths)))) for _ in range(sentences)]
+    corpus = Corpus(name, [Sentence(f"s{i}", w) for i, w in enumerate(words)])
+    lm = from_modules(f"tiny-{name}", model, tokenizer)
+    store = extract(lm, corpus, attentions=True, root=root, progress=False)
+    handle.remove()
+    return lm, corpus, store
+
+
 # --------------------------------------------------------------------------- a planted fine-tuning task
 
 

@@ -67,7 +67,7 @@ def patching_page(page: Page) -> None:
     direction = str(config.get("direction", "denoising"))
     st.markdown(
         DIRECTION_TEXT.get(direction, direction) + " Layers: hidden state 0 = the embeddings, hidden state l = "
-        "the output of transformer layer l, the layer whose heads are heads l-1 .. l-H, as on the Heads page."
+        "the output of transformer layer l, whose heads are numbered 1..H (head l-h, as on the Heads page)."
     )
     accuracy = optional_table(run, "accuracy")
     warning = None
