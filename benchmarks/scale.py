@@ -37,11 +37,12 @@ SHAPES = {  # name: (layers, hidden, heads, intermediate); None = the real MiniL
 }
 ANALYSES = {  # the analysis commands (each after the store is extracted)
     "probe": ["probe", "--task", "pos"],
+    "probe-linear": ["probe", "--task", "pos", "--probe", "linear"],  # full-batch L-BFGS on the pooled inputs
     "heads": ["heads"],
     "contextuality": ["embeddings"],
     "structural": ["structural", "--no-random-baseline"],  # Hewitt & Manning's distance and depth probes
 }
-EPOCH_OPTION = ("probe", "structural")  # the analyses --probe-epochs fixes the epochs of
+EPOCH_OPTION = ("probe", "probe-linear", "structural")  # the analyses --probe-epochs fixes the epochs of
 
 
 def build_corpus(out: Path, scale: int, base_sentences: int) -> Path:
@@ -160,7 +161,7 @@ def main() -> None:
             # the store each analysis reads: probing and contextuality keep no attention maps (a store
             # of its own key), head statistics do; each is extracted first, so analyses reopen it
             rows = []
-            if any(a in analyses for a in ("probe", "contextuality", "structural")):
+            if any(a in analyses for a in ("probe", "probe-linear", "contextuality", "structural")):
                 rows.append(("extract", [bertology, "extract", "--no-attentions", *common]))
             if "heads" in analyses:
                 rows.append(("extract+attn", [bertology, "extract", *common]))
@@ -170,7 +171,7 @@ def main() -> None:
                 m = measure(cmd, env)
                 first.setdefault(name, m["wall"])
                 epochs = ""
-                if name == "probe":
+                if name.startswith("probe"):
                     n, seconds = probe_epochs(results)
                     epochs = f"{n:.0f}, {seconds / max(n, 1):.2f}"
                 print(

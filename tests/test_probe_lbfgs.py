@@ -5,10 +5,12 @@ import pytest
 import torch
 
 from bertology.errors import ConfigError
+from bertology.probes.probing import _lbfgs
 from bertology.probes.probing._lbfgs import _LinearObjective
 from bertology.probes.probing.edge import ProbeConfig, SpanFeatures, fit_joint, predict_logits, probe_arrays, span_index
 from bertology.probes.probing.synthetic import planted_task
 from bertology.probes.probing.tasks import split_by_sentence
+from bertology.spill import Spill
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -117,3 +119,97 @@ def test_linear_objective_matches_autograd(multilabel):
     torch.testing.assert_close(dWt, Wt.grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(db, b.grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(dev_loss, rows[:, n_train:].mean(1).detach(), rtol=1e-5, atol=1e-6)
+
+
+def _chunked(X: torch.Tensor, n_train: int, sizes: list[int], tmp_path) -> _lbfgs._Chunks:
+    """``X``'s rows as a streamed design: chunks of the given sizes (training rows, then dev rows),
+    in a spill file (cache 0 bytes)."""
+    spill = Spill(tmp_path, cache_bytes=0)
+    for start, end in zip(np.cumsum([0, *sizes[:-1]]), np.cumsum(sizes)):
+        block = X[:, start:end]
+        spill.append((block.view(torch.int16) if X.dtype == torch.bfloat16 else block).numpy())
+    assert spill.spilled and sum(sizes[: len(sizes) // 2]) == n_train  # chunks do not straddle train/dev
+    return _lbfgs._Chunks(spill, sizes, tuple(X.shape), X.dtype, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("multilabel", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_objective_equals_the_whole_one(multilabel, dtype, tmp_path):
+    """Passing over a spilled design chunk by chunk gives the same loss, gradients and dev loss as
+    the design in one tensor (up to summation order), also on a subset of the probes (a restart)."""
+    gen = torch.Generator().manual_seed(1)
+    P, n_train, n_dev, F_, K, C = 4, 50, 17, 6, 5, 2.0
+    X = torch.randn(P, n_train + n_dev, F_, generator=gen).to(dtype)
+    y = (
+        (torch.rand(n_train + n_dev, K, generator=gen) < 0.3).float()
+        if multilabel
+        else torch.randint(0, K, (n_train + n_dev,), generator=gen)
+    )
+    Wt = torch.randn(P, K, F_, generator=gen)
+    b = torch.randn(P, K, generator=gen)
+    chunks = _chunked(X, n_train, [20, 20, 10, 8, 8, 1], tmp_path)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-3)
+    for probes in (None, torch.tensor([0, 2, 3])):
+        whole_X, part_X, W_, b_ = X, chunks, Wt, b
+        if probes is not None:
+            whole_X, part_X, W_, b_ = X.index_select(0, probes), chunks.index_select(0, probes), Wt[probes], b[probes]
+        whole = _LinearObjective(whole_X, y, n_train, multilabel, C)(W_, b_)
+        streamed = _LinearObjective(part_X, y, n_train, multilabel, C)(W_, b_)
+        for a, s in zip(whole, streamed):
+            torch.testing.assert_close(s, a, **tol)
+    chunks.spill.close()
+
+
+def _fit(data, planted, split, precision):
+    cfg = ProbeConfig(probe="linear", precision=precision, patience=2)
+    return fit_joint(
+        data,
+        planted.task.label_ids(),
+        split["train"],
+        split["dev"],
+        n_labels=4,
+        mixing=np.eye(3, dtype=bool),
+        learned_mix=False,
+        config=cfg,
+        seed=0,
+    )
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_spilled_features_stream_the_lbfgs_design(planted, precision, monkeypatch):
+    """Features not cached: the design goes chunk by chunk through a spill file (no tensor of all
+    its rows) and the probes come out as with cached features, planted layer first."""
+    tokens, mask = span_index(planted.task, planted.sentence_offsets)
+    split = split_by_sentence(planted.task, seed=0)
+    cached = SpanFeatures(planted.features, tokens, mask, True, "cpu")
+    held = _fit(cached, planted, split, precision)
+    monkeypatch.setattr(_lbfgs, "SPILL_CACHE_BYTES", 0)  # every design to the file
+    monkeypatch.setattr(_lbfgs, "CHUNK_BYTES", 3 * 12 * 4 * 97)  # 97 rows a chunk
+    designs, restarts = [], []
+    fit_inputs, select = _lbfgs._fit_inputs, _lbfgs._Chunks.index_select
+
+    def spy(*args):
+        design = fit_inputs(*args)
+        designs.append((design, isinstance(design, _lbfgs._Chunks) and design.spill.spilled))
+        return design
+
+    monkeypatch.setattr(_lbfgs, "_fit_inputs", spy)
+    monkeypatch.setattr(_lbfgs._Chunks, "index_select", lambda self, *a: restarts.append(a) or select(self, *a))
+    spilled = SpanFeatures(planted.features, tokens, mask, True, "cpu", cache_bytes=1)
+    assert spilled.cached is None
+    streamed = _fit(spilled, planted, split, precision)
+    ((design, in_file),) = designs
+    assert in_file and len(design.sizes) > 4
+    assert restarts  # the finished layers' probes dropped: a restart on the chunks of the others
+    if precision == "float32":  # the same path to the same probes (bfloat16 gradients round per chunk)
+        assert streamed.epochs == held.epochs
+        np.testing.assert_allclose(streamed.best_dev_loss, held.best_dev_loss, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(streamed.model.w2, held.model.w2, rtol=1e-3, atol=1e-4)
+    else:
+        np.testing.assert_allclose(streamed.best_dev_loss, held.best_dev_loss, rtol=0.05, atol=0.01)
+    acc = []
+    for fit, data in ((held, cached), (streamed, spilled)):
+        logits = predict_logits(fit.model, data, split["test"])
+        acc.append((logits.argmax(-1).numpy() == planted.task.label_ids()[split["test"]]).mean(1))
+    np.testing.assert_allclose(acc[1], acc[0], atol=0.01)
+    assert acc[1].argmax() == 1 and acc[1][1] > 0.75

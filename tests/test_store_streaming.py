@@ -156,6 +156,37 @@ def test_linear_probes_on_spilled_features_give_the_same_scores(store, small_cor
     np.testing.assert_array_equal(spilled, held)
 
 
+def test_linear_probes_stream_their_design_beside_the_store(store, small_corpus, monkeypatch):
+    """Spilled features and a design above the spill's cache: L-BFGS passes over the pooled inputs
+    chunk by chunk from a temporary file in the store's folder (not /tmp), and scores as the probes
+    on cached features do (the same objective, summed in another order)."""
+    from bertology.probes.probing import _lbfgs
+
+    folders = []
+
+    class Recorded(_lbfgs.Spill):
+        def __init__(self, directory=None, cache_bytes=_lbfgs.DEFAULT_CACHE_BYTES):
+            folders.append(directory)
+            super().__init__(directory, cache_bytes)
+
+    task = build_task(small_corpus, "entities")
+    config = dict(probe="linear", pooling="mean", max_epochs=3, precision="float32")
+    held = probe_arrays(store.view(), store.sentence_offsets, task, seeds=[0], config=ProbeConfig(**config))
+    monkeypatch.setattr(_lbfgs, "Spill", Recorded)
+    monkeypatch.setattr(_lbfgs, "SPILL_CACHE_BYTES", 0)
+    monkeypatch.setattr(_lbfgs, "CHUNK_BYTES", 1)  # one example a chunk
+    streamed = probe_arrays(
+        store.view(), store.sentence_offsets, task, seeds=[0], config=ProbeConfig(cache_mb=1e-6, **config)
+    )
+    assert folders == [store.path.parent]
+    assert not [p for p in store.path.parent.iterdir() if p.name.startswith(".bertology-spill")]  # unnamed, gone
+    a, b = (
+        f[f["split"].isin(["dev", "test"])].set_index(["layer", "split", "metric"])["value"] for f in (held, streamed)
+    )
+    assert np.isfinite(a).all() and len(a) > 4
+    np.testing.assert_allclose(b.loc[a.index].to_numpy(), a.to_numpy(), rtol=1e-3, atol=1e-3)
+
+
 def test_spill_file_reads_rows_in_any_order(tmp_path, monkeypatch):
     """``_SpillFile`` writes rows given out of order and reads any selection (repeats, runs of
     consecutive rows, runs longer than one call may carry) back in the order asked."""

@@ -4,11 +4,19 @@ A linear probe whose pooled inputs do not change during training (width-1 spans 
 per-layer or fixed mixing) is a multinomial (or, multi-label, per-label binary) logistic
 regression: :func:`_fit_lbfgs` minimises the L2-regularised loss ``mean loss + ||W||^2 / (2 C n)``
 of all ``P`` probes at once with L-BFGS (strong-Wolfe line search), scoring dev on the way.
+
+Its design, the pooled inputs ``[P, n, F]`` of the training and dev rows, is one tensor when the
+span features are cached in memory (per-layer probes: a view of the cache, no copy). When they are
+not (spilled beside the store, above ``ProbeConfig.cache_mb``) it is built chunk by chunk into a
+:class:`~bertology.spill.Spill` (in memory while small, else an unnamed temporary file beside the
+store) and every evaluation of the objective passes over the chunks, adding up their losses and
+gradients: memory holds one chunk, not the corpus.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -19,6 +27,14 @@ from bertology.probes.probing._config import ProbeConfig
 from bertology.probes.probing._model import JointProbes
 from bertology.probes.probing._spans import SpanFeatures
 from bertology.runtime import resolve_precision
+from bertology.spill import DEFAULT_CACHE_BYTES, Spill
+
+CHUNK_BYTES = 32e6
+"""Rows per chunk of a streamed design: about this many bytes of pooled inputs (or of the span
+features they are pooled from, whichever is larger)."""
+SPILL_CACHE_BYTES = DEFAULT_CACHE_BYTES
+"""A streamed design is held in memory (one tensor, as if cached) up to this many bytes; above it
+its chunks go to the :class:`~bertology.spill.Spill`'s file."""
 
 
 def _uses_lbfgs(config: ProbeConfig, learned_mix: bool, max_span: int) -> bool:
@@ -30,6 +46,23 @@ def _uses_lbfgs(config: ProbeConfig, learned_mix: bool, max_span: int) -> bool:
             "spans, per-layer or fixed mixing)"
         )
     return fixed_inputs and config.solver != "adam"
+
+
+def _pool(data: SpanFeatures, mixing: np.ndarray, idx: torch.Tensor) -> torch.Tensor:
+    """Pooled, mixed span features ``[P, B, S * D]`` float32 of the examples ``idx [B]`` (mean
+    pooling; mixing one-hot ``[P, L]`` bool or fixed float weights)."""
+    device = data.device
+    g, m = data(idx)  # [L, B, S, M, D]
+    if g.shape[3] == 1:
+        pooled = g[:, :, :, 0]
+    else:
+        w = (m / m.sum(-1, keepdim=True)).to(g.dtype)
+        pooled = torch.einsum("bsm,lbsmd->lbsd", w, g)
+    if mixing.dtype == bool:
+        pooled = pooled[torch.as_tensor(mixing.argmax(1), device=device)]
+    else:
+        pooled = torch.einsum("pl,lbsd->pbsd", torch.as_tensor(mixing, device=device), pooled)
+    return pooled.reshape(pooled.shape[0], pooled.shape[1], -1)
 
 
 def _pooled_inputs(data: SpanFeatures, mixing: np.ndarray, chunk: int = 4096) -> torch.Tensor:
@@ -47,34 +80,109 @@ def _pooled_inputs(data: SpanFeatures, mixing: np.ndarray, chunk: int = 4096) ->
         and (mixing.argmax(1) == np.arange(L)).all()
     ):
         return data.cached.view(L, n, -1)  # per-layer probes: no copy
-    parts = []
-    for start in range(0, n, chunk):
-        g, m = data(torch.arange(start, min(start + chunk, n), device=device))  # [L, B, S, M, D]
-        if g.shape[3] == 1:
-            pooled = g[:, :, :, 0]
-        else:
-            w = (m / m.sum(-1, keepdim=True)).to(g.dtype)
-            pooled = torch.einsum("bsm,lbsmd->lbsd", w, g)
-        if mixing.dtype == bool:
-            pooled = pooled[torch.as_tensor(mixing.argmax(1), device=device)]
-        else:
-            pooled = torch.einsum("pl,lbsd->pbsd", torch.as_tensor(mixing, device=device), pooled)
-        parts.append(pooled.reshape(pooled.shape[0], pooled.shape[1], -1))
+    parts = [
+        _pool(data, mixing, torch.arange(start, min(start + chunk, n), device=device)) for start in range(0, n, chunk)
+    ]
     return torch.cat(parts, dim=1)
 
 
-def _fit_inputs(data: SpanFeatures, mixing: np.ndarray, rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``[P, len(rows), F]`` pooled inputs of the examples ``rows`` in ``dtype``.
+class _Chunks:
+    """A design ``[P, N, F]`` (``N`` rows: the training rows, then the dev rows) kept as chunks of
+    rows in a :class:`~bertology.spill.Spill`, each chunk all training or all dev rows.
 
-    The per-layer case reads a ``dtype`` copy of the cached features kept on ``data`` (made once,
-    reused across seeds and control tasks), so each fit only gathers its rows.
+    Iterating yields ``(start, X_k [P', B_k, F])`` on ``device`` in ``dtype`` (``P'``: the probes
+    ``probes``, all when None), one chunk at a time, read back from the spill when it is a file.
     """
-    X = _pooled_inputs(data, mixing)
-    if X.dtype != dtype and data.cached is not None and X.data_ptr() == data.cached.data_ptr():
-        low = data.low_precision(dtype)
-        assert low is not None  # data.cached exists, so its low-precision copy does
-        X = low.view(X.shape)
-    return X.index_select(1, rows).to(dtype)
+
+    def __init__(
+        self,
+        spill: Spill,
+        sizes: list[int],
+        shape: tuple[int, int, int],
+        dtype: torch.dtype,
+        device: torch.device,
+        probes: torch.Tensor | None = None,
+    ):
+        self.spill, self.sizes, self.dtype, self.device, self.probes = spill, sizes, dtype, device, probes
+        P, N, F_ = shape
+        self.shape = (P if probes is None else len(probes), N, F_)
+        self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+
+    def index_select(self, dim: int, probes: torch.Tensor) -> _Chunks:
+        """The same rows for the probes ``probes`` only (``dim`` 0; the chunks are not copied)."""
+        assert dim == 0 and self.probes is None
+        return _Chunks(self.spill, self.sizes, self.shape, self.dtype, self.device, probes)
+
+    def __iter__(self) -> Iterator[tuple[int, torch.Tensor]]:
+        for k, start in enumerate(self.starts[:-1]):
+            block = torch.from_numpy(self.spill[k])
+            if self.dtype == torch.bfloat16:  # numpy has no bfloat16: kept as its bits
+                block = block.view(torch.bfloat16)
+            block = block.to(self.device)
+            yield start, block if self.probes is None else block.index_select(0, self.probes)
+
+
+def _fit_inputs(
+    data: SpanFeatures, mixing: np.ndarray, rows: torch.Tensor, n_train: int, dtype: torch.dtype
+) -> torch.Tensor | _Chunks:
+    """``[P, len(rows), F]`` pooled inputs of the examples ``rows`` (``n_train`` training rows, then
+    dev rows) in ``dtype``.
+
+    Cached features: one tensor; the per-layer case reads a ``dtype`` copy of the cached features
+    kept on ``data`` (made once, reused across seeds and control tasks), so each fit only gathers its
+    rows. Features not cached: the rows are pooled chunk by chunk into a :class:`~bertology.spill.Spill`
+    beside the store (``data.spill_dir``); a design of at most :data:`SPILL_CACHE_BYTES` comes back
+    as one tensor, a larger one as :class:`_Chunks`, so memory holds one chunk of it at a time.
+    """
+    mixing = np.asarray(mixing)
+    if data.cached is not None:
+        X = _pooled_inputs(data, mixing)
+        if X.dtype != dtype and X.data_ptr() == data.cached.data_ptr():
+            low = data.low_precision(dtype)
+            assert low is not None  # data.cached exists, so its low-precision copy does
+            X = low.view(X.shape)
+        return X.index_select(1, rows).to(dtype)
+    L, _, D = data.shape
+    _, S, M = data.tokens.shape
+    P, F_ = len(mixing), S * D
+    row_bytes = max(P * F_ * dtype.itemsize, L * S * M * D * 4)
+    chunk = max(1, int(CHUNK_BYTES // row_bytes))
+    spill = Spill(data.spill_dir, SPILL_CACHE_BYTES)
+    sizes: list[int] = []
+    for part in (rows[:n_train], rows[n_train:]):  # a chunk is all training or all dev rows
+        for start in range(0, len(part), chunk):
+            block = _pool(data, mixing, part[start : start + chunk]).to(dtype).cpu()
+            spill.append((block.view(torch.int16) if dtype == torch.bfloat16 else block).numpy())
+            sizes.append(block.shape[1])
+    if not spill.spilled:  # small: one tensor, as from the cache
+        parts = [block for _, block in _Chunks(spill, sizes, (P, len(rows), F_), dtype, data.device)]
+        spill.close()
+        return torch.cat(parts, dim=1) if parts else torch.zeros((P, 0, F_), dtype=dtype, device=data.device)
+    return _Chunks(spill, sizes, (P, len(rows), F_), dtype, data.device)
+
+
+def _row_losses(
+    X: torch.Tensor, Wt: torch.Tensor, b: torch.Tensor, labels: tuple[torch.Tensor, ...], multilabel: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row losses ``[P, B]`` of the rows ``X [P, B, F]`` and their gradient with respect to the
+    logits, ``G [P, K, B]``. ``labels``: ``(yT [1, K, B],)`` (multi-label) or ``(idx [P, 1, B],
+    minus_one [P, 1, B])``."""
+    P, N, _ = X.shape
+    logits = torch.bmm(X, Wt.to(X.dtype).transpose(1, 2))  # [P, N, K]
+    z = torch.empty(P, Wt.shape[1], N, device=X.device).copy_(logits.transpose(1, 2))
+    z.add_(b[:, :, None])  # [P, K, N]
+    if multilabel:
+        yT = labels[0].expand_as(z)
+        rows = F.binary_cross_entropy_with_logits(z, yT, reduction="none").sum(1)
+        G = torch.sigmoid(z).sub_(yT)
+    else:
+        idx, minus_one = labels
+        z.sub_(z.amax(1, keepdim=True))
+        G = z.exp()
+        total = G.sum(1, keepdim=True)
+        rows = (total.log() - z.gather(1, idx)).squeeze(1)  # [P, N]
+        G.div_(total).scatter_add_(1, idx, minus_one)
+    return rows, G
 
 
 class _LinearObjective:
@@ -86,16 +194,25 @@ class _LinearObjective:
     that the softmax runs along a short leading axis and its gradient ``G [P, K, N]`` multiplies
     ``X`` without a transpose. The sum over probes is minimised, so gradients separate by probe.
     Loss: softmax cross-entropy, or sigmoid BCE summed over labels (multi-label, ``y [N, K]``).
+
+    ``X`` is one tensor, or :class:`_Chunks` (a streamed design): each evaluation then passes over
+    the chunks one at a time, summing the training chunks' losses and gradients and the dev chunks'
+    losses (the same function; only the order of the sums differs).
     """
 
-    def __init__(self, X: torch.Tensor, y: torch.Tensor, n_train: int, multilabel: bool, C: float):
+    def __init__(self, X: torch.Tensor | _Chunks, y: torch.Tensor, n_train: int, multilabel: bool, C: float):
         self.X, self.n, self.multilabel = X, n_train, multilabel
         P, N, _ = X.shape
-        if multilabel:
-            self.yT = y.t().contiguous()[None]  # [1, K, N]
-        else:
-            self.idx = y.view(1, 1, N).expand(P, 1, N)
-            self.minus_one = torch.full((P, 1, N), -1.0, device=X.device)
+        self.labels: list[tuple[torch.Tensor, ...]] = []  # per chunk (one for a tensor)
+        bounds = list(zip(X.starts[:-1], X.starts[1:])) if isinstance(X, _Chunks) else [(0, N)]
+        for start, end in bounds:
+            part = y[start:end]
+            if multilabel:
+                self.labels.append((part.t().contiguous()[None],))  # [1, K, B]
+            else:
+                B = end - start
+                idx = part.view(1, 1, B).expand(P, 1, B)
+                self.labels.append((idx, torch.full((P, 1, B), -1.0, device=y.device)))
         self.alpha = 1.0 / (C * n_train) if C > 0 and math.isfinite(C) else 0.0
 
     def __call__(
@@ -103,29 +220,39 @@ class _LinearObjective:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Total training loss (scalar), ``dWt [P, K, F]``, ``db [P, K]``, dev loss ``[P]``."""
         X, n = self.X, self.n
-        P, N, _ = X.shape
-        logits = torch.bmm(X, Wt.to(X.dtype).transpose(1, 2))  # [P, N, K]
-        z = torch.empty(P, Wt.shape[1], N, device=X.device).copy_(logits.transpose(1, 2))
-        z.add_(b[:, :, None])  # [P, K, N]
-        if self.multilabel:
-            yT = self.yT.expand_as(z)
-            rows = F.binary_cross_entropy_with_logits(z, yT, reduction="none").sum(1)
-            G = torch.sigmoid(z).sub_(yT)
+        if isinstance(X, _Chunks):
+            loss, dWt, db, dev_loss = self._chunked(X, Wt, b)
         else:
-            z.sub_(z.amax(1, keepdim=True))
-            G = z.exp()
-            total = G.sum(1, keepdim=True)
-            rows = (total.log() - z.gather(1, self.idx)).squeeze(1)  # [P, N]
-            G.div_(total).scatter_add_(1, self.idx, self.minus_one)
-        loss = rows[:, :n].sum(1) / n
-        dev_loss = rows[:, n:].mean(1)
-        G[:, :, n:] = 0.0  # dev rows: scored, not trained on (a row slice of X is slow)
-        dWt = torch.bmm(G.to(X.dtype), X).float().div_(n)  # [P, K, F]
-        db = G.sum(-1).div_(n)
+            rows, G = _row_losses(X, Wt, b, self.labels[0], self.multilabel)
+            loss = rows[:, :n].sum(1) / n
+            dev_loss = rows[:, n:].mean(1)
+            G[:, :, n:] = 0.0  # dev rows: scored, not trained on (a row slice of X is slow)
+            dWt = torch.bmm(G.to(X.dtype), X).float().div_(n)  # [P, K, F]
+            db = G.sum(-1).div_(n)
         if self.alpha:
             dWt.add_(Wt, alpha=self.alpha)
             loss = loss + 0.5 * self.alpha * (Wt * Wt).sum((1, 2))
         return loss.sum(), dWt, db, dev_loss
+
+    def _chunked(
+        self, X: _Chunks, Wt: torch.Tensor, b: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Mean training loss ``[P]``, ``dWt``, ``db`` and dev loss ``[P]``, chunk by chunk."""
+        n = self.n
+        P, N, _ = X.shape
+        loss = torch.zeros(P, device=Wt.device)
+        dev_total = torch.zeros(P, device=Wt.device)
+        dWt = torch.zeros_like(Wt)
+        db = torch.zeros_like(b)
+        for (start, block), labels in zip(X, self.labels):
+            rows, G = _row_losses(block, Wt, b, labels, self.multilabel)
+            if start >= n:  # a dev chunk: scored, not trained on
+                dev_total += rows.sum(1)
+                continue
+            loss += rows.sum(1)
+            dWt += torch.bmm(G.to(block.dtype), block).float()
+            db += G.sum(-1)
+        return loss / n, dWt.div_(n), db.div_(n), dev_total / (N - n)
 
 
 class _Stop(Exception):
@@ -181,7 +308,7 @@ def _fit_lbfgs(
     """
     bf16 = resolve_precision(config.precision, data.device, what="linear probes") == torch.bfloat16
     rows = torch.cat([train, dev])
-    X = _fit_inputs(data, mixing, rows, torch.bfloat16 if bf16 else torch.float32)  # [P, n, F]
+    X = _fit_inputs(data, mixing, rows, len(train), torch.bfloat16 if bf16 else torch.float32)  # [P, n, F]
     y = yt[rows]
     P = model.w2.shape[0]
     device = model.w2.device
@@ -223,6 +350,8 @@ def _fit_lbfgs(
             done[active] |= stale[active] >= config.patience
         with torch.no_grad():
             Wt_all[active], b_all[active] = W.detach(), b.detach()
+    if isinstance(X, _Chunks):
+        X.spill.close()
     with torch.no_grad():
         model.w2.copy_(best_W.transpose(1, 2))
         model.b2.copy_(best_b)

@@ -155,6 +155,9 @@ class SpanFeatures:
         self.cached: torch.Tensor | None = None
         self.cached_lowp: torch.Tensor | None = None  # low-precision copy of ``cached``, made once
         self._spill: _SpillFile | None = None  # rows [n, L, S, M, D] float32 when not cached
+        # where analyses of these features put their own temporary files (an L-BFGS design): the
+        # store's folder for a store's features, else the system's temporary folder
+        self.spill_dir: Path | None = None
         L, _, D = self.shape
         n = len(self.tokens)
         in_memory = L * self.tokens.numel() * D * 4 <= cache_bytes
@@ -183,6 +186,7 @@ class SpanFeatures:
         """Fill ``cached`` (or the spill file) from the store's shards: a first pass for the
         standardisation statistics (float64 sums over each used word once), a second to gather."""
         store = source.store
+        self.spill_dir = store.path.parent
         L, _, D = self.shape
         n, S, M = self.tokens.shape
         tokens = self.tokens.cpu().numpy()
@@ -218,7 +222,7 @@ class SpanFeatures:
             self.cached = torch.empty((L, n, S, M, D), dtype=torch.float32, device=self.device)
         else:
             # beside the store: the disk the user chose
-            self._spill = _SpillFile(store.path.parent, n, (L, S, M, D))
+            self._spill = _SpillFile(self.spill_dir, n, (L, S, M, D))
         for k, rows in by_shard.items():
             hidden = torch.from_numpy(source.shard(k)).to(self.device)  # [L, W_k, D]
             for start in range(0, len(rows), 1024):
