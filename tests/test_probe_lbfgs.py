@@ -185,6 +185,7 @@ def test_spilled_features_stream_the_lbfgs_design(planted, precision, monkeypatc
     held = _fit(cached, planted, split, precision)
     monkeypatch.setattr(_lbfgs, "SPILL_CACHE_BYTES", 0)  # every design to the file
     monkeypatch.setattr(_lbfgs, "CHUNK_BYTES", 3 * 12 * 4 * 97)  # 97 rows a chunk
+    monkeypatch.setattr(_lbfgs, "READ_BYTES", 3 * 12 * 4 * 40)  # pooled from reads of 40
     designs, restarts = [], []
     fit_inputs, select = _lbfgs._fit_inputs, _lbfgs._Chunks.index_select
 

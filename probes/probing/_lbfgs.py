@@ -29,9 +29,11 @@ from bertology.probes.probing._spans import SpanFeatures
 from bertology.runtime import resolve_precision
 from bertology.spill import DEFAULT_CACHE_BYTES, Spill
 
-CHUNK_BYTES = 32e6
-"""Rows per chunk of a streamed design: about this many bytes of pooled inputs (or of the span
-features they are pooled from, whichever is larger)."""
+CHUNK_BYTES = 64e6
+"""Rows per chunk of a streamed design: about this many bytes of pooled inputs (fewer, larger
+chunks: each costs a handful of ops per evaluation)."""
+READ_BYTES = 32e6
+"""A chunk is pooled from reads of about this many bytes of span features."""
 SPILL_CACHE_BYTES = DEFAULT_CACHE_BYTES
 """A streamed design is held in memory (one tensor, as if cached) up to this many bytes; above it
 its chunks go to the :class:`~bertology.spill.Spill`'s file."""
@@ -145,15 +147,18 @@ def _fit_inputs(
     L, _, D = data.shape
     _, S, M = data.tokens.shape
     P, F_ = len(mixing), S * D
-    row_bytes = max(P * F_ * dtype.itemsize, L * S * M * D * 4)
-    chunk = max(1, int(CHUNK_BYTES // row_bytes))
+    chunk = max(1, int(CHUNK_BYTES // (P * F_ * dtype.itemsize)))
+    read = max(1, int(READ_BYTES // (L * S * M * D * 4)))
     spill = Spill(data.spill_dir, SPILL_CACHE_BYTES)
     sizes: list[int] = []
     for part in (rows[:n_train], rows[n_train:]):  # a chunk is all training or all dev rows
         for start in range(0, len(part), chunk):
-            block = _pool(data, mixing, part[start : start + chunk]).to(dtype).cpu()
+            ids = part[start : start + chunk]
+            block = torch.empty((P, len(ids), F_), dtype=dtype)
+            for a in range(0, len(ids), read):
+                block[:, a : a + read] = _pool(data, mixing, ids[a : a + read])
             spill.append((block.view(torch.int16) if dtype == torch.bfloat16 else block).numpy())
-            sizes.append(block.shape[1])
+            sizes.append(len(ids))
     if not spill.spilled:  # small: one tensor, as from the cache
         parts = [block for _, block in _Chunks(spill, sizes, (P, len(rows), F_), dtype, data.device)]
         spill.close()
