@@ -10,9 +10,9 @@ import io
 import itertools
 import json
 import re
-from sys import intern
 from collections.abc import Sequence
 from pathlib import Path
+from sys import intern
 
 from bertology import atomic
 from bertology.corpus.bio import bio_to_entities, entities_to_bio
