@@ -40,7 +40,11 @@ ANALYSES = {  # the analysis commands (each after the store is extracted)
     "heads": ["heads"],
     "contextuality": ["embeddings"],
     "structural": ["structural", "--no-random-baseline"],  # Hewitt & Manning's distance and depth probes
+    # contextual alignment: layer 1 and the last layer of the store distilled to static vectors and
+    # aligned by a rotation over their shared vocabulary (`bertology align`, the store named by folder)
+    "alignment": ["align", "--dictionary", "identical"],
 }
+STORE_ANALYSES = ("probe", "contextuality", "structural", "alignment")  # read the store without attention maps
 EPOCH_OPTION = ("probe", "structural")  # the analyses --probe-epochs fixes the epochs of
 
 
@@ -102,6 +106,27 @@ def probe_epochs(results: Path) -> tuple[float, float]:
     )
 
 
+def store_folder(work: Path, model: str, corpus: Path) -> Path:
+    """The folder of the store (without attention maps) of ``model`` over ``corpus`` under ``work``'s home."""
+    import json
+
+    for manifest in sorted((work / "home" / "stores").glob("*/manifest.json")):
+        info = json.loads(manifest.read_text())
+        names = {info["model"].get("name"), info["model"].get("path")}
+        if info["corpus"].get("path") == str(corpus) and model in names and not info["settings"]["attentions"]:
+            return manifest.parent
+    sys.exit(f"no store of {model} over {corpus} under {work / 'home' / 'stores'}")
+
+
+def analysis_command(bertology: str, name: str, common: list[str], work: Path, model: str, corpus: Path) -> list[str]:
+    """The command line of analysis ``name``: its options and the model and corpus (``alignment``:
+    the store's folder, as ``bertology align`` names spaces)."""
+    if name == "alignment":
+        folder = store_folder(work, model, corpus)
+        return [bertology, *ANALYSES[name], "--source", f"store:{folder}:1", "--target", f"store:{folder}:-1"]
+    return [bertology, *ANALYSES[name], *common]
+
+
 def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     """Run ``cmd``; wall and CPU seconds and peak RSS (GB) of that process alone (``os.wait4``)."""
     start = time.perf_counter()
@@ -160,13 +185,15 @@ def main() -> None:
             # the store each analysis reads: probing and contextuality keep no attention maps (a store
             # of its own key), head statistics do; each is extracted first, so analyses reopen it
             rows = []
-            if any(a in analyses for a in ("probe", "contextuality", "structural")):
+            if any(a in analyses for a in STORE_ANALYSES):
                 rows.append(("extract", [bertology, "extract", "--no-attentions", *common]))
             if "heads" in analyses:
                 rows.append(("extract+attn", [bertology, "extract", *common]))
             epochs = ["--max-epochs", str(args.probe_epochs)] if args.probe_epochs else []
-            rows += [(a, [bertology, *ANALYSES[a], *common, *(epochs if a in EPOCH_OPTION else [])]) for a in analyses]
+            rows += [(a, [*common, *(epochs if a in EPOCH_OPTION else [])]) for a in analyses]
             for name, cmd in rows:
+                if name in ANALYSES:  # after the extract rows, so that alignment finds its store
+                    cmd = analysis_command(bertology, name, cmd, work, model, corpus)
                 m = measure(cmd, env)
                 first.setdefault(name, m["wall"])
                 epochs = ""
