@@ -70,24 +70,26 @@ class _Layer:
     :meth:`sentence_blocks`)."""
 
     def __init__(self, layers: Any, j: int):
-        self.view = layers if isinstance(layers, LayerView) else None
-        self.array = None if self.view is not None else layers[j]
+        self.view: LayerView | None = layers if isinstance(layers, LayerView) else None
+        self.array: np.ndarray | None = None if self.view is not None else layers[j]
         self.j = j
         self.n_words, self.dim = int(layers.shape[1]), int(layers.shape[2])
         self.block_rows = max(1, BLOCK_BYTES // (4 * self.dim))
 
     def rows(self, words: np.ndarray) -> np.ndarray:
         """``[len(words), dim]`` float32: the layer's vectors of flat word indices ``words``."""
-        if self.view is None:
+        if self.array is not None:
             return np.asarray(self.array[words], dtype=np.float32)
+        assert self.view is not None
         return self.view.rows(self.j, words)
 
     def sentence_blocks(self, offsets: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """``(sentence ids [m], their words' vectors [n, dim], their offsets [m + 1])``: the whole
         layer at once for an array, one shard at a time for a store."""
-        if self.view is None:
+        if self.array is not None:
             yield np.arange(len(offsets) - 1), np.asarray(self.array, dtype=np.float32), offsets
             return
+        assert self.view is not None
         store = self.view.store
         lengths = np.diff(offsets)
         for k in range(store.n_shards):
