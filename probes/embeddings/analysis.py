@@ -285,11 +285,8 @@ def contextuality_analysis(ctx: StudyContext) -> None:
     last_layer = store.view([last])  # read when used: the distilled means shard by shard, the chosen words' rows
 
     def neighbours() -> pd.DataFrame:
-        vocab = sorted(
-            {w for w in lowered if (lowered == w).sum() >= 3}
-            if len(lowered) < 5000
-            else set(pd.Series(lowered).value_counts().loc[lambda s: s >= 3].index)
-        )
+        types, counts = np.unique(lowered, return_counts=True)  # on the fixed-width array: no str per word
+        vocab = sorted(str(w) for w in types[counts >= 3])
         statics = {
             "input embeddings": word_vectors_from_pieces(lm.encoder, lm.tokenizer, vocab),
             f"distilled layer {last}": distill_static(last_layer, words, name=f"distilled@{last}"),
