@@ -13,6 +13,7 @@ the same command at 1x, run in this same invocation.
     .venv/bin/python benchmarks/scale.py                       # MiniLM, 1x 2x 4x: extract, probe pos
     .venv/bin/python benchmarks/scale.py --shapes minilm,base --scales 1,4 --analyses probe,heads,contextuality
     .venv/bin/python benchmarks/scale.py --base-sentences 750  # a quick look (750, 1,500, 3,000 sentences)
+    .venv/bin/python benchmarks/scale.py --analyses contextuality,alignment  # the embedding analyses
 
 Targets (issue 53): ``probe --task pos`` at 4x (12,000 sentences) peaks at <= 2 GB with MiniLM and
 <= 4 GB with the BERT-base shape; every analysis at 4x takes <= 4.4x its 1x time.
