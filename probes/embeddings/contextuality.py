@@ -283,7 +283,10 @@ def _word_measures(
         rows = layer.rows(positions[starts[g0] : starts[g1]])
         at = np.arange(len(rows), dtype=np.int64)
         if ss is not None:
-            ss[g0:g1] = self_similarity_per_word(rows, at, local)
+            for b0 in range(g0, g1, batch):  # a batch's float64 copy at a time
+                b1 = min(b0 + batch, g1)
+                lo, hi = int(local[b0 - g0]), int(local[b1 - g0])
+                ss[b0:b1] = self_similarity_per_word(rows[lo:hi], at[: hi - lo], local[b0 - g0 : b1 - g0 + 1] - lo)
         mev[g0:g1] = mev_per_group(rows, at, local, batch=batch, centering=centering, n_max=n_max)
         del rows
         g0 = g1
