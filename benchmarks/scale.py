@@ -13,6 +13,7 @@ the same command at 1x, run in this same invocation.
     .venv/bin/python benchmarks/scale.py                       # MiniLM, 1x 2x 4x: extract, probe pos
     .venv/bin/python benchmarks/scale.py --shapes minilm,base --scales 1,4 --analyses probe,heads,contextuality
     .venv/bin/python benchmarks/scale.py --base-sentences 750  # a quick look (750, 1,500, 3,000 sentences)
+    .venv/bin/python benchmarks/scale.py --analyses contextuality,alignment  # the embedding analyses
 
 Targets (issue 53): ``probe --task pos`` at 4x (12,000 sentences) peaks at <= 2 GB with MiniLM and
 <= 4 GB with the BERT-base shape; every analysis at 4x takes <= 4.4x its 1x time.
@@ -41,7 +42,17 @@ ANALYSES = {  # the analysis commands (each after the store is extracted)
     "heads": ["heads"],
     "contextuality": ["embeddings"],
     "structural": ["structural", "--no-random-baseline"],  # Hewitt & Manning's distance and depth probes
+    # contextual alignment: layer 1 and the last layer of the store distilled to static vectors and
+    # aligned by a rotation over their shared vocabulary (`bertology align`, the store named by folder)
+    "alignment": ["align", "--dictionary", "identical"],
 }
+STORE_ANALYSES = (
+    "probe",
+    "probe-linear",
+    "contextuality",
+    "structural",
+    "alignment",
+)  # read the store without attention maps
 EPOCH_OPTION = ("probe", "probe-linear", "structural")  # the analyses --probe-epochs fixes the epochs of
 
 
@@ -103,6 +114,27 @@ def probe_epochs(results: Path) -> tuple[float, float]:
     )
 
 
+def store_folder(work: Path, model: str, corpus: Path) -> Path:
+    """The folder of the store (without attention maps) of ``model`` over ``corpus`` under ``work``'s home."""
+    import json
+
+    for manifest in sorted((work / "home" / "stores").glob("*/manifest.json")):
+        info = json.loads(manifest.read_text())
+        names = {info["model"].get("name"), info["model"].get("path")}
+        if info["corpus"].get("path") == str(corpus) and model in names and not info["settings"]["attentions"]:
+            return manifest.parent
+    sys.exit(f"no store of {model} over {corpus} under {work / 'home' / 'stores'}")
+
+
+def analysis_command(bertology: str, name: str, common: list[str], work: Path, model: str, corpus: Path) -> list[str]:
+    """The command line of analysis ``name``: its options and the model and corpus (``alignment``:
+    the store's folder, as ``bertology align`` names spaces)."""
+    if name == "alignment":
+        folder = store_folder(work, model, corpus)
+        return [bertology, *ANALYSES[name], "--source", f"store:{folder}:1", "--target", f"store:{folder}:-1"]
+    return [bertology, *ANALYSES[name], *common]
+
+
 def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     """Run ``cmd``; wall and CPU seconds and peak RSS (GB) of that process alone (``os.wait4``)."""
     start = time.perf_counter()
@@ -161,13 +193,15 @@ def main() -> None:
             # the store each analysis reads: probing and contextuality keep no attention maps (a store
             # of its own key), head statistics do; each is extracted first, so analyses reopen it
             rows = []
-            if any(a in analyses for a in ("probe", "probe-linear", "contextuality", "structural")):
+            if any(a in analyses for a in STORE_ANALYSES):
                 rows.append(("extract", [bertology, "extract", "--no-attentions", *common]))
             if "heads" in analyses:
                 rows.append(("extract+attn", [bertology, "extract", *common]))
             epochs = ["--max-epochs", str(args.probe_epochs)] if args.probe_epochs else []
-            rows += [(a, [bertology, *ANALYSES[a], *common, *(epochs if a in EPOCH_OPTION else [])]) for a in analyses]
+            rows += [(a, [*common, *(epochs if a in EPOCH_OPTION else [])]) for a in analyses]
             for name, cmd in rows:
+                if name in ANALYSES:  # after the extract rows, so that alignment finds its store
+                    cmd = analysis_command(bertology, name, cmd, work, model, corpus)
                 m = measure(cmd, env)
                 first.setdefault(name, m["wall"])
                 epochs = ""

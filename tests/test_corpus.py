@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -68,6 +69,20 @@ def test_conllu_multiword_tokens_empty_nodes_comments_trailing_blanks(tmp_path):
     assert s1.entities == [Entity(4, 5, "LOC")] and s1.text == "Vámonos al mar."
     assert s2.entities == [Entity(0, 1, "PER")] and s2.xpos == ["NNP", "VBZ"]
     assert corpus.sources["upos"] == "gold: edge.conllu"
+
+
+def test_conllu_words_and_tags_are_one_string_object_each(tmp_path):
+    """The reader keeps one string per distinct word, tag and relation (``sys.intern``), not one per
+    token: a parsed corpus costs its lists, not ~50 bytes per tag per token."""
+    path = tmp_path / "repeated.conllu"
+    path.write_text(UD_EDGE_CASES * 3)
+    corpus = read_conllu(path)
+    assert len(corpus) == 6
+    first, again = corpus.sentences[0], corpus.sentences[2]
+    assert first == again
+    for layer in ("words", "upos", "deprels"):
+        assert all(a is b for a, b in zip(getattr(first, layer), getattr(again, layer))), layer
+    assert first.deprels[1] is corpus.sentences[4].deprels[1] is sys.intern("obj")
 
 
 @pytest.mark.parametrize(

@@ -214,7 +214,8 @@ def load_space(spec: str, lower: bool = True) -> StaticVectors:
             raise WorkbenchError(f"{spec!r}: use store:<store dir>:<layer number>")
         store = open_store(path)
         words = _store_words(store)
-        return distill_static(store.layer(int(layer)), words, lower=lower, name=f"{Path(path).name}@{layer}")
+        # the layer streamed shard by shard (never whole in memory)
+        return distill_static(store.view([int(layer)]), words, lower=lower, name=f"{Path(path).name}@{layer}")
     return read_word2vec(spec)
 
 
@@ -246,7 +247,7 @@ def contextuality_analysis(ctx: StudyContext) -> None:
     """
     cfg = ctx.config
     lm, corpus, store = model_corpus_store(ctx)
-    layers = store.view()  # read one layer at a time: memory stays at one layer's [n_words, dim]
+    layers = store.view()  # read shard by shard and row block by row block: no layer is ever whole in memory
     words = corpus.flat_words()
     lowered = np.array([w.lower() for w in words])
     offsets = store.sentence_offsets
@@ -280,15 +281,12 @@ def contextuality_analysis(ctx: StudyContext) -> None:
     chosen = [w for w in cfg["words"] if (lowered == w).sum() >= cfg["min_word_occurrences"]]
     ctx.record(polysemous_words=chosen)
     last = store.n_layers - 1
-    release_free_memory()  # what the per-layer steps freed goes back before the last layer is held
-    last_layer = layers[last]  # [n_words, dim], read once for the neighbours and sense clusters
+    release_free_memory()  # what the per-layer steps freed goes back before the next steps
+    last_layer = store.view([last])  # read when used: the distilled means shard by shard, the chosen words' rows
 
     def neighbours() -> pd.DataFrame:
-        vocab = sorted(
-            {w for w in lowered if (lowered == w).sum() >= 3}
-            if len(lowered) < 5000
-            else set(pd.Series(lowered).value_counts().loc[lambda s: s >= 3].index)
-        )
+        types, counts = np.unique(lowered, return_counts=True)  # on the fixed-width array: no str per word
+        vocab = sorted(str(w) for w in types[counts >= 3])
         statics = {
             "input embeddings": word_vectors_from_pieces(lm.encoder, lm.tokenizer, vocab),
             f"distilled layer {last}": distill_static(last_layer, words, name=f"distilled@{last}"),
@@ -319,7 +317,7 @@ def contextuality_analysis(ctx: StudyContext) -> None:
             spaces: dict[str, StaticVectors] = {}
             for l in cfg["export_layers"]:
                 li = int(l) % len(layers)
-                spaces[f"distilled@{li}"] = distill_static(layers[li], words, name=f"distilled@{li}")
+                spaces[f"distilled@{li}"] = distill_static(store.view([li]), words, name=f"distilled@{li}")
             sentences = [lowered[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
             spaces["word2vec"] = train_word2vec(
                 sentences, dim=100, min_count=min(5, cfg["min_occurrences"]), seed=ctx.seed
@@ -385,8 +383,8 @@ def alignment_analysis(ctx: StudyContext) -> None:
 
     def layers() -> pd.DataFrame:
         a, b = [l % store.n_layers for l in cfg["layer_pair"]]
-        va = distill_static(store.layer(a), words, name=f"layer {a}")
-        vb = distill_static(store.layer(b), words, name=f"layer {b}")
+        va = distill_static(store.view([a]), words, name=f"layer {a}")  # each layer streamed shard by shard
+        vb = distill_static(store.view([b]), words, name=f"layer {b}")
         res = compare_spaces(va, vb, top=cfg["top_moved"], seed=ctx.seed)
         return res["most_moved"].assign(experiment=f"{store.manifest['model']['name']}: layer {a} vs layer {b}")
 
@@ -400,8 +398,8 @@ def alignment_analysis(ctx: StudyContext) -> None:
 
             other = extract(load_model(cfg["other_model"]), corpus, attentions=False)
             last = store.n_layers - 1
-            va = distill_static(store.layer(last), words, name=store.manifest["model"]["name"])
-            vb = distill_static(other.layer(other.n_layers - 1), words, name=cfg["other_model"])
+            va = distill_static(store.view([last]), words, name=store.manifest["model"]["name"])
+            vb = distill_static(other.view([other.n_layers - 1]), words, name=cfg["other_model"])
             res = compare_spaces(va, vb, top=cfg["top_moved"], seed=ctx.seed)
             return res["most_moved"].assign(experiment=f"{va.name} vs {vb.name} (last layers)")
 
@@ -590,7 +588,8 @@ def _slice_builder(ctx: StudyContext, docs: list, name: str, lm: Any = None):
 
 def _document_sums(lm: Any, sentences: list, layer: int, name: str):
     """Per document, the sum of each word's contextual vectors at ``layer`` and its occurrences
-    (one extraction of the slice's sentences through the feature store)."""
+    (one extraction of the slice's sentences through the feature store, read back a sentence at a
+    time: the layer is never whole in memory)."""
     from collections import Counter
 
     from bertology.corpus import Corpus, Sentence
@@ -598,17 +597,15 @@ def _document_sums(lm: Any, sentences: list, layer: int, name: str):
 
     flat = [Sentence(f"{name}-{d}-{i}", list(s)) for d, doc in enumerate(sentences) for i, s in enumerate(doc)]
     store = extract(lm, Corpus(name, flat), attentions=False, progress=True)
-    vectors = store.layer(layer)
     sums: list[dict[str, np.ndarray]] = [dict() for _ in sentences]
     counts: list[Counter] = [Counter() for _ in sentences]
-    row = 0
-    for sentence in flat:
+    for i, sentence in enumerate(flat):
         doc = int(sentence.sent_id.rsplit("-", 2)[1])
-        for word in sentence.words:
-            v = vectors[row].astype(np.float64)
+        vectors = store.hidden(i, [layer])[0]  # [words_i, dim]: corpus order, so the same sums as the whole layer's
+        for word, vector in zip(sentence.words, vectors):
+            v = vector.astype(np.float64)
             sums[doc][word] = sums[doc][word] + v if word in sums[doc] else v
             counts[doc][word] += 1
-            row += 1
     return sums, counts
 
 

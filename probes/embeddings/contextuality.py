@@ -14,12 +14,17 @@
   the two similarities) and the MEV (same centring) of groups of random word occurrences of the
   layer with the same sizes as the words' groups (for MEV); ``adjusted = raw − baseline``.
 
-Everything is vectorised: sums over groups (``np.add.reduceat``), batched Gram eigenvalues.
+Everything is vectorised: sums over groups (``np.add.reduceat``), batched Gram eigenvalues. A
+store's layers (a :class:`~bertology.store.read.LayerView`) are never read whole: intra-sentence
+similarity goes shard by shard (a shard holds whole sentences), and the other measures read only
+the rows they use (the sampled occurrences, the random pairs), in blocks of at most
+:data:`BLOCK_BYTES` of float32 rows; the figures equal those of the whole layer in memory to the
+last bit (the same arithmetic on the same rows, per word and per sentence).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +39,13 @@ from bertology.uncertainty import MIN_WORD_TYPES
 
 METRICS = ("self_similarity", "intra_sentence_similarity", "mev")
 
+BLOCK_BYTES = 32 * 2**20
+"""What the streamed measures read and hold of a layer at once: float32 rows of this many bytes
+(one shard for intra-sentence similarity)."""
+
+GROUP_BATCH = 256
+"""Groups (words) whose Gram matrices MEV stacks at once; a row block holds whole batches."""
+
 
 def _check(layers: Any, words: Sequence[str], offsets: np.ndarray) -> tuple[Any, np.ndarray]:
     """``layers`` as ``[n_layers, n_words, dim]`` float32 (a :class:`~bertology.store.read.LayerView`
@@ -47,7 +59,43 @@ def _check(layers: Any, words: Sequence[str], offsets: np.ndarray) -> tuple[Any,
         raise WorkbenchError(f"contextuality: layers {layers.shape} must be [n_layers, {len(words)} words, dim]")
     if offsets[0] != 0 or offsets[-1] != len(words) or np.any(np.diff(offsets) < 0):
         raise WorkbenchError(f"contextuality: sentence offsets must rise from 0 to {len(words)}")
+    if isinstance(layers, LayerView) and not np.array_equal(offsets, layers.store.sentence_offsets):
+        raise WorkbenchError("contextuality: the sentence offsets must be the store's (store.sentence_offsets)")
     return layers, offsets
+
+
+class _Layer:
+    """One layer of :func:`contextuality`'s input: row ``j`` of an ``[n_layers, n_words, dim]`` array,
+    or layer ``j`` of a :class:`~bertology.store.read.LayerView`, read only where used (:meth:`rows`,
+    :meth:`sentence_blocks`)."""
+
+    def __init__(self, layers: Any, j: int):
+        self.view: LayerView | None = layers if isinstance(layers, LayerView) else None
+        self.array: np.ndarray | None = None if self.view is not None else layers[j]
+        self.j = j
+        self.n_words, self.dim = int(layers.shape[1]), int(layers.shape[2])
+        self.block_rows = max(1, BLOCK_BYTES // (4 * self.dim))
+
+    def rows(self, words: np.ndarray) -> np.ndarray:
+        """``[len(words), dim]`` float32: the layer's vectors of flat word indices ``words``."""
+        if self.array is not None:
+            return np.asarray(self.array[words], dtype=np.float32)
+        assert self.view is not None
+        return self.view.rows(self.j, words)
+
+    def sentence_blocks(self, offsets: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``(sentence ids [m], their words' vectors [n, dim], their offsets [m + 1])``: the whole
+        layer at once for an array, one shard at a time for a store."""
+        if self.array is not None:
+            yield np.arange(len(offsets) - 1), np.asarray(self.array, dtype=np.float32), offsets
+            return
+        assert self.view is not None
+        store = self.view.store
+        lengths = np.diff(offsets)
+        for k in range(store.n_shards):
+            ids = np.asarray(store.shard_sentences(k), dtype=np.int64)
+            local = np.concatenate([[0], np.cumsum(lengths[ids])]).astype(np.int64)
+            yield ids, self.view.shard(k, [self.j])[0], local
 
 
 def occurrence_groups(
@@ -91,7 +139,12 @@ def _check_centering(centering: str) -> None:
 
 
 def mev_per_group(
-    vectors: np.ndarray, positions: np.ndarray, starts: np.ndarray, batch: int = 256, centering: str = "centred"
+    vectors: np.ndarray,
+    positions: np.ndarray,
+    starts: np.ndarray,
+    batch: int = 256,
+    centering: str = "centred",
+    n_max: int | None = None,
 ) -> np.ndarray:
     """Share of variance explained by the first principal component of each group, ``[n_groups]``.
 
@@ -101,12 +154,12 @@ def mev_per_group(
     the raw matrix (a static space gives 1, but so, nearly, does any set of vectors sharing a
     direction).
 
-    Groups are zero-padded to the largest size (zero rows add no singular value) and the top
-    eigenvalue of each ``[n, n]`` Gram matrix is found in batches.
+    Groups are zero-padded to the largest size (or to ``n_max``; zero rows add no singular value) and
+    the top eigenvalue of each ``[n, n]`` Gram matrix is found in batches of ``batch`` groups.
     """
     _check_centering(centering)
     sizes = np.diff(starts)
-    n_max = int(sizes.max())
+    n_max = int(sizes.max()) if n_max is None else int(n_max)
     slot = np.arange(len(positions)) - np.repeat(starts[:-1], sizes)
     group = np.repeat(np.arange(len(sizes)), sizes)
     out = np.empty(len(sizes))
@@ -167,17 +220,77 @@ def intra_sentence_per_sentence(vectors: np.ndarray, offsets: np.ndarray, block_
     return out
 
 
+def random_pairs(
+    n_words: int, offsets: np.ndarray, n_pairs: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Up to ``n_pairs`` uniformly random word pairs ``(i [m], j [m])`` from different sentences."""
+    sentence = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    i = rng.integers(0, n_words, size=2 * n_pairs)
+    j = rng.integers(0, n_words, size=2 * n_pairs)
+    ok = sentence[i] != sentence[j]
+    return i[ok][:n_pairs], j[ok][:n_pairs]
+
+
 def random_pair_similarity(vectors: np.ndarray, offsets: np.ndarray, n_pairs: int, rng: np.random.Generator) -> float:
     """Mean cosine of uniformly random word pairs from different sentences (anisotropy)."""
-    n = vectors.shape[0]
-    sentence = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-    i = rng.integers(0, n, size=2 * n_pairs)
-    j = rng.integers(0, n, size=2 * n_pairs)
-    ok = sentence[i] != sentence[j]
-    i, j = i[ok][:n_pairs], j[ok][:n_pairs]
+    i, j = random_pairs(vectors.shape[0], offsets, n_pairs, rng)
     if len(i) == 0:
         return float("nan")
     return float(np.mean(np.einsum("ij,ij->i", unit_rows(vectors[i]), unit_rows(vectors[j]))))
+
+
+def _pair_similarity(layer: _Layer, i: np.ndarray, j: np.ndarray) -> float:
+    """:func:`random_pair_similarity` of the pairs ``(i, j)``, reading ``block_rows`` rows at a time
+    (each pair's cosine as before; their mean over the same array)."""
+    if len(i) == 0:
+        return float("nan")
+    step = max(1, layer.block_rows // 2)
+    cos = np.empty(len(i), dtype=np.float32)
+    for a in range(0, len(i), step):
+        rows = layer.rows(np.concatenate([i[a : a + step], j[a : a + step]]))
+        m = len(rows) // 2
+        cos[a : a + m] = np.einsum("ij,ij->i", unit_rows(rows[:m]), unit_rows(rows[m:]))
+    return float(np.mean(cos))
+
+
+def _intra_sentence(layer: _Layer, offsets: np.ndarray) -> np.ndarray:
+    """:func:`intra_sentence_per_sentence` of the whole layer, computed block by block (a store's
+    shards): per sentence of >= 2 words, in corpus order."""
+    lengths = np.diff(offsets)
+    out = np.full(len(lengths), np.nan)
+    for ids, vectors, local in layer.sentence_blocks(offsets):
+        out[ids[lengths[ids] >= 2]] = intra_sentence_per_sentence(vectors, local)
+    return out[lengths >= 2]
+
+
+def _word_measures(
+    layer: _Layer, positions: np.ndarray, starts: np.ndarray, centering: str, self_similarity: bool = True
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(self-similarity or None, MEV)`` per group (:func:`self_similarity_per_word`,
+    :func:`mev_per_group`), reading the groups' rows in blocks of whole batches of 256 groups and
+    about ``layer.block_rows`` rows; every group padded to the largest group's size as in one call."""
+    batch = GROUP_BATCH
+    n_groups = len(starts) - 1
+    n_max = int(np.diff(starts).max())
+    ss = np.empty(n_groups) if self_similarity else None
+    mev = np.empty(n_groups)
+    g0 = 0
+    while g0 < n_groups:
+        g1 = min(g0 + batch, n_groups)
+        while g1 < n_groups and starts[min(g1 + batch, n_groups)] - starts[g0] <= layer.block_rows:
+            g1 = min(g1 + batch, n_groups)
+        local = starts[g0 : g1 + 1] - starts[g0]
+        rows = layer.rows(positions[starts[g0] : starts[g1]])
+        at = np.arange(len(rows), dtype=np.int64)
+        if ss is not None:
+            for b0 in range(g0, g1, batch):  # a batch's float64 copy at a time
+                b1 = min(b0 + batch, g1)
+                lo, hi = int(local[b0 - g0]), int(local[b1 - g0])
+                ss[b0:b1] = self_similarity_per_word(rows[lo:hi], at[: hi - lo], local[b0 - g0 : b1 - g0 + 1] - lo)
+        mev[g0:g1] = mev_per_group(rows, at, local, batch=batch, centering=centering, n_max=n_max)
+        del rows
+        g0 = g1
+    return ss, mev
 
 
 def contextuality(
@@ -210,28 +323,27 @@ def contextuality(
     occ = (int(sizes.min()), float(sizes.mean()), int(sizes.max())) if len(sizes) else (np.nan,) * 3
     rows: list[tuple] = []
     for j, li in enumerate(layer_ids):
-        vectors = layers[j]  # one layer read at a time (the previous one is dropped at the loop's end)
+        layer = _Layer(layers, j)  # a store's layer is read shard by shard and row block by row block
         rng = np.random.default_rng([seed, li])
-        aniso = random_pair_similarity(vectors, offsets, n_baseline_pairs, rng)
-        intra = intra_sentence_per_sentence(vectors, offsets)
+        aniso = _pair_similarity(layer, *random_pairs(layer.n_words, offsets, n_baseline_pairs, rng))
+        intra = _intra_sentence(layer, offsets)
         no_occ = (np.nan,) * 3
         rows.append(
             ("intra_sentence_similarity", float(intra.mean()) if len(intra) else np.nan, aniso, len(intra), *no_occ)
         )
         if types:
-            ss = self_similarity_per_word(vectors, positions, starts)
-            mev = mev_per_group(vectors, positions, starts, centering=mev_centering)
-            mev_base = mev_per_group(
-                vectors, random_groups(vectors.shape[0], starts, rng), starts, centering=mev_centering
-            )
+            ss, mev = _word_measures(layer, positions, starts, mev_centering)
+            assert ss is not None
+            base = random_groups(layer.n_words, starts, rng)
+            _, mev_base = _word_measures(layer, base, starts, mev_centering, self_similarity=False)
             rows.append(("self_similarity", float(ss.mean()), aniso, len(types), *occ))
             rows.append(("mev", float(mev.mean()), float(mev_base.mean()), len(types), *occ))
         else:
             rows.append(("self_similarity", np.nan, aniso, 0, *no_occ))
             rows.append(("mev", np.nan, np.nan, 0, *no_occ))
         rows[-3:] = [(li, *r) for r in rows[-3:]]
-        del vectors
-        release_free_memory()  # the layer and its float64 copies: pages back before the next layer's read
+        del layer
+        release_free_memory()  # the blocks and their float64 copies: pages back before the next layer
     occ_cols = ["occurrences_min", "occurrences_mean", "occurrences_max"]
     df = pd.DataFrame(rows, columns=["layer", "metric", "raw", "baseline", "n_items", *occ_cols])
     df["adjusted"] = df["raw"] - df["baseline"]
@@ -279,19 +391,12 @@ def contextuality_by_word(
         return pd.DataFrame(columns=["layer", "word", "n_occurrences", "self_similarity", "mev"])
     frames = []
     for li in range(len(layers)):
-        v = layers[li]  # one layer read at a time
+        ss, mev = _word_measures(_Layer(layers, li), positions, starts, mev_centering)  # the words' rows only
         frames.append(
             pd.DataFrame(
-                {
-                    "layer": li,
-                    "word": types,
-                    "n_occurrences": np.diff(starts),
-                    "self_similarity": self_similarity_per_word(v, positions, starts),
-                    "mev": mev_per_group(v, positions, starts, centering=mev_centering),
-                }
+                {"layer": li, "word": types, "n_occurrences": np.diff(starts), "self_similarity": ss, "mev": mev}
             )
         )
-        del v
         release_free_memory()
     return pd.concat(frames, ignore_index=True)
 

@@ -16,6 +16,17 @@ import pandas as pd
 
 from bertology.errors import WorkbenchError
 from bertology.probes.embeddings.static_vectors import StaticVectors, unit_rows
+from bertology.store.read import LayerView
+
+
+def _rows(vectors: np.ndarray | LayerView, positions: np.ndarray) -> np.ndarray:
+    """``vectors[positions]`` ``[len(positions), dim]`` float32: of one layer ``[n_words, dim]``, or of a
+    one-layer :class:`~bertology.store.read.LayerView` (``store.view([l])``), whose only those rows are read."""
+    if isinstance(vectors, LayerView):
+        if len(vectors) != 1:
+            raise WorkbenchError(f"a view of one layer, not {len(vectors)}")
+        return vectors.rows(0, positions)
+    return np.asarray(np.asarray(vectors)[positions], dtype=np.float32)
 
 
 def _occurrences(word: str, words: Sequence[str], lower: bool) -> np.ndarray:
@@ -35,7 +46,7 @@ def context_snippet(position: int, words: Sequence[str], offsets: np.ndarray, wi
 def static_vs_contextual_neighbours(
     word: str,
     static: StaticVectors,
-    vectors: np.ndarray,
+    vectors: np.ndarray | LayerView,
     words: Sequence[str],
     offsets: np.ndarray,
     occurrence: int = 0,
@@ -45,13 +56,13 @@ def static_vs_contextual_neighbours(
 ) -> pd.DataFrame:
     """Nearest static words vs nearest contexts of one occurrence of ``word``.
 
-    ``vectors`` ``[n_words, dim]`` is one contextual layer, ``words`` the flat word strings,
+    ``vectors`` ``[n_words, dim]`` is one contextual layer (or a store's, ``store.view([l])``: only
+    the rows compared are read), ``words`` the flat word strings,
     ``offsets`` ``[n_sentences + 1]``. Contextual neighbours are other occurrences of the same
     word (``same_word``) or any other token, from other sentences. Returns rows
     ``(space, rank, neighbour, similarity, sentence, query_context)`` with ``space`` in
     ``{"static", "contextual"}``; for contextual rows ``neighbour`` is the marked context.
     """
-    vectors = np.asarray(vectors, dtype=np.float32)
     offsets = np.asarray(offsets)
     occ = _occurrences(word, words, lower)
     if len(occ) == 0:
@@ -69,7 +80,8 @@ def static_vs_contextual_neighbours(
     candidates = occ if same_word else np.arange(len(words))
     candidates = candidates[sentence[candidates] != sentence[pos]]
     if len(candidates):
-        sims = unit_rows(vectors[candidates]) @ unit_rows(vectors[pos][None])[0]
+        read = _rows(vectors, np.concatenate([candidates, [pos]]))  # the candidates' rows, then the query's
+        sims = unit_rows(read[:-1]) @ unit_rows(read[-1:])[0]
         top = np.argsort(-sims, kind="stable")[:k]
         for rank, t in enumerate(top, start=1):
             p = int(candidates[t])
@@ -81,7 +93,7 @@ def static_vs_contextual_neighbours(
 
 def sense_clusters(
     word: str,
-    vectors: np.ndarray,
+    vectors: np.ndarray | LayerView,
     words: Sequence[str],
     offsets: np.ndarray,
     n_clusters: int = 2,
@@ -91,7 +103,8 @@ def sense_clusters(
 ) -> pd.DataFrame:
     """Occurrences of ``word`` clustered (k-means on the layer vectors) and projected with UMAP.
 
-    Returns one row per occurrence: ``(x, y, position, sentence, context, cluster)``.
+    ``vectors``: one layer ``[n_words, dim]``, or a store's (``store.view([l])``: only the word's
+    rows are read). Returns one row per occurrence: ``(x, y, position, sentence, context, cluster)``.
     """
     from sklearn.cluster import KMeans
 
@@ -99,7 +112,7 @@ def sense_clusters(
     if len(occ) < 3:
         raise WorkbenchError(f"{word!r} occurs {len(occ)} times; sense clusters need at least 3 occurrences")
     offsets = np.asarray(offsets)
-    x = unit_rows(np.asarray(vectors, dtype=np.float32)[occ])
+    x = unit_rows(_rows(vectors, occ))
     clusters = KMeans(n_clusters=min(n_clusters, len(occ)), n_init=10, random_state=seed).fit_predict(x)
     xy = _umap_2d(x, seed, n_neighbors)
     sentence = np.searchsorted(offsets, occ, side="right") - 1

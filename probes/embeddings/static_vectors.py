@@ -18,6 +18,7 @@ import pandas as pd
 
 from bertology.atomic import atomic_path
 from bertology.errors import WorkbenchError
+from bertology.store.read import LayerView
 
 
 class VectorFileError(WorkbenchError):
@@ -281,20 +282,43 @@ def train_word2vec(
 
 
 def distill_static(
-    vectors: np.ndarray, words: Sequence[str], lower: bool = True, min_count: int = 1, name: str = "distilled"
+    vectors: np.ndarray | LayerView,
+    words: Sequence[str],
+    lower: bool = True,
+    min_count: int = 1,
+    name: str = "distilled",
 ) -> StaticVectors:
     """Static vector of each word = mean of its contextual vectors over its occurrences.
 
-    ``vectors`` ``[n_occurrences, dim]`` (e.g. ``FeatureStore.layer(l)``), ``words`` the flat word
-    strings in the same order. Rows sorted by descending count; ``metadata["counts"]`` holds them.
+    ``vectors`` ``[n_occurrences, dim]`` (an array), or a store's layer as a one-layer
+    :class:`~bertology.store.read.LayerView` (``store.view([l])``), read shard by shard: memory
+    holds one shard of the layer and the ``[n_types, dim]`` sums, never the layer. ``words``: the
+    flat word strings in corpus order. Rows sorted by descending count; ``metadata["counts"]`` holds
+    them. The sums are float64; a store's are added in shard order, not corpus order, so its means
+    may differ from the array's in the last float32 bit.
     """
-    vectors = np.asarray(vectors, dtype=np.float32)
-    if vectors.shape[0] != len(words):
-        raise WorkbenchError(f"distill_static: {vectors.shape[0]} vectors but {len(words)} words")
     keys = [w.lower() if lower else w for w in words]
     vocab, inverse, counts = np.unique(np.array(keys, dtype=object), return_inverse=True, return_counts=True)
-    sums = np.zeros((len(vocab), vectors.shape[1]), np.float64)
-    np.add.at(sums, inverse, vectors)
+    inverse = np.asarray(inverse, dtype=np.int64).reshape(-1)
+    if isinstance(vectors, LayerView):
+        if len(vectors) != 1 or vectors.shape[1] != len(words):
+            raise WorkbenchError(
+                f"distill_static: a view of one layer over the {len(words)} words, not {vectors.shape}"
+            )
+        store = vectors.store
+        sums = np.zeros((len(vocab), vectors.shape[2]), np.float64)
+        for k in range(store.n_shards):
+            ids = store.shard_sentences(k)
+            rows = np.concatenate(
+                [np.arange(store.sentence_offsets[i], store.sentence_offsets[i + 1]) for i in ids]
+            ).astype(np.int64)
+            np.add.at(sums, inverse[rows], vectors.shard(k)[0])
+    else:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.shape[0] != len(words):
+            raise WorkbenchError(f"distill_static: {vectors.shape[0]} vectors but {len(words)} words")
+        sums = np.zeros((len(vocab), vectors.shape[1]), np.float64)
+        np.add.at(sums, inverse, vectors)
     means = (sums / counts[:, None]).astype(np.float32)
     order = np.lexsort((np.arange(len(vocab)), -counts))
     order = order[counts[order] >= min_count]

@@ -87,6 +87,12 @@ class CombinedView(LayerView):
         out = combine(self.store, self.name)[None]
         return out if dtype is None else out.astype(dtype)
 
+    def rows(self, j: int, words: np.ndarray) -> np.ndarray:
+        """The combined vectors of flat word indices ``words`` ``[len(words), dim']``, shard by shard."""
+        if j not in (0, -1):
+            raise IndexError(f"a combination has one layer, not {j}")
+        return self.rows_from_shards(0, words)
+
     def shard(self, k: int, which: Sequence[int] | None = None) -> np.ndarray:
         """Shard ``k``'s combined word vectors ``[1, words_k, dim']``."""
         if which is not None and list(which) not in ([0], [-1]):

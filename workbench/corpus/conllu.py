@@ -6,10 +6,13 @@ Entities travel in the MISC column as ``NER=B-X`` tags.
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from sys import intern
 
 from bertology import atomic
 from bertology.corpus.bio import bio_to_entities, entities_to_bio
@@ -115,20 +118,22 @@ def _sentence(token_list, default_id: str, tree_error: str | None, keep_bad_head
     empty-node lines dropped). Heads are kept unless ``tree_error`` is set and not ``keep_bad_heads``;
     the problem goes to ``meta["tree_error"]``."""
     words_tokens = [t for t in token_list if isinstance(t["id"], int)]
-    upos = [t["upos"] or "_" for t in words_tokens]
-    xpos = [t["xpos"] or "_" for t in words_tokens]
+    # words and tags interned: a corpus holds one string object per distinct word and tag, not one
+    # per token (a tag's string is ~50 bytes; the token's slot in its list, 8)
+    upos = [intern(t["upos"] or "_") for t in words_tokens]
+    xpos = [intern(t["xpos"] or "_") for t in words_tokens]
     has_heads = (tree_error is None or keep_bad_heads) and all(t["head"] is not None for t in words_tokens)
     ner_tags = [_parse_misc_ner(t["misc"], ner_key) for t in words_tokens]
-    meta = {key: str(v) for key, v in token_list.metadata.items()}
+    meta = {intern(key): str(v) for key, v in token_list.metadata.items()}
     if tree_error is not None:
         meta["tree_error"] = tree_error
     return Sentence(
         sent_id=meta.get("sent_id", default_id),
-        words=[t["form"] for t in words_tokens],
+        words=[intern(t["form"]) for t in words_tokens],
         upos=None if all(u == "_" for u in upos) else upos,
         xpos=None if all(x == "_" for x in xpos) else xpos,
         heads=[int(t["head"]) for t in words_tokens] if has_heads else None,
-        deprels=[t["deprel"] or "_" for t in words_tokens] if has_heads else None,
+        deprels=[intern(t["deprel"] or "_") for t in words_tokens] if has_heads else None,
         entities=bio_to_entities([tag or "O" for tag in ner_tags]) if any(ner_tags) else None,
         text=meta.get("text"),
         meta=meta,
@@ -185,13 +190,18 @@ def read_conllu(
             f"{first}{more}; fix the HEAD column there (the file's trees are read as gold: one root, no cycle); "
             "from Python, read_conllu(path, bad_trees='drop') keeps such sentences without dependencies"
         )
-    try:
-        token_lists = conllu.parse(text)
-    except Exception as exc:  # conllu's own parse errors carry no line number
-        raise CorpusError(f"{path}: CoNLL-U parse error: {exc}") from exc
-
+    del lines
     sentences: list[Sentence] = []
-    for k, token_list in enumerate(token_lists):
+    # parsed a sentence at a time (conllu.parse is the list of these): the parser's per-token dicts
+    # of one sentence at a time, not of the whole file (~16 KB per sentence), are in memory
+    token_lists = iter(conllu.parse_incr(io.StringIO(text)))
+    for k in itertools.count():
+        try:
+            token_list = next(token_lists)
+        except StopIteration:
+            break
+        except Exception as exc:  # conllu's own parse errors carry no line number
+            raise CorpusError(f"{path}: CoNLL-U parse error: {exc}") from exc
         if any(isinstance(t["id"], int) for t in token_list):
             tree_error = tree_errors.get(len(sentences))  # counted over sentences with words
             sentences.append(_sentence(token_list, f"{path.stem}-{k}", tree_error, bad_trees == "flag", ner_key))

@@ -198,6 +198,31 @@ class FeatureStore:
         where = self._where[sentence]
         return where[:, 0], where[:, 2] + (words - self.sentence_offsets[sentence])
 
+    def layer_rows(self, l: int, words: np.ndarray, *, gap: int = 64) -> np.ndarray:
+        """Layer ``l``'s vectors of flat (corpus-order) word indices ``words`` (any order, repeats
+        allowed): ``[len(words), dim]`` float32, equal to ``layer(l)[words]``. Only the rows asked for
+        are read, shard by shard: rows of one shard less than ``gap`` rows apart are read as one run
+        (a dense selection reads whole spans, a sparse one a row or a few at a time), so memory holds
+        the answer and at most one shard's span of the layer."""
+        (l,) = self._layer_ids([l])
+        words = np.asarray(words, dtype=np.int64).reshape(-1)
+        out = np.empty((len(words), self.dim), dtype=np.float32)
+        if len(words) == 0:
+            return out
+        if words.min() < 0 or words.max() >= self.n_words:
+            raise StoreError(f"word indices must lie in 0..{self.n_words - 1}")
+        shard, row = self.word_location(words)
+        order = np.lexsort((row, shard))
+        shard, row = shard[order], row[order]
+        # runs: a new one where the shard changes or the next row is `gap` or more rows on
+        cut = np.flatnonzero((np.diff(shard) != 0) | (np.diff(row) >= gap)) + 1
+        layer = l % self.n_layers
+        for a, b in zip(np.concatenate([[0], cut]), np.concatenate([cut, [len(row)]])):
+            lo, hi = int(row[a]), int(row[b - 1]) + 1
+            block = _float32(self._open(int(shard[a])).read("hidden", 1, lo, hi, first=[layer])[0])
+            out[order[a:b]] = block[row[a:b] - lo]
+        return out
+
     def layers(self, layers: Sequence[int] | None = None) -> np.ndarray:
         """Word vectors of the chosen layers, corpus order: ``[len(layers), n_words, dim]`` (the
         whole corpus in memory: streaming analyses read :meth:`shard_hidden` instead)."""
@@ -251,6 +276,22 @@ class LayerView:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self.store.layers(self.layer_ids)
         return out if dtype is None else out.astype(dtype)
+
+    def rows(self, j: int, words: np.ndarray) -> np.ndarray:
+        """Layer ``layer_ids[j]``'s vectors of flat word indices ``words``: ``[len(words), shape[2]]``,
+        equal to ``view[j][words]`` but reading only those rows (:meth:`FeatureStore.layer_rows`)."""
+        return self.store.layer_rows(self.layer_ids[j], words)
+
+    def rows_from_shards(self, j: int, words: np.ndarray) -> np.ndarray:
+        """:meth:`rows` through :meth:`shard` (what a subclass computing its features shard by shard
+        uses): every shard holding one of ``words`` is read whole, one at a time."""
+        words = np.asarray(words, dtype=np.int64).reshape(-1)
+        out = np.empty((len(words), self.shape[2]), dtype=np.float32)
+        shard, row = self.store.word_location(words)
+        for k in np.unique(shard):
+            here = shard == k
+            out[here] = self.shard(int(k), [j])[0][row[here]]
+        return out
 
     def shard(self, k: int, which: Sequence[int] | None = None) -> np.ndarray:
         """Shard ``k``'s words of this view's layers (or of positions ``which`` among them):
