@@ -62,8 +62,13 @@ def predict_logits(
     batch_size: int = 2048,
     active: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Logits ``[P, n, K]`` for examples ``idx`` (``active``: only those probes)."""
+    """Logits ``[P, n, K]`` for examples ``idx`` (``active``: only those probes), ``batch_size``
+    examples at a time, or fewer where a batch's features would pass ~64 MB (BERT-large's 25 x 1024
+    features: 625 examples)."""
     model.eval()
+    L, _, D = data.shape
+    _, S, M = data.tokens.shape
+    batch_size = int(max(32, min(batch_size, 64e6 // (L * S * M * D * 4))))
     idx = torch.as_tensor(idx, device=data.device)
     outs = []
     with torch.no_grad():
