@@ -220,17 +220,21 @@ class SpanFeatures:
 
         if standardize:
             used_shard, used_local = shard[mask.reshape(n, -1)], local[mask.reshape(n, -1)]
+            used = {k: np.unique(used_local[used_shard == k]) for k in by_shard}
+            most = max((len(rows) for rows in used.values()), default=0)
+            picked = np.empty((most, D), dtype=np.float32)  # one layer's used words, reused
+            wide = np.empty((most, D), dtype=np.float64)
             total = np.zeros((L, D))
             squares = np.zeros((L, D))
             count = 0
-            for k in by_shard:  # one layer of one shard at a time
-                rows = np.unique(used_local[used_shard == k])
+            for k, rows in used.items():  # one layer of one shard at a time
                 for j in range(L):
-                    x = read(k, [j], 0, shard_words[k])[0, rows].astype(np.float64)  # [used words, D]
+                    x = wide[: len(rows)]  # [used words, D] in float64
+                    x[...] = np.take(read(k, [j], 0, shard_words[k])[0], rows, axis=0, out=picked[: len(rows)])
                     total[j] += x.sum(0)
                     squares[j] += np.einsum("wd,wd->d", x, x)
                 count += len(rows)
-                release_free_memory()
+            del picked, wide
             mean = total / max(count, 1)
             var = np.maximum(squares - count * mean * mean, 0.0) / max(count - 1, 1)
             self.mean = torch.as_tensor(mean, dtype=torch.float32, device=self.device)[:, None, None, None, :]
@@ -245,18 +249,26 @@ class SpanFeatures:
         else:
             # beside the store: the disk the user chose
             self._spill = _SpillFile(store.path.parent, n, (L, S, M, D))
+        # the gathered chunk and its example-major copy (what the spill file holds) in two buffers
+        # reused for every chunk: nothing of the chunk's size is allocated per chunk
+        size = L * min(step, n) * S * M * D
+        gathered = torch.empty(size, dtype=torch.float32, device=self.device)
+        example_major = np.empty(size if self.cached is None else 0, dtype=np.float32)
         for k, ex, first, stop in chunks:
             hidden = torch.from_numpy(read(k, None, first, stop)).to(self.device)  # [L, stop - first, D]
             index = torch.as_tensor(local[ex].reshape(-1) - first, device=self.device)
-            g = hidden[:, index].view(L, len(ex), S, M, D)
+            rows_out = gathered[: L * len(index) * D].view(L, len(index), D)
+            g = torch.index_select(hidden, 1, index, out=rows_out).view(L, len(ex), S, M, D)
             if self.mean is not None and self.scale is not None:
-                g.sub_(self.mean).mul_(self.scale)  # g is a fresh gathered copy
+                g.sub_(self.mean).mul_(self.scale)
             if self.cached is not None:
                 self.cached[:, torch.as_tensor(ex, device=self.device)] = g
-            else:
-                assert self._spill is not None
-                self._spill.write(ex, g.permute(1, 0, 2, 3, 4).contiguous().cpu().numpy())
-        release_free_memory()  # the gathered blocks were freed: give the pages back to the system
+                continue
+            assert self._spill is not None
+            block = torch.from_numpy(example_major[: g.numel()]).view(len(ex), L, S, M, D)
+            block.copy_(g.permute(1, 0, 2, 3, 4))  # from the model's device, if not the CPU
+            self._spill.write(ex, block.numpy())
+        release_free_memory()  # blocks freed while gathering: give the pages back to the system
 
     def _gather(self, idx: torch.Tensor) -> torch.Tensor:
         assert self.feats is not None
