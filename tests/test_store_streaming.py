@@ -96,6 +96,42 @@ def test_span_features_from_the_store_equal_the_array_path(store, small_corpus):
     assert torch.equal(spilled(idx, torch.bfloat16)[0], in_memory(idx, torch.bfloat16)[0])
 
 
+def test_shard_reads_of_a_word_range_into_a_buffer(store):
+    """``shard_hidden(k, layers, out=, words=)``: the shard's words ``start:stop`` of those layers, read
+    into (and returned as) ``out``; a buffer of the wrong shape is refused."""
+    for k in range(store.n_shards):
+        whole = store.shard_hidden(k, [2, 0])
+        W = whole.shape[1]
+        for start, stop in ((0, W), (1, W - 1), (W // 2, W // 2 + 1), (3, 3)):
+            buffer = np.full((2, stop - start, store.dim), np.nan, dtype=np.float32)
+            got = store.view([2, 0]).shard(k, out=buffer, words=(start, stop))
+            assert got is buffer
+            np.testing.assert_array_equal(got, whole[:, start:stop])
+    with pytest.raises(ValueError, match="out="):
+        store.shard_hidden(0, [0], out=np.empty((1, 1, store.dim), dtype=np.float32), words=(0, 2))
+
+
+@pytest.mark.parametrize("task_name", ["pos", "deps"])
+def test_span_features_gathered_in_small_chunks_equal_the_array_path(store, small_corpus, task_name, monkeypatch):
+    """Gathering reads each chunk's run of a shard's words (the shard's examples in word order, since
+    shards hold length-sorted sentences): with chunks of 16 examples, the features are the array
+    path's, in memory and spilled."""
+    monkeypatch.setattr(_spans, "GATHER_BYTES", 1.0)
+    task = build_task(small_corpus, task_name)
+    tokens, mask = span_index(task, store.sentence_offsets)
+    from_array = SpanFeatures(store.layers(), tokens, mask, True, "cpu")
+    in_memory = SpanFeatures(store.view(), tokens, mask, True, "cpu")
+    spilled = SpanFeatures(store.view(), tokens, mask, True, "cpu", cache_bytes=1)
+    assert len(tokens) > 4 * 16 and spilled._spill is not None
+    idx = torch.arange(len(tokens))
+    a, mask_a = from_array(idx)
+    b, _ = in_memory(idx)
+    c, _ = spilled(idx)
+    m = mask_a[None, :, :, :, None].expand_as(a)
+    torch.testing.assert_close(b[m], a[m], atol=1e-4, rtol=1e-4)  # float64 vs float32 statistics
+    assert torch.equal(c, b)
+
+
 def test_probe_scores_do_not_depend_on_where_features_are_kept(store, small_corpus):
     task = build_task(small_corpus, "pos")
     kwargs = dict(seeds=[0], config=ProbeConfig(max_epochs=3, precision="float32"))

@@ -63,6 +63,10 @@ DEFAULT_CACHE_BYTES = 512e6
 """Gathered example features kept in memory up to this many bytes (float32); above it they are
 written once to an unnamed temporary file and read back batch by batch (:class:`SpanFeatures`)."""
 
+GATHER_BYTES = 64e6
+"""Examples are gathered from the store this many bytes of features at a time (at most 1,024, at
+least 16 examples): with BERT-large's 25 x 1024 features, 625 words."""
+
 _IOV_MAX = 1024  # buffers per preadv/pwritev call (Linux's IOV_MAX)
 _CALL_BYTES = 1 << 30  # and at most this many bytes per call (Linux moves at most ~2 GB per call)
 
@@ -197,18 +201,44 @@ class SpanFeatures:
         shard, local = shard.reshape(n, S * M), local.reshape(n, S * M)
         example_shard = shard[:, 0]
         by_shard = {int(k): np.flatnonzero(example_shard == k) for k in np.unique(example_shard)}
+        # examples gathered at a time: 1,024, or fewer where that would pass GATHER_BYTES; a shard's examples in the order of their words there, so that each chunk reads one run of
+        # the shard's words (the words its examples use, every layer), never the whole shard
+        step = int(max(16, min(1024, GATHER_BYTES // (L * S * M * D * 4))))
+        chunks: list[tuple[int, np.ndarray, int, int]] = []  # (shard, examples, first word, end word)
+        for k, rows in by_shard.items():
+            rows = rows[np.argsort(local[rows, 0], kind="stable")]
+            for start in range(0, len(rows), step):
+                ex = rows[start : start + step]
+                chunks.append((k, ex, int(local[ex].min()), int(local[ex].max()) + 1))
+        # one buffer for every read, the size of the largest: a fresh block per read (each of another
+        # size) left glibc's heap holding the freed ones, and a BERT-large probe grew by about a
+        # shard's size every few shards (0.6 -> 3.2 GB at 750 sentences)
+        widest = max((stop - first for _, _, first, stop in chunks), default=0)
+        shard_words = {k: store.shard_words(k) for k in by_shard}
+        buffer = np.empty(max(L * widest, max(shard_words.values(), default=0)) * D, dtype=np.float32)
+
+        def read(k: int, which: list[int] | None, first: int, stop: int) -> np.ndarray:
+            """Words ``first:stop`` of shard ``k``, its layers (or layers ``which``), read into ``buffer``."""
+            shape = (L if which is None else len(which), stop - first, D)
+            return source.shard(k, which, out=buffer[: int(np.prod(shape))].reshape(shape), words=(first, stop))
+
         if standardize:
             used_shard, used_local = shard[mask.reshape(n, -1)], local[mask.reshape(n, -1)]
+            used = {k: np.unique(used_local[used_shard == k]) for k in by_shard}
+            most = max((len(rows) for rows in used.values()), default=0)
+            picked = np.empty((most, D), dtype=np.float32)  # one layer's used words, reused
+            wide = np.empty((most, D), dtype=np.float64)
             total = np.zeros((L, D))
             squares = np.zeros((L, D))
             count = 0
-            for k in by_shard:  # one layer of one shard at a time: memory stays at a few MB
-                rows = np.unique(used_local[used_shard == k])
+            for k, rows in used.items():  # one layer of one shard at a time
                 for j in range(L):
-                    x = source.shard(k, [j])[0, rows].astype(np.float64)  # [used words, D]
+                    x = wide[: len(rows)]  # [used words, D] in float64
+                    x[...] = np.take(read(k, [j], 0, shard_words[k])[0], rows, axis=0, out=picked[: len(rows)])
                     total[j] += x.sum(0)
                     squares[j] += np.einsum("wd,wd->d", x, x)
                 count += len(rows)
+            del picked, wide
             mean = total / max(count, 1)
             var = np.maximum(squares - count * mean * mean, 0.0) / max(count - 1, 1)
             self.mean = torch.as_tensor(mean, dtype=torch.float32, device=self.device)[:, None, None, None, :]
@@ -223,19 +253,26 @@ class SpanFeatures:
         else:
             # beside the store: the disk the user chose
             self._spill = _SpillFile(self.spill_dir, n, (L, S, M, D))
-        for k, rows in by_shard.items():
-            hidden = torch.from_numpy(source.shard(k)).to(self.device)  # [L, W_k, D]
-            for start in range(0, len(rows), 1024):
-                ex = rows[start : start + 1024]
-                g = hidden[:, torch.as_tensor(local[ex].reshape(-1), device=self.device)].view(L, len(ex), S, M, D)
-                if self.mean is not None and self.scale is not None:
-                    g = (g - self.mean) * self.scale
-                if self.cached is not None:
-                    self.cached[:, torch.as_tensor(ex, device=self.device)] = g
-                else:
-                    assert self._spill is not None
-                    self._spill.write(ex, g.permute(1, 0, 2, 3, 4).cpu().numpy())
-        release_free_memory()  # the shards' blocks were freed: give the pages back to the system
+        # the gathered chunk and its example-major copy (what the spill file holds) in two buffers
+        # reused for every chunk: nothing of the chunk's size is allocated per chunk
+        size = L * min(step, n) * S * M * D
+        gathered = torch.empty(size, dtype=torch.float32, device=self.device)
+        example_major = np.empty(size if self.cached is None else 0, dtype=np.float32)
+        for k, ex, first, stop in chunks:
+            hidden = torch.from_numpy(read(k, None, first, stop)).to(self.device)  # [L, stop - first, D]
+            index = torch.as_tensor(local[ex].reshape(-1) - first, device=self.device)
+            rows_out = gathered[: L * len(index) * D].view(L, len(index), D)
+            g = torch.index_select(hidden, 1, index, out=rows_out).view(L, len(ex), S, M, D)
+            if self.mean is not None and self.scale is not None:
+                g.sub_(self.mean).mul_(self.scale)
+            if self.cached is not None:
+                self.cached[:, torch.as_tensor(ex, device=self.device)] = g
+                continue
+            assert self._spill is not None
+            block = torch.from_numpy(example_major[: g.numel()]).view(len(ex), L, S, M, D)
+            block.copy_(g.permute(1, 0, 2, 3, 4))  # from the model's device, if not the CPU
+            self._spill.write(ex, block.numpy())
+        release_free_memory()  # blocks freed while gathering: give the pages back to the system
 
     def _gather(self, idx: torch.Tensor) -> torch.Tensor:
         assert self.feats is not None

@@ -25,7 +25,7 @@ from bertology.probes.probing._lbfgs import _fit_lbfgs, _uses_lbfgs
 from bertology.probes.probing._model import JointProbes
 from bertology.probes.probing._spans import SpanFeatures
 from bertology.progress import progress_bar
-from bertology.runtime import resolve_precision
+from bertology.runtime import release_free_memory, resolve_precision
 
 # buffers with a leading probe axis that describe the mixing, not learned state
 _MIXING_BUFFERS = ("layer_of_probe", "mix_mask", "fixed_weights")
@@ -62,8 +62,13 @@ def predict_logits(
     batch_size: int = 2048,
     active: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Logits ``[P, n, K]`` for examples ``idx`` (``active``: only those probes)."""
+    """Logits ``[P, n, K]`` for examples ``idx`` (``active``: only those probes), ``batch_size``
+    examples at a time, or fewer where a batch's features would pass ~64 MB (BERT-large's 25 x 1024
+    features: 625 examples)."""
     model.eval()
+    L, _, D = data.shape
+    _, S, M = data.tokens.shape
+    batch_size = int(max(32, min(batch_size, 64e6 // (L * S * M * D * 4))))
     idx = torch.as_tensor(idx, device=data.device)
     outs = []
     with torch.no_grad():
@@ -209,6 +214,10 @@ def _fit_adam(
         # probes out of patience stop costing compute (their best state is kept)
         running = stale < config.patience
         active = None if bool(running.all()) else torch.nonzero(running).flatten()
+        if data.cached is None:
+            # batches read from the spill file come and go in several sizes (training, dev, the last
+            # of each): hand the freed pages back once an epoch, or the heap keeps them
+            release_free_memory()
         bar.update()
         bar.set_postfix(training=f"{int(running.sum())}/{P} probes", refresh=False)
         if bool((stale >= config.patience).all()):

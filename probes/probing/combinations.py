@@ -93,11 +93,18 @@ class CombinedView(LayerView):
             raise IndexError(f"a combination has one layer, not {j}")
         return self.rows_from_shards(0, words)
 
-    def shard(self, k: int, which: Sequence[int] | None = None) -> np.ndarray:
-        """Shard ``k``'s combined word vectors ``[1, words_k, dim']``."""
+    def shard(
+        self,
+        k: int,
+        which: Sequence[int] | None = None,
+        out: np.ndarray | None = None,
+        words: tuple[int, int] | None = None,
+    ) -> np.ndarray:
+        """Shard ``k``'s combined word vectors ``[1, words_k, dim']`` (``words=(start, stop)``: of its
+        words ``start:stop``), computed into a fresh array (``out`` is not used)."""
         if which is not None and list(which) not in ([0], [-1]):
             raise IndexError(f"a combination has one layer, not {list(which)}")
-        return _combine_picked(self.store.shard_hidden(k, self.layer_ids), self.name)[None]
+        return _combine_picked(self.store.shard_hidden(k, self.layer_ids, words=words), self.name)[None]
 
 
 def all_combinations(store: FeatureStore) -> dict[str, np.ndarray]:

@@ -180,16 +180,26 @@ class FeatureStore:
     def n_shards(self) -> int:
         return len(self._shards)
 
-    def shard_hidden(self, k: int, layers: Sequence[int] | None = None) -> np.ndarray:
+    def shard_words(self, k: int) -> int:
+        """How many words shard ``k`` holds."""
+        return int(self.word_counts[self.manifest["plan"][k]].sum())
+
+    def shard_hidden(
+        self,
+        k: int,
+        layers: Sequence[int] | None = None,
+        out: np.ndarray | None = None,
+        words: tuple[int, int] | None = None,
+    ) -> np.ndarray:
         """Shard ``k``'s word vectors of the chosen layers: ``[len(layers), words_k, dim]`` float32, its
-        words in :meth:`shard_sentences` order (one read per layer; nothing of the file stays mapped)."""
-        handle = self._open(k)
-        return np.stack(
-            [
-                _float32(handle.read("hidden", 0, l % self.n_layers, l % self.n_layers + 1)[0])
-                for l in self._layer_ids(layers)
-            ]
-        )
+        words in :meth:`shard_sentences` order (one read per layer, straight into the result; nothing
+        of the file stays mapped). ``words=(start, stop)``: only the shard's words ``start:stop``
+        (``[len(layers), stop - start, dim]``). ``out``: a C-contiguous float32 array of the result's
+        shape to read into and return (one buffer reused over many reads, rather than a fresh block
+        per read)."""
+        first = [l % self.n_layers for l in self._layer_ids(layers)]
+        start, stop = (0, None) if words is None else words
+        return _float32(self._open(k).read("hidden", 1, start, stop, first=first, out=out))
 
     def word_location(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where flat (corpus-order) word indices live: ``(shard [n], row within the shard's words [n])``."""
@@ -293,12 +303,20 @@ class LayerView:
             out[here] = self.shard(int(k), [j])[0][row[here]]
         return out
 
-    def shard(self, k: int, which: Sequence[int] | None = None) -> np.ndarray:
+    def shard(
+        self,
+        k: int,
+        which: Sequence[int] | None = None,
+        out: np.ndarray | None = None,
+        words: tuple[int, int] | None = None,
+    ) -> np.ndarray:
         """Shard ``k``'s words of this view's layers (or of positions ``which`` among them):
         ``[len(view) or len(which), words_k, shape[2]]`` float32, in
-        :meth:`FeatureStore.shard_sentences` order (what span probes gather from, shard by shard)."""
+        :meth:`FeatureStore.shard_sentences` order (what span probes gather from, shard by shard).
+        ``words=(start, stop)``: only the shard's words ``start:stop``. ``out``: a buffer of the
+        result's shape it may be read into (use the returned array)."""
         ids = self.layer_ids if which is None else [self.layer_ids[j] for j in which]
-        return self.store.shard_hidden(k, ids)
+        return self.store.shard_hidden(k, ids, out=out, words=words)
 
 
 def _float32(array: np.ndarray) -> np.ndarray:

@@ -87,6 +87,7 @@ class ShardFile:
         stop: int | None = None,
         *,
         first: Sequence[int] | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Tensor ``name`` sliced ``[start:stop]`` along ``axis`` (everything else whole), as stored
         (``BF16`` widened to float32): one read per index of the axes before ``axis``.
@@ -94,6 +95,9 @@ class ShardFile:
         ``first`` (with ``axis >= 1``): only these indices of axis 0, in this order (e.g. the chosen
         layers of ``[L, W, D]`` hidden states): ``read(name, axis, start, stop, first=ids)`` equals
         ``read(name, axis, start, stop)[ids]`` and reads only those bytes.
+
+        ``out``: a C-contiguous float32 array of the result's shape to read into (and return), so
+        that a caller reading many shards reuses one buffer instead of allocating one per read.
         """
         info = self._info(name)
         shape = tuple(int(d) for d in info["shape"])
@@ -112,7 +116,15 @@ class ShardFile:
                 raise IndexError(f"{self.path}: {name} indices {list(chosen)} outside axis 0 of shape {shape}")
         middle, inner = math.prod(shape[1:axis]), math.prod(shape[axis + 1 :])
         lead = (len(chosen), *shape[1:axis]) if axis else ()
-        out = np.empty((*lead, stop - start, *shape[axis + 1 :]), dtype=dtype)
+        result_shape = (*lead, stop - start, *shape[axis + 1 :])
+        target = out
+        if target is not None and (
+            target.shape != result_shape or target.dtype != np.float32 or not target.flags.c_contiguous
+        ):
+            raise ValueError(
+                f"{self.path}: out= must be C-contiguous float32 {result_shape}, got {target.dtype} {target.shape}"
+            )
+        out = target if target is not None and dtype == np.float32 else np.empty(result_shape, dtype=dtype)
         rows = [i * middle + j for i in chosen for j in range(middle)] if axis else [0]
         flat = out.reshape(len(rows), (stop - start) * inner)
         row_bytes = shape[axis] * inner * dtype.itemsize
@@ -122,5 +134,13 @@ class ShardFile:
             if nbytes and os.preadv(self._fd, [memoryview(flat[r]).cast("B")], base + row * row_bytes) != nbytes:
                 raise ValueError(f"{self.path}: tensor {name!r} is truncated")
         if info["dtype"] == "BF16":
-            return (out.astype(np.uint32) << 16).view(np.float32)
+            widened = out.astype(np.uint32)
+            widened <<= 16
+            if target is None:
+                return widened.view(np.float32)
+            target[...] = widened.view(np.float32)
+            return target
+        if target is not None and out is not target:  # a stored dtype other than float32 and BF16
+            target[...] = out
+            return target
         return out
