@@ -18,9 +18,11 @@ from bertology.errors import ConfigError, CorpusError
 from bertology.probes.probing.structural import (
     StructuralProbes,
     StructuralSettings,
+    TreeDistances,
     aggregate,
     corpus_trees,
     fit_structural,
+    iter_predictions,
     linear_baseline,
     predict_structure,
     probe_structure,
@@ -325,6 +327,83 @@ def test_shapes_of_predictions(planted):
     depth = fit_structural(features, offsets, trees, split["train"][:20], split["dev"], kind="depth", ranks=2)
     preds = predict_structure(depth, features, offsets, trees, [0])
     assert preds[0].shape == (1, trees.lengths[0])
+
+
+def test_tree_distances_equal_a_breadth_first_search_on_random_trees():
+    """parent_distances (ancestor sets) against scipy's unweighted shortest paths, the way the
+    distances were computed before, on random trees of 1-60 words."""
+    from scipy.sparse.csgraph import shortest_path
+
+    rng = np.random.default_rng(3)
+    for n in [1, 2, 3, *rng.integers(4, 61, size=40)]:
+        heads = _random_heads(int(n), rng)
+        parent = np.array(heads) - 1
+        adjacency = np.zeros((n, n))
+        adjacency[np.flatnonzero(parent >= 0), parent[parent >= 0]] = 1.0
+        bfs = shortest_path(adjacency, directed=False, unweighted=True).astype(np.int64)
+        np.testing.assert_array_equal(tree_distances(heads), bfs)
+        assert tree_distances(heads).dtype == np.int64
+
+
+def test_trees_hold_no_distance_matrices_and_give_them_when_read():
+    """The trees keep heads and depths (n a sentence), not the [n, n] distances: those are computed
+    when a batch or a score reads them, equal to tree_distances; a skipped sentence's are zeros."""
+    rng = np.random.default_rng(0)
+    heads = [_random_heads(int(n), rng) for n in rng.integers(2, 30, size=50)] + [[0, 0, 1]]  # the last: two roots
+    trees = trees_from_heads(heads, skip_invalid=True)
+    assert isinstance(trees.distances, TreeDistances) and len(trees.distances) == 51
+    assert list(trees.skipped) == [50]
+    for k, h in enumerate(heads[:50]):
+        np.testing.assert_array_equal(trees.distances[k], tree_distances(h))
+        np.testing.assert_array_equal(trees.depths[k], tree_depths(h))
+        assert trees.depths[k].base is None  # its own array, not a row of a held [n, n] matrix
+    np.testing.assert_array_equal(trees.distances[-1], np.zeros((3, 3)))
+    np.testing.assert_array_equal(trees.depths[50], np.zeros(3))
+    assert [d.shape for d in trees.distances[1:3]] == [(len(heads[1]),) * 2, (len(heads[2]),) * 2]
+
+
+def test_scores_streamed_batch_by_batch_equal_the_predictions_held_at_once(planted):
+    """A split scored as its predictions come (iter_predictions, one batch held) gives the same rows
+    as every prediction held first (the trees found: whatever the batch size); under the planted
+    projection both score UUAS and root accuracy 1."""
+    features, offsets, trees, oracle = planted
+    ids = np.arange(len(trees))
+    for kind in ("distance", "depth"):
+        probes = StructuralProbes(
+            kind, [0], [0], [PLANTED_RANK], torch.tensor(oracle[None], dtype=torch.float32), np.zeros(1), np.ones(1)
+        )
+        held = predict_structure(probes, features, offsets, trees, ids)
+        expected = pd.DataFrame(sentence_scores(held, trees, ids, kind))
+        assert aggregate(expected, "uuas" if kind == "distance" else "root_acc") == 1.0
+        streamed = iter_predictions(probes, features, offsets, trees, ids)
+        assert not isinstance(streamed, list)
+        pd.testing.assert_frame_equal(pd.DataFrame(sentence_scores(streamed, trees, ids, kind)), expected)
+        # other batch sizes pad to other lengths: float32 sums round differently, which reorders the
+        # near-ties of the noise (the Spearmans move in the 2nd decimal); the trees found do not
+        parts = ["uuas_correct", "uuas_total"] if kind == "distance" else ["root_correct", "root_total"]
+        for batch_size in (1, 7, 500):
+            got = pd.DataFrame(
+                sentence_scores(iter_predictions(probes, features, offsets, trees, ids, batch_size), trees, ids, kind)
+            )
+            pd.testing.assert_frame_equal(got[parts], expected[parts])
+
+
+def test_the_dev_loss_built_batch_by_batch_is_the_mean_sentence_loss(planted):
+    """fit_structural builds each dev batch when it scores it (none held through training): the
+    kept dev loss is the paper's per-sentence L1 averaged over the dev sentences, recomputed here
+    one sentence at a time in NumPy from the kept weights and the trees' heads."""
+    features, offsets, trees, _ = planted
+    split = split_sentences(len(trees), 0)
+    probes = fit_structural(
+        features, offsets, trees, split["train"], split["dev"], ranks=4, settings=StructuralSettings(max_epochs=2)
+    )
+    B = probes.weights[0].numpy().astype(np.float64)
+    losses = []
+    for s in split["dev"]:
+        proj = features[0, offsets[s] : offsets[s + 1]].astype(np.float64) @ B.T
+        pred = ((proj[:, None] - proj[None]) ** 2).sum(-1)
+        losses.append(np.abs(pred - tree_distances(trees.heads[s])).sum() / len(proj) ** 2)
+    assert probes.dev_loss[0] == pytest.approx(np.mean(losses), rel=1e-5)
 
 
 def test_bad_input_is_refused_with_the_field_named(planted):

@@ -17,7 +17,7 @@ is :func:`structural_probe_analysis`. Choices: docs/METHODS.md, "Structural prob
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,10 +36,10 @@ from bertology.probes.probing.structural_metrics import (
     length_average,
     length_average_bootstrap,
     mst_edges,
+    parent_distances,
     parent_indices,
     punctuation_mask,
     root_correct,
-    tree_distances,
     uuas_counts,
 )
 from bertology.progress import progress_bar
@@ -109,16 +109,39 @@ class StructuralSettings:
             )
 
 
+class TreeDistances(Sequence[np.ndarray]):
+    """Each sentence's tree distances ``[n_i, n_i]`` (int64), computed from its heads when asked
+    (:func:`~.structural_metrics.parent_distances`) and never held for the whole corpus: they
+    take ``n_i²`` numbers a sentence where the heads take ``n_i``. A skipped sentence's
+    (``skipped``) are zeros. Reads the lists it is given, so sentences appended to them count."""
+
+    def __init__(self, heads: list[np.ndarray], skipped: dict[int, str]):
+        self.heads, self.skipped = heads, skipped
+
+    def __len__(self) -> int:
+        return len(self.heads)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        k = int(k) % len(self) if int(k) < 0 else int(k)
+        h = self.heads[k]  # raises IndexError past the end
+        if k in self.skipped:
+            return np.zeros((h.size, h.size), dtype=np.int64)
+        return parent_distances(h - 1)
+
+
 @dataclass
 class StructuralTrees:
-    """The gold (or silver) structure of each sentence: ``distances`` ``[n_i, n_i]`` and ``depths``
-    ``[n_i]`` in tree edges, UD ``heads`` ``[n_i]`` (1-based, 0 = root), ``punct`` ``[n_i]`` (UPOS
-    PUNCT), ``source``: where the trees come from (``"gold: ..."`` / ``"silver: ..."``), and
-    ``skipped``: ``{sentence index: why}`` for sentences whose heads are not one tree (a parser
-    that split a sentence in two gives two roots); those hold zeros and are never split into
-    train, dev or test."""
+    """The gold (or silver) structure of each sentence: ``distances`` ``[n_i, n_i]`` (a
+    :class:`TreeDistances`, computed from the heads when read, or any sequence of matrices) and
+    ``depths`` ``[n_i]`` in tree edges, UD ``heads`` ``[n_i]`` (1-based, 0 = root), ``punct``
+    ``[n_i]`` (UPOS PUNCT), ``source``: where the trees come from (``"gold: ..."`` /
+    ``"silver: ..."``), and ``skipped``: ``{sentence index: why}`` for sentences whose heads are
+    not one tree (a parser that split a sentence in two gives two roots); those hold zeros and are
+    never split into train, dev or test."""
 
-    distances: list[np.ndarray]
+    distances: Sequence[np.ndarray]
     depths: list[np.ndarray]
     heads: list[np.ndarray]
     punct: list[np.ndarray]
@@ -150,22 +173,23 @@ def trees_from_heads(
     """:class:`StructuralTrees` from each sentence's UD heads (and UPOS, for punctuation). Heads
     that are not one tree are a :class:`CorpusError` naming the sentence (``names`` or its index),
     or, with ``skip_invalid``, a sentence left out (``skipped``, with the reason)."""
-    out = StructuralTrees([], [], [], [], source)
+    held: list[np.ndarray] = []
+    skipped: dict[int, str] = {}
+    out = StructuralTrees(TreeDistances(held, skipped), [], held, [], source, skipped)
     for k, h in enumerate(heads):
         where = f"sentence {names[k] if names is not None else k}"
         tags = None if upos is None else upos[k]
         if tags is not None and len(tags) != len(h):
             raise CorpusError(f"{where}: {len(tags)} UPOS tags for {len(h)} heads")
         try:
-            distances = tree_distances(h, where)
-            root = int(np.flatnonzero(parent_indices(h, where) < 0)[0])
+            parent = parent_indices(h, where)
+            depths = parent_distances(parent)[int(np.flatnonzero(parent < 0)[0])].copy()  # not a view of [n, n]
         except CorpusError as exc:
             if not skip_invalid:
                 raise
             out.skipped[k] = str(exc)
-            distances, root = np.zeros((len(h), len(h)), dtype=np.int64), 0
-        out.distances.append(distances)
-        out.depths.append(distances[root])
+            depths = np.zeros(len(h), dtype=np.int64)
+        out.depths.append(depths)
         out.heads.append(np.asarray(h, dtype=np.int64))
         out.punct.append(punctuation_mask(tags, len(h)))
     return out
@@ -266,10 +290,18 @@ class _Batch:
     shape: tuple[int, int]
 
 
+def _lengths(trees: StructuralTrees, sentence_ids: Ints) -> np.ndarray:
+    """Words of each of ``sentence_ids`` ``[len(sentence_ids)]`` (int64), read from those sentences
+    alone (:attr:`StructuralTrees.lengths` walks the whole corpus: once a batch, that is quadratic)."""
+    return np.array([trees.heads[int(s)].size for s in sentence_ids], dtype=np.int64)
+
+
 def _make_batch(
     sentence_ids: np.ndarray, offsets: np.ndarray, trees: StructuralTrees, kind: str, device: torch.device
 ) -> _Batch:
-    lengths = trees.lengths[sentence_ids]
+    """The padded batch of ``sentence_ids``; its gold distances are computed here, from the
+    sentences' heads (:class:`TreeDistances`), never held for the corpus."""
+    lengths = _lengths(trees, sentence_ids)
     B, T = len(sentence_ids), int(lengths.max())
     rows = np.full((B, T), offsets[-1], dtype=np.int64)  # offsets[-1] = n_words: the zero row
     gold = np.zeros((B, T, T) if kind == "distance" else (B, T), dtype=np.float32)
@@ -453,15 +485,23 @@ def _probe_ranks(ranks: Sequence[int] | int | None, n_probes: int, dim: int) -> 
 
 
 def _dev_loss(
-    feats: torch.Tensor, index: list[int], weights: torch.Tensor, batches: list[_Batch], kind: str
+    feats: torch.Tensor,
+    index: list[int],
+    weights: torch.Tensor,
+    dev: list[np.ndarray],
+    offsets: np.ndarray,
+    trees: StructuralTrees,
+    kind: str,
 ) -> np.ndarray:
-    """Mean per-sentence loss over the dev batches ``[P]``."""
+    """Mean per-sentence loss over the dev batches ``[P]`` (``dev``: each batch's sentence ids; a
+    batch is built, scored and dropped in turn, so only one is held)."""
+    device = weights.device
     with torch.no_grad():
         total = sum(
             _batch_loss(_predict_batch(_batch_features(feats, index, b), weights, b, kind), b, kind) * len(b.lengths)
-            for b in batches
+            for b in (_make_batch(ids, offsets, trees, kind, device) for ids in dev)
         )
-    return torch.as_tensor(total / sum(len(b.lengths) for b in batches)).cpu().numpy()
+    return torch.as_tensor(total / sum(len(ids) for ids in dev)).cpu().numpy()
 
 
 def fit_structural(
@@ -497,9 +537,7 @@ def fit_structural(
     row_mask = (torch.arange(init.shape[1])[None, :] < torch.tensor(rank_list)[:, None])[..., None].to(device)
     weights = (init.to(device) * row_mask).requires_grad_(True)
     adam, stopping = _Adam(weights, settings.lr), _EarlyStopping(weights, settings)
-    dev_batches = [
-        _make_batch(ids, offsets, trees, kind, device) for ids in _chunks(np.asarray(dev), settings.batch_size)
-    ]
+    dev_batches = _chunks(np.asarray(dev), settings.batch_size)  # sentence ids; each batch built when scored
     rng = np.random.default_rng(seed)
     for epoch in progress_bar(range(settings.max_epochs), desc=f"structural probe ({kind})", unit="epoch"):
         for ids in _chunks(rng.permutation(np.asarray(train)), settings.batch_size):  # one epoch, shuffled
@@ -509,7 +547,8 @@ def fit_structural(
             loss.sum().backward()
             assert weights.grad is not None  # backward() just filled it
             adam.step(weights, weights.grad * row_mask)  # rows past a probe's rank stay 0
-        stopping.update(epoch, _dev_loss(feats, index, weights.detach(), dev_batches, kind), weights, adam)
+        dev_loss = _dev_loss(feats, index, weights.detach(), dev_batches, offsets, trees, kind)
+        stopping.update(epoch, dev_loss, weights, adam)
         if stopping.stopped.all():
             break
     return StructuralProbes(
@@ -536,39 +575,55 @@ def predict_structure(
     batch_size: int = 64,
 ) -> list[np.ndarray]:
     """Each sentence's predictions under every probe: ``[P, n_i, n_i]`` squared distances (distance
-    probes) or ``[P, n_i]`` squared norms (depth probes), float64, in ``sentence_ids`` order."""
+    probes) or ``[P, n_i]`` squared norms (depth probes), float64, in ``sentence_ids`` order. To
+    score a split without holding all of them: :func:`iter_predictions`."""
+    return list(iter_predictions(probes, features, sentence_offsets, trees, sentence_ids, batch_size))
+
+
+def iter_predictions(
+    probes: StructuralProbes,
+    features: np.ndarray | torch.Tensor | LayerView,
+    sentence_offsets: np.ndarray,
+    trees: StructuralTrees,
+    sentence_ids: Ints,
+    batch_size: int = 64,
+) -> Iterator[np.ndarray]:
+    """:func:`predict_structure` one sentence at a time: each its own float64 array (not a view of
+    its batch), computed ``batch_size`` sentences at a time, so a caller that scores and drops
+    each holds one batch's predictions whatever the split's size."""
     device = probes.weights.device
     feats = _as_features(features, device)
     offsets = np.asarray(sentence_offsets, dtype=np.int64)
-    out: list[np.ndarray] = []
-    with torch.no_grad():
-        for ids in _chunks(np.asarray(sentence_ids, dtype=np.int64), batch_size):
+    for ids in _chunks(np.asarray(sentence_ids, dtype=np.int64), batch_size):
+        with torch.no_grad():  # left before yielding: the caller's code runs with its own grad mode
             batch = _make_batch(ids, offsets, trees, probes.kind, device)
             x = _batch_features(feats, probes.feature_index, batch)
-            pred = _predict_batch(x, probes.weights, batch, probes.kind).double().cpu().numpy()
-            for b, n in enumerate(trees.lengths[ids]):
-                out.append(pred[:, b, :n, :n] if probes.kind == "distance" else pred[:, b, :n])
-    return out
+            pred = _predict_batch(x, probes.weights, batch, probes.kind).cpu()  # float32 [P, B, T(, T)]
+            del x, batch
+        for b, n in enumerate(_lengths(trees, ids)):
+            yield (pred[:, b, :n, :n] if probes.kind == "distance" else pred[:, b, :n]).double().numpy()
 
 
 # --------------------------------------------------------------------------- scores
 
 
 def sentence_scores(
-    predictions: Sequence[np.ndarray], trees: StructuralTrees, sentence_ids: Ints, kind: str
+    predictions: Iterable[np.ndarray], trees: StructuralTrees, sentence_ids: Ints, kind: str
 ) -> list[dict[str, Any]]:
     """Per probe and sentence its score parts: ``uuas_correct``, ``uuas_total``, ``dspr``
     (distance) or ``root_correct``, ``root_total``, ``nspr`` (depth); ``predictions`` as
-    :func:`predict_structure` returns them (``[P, ...]`` per sentence). Rows carry ``probe_index``,
+    :func:`predict_structure` returns them (``[P, ...]`` per sentence; or
+    :func:`iter_predictions`, read one at a time). Rows carry ``probe_index``,
     ``sentence`` and ``n_words``."""
     rows = []
-    for pred, s in zip(predictions, sentence_ids):
+    for pred, s in zip(predictions, sentence_ids):  # one sentence at a time: an iterator is read as it goes
         heads, punct = trees.heads[s], trees.punct[s]
+        gold = trees.distances[s] if kind == "distance" else None  # computed from the heads once a sentence
         for p in range(pred.shape[0]):
             row: dict[str, Any] = {"probe_index": p, "sentence": int(s), "n_words": int(heads.size)}
             if kind == "distance":
                 correct, total = uuas_counts(pred[p], heads, punct)
-                row.update(uuas_correct=correct, uuas_total=total, dspr=distance_spearman(pred[p], trees.distances[s]))
+                row.update(uuas_correct=correct, uuas_total=total, dspr=distance_spearman(pred[p], gold))
             else:
                 hit = root_correct(pred[p], heads, punct)
                 row.update(
@@ -662,8 +717,8 @@ def probe_structure(
             settings=settings,
         )
         base = {"encoder": encoder, "probe": kind, "seed": int(seed)}
-        for part in ("dev", "test"):
-            preds = predict_structure(probes, feats, sentence_offsets, trees, split[part])
+        for part in ("dev", "test"):  # scored as predicted: one batch of predictions held at a time
+            preds = iter_predictions(probes, feats, sentence_offsets, trees, split[part])
             parts = pd.DataFrame(sentence_scores(preds, trees, split[part], kind))
             rows += _score_rows(probes, part, parts, base)
             if part == "test":
@@ -835,11 +890,13 @@ def linear_baseline(
     ids = list(sentence_ids)
     rows = []
     for kind in PROBE_KINDS:
-        preds = []
-        for s in ids:
-            position = np.arange(trees.lengths[s], dtype=float)
-            preds.append((np.abs(position[:, None] - position[None, :]) if kind == "distance" else position)[None])
-        sents = pd.DataFrame(sentence_scores(preds, trees, ids, kind)).assign(seed=0)
+
+        def chain(kind: str = kind) -> Iterator[np.ndarray]:  # one sentence's at a time, scored as made
+            for s in ids:
+                position = np.arange(trees.heads[s].size, dtype=float)
+                yield (np.abs(position[:, None] - position[None, :]) if kind == "distance" else position)[None]
+
+        sents = pd.DataFrame(sentence_scores(chain(), trees, ids, kind)).assign(seed=0)
         for metric in METRICS[kind]:
             interval = _ratio_interval if metric in RATIO_PARTS else _spearman_interval
             low, high, n_items, _ = interval(
@@ -936,7 +993,7 @@ def structural_probe_layers(
     layer_ids = list(range(store.n_layers)) if layers is None else [int(l) for l in layers]
     trees = corpus_trees(corpus)
     run = probe_structure(
-        store.layers(layer_ids),
+        store.view(layer_ids) if hasattr(store, "view") else store.layers(layer_ids),  # read batch by batch
         store.sentence_offsets,
         trees,
         kind=kind,
@@ -961,6 +1018,7 @@ __all__ = [
     "TREE_WORD_COLUMNS",
     "StructuralSettings",
     "StructuralTrees",
+    "TreeDistances",
     "StructuralProbes",
     "StructuralRun",
     "trees_from_heads",
@@ -970,6 +1028,7 @@ __all__ = [
     "split_sentences",
     "fit_structural",
     "predict_structure",
+    "iter_predictions",
     "sentence_scores",
     "aggregate",
     "probe_structure",

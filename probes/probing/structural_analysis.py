@@ -163,7 +163,8 @@ def _trees_tables(
     if "distance" not in runs or n == 0:
         return empty
     test = runs["distance"].split["test"]
-    shown = [int(s) for s in test if trees.lengths[s] <= 30][:n]
+    lengths = trees.lengths  # once: the property walks the corpus
+    shown = [int(s) for s in test if lengths[s] <= 30][:n]
 
     def predictions(kind: str) -> list[np.ndarray] | None:
         if kind not in runs or ("trained", kind) not in chosen:
