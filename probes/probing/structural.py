@@ -43,6 +43,7 @@ from bertology.probes.probing.structural_metrics import (
     uuas_counts,
 )
 from bertology.progress import progress_bar
+from bertology.runtime import release_free_memory
 from bertology.store.read import LayerView
 from bertology.uncertainty import (
     combine_seed_and_sentence,
@@ -716,6 +717,7 @@ def probe_structure(
             seed=int(seed),
             settings=settings,
         )
+        release_free_memory()  # the epochs' batches are freed: their pages go back before scoring
         base = {"encoder": encoder, "probe": kind, "seed": int(seed)}
         for part in ("dev", "test"):  # scored as predicted: one batch of predictions held at a time
             preds = iter_predictions(probes, feats, sentence_offsets, trees, split[part])
@@ -727,6 +729,7 @@ def probe_structure(
                 test_rows += parts.drop(columns="probe_index").assign(**base).to_dict("records")
         if keep_probes:
             kept[int(seed)] = probes
+        release_free_memory()  # and the scoring batches' before the next seed trains
     sentences = pd.DataFrame(test_rows).reindex(columns=SENTENCE_COLUMNS)
     return StructuralRun(pd.DataFrame(rows, columns=SCORE_COLUMNS), sentences, split, kept)
 
