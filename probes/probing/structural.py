@@ -619,7 +619,7 @@ def sentence_scores(
     rows = []
     for pred, s in zip(predictions, sentence_ids):  # one sentence at a time: an iterator is read as it goes
         heads, punct = trees.heads[s], trees.punct[s]
-        gold = trees.distances[s] if kind == "distance" else None  # computed from the heads once a sentence
+        gold = trees.distances[s] if kind == "distance" else np.empty(0)  # computed from the heads once a sentence
         for p in range(pred.shape[0]):
             row: dict[str, Any] = {"probe_index": p, "sentence": int(s), "n_words": int(heads.size)}
             if kind == "distance":
