@@ -449,17 +449,40 @@ class _StoreRows:
         return torch.from_numpy(out).to(self.device)
 
 
-def _as_features(features: np.ndarray | torch.Tensor | LayerView | _StoreRows, device: torch.device) -> Any:
-    """``[L, n_words + 1, D]`` float32 on ``device``: the features with a zero row appended (padding);
-    a store's :class:`~bertology.store.read.LayerView` is read batch by batch (:class:`_StoreRows`)."""
-    if isinstance(features, _StoreRows):
+class _TensorRows:
+    """Features held as one tensor ``[L, n_words, D]`` seen as ``[L, n_words + 1, D]`` (the last row
+    zero: padding) without the copy that appending a row would make: ``rows[:, batch.rows]`` gathers
+    the batch's rows and zeroes its padding slots (the same values as indexing the padded copy)."""
+
+    def __init__(self, features: torch.Tensor):
+        self.features = features
+        L, W, D = features.shape
+        self.shape = (L, W + 1, D)
+        self.ndim = 3
+
+    def __getitem__(self, key: tuple[slice, Any]) -> torch.Tensor:
+        _, rows = key
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.features.device)
+        padding = rows == self.features.shape[1]
+        out = self.features[:, rows.clamp(max=max(self.features.shape[1] - 1, 0))]
+        out[:, padding] = 0.0
+        return out
+
+
+def _as_features(
+    features: np.ndarray | torch.Tensor | LayerView | _StoreRows | _TensorRows, device: torch.device
+) -> Any:
+    """``[L, n_words + 1, D]`` float32 on ``device``, read by rows (``feats[:, rows]``), the last row
+    zero (padding): a store's :class:`~bertology.store.read.LayerView` batch by batch from the store
+    (:class:`_StoreRows`), an array or tensor as it is held (:class:`_TensorRows`, no padded copy)."""
+    if isinstance(features, (_StoreRows, _TensorRows)):
         return features
     if isinstance(features, LayerView):
         return _StoreRows(features, device)
     f = torch.as_tensor(features, dtype=torch.float32, device=device)
     if f.ndim != 3:
         raise ConfigError(f"features must be [layers, n_words, dim], got shape {tuple(f.shape)}")
-    return torch.cat([f, f.new_zeros(f.shape[0], 1, f.shape[2])], dim=1)
+    return _TensorRows(f)
 
 
 def _check_inputs(features: torch.Tensor, offsets: np.ndarray, trees: StructuralTrees, kind: str) -> None:
