@@ -76,17 +76,7 @@ def test_solver_choice_and_validation(planted):
     data = SpanFeatures(planted.features, tokens, mask, True, "cpu")
     split = split_by_sentence(planted.task, seed=0)
     with pytest.raises(ConfigError, match="lbfgs"):  # an MLP cannot use L-BFGS
-        fit_joint(
-            data,
-            planted.task.label_ids(),
-            split["train"],
-            split["dev"],
-            n_labels=4,
-            mixing=np.eye(3, dtype=bool),
-            learned_mix=False,
-            config=ProbeConfig(probe="mlp", solver="lbfgs"),
-            seed=0,
-        )
+        _fit(data, planted, split, config=ProbeConfig(probe="mlp", solver="lbfgs"))
 
 
 @pytest.mark.parametrize("multilabel", [False, True])
@@ -160,8 +150,9 @@ def test_chunked_objective_equals_the_whole_one(multilabel, dtype, tmp_path):
     chunks.spill.close()
 
 
-def _fit(data, planted, split, precision):
-    cfg = ProbeConfig(probe="linear", precision=precision, patience=2)
+def _fit(data, planted, split, precision="float32", config=None):
+    """Per-layer probes of the planted task (``config``: default a linear probe at ``precision``)."""
+    cfg = config or ProbeConfig(probe="linear", precision=precision, patience=2)
     return fit_joint(
         data,
         planted.task.label_ids(),
