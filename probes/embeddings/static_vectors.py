@@ -308,11 +308,7 @@ def distill_static(
         store = vectors.store
         sums = np.zeros((len(vocab), vectors.shape[2]), np.float64)
         for k in range(store.n_shards):
-            ids = store.shard_sentences(k)
-            rows = np.concatenate(
-                [np.arange(store.sentence_offsets[i], store.sentence_offsets[i + 1]) for i in ids]
-            ).astype(np.int64)
-            np.add.at(sums, inverse[rows], vectors.shard(k)[0])
+            np.add.at(sums, inverse[store.shard_word_ids(k)], vectors.shard(k)[0])
     else:
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.shape[0] != len(words):

@@ -144,11 +144,10 @@ def _fit_inputs(
             assert low is not None  # data.cached exists, so its low-precision copy does
             X = low.view(X.shape)
         return X.index_select(1, rows).to(dtype)
-    L, _, D = data.shape
-    _, S, M = data.tokens.shape
+    D, S = data.shape[2], data.tokens.shape[1]
     P, F_ = len(mixing), S * D
     chunk = max(1, int(CHUNK_BYTES // (P * F_ * dtype.itemsize)))
-    read = max(1, int(READ_BYTES // (L * S * M * D * 4)))
+    read = max(1, int(READ_BYTES // data.example_bytes))
     spill = Spill(data.spill_dir, SPILL_CACHE_BYTES)
     sizes: list[int] = []
     for part in (rows[:n_train], rows[n_train:]):  # a chunk is all training or all dev rows

@@ -65,7 +65,8 @@ written once to an unnamed temporary file and read back batch by batch (:class:`
 
 GATHER_BYTES = 64e6
 """Examples are gathered from the store this many bytes of features at a time (at most 1,024, at
-least 16 examples): with BERT-large's 25 x 1024 features, 625 words."""
+least 16 examples): with BERT-large's 25 x 1024 features, 625 words. Predictions read their batches
+within the same budget (:func:`~bertology.probes.probing._training.predict_logits`)."""
 
 _IOV_MAX = 1024  # buffers per preadv/pwritev call (Linux's IOV_MAX)
 _CALL_BYTES = 1 << 30  # and at most this many bytes per call (Linux moves at most ~2 GB per call)
@@ -201,9 +202,10 @@ class SpanFeatures:
         shard, local = shard.reshape(n, S * M), local.reshape(n, S * M)
         example_shard = shard[:, 0]
         by_shard = {int(k): np.flatnonzero(example_shard == k) for k in np.unique(example_shard)}
-        # examples gathered at a time: 1,024, or fewer where that would pass GATHER_BYTES; a shard's examples in the order of their words there, so that each chunk reads one run of
-        # the shard's words (the words its examples use, every layer), never the whole shard
-        step = int(max(16, min(1024, GATHER_BYTES // (L * S * M * D * 4))))
+        # examples gathered at a time: 1,024, or fewer where that would pass GATHER_BYTES; a shard's
+        # examples in the order of their words there, so that each chunk reads one run of the shard's
+        # words (the words its examples use, every layer), never the whole shard
+        step = int(max(16, min(1024, GATHER_BYTES // self.example_bytes)))
         chunks: list[tuple[int, np.ndarray, int, int]] = []  # (shard, examples, first word, end word)
         for k, rows in by_shard.items():
             rows = rows[np.argsort(local[rows, 0], kind="stable")]
@@ -273,6 +275,14 @@ class SpanFeatures:
             block.copy_(g.permute(1, 0, 2, 3, 4))  # from the model's device, if not the CPU
             self._spill.write(ex, block.numpy())
         release_free_memory()  # blocks freed while gathering: give the pages back to the system
+
+    @property
+    def example_bytes(self) -> int:
+        """Bytes of one example's gathered features ``[L, S, M, D]`` in float32 (what batch sizes are
+        budgeted by)."""
+        L, _, D = self.shape
+        _, S, M = self.tokens.shape
+        return 4 * L * S * M * D
 
     def _gather(self, idx: torch.Tensor) -> torch.Tensor:
         assert self.feats is not None

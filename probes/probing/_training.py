@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from bertology.probes.probing._config import ProbeConfig
 from bertology.probes.probing._lbfgs import _fit_lbfgs, _uses_lbfgs
 from bertology.probes.probing._model import JointProbes
-from bertology.probes.probing._spans import SpanFeatures
+from bertology.probes.probing._spans import GATHER_BYTES, SpanFeatures
 from bertology.progress import progress_bar
 from bertology.runtime import release_free_memory, resolve_precision
 
@@ -66,9 +66,7 @@ def predict_logits(
     examples at a time, or fewer where a batch's features would pass ~64 MB (BERT-large's 25 x 1024
     features: 625 examples)."""
     model.eval()
-    L, _, D = data.shape
-    _, S, M = data.tokens.shape
-    batch_size = int(max(32, min(batch_size, 64e6 // (L * S * M * D * 4))))
+    batch_size = int(max(32, min(batch_size, GATHER_BYTES // data.example_bytes)))
     idx = torch.as_tensor(idx, device=data.device)
     outs = []
     with torch.no_grad():

@@ -184,6 +184,12 @@ class FeatureStore:
         """How many words shard ``k`` holds."""
         return int(self.word_counts[self.manifest["plan"][k]].sum())
 
+    def shard_word_ids(self, k: int) -> np.ndarray:
+        """Flat (corpus-order) indices ``[words_k]`` int64 of shard ``k``'s words, in the shard's order:
+        row ``r`` of :meth:`shard_hidden` is word ``shard_word_ids(k)[r]``."""
+        offsets = self.sentence_offsets
+        return np.concatenate([np.arange(offsets[s], offsets[s + 1], dtype=np.int64) for s in self.shard_sentences(k)])
+
     def shard_hidden(
         self,
         k: int,
@@ -238,11 +244,8 @@ class FeatureStore:
         whole corpus in memory: streaming analyses read :meth:`shard_hidden` instead)."""
         layers = self._layer_ids(layers)
         out = np.empty((len(layers), self.n_words, self.dim), dtype=np.float32)
-        for k, sentence_ids in enumerate(self.manifest["plan"]):
-            rows = np.concatenate(
-                [np.arange(self.sentence_offsets[s], self.sentence_offsets[s + 1]) for s in sentence_ids]
-            )
-            out[:, rows] = self.shard_hidden(k, layers)
+        for k in range(self.n_shards):
+            out[:, self.shard_word_ids(k)] = self.shard_hidden(k, layers)
         return out
 
     def view(self, layers: Sequence[int] | None = None) -> LayerView:
@@ -294,13 +297,15 @@ class LayerView:
 
     def rows_from_shards(self, j: int, words: np.ndarray) -> np.ndarray:
         """:meth:`rows` through :meth:`shard` (what a subclass computing its features shard by shard
-        uses): every shard holding one of ``words`` is read whole, one at a time."""
+        uses): of every shard holding one of ``words``, the run of its words from the first asked for
+        to the last is read, one shard at a time."""
         words = np.asarray(words, dtype=np.int64).reshape(-1)
         out = np.empty((len(words), self.shape[2]), dtype=np.float32)
         shard, row = self.store.word_location(words)
         for k in np.unique(shard):
             here = shard == k
-            out[here] = self.shard(int(k), [j])[0][row[here]]
+            first, stop = int(row[here].min()), int(row[here].max()) + 1
+            out[here] = self.shard(int(k), [j], words=(first, stop))[0][row[here] - first]
         return out
 
     def shard(
